@@ -1,0 +1,166 @@
+// Package testsvc connects fencekit's tests to the real services they need:
+// PostgreSQL through TEST_DATABASE_URL and MinIO through TEST_MINIO_ENDPOINT,
+// TEST_MINIO_ACCESS_KEY and TEST_MINIO_SECRET_KEY.
+//
+// When a service is missing, a test fails under CI (CI=true) and is skipped
+// otherwise, with a message naming the variable and `make services`.
+package testsvc
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"fmt"
+	"os"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/minio/minio-go/v7"
+	"github.com/minio/minio-go/v7/pkg/credentials"
+
+	fsql "github.com/fencekit/fencekit/sql"
+)
+
+// DefaultDatabaseURL is used when TEST_DATABASE_URL is unset.
+const DefaultDatabaseURL = "postgres://postgres@127.0.0.1:5432/test?sslmode=disable"
+
+// InCI reports whether CI=true (or 1) is set.
+func InCI() bool {
+	v := strings.ToLower(os.Getenv("CI"))
+	return v == "true" || v == "1"
+}
+
+// Missing fails the test under CI and skips it otherwise.
+func Missing(t testing.TB, format string, args ...any) {
+	t.Helper()
+	msg := fmt.Sprintf(format, args...) + " (run `make services` and export what it prints)"
+	if InCI() {
+		t.Fatalf("required service missing under CI: %s", msg)
+	}
+	t.Skip(msg)
+}
+
+// DatabaseURL returns TEST_DATABASE_URL or DefaultDatabaseURL.
+func DatabaseURL() string {
+	if u := os.Getenv("TEST_DATABASE_URL"); u != "" {
+		return u
+	}
+	return DefaultDatabaseURL
+}
+
+// Pool opens a new, independent pool to the test database and closes it when
+// the test ends. Each call returns a separate pool with its own connections.
+func Pool(t testing.TB) *pgxpool.Pool {
+	t.Helper()
+	return PoolWith(t, DatabaseURL(), nil)
+}
+
+// PoolWith opens a pool to url, letting configure adjust the config first.
+func PoolWith(t testing.TB, url string, configure func(*pgxpool.Config)) *pgxpool.Pool {
+	t.Helper()
+	cfg, err := pgxpool.ParseConfig(url)
+	if err != nil {
+		t.Fatalf("bad database url: %v", err)
+	}
+	if configure != nil {
+		configure(cfg)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	pool, err := pgxpool.NewWithConfig(ctx, cfg)
+	if err == nil {
+		err = pool.Ping(ctx)
+	}
+	if err != nil {
+		if pool != nil {
+			pool.Close()
+		}
+		Missing(t, "PostgreSQL at TEST_DATABASE_URL unreachable: %v", err)
+	}
+	t.Cleanup(pool.Close)
+	return pool
+}
+
+// RandomName returns prefix followed by 12 random hex characters, usable as
+// an identifier.
+func RandomName(prefix string) string {
+	var b [6]byte
+	_, _ = rand.Read(b[:])
+	return prefix + hex.EncodeToString(b[:])
+}
+
+// Schema creates a private schema, applies the given migration sets (both
+// when none are given) and drops it when the test ends. It returns the name.
+func Schema(t testing.TB, sets ...fsql.Set) string {
+	t.Helper()
+	pool := Pool(t)
+	name := RandomName("fk_test_")
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	if _, err := fsql.Migrate(ctx, pool, fsql.Options{Schema: name}, sets...); err != nil {
+		t.Fatalf("migrate schema %s: %v", name, err)
+	}
+	t.Cleanup(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+		defer cancel()
+		if err := fsql.DropSchema(ctx, pool, name); err != nil {
+			t.Errorf("drop schema %s: %v", name, err)
+		}
+	})
+	return name
+}
+
+// MinIOConfig is the connection info from the TEST_MINIO_* variables.
+type MinIOConfig struct {
+	Endpoint, AccessKey, SecretKey string
+}
+
+// MinIOEnv reads TEST_MINIO_ENDPOINT, TEST_MINIO_ACCESS_KEY and
+// TEST_MINIO_SECRET_KEY; ok is false when the endpoint is unset.
+func MinIOEnv() (MinIOConfig, bool) {
+	c := MinIOConfig{
+		Endpoint:  os.Getenv("TEST_MINIO_ENDPOINT"),
+		AccessKey: os.Getenv("TEST_MINIO_ACCESS_KEY"),
+		SecretKey: os.Getenv("TEST_MINIO_SECRET_KEY"),
+	}
+	return c, c.Endpoint != ""
+}
+
+// MinIO returns a client for the test MinIO and a fresh bucket that is
+// emptied and removed when the test ends.
+func MinIO(t testing.TB) (*minio.Client, string) {
+	t.Helper()
+	c, ok := MinIOEnv()
+	if !ok {
+		Missing(t, "TEST_MINIO_ENDPOINT is not set")
+	}
+	client, err := minio.New(c.Endpoint, &minio.Options{
+		Creds:  credentials.NewStaticV4(c.AccessKey, c.SecretKey, ""),
+		Secure: false,
+	})
+	if err != nil {
+		t.Fatalf("minio client: %v", err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	bucket := strings.ReplaceAll(RandomName("fk-test-"), "_", "-")
+	if err := client.MakeBucket(ctx, bucket, minio.MakeBucketOptions{}); err != nil {
+		Missing(t, "MinIO at %s unusable: %v", c.Endpoint, err)
+	}
+	t.Cleanup(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+		defer cancel()
+		for obj := range client.ListObjects(ctx, bucket, minio.ListObjectsOptions{Recursive: true, WithVersions: true}) {
+			if obj.Err != nil {
+				continue
+			}
+			_ = client.RemoveObject(ctx, bucket, obj.Key, minio.RemoveObjectOptions{VersionID: obj.VersionID})
+		}
+		if err := client.RemoveBucket(ctx, bucket); err != nil {
+			t.Logf("remove bucket %s: %v", bucket, err)
+		}
+	})
+	return client, bucket
+}

@@ -1,0 +1,75 @@
+#!/usr/bin/env bash
+# Bring up the services fencekit's tests and demo need, starting only what is
+# missing, and print `export` lines for them on stdout (progress goes to
+# stderr). Idempotent: run it as often as you like.
+#
+#   eval "$(scripts/services.sh)"
+#
+# PostgreSQL: the machine's cluster on 127.0.0.1:5432 (started if stopped).
+# MinIO: a pinned server built with `go install`, cached outside the tree in
+# $FENCEKIT_CACHE (default ~/.cache/fencekit), data under .services/ (git-ignored).
+set -euo pipefail
+
+MINIO_VERSION=v0.0.0-20260212201848-7aac2a2c5b7c
+MINIO_PIN=${MINIO_VERSION##*-}
+CACHE=${FENCEKIT_CACHE:-$HOME/.cache/fencekit}
+MINIO_BIN_DIR=$CACHE/bin/minio-$MINIO_PIN
+MINIO_BIN=$MINIO_BIN_DIR/minio
+MINIO_ADDR=${FENCEKIT_MINIO_ADDR:-127.0.0.1:9900}
+MINIO_CONSOLE=${FENCEKIT_MINIO_CONSOLE:-127.0.0.1:9901}
+MINIO_USER=${FENCEKIT_MINIO_USER:-fencekit}
+MINIO_PASS=${FENCEKIT_MINIO_PASSWORD:-fencekit-secret}
+PG_URL=${TEST_DATABASE_URL:-postgres://postgres@127.0.0.1:5432/test?sslmode=disable}
+
+top=$(cd "$(dirname "$0")/.." && pwd)
+state=$top/.services
+mkdir -p "$state"
+log() { printf '[services] %s\n' "$*" >&2; }
+
+# --- PostgreSQL -------------------------------------------------------------
+pg_up() { pg_isready -q -h 127.0.0.1 -p 5432 -t 2 >/dev/null 2>&1; }
+if ! pg_up; then
+  if command -v pg_ctlcluster >/dev/null 2>&1 && [ -d /etc/postgresql ]; then
+    ver=$(ls /etc/postgresql | sort -V | tail -n 1)
+    log "starting PostgreSQL $ver"
+    pg_ctlcluster --skip-systemctl-redirect "$ver" main start >&2 || true
+  fi
+  for _ in $(seq 1 60); do pg_up && break; sleep 0.5; done
+  pg_up || { log "PostgreSQL is not reachable on 127.0.0.1:5432"; exit 1; }
+fi
+if ! psql "$PG_URL" -Atqc 'SELECT 1' >/dev/null 2>&1; then
+  # The URL's database may be missing on a fresh cluster: create it.
+  db=$(printf '%s' "$PG_URL" | sed -E 's#^[^/]*//[^/]*/([^?]*).*#\1#')
+  admin=$(printf '%s' "$PG_URL" | sed -E "s#^([^/]*//[^/]*/)[^?]*#\1postgres#")
+  log "creating database $db"
+  psql "$admin" -Atqc "CREATE DATABASE \"$db\"" >&2 || true
+  psql "$PG_URL" -Atqc 'SELECT 1' >/dev/null || { log "cannot use $PG_URL"; exit 1; }
+fi
+log "PostgreSQL ready"
+
+# --- MinIO ------------------------------------------------------------------
+minio_live() { curl -fsS -m 2 "http://$MINIO_ADDR/minio/health/live" >/dev/null 2>&1; }
+if ! minio_live; then
+  if [ ! -x "$MINIO_BIN" ]; then
+    log "installing MinIO $MINIO_VERSION into $MINIO_BIN_DIR (first time takes a few minutes)"
+    mkdir -p "$MINIO_BIN_DIR"
+    (cd "$state" && GOBIN=$MINIO_BIN_DIR GOFLAGS=-mod=mod go install "github.com/minio/minio@$MINIO_VERSION") >&2
+  fi
+  mkdir -p "$state/minio-data"
+  log "starting MinIO on $MINIO_ADDR"
+  MINIO_ROOT_USER=$MINIO_USER MINIO_ROOT_PASSWORD=$MINIO_PASS MINIO_BROWSER=off \
+    MINIO_UPDATE=off MINIO_CI_CD=1 \
+    nohup setsid "$MINIO_BIN" server --quiet --address "$MINIO_ADDR" --console-address "$MINIO_CONSOLE" \
+    "$state/minio-data" >"$state/minio.log" 2>&1 </dev/null &
+  echo $! >"$state/minio.pid"
+  for _ in $(seq 1 120); do minio_live && break; sleep 0.25; done
+  minio_live || { log "MinIO did not come up; see $state/minio.log"; tail -20 "$state/minio.log" >&2; exit 1; }
+fi
+log "MinIO ready on $MINIO_ADDR"
+
+cat <<EOT
+export TEST_DATABASE_URL='$PG_URL'
+export TEST_MINIO_ENDPOINT='$MINIO_ADDR'
+export TEST_MINIO_ACCESS_KEY='$MINIO_USER'
+export TEST_MINIO_SECRET_KEY='$MINIO_PASS'
+EOT

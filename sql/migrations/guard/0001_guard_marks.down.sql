@@ -1,0 +1,1 @@
+DROP TABLE IF EXISTS fencekit_guard_marks;

@@ -1,0 +1,2 @@
+DROP TABLE IF EXISTS fencekit_leases;
+DROP SEQUENCE IF EXISTS fencekit_token_seq;
