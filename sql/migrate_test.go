@@ -9,8 +9,8 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
-	fsql "github.com/fencekit/fencekit/sql"
 	"github.com/fencekit/fencekit/internal/testsvc"
+	fsql "github.com/fencekit/fencekit/sql"
 )
 
 func TestValidateIdentifier(t *testing.T) {
