@@ -1,0 +1,32 @@
+package guardtest_test
+
+import (
+	"context"
+	"fmt"
+
+	"github.com/fencekit/fencekit/guards/guardtest"
+	"github.com/fencekit/fencekit/guards/memguard"
+)
+
+// The checks are plain functions, so they can be run outside a test too.
+// In a test, call guardtest.Run(t, guardtest.Config{New: ...}) instead.
+func ExampleChecks() {
+	cfg, err := guardtest.Config{Writers: 4, Rounds: 10}.WithDefaults()
+	if err != nil {
+		panic(err)
+	}
+	for _, c := range guardtest.Checks() {
+		g, _ := memguard.New(memguard.Config{})
+		s := guardtest.FromGuard(g, guardtest.NewMapStore())
+		fmt.Printf("%-26s %v\n", c.Name, c.Func(context.Background(), s, cfg))
+	}
+	// Output:
+	// FirstWriteAccepted         <nil>
+	// HigherAccepted             <nil>
+	// EqualAccepted              <nil>
+	// StaleRejected              <nil>
+	// InvalidTokensRejected      <nil>
+	// InvalidResourcesRejected   <nil>
+	// FailedWriteKeepsMark       <nil>
+	// ConcurrentHistory          <nil>
+}

@@ -1,0 +1,444 @@
+package guardtest
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"math"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/fencekit/fencekit/fence"
+)
+
+// Subject is what the kit drives: a store whose writes are fenced.
+//
+// Write performs one guarded write of value to resource under token: it must
+// store value (and remember token as the token that wrote it) only if the
+// guard admits token, atomically with the admission. It returns nil when the
+// write was accepted, an error matching fence.ErrStale (with a
+// *fence.StaleError) when the token is below the resource's mark, an error
+// matching fence.ErrBusy when nothing happened and a retry is worth it, and
+// errors matching fence.ErrInvalidToken / fence.ErrInvalidResource for bad
+// input.
+//
+// Read returns the current value of resource and the token of the write that
+// stored it; found is false when nothing was ever accepted for resource.
+type Subject interface {
+	Write(ctx context.Context, resource string, token fence.Token, value string) error
+	Read(ctx context.Context, resource string) (value string, token fence.Token, found bool, err error)
+}
+
+// FailingWriter is implemented by Subjects that can run a guarded write
+// whose callback fails. WriteFailing must call the guard with token, have the
+// write callback return a non-nil error, and return what the guard returned.
+// Afterwards the stored value must be unchanged: a store that cannot roll
+// back must fail the callback before it writes anything. The kit then checks
+// that the mark was not raised.
+type FailingWriter interface {
+	WriteFailing(ctx context.Context, resource string, token fence.Token) error
+}
+
+// Config configures Run. Only New is required.
+type Config struct {
+	// New returns the Subject for one check. It is called once per check
+	// (each in its own subtest); it may return the same store every time,
+	// because every check uses resource names of its own.
+	New func(t *testing.T) Subject
+
+	// Writers is the number of concurrent goroutines in the concurrency
+	// check. Default 8.
+	Writers int
+	// Rounds is the number of writes each writer attempts per resource in
+	// the concurrency check. Default 25.
+	Rounds int
+	// Resources is the number of resources the concurrency check spreads
+	// its writers over. Default 3.
+	Resources int
+	// Prefix starts every resource name the kit uses. Default "guardtest/".
+	// It must itself be acceptable in a resource name.
+	Prefix string
+	// BadResources are extra resource names the Subject must refuse with an
+	// error matching fence.ErrInvalidResource, in addition to the names every
+	// guard must refuse (see fence.ValidateResource).
+	BadResources []string
+	// Timeout bounds each check. Default 2 minutes.
+	Timeout time.Duration
+}
+
+// Defaults used by Config.
+const (
+	DefaultWriters   = 8
+	DefaultRounds    = 25
+	DefaultResources = 3
+	DefaultPrefix    = "guardtest/"
+	DefaultTimeout   = 2 * time.Minute
+)
+
+// ErrUnsupported is returned by a check that needs an optional interface the
+// Subject does not implement. Run skips such a check.
+var ErrUnsupported = errors.New("guardtest: subject does not support this check")
+
+// ErrInvalidConfig is matched by the error WithDefaults returns for a bad
+// Config.
+var ErrInvalidConfig = errors.New("guardtest: invalid config")
+
+// WithDefaults validates cfg and returns a copy with defaults filled in.
+// New may be nil here (the check functions do not use it); Run requires it.
+func (cfg Config) WithDefaults() (Config, error) {
+	if cfg.Writers == 0 {
+		cfg.Writers = DefaultWriters
+	}
+	if cfg.Rounds == 0 {
+		cfg.Rounds = DefaultRounds
+	}
+	if cfg.Resources == 0 {
+		cfg.Resources = DefaultResources
+	}
+	if cfg.Prefix == "" {
+		cfg.Prefix = DefaultPrefix
+	}
+	if cfg.Timeout == 0 {
+		cfg.Timeout = DefaultTimeout
+	}
+	switch {
+	case cfg.Writers < 1 || cfg.Rounds < 1 || cfg.Resources < 1:
+		return cfg, fmt.Errorf("%w: Writers, Rounds and Resources must be positive", ErrInvalidConfig)
+	case cfg.Timeout < 0:
+		return cfg, fmt.Errorf("%w: negative Timeout", ErrInvalidConfig)
+	case fence.ValidateResource(cfg.Prefix+"x") != nil:
+		return cfg, fmt.Errorf("%w: Prefix %q does not make valid resource names", ErrInvalidConfig, cfg.Prefix)
+	}
+	return cfg, nil
+}
+
+// Check is one conformance check. Func returns nil when s passes, an error
+// describing every violation otherwise, and ErrUnsupported when s lacks an
+// optional interface the check needs. cfg must have defaults filled in.
+type Check struct {
+	Name string
+	Func func(ctx context.Context, s Subject, cfg Config) error
+}
+
+// Checks returns every check Run performs, in order.
+func Checks() []Check {
+	return []Check{
+		{"FirstWriteAccepted", CheckFirstWrite},
+		{"HigherAccepted", CheckHigher},
+		{"EqualAccepted", CheckEqual},
+		{"StaleRejected", CheckStale},
+		{"InvalidTokensRejected", CheckInvalidTokens},
+		{"InvalidResourcesRejected", CheckInvalidResources},
+		{"FailedWriteKeepsMark", CheckFailedWrite},
+		{"ConcurrentHistory", CheckConcurrent},
+	}
+}
+
+// Run runs every check in Checks as a subtest of t, each against a Subject
+// from cfg.New.
+func Run(t *testing.T, cfg Config) {
+	t.Helper()
+	if cfg.New == nil {
+		t.Fatalf("guardtest: Config.New is nil")
+	}
+	cfg, err := cfg.WithDefaults()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, c := range Checks() {
+		t.Run(c.Name, func(t *testing.T) {
+			s := cfg.New(t)
+			if s == nil {
+				t.Fatalf("guardtest: Config.New returned nil")
+			}
+			ctx, cancel := context.WithTimeout(context.Background(), cfg.Timeout)
+			defer cancel()
+			err := c.Func(ctx, s, cfg)
+			switch {
+			case errors.Is(err, ErrUnsupported):
+				t.Skip(err)
+			case err != nil:
+				t.Error(err)
+			}
+		})
+	}
+}
+
+// resourceName returns a resource name no other check or run uses.
+func resourceName(cfg Config, check string, i int) string {
+	var b [6]byte
+	_, _ = rand.Read(b[:])
+	return fmt.Sprintf("%s%s/%s/%d", cfg.Prefix, check, hex.EncodeToString(b[:]), i)
+}
+
+// expectState reads resource and compares with the wanted state.
+func expectState(ctx context.Context, s Subject, resource string, want State, when string) error {
+	v, tok, found, err := s.Read(ctx, resource)
+	if err != nil {
+		return fmt.Errorf("%s: Read(%q): %w", when, resource, err)
+	}
+	got := State{Value: v, Token: tok, Found: found}
+	if !found {
+		got = State{}
+	}
+	if got != want {
+		return fmt.Errorf("%s: Read(%q) = %s, want %s", when, resource, got, want)
+	}
+	return nil
+}
+
+// State is a resource's stored value and the token that wrote it.
+type State struct {
+	Value string
+	Token fence.Token
+	Found bool
+}
+
+// String formats s for messages.
+func (s State) String() string {
+	if !s.Found {
+		return "not found"
+	}
+	return fmt.Sprintf("{value %q, token %d}", s.Value, s.Token)
+}
+
+func found(v string, t fence.Token) State { return State{Value: v, Token: t, Found: true} }
+
+func mustAccept(ctx context.Context, s Subject, r string, tok fence.Token, v string) error {
+	if err := s.Write(ctx, r, tok, v); err != nil {
+		return fmt.Errorf("Write(%q, token %d) refused, want accepted: %w", r, tok, err)
+	}
+	return nil
+}
+
+// CheckFirstWrite: a resource never written is not found, and a first write
+// with any valid token is accepted and read back.
+func CheckFirstWrite(ctx context.Context, s Subject, cfg Config) error {
+	r := resourceName(cfg, "first", 0)
+	if err := expectState(ctx, s, r, State{}, "before any write"); err != nil {
+		return err
+	}
+	if err := mustAccept(ctx, s, r, 5, "v5"); err != nil {
+		return err
+	}
+	if err := expectState(ctx, s, r, found("v5", 5), "after first write"); err != nil {
+		return err
+	}
+	// A first write with the largest token is accepted too.
+	r2 := resourceName(cfg, "first", 1)
+	if err := mustAccept(ctx, s, r2, math.MaxInt64, "max"); err != nil {
+		return err
+	}
+	return expectState(ctx, s, r2, found("max", math.MaxInt64), "after first write with MaxInt64")
+}
+
+// CheckHigher: a higher token is accepted and replaces the value.
+func CheckHigher(ctx context.Context, s Subject, cfg Config) error {
+	r := resourceName(cfg, "higher", 0)
+	for _, step := range []struct {
+		tok fence.Token
+		v   string
+	}{{3, "a"}, {9, "b"}, {10, "c"}, {1 << 40, "d"}} {
+		if err := mustAccept(ctx, s, r, step.tok, step.v); err != nil {
+			return err
+		}
+		if err := expectState(ctx, s, r, found(step.v, step.tok), fmt.Sprintf("after token %d", step.tok)); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// CheckEqual: the same token writing again is accepted (a retry of the same
+// acquisition) and replaces the value.
+func CheckEqual(ctx context.Context, s Subject, cfg Config) error {
+	r := resourceName(cfg, "equal", 0)
+	if err := mustAccept(ctx, s, r, 4, "first"); err != nil {
+		return err
+	}
+	if err := mustAccept(ctx, s, r, 4, "second"); err != nil {
+		return err
+	}
+	if err := expectState(ctx, s, r, found("second", 4), "after equal token"); err != nil {
+		return err
+	}
+	if err := mustAccept(ctx, s, r, 4, "second"); err != nil {
+		return fmt.Errorf("identical retry: %w", err)
+	}
+	return expectState(ctx, s, r, found("second", 4), "after identical retry")
+}
+
+// checkStaleErr verifies err is a stale refusal naming presented and highest.
+func checkStaleErr(err error, r string, presented, highest fence.Token) error {
+	if err == nil {
+		return fmt.Errorf("Write(%q, token %d) accepted after token %d, want stale refusal", r, presented, highest)
+	}
+	if !errors.Is(err, fence.ErrStale) {
+		return fmt.Errorf("Write(%q, token %d) below mark %d: error %q does not match fence.ErrStale", r, presented, highest, err)
+	}
+	se, ok := fence.IsStale(err)
+	if !ok {
+		return fmt.Errorf("Write(%q, token %d): error %q matches ErrStale but errors.As *fence.StaleError fails", r, presented, err)
+	}
+	if se.Presented != presented || se.Highest != highest {
+		return fmt.Errorf("Write(%q, token %d): StaleError{Presented: %d, Highest: %d}, want {%d, %d}", r, presented, se.Presented, se.Highest, presented, highest)
+	}
+	if se.Resource != r {
+		return fmt.Errorf("Write(%q, token %d): StaleError.Resource = %q", r, presented, se.Resource)
+	}
+	if errors.Is(err, fence.ErrBusy) {
+		return fmt.Errorf("Write(%q, token %d): stale error also matches fence.ErrBusy", r, presented)
+	}
+	return nil
+}
+
+// CheckStale: a lower token is refused with a *fence.StaleError naming both
+// tokens, and the state is unchanged; the mark still admits its own token.
+func CheckStale(ctx context.Context, s Subject, cfg Config) error {
+	r := resourceName(cfg, "stale", 0)
+	if err := mustAccept(ctx, s, r, 10, "ten"); err != nil {
+		return err
+	}
+	for _, tok := range []fence.Token{9, 7, 1} {
+		if err := checkStaleErr(s.Write(ctx, r, tok, fmt.Sprintf("stale-%d", tok)), r, tok, 10); err != nil {
+			return err
+		}
+		if err := expectState(ctx, s, r, found("ten", 10), fmt.Sprintf("after stale token %d", tok)); err != nil {
+			return err
+		}
+	}
+	if err := mustAccept(ctx, s, r, 12, "twelve"); err != nil {
+		return err
+	}
+	if err := checkStaleErr(s.Write(ctx, r, 11, "eleven"), r, 11, 12); err != nil {
+		return err
+	}
+	if err := expectState(ctx, s, r, found("twelve", 12), "after stale token 11"); err != nil {
+		return err
+	}
+	// Marks are per resource: a low token on another resource is fine.
+	r2 := resourceName(cfg, "stale", 1)
+	if err := mustAccept(ctx, s, r2, 2, "other"); err != nil {
+		return fmt.Errorf("marks leak across resources: %w", err)
+	}
+	return expectState(ctx, s, r, found("twelve", 12), "after a write to another resource")
+}
+
+// CheckInvalidTokens: tokens 0 and negative are refused with errors matching
+// fence.ErrInvalidToken, on fresh and on written resources, changing nothing.
+func CheckInvalidTokens(ctx context.Context, s Subject, cfg Config) error {
+	r := resourceName(cfg, "badtoken", 0)
+	fresh := resourceName(cfg, "badtoken", 1)
+	if err := mustAccept(ctx, s, r, 5, "keep"); err != nil {
+		return err
+	}
+	var errs []error
+	for _, tok := range []fence.Token{0, -1, -5, math.MinInt64} {
+		for _, res := range []string{r, fresh} {
+			err := s.Write(ctx, res, tok, "bad")
+			switch {
+			case err == nil:
+				errs = append(errs, fmt.Errorf("Write(%q, token %d) accepted, want fence.ErrInvalidToken", res, tok))
+			case !errors.Is(err, fence.ErrInvalidToken):
+				errs = append(errs, fmt.Errorf("Write(%q, token %d): error %q does not match fence.ErrInvalidToken", res, tok, err))
+			case errors.Is(err, fence.ErrStale):
+				errs = append(errs, fmt.Errorf("Write(%q, token %d): invalid-token error also matches fence.ErrStale", res, tok))
+			}
+		}
+	}
+	if err := expectState(ctx, s, r, found("keep", 5), "after invalid tokens"); err != nil {
+		errs = append(errs, err)
+	}
+	if err := expectState(ctx, s, fresh, State{}, "after invalid tokens on a fresh resource"); err != nil {
+		errs = append(errs, err)
+	}
+	// The mark was not touched: token 5 is still admitted, 4 still refused.
+	if err := mustAccept(ctx, s, r, 5, "again"); err != nil {
+		errs = append(errs, err)
+	}
+	if err := checkStaleErr(s.Write(ctx, r, 4, "four"), r, 4, 5); err != nil {
+		errs = append(errs, err)
+	}
+	return errors.Join(errs...)
+}
+
+// InvalidResources returns the resource names every guard must refuse.
+func InvalidResources() []string {
+	return []string{
+		"",
+		"a\x00b",
+		"line\nbreak",
+		"tab\there",
+		"del\x7f",
+		"\xff\xfe",
+		strings.Repeat("x", fence.MaxResourceLen+1),
+	}
+}
+
+// CheckInvalidResources: bad resource names are refused with errors matching
+// fence.ErrInvalidResource, and nothing is stored under them or elsewhere.
+func CheckInvalidResources(ctx context.Context, s Subject, cfg Config) error {
+	good := resourceName(cfg, "badres", 0)
+	if err := mustAccept(ctx, s, good, 3, "keep"); err != nil {
+		return err
+	}
+	var errs []error
+	for _, name := range append(InvalidResources(), cfg.BadResources...) {
+		err := s.Write(ctx, name, 9, "bad")
+		switch {
+		case err == nil:
+			errs = append(errs, fmt.Errorf("Write(%q) accepted, want fence.ErrInvalidResource", name))
+		case !errors.Is(err, fence.ErrInvalidResource):
+			errs = append(errs, fmt.Errorf("Write(%q): error %q does not match fence.ErrInvalidResource", name, err))
+		}
+		if _, _, found, err := s.Read(ctx, name); err == nil && found {
+			errs = append(errs, fmt.Errorf("Read(%q) finds a value after a refused write", name))
+		}
+	}
+	if err := expectState(ctx, s, good, found("keep", 3), "after invalid resources"); err != nil {
+		errs = append(errs, err)
+	}
+	return errors.Join(errs...)
+}
+
+// CheckFailedWrite: when the write callback fails, Fence reports an error
+// that is not a stale refusal, nothing is stored, and the mark is not
+// raised. Needs a FailingWriter.
+func CheckFailedWrite(ctx context.Context, s Subject, cfg Config) error {
+	fw, ok := s.(FailingWriter)
+	if !ok {
+		return fmt.Errorf("%w: not a guardtest.FailingWriter", ErrUnsupported)
+	}
+	r := resourceName(cfg, "failed", 0)
+	if err := mustAccept(ctx, s, r, 5, "five"); err != nil {
+		return err
+	}
+	err := fw.WriteFailing(ctx, r, 9)
+	if err == nil {
+		return fmt.Errorf("WriteFailing(%q, 9) returned nil, want the callback's error", r)
+	}
+	if errors.Is(err, fence.ErrStale) {
+		return fmt.Errorf("WriteFailing(%q, 9) above the mark reported stale: %w", r, err)
+	}
+	if err := expectState(ctx, s, r, found("five", 5), "after a failed write"); err != nil {
+		return err
+	}
+	if err := mustAccept(ctx, s, r, 7, "seven"); err != nil {
+		return fmt.Errorf("mark raised by a failed write: %w", err)
+	}
+	if err := expectState(ctx, s, r, found("seven", 7), "after token 7"); err != nil {
+		return err
+	}
+	// A failing write on a fresh resource creates no mark either.
+	fresh := resourceName(cfg, "failed", 1)
+	if err := fw.WriteFailing(ctx, fresh, 50); err == nil {
+		return fmt.Errorf("WriteFailing(%q, 50) returned nil", fresh)
+	}
+	if err := mustAccept(ctx, s, fresh, 1, "one"); err != nil {
+		return fmt.Errorf("mark created by a failed write: %w", err)
+	}
+	return expectState(ctx, s, fresh, found("one", 1), "after token 1 on a fresh resource")
+}

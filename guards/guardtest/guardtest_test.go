@@ -1,0 +1,281 @@
+package guardtest_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"runtime"
+	"sync"
+	"testing"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+	"go.uber.org/goleak"
+
+	"github.com/fencekit/fencekit/fence"
+	"github.com/fencekit/fencekit/guards/guardtest"
+)
+
+func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
+
+// refGuard is a minimal correct guard: one mutex around decide, write, raise.
+type refGuard struct {
+	mu    sync.Mutex
+	marks map[string]fence.Token
+}
+
+func newRef() *refGuard { return &refGuard{marks: map[string]fence.Token{}} }
+
+func (g *refGuard) Fence(ctx context.Context, r string, tok fence.Token, write func(context.Context) error) error {
+	if err := fence.CheckArgs(r, tok); err != nil {
+		return err
+	}
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	if err := fence.Decide(r, tok, g.marks[r]); err != nil {
+		return err
+	}
+	if err := write(ctx); err != nil {
+		return err
+	}
+	g.marks[r] = max(g.marks[r], tok)
+	return nil
+}
+
+// acceptAll never refuses a token (but validates arguments).
+type acceptAll struct{}
+
+func (acceptAll) Fence(ctx context.Context, r string, tok fence.Token, write func(context.Context) error) error {
+	if err := fence.CheckArgs(r, tok); err != nil {
+		return err
+	}
+	return write(ctx)
+}
+
+// checkThenWrite decides under the lock, releases it, then writes and
+// raises the mark: the two-winners bug.
+type checkThenWrite struct{ refGuard }
+
+func (g *checkThenWrite) Fence(ctx context.Context, r string, tok fence.Token, write func(context.Context) error) error {
+	if err := fence.CheckArgs(r, tok); err != nil {
+		return err
+	}
+	g.mu.Lock()
+	err := fence.Decide(r, tok, g.marks[r])
+	g.mu.Unlock()
+	if err != nil {
+		return err
+	}
+	runtime.Gosched()
+	if err := write(ctx); err != nil {
+		return err
+	}
+	g.mu.Lock()
+	g.marks[r] = tok // not even max: a late low write lowers the mark
+	g.mu.Unlock()
+	return nil
+}
+
+// raiseOnFailure raises the mark even when write fails.
+type raiseOnFailure struct{ refGuard }
+
+func (g *raiseOnFailure) Fence(ctx context.Context, r string, tok fence.Token, write func(context.Context) error) error {
+	if err := fence.CheckArgs(r, tok); err != nil {
+		return err
+	}
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	if err := fence.Decide(r, tok, g.marks[r]); err != nil {
+		return err
+	}
+	err := write(ctx)
+	g.marks[r] = max(g.marks[r], tok)
+	return err
+}
+
+// wrongHighest reports a wrong Highest in its stale errors.
+type wrongHighest struct{ refGuard }
+
+func (g *wrongHighest) Fence(ctx context.Context, r string, tok fence.Token, write func(context.Context) error) error {
+	err := g.refGuard.Fence(ctx, r, tok, write)
+	if se, ok := fence.IsStale(err); ok {
+		return &fence.StaleError{Resource: r, Presented: tok, Highest: se.Highest + 1}
+	}
+	return err
+}
+
+// plainErrors refuses stale tokens with an error that is not ErrStale.
+type plainErrors struct{ refGuard }
+
+func (g *plainErrors) Fence(ctx context.Context, r string, tok fence.Token, write func(context.Context) error) error {
+	err := g.refGuard.Fence(ctx, r, tok, write)
+	if err != nil {
+		return fmt.Errorf("refused: %s", err)
+	}
+	return nil
+}
+
+// noValidation skips argument validation.
+type noValidation struct {
+	mu    sync.Mutex
+	marks map[string]fence.Token
+}
+
+func (g *noValidation) Fence(ctx context.Context, r string, tok fence.Token, write func(context.Context) error) error {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	if err := fence.Decide(r, tok, g.marks[r]); err != nil {
+		return err
+	}
+	if err := write(ctx); err != nil {
+		return err
+	}
+	g.marks[r] = max(g.marks[r], tok)
+	return nil
+}
+
+func defaults(t *testing.T) guardtest.Config {
+	cfg, err := guardtest.Config{}.WithDefaults()
+	require.NoError(t, err)
+	return cfg
+}
+
+// results runs every check against a fresh subject from mk and returns the
+// error of each check by name.
+func results(t *testing.T, cfg guardtest.Config, mk func() guardtest.Subject) map[string]error {
+	t.Helper()
+	out := map[string]error{}
+	for _, c := range guardtest.Checks() {
+		out[c.Name] = c.Func(context.Background(), mk(), cfg)
+	}
+	return out
+}
+
+func TestReferenceGuardPassesEveryCheck(t *testing.T) {
+	res := results(t, defaults(t), func() guardtest.Subject {
+		return guardtest.FromGuard(newRef(), guardtest.NewMapStore())
+	})
+	for name, err := range res {
+		assert.NoError(t, err, name)
+	}
+	assert.Len(t, res, len(guardtest.Checks()))
+}
+
+func TestRunPassesReferenceGuard(t *testing.T) {
+	guardtest.Run(t, guardtest.Config{
+		New: func(*testing.T) guardtest.Subject { return guardtest.FromGuard(newRef(), guardtest.NewMapStore()) },
+	})
+}
+
+func TestKitDetectsBrokenGuards(t *testing.T) {
+	cfg := defaults(t)
+	for _, tc := range []struct {
+		name  string
+		guard func() fence.Guard
+		fails []string
+	}{
+		{"accept all", func() fence.Guard { return acceptAll{} }, []string{"StaleRejected", "InvalidTokensRejected", "ConcurrentHistory"}},
+		{"raise mark on failure", func() fence.Guard { return &raiseOnFailure{refGuard: *newRef()} }, []string{"FailedWriteKeepsMark"}},
+		{"wrong highest", func() fence.Guard { return &wrongHighest{refGuard: *newRef()} }, []string{"StaleRejected", "InvalidTokensRejected", "ConcurrentHistory"}},
+		{"errors not typed", func() fence.Guard { return &plainErrors{refGuard: *newRef()} }, []string{"StaleRejected", "InvalidTokensRejected", "InvalidResourcesRejected", "ConcurrentHistory"}},
+		{"no validation", func() fence.Guard { return &noValidation{marks: map[string]fence.Token{}} }, []string{"InvalidTokensRejected", "InvalidResourcesRejected"}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			res := results(t, cfg, func() guardtest.Subject {
+				return guardtest.FromGuard(tc.guard(), guardtest.NewMapStore())
+			})
+			for _, name := range tc.fails {
+				assert.Error(t, res[name], "check %s should fail", name)
+			}
+		})
+	}
+}
+
+// The check-then-write guard loses races; the history check must catch it.
+// Each run is random, so run the check until it fails (bounded).
+func TestKitDetectsCheckThenWrite(t *testing.T) {
+	cfg := defaults(t)
+	var err error
+	runs := 0
+	for ; runs < 50 && err == nil; runs++ {
+		g := &checkThenWrite{refGuard: *newRef()}
+		err = guardtest.CheckConcurrent(context.Background(), guardtest.FromGuard(g, guardtest.NewMapStore()), cfg)
+	}
+	require.Error(t, err, "check-then-write guard passed %d concurrent runs", runs)
+	t.Logf("caught after %d run(s): %v", runs, err)
+}
+
+func stale(r string, presented, highest fence.Token) error {
+	return &fence.StaleError{Resource: r, Presented: presented, Highest: highest}
+}
+
+func TestCheckHistory(t *testing.T) {
+	a := func(tok fence.Token, inv, comp int64, err error) guardtest.Attempt {
+		return guardtest.Attempt{Resource: "r", Token: tok, Value: fmt.Sprint("v", tok), Invoked: inv, Completed: comp, Err: err}
+	}
+	fin := func(v string, tok fence.Token) map[string]guardtest.State {
+		return map[string]guardtest.State{"r": {Value: v, Token: tok, Found: true}}
+	}
+	for _, tc := range []struct {
+		name    string
+		h       []guardtest.Attempt
+		final   map[string]guardtest.State
+		wantErr string
+	}{
+		{"sequential ok", []guardtest.Attempt{a(1, 1, 2, nil), a(3, 3, 4, nil), a(2, 5, 6, stale("r", 2, 3))}, fin("v3", 3), ""},
+		{"overlapping low after high is fine", []guardtest.Attempt{a(5, 1, 4, nil), a(4, 2, 5, nil)}, fin("v5", 5), ""},
+		{"low accepted after high completed", []guardtest.Attempt{a(5, 1, 2, nil), a(4, 3, 4, nil)}, fin("v5", 5), "was accepted although token 5"},
+		{"final state not highest", []guardtest.Attempt{a(5, 1, 4, nil), a(4, 2, 5, nil)}, fin("v4", 4), "final state"},
+		{"final state missing value", []guardtest.Attempt{a(5, 1, 2, nil)}, map[string]guardtest.State{"r": {}}, "final state not found"},
+		{"nothing accepted, found", []guardtest.Attempt{a(5, 1, 2, errors.New("x"))}, fin("v5", 5), "unexpected error"},
+		{"stale with nothing higher", []guardtest.Attempt{a(2, 1, 2, stale("r", 2, 3))}, map[string]guardtest.State{"r": {}}, "no accepted write with token 3"},
+		{"stale naming a later write", []guardtest.Attempt{a(2, 1, 2, stale("r", 2, 3)), a(3, 3, 4, nil)}, fin("v3", 3), "no accepted write with token 3"},
+		{"stale naming a concurrent write is fine", []guardtest.Attempt{a(3, 1, 4, nil), a(2, 2, 3, stale("r", 2, 3))}, fin("v3", 3), ""},
+		{"stale with wrong presented", []guardtest.Attempt{a(3, 1, 2, nil), a(2, 3, 4, stale("r", 1, 3))}, fin("v3", 3), "presented token 1"},
+		{"stale not higher", []guardtest.Attempt{a(3, 1, 2, nil), a(3, 3, 4, stale("r", 3, 3))}, fin("v3", 3), "not higher"},
+		{"stale not a StaleError", []guardtest.Attempt{a(3, 1, 2, nil), a(2, 3, 4, fmt.Errorf("x: %w", fence.ErrStale))}, fin("v3", 3), "not a *fence.StaleError"},
+		{"busy is not a violation", []guardtest.Attempt{a(3, 1, 2, nil), a(4, 3, 4, fence.ErrBusy)}, fin("v3", 3), ""},
+		{"bad ticks", []guardtest.Attempt{a(3, 2, 2, nil)}, fin("v3", 3), "not after invoked"},
+		{"no final state", []guardtest.Attempt{a(3, 1, 2, nil)}, map[string]guardtest.State{}, "no final state"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			err := guardtest.CheckHistory(tc.h, tc.final)
+			if tc.wantErr == "" {
+				assert.NoError(t, err)
+				return
+			}
+			require.Error(t, err)
+			assert.Contains(t, err.Error(), tc.wantErr)
+		})
+	}
+}
+
+func TestWorkload(t *testing.T) {
+	cfg := defaults(t)
+	plan := guardtest.Workload(randFor(t), []string{"a", "b"}, cfg.Writers, 4)
+	require.Len(t, plan, cfg.Writers)
+	seen := map[string]map[fence.Token]bool{"a": {}, "b": {}}
+	for _, as := range plan {
+		assert.Len(t, as, 2*4)
+		for _, a := range as {
+			assert.False(t, seen[a.Resource][a.Token], "token %d on %s twice", a.Token, a.Resource)
+			seen[a.Resource][a.Token] = true
+		}
+	}
+	for r, toks := range seen {
+		for tok := fence.Token(1); tok <= fence.Token(4*cfg.Writers); tok++ {
+			assert.True(t, toks[tok], "token %d missing on %s", tok, r)
+		}
+	}
+}
+
+func TestConfigDefaults(t *testing.T) {
+	cfg := defaults(t)
+	assert.Equal(t, guardtest.DefaultWriters, cfg.Writers)
+	assert.Equal(t, guardtest.DefaultRounds, cfg.Rounds)
+	assert.Equal(t, guardtest.DefaultPrefix, cfg.Prefix)
+	for _, bad := range []guardtest.Config{{Writers: -1}, {Rounds: -2}, {Prefix: "a\x00"}, {Timeout: -1}} {
+		_, err := bad.WithDefaults()
+		assert.ErrorIs(t, err, guardtest.ErrInvalidConfig, "%+v", bad)
+	}
+}

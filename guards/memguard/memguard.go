@@ -1,0 +1,90 @@
+package memguard
+
+import (
+	"context"
+	"fmt"
+	"sync"
+
+	"github.com/fencekit/fencekit/fence"
+)
+
+// Config configures a Guard. The zero value is valid; it has no options yet
+// and exists so that every fencekit package is built the same way.
+type Config struct{}
+
+// Guard is an in-process fence.Guard. It is safe for concurrent use.
+type Guard struct {
+	mu      sync.Mutex
+	entries map[string]*entry
+}
+
+type entry struct {
+	lock chan struct{} // one slot: held while a Fence call is deciding/writing
+	mark fence.Token   // guarded by lock
+}
+
+var _ fence.Guard = (*Guard)(nil)
+
+// New returns an empty Guard: every resource starts with no mark.
+func New(Config) (*Guard, error) {
+	return &Guard{entries: map[string]*entry{}}, nil
+}
+
+func (g *Guard) entry(resource string) *entry {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	e := g.entries[resource]
+	if e == nil {
+		e = &entry{lock: make(chan struct{}, 1)}
+		g.entries[resource] = e
+	}
+	return e
+}
+
+// Fence implements fence.Guard. It validates resource and token
+// (fence.CheckArgs), waits for the resource's lock (bounded by ctx), and
+// while holding it applies fence.Decide, runs write, and raises the mark if
+// write returns nil. The error of write is returned as is.
+func (g *Guard) Fence(ctx context.Context, resource string, token fence.Token, write func(ctx context.Context) error) error {
+	if err := fence.CheckArgs(resource, token); err != nil {
+		return err
+	}
+	if write == nil {
+		return fmt.Errorf("memguard: nil write function")
+	}
+	if err := ctx.Err(); err != nil {
+		return fmt.Errorf("memguard: %q: %w: %w", resource, fence.ErrBusy, err)
+	}
+	e := g.entry(resource)
+	select {
+	case e.lock <- struct{}{}:
+	case <-ctx.Done():
+		return fmt.Errorf("memguard: waiting for %q: %w: %w", resource, fence.ErrBusy, ctx.Err())
+	}
+	defer func() { <-e.lock }()
+	if err := fence.Decide(resource, token, e.mark); err != nil {
+		return err
+	}
+	if err := write(ctx); err != nil {
+		return err
+	}
+	if token > e.mark {
+		e.mark = token
+	}
+	return nil
+}
+
+// Mark returns the high-water mark of resource: the highest token a write
+// to it has succeeded with, or 0 when none has. It waits for a Fence call in
+// progress on resource to finish.
+func (g *Guard) Mark(resource string) fence.Token {
+	g.mu.Lock()
+	e := g.entries[resource]
+	g.mu.Unlock()
+	if e == nil {
+		return 0
+	}
+	e.lock <- struct{}{}
+	defer func() { <-e.lock }()
+	return e.mark
+}
