@@ -1,0 +1,116 @@
+package s3guard
+
+import (
+	"errors"
+	"fmt"
+
+	"github.com/fencekit/fencekit/fence"
+)
+
+// ErrNotFound is matched (errors.Is) by a *NotFoundError: the key has no
+// pointer, or its pointer is a tombstone left by a fenced Delete.
+var ErrNotFound = errors.New("s3guard: not found")
+
+// ErrNotPointer is matched by a *PointerError: the object stored at a key is
+// not a valid s3guard pointer (someone wrote it without the guard, or it is
+// damaged). The guard refuses to read through it or to overwrite it.
+var ErrNotPointer = errors.New("s3guard: object is not an s3guard pointer")
+
+// ErrCorrupt is matched by a *DataError: the pointer is valid but the data
+// object it names is gone or was replaced, outside the guard.
+var ErrCorrupt = errors.New("s3guard: data object missing or replaced")
+
+// ErrInvalidConfig is matched by every error New returns for a bad Config.
+var ErrInvalidConfig = errors.New("s3guard: invalid config")
+
+// ErrInvalidOptions is matched by errors about malformed PutOptions (content
+// type, metadata) or a negative size other than -1. Nothing is written.
+var ErrInvalidOptions = errors.New("s3guard: invalid put options")
+
+// ErrNoStager is returned by Stage and StageDelete when ctx does not come
+// from a running Store.Fence write callback.
+var ErrNoStager = errors.New("s3guard: Stage called outside a Fence write")
+
+// ErrAlreadyStaged is returned by Stage and StageDelete when the current
+// Fence write has already staged content or a delete. One write commits at
+// most one change.
+var ErrAlreadyStaged = errors.New("s3guard: this write has already staged a change")
+
+// ErrStageClosed is returned by Stage and StageDelete when the Fence call
+// whose context they were given has already returned.
+var ErrStageClosed = errors.New("s3guard: the Fence call of this context has returned")
+
+// NotFoundError reports a key without content. It matches ErrNotFound.
+type NotFoundError struct {
+	Key string
+	// Deleted is true when a tombstone is in place (a fenced Delete, or a
+	// Fence call that staged nothing on a key without content).
+	Deleted bool
+	// Token is the tombstone's token, the key's high-water mark; zero when
+	// the key has no pointer at all.
+	Token fence.Token
+}
+
+// Error implements error.
+func (e *NotFoundError) Error() string {
+	if e.Deleted {
+		return fmt.Sprintf("s3guard: %q not found: deleted under token %d", e.Key, e.Token)
+	}
+	return fmt.Sprintf("s3guard: %q not found", e.Key)
+}
+
+// Is reports whether target is ErrNotFound.
+func (e *NotFoundError) Is(target error) bool { return target == ErrNotFound }
+
+// PointerError reports an object at Key that is not a valid pointer. It
+// matches ErrNotPointer.
+type PointerError struct {
+	Key    string
+	Reason string
+}
+
+// Error implements error.
+func (e *PointerError) Error() string {
+	return fmt.Sprintf("s3guard: object %q is not an s3guard pointer: %s", e.Key, e.Reason)
+}
+
+// Is reports whether target is ErrNotPointer.
+func (e *PointerError) Is(target error) bool { return target == ErrNotPointer }
+
+// DataError reports a pointer whose data object is missing or does not
+// carry the ETag the pointer recorded. It matches ErrCorrupt.
+type DataError struct {
+	Key     string
+	DataKey string
+	Reason  string
+}
+
+// Error implements error.
+func (e *DataError) Error() string {
+	return fmt.Sprintf("s3guard: %q: data object %q %s", e.Key, e.DataKey, e.Reason)
+}
+
+// Is reports whether target is ErrCorrupt.
+func (e *DataError) Is(target error) bool { return target == ErrCorrupt }
+
+// KeyError reports a key the guard does not accept. It matches
+// fence.ErrInvalidResource.
+type KeyError struct {
+	Key    string // the rejected key, truncated to 64 bytes
+	Reason string
+}
+
+// Error implements error.
+func (e *KeyError) Error() string {
+	return fmt.Sprintf("s3guard: invalid key %q: %s", e.Key, e.Reason)
+}
+
+// Unwrap returns fence.ErrInvalidResource.
+func (e *KeyError) Unwrap() error { return fence.ErrInvalidResource }
+
+func keyErr(key, reason string) error {
+	if len(key) > 64 {
+		key = key[:64]
+	}
+	return &KeyError{Key: key, Reason: reason}
+}

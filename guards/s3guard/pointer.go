@@ -1,0 +1,238 @@
+package s3guard
+
+import (
+	"bytes"
+	"crypto/rand"
+	"encoding/hex"
+	"encoding/json"
+	"fmt"
+	"io"
+	"strconv"
+	"strings"
+	"unicode/utf8"
+
+	"github.com/fencekit/fencekit/fence"
+)
+
+// PointerFormat is the value of the "fencekit" field of every pointer body.
+// Decoding refuses any other value.
+const PointerFormat = "s3guard/v1"
+
+// PointerContentType is the Content-Type of pointer objects.
+const PointerContentType = "application/json"
+
+// MaxPointerSize bounds the body of a pointer object. A larger object at a
+// key is reported as *PointerError.
+const MaxPointerSize = 16 << 10
+
+// MaxKeyLen is the longest key the guard accepts, in bytes. The data object
+// key adds the data prefix and a 53-byte suffix, and S3 keys are limited to
+// 1024 bytes.
+const MaxKeyLen = fence.MaxResourceLen
+
+// MaxMetadataSize bounds the total size of PutOptions.Metadata keys and
+// values, like S3's own limit on user metadata.
+const MaxMetadataSize = 2048
+
+const (
+	writeIDLen  = 32 // hex characters (128 random bits)
+	tokenDigits = fence.MaxTokenLen
+	// dataSuffixLen is len("/" + 19 digits + "-" + 32 hex).
+	dataSuffixLen = 1 + tokenDigits + 1 + writeIDLen
+	maxS3KeyLen   = 1024
+)
+
+// pointer is the JSON body stored at the user's key. Every accepted write
+// stores a new pointer with a fresh write id, so the pointer's ETag changes on
+// every accepted write even when the content bytes do not.
+type pointer struct {
+	Format      string            `json:"fencekit"`
+	Token       fence.Token       `json:"token"`
+	WriteID     string            `json:"write_id"`
+	Deleted     bool              `json:"deleted"`
+	Data        string            `json:"data,omitempty"`
+	ETag        string            `json:"etag,omitempty"`
+	Size        int64             `json:"size"`
+	ContentType string            `json:"content_type,omitempty"`
+	Metadata    map[string]string `json:"metadata,omitempty"`
+}
+
+func (p *pointer) encode() ([]byte, error) {
+	return json.Marshal(p)
+}
+
+// decodePointer parses and checks a pointer body read from key. Anything that
+// is not exactly what encode produces for key is a *PointerError.
+func decodePointer(dataPrefix, key string, body []byte) (*pointer, error) {
+	bad := func(format string, args ...any) error {
+		return &PointerError{Key: key, Reason: fmt.Sprintf(format, args...)}
+	}
+	if len(body) > MaxPointerSize {
+		return nil, bad("body larger than %d bytes", MaxPointerSize)
+	}
+	dec := json.NewDecoder(bytes.NewReader(body))
+	dec.DisallowUnknownFields()
+	var p pointer
+	if err := dec.Decode(&p); err != nil {
+		return nil, bad("not a pointer body: %v", err)
+	}
+	if _, err := dec.Token(); err != io.EOF {
+		return nil, bad("trailing data after the pointer body")
+	}
+	switch {
+	case p.Format != PointerFormat:
+		return nil, bad("format %q, want %q", truncate(p.Format), PointerFormat)
+	case !p.Token.Valid():
+		return nil, bad("missing or invalid token")
+	case !isWriteID(p.WriteID):
+		return nil, bad("invalid write_id")
+	case p.Size < 0:
+		return nil, bad("negative size")
+	}
+	if p.Deleted {
+		if p.Data != "" || p.ETag != "" || p.Size != 0 || p.ContentType != "" || len(p.Metadata) != 0 {
+			return nil, bad("tombstone carries content fields")
+		}
+		return &p, nil
+	}
+	tok, _, ok := parseDataKey(dataPrefix, key, p.Data)
+	switch {
+	case !ok:
+		return nil, bad("data key %q is not under %q", truncate(p.Data), dataPrefix+key+"/")
+	case tok > p.Token:
+		return nil, bad("data key token %d above pointer token %d", tok, p.Token)
+	case p.ETag == "" || len(p.ETag) > 128 || strings.ContainsAny(p.ETag, "\"\x00\r\n"):
+		return nil, bad("invalid etag")
+	}
+	if err := checkOptions(PutOptions{ContentType: p.ContentType, Metadata: p.Metadata}); err != nil {
+		return nil, bad("%v", err)
+	}
+	return &p, nil
+}
+
+func truncate(s string) string {
+	if len(s) > 64 {
+		return s[:64]
+	}
+	return s
+}
+
+// dataKey names the immutable data object of one write.
+func dataKey(dataPrefix, key string, token fence.Token, writeID string) string {
+	return fmt.Sprintf("%s%s/%0*d-%s", dataPrefix, key, tokenDigits, int64(token), writeID)
+}
+
+// parseDataKey reports whether dk is a data key of key under dataPrefix and
+// returns its token and write id.
+func parseDataKey(dataPrefix, key, dk string) (fence.Token, string, bool) {
+	base := dataPrefix + key + "/"
+	if !strings.HasPrefix(dk, base) {
+		return 0, "", false
+	}
+	return parseDataLeaf(dk[len(base):])
+}
+
+// parseDataLeaf parses "<19 digits>-<32 hex>".
+func parseDataLeaf(leaf string) (fence.Token, string, bool) {
+	if len(leaf) != dataSuffixLen-1 || leaf[tokenDigits] != '-' {
+		return 0, "", false
+	}
+	digits, id := leaf[:tokenDigits], leaf[tokenDigits+1:]
+	for i := 0; i < len(digits); i++ {
+		if digits[i] < '0' || digits[i] > '9' {
+			return 0, "", false
+		}
+	}
+	v, err := strconv.ParseInt(digits, 10, 64)
+	if err != nil || v <= 0 || !isWriteID(id) {
+		return 0, "", false
+	}
+	return fence.Token(v), id, true
+}
+
+func isWriteID(s string) bool {
+	if len(s) != writeIDLen {
+		return false
+	}
+	for i := 0; i < len(s); i++ {
+		c := s[i]
+		if (c < '0' || c > '9') && (c < 'a' || c > 'f') {
+			return false
+		}
+	}
+	return true
+}
+
+func newWriteID() string {
+	var b [writeIDLen / 2]byte
+	_, _ = rand.Read(b[:]) // crypto/rand.Read never fails (Go 1.24+)
+	return hex.EncodeToString(b[:])
+}
+
+// checkKey applies fence.ValidateResource and the rules S3 and MinIO put on
+// object names, and keeps keys out of the guard's data prefix.
+func checkKey(dataPrefix, key string) error {
+	if err := fence.ValidateResource(key); err != nil {
+		reason := strings.TrimPrefix(err.Error(), fence.ErrInvalidResource.Error()+": ")
+		return keyErr(key, reason)
+	}
+	switch {
+	case strings.HasPrefix(key, dataPrefix):
+		return keyErr(key, "inside the guard's data prefix "+strconv.Quote(dataPrefix))
+	case strings.HasPrefix(key, "/"), strings.HasSuffix(key, "/"):
+		return keyErr(key, "leading or trailing '/'")
+	case strings.Contains(key, "//"):
+		return keyErr(key, "empty path segment")
+	case strings.ContainsRune(key, '\\'):
+		return keyErr(key, "backslash")
+	}
+	for seg := range strings.SplitSeq(key, "/") {
+		if seg == "." || seg == ".." {
+			return keyErr(key, "'.' or '..' path segment")
+		}
+	}
+	return nil
+}
+
+// checkOptions validates PutOptions.
+func checkOptions(o PutOptions) error {
+	if len(o.ContentType) > 256 || !printable(o.ContentType) {
+		return fmt.Errorf("%w: content type must be at most 256 printable ASCII bytes", ErrInvalidOptions)
+	}
+	total := 0
+	for k, v := range o.Metadata {
+		total += len(k) + len(v)
+		if !metaKey(k) {
+			return fmt.Errorf("%w: metadata key %q: want [A-Za-z0-9-_], 1..128 bytes", ErrInvalidOptions, truncate(k))
+		}
+		if !utf8.ValidString(v) || strings.ContainsFunc(v, func(r rune) bool { return r < 0x20 || r == 0x7f }) {
+			return fmt.Errorf("%w: metadata value for %q: want UTF-8 without control characters", ErrInvalidOptions, k)
+		}
+	}
+	if total > MaxMetadataSize {
+		return fmt.Errorf("%w: metadata is %d bytes, limit %d", ErrInvalidOptions, total, MaxMetadataSize)
+	}
+	return nil
+}
+
+func printable(s string) bool {
+	for i := 0; i < len(s); i++ {
+		if s[i] < 0x20 || s[i] >= 0x7f {
+			return false
+		}
+	}
+	return true
+}
+
+func metaKey(k string) bool {
+	if k == "" || len(k) > 128 {
+		return false
+	}
+	for i := 0; i < len(k); i++ {
+		c := k[i]
+		if !(c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9' || c == '-' || c == '_') {
+			return false
+		}
+	}
+	return true
+}

@@ -1,0 +1,134 @@
+package s3guard
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"net/http"
+	"sync"
+
+	"github.com/minio/minio-go/v7"
+
+	"github.com/fencekit/fencekit/fence"
+)
+
+type stagerKey struct{}
+
+// stager collects what one Fence write stages.
+type stager struct {
+	s       *Store
+	key     string
+	token   fence.Token
+	writeID string
+
+	mu     sync.Mutex
+	closed bool
+	ch     change
+}
+
+// change is what a Fence write commits: new content, a tombstone, or
+// (neither) the current content re-stamped with the new token.
+type change struct {
+	data    *staged
+	deleted bool
+}
+
+type staged struct {
+	key  string
+	etag string
+	size int64
+	opts PutOptions
+}
+
+func (st *stager) close() change {
+	st.mu.Lock()
+	defer st.mu.Unlock()
+	st.closed = true
+	return st.ch
+}
+
+func stagerFrom(ctx context.Context) (*stager, error) {
+	st, ok := ctx.Value(stagerKey{}).(*stager)
+	if !ok {
+		return nil, ErrNoStager
+	}
+	return st, nil
+}
+
+// Stage uploads size bytes from r (size -1: unknown length, multipart) as the
+// new content of the key that the running Fence call guards. ctx must be (or
+// derive from) the context Fence passed to its write callback. The bytes go
+// to a fresh, immutable data object created with If-None-Match: *; they
+// become visible only when Fence's conditional pointer write succeeds after
+// write returns nil. Each write stages at most one change (ErrAlreadyStaged).
+func Stage(ctx context.Context, r io.Reader, size int64, opts PutOptions) error {
+	st, err := stagerFrom(ctx)
+	if err != nil {
+		return err
+	}
+	if err := checkOptions(opts); err != nil {
+		return err
+	}
+	if size < -1 {
+		return fmt.Errorf("%w: size %d", ErrInvalidOptions, size)
+	}
+	st.mu.Lock()
+	defer st.mu.Unlock()
+	switch {
+	case st.closed:
+		return ErrStageClosed
+	case st.ch.data != nil || st.ch.deleted:
+		return ErrAlreadyStaged
+	}
+	dk := dataKey(st.s.prefix, st.key, st.token, st.writeID)
+	po := minio.PutObjectOptions{
+		ContentType: opts.ContentType,
+		UserMetadata: map[string]string{
+			"Fencekit-Token":    st.token.String(),
+			"Fencekit-Write-Id": st.writeID,
+		},
+	}
+	po.SetMatchETagExcept("*")
+	info, err := st.s.client.PutObject(ctx, st.s.bucket, dk, r, size, po)
+	if code, status := errCode(err); code == "PreconditionFailed" || status == http.StatusPreconditionFailed {
+		// The key embeds our random write id, so whatever is there is ours:
+		// an earlier attempt landed, its reply was lost and the SDK retried.
+		oi, serr := st.s.client.StatObject(ctx, st.s.bucket, dk, minio.StatObjectOptions{})
+		if serr == nil && oi.UserMetadata["Fencekit-Write-Id"] == st.writeID {
+			info, err = minio.UploadInfo{ETag: oi.ETag, Size: oi.Size}, nil
+		}
+	}
+	if err != nil {
+		// The upload may have landed; it is unreferenced either way.
+		st.s.remove(ctx, dk)
+		return fmt.Errorf("s3guard: stage data %q: %w", dk, err)
+	}
+	meta := opts.Metadata
+	if len(meta) > 0 {
+		meta = make(map[string]string, len(opts.Metadata))
+		for k, v := range opts.Metadata {
+			meta[k] = v
+		}
+	}
+	st.ch.data = &staged{key: dk, etag: info.ETag, size: info.Size, opts: PutOptions{ContentType: opts.ContentType, Metadata: meta}}
+	return nil
+}
+
+// StageDelete makes the running Fence call commit a tombstone instead of
+// content. ctx must come from Fence's write callback. It does no I/O.
+func StageDelete(ctx context.Context) error {
+	st, err := stagerFrom(ctx)
+	if err != nil {
+		return err
+	}
+	st.mu.Lock()
+	defer st.mu.Unlock()
+	switch {
+	case st.closed:
+		return ErrStageClosed
+	case st.ch.data != nil || st.ch.deleted:
+		return ErrAlreadyStaged
+	}
+	st.ch.deleted = true
+	return nil
+}

@@ -1,0 +1,49 @@
+package s3guard
+
+import (
+	"context"
+	"fmt"
+	"strings"
+
+	"github.com/minio/minio-go/v7"
+)
+
+// Sweep removes the data objects of key that can never become visible:
+// those not named by the current pointer whose token is below the key's
+// mark. Writers that crashed between staging and committing, refused
+// writers whose cleanup failed, and superseded content kept by
+// KeepSuperseded leave such objects. Objects at or above the mark are left
+// alone: a writer holding that token may still commit them. Sweep needs no
+// clock and is safe to run at any time, concurrently with writers. It
+// returns how many objects it removed.
+func (s *Store) Sweep(ctx context.Context, key string) (int, error) {
+	if err := checkKey(s.prefix, key); err != nil {
+		return 0, err
+	}
+	cur, err := s.readPointer(ctx, key)
+	if err != nil {
+		return 0, err
+	}
+	if cur.p == nil {
+		return 0, nil
+	}
+	base := s.prefix + key + "/"
+	removed := 0
+	for obj := range s.client.ListObjectsIter(ctx, s.bucket, minio.ListObjectsOptions{Prefix: base}) {
+		if obj.Err != nil {
+			return removed, fmt.Errorf("s3guard: list %q: %w", base, obj.Err)
+		}
+		if strings.HasSuffix(obj.Key, "/") || obj.Key == cur.p.Data {
+			continue // a deeper key's data prefix, or the live content
+		}
+		tok, _, ok := parseDataLeaf(obj.Key[len(base):])
+		if !ok || tok >= cur.p.Token {
+			continue
+		}
+		if err := s.client.RemoveObject(ctx, s.bucket, obj.Key, minio.RemoveObjectOptions{}); err != nil {
+			return removed, fmt.Errorf("s3guard: remove %q: %w", obj.Key, err)
+		}
+		removed++
+	}
+	return removed, nil
+}
