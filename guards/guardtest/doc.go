@@ -34,9 +34,11 @@
 //     completion order, outcome) [CheckHistory] verifies that no write was
 //     accepted whose token is lower than that of a write whose acceptance
 //     completed before it was invoked, that every stale refusal names a
-//     higher token that had been presented before the refusal completed, and
-//     that the final stored value and token are those of the highest accepted
-//     token.
+//     higher token accepted from an attempt invoked before the refusal
+//     completed, that concurrent reads never return a value no accepted
+//     write stored, never return an older token than a write or a read that
+//     completed before them, and that the final stored value and token are
+//     those of the highest accepted token.
 //
 // # What the kit does not check
 //

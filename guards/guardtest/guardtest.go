@@ -58,6 +58,9 @@ type Config struct {
 	// Resources is the number of resources the concurrency check spreads
 	// its writers over. Default 3.
 	Resources int
+	// Readers is the number of goroutines reading the resources while the
+	// concurrency check's writers run. Default 2; negative means none.
+	Readers int
 	// Prefix starts every resource name the kit uses. Default "guardtest/".
 	// It must itself be acceptable in a resource name.
 	Prefix string
@@ -74,6 +77,7 @@ const (
 	DefaultWriters   = 8
 	DefaultRounds    = 25
 	DefaultResources = 3
+	DefaultReaders   = 2
 	DefaultPrefix    = "guardtest/"
 	DefaultTimeout   = 2 * time.Minute
 )
@@ -97,6 +101,9 @@ func (cfg Config) WithDefaults() (Config, error) {
 	}
 	if cfg.Resources == 0 {
 		cfg.Resources = DefaultResources
+	}
+	if cfg.Readers == 0 {
+		cfg.Readers = DefaultReaders
 	}
 	if cfg.Prefix == "" {
 		cfg.Prefix = DefaultPrefix

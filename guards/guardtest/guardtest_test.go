@@ -76,6 +76,31 @@ func (g *checkThenWrite) Fence(ctx context.Context, r string, tok fence.Token, w
 	return nil
 }
 
+// checkThenWriteMax is checkThenWrite that raises the mark with max, so
+// later low tokens are refused; only reads (and the final state) show that
+// an admitted low write overwrote a newer value.
+type checkThenWriteMax struct{ refGuard }
+
+func (g *checkThenWriteMax) Fence(ctx context.Context, r string, tok fence.Token, write func(context.Context) error) error {
+	if err := fence.CheckArgs(r, tok); err != nil {
+		return err
+	}
+	g.mu.Lock()
+	err := fence.Decide(r, tok, g.marks[r])
+	g.mu.Unlock()
+	if err != nil {
+		return err
+	}
+	runtime.Gosched()
+	if err := write(ctx); err != nil {
+		return err
+	}
+	g.mu.Lock()
+	g.marks[r] = max(g.marks[r], tok)
+	g.mu.Unlock()
+	return nil
+}
+
 // raiseOnFailure raises the mark even when write fails.
 type raiseOnFailure struct{ refGuard }
 
@@ -195,18 +220,34 @@ func TestKitDetectsBrokenGuards(t *testing.T) {
 // Each run is random, so run the check until it fails (bounded).
 func TestKitDetectsCheckThenWrite(t *testing.T) {
 	cfg := defaults(t)
-	var err error
-	runs := 0
-	for ; runs < 50 && err == nil; runs++ {
-		g := &checkThenWrite{refGuard: *newRef()}
-		err = guardtest.CheckConcurrent(context.Background(), guardtest.FromGuard(g, guardtest.NewMapStore()), cfg)
+	for name, mk := range map[string]func() fence.Guard{
+		"mark set to token":  func() fence.Guard { return &checkThenWrite{refGuard: *newRef()} },
+		"mark raised by max": func() fence.Guard { return &checkThenWriteMax{refGuard: *newRef()} },
+	} {
+		t.Run(name, func(t *testing.T) {
+			var err error
+			runs := 0
+			for ; runs < 50 && err == nil; runs++ {
+				err = guardtest.CheckConcurrent(context.Background(), guardtest.FromGuard(mk(), guardtest.NewMapStore()), cfg)
+			}
+			require.Error(t, err, "check-then-write guard passed %d concurrent runs", runs)
+			t.Logf("caught after %d run(s): %v", runs, err)
+		})
 	}
-	require.Error(t, err, "check-then-write guard passed %d concurrent runs", runs)
-	t.Logf("caught after %d run(s): %v", runs, err)
 }
 
 func stale(r string, presented, highest fence.Token) error {
 	return &fence.StaleError{Resource: r, Presented: presented, Highest: highest}
+}
+
+var nothing = guardtest.State{}
+
+func st(v string, tok fence.Token) guardtest.State {
+	return guardtest.State{Value: v, Token: tok, Found: true}
+}
+
+func rd(s guardtest.State, inv, comp int64) guardtest.Observation {
+	return guardtest.Observation{Resource: "r", State: s, Invoked: inv, Completed: comp}
 }
 
 func TestCheckHistory(t *testing.T) {
@@ -221,25 +262,42 @@ func TestCheckHistory(t *testing.T) {
 		h       []guardtest.Attempt
 		final   map[string]guardtest.State
 		wantErr string
+		reads   []guardtest.Observation
 	}{
-		{"sequential ok", []guardtest.Attempt{a(1, 1, 2, nil), a(3, 3, 4, nil), a(2, 5, 6, stale("r", 2, 3))}, fin("v3", 3), ""},
-		{"overlapping low after high is fine", []guardtest.Attempt{a(5, 1, 4, nil), a(4, 2, 5, nil)}, fin("v5", 5), ""},
-		{"low accepted after high completed", []guardtest.Attempt{a(5, 1, 2, nil), a(4, 3, 4, nil)}, fin("v5", 5), "was accepted although token 5"},
-		{"final state not highest", []guardtest.Attempt{a(5, 1, 4, nil), a(4, 2, 5, nil)}, fin("v4", 4), "final state"},
-		{"final state missing value", []guardtest.Attempt{a(5, 1, 2, nil)}, map[string]guardtest.State{"r": {}}, "final state not found"},
-		{"nothing accepted, found", []guardtest.Attempt{a(5, 1, 2, errors.New("x"))}, fin("v5", 5), "unexpected error"},
-		{"stale with nothing higher", []guardtest.Attempt{a(2, 1, 2, stale("r", 2, 3))}, map[string]guardtest.State{"r": {}}, "no accepted write with token 3"},
-		{"stale naming a later write", []guardtest.Attempt{a(2, 1, 2, stale("r", 2, 3)), a(3, 3, 4, nil)}, fin("v3", 3), "no accepted write with token 3"},
-		{"stale naming a concurrent write is fine", []guardtest.Attempt{a(3, 1, 4, nil), a(2, 2, 3, stale("r", 2, 3))}, fin("v3", 3), ""},
-		{"stale with wrong presented", []guardtest.Attempt{a(3, 1, 2, nil), a(2, 3, 4, stale("r", 1, 3))}, fin("v3", 3), "presented token 1"},
-		{"stale not higher", []guardtest.Attempt{a(3, 1, 2, nil), a(3, 3, 4, stale("r", 3, 3))}, fin("v3", 3), "not higher"},
-		{"stale not a StaleError", []guardtest.Attempt{a(3, 1, 2, nil), a(2, 3, 4, fmt.Errorf("x: %w", fence.ErrStale))}, fin("v3", 3), "not a *fence.StaleError"},
-		{"busy is not a violation", []guardtest.Attempt{a(3, 1, 2, nil), a(4, 3, 4, fence.ErrBusy)}, fin("v3", 3), ""},
-		{"bad ticks", []guardtest.Attempt{a(3, 2, 2, nil)}, fin("v3", 3), "not after invoked"},
-		{"no final state", []guardtest.Attempt{a(3, 1, 2, nil)}, map[string]guardtest.State{}, "no final state"},
+		{"sequential ok", []guardtest.Attempt{a(1, 1, 2, nil), a(3, 3, 4, nil), a(2, 5, 6, stale("r", 2, 3))}, fin("v3", 3), "", nil},
+		{"overlapping low after high is fine", []guardtest.Attempt{a(5, 1, 4, nil), a(4, 2, 5, nil)}, fin("v5", 5), "", nil},
+		{"low accepted after high completed", []guardtest.Attempt{a(5, 1, 2, nil), a(4, 3, 4, nil)}, fin("v5", 5), "was accepted although token 5", nil},
+		{"final state not highest", []guardtest.Attempt{a(5, 1, 4, nil), a(4, 2, 5, nil)}, fin("v4", 4), "final state", nil},
+		{"final state missing value", []guardtest.Attempt{a(5, 1, 2, nil)}, map[string]guardtest.State{"r": {}}, "final state not found", nil},
+		{"nothing accepted, found", []guardtest.Attempt{a(5, 1, 2, errors.New("x"))}, fin("v5", 5), "unexpected error", nil},
+		{"stale with nothing higher", []guardtest.Attempt{a(2, 1, 2, stale("r", 2, 3))}, map[string]guardtest.State{"r": {}}, "no accepted write with token 3", nil},
+		{"stale naming a later write", []guardtest.Attempt{a(2, 1, 2, stale("r", 2, 3)), a(3, 3, 4, nil)}, fin("v3", 3), "no accepted write with token 3", nil},
+		{"stale naming a concurrent write is fine", []guardtest.Attempt{a(3, 1, 4, nil), a(2, 2, 3, stale("r", 2, 3))}, fin("v3", 3), "", nil},
+		{"stale with wrong presented", []guardtest.Attempt{a(3, 1, 2, nil), a(2, 3, 4, stale("r", 1, 3))}, fin("v3", 3), "presented token 1", nil},
+		{"stale not higher", []guardtest.Attempt{a(3, 1, 2, nil), a(3, 3, 4, stale("r", 3, 3))}, fin("v3", 3), "not higher", nil},
+		{"stale not a StaleError", []guardtest.Attempt{a(3, 1, 2, nil), a(2, 3, 4, fmt.Errorf("x: %w", fence.ErrStale))}, fin("v3", 3), "not a *fence.StaleError", nil},
+		{"busy is not a violation", []guardtest.Attempt{a(3, 1, 2, nil), a(4, 3, 4, fence.ErrBusy)}, fin("v3", 3), "", nil},
+		{"bad ticks", []guardtest.Attempt{a(3, 2, 2, nil)}, fin("v3", 3), "not after invoked", nil},
+		{"no final state", []guardtest.Attempt{a(3, 1, 2, nil)}, map[string]guardtest.State{}, "no final state", nil},
+		{"reads ok", []guardtest.Attempt{a(3, 1, 4, nil), a(5, 5, 8, nil)}, fin("v5", 5), "",
+			[]guardtest.Observation{rd(nothing, 0, 1), rd(st("v3", 3), 2, 3), rd(st("v3", 3), 5, 6), rd(st("v5", 5), 6, 9)}},
+		{"read older than completed write", []guardtest.Attempt{a(3, 1, 2, nil), a(5, 3, 4, nil)}, fin("v5", 5), "returned token 3 after token 5",
+			[]guardtest.Observation{rd(st("v3", 3), 5, 6)}},
+		{"read nothing after a write", []guardtest.Attempt{a(3, 1, 2, nil)}, fin("v3", 3), "found nothing after token 3",
+			[]guardtest.Observation{rd(nothing, 5, 6)}},
+		{"read a refused value", []guardtest.Attempt{a(3, 1, 2, nil), a(2, 3, 4, stale("r", 2, 3))}, fin("v3", 3), "which no accepted write",
+			[]guardtest.Observation{rd(st("v2", 2), 3, 6)}},
+		{"read a value from the future", []guardtest.Attempt{a(3, 5, 6, nil)}, fin("v3", 3), "which no accepted write",
+			[]guardtest.Observation{rd(st("v3", 3), 1, 2)}},
+		{"read a wrong value", []guardtest.Attempt{a(3, 1, 2, nil)}, fin("v3", 3), "which no accepted write",
+			[]guardtest.Observation{rd(st("other", 3), 3, 4)}},
+		{"reads go back in time", []guardtest.Attempt{a(3, 1, 10, nil), a(5, 2, 11, nil)}, fin("v5", 5), "after an earlier read",
+			[]guardtest.Observation{rd(st("v5", 5), 3, 4), rd(st("v3", 3), 5, 6)}},
+		{"failed read", []guardtest.Attempt{a(3, 1, 2, nil)}, fin("v3", 3), "concurrent Read failed",
+			[]guardtest.Observation{{Resource: "r", Invoked: 3, Completed: 4, Err: errors.New("io")}}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			err := guardtest.CheckHistory(tc.h, tc.final)
+			err := guardtest.CheckHistory(guardtest.History{Attempts: tc.h, Final: tc.final, Reads: tc.reads})
 			if tc.wantErr == "" {
 				assert.NoError(t, err)
 				return

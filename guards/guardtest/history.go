@@ -52,10 +52,28 @@ func classify(err error) outcome {
 // maxViolations bounds how many violations CheckHistory reports one by one.
 const maxViolations = 10
 
-// CheckHistory verifies a recorded history and the final states read after
-// every attempt had completed (final maps each resource of the history to
-// what Read returned). Values must be unique per (resource, token). It
-// reports:
+// Observation is one Read by a concurrent reader, with the same clock ticks
+// as Attempt.
+type Observation struct {
+	Reader    int
+	Resource  string
+	State     State
+	Invoked   int64
+	Completed int64
+	Err       error
+}
+
+// History is what RunHistory records: every write attempt, every concurrent
+// read, and the final state of each resource read after all writers had
+// finished.
+type History struct {
+	Attempts []Attempt
+	Reads    []Observation
+	Final    map[string]State
+}
+
+// CheckHistory verifies a recorded history. Values must be unique per
+// (resource, token). It reports:
 //
 //   - an accepted write whose token is lower than that of a write accepted
 //     and completed before it was invoked;
@@ -64,9 +82,15 @@ const maxViolations = 10
 //     that no accepted attempt on the resource presented and had invoked
 //     before the refusal completed;
 //   - an attempt that failed with an error that is neither stale nor busy;
+//   - a concurrent read that failed, that returned a value no accepted
+//     attempt with that token wrote (or one invoked only after the read
+//     completed), that returned an older token than a write accepted before
+//     the read was invoked, or an older token than a read completed before
+//     it was invoked (reads must not go back in time);
 //   - a final state other than the value and token of the highest accepted
 //     token (or "not found" when nothing was accepted).
-func CheckHistory(history []Attempt, final map[string]State) error {
+func CheckHistory(h History) error {
+	history, final := h.Attempts, h.Final
 	var errs []error
 	total := 0
 	report := func(format string, args ...any) {
@@ -76,6 +100,10 @@ func CheckHistory(history []Attempt, final map[string]State) error {
 		}
 	}
 
+	readsByRes := map[string][]Observation{}
+	for _, o := range h.Reads {
+		readsByRes[o.Resource] = append(readsByRes[o.Resource], o)
+	}
 	byRes := map[string][]Attempt{}
 	for _, a := range history {
 		if a.Completed <= a.Invoked {
@@ -152,6 +180,54 @@ func CheckHistory(history []Attempt, final map[string]State) error {
 					r, s.Token, s.Writer, se.Highest, se.Highest)
 			}
 		}
+		var reads []Observation
+		for _, o := range readsByRes[r] {
+			if o.Err != nil {
+				report("%q: concurrent Read failed: %v", r, o.Err)
+				continue
+			}
+			reads = append(reads, o)
+		}
+		for _, o := range reads {
+			if o.Completed <= o.Invoked {
+				report("read %+v: completed tick %d not after invoked tick %d", o, o.Completed, o.Invoked)
+			}
+			prev, ok := maxBefore(o.Invoked)
+			if !o.State.Found {
+				if ok {
+					report("%q: read (invoked at %d) found nothing after token %d had been accepted (completed at %d)", r, o.Invoked, prev.Token, prev.Completed)
+				}
+				continue
+			}
+			if ok && o.State.Token < prev.Token {
+				report("%q: read (invoked at %d) returned token %d after token %d had been accepted (completed at %d)", r, o.Invoked, o.State.Token, prev.Token, prev.Completed)
+			}
+			wrote := false
+			for _, a := range acc {
+				if a.Token == o.State.Token && a.Value == o.State.Value && a.Invoked < o.Completed {
+					wrote = true
+					break
+				}
+			}
+			if !wrote {
+				report("%q: read (completed at %d) returned %s, which no accepted write invoked before it stored", r, o.Completed, o.State)
+			}
+		}
+		sort.Slice(reads, func(i, j int) bool { return reads[i].Completed < reads[j].Completed })
+		var best Observation
+		j := 0
+		byInvoked := append([]Observation(nil), reads...)
+		sort.Slice(byInvoked, func(i, j int) bool { return byInvoked[i].Invoked < byInvoked[j].Invoked })
+		for _, o := range byInvoked {
+			for ; j < len(reads) && reads[j].Completed < o.Invoked; j++ {
+				if reads[j].State.Found && (!best.State.Found || reads[j].State.Token > best.State.Token) {
+					best = reads[j]
+				}
+			}
+			if best.State.Found && (!o.State.Found || o.State.Token < best.State.Token) {
+				report("%q: read (invoked at %d) returned %s after an earlier read (completed at %d) had returned token %d", r, o.Invoked, o.State, best.Completed, best.State.Token)
+			}
+		}
 		want := State{}
 		for _, a := range acc {
 			if !want.Found || a.Token > want.Token {
@@ -199,18 +275,32 @@ func Workload(rng *rand.Rand, resources []string, writers, rounds int) [][]Attem
 }
 
 // RunHistory executes plan (one goroutine per writer, all released at once)
-// against s, records every attempt, then reads the final state of each
-// resource.
-func RunHistory(ctx context.Context, s Subject, plan [][]Attempt) ([]Attempt, map[string]State, error) {
+// against s while readers goroutines read the plan's resources in a loop,
+// records every attempt and read, and once every writer has finished reads
+// the final state of each resource.
+func RunHistory(ctx context.Context, s Subject, plan [][]Attempt, readers int) (History, error) {
 	var clock atomic.Int64
 	start := make(chan struct{})
-	var wg sync.WaitGroup
+	writersDone := make(chan struct{})
+	var resources []string
+	seen := map[string]bool{}
+	total := 0
+	for _, as := range plan {
+		total += len(as)
+		for _, a := range as {
+			if !seen[a.Resource] {
+				seen[a.Resource] = true
+				resources = append(resources, a.Resource)
+			}
+		}
+	}
+	var writers, readersWG sync.WaitGroup
 	out := make([][]Attempt, len(plan))
 	for w := range plan {
 		out[w] = make([]Attempt, 0, len(plan[w]))
-		wg.Add(1)
+		writers.Add(1)
 		go func() {
-			defer wg.Done()
+			defer writers.Done()
 			<-start
 			for _, a := range plan[w] {
 				if ctx.Err() != nil {
@@ -223,34 +313,68 @@ func RunHistory(ctx context.Context, s Subject, plan [][]Attempt) ([]Attempt, ma
 			}
 		}()
 	}
+	obs := make([][]Observation, readers)
+	for rd := 0; rd < readers && len(resources) > 0; rd++ {
+		readersWG.Add(1)
+		go func() {
+			defer readersWG.Done()
+			<-start
+			// Bounded, so readers of a fast store do not pile up memory.
+			for i := 0; i < total; i++ {
+				select {
+				case <-writersDone:
+					return
+				default:
+				}
+				if ctx.Err() != nil {
+					return
+				}
+				o := Observation{Reader: rd, Resource: resources[(i+rd)%len(resources)]}
+				o.Invoked = clock.Add(1)
+				v, tok, ok, err := s.Read(ctx, o.Resource)
+				o.Completed = clock.Add(1)
+				if ctx.Err() != nil && err != nil {
+					return // cancelled mid-read; reported below
+				}
+				o.Err = err
+				if ok {
+					o.State = found(v, tok)
+				}
+				obs[rd] = append(obs[rd], o)
+			}
+		}()
+	}
 	close(start)
-	wg.Wait()
+	writers.Wait()
+	close(writersDone)
+	readersWG.Wait()
 	if err := ctx.Err(); err != nil {
-		return nil, nil, fmt.Errorf("history run did not finish: %w", err)
+		return History{}, fmt.Errorf("history run did not finish: %w", err)
 	}
-	var history []Attempt
-	final := map[string]State{}
+	h := History{Final: map[string]State{}}
 	for _, as := range out {
-		history = append(history, as...)
-		for _, a := range as {
-			final[a.Resource] = State{}
-		}
+		h.Attempts = append(h.Attempts, as...)
 	}
-	for r := range final {
+	for _, os := range obs {
+		h.Reads = append(h.Reads, os...)
+	}
+	for _, r := range resources {
 		v, tok, ok, err := s.Read(ctx, r)
 		if err != nil {
-			return nil, nil, fmt.Errorf("final Read(%q): %w", r, err)
+			return History{}, fmt.Errorf("final Read(%q): %w", r, err)
 		}
+		h.Final[r] = State{}
 		if ok {
-			final[r] = found(v, tok)
+			h.Final[r] = found(v, tok)
 		}
 	}
-	return history, final, nil
+	return h, nil
 }
 
 // CheckConcurrent runs cfg.Writers goroutines over cfg.Resources resources
-// with cfg.Rounds interleaved, shuffled tokens each (see Workload), records
-// the history and verifies it with CheckHistory. It also requires that some
+// with cfg.Rounds interleaved, shuffled tokens each (see Workload), and
+// cfg.Readers concurrent readers, records the history and verifies it with
+// CheckHistory. It also requires that some
 // writes were accepted and some refused, so the run exercised both paths.
 func CheckConcurrent(ctx context.Context, s Subject, cfg Config) error {
 	resources := make([]string, cfg.Resources)
@@ -258,15 +382,15 @@ func CheckConcurrent(ctx context.Context, s Subject, cfg Config) error {
 		resources[i] = resourceName(cfg, "concurrent", i)
 	}
 	rng := rand.New(rand.NewPCG(rand.Uint64(), rand.Uint64()))
-	history, final, err := RunHistory(ctx, s, Workload(rng, resources, cfg.Writers, cfg.Rounds))
+	h, err := RunHistory(ctx, s, Workload(rng, resources, cfg.Writers, cfg.Rounds), cfg.Readers)
 	if err != nil {
 		return err
 	}
-	if err := CheckHistory(history, final); err != nil {
+	if err := CheckHistory(h); err != nil {
 		return err
 	}
 	var nAcc, nRef int
-	for _, a := range history {
+	for _, a := range h.Attempts {
 		switch classify(a.Err) {
 		case accepted:
 			nAcc++
@@ -275,13 +399,13 @@ func CheckConcurrent(ctx context.Context, s Subject, cfg Config) error {
 		}
 	}
 	if nAcc == 0 {
-		return fmt.Errorf("no write of %d was accepted", len(history))
+		return fmt.Errorf("no write of %d was accepted", len(h.Attempts))
 	}
 	if nRef == 0 && cfg.Writers > 1 {
 		// With several writers racing over shuffled tokens, a guard that
 		// never refuses is not checking anything. (Possible only if the
 		// scheduler ran every round strictly in token order.)
-		return fmt.Errorf("none of %d concurrent writes was refused as stale; the guard admits everything or the run had no contention", len(history))
+		return fmt.Errorf("none of %d concurrent writes was refused as stale; the guard admits everything or the run had no contention", len(h.Attempts))
 	}
 	return nil
 }
