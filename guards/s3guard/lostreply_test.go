@@ -1,0 +1,171 @@
+package s3guard
+
+import (
+	"errors"
+	"io"
+	"net/http"
+	"strings"
+	"sync"
+	"testing"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/fencekit/fencekit/fence"
+)
+
+// faultyTransport forwards every request to MinIO. For PUTs whose path
+// matches, it records the status MinIO answered and, on the attempts listed
+// in drop, throws the reply away and reports a network error, as a reply lost
+// on the way back would. before, when set, runs before a matching PUT is
+// forwarded (1-based attempt number).
+type faultyTransport struct {
+	match  func(path string) bool
+	drop   map[int]bool
+	before func(attempt int)
+
+	mu       sync.Mutex
+	statuses []int
+}
+
+var errReplyLost = errors.New("injected: connection reset before the reply arrived")
+
+func (f *faultyTransport) RoundTrip(req *http.Request) (*http.Response, error) {
+	if req.Method != http.MethodPut || !f.match(req.URL.Path) {
+		return http.DefaultTransport.RoundTrip(req)
+	}
+	f.mu.Lock()
+	attempt := len(f.statuses) + 1
+	f.statuses = append(f.statuses, 0)
+	f.mu.Unlock()
+	if f.before != nil {
+		f.before(attempt)
+	}
+	resp, err := http.DefaultTransport.RoundTrip(req)
+	if err != nil {
+		return nil, err
+	}
+	f.mu.Lock()
+	f.statuses[attempt-1] = resp.StatusCode
+	f.mu.Unlock()
+	if f.drop[attempt] {
+		_, _ = io.Copy(io.Discard, resp.Body)
+		_ = resp.Body.Close()
+		return nil, errReplyLost
+	}
+	return resp, nil
+}
+
+func (f *faultyTransport) seen() []int {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return append([]int(nil), f.statuses...)
+}
+
+func pathIs(bucket, key string) func(string) bool {
+	return func(p string) bool { return p == "/"+bucket+"/"+key }
+}
+
+// TestLostReplyRetry: the pointer PUT lands but its reply is lost; the SDK
+// retries, MinIO answers 412 (the object changed — by us). Put must report
+// success, and the pointer must be ours. The reverse: a 412 caused by
+// someone else's write is not taken for ours.
+func TestLostReplyRetry(t *testing.T) {
+	e := newEnv(t)
+
+	for _, existing := range []bool{false, true} {
+		name := map[bool]string{false: "create", true: "overwrite"}[existing]
+		t.Run("pointer/"+name, func(t *testing.T) {
+			key := "lost/" + name
+			var prev Info
+			if existing { // If-Match path; else If-None-Match: *
+				var err error
+				prev, err = put(t, e.store(t, nil, nil), key, 3, "before")
+				require.NoError(t, err)
+			}
+			ft := &faultyTransport{match: pathIs(e.bucket, key), drop: map[int]bool{1: true}}
+			s := e.store(t, newClient(t, ft), nil)
+			info, err := put(t, s, key, 4, "mine")
+			require.NoError(t, err, "a landed write whose reply was lost is a success")
+			assert.Equal(t, []int{http.StatusOK, http.StatusPreconditionFailed}, ft.seen(),
+				"the first PUT landed (reply dropped), the SDK's retry got 412")
+			got, gi := content(t, e.store(t, nil, nil), key)
+			assert.Equal(t, "mine", got)
+			assert.Equal(t, info.WriteID, gi.WriteID)
+			assert.Equal(t, fence.Token(4), gi.Token)
+			if existing {
+				for _, k := range e.listAll(t) {
+					assert.NotEqual(t, prev.DataKey, k, "superseded data removed after the recovered write")
+				}
+			}
+		})
+	}
+
+	t.Run("data", func(t *testing.T) {
+		// Same for the data object's If-None-Match: * upload.
+		const key = "lost/data"
+		ft := &faultyTransport{match: func(p string) bool {
+			return strings.HasPrefix(p, "/"+e.bucket+"/"+DefaultDataPrefix+key+"/")
+		}, drop: map[int]bool{1: true}}
+		s := e.store(t, newClient(t, ft), nil)
+		info, err := put(t, s, key, 2, "data")
+		require.NoError(t, err)
+		assert.Equal(t, []int{http.StatusOK, http.StatusPreconditionFailed}, ft.seen())
+		got, gi := content(t, s, key)
+		assert.Equal(t, "data", got)
+		assert.Equal(t, info, gi)
+	})
+
+	t.Run("someone-else/higher", func(t *testing.T) {
+		// A newer holder's write lands just before ours reaches MinIO; our
+		// PUT gets a genuine 412. That must be a stale refusal, not success.
+		const key = "lost/other-higher"
+		other := e.store(t, newClient(t, nil), nil)
+		var theirs Info
+		ft := &faultyTransport{match: pathIs(e.bucket, key), before: func(attempt int) {
+			if attempt == 1 {
+				var err error
+				theirs, err = put(t, other, key, 9, "theirs")
+				require.NoError(t, err)
+			}
+		}}
+		s := e.store(t, newClient(t, ft), nil)
+		_, err := put(t, s, key, 8, "mine")
+		se, ok := fence.IsStale(err)
+		require.True(t, ok, "want stale, got %v", err)
+		assert.Equal(t, fence.Token(8), se.Presented)
+		assert.Equal(t, fence.Token(9), se.Highest)
+		assert.Equal(t, []int{http.StatusPreconditionFailed}, ft.seen())
+		got, gi := content(t, other, key)
+		assert.Equal(t, "theirs", got)
+		assert.Equal(t, theirs.WriteID, gi.WriteID)
+		for _, k := range e.listAll(t) {
+			assert.False(t, strings.HasPrefix(k, DefaultDataPrefix+key+"/") && k != theirs.DataKey,
+				"the refused writer's staged data %q must be removed", k)
+		}
+	})
+
+	t.Run("someone-else/equal", func(t *testing.T) {
+		// The other write carries the same token (the same acquisition in
+		// another process): not ours, not stale — retry on top of it.
+		const key = "lost/other-equal"
+		other := e.store(t, newClient(t, nil), nil)
+		var theirs Info
+		ft := &faultyTransport{match: pathIs(e.bucket, key), before: func(attempt int) {
+			if attempt == 1 {
+				var err error
+				theirs, err = put(t, other, key, 8, "theirs")
+				require.NoError(t, err)
+			}
+		}}
+		s := e.store(t, newClient(t, ft), nil)
+		mine, err := put(t, s, key, 8, "mine")
+		require.NoError(t, err)
+		assert.NotEqual(t, theirs.WriteID, mine.WriteID)
+		assert.Equal(t, []int{http.StatusPreconditionFailed, http.StatusOK}, ft.seen(),
+			"the 412 was theirs; ours took a second, real write")
+		got, gi := content(t, other, key)
+		assert.Equal(t, "mine", got)
+		assert.Equal(t, mine.WriteID, gi.WriteID)
+	})
+}
