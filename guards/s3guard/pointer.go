@@ -30,6 +30,10 @@ const MaxPointerSize = 16 << 10
 // 1024 bytes.
 const MaxKeyLen = fence.MaxResourceLen
 
+// MaxSegmentLen bounds each '/'-separated segment of a key, in bytes. MinIO
+// refuses longer segments ("unsupported characters").
+const MaxSegmentLen = 255
+
 // MaxMetadataSize bounds the total size of PutOptions.Metadata keys and
 // values, like S3's own limit on user metadata.
 const MaxMetadataSize = 2048
@@ -189,6 +193,9 @@ func checkKey(dataPrefix, key string) error {
 	for seg := range strings.SplitSeq(key, "/") {
 		if seg == "." || seg == ".." {
 			return keyErr(key, "'.' or '..' path segment")
+		}
+		if len(seg) > MaxSegmentLen {
+			return keyErr(key, fmt.Sprintf("path segment of %d bytes, limit %d", len(seg), MaxSegmentLen))
 		}
 	}
 	return nil
