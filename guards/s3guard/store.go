@@ -68,6 +68,9 @@ type Store struct {
 	// afterRead, when set (tests only), runs after every pointer read of
 	// the fenced write path, before the decision.
 	afterRead func(key string)
+	// beforeData, when set (tests only), runs in Get between the pointer
+	// read and the data read.
+	beforeData func(key string)
 }
 
 var _ fence.Guard = (*Store)(nil)
@@ -187,19 +190,16 @@ func isNoSuchKey(err error) bool {
 
 // readPointer GETs and decodes the pointer at key.
 func (s *Store) readPointer(ctx context.Context, key string) (current, error) {
-	obj, err := s.client.GetObject(ctx, s.bucket, key, minio.GetObjectOptions{})
-	if err != nil {
-		return current{}, fmt.Errorf("s3guard: read pointer %q: %w", key, err)
-	}
-	defer obj.Close()
-	body, err := io.ReadAll(io.LimitReader(obj, MaxPointerSize+1))
+	// Core.GetObject is one GET: body and ETag come from the same response.
+	rc, oi, _, err := minio.Core{Client: s.client}.GetObject(ctx, s.bucket, key, minio.GetObjectOptions{})
 	if err != nil {
 		if isNoSuchKey(err) {
 			return current{}, nil
 		}
 		return current{}, fmt.Errorf("s3guard: read pointer %q: %w", key, err)
 	}
-	st, err := obj.Stat()
+	defer rc.Close()
+	body, err := io.ReadAll(io.LimitReader(rc, MaxPointerSize+1))
 	if err != nil {
 		return current{}, fmt.Errorf("s3guard: read pointer %q: %w", key, err)
 	}
@@ -207,7 +207,7 @@ func (s *Store) readPointer(ctx context.Context, key string) (current, error) {
 	if err != nil {
 		return current{}, err
 	}
-	return current{p: p, etag: st.ETag}, nil
+	return current{p: p, etag: oi.ETag}, nil
 }
 
 // Mark returns the key's high-water mark: the token of its current pointer
@@ -446,16 +446,18 @@ func (s *Store) Get(ctx context.Context, key string) (io.ReadCloser, Info, error
 		if cur.p.Deleted {
 			return nil, s.info(key, cur.p), &NotFoundError{Key: key, Deleted: true, Token: cur.p.Token}
 		}
+		if s.beforeData != nil {
+			s.beforeData(key)
+		}
 		var opts minio.GetObjectOptions
 		if err := opts.SetMatchETag(cur.p.ETag); err != nil {
 			return nil, Info{}, fmt.Errorf("s3guard: %q: %w", key, err)
 		}
-		obj, err := s.client.GetObject(ctx, s.bucket, cur.p.Data, opts)
+		// One GET: once it has answered, the body streams even if the data
+		// object is removed meanwhile.
+		rc, _, _, err := minio.Core{Client: s.client}.GetObject(ctx, s.bucket, cur.p.Data, opts)
 		if err == nil {
-			if _, err = obj.Stat(); err == nil {
-				return obj, s.info(key, cur.p), nil
-			}
-			obj.Close()
+			return rc, s.info(key, cur.p), nil
 		}
 		code, status := errCode(err)
 		switch {

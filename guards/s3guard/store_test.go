@@ -243,11 +243,32 @@ func TestIfMatchOnMissingPointer(t *testing.T) {
 func TestDataObjectVanishesDuringGet(t *testing.T) {
 	e := newEnv(t)
 	s := e.store(t, nil, nil)
-	_, err := put(t, s, "k", 1, "one")
+
+	// Superseded: between the reader's pointer read and its data read, a
+	// newer write replaces the content and removes the old data object.
+	// Get reads the pointer again and returns the new content.
+	_, err := put(t, s, "moving", 1, "old")
+	require.NoError(t, err)
+	reader := e.store(t, newClient(t, nil), nil)
+	calls := 0
+	var newer Info
+	reader.beforeData = func(key string) {
+		calls++
+		if calls == 1 {
+			newer, err = put(t, s, key, 2, "new")
+			require.NoError(t, err)
+		}
+	}
+	got, info := content(t, reader, "moving")
+	assert.Equal(t, "new", got)
+	assert.Equal(t, newer, info)
+	assert.Equal(t, 2, calls, "the first data read must have missed and the pointer been read again")
+
+	_, err = put(t, s, "k", 1, "one")
 	require.NoError(t, err)
 
 	// Corrupt: the data object is removed outside the guard.
-	_, info := content(t, s, "k")
+	_, info = content(t, s, "k")
 	require.NoError(t, e.client.RemoveObject(testCtx(t), e.bucket, info.DataKey, minio.RemoveObjectOptions{}))
 	_, _, err = s.GetBytes(testCtx(t), "k")
 	var de *DataError

@@ -1,0 +1,80 @@
+package s3guard
+
+import (
+	"context"
+	"errors"
+	"strings"
+	"sync/atomic"
+	"testing"
+
+	"github.com/fencekit/fencekit/fence"
+	"github.com/fencekit/fencekit/guards/guardtest"
+)
+
+// subject adapts Stores over one bucket to guardtest.Subject. Writes go
+// round-robin over the stores (each with its own client, like separate
+// processes). With viaFence, writes use Fence + Stage instead of Put.
+type subject struct {
+	stores   []*Store
+	next     atomic.Uint64
+	viaFence bool
+}
+
+func (s *subject) pick() *Store { return s.stores[s.next.Add(1)%uint64(len(s.stores))] }
+
+func (s *subject) Write(ctx context.Context, resource string, token fence.Token, value string) error {
+	st := s.pick()
+	if !s.viaFence {
+		_, err := st.PutBytes(ctx, resource, token, []byte(value), PutOptions{ContentType: "text/plain"})
+		return err
+	}
+	return st.Fence(ctx, resource, token, func(ctx context.Context) error {
+		return Stage(ctx, strings.NewReader(value), int64(len(value)), PutOptions{})
+	})
+}
+
+func (s *subject) Read(ctx context.Context, resource string) (string, fence.Token, bool, error) {
+	b, info, err := s.pick().GetBytes(ctx, resource)
+	if errors.Is(err, ErrNotFound) {
+		return "", 0, false, nil
+	}
+	if err != nil {
+		return "", 0, false, err
+	}
+	return string(b), info.Token, true, nil
+}
+
+// WriteFailing stages content and then fails: the staged data must never
+// become visible and the mark must not move.
+func (s *subject) WriteFailing(ctx context.Context, resource string, token fence.Token) error {
+	return s.pick().Fence(ctx, resource, token, func(ctx context.Context) error {
+		if err := Stage(ctx, strings.NewReader("must not appear"), 15, PutOptions{}); err != nil {
+			return err
+		}
+		return guardtest.ErrInjected
+	})
+}
+
+// s3BadResources are names fence.ValidateResource allows but the S3 guard
+// refuses.
+var s3BadResources = []string{
+	"/leading", "trailing/", "a//b", "a/./b", "a/../b", "back\\slash",
+	strings.Repeat("s", MaxSegmentLen+1), DefaultDataPrefix + "x",
+}
+
+func TestConformance(t *testing.T) {
+	for _, viaFence := range []bool{false, true} {
+		name := map[bool]string{false: "Put", true: "FenceStage"}[viaFence]
+		t.Run(name, func(t *testing.T) {
+			e := newEnv(t)
+			sub := &subject{viaFence: viaFence}
+			for range 4 {
+				sub.stores = append(sub.stores, e.store(t, newClient(t, nil), func(c *Config) { c.MaxAttempts = 64 }))
+			}
+			guardtest.Run(t, guardtest.Config{
+				New:          func(*testing.T) guardtest.Subject { return sub },
+				BadResources: s3BadResources,
+			})
+		})
+	}
+}
