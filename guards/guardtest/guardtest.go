@@ -70,6 +70,10 @@ type Config struct {
 	BadResources []string
 	// Timeout bounds each check. Default 2 minutes.
 	Timeout time.Duration
+	// Logf, when set, receives a summary of the concurrency check (counts
+	// of accepted, stale and busy writes). Run sets it to the subtest's
+	// t.Logf when nil.
+	Logf func(format string, args ...any)
 }
 
 // Defaults used by Config.
@@ -163,7 +167,11 @@ func Run(t *testing.T, cfg Config) {
 			}
 			ctx, cancel := context.WithTimeout(context.Background(), cfg.Timeout)
 			defer cancel()
-			err := c.Func(ctx, s, cfg)
+			ccfg := cfg
+			if ccfg.Logf == nil {
+				ccfg.Logf = t.Logf
+			}
+			err := c.Func(ctx, s, ccfg)
 			switch {
 			case errors.Is(err, ErrUnsupported):
 				t.Skip(err)

@@ -389,14 +389,20 @@ func CheckConcurrent(ctx context.Context, s Subject, cfg Config) error {
 	if err := CheckHistory(h); err != nil {
 		return err
 	}
-	var nAcc, nRef int
+	var nAcc, nRef, nBusy int
 	for _, a := range h.Attempts {
 		switch classify(a.Err) {
 		case accepted:
 			nAcc++
 		case refused:
 			nRef++
+		case busy:
+			nBusy++
 		}
+	}
+	if cfg.Logf != nil {
+		cfg.Logf("guardtest: %d writes over %d resources by %d writers: %d accepted, %d stale, %d busy; %d concurrent reads",
+			len(h.Attempts), len(resources), cfg.Writers, nAcc, nRef, nBusy, len(h.Reads))
 	}
 	if nAcc == 0 {
 		return fmt.Errorf("no write of %d was accepted", len(h.Attempts))

@@ -1,0 +1,287 @@
+package pgguard
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
+
+	"github.com/fencekit/fencekit/fence"
+	fsql "github.com/fencekit/fencekit/sql"
+)
+
+// DB is what a Guard needs to open its own transactions (Fence) and read
+// marks (Mark). *pgxpool.Pool and *pgx.Conn implement it.
+type DB interface {
+	BeginTx(ctx context.Context, opts pgx.TxOptions) (pgx.Tx, error)
+	QueryRow(ctx context.Context, sql string, args ...any) pgx.Row
+}
+
+// Config configures a Guard.
+type Config struct {
+	// DB opens the transactions of Fence and serves Mark. It may be nil when
+	// only FenceTx is used; Fence and Mark then return ErrNoDB.
+	DB DB
+	// Schema holds the fencekit_guard_marks table (created by
+	// sql.Migrate(..., sql.Guard)). It must pass sql.ValidateIdentifier.
+	// Default "public".
+	Schema string
+	// IsoLevel is the isolation level of the transactions Fence opens:
+	// pgx.ReadCommitted (the default), pgx.RepeatableRead or
+	// pgx.Serializable. It does not affect FenceTx, which runs in whatever
+	// transaction the caller opened.
+	IsoLevel pgx.TxIsoLevel
+	// LockTimeout bounds how long a Fence transaction waits for a mark's row
+	// lock held by another transaction (SET LOCAL lock_timeout, sent with
+	// BEGIN in the same round trip). A timeout yields an error matching
+	// fence.ErrBusy. Default 5s; negative leaves the server's setting.
+	// Positive values must be at least a millisecond.
+	LockTimeout time.Duration
+}
+
+// DefaultLockTimeout is Config.LockTimeout's default.
+const DefaultLockTimeout = 5 * time.Second
+
+// MarksTable is the name of the high-water-mark table inside Config.Schema.
+const MarksTable = "fencekit_guard_marks"
+
+// ErrInvalidConfig is matched by every error New returns.
+var ErrInvalidConfig = errors.New("pgguard: invalid config")
+
+// ErrNoDB is returned by Fence and Mark of a Guard built without Config.DB.
+var ErrNoDB = errors.New("pgguard: Config.DB is nil; only FenceTx is available")
+
+// ErrNilArgument is returned for a nil transaction or write function.
+var ErrNilArgument = errors.New("pgguard: nil argument")
+
+// Guard fences PostgreSQL writes with the high-water marks in
+// Config.Schema's fencekit_guard_marks table. It is safe for concurrent use.
+type Guard struct {
+	db       DB
+	schema   string
+	txOpts   pgx.TxOptions
+	fenceSQL string
+	readSQL  string
+}
+
+var _ fence.Guard = (*Guard)(nil)
+
+// New validates cfg, fills defaults and returns a Guard. It does no I/O.
+func New(cfg Config) (*Guard, error) {
+	if cfg.Schema == "" {
+		cfg.Schema = fsql.DefaultSchema
+	}
+	schema, err := fsql.QuoteIdentifier(cfg.Schema)
+	if err != nil {
+		return nil, fmt.Errorf("%w: Schema: %w", ErrInvalidConfig, err)
+	}
+	switch cfg.IsoLevel {
+	case "":
+		cfg.IsoLevel = pgx.ReadCommitted
+	case pgx.ReadCommitted, pgx.RepeatableRead, pgx.Serializable:
+	default:
+		return nil, fmt.Errorf("%w: IsoLevel %q (want read committed, repeatable read or serializable)", ErrInvalidConfig, cfg.IsoLevel)
+	}
+	if cfg.LockTimeout == 0 {
+		cfg.LockTimeout = DefaultLockTimeout
+	}
+	if cfg.LockTimeout > 0 && cfg.LockTimeout < time.Millisecond {
+		return nil, fmt.Errorf("%w: LockTimeout %v below 1ms (PostgreSQL would read it as 0, no timeout)", ErrInvalidConfig, cfg.LockTimeout)
+	}
+	begin := "BEGIN ISOLATION LEVEL " + string(cfg.IsoLevel)
+	if cfg.LockTimeout > 0 {
+		begin += fmt.Sprintf("; SET LOCAL lock_timeout = %d", cfg.LockTimeout.Milliseconds())
+	}
+	table := schema + "." + MarksTable
+	return &Guard{
+		db:     cfg.DB,
+		schema: cfg.Schema,
+		txOpts: pgx.TxOptions{IsoLevel: cfg.IsoLevel, BeginQuery: begin},
+		// One statement: the conditional upsert takes (and keeps until the
+		// end of the transaction) the mark's row lock, so concurrent holders
+		// serialise; the scalar subquery reads the mark as of the statement's
+		// snapshot, so a refusal usually carries the highest token without a
+		// second round trip.
+		fenceSQL: `WITH up AS (
+    INSERT INTO ` + table + ` AS m (resource, highest_token)
+    VALUES ($1, $2)
+    ON CONFLICT (resource) DO UPDATE
+        SET highest_token = EXCLUDED.highest_token, updated_at = clock_timestamp()
+        WHERE m.highest_token <= EXCLUDED.highest_token
+    RETURNING m.highest_token
+)
+SELECT EXISTS (SELECT 1 FROM up),
+       (SELECT highest_token FROM ` + table + ` WHERE resource = $1)`,
+		readSQL: `SELECT highest_token FROM ` + table + ` WHERE resource = $1`,
+	}, nil
+}
+
+// Schema returns the schema the Guard's marks table lives in.
+func (g *Guard) Schema() string { return g.schema }
+
+// FenceTx enforces token for resource inside the caller's transaction tx,
+// with one SQL statement: if token is at least the resource's mark, the mark
+// is raised to token (or created) and FenceTx returns nil; the write that
+// follows in tx and the raised mark then commit or roll back together, and
+// the mark's row stays locked until tx ends, so a concurrent holder of the
+// same resource waits for tx's outcome.
+//
+// Errors:
+//   - invalid resource or token (fence.ErrInvalidResource,
+//     fence.ErrInvalidToken), nil tx (ErrNilArgument): returned before any
+//     I/O; tx is left as it was.
+//   - a lower token: a *fence.StaleError carrying the mark. Usually from the
+//     same round trip; when the mark was committed by a concurrent
+//     transaction this statement waited for (READ COMMITTED), one more read
+//     fetches it.
+//   - lock_timeout (55P03), serialization failure (40001) and deadlock
+//     (40P01): an error matching fence.ErrBusy (and wrapping the
+//     *pgconn.PgError). Retry the whole transaction.
+//   - anything else: wrapped as is.
+//
+// After any error except the input errors, FenceTx has rolled tx back (for
+// database errors PostgreSQL has aborted it already), so work done earlier in
+// tx can never be committed without the token check. tx must be the
+// outermost transaction: rolling back a pgx savepoint transaction does not
+// undo its parent's work.
+func (g *Guard) FenceTx(ctx context.Context, tx pgx.Tx, resource string, token fence.Token) error {
+	if err := fence.CheckArgs(resource, token); err != nil {
+		return err
+	}
+	if tx == nil {
+		return fmt.Errorf("%w: FenceTx with nil tx", ErrNilArgument)
+	}
+	err := g.fenceTx(ctx, tx, resource, token)
+	if err != nil {
+		rollback(ctx, tx)
+	}
+	return err
+}
+
+func (g *Guard) fenceTx(ctx context.Context, tx pgx.Tx, resource string, token fence.Token) error {
+	var accepted bool
+	var snap *int64
+	if err := tx.QueryRow(ctx, g.fenceSQL, resource, int64(token)).Scan(&accepted, &snap); err != nil {
+		return g.dbError(resource, "fence", err)
+	}
+	if accepted {
+		return nil
+	}
+	if snap != nil && fence.Token(*snap) > token {
+		return &fence.StaleError{Resource: resource, Presented: token, Highest: fence.Token(*snap)}
+	}
+	// The refusing row was committed after this statement's snapshot (READ
+	// COMMITTED only: under REPEATABLE READ and SERIALIZABLE the upsert
+	// fails with 40001 instead). We hold its lock now, so a fresh read
+	// sees the value that refused us.
+	var cur int64
+	if err := tx.QueryRow(ctx, g.readSQL, resource).Scan(&cur); err != nil {
+		return g.dbError(resource, "read mark", err)
+	}
+	if fence.Token(cur) <= token {
+		return fmt.Errorf("pgguard: %q: token %d refused but the mark reads %d", resource, token, cur)
+	}
+	return &fence.StaleError{Resource: resource, Presented: token, Highest: fence.Token(cur)}
+}
+
+// rollbackTimeout bounds rollbacks issued on a path that may run with an
+// already cancelled context.
+const rollbackTimeout = 5 * time.Second
+
+func rollback(ctx context.Context, tx pgx.Tx) {
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), rollbackTimeout)
+	defer cancel()
+	_ = tx.Rollback(ctx) // the connection dies if this fails; nothing to commit either way
+}
+
+// busyCodes are the SQLSTATEs after which retrying the transaction is the
+// right answer.
+var busyCodes = map[string]string{
+	"55P03": "lock timeout",
+	"40001": "serialization failure",
+	"40P01": "deadlock",
+}
+
+func (g *Guard) dbError(resource, op string, err error) error {
+	var pgErr *pgconn.PgError
+	if errors.As(err, &pgErr) {
+		if what, ok := busyCodes[pgErr.Code]; ok {
+			return fmt.Errorf("pgguard: %s %q: %s: %w: %w", op, resource, what, fence.ErrBusy, err)
+		}
+		if pgErr.Code == "42P01" {
+			return fmt.Errorf("pgguard: %s %q: table %s.%s missing (apply sql.Migrate with set sql.Guard): %w", op, resource, g.schema, MarksTable, err)
+		}
+	}
+	return fmt.Errorf("pgguard: %s %q: %w", op, resource, err)
+}
+
+type txKey struct{}
+
+// TxFromContext returns the transaction of the Guard.Fence call whose write
+// function received ctx.
+func TxFromContext(ctx context.Context) (pgx.Tx, bool) {
+	tx, ok := ctx.Value(txKey{}).(pgx.Tx)
+	return tx, ok
+}
+
+// Fence implements fence.Guard: it begins a transaction on Config.DB
+// (isolation Config.IsoLevel, lock waits bounded by Config.LockTimeout),
+// runs FenceTx, calls write with a ctx that carries the transaction (get it
+// with TxFromContext) and the token (fence.FromContext), and commits. Any
+// error, and a panic in write, rolls the transaction back, so the mark is
+// raised if and only if write's statements commit. The error of write is
+// returned as is; a serialization failure at commit matches fence.ErrBusy.
+//
+// If the commit's reply is lost (connection failure during COMMIT), the
+// outcome is unknown and Fence returns the connection error; check with Mark
+// or a read of the guarded data before assuming either outcome.
+func (g *Guard) Fence(ctx context.Context, resource string, token fence.Token, write func(ctx context.Context) error) error {
+	if err := fence.CheckArgs(resource, token); err != nil {
+		return err
+	}
+	if write == nil {
+		return fmt.Errorf("%w: Fence with nil write", ErrNilArgument)
+	}
+	if g.db == nil {
+		return ErrNoDB
+	}
+	tx, err := g.db.BeginTx(ctx, g.txOpts)
+	if err != nil {
+		return g.dbError(resource, "begin", err)
+	}
+	defer rollback(ctx, tx) // no-op (ErrTxClosed) after Commit
+	if err := g.FenceTx(ctx, tx, resource, token); err != nil {
+		return err
+	}
+	wctx := context.WithValue(fence.WithToken(ctx, token), txKey{}, tx)
+	if err := write(wctx); err != nil {
+		return err
+	}
+	if err := tx.Commit(ctx); err != nil {
+		return g.dbError(resource, "commit", err)
+	}
+	return nil
+}
+
+// Mark returns the high-water mark of resource (0 when it has none), read
+// on Config.DB.
+func (g *Guard) Mark(ctx context.Context, resource string) (fence.Token, error) {
+	if err := fence.ValidateResource(resource); err != nil {
+		return 0, err
+	}
+	if g.db == nil {
+		return 0, ErrNoDB
+	}
+	var v int64
+	err := g.db.QueryRow(ctx, g.readSQL, resource).Scan(&v)
+	if errors.Is(err, pgx.ErrNoRows) {
+		return 0, nil
+	}
+	if err != nil {
+		return 0, g.dbError(resource, "mark", err)
+	}
+	return fence.Token(v), nil
+}
