@@ -22,6 +22,7 @@
 //     wrapped in a CTE whose outer SELECT also returns the mark seen by the
 //     statement's snapshot, so a refusal names the highest token without a
 //     second round trip.
+//
 //   - Guard.Fence(ctx, resource, token, write), the fence.Guard
 //     implementation: it begins a transaction on Config.DB, calls FenceTx,
 //     runs write with the transaction in its ctx (TxFromContext), commits,
