@@ -3,8 +3,10 @@ package s3guard
 import (
 	"bytes"
 	"context"
+	"fmt"
 	"io"
 	"net/http"
+	"os"
 	"testing"
 	"time"
 
@@ -18,6 +20,13 @@ import (
 )
 
 func TestMain(m *testing.M) {
+	// Every test and example here needs MinIO. Without it, skip the package
+	// (as testsvc.Missing would skip each test), except under CI, where the
+	// tests run and fail loudly.
+	if _, ok := testsvc.MinIOEnv(); !ok && !testsvc.InCI() {
+		fmt.Println("s3guard: TEST_MINIO_ENDPOINT is not set, skipping (run `make services` and export what it prints)")
+		os.Exit(0)
+	}
 	goleak.VerifyTestMain(m,
 		// Idle keep-alive connections of the HTTP transports the minio
 		// clients share; they are not goroutines this package starts.

@@ -1,0 +1,85 @@
+// Package s3guard fences writes to objects in S3 or MinIO (minio-go v7): a
+// write presenting a fencing token below the highest one an object has
+// accepted is refused, atomically with the write, using only the store's own
+// conditional PUTs (If-None-Match: *, If-Match).
+//
+// # Layout
+//
+// The object at the user's key is a small JSON pointer; the content lives in
+// an immutable data object next to it:
+//
+//	<key>                                           pointer (application/json)
+//	<DataPrefix><key>/<token, 19 digits>-<write id> content, one per write
+//
+// A pointer body looks like this (see docs/guards-s3.md for every field):
+//
+//	{"fencekit":"s3guard/v1","token":"8","write_id":"<32 hex>","deleted":false,
+//	 "data":"_fencekit/data/<key>/0000000000000000008-<write id>",
+//	 "etag":"<data object ETag>","size":4096,"content_type":"text/plain"}
+//
+// A plain S3 reader finds the current content by GETting the pointer and then
+// the object named by its "data" field (optionally with If-Match: "<etag>").
+//
+// # Writing
+//
+// Put, Delete and Fence (the fence.Guard method) all run the same steps:
+//
+//  1. GET the pointer; fence.Decide the presented token against the pointer's.
+//     A stale token is refused (*fence.StaleError) before anything is uploaded.
+//  2. Upload new content (Put, or Stage inside a Fence write callback) to a
+//     fresh data key with If-None-Match: *. Delete stages a tombstone instead.
+//  3. PUT the new pointer with If-Match: <ETag of the pointer read in 1>, or
+//     If-None-Match: * when there was none. This conditional write is the
+//     commit point. On 412 (or 404, or AWS's 409) re-read the pointer: if it
+//     carries our write id, an earlier attempt landed and its reply was lost
+//     (the SDK retried): success. Otherwise decide again against the new
+//     pointer and retry, up to Config.MaxAttempts (then fence.ErrBusy).
+//  4. Remove the data object the new pointer superseded (best effort).
+//
+// Because every pointer body holds a fresh random write id, the pointer's
+// ETag changes on every accepted write, even when a newer holder writes
+// byte-identical content; so a stale writer's If-Match can never pass (the
+// MD5-ETag ABA hazard of keeping the token in metadata). Deletes are
+// tombstone pointers written the same way: the guard never relies on
+// DeleteObject or CopyObject conditions, which MinIO ignores.
+//
+// # What is guaranteed
+//
+//   - Among writers going through s3guard, no write with a token below an
+//     accepted one is accepted afterwards (the pointer is compared and swapped
+//     atomically by the store); an equal token is accepted.
+//   - Get returns the content of one pointer together with the token and
+//     write id of the write that stored it; it never mixes the bytes of one
+//     write with the pointer of another (the data GET carries If-Match).
+//   - A write whose reply is lost and whose SDK retry meets 412 is reported as
+//     a success when its pointer landed, and never as success when the 412 was
+//     caused by someone else.
+//   - Bad input (invalid keys, tokens, options) returns a typed error and
+//     changes nothing. An object at a key that is not a valid pointer
+//     (*PointerError) is neither read through nor overwritten.
+//   - Staged content is invisible until its pointer is written; a refused or
+//     failed write removes what it staged, unless its outcome is unknown.
+//
+// # What is not guaranteed
+//
+//   - Readers and writers that bypass the guard: a plain PUT to the user's key
+//     replaces the pointer (the guard then refuses the key as *PointerError
+//     until it is restored), a DeleteObject of a pointer or tombstone erases
+//     the key's mark, and writes to data objects are detected only as
+//     *DataError on the next Get.
+//   - Cleanup after crashes: a writer that dies between staging and commit, or
+//     whose outcome was unknown, leaves an unreferenced data object. Sweep
+//     removes those provably dead (token below the mark, not referenced).
+//   - A plain reader that reads the pointer and then the data may find the
+//     data object already removed by a newer write; it must read the pointer
+//     again (Get does this).
+//   - When a write's reply is lost and, before the SDK's retry, a newer
+//     holder's write lands, the write is reported as stale although it was
+//     briefly visible; the final state is still that of the highest token.
+//   - Versioned buckets work (conditions apply to the latest version), but
+//     removals only add delete markers: old pointers and data stay as
+//     noncurrent versions until a lifecycle rule expires them.
+//   - Fencing orders writers by token; it does not say whether a lease is
+//     still held. Effects of a Fence write callback outside the Stage calls
+//     are not part of the commit.
+package s3guard
