@@ -2,11 +2,13 @@ package s3guard
 
 import (
 	"errors"
+	"fmt"
 	"io"
 	"net/http"
 	"strings"
 	"sync"
 	"testing"
+	"time"
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
@@ -23,6 +25,9 @@ type faultyTransport struct {
 	match  func(path string) bool
 	drop   map[int]bool
 	before func(attempt int)
+	// fake, when it returns a response, answers instead of MinIO (the
+	// request is not forwarded).
+	fake func(attempt int, req *http.Request) *http.Response
 
 	mu       sync.Mutex
 	statuses []int
@@ -40,6 +45,17 @@ func (f *faultyTransport) RoundTrip(req *http.Request) (*http.Response, error) {
 	f.mu.Unlock()
 	if f.before != nil {
 		f.before(attempt)
+	}
+	if f.fake != nil {
+		if resp := f.fake(attempt, req); resp != nil {
+			if req.Body != nil {
+				_ = req.Body.Close()
+			}
+			f.mu.Lock()
+			f.statuses[attempt-1] = resp.StatusCode
+			f.mu.Unlock()
+			return resp, nil
+		}
 	}
 	resp, err := http.DefaultTransport.RoundTrip(req)
 	if err != nil {
@@ -168,4 +184,78 @@ func TestLostReplyRetry(t *testing.T) {
 		assert.Equal(t, "mine", got)
 		assert.Equal(t, mine.WriteID, gi.WriteID)
 	})
+}
+
+// conflict409 is the reply AWS S3 gives a conditional write that races a
+// concurrent one. MinIO does not send it, so the test fakes it.
+func conflict409(req *http.Request) *http.Response {
+	const body = `<?xml version="1.0" encoding="UTF-8"?>
+<Error><Code>ConditionalRequestConflict</Code><Message>A conflicting conditional operation is currently in progress against this resource. Please try again.</Message></Error>`
+	return &http.Response{
+		StatusCode: http.StatusConflict, Status: "409 Conflict", Proto: "HTTP/1.1", ProtoMajor: 1, ProtoMinor: 1,
+		Header:        http.Header{"Content-Type": {"application/xml"}},
+		Body:          io.NopCloser(strings.NewReader(body)),
+		ContentLength: int64(len(body)),
+		Request:       req,
+	}
+}
+
+func TestConditionalRequestConflict(t *testing.T) {
+	e := newEnv(t)
+
+	t.Run("retried", func(t *testing.T) {
+		const key = "conflict/retried"
+		ft := &faultyTransport{match: pathIs(e.bucket, key), fake: func(attempt int, req *http.Request) *http.Response {
+			if attempt <= 2 {
+				return conflict409(req)
+			}
+			return nil
+		}}
+		s := e.store(t, newClient(t, ft), func(c *Config) { c.ConflictBackoff = time.Millisecond })
+		info, err := put(t, s, key, 3, "after conflicts")
+		require.NoError(t, err)
+		assert.Equal(t, []int{http.StatusConflict, http.StatusConflict, http.StatusOK}, ft.seen())
+		got, gi := content(t, s, key)
+		assert.Equal(t, "after conflicts", got)
+		assert.Equal(t, info.WriteID, gi.WriteID)
+	})
+
+	t.Run("busy", func(t *testing.T) {
+		const key = "conflict/busy"
+		_, err := put(t, e.store(t, nil, nil), key, 1, "before")
+		require.NoError(t, err)
+		before := e.snapshot(t)
+		ft := &faultyTransport{match: pathIs(e.bucket, key), fake: func(_ int, req *http.Request) *http.Response {
+			return conflict409(req)
+		}}
+		s := e.store(t, newClient(t, ft), func(c *Config) { c.MaxAttempts = 3; c.ConflictBackoff = time.Millisecond })
+		_, err = put(t, s, key, 2, "never")
+		assert.ErrorIs(t, err, fence.ErrBusy)
+		assert.NotErrorIs(t, err, fence.ErrStale)
+		assert.Len(t, ft.seen(), 3, "MaxAttempts conditional writes")
+		assert.Equal(t, before, e.snapshot(t), "busy: nothing changed, staged data removed")
+	})
+}
+
+// TestBusyAfterLostRaces: every conditional write loses to an equal-token
+// writer (not stale, so worth retrying); after MaxAttempts the call gives
+// up with fence.ErrBusy, and its staged data is gone.
+func TestBusyAfterLostRaces(t *testing.T) {
+	e := newEnv(t)
+	const key = "busy"
+	other := e.store(t, newClient(t, nil), nil)
+	var last Info
+	ft := &faultyTransport{match: pathIs(e.bucket, key), before: func(attempt int) {
+		var err error
+		last, err = put(t, other, key, 5, fmt.Sprintf("theirs-%d", attempt))
+		require.NoError(t, err)
+	}}
+	s := e.store(t, newClient(t, ft), func(c *Config) { c.MaxAttempts = 4 })
+	_, err := put(t, s, key, 5, "mine")
+	require.ErrorIs(t, err, fence.ErrBusy)
+	assert.Equal(t, []int{412, 412, 412, 412}, ft.seen())
+	got, gi := content(t, other, key)
+	assert.Equal(t, "theirs-4", got)
+	assert.Equal(t, last.WriteID, gi.WriteID)
+	assert.ElementsMatch(t, []string{key, last.DataKey}, e.listAll(t))
 }
