@@ -18,7 +18,6 @@ import (
 // read the pointer before 8's write (the ABA interleaving, driven by a hook).
 func TestIdenticalBytesABA(t *testing.T) {
 	e := newEnv(t)
-	ctx := testCtx(t)
 	old := e.store(t, newClient(t, nil), nil) // the paused holder of token 7
 	cur := e.store(t, newClient(t, nil), nil) // the new holder of token 8
 	x := bytes.Repeat([]byte("identical bytes "), 256)
@@ -32,11 +31,11 @@ func TestIdenticalBytesABA(t *testing.T) {
 
 	t.Run("after", func(t *testing.T) {
 		const key = "aba/after"
-		i7, err := old.PutBytes(ctx, key, 7, x, PutOptions{})
+		i7, err := old.PutBytes(testCtx(t), key, 7, x, PutOptions{})
 		require.NoError(t, err)
 		_, p7, err := e.rawGet(t, key)
 		require.NoError(t, err)
-		i8, err := cur.PutBytes(ctx, key, 8, x, PutOptions{})
+		i8, err := cur.PutBytes(testCtx(t), key, 8, x, PutOptions{})
 		require.NoError(t, err)
 		_, p8, err := e.rawGet(t, key)
 		require.NoError(t, err)
@@ -45,7 +44,7 @@ func TestIdenticalBytesABA(t *testing.T) {
 		// ...but the pointer's did, because its body holds a fresh write id.
 		assert.NotEqual(t, p7.ETag, p8.ETag)
 
-		_, err = old.PutBytes(ctx, key, 7, x, PutOptions{})
+		_, err = old.PutBytes(testCtx(t), key, 7, x, PutOptions{})
 		assertRefused(t, err, key)
 		got, info := content(t, cur, key)
 		assert.Equal(t, string(x), got)
@@ -55,7 +54,7 @@ func TestIdenticalBytesABA(t *testing.T) {
 
 	t.Run("interleaved", func(t *testing.T) {
 		const key = "aba/interleaved"
-		_, err := old.PutBytes(ctx, key, 7, x, PutOptions{})
+		_, err := old.PutBytes(testCtx(t), key, 7, x, PutOptions{})
 		require.NoError(t, err)
 
 		// The stale writer reads the pointer (token 7), then pauses.
@@ -71,12 +70,12 @@ func TestIdenticalBytesABA(t *testing.T) {
 		defer func() { old.afterRead = nil }()
 		res := make(chan error, 1)
 		go func() {
-			_, err := old.PutBytes(ctx, key, 7, x, PutOptions{})
+			_, err := old.PutBytes(testCtx(t), key, 7, x, PutOptions{})
 			res <- err
 		}()
 		<-readDone
 		// Meanwhile token 8 writes byte-identical content.
-		i8, err := cur.PutBytes(ctx, key, 8, x, PutOptions{})
+		i8, err := cur.PutBytes(testCtx(t), key, 8, x, PutOptions{})
 		require.NoError(t, err)
 		close(resume)
 		err = <-res
