@@ -43,6 +43,7 @@ func TestBadInput(t *testing.T) {
 			strings.Repeat("s", MaxSegmentLen+1), "a/" + strings.Repeat("s", MaxSegmentLen+1) + "/b",
 			"/lead", "trail/", "a//b", "a/./b", "../up", "a/..", ".", "back\\slash",
 			DefaultDataPrefix + "keep/0000000000000000005-0123456789abcdef0123456789abcdef",
+			"_fencekit", "_fencekit/data",
 		} {
 			for op, err := range ops(s, key, 9) {
 				var ke *KeyError

@@ -1,6 +1,7 @@
 package s3guard
 
 import (
+	"crypto/x509"
 	"errors"
 	"fmt"
 	"io"
@@ -28,6 +29,11 @@ type faultyTransport struct {
 	// fake, when it returns a response, answers instead of MinIO (the
 	// request is not forwarded).
 	fake func(attempt int, req *http.Request) *http.Response
+	// dropErr is the error a dropped reply turns into (default
+	// errReplyLost, which the SDK retries).
+	dropErr error
+	// refuse lists attempts that fail with dropErr without reaching MinIO.
+	refuse map[int]bool
 
 	mu       sync.Mutex
 	statuses []int
@@ -57,6 +63,16 @@ func (f *faultyTransport) RoundTrip(req *http.Request) (*http.Response, error) {
 			return resp, nil
 		}
 	}
+	dropErr := f.dropErr
+	if dropErr == nil {
+		dropErr = errReplyLost
+	}
+	if f.refuse[attempt] {
+		if req.Body != nil {
+			_ = req.Body.Close()
+		}
+		return nil, dropErr
+	}
 	resp, err := http.DefaultTransport.RoundTrip(req)
 	if err != nil {
 		return nil, err
@@ -67,7 +83,7 @@ func (f *faultyTransport) RoundTrip(req *http.Request) (*http.Response, error) {
 	if f.drop[attempt] {
 		_, _ = io.Copy(io.Discard, resp.Body)
 		_ = resp.Body.Close()
-		return nil, errReplyLost
+		return nil, dropErr
 	}
 	return resp, nil
 }
@@ -258,4 +274,48 @@ func TestBusyAfterLostRaces(t *testing.T) {
 	assert.Equal(t, "theirs-4", got)
 	assert.Equal(t, last.WriteID, gi.WriteID)
 	assert.ElementsMatch(t, []string{key, last.DataKey}, e.listAll(t))
+}
+
+// TestUnknownOutcome: the pointer PUT fails with an error the SDK does not
+// retry (here an x509 error, as from a TLS-intercepting proxy), so nothing
+// tells whether it landed. Put confirms by re-reading the pointer: ours means
+// success; otherwise it reports the error (neither stale nor busy) and keeps
+// the staged data, which may still be committed by a request in flight.
+func TestUnknownOutcome(t *testing.T) {
+	e := newEnv(t)
+	noRetry := x509.UnknownAuthorityError{}
+
+	t.Run("landed", func(t *testing.T) {
+		const key = "unknown/landed"
+		ft := &faultyTransport{match: pathIs(e.bucket, key), drop: map[int]bool{1: true}, dropErr: noRetry}
+		s := e.store(t, newClient(t, ft), nil)
+		info, err := put(t, s, key, 2, "mine")
+		require.NoError(t, err)
+		assert.Equal(t, []int{http.StatusOK}, ft.seen(), "no SDK retry: the re-read confirmed the write")
+		_, gi := content(t, s, key)
+		assert.Equal(t, info.WriteID, gi.WriteID)
+	})
+
+	t.Run("not landed", func(t *testing.T) {
+		const key = "unknown/lost"
+		_, err := put(t, e.store(t, nil, nil), key, 1, "before")
+		require.NoError(t, err)
+		ft := &faultyTransport{match: pathIs(e.bucket, key), refuse: map[int]bool{1: true}, dropErr: noRetry}
+		s := e.store(t, newClient(t, ft), nil)
+		_, err = put(t, s, key, 2, "mine")
+		require.Error(t, err)
+		assert.NotErrorIs(t, err, fence.ErrStale)
+		assert.NotErrorIs(t, err, fence.ErrBusy)
+		assert.Contains(t, err.Error(), "outcome unknown")
+		got, gi := content(t, s, key)
+		assert.Equal(t, "before", got)
+		assert.Equal(t, fence.Token(1), gi.Token)
+		var staged int
+		for _, k := range e.listAll(t) {
+			if strings.HasPrefix(k, dataKey(DefaultDataPrefix, key, 2, "")) {
+				staged++
+			}
+		}
+		assert.Equal(t, 1, staged, "the staged data object is kept")
+	})
 }

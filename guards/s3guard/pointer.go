@@ -183,6 +183,8 @@ func checkKey(dataPrefix, key string) error {
 	switch {
 	case strings.HasPrefix(key, dataPrefix):
 		return keyErr(key, "inside the guard's data prefix "+strconv.Quote(dataPrefix))
+	case strings.HasPrefix(dataPrefix, key+"/"):
+		return keyErr(key, "a parent of the guard's data prefix "+strconv.Quote(dataPrefix))
 	case strings.HasPrefix(key, "/"), strings.HasSuffix(key, "/"):
 		return keyErr(key, "leading or trailing '/'")
 	case strings.Contains(key, "//"):

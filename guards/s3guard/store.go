@@ -360,8 +360,13 @@ func (s *Store) commit(ctx context.Context, key string, token fence.Token, write
 				return Info{}, err
 			}
 		default:
-			// Outcome unknown: the pointer may have landed. Keep the data.
-			return Info{}, fmt.Errorf("s3guard: write pointer %q: %w", key, err)
+			// Outcome unknown: the pointer may have landed (or still land).
+			// Confirm if we can; never remove the staged data here.
+			if c, rerr := s.readPointer(ctx, key); rerr == nil && c.p != nil && c.p.WriteID == writeID {
+				s.dropSuperseded(ctx, cur, c.p)
+				return s.info(key, c.p), nil
+			}
+			return Info{}, fmt.Errorf("s3guard: write pointer %q (write id %s), outcome unknown: %w", key, writeID, err)
 		}
 		prev := cur
 		if cur, err = s.readPointer(ctx, key); err != nil {
