@@ -1,0 +1,78 @@
+// Package httpguard fences HTTP services that perform side effects: server
+// middleware that checks each request's fencing token against any
+// fence.Guard before the handler's effects count, and a client
+// http.RoundTripper that sends the token from the request context.
+//
+// # Protocol
+//
+// A fenced request carries two headers (names configurable):
+//
+//	Fencing-Token:    the token, canonical decimal (fence.Parse): 1..9223372036854775807,
+//	                  ASCII digits only, no sign, no leading zero, no spaces
+//	Fencing-Resource: the resource name, verbatim (fence.ValidateResource rules)
+//
+// Config.Resource may derive the resource from the request (its path, say)
+// instead of the header. Each header must appear exactly once. The
+// middleware answers:
+//
+//	400 invalid-token     token header missing, repeated or malformed       (guard not called)
+//	400 invalid-resource  resource missing, repeated or invalid             (guard not called)
+//	409 stale-token       the token is below the resource's mark
+//	503 busy              the guard could not decide now (fence.ErrBusy); Retry-After set
+//	500 internal          any other guard failure (details only to Config.ErrorLog)
+//	otherwise             the handler's own response, relayed unchanged
+//
+// Every middleware error is an RFC 9457 application/problem+json object
+// with type, title, status and detail; the 409 also carries the extension
+// members resource, presented_token and highest_token (decimal strings):
+//
+//	HTTP/1.1 409 Conflict
+//	Content-Type: application/problem+json
+//
+//	{"type":"https://github.com/fencekit/fencekit/blob/main/docs/guards.md#stale-token",
+//	 "title":"Stale fencing token","status":409,
+//	 "detail":"token 7 is below token 8, which this resource has already accepted",
+//	 "resource":"reports/q3","presented_token":"7","highest_token":"8"}
+//
+// # How the handler runs
+//
+// The middleware calls g.Fence(r.Context(), resource, token, write), where
+// write runs the handler with a request whose context carries the token
+// (fence.FromContext), the resource (ResourceFromContext) and whatever the
+// guard adds: behind a pgguard.Guard the handler gets the transaction with
+// pgguard.TxFromContext and writes through it. The handler's response is
+// buffered. If its status is below 400, write succeeds and the guard
+// raises the mark (pgguard commits), and only then is the response sent. If
+// it is 400 or more, write fails, the guard does not raise the mark
+// (pgguard rolls back) and the handler's response is relayed as it was.
+//
+// # What is guaranteed
+//
+//   - Malformed input never reaches the guard and changes no mark.
+//   - With a guard whose effects are atomic with its mark (pgguard with the
+//     handler writing through the transaction), a 2xx/3xx answer means the
+//     handler's writes and the raised mark committed together, and an error
+//     answer means neither did.
+//   - The client side: Transport sets the headers from the context;
+//     ErrorFromResponse turns a 409 back into the *fence.StaleError, a 503
+//     into an error matching fence.ErrBusy, and parses strictly: a malformed
+//     body is a *ResponseError, never a panic or a guessed token.
+//
+// # What is not guaranteed
+//
+//   - Effects the handler causes outside the guard's store (calls to other
+//     services, files, a memguard-protected in-memory object it mutated
+//     before failing) are not rolled back when it answers an error.
+//   - The response is buffered (up to Config.MaxResponseBytes): streaming,
+//     http.Flusher, hijacking and 1xx informational responses are not
+//     supported behind the middleware.
+//   - HTTP itself strips leading and trailing spaces and tabs from header
+//     values (RFC 9110 §5.5), so "Fencing-Token:  7 " on the wire is the
+//     value "7". Everything else that is not canonical is refused.
+//   - A response lost on its way to the client leaves the client unsure
+//     whether the write committed; retrying with the same token is safe for
+//     the guard (equal tokens are accepted), so handlers should make their
+//     writes idempotent per token.
+//   - The middleware fences every request it wraps; mount it only on routes
+//     with side effects.
+package httpguard

@@ -1,0 +1,292 @@
+package httpguard
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"net/http"
+	"strconv"
+	"time"
+
+	"github.com/fencekit/fencekit/fence"
+)
+
+// Default header names.
+const (
+	DefaultTokenHeader    = "Fencing-Token"
+	DefaultResourceHeader = "Fencing-Resource"
+)
+
+// Defaults of Config.
+const (
+	DefaultRetryAfter       = time.Second
+	DefaultMaxResponseBytes = 8 << 20
+)
+
+// Config configures Middleware. The zero value is valid.
+type Config struct {
+	// TokenHeader carries the fencing token, in the canonical decimal form
+	// of fence.Parse. Default "Fencing-Token".
+	TokenHeader string
+	// ResourceHeader carries the resource name (fence.ValidateResource
+	// rules, verbatim, no encoding). Default "Fencing-Resource". Ignored
+	// when Resource is set.
+	ResourceHeader string
+	// Resource, when set, derives the resource from the request (for example
+	// from its path) instead of ResourceHeader. An error from it is answered
+	// with 400 invalid-resource.
+	Resource func(*http.Request) (string, error)
+	// RetryAfter is sent (rounded up to whole seconds) in the Retry-After
+	// header of 503 busy answers. Default 1s.
+	RetryAfter time.Duration
+	// MaxResponseBytes bounds the buffered response body of the handler. A
+	// handler writing more fails its write (the mark is not raised) and the
+	// client gets a 500 problem. Default 8 MiB.
+	MaxResponseBytes int
+	// ErrorLog, when set, receives guard errors that are answered with 500
+	// (their text is not sent to the client).
+	ErrorLog func(r *http.Request, err error)
+}
+
+// ErrInvalidConfig is matched by errors Middleware returns for a bad Config
+// or a nil guard.
+var ErrInvalidConfig = errors.New("httpguard: invalid config")
+
+// ErrResponseTooLarge is returned by the buffered ResponseWriter's Write once
+// the handler has written more than Config.MaxResponseBytes.
+var ErrResponseTooLarge = errors.New("httpguard: handler response over MaxResponseBytes")
+
+// validHeaderName reports whether s is an RFC 9110 field name (a token).
+func validHeaderName(s string) bool {
+	if s == "" {
+		return false
+	}
+	for i := 0; i < len(s); i++ {
+		c := s[i]
+		switch {
+		case c >= 'a' && c <= 'z', c >= 'A' && c <= 'Z', c >= '0' && c <= '9':
+		case bytes.IndexByte([]byte("!#$%&'*+-.^_`|~"), c) >= 0:
+		default:
+			return false
+		}
+	}
+	return true
+}
+
+func (cfg Config) withDefaults() (Config, error) {
+	if cfg.TokenHeader == "" {
+		cfg.TokenHeader = DefaultTokenHeader
+	}
+	if cfg.ResourceHeader == "" {
+		cfg.ResourceHeader = DefaultResourceHeader
+	}
+	if cfg.RetryAfter == 0 {
+		cfg.RetryAfter = DefaultRetryAfter
+	}
+	if cfg.MaxResponseBytes == 0 {
+		cfg.MaxResponseBytes = DefaultMaxResponseBytes
+	}
+	switch {
+	case !validHeaderName(cfg.TokenHeader):
+		return cfg, fmt.Errorf("%w: TokenHeader %q is not a header field name", ErrInvalidConfig, cfg.TokenHeader)
+	case !validHeaderName(cfg.ResourceHeader):
+		return cfg, fmt.Errorf("%w: ResourceHeader %q is not a header field name", ErrInvalidConfig, cfg.ResourceHeader)
+	case http.CanonicalHeaderKey(cfg.TokenHeader) == http.CanonicalHeaderKey(cfg.ResourceHeader):
+		return cfg, fmt.Errorf("%w: TokenHeader and ResourceHeader are both %q", ErrInvalidConfig, cfg.TokenHeader)
+	case cfg.RetryAfter < 0:
+		return cfg, fmt.Errorf("%w: negative RetryAfter", ErrInvalidConfig)
+	case cfg.MaxResponseBytes < 0:
+		return cfg, fmt.Errorf("%w: negative MaxResponseBytes", ErrInvalidConfig)
+	}
+	cfg.TokenHeader = http.CanonicalHeaderKey(cfg.TokenHeader)
+	cfg.ResourceHeader = http.CanonicalHeaderKey(cfg.ResourceHeader)
+	return cfg, nil
+}
+
+// Middleware returns server middleware that fences every request it
+// handles with g. See the package documentation for the protocol. It
+// returns an error matching ErrInvalidConfig for a nil g or a bad cfg.
+func Middleware(g fence.Guard, cfg Config) (func(http.Handler) http.Handler, error) {
+	if g == nil {
+		return nil, fmt.Errorf("%w: nil guard", ErrInvalidConfig)
+	}
+	cfg, err := cfg.withDefaults()
+	if err != nil {
+		return nil, err
+	}
+	m := &middleware{g: g, cfg: cfg, retryAfter: strconv.FormatInt(int64((cfg.RetryAfter+time.Second-1)/time.Second), 10)}
+	if cfg.RetryAfter < time.Second {
+		m.retryAfter = "1"
+	}
+	return func(next http.Handler) http.Handler {
+		return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { m.serve(w, r, next) })
+	}, nil
+}
+
+type middleware struct {
+	g          fence.Guard
+	cfg        Config
+	retryAfter string
+}
+
+// single returns the one value of header name, or a reason it has none.
+func single(h http.Header, name string) (string, string) {
+	vs := h.Values(name)
+	switch len(vs) {
+	case 0:
+		return "", "header " + name + " missing"
+	case 1:
+		return vs[0], ""
+	default:
+		return "", "header " + name + " given more than once"
+	}
+}
+
+// handlerStatusError reports a handler response of status >= 400: Fence's
+// write fails so the mark is not raised, and the response is relayed.
+type handlerStatusError struct{ status int }
+
+func (e *handlerStatusError) Error() string {
+	return fmt.Sprintf("httpguard: handler answered %d", e.status)
+}
+
+func (m *middleware) serve(w http.ResponseWriter, r *http.Request, next http.Handler) {
+	raw, why := single(r.Header, m.cfg.TokenHeader)
+	if why != "" {
+		m.badRequest(w, TypeInvalidToken, "Invalid fencing token", why)
+		return
+	}
+	token, err := fence.Parse(raw)
+	if err != nil {
+		m.badRequest(w, TypeInvalidToken, "Invalid fencing token",
+			"header "+m.cfg.TokenHeader+" must be a positive decimal integer without sign, spaces or leading zeros")
+		return
+	}
+	var resource string
+	if m.cfg.Resource != nil {
+		resource, err = m.cfg.Resource(r)
+		if err != nil {
+			m.badRequest(w, TypeInvalidResource, "Invalid fencing resource", "the request does not name a valid resource")
+			return
+		}
+	} else {
+		resource, why = single(r.Header, m.cfg.ResourceHeader)
+		if why != "" {
+			m.badRequest(w, TypeInvalidResource, "Invalid fencing resource", why)
+			return
+		}
+	}
+	if err := fence.ValidateResource(resource); err != nil {
+		m.badRequest(w, TypeInvalidResource, "Invalid fencing resource", "resource name must be 1-512 bytes of UTF-8 without control characters")
+		return
+	}
+
+	var rec *bufferedResponse
+	err = m.g.Fence(r.Context(), resource, token, func(ctx context.Context) error {
+		rec = &bufferedResponse{header: http.Header{}, limit: m.cfg.MaxResponseBytes}
+		ctx = WithResource(fence.WithToken(ctx, token), resource)
+		next.ServeHTTP(rec, r.WithContext(ctx))
+		if rec.tooLarge {
+			return ErrResponseTooLarge
+		}
+		if st := rec.statusCode(); st >= 400 {
+			return &handlerStatusError{status: st}
+		}
+		return nil
+	})
+	var hs *handlerStatusError
+	switch {
+	case rec == nil && (err == nil || errors.As(err, &hs)):
+		// The guard reported success without running the handler.
+		m.guardError(w, r, resource, token, errors.New("httpguard: guard returned without running the handler"))
+	case err == nil, errors.As(err, &hs):
+		rec.relay(w)
+	default:
+		m.guardError(w, r, resource, token, err)
+	}
+}
+
+func (m *middleware) badRequest(w http.ResponseWriter, typ, title, detail string) {
+	writeProblem(w, Problem{Type: typ, Title: title, Status: http.StatusBadRequest, Detail: detail})
+}
+
+func (m *middleware) guardError(w http.ResponseWriter, r *http.Request, resource string, token fence.Token, err error) {
+	if se, ok := fence.IsStale(err); ok {
+		writeProblem(w, Problem{
+			Type:           TypeStaleToken,
+			Title:          "Stale fencing token",
+			Status:         http.StatusConflict,
+			Detail:         fmt.Sprintf("token %d is below token %d, which this resource has already accepted", se.Presented, se.Highest),
+			Resource:       resource,
+			PresentedToken: se.Presented.String(),
+			HighestToken:   se.Highest.String(),
+		})
+		return
+	}
+	switch {
+	case errors.Is(err, fence.ErrBusy):
+		w.Header().Set("Retry-After", m.retryAfter)
+		writeProblem(w, Problem{Type: TypeBusy, Title: "Resource busy", Status: http.StatusServiceUnavailable,
+			Detail: "the resource could not decide now; retry with the same token", Resource: resource})
+	case errors.Is(err, fence.ErrInvalidToken):
+		m.badRequest(w, TypeInvalidToken, "Invalid fencing token", "the guard refused the token")
+	case errors.Is(err, fence.ErrInvalidResource):
+		writeProblem(w, Problem{Type: TypeInvalidResource, Title: "Invalid fencing resource", Status: http.StatusBadRequest,
+			Detail: "the guard refused the resource name"})
+	default:
+		if m.cfg.ErrorLog != nil {
+			m.cfg.ErrorLog(r, err)
+		}
+		detail := "the guard failed; the write was not committed"
+		if errors.Is(err, ErrResponseTooLarge) {
+			detail = "the handler's response was too large; the write was not committed"
+		}
+		writeProblem(w, Problem{Type: TypeInternal, Title: "Internal Server Error", Status: http.StatusInternalServerError, Detail: detail})
+	}
+}
+
+// bufferedResponse holds the handler's response until the guard decided.
+type bufferedResponse struct {
+	header   http.Header
+	status   int
+	body     bytes.Buffer
+	limit    int
+	tooLarge bool
+}
+
+func (b *bufferedResponse) Header() http.Header { return b.header }
+
+func (b *bufferedResponse) WriteHeader(code int) {
+	if b.status != 0 || code < 200 { // informational responses are dropped
+		return
+	}
+	b.status = code
+}
+
+func (b *bufferedResponse) Write(p []byte) (int, error) {
+	if b.status == 0 {
+		b.status = http.StatusOK
+	}
+	if b.tooLarge || b.body.Len()+len(p) > b.limit {
+		b.tooLarge = true
+		return 0, ErrResponseTooLarge
+	}
+	return b.body.Write(p)
+}
+
+func (b *bufferedResponse) statusCode() int {
+	if b.status == 0 {
+		return http.StatusOK
+	}
+	return b.status
+}
+
+func (b *bufferedResponse) relay(w http.ResponseWriter) {
+	h := w.Header()
+	for k, vs := range b.header {
+		h[k] = vs
+	}
+	w.WriteHeader(b.statusCode())
+	_, _ = w.Write(b.body.Bytes())
+}
