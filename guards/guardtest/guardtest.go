@@ -229,7 +229,7 @@ func mustAccept(ctx context.Context, s Subject, r string, tok fence.Token, v str
 	return nil
 }
 
-// CheckFirstWrite: a resource never written is not found, and a first write
+// CheckFirstWrite checks that a resource never written is not found, and a first write
 // with any valid token is accepted and read back.
 func CheckFirstWrite(ctx context.Context, s Subject, cfg Config) error {
 	r := resourceName(cfg, "first", 0)
@@ -250,7 +250,7 @@ func CheckFirstWrite(ctx context.Context, s Subject, cfg Config) error {
 	return expectState(ctx, s, r2, found("max", math.MaxInt64), "after first write with MaxInt64")
 }
 
-// CheckHigher: a higher token is accepted and replaces the value.
+// CheckHigher checks that a higher token is accepted and replaces the value.
 func CheckHigher(ctx context.Context, s Subject, cfg Config) error {
 	r := resourceName(cfg, "higher", 0)
 	for _, step := range []struct {
@@ -267,7 +267,7 @@ func CheckHigher(ctx context.Context, s Subject, cfg Config) error {
 	return nil
 }
 
-// CheckEqual: the same token writing again is accepted (a retry of the same
+// CheckEqual checks that the same token writing again is accepted (a retry of the same
 // acquisition) and replaces the value.
 func CheckEqual(ctx context.Context, s Subject, cfg Config) error {
 	r := resourceName(cfg, "equal", 0)
@@ -292,11 +292,11 @@ func checkStaleErr(err error, r string, presented, highest fence.Token) error {
 		return fmt.Errorf("Write(%q, token %d) accepted after token %d, want stale refusal", r, presented, highest)
 	}
 	if !errors.Is(err, fence.ErrStale) {
-		return fmt.Errorf("Write(%q, token %d) below mark %d: error %q does not match fence.ErrStale", r, presented, highest, err)
+		return fmt.Errorf("Write(%q, token %d) below mark %d: error %q does not match fence.ErrStale", r, presented, highest, err.Error())
 	}
 	se, ok := fence.IsStale(err)
 	if !ok {
-		return fmt.Errorf("Write(%q, token %d): error %q matches ErrStale but errors.As *fence.StaleError fails", r, presented, err)
+		return fmt.Errorf("Write(%q, token %d): error %q matches ErrStale but errors.As *fence.StaleError fails", r, presented, err.Error())
 	}
 	if se.Presented != presented || se.Highest != highest {
 		return fmt.Errorf("Write(%q, token %d): StaleError{Presented: %d, Highest: %d}, want {%d, %d}", r, presented, se.Presented, se.Highest, presented, highest)
@@ -310,7 +310,7 @@ func checkStaleErr(err error, r string, presented, highest fence.Token) error {
 	return nil
 }
 
-// CheckStale: a lower token is refused with a *fence.StaleError naming both
+// CheckStale checks that a lower token is refused with a *fence.StaleError naming both
 // tokens, and the state is unchanged; the mark still admits its own token.
 func CheckStale(ctx context.Context, s Subject, cfg Config) error {
 	r := resourceName(cfg, "stale", 0)
@@ -342,7 +342,7 @@ func CheckStale(ctx context.Context, s Subject, cfg Config) error {
 	return expectState(ctx, s, r, found("twelve", 12), "after a write to another resource")
 }
 
-// CheckInvalidTokens: tokens 0 and negative are refused with errors matching
+// CheckInvalidTokens checks that tokens 0 and negative are refused with errors matching
 // fence.ErrInvalidToken, on fresh and on written resources, changing nothing.
 func CheckInvalidTokens(ctx context.Context, s Subject, cfg Config) error {
 	r := resourceName(cfg, "badtoken", 0)
@@ -358,7 +358,7 @@ func CheckInvalidTokens(ctx context.Context, s Subject, cfg Config) error {
 			case err == nil:
 				errs = append(errs, fmt.Errorf("Write(%q, token %d) accepted, want fence.ErrInvalidToken", res, tok))
 			case !errors.Is(err, fence.ErrInvalidToken):
-				errs = append(errs, fmt.Errorf("Write(%q, token %d): error %q does not match fence.ErrInvalidToken", res, tok, err))
+				errs = append(errs, fmt.Errorf("Write(%q, token %d): error %q does not match fence.ErrInvalidToken", res, tok, err.Error()))
 			case errors.Is(err, fence.ErrStale):
 				errs = append(errs, fmt.Errorf("Write(%q, token %d): invalid-token error also matches fence.ErrStale", res, tok))
 			}
@@ -393,7 +393,7 @@ func InvalidResources() []string {
 	}
 }
 
-// CheckInvalidResources: bad resource names are refused with errors matching
+// CheckInvalidResources checks that bad resource names are refused with errors matching
 // fence.ErrInvalidResource, and nothing is stored under them or elsewhere.
 func CheckInvalidResources(ctx context.Context, s Subject, cfg Config) error {
 	good := resourceName(cfg, "badres", 0)
@@ -407,7 +407,7 @@ func CheckInvalidResources(ctx context.Context, s Subject, cfg Config) error {
 		case err == nil:
 			errs = append(errs, fmt.Errorf("Write(%q) accepted, want fence.ErrInvalidResource", name))
 		case !errors.Is(err, fence.ErrInvalidResource):
-			errs = append(errs, fmt.Errorf("Write(%q): error %q does not match fence.ErrInvalidResource", name, err))
+			errs = append(errs, fmt.Errorf("Write(%q): error %q does not match fence.ErrInvalidResource", name, err.Error()))
 		}
 		if _, _, found, err := s.Read(ctx, name); err == nil && found {
 			errs = append(errs, fmt.Errorf("Read(%q) finds a value after a refused write", name))
@@ -419,7 +419,7 @@ func CheckInvalidResources(ctx context.Context, s Subject, cfg Config) error {
 	return errors.Join(errs...)
 }
 
-// CheckFailedWrite: when the write callback fails, Fence reports an error
+// CheckFailedWrite checks that, when the write callback fails, Fence reports an error
 // that is not a stale refusal, nothing is stored, and the mark is not
 // raised. Needs a FailingWriter.
 func CheckFailedWrite(ctx context.Context, s Subject, cfg Config) error {

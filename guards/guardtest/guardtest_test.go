@@ -135,7 +135,7 @@ type plainErrors struct{ refGuard }
 func (g *plainErrors) Fence(ctx context.Context, r string, tok fence.Token, write func(context.Context) error) error {
 	err := g.refGuard.Fence(ctx, r, tok, write)
 	if err != nil {
-		return fmt.Errorf("refused: %s", err)
+		return errors.New("refused: " + err.Error()) // deliberately drops the error chain
 	}
 	return nil
 }

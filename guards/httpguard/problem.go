@@ -190,7 +190,7 @@ func parseProblem(body []byte) (Problem, error) {
 	dec := json.NewDecoder(bytes.NewReader(body))
 	tok, err := dec.Token()
 	if err != nil {
-		return p, fmt.Errorf("not JSON: %v", err)
+		return p, fmt.Errorf("not JSON: %w", err)
 	}
 	if d, ok := tok.(json.Delim); !ok || d != '{' {
 		return p, errors.New("not a JSON object")
@@ -199,7 +199,7 @@ func parseProblem(body []byte) (Problem, error) {
 	for dec.More() {
 		kt, err := dec.Token()
 		if err != nil {
-			return p, fmt.Errorf("bad JSON: %v", err)
+			return p, fmt.Errorf("bad JSON: %w", err)
 		}
 		k, ok := kt.(string)
 		if !ok {
@@ -210,12 +210,12 @@ func parseProblem(body []byte) (Problem, error) {
 		}
 		var raw json.RawMessage
 		if err := dec.Decode(&raw); err != nil {
-			return p, fmt.Errorf("bad JSON value of %q: %v", k, err)
+			return p, fmt.Errorf("bad JSON value of %q: %w", k, err)
 		}
 		fields[k] = raw
 	}
 	if _, err := dec.Token(); err != nil { // the closing brace
-		return p, fmt.Errorf("bad JSON: %v", err)
+		return p, fmt.Errorf("bad JSON: %w", err)
 	}
 	if _, err := dec.Token(); err != io.EOF {
 		return p, errors.New("trailing data after the JSON object")
