@@ -36,3 +36,7 @@ lint: ## gofmt, go vet and golangci-lint (pinned, installed on first use)
 	$(GO) vet $(PKGS)
 	@if [ ! -x $(GOLANGCI) ]; then GOBIN=$(dir $(GOLANGCI)) $(GO) install github.com/golangci/golangci-lint/v2/cmd/golangci-lint@$(GOLANGCI_VERSION); fi
 	$(GOLANGCI) run $(PKGS)
+
+.PHONY: fuzz
+fuzz: ## run every Go fuzz target briefly (FUZZTIME=5s each; FUZZ_PKG=dir filter)
+	@$(SERVICES); FUZZTIME=$${FUZZTIME:-5s} integration/scripts/fuzz.sh $(FUZZ_PKG)
