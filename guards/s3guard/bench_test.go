@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"fmt"
 	"testing"
+	"time"
 
 	"github.com/minio/minio-go/v7"
 	"github.com/stretchr/testify/require"
@@ -89,4 +90,48 @@ func BenchmarkGet(b *testing.B) {
 			}
 		}
 	})
+}
+
+// BenchmarkPutPaired times a plain PutObject and a guarded Put of the same
+// 4 KiB alternately in every iteration, so both see the same load on a
+// shared machine, and reports each one's mean and their ratio.
+func BenchmarkPutPaired(b *testing.B) {
+	e := newEnv(b)
+	ctx := testCtx(b)
+	body := bytes.Repeat([]byte("x"), 4<<10)
+	for _, bc := range []struct {
+		name  string
+		fresh bool
+		keep  bool
+	}{{"overwrite", false, false}, {"overwrite-keep", false, true}, {"fresh", true, false}} {
+		b.Run(bc.name, func(b *testing.B) {
+			s := e.store(b, nil, func(c *Config) { c.KeepSuperseded = bc.keep })
+			plainKey, guardedKey := "paired/"+bc.name+"/plain", "paired/"+bc.name+"/guarded"
+			_, err := e.rawPut(b, plainKey, body, minio.PutObjectOptions{})
+			require.NoError(b, err)
+			_, err = s.PutBytes(ctx, guardedKey, 1, body, PutOptions{})
+			require.NoError(b, err)
+			var plainNs, guardedNs time.Duration
+			b.ResetTimer()
+			for i := 0; i < b.N; i++ {
+				pk, gk := plainKey, guardedKey
+				if bc.fresh {
+					pk, gk = fmt.Sprintf("%s/%d", plainKey, i), fmt.Sprintf("%s/%d", guardedKey, i)
+				}
+				t0 := time.Now()
+				if _, err := e.client.PutObject(ctx, e.bucket, pk, bytes.NewReader(body), int64(len(body)), minio.PutObjectOptions{}); err != nil {
+					b.Fatal(err)
+				}
+				t1 := time.Now()
+				if _, err := s.PutBytes(ctx, gk, 1, body, PutOptions{}); err != nil {
+					b.Fatal(err)
+				}
+				plainNs += t1.Sub(t0)
+				guardedNs += time.Since(t1)
+			}
+			b.ReportMetric(float64(plainNs.Nanoseconds())/float64(b.N), "plain-ns/op")
+			b.ReportMetric(float64(guardedNs.Nanoseconds())/float64(b.N), "guarded-ns/op")
+			b.ReportMetric(float64(guardedNs)/float64(plainNs), "guarded/plain")
+		})
+	}
 }

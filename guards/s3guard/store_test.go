@@ -2,6 +2,7 @@ package s3guard
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"io"
 	"strings"
@@ -47,12 +48,20 @@ func TestPutGetRoundTrip(t *testing.T) {
 	// A plain S3 reader: GET the pointer, then GET the data key it names.
 	body, _, err := e.rawGet(t, "a/b.txt")
 	require.NoError(t, err)
-	p, err := decodePointer(DefaultDataPrefix, "a/b.txt", body)
-	require.NoError(t, err)
+	var p struct {
+		Format string `json:"fencekit"`
+		Token  string `json:"token"`
+		Data   string `json:"data"`
+		ETag   string `json:"etag"`
+	}
+	require.NoError(t, json.Unmarshal(body, &p))
+	assert.Equal(t, PointerFormat, p.Format)
+	assert.Equal(t, "5", p.Token)
 	raw, st, err := e.rawGet(t, p.Data)
 	require.NoError(t, err)
 	assert.Equal(t, "hello", string(raw))
 	assert.Equal(t, "text/plain", st.ContentType)
+	assert.Equal(t, p.ETag, st.ETag)
 
 	// Overwrite with a higher token: the superseded data object is removed.
 	info2, err := put(t, s, "a/b.txt", 6, "world")
