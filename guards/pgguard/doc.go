@@ -12,16 +12,17 @@
 //
 //   - Guard.FenceTx(ctx, tx, resource, token) inside a transaction you
 //     opened, before (or after) your writes in that transaction, then
-//     commit. One SQL statement:
+//     commit. One SQL statement, one round trip:
 //
 //     INSERT INTO fencekit_guard_marks AS m (resource, highest_token) VALUES ($1, $2)
-//     ON CONFLICT (resource) DO UPDATE SET highest_token = EXCLUDED.highest_token, updated_at = clock_timestamp()
-//     WHERE m.highest_token <= EXCLUDED.highest_token
-//     RETURNING ...
+//     ON CONFLICT (resource) DO UPDATE
+//     SET highest_token = GREATEST(m.highest_token, EXCLUDED.highest_token),
+//     updated_at = CASE WHEN m.highest_token <= EXCLUDED.highest_token
+//     THEN clock_timestamp() ELSE m.updated_at END
+//     RETURNING m.highest_token
 //
-//     wrapped in a CTE whose outer SELECT also returns the mark seen by the
-//     statement's snapshot, so a refusal names the highest token without a
-//     second round trip.
+//     The returned mark equals the token when it was admitted and is the
+//     higher, exact current mark when it was refused.
 //
 //   - Guard.Fence(ctx, resource, token, write), the fence.Guard
 //     implementation: it begins a transaction on Config.DB, calls FenceTx,
@@ -38,10 +39,11 @@
 //   - Concurrent holders of one resource serialise on the mark's row lock,
 //     held from FenceTx until their transaction ends; the waiter then decides
 //     on the committed outcome (a rolled-back raise does not count).
-//   - FenceTx is one statement on every ordinary path. The only exception:
-//     under READ COMMITTED, when the refusing mark was committed by a
-//     transaction this statement waited for, the statement's snapshot cannot
-//     see it and FenceTx reads it once more while holding the row lock.
+//   - FenceTx is one statement on every path, and a refusal carries the
+//     exact current mark even when a transaction this statement waited for
+//     committed it after the statement's snapshot (ON CONFLICT DO UPDATE
+//     works on the latest committed row version). A refused call rewrites
+//     the mark with its own value and rolls back, so it leaves no change.
 //   - Lock timeout (55P03), serialization failure (40001) and deadlock
 //     (40P01) are reported as errors matching fence.ErrBusy that also wrap the
 //     *pgconn.PgError: nothing was written, retry the whole transaction.

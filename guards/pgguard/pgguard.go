@@ -100,21 +100,20 @@ func New(cfg Config) (*Guard, error) {
 		db:     cfg.DB,
 		schema: cfg.Schema,
 		txOpts: pgx.TxOptions{IsoLevel: cfg.IsoLevel, BeginQuery: begin},
-		// One statement: the conditional upsert takes (and keeps until the
-		// end of the transaction) the mark's row lock, so concurrent holders
-		// serialise; the scalar subquery reads the mark as of the statement's
-		// snapshot, so a refusal usually carries the highest token without a
-		// second round trip.
-		fenceSQL: `WITH up AS (
-    INSERT INTO ` + table + ` AS m (resource, highest_token)
-    VALUES ($1, $2)
-    ON CONFLICT (resource) DO UPDATE
-        SET highest_token = EXCLUDED.highest_token, updated_at = clock_timestamp()
-        WHERE m.highest_token <= EXCLUDED.highest_token
-    RETURNING m.highest_token
-)
-SELECT EXISTS (SELECT 1 FROM up),
-       (SELECT highest_token FROM ` + table + ` WHERE resource = $1)`,
+		// One statement. The upsert takes (and keeps until the end of the
+		// transaction) the mark's row lock, so concurrent holders serialise.
+		// On conflict it operates on the latest committed row version even
+		// when this statement's snapshot cannot see it, so RETURNING yields
+		// the exact mark after the decision: equal to the token when
+		// admitted, the higher mark when refused (the refused update
+		// rewrites the same value and is rolled back with the transaction).
+		fenceSQL: `INSERT INTO ` + table + ` AS m (resource, highest_token)
+VALUES ($1, $2)
+ON CONFLICT (resource) DO UPDATE
+    SET highest_token = GREATEST(m.highest_token, EXCLUDED.highest_token),
+        updated_at = CASE WHEN m.highest_token <= EXCLUDED.highest_token
+                          THEN clock_timestamp() ELSE m.updated_at END
+RETURNING m.highest_token`,
 		readSQL: `SELECT highest_token FROM ` + table + ` WHERE resource = $1`,
 	}, nil
 }
@@ -123,7 +122,7 @@ SELECT EXISTS (SELECT 1 FROM up),
 func (g *Guard) Schema() string { return g.schema }
 
 // FenceTx enforces token for resource inside the caller's transaction tx,
-// with one SQL statement: if token is at least the resource's mark, the mark
+// with one SQL statement (one round trip) on every path: if token is at least the resource's mark, the mark
 // is raised to token (or created) and FenceTx returns nil; the write that
 // follows in tx and the raised mark then commit or roll back together, and
 // the mark's row stays locked until tx ends, so a concurrent holder of the
@@ -133,10 +132,9 @@ func (g *Guard) Schema() string { return g.schema }
 //   - invalid resource or token (fence.ErrInvalidResource,
 //     fence.ErrInvalidToken), nil tx (ErrNilArgument): returned before any
 //     I/O; tx is left as it was.
-//   - a lower token: a *fence.StaleError carrying the mark. Usually from the
-//     same round trip; when the mark was committed by a concurrent
-//     transaction this statement waited for (READ COMMITTED), one more read
-//     fetches it.
+//   - a lower token: a *fence.StaleError carrying the exact current mark,
+//     from the same statement (also when the mark was committed by a
+//     concurrent transaction this statement waited for).
 //   - lock_timeout (55P03), serialization failure (40001) and deadlock
 //     (40P01): an error matching fence.ErrBusy (and wrapping the
 //     *pgconn.PgError). Retry the whole transaction.
@@ -162,29 +160,18 @@ func (g *Guard) FenceTx(ctx context.Context, tx pgx.Tx, resource string, token f
 }
 
 func (g *Guard) fenceTx(ctx context.Context, tx pgx.Tx, resource string, token fence.Token) error {
-	var accepted bool
-	var snap *int64
-	if err := tx.QueryRow(ctx, g.fenceSQL, resource, int64(token)).Scan(&accepted, &snap); err != nil {
+	var mark int64
+	if err := tx.QueryRow(ctx, g.fenceSQL, resource, int64(token)).Scan(&mark); err != nil {
 		return g.dbError(resource, "fence", err)
 	}
-	if accepted {
+	switch {
+	case fence.Token(mark) == token:
 		return nil
+	case fence.Token(mark) > token:
+		return &fence.StaleError{Resource: resource, Presented: token, Highest: fence.Token(mark)}
+	default: // GREATEST cannot return less than token
+		return fmt.Errorf("pgguard: %q: mark %d after fencing with token %d", resource, mark, token)
 	}
-	if snap != nil && fence.Token(*snap) > token {
-		return &fence.StaleError{Resource: resource, Presented: token, Highest: fence.Token(*snap)}
-	}
-	// The refusing row was committed after this statement's snapshot (READ
-	// COMMITTED only: under REPEATABLE READ and SERIALIZABLE the upsert
-	// fails with 40001 instead). We hold its lock now, so a fresh read
-	// sees the value that refused us.
-	var cur int64
-	if err := tx.QueryRow(ctx, g.readSQL, resource).Scan(&cur); err != nil {
-		return g.dbError(resource, "read mark", err)
-	}
-	if fence.Token(cur) <= token {
-		return fmt.Errorf("pgguard: %q: token %d refused but the mark reads %d", resource, token, cur)
-	}
-	return &fence.StaleError{Resource: resource, Presented: token, Highest: fence.Token(cur)}
 }
 
 // rollbackTimeout bounds rollbacks issued on a path that may run with an

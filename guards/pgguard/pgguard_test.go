@@ -263,10 +263,10 @@ func TestFenceTxIsOneStatement(t *testing.T) {
 			se, ok := fence.IsStale(err)
 			require.True(t, ok, "%v", err)
 			assert.Equal(t, fence.Token(8), se.Highest)
-			assert.Equal(t, []string{"WITH", "rollback"}, sqls, "stale: one statement, then the rollback")
+			assert.Equal(t, []string{"INSERT", "rollback"}, sqls, "stale: one statement, then the rollback")
 		} else {
 			require.NoError(t, err)
-			assert.Equal(t, []string{"WITH"}, sqls, "token %d", step.tok)
+			assert.Equal(t, []string{"INSERT"}, sqls, "token %d", step.tok)
 		}
 	}
 	mark, err := newGuard(t, pgguard.Config{Schema: schema, DB: pool}).Mark(bg(), "r")
@@ -440,9 +440,9 @@ func waitForLockWait(t *testing.T, pool *pgxpool.Pool, pid uint32) {
 }
 
 // A second holder's FenceTx waits on the mark's row lock until the first
-// transaction ends, then decides on the committed outcome. The cases where
-// the first transaction created or raised the mark after the waiter's
-// snapshot take the one fallback read.
+// transaction ends, then decides on the committed outcome, in its one
+// statement, and reports the exact mark even though the first transaction
+// committed it after the waiter's statement snapshot.
 func TestConcurrentHolderSerialises(t *testing.T) {
 	for _, tc := range []struct {
 		name       string
@@ -454,11 +454,13 @@ func TestConcurrentHolderSerialises(t *testing.T) {
 		wantMark   fence.Token
 		statements []string
 	}{
-		{"fresh, first commits, lower waiter stale", 0, 5, true, 4, true, 5, []string{"WITH", "SELECT", "rollback"}},
-		{"raised, first commits, lower waiter stale", 3, 5, true, 4, true, 5, []string{"WITH", "SELECT", "rollback"}},
-		{"first commits, higher waiter accepted", 3, 5, true, 6, false, 6, []string{"WITH"}},
-		{"first rolls back, lower waiter accepted", 3, 5, false, 4, false, 4, []string{"WITH"}},
-		{"fresh, first rolls back, waiter accepted", 0, 5, false, 4, false, 4, []string{"WITH"}},
+		{"fresh, first commits, lower waiter stale", 0, 5, true, 4, true, 5, []string{"INSERT", "rollback"}},
+		{"raised, first commits, lower waiter stale", 3, 5, true, 4, true, 5, []string{"INSERT", "rollback"}},
+		{"raised above a mark the waiter is also below", 4, 9, true, 3, true, 9, []string{"INSERT", "rollback"}},
+		{"first commits, higher waiter accepted", 3, 5, true, 6, false, 6, []string{"INSERT"}},
+		{"first commits, equal waiter accepted", 3, 5, true, 5, false, 5, []string{"INSERT"}},
+		{"first rolls back, lower waiter accepted", 3, 5, false, 4, false, 4, []string{"INSERT"}},
+		{"fresh, first rolls back, waiter accepted", 0, 5, false, 4, false, 4, []string{"INSERT"}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			schema := setupSchema(t)
@@ -626,7 +628,7 @@ func TestFenceContextCancelWhileWaiting(t *testing.T) {
 	for {
 		var n int
 		require.NoError(t, observer.QueryRow(bg(), `SELECT count(*) FROM pg_stat_activity
-WHERE wait_event_type = 'Lock' AND query LIKE 'WITH up AS%' AND strpos(query, $1) > 0`, schema).Scan(&n))
+WHERE wait_event_type = 'Lock' AND query LIKE 'INSERT INTO%' AND strpos(query, $1) > 0`, schema).Scan(&n))
 		if n > 0 {
 			break
 		}
