@@ -2,6 +2,7 @@ package s3guard
 
 import (
 	"context"
+	"encoding/base64"
 	"fmt"
 	"math"
 	"strings"
@@ -114,6 +115,11 @@ func TestForeignObjectAtKey(t *testing.T) {
 		require.Contains(t, valid, old)
 		return strings.Replace(valid, old, new, 1)
 	}
+	inl := func(fields string) string {
+		return fmt.Sprintf(`{"fencekit":"s3guard/v1","token":"3","write_id":%q,"deleted":false,%s}`, id, fields)
+	}
+	_, err = decodePointer(DefaultDataPrefix, "foreign", []byte(inl(`"inline":"eA==","size":1`)))
+	require.NoError(t, err, "the inline template must be valid")
 	cases := map[string]string{
 		"plain content":         "hello, I am a CSV file\n",
 		"empty object":          "",
@@ -136,6 +142,12 @@ func TestForeignObjectAtKey(t *testing.T) {
 		"tombstone with data":   swap(`"deleted":false`, `"deleted":true`),
 		"trailing data":         valid + `{}`,
 		"duplicate-ish garbage": valid + ` x`,
+		"inline and data":       swap(`"size":1`, `"size":1,"inline":"eA=="`),
+		"inline size mismatch":  inl(`"inline":"eA==","size":2`),
+		"inline with etag":      inl(`"inline":"eA==","etag":"abc","size":1`),
+		"inline not base64":     inl(`"inline":"%%%","size":1`),
+		"inline too big":        inl(`"inline":"` + base64.StdEncoding.EncodeToString(make([]byte, MaxInline+1)) + `","size":` + fmt.Sprint(MaxInline+1)),
+		"tombstone with inline": strings.Replace(inl(`"inline":"eA==","size":0`), `"deleted":false`, `"deleted":true`, 1),
 		"oversize":              swap(`"size":1`, `"size":1,"content_type":"`+strings.Repeat("x", MaxPointerSize)+`"`),
 	}
 	for name, body := range cases {

@@ -13,7 +13,8 @@ import (
 // BenchmarkPut compares a plain PutObject with a guarded Put of the same
 // 4 KiB, in one run: steady state (overwriting an existing key, one token)
 // and first writes to fresh keys. "guarded-keep" is the steady state with
-// KeepSuperseded (no removal of the superseded data object).
+// KeepSuperseded (no removal of the superseded data object), "guarded-inline"
+// stores the 4 KiB inside the pointer (Config.InlineMax).
 //
 // Requests per guarded Put: GET pointer, PUT data (If-None-Match: *), PUT
 // pointer (If-Match / If-None-Match: *), and on overwrite DELETE of the
@@ -24,6 +25,7 @@ func BenchmarkPut(b *testing.B) {
 	body := bytes.Repeat([]byte("x"), 4<<10)
 	s := e.store(b, nil, nil)
 	keep := e.store(b, nil, func(c *Config) { c.KeepSuperseded = true })
+	inl := e.store(b, nil, func(c *Config) { c.InlineMax = len(body) })
 	plain := func(key string) {
 		_, err := e.client.PutObject(ctx, e.bucket, key, bytes.NewReader(body), int64(len(body)), minio.PutObjectOptions{})
 		if err != nil {
@@ -45,8 +47,10 @@ func BenchmarkPut(b *testing.B) {
 		{"overwrite/plain", plain, false},
 		{"overwrite/guarded", guarded(s), false},
 		{"overwrite/guarded-keep", guarded(keep), false},
+		{"overwrite/guarded-inline", guarded(inl), false},
 		{"fresh/plain", plain, true},
 		{"fresh/guarded", guarded(s), true},
+		{"fresh/guarded-inline", guarded(inl), true},
 	} {
 		b.Run(bc.name, func(b *testing.B) {
 			key := "bench/" + bc.name
@@ -64,7 +68,7 @@ func BenchmarkPut(b *testing.B) {
 }
 
 // BenchmarkGet compares a plain GetObject of 4 KiB with a guarded Get
-// (GET pointer, GET data with If-Match).
+// (GET pointer, GET data with If-Match) and an inline one (GET pointer).
 func BenchmarkGet(b *testing.B) {
 	e := newEnv(b)
 	ctx := testCtx(b)
@@ -73,6 +77,9 @@ func BenchmarkGet(b *testing.B) {
 	_, err := e.rawPut(b, "plain", body, minio.PutObjectOptions{})
 	require.NoError(b, err)
 	_, err = s.PutBytes(ctx, "guarded", 1, body, PutOptions{})
+	require.NoError(b, err)
+	inl := e.store(b, nil, func(c *Config) { c.InlineMax = len(body) })
+	_, err = inl.PutBytes(ctx, "inline", 1, body, PutOptions{})
 	require.NoError(b, err)
 	b.Run("plain", func(b *testing.B) {
 		b.SetBytes(int64(len(body)))
@@ -90,6 +97,14 @@ func BenchmarkGet(b *testing.B) {
 			}
 		}
 	})
+	b.Run("guarded-inline", func(b *testing.B) {
+		b.SetBytes(int64(len(body)))
+		for i := 0; i < b.N; i++ {
+			if _, _, err := inl.GetBytes(ctx, "inline"); err != nil {
+				b.Fatal(err)
+			}
+		}
+	})
 }
 
 // BenchmarkPutPaired times a plain PutObject and a guarded Put of the same
@@ -103,11 +118,23 @@ func BenchmarkPutPaired(b *testing.B) {
 		name  string
 		fresh bool
 		keep  bool
-	}{{"overwrite", false, false}, {"overwrite-keep", false, true}, {"fresh", true, false}} {
+		inl   bool
+	}{
+		{"overwrite", false, false, false},
+		{"overwrite-keep", false, true, false},
+		{"overwrite-inline", false, false, true},
+		{"fresh", true, false, false},
+		{"fresh-inline", true, false, true},
+	} {
 		b.Run(bc.name, func(b *testing.B) {
-			s := e.store(b, nil, func(c *Config) { c.KeepSuperseded = bc.keep })
+			s := e.store(b, nil, func(c *Config) {
+				c.KeepSuperseded = bc.keep
+				if bc.inl {
+					c.InlineMax = len(body)
+				}
+			})
 			plainKey, guardedKey := "paired/"+bc.name+"/plain", "paired/"+bc.name+"/guarded"
-			_, err := e.rawPut(b, plainKey, body, minio.PutObjectOptions{})
+			_, err := e.client.PutObject(ctx, e.bucket, plainKey, bytes.NewReader(body), int64(len(body)), minio.PutObjectOptions{})
 			require.NoError(b, err)
 			_, err = s.PutBytes(ctx, guardedKey, 1, body, PutOptions{})
 			require.NoError(b, err)

@@ -5,6 +5,7 @@ import (
 	"crypto/rand"
 	"encoding/hex"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"strconv"
@@ -23,7 +24,10 @@ const PointerContentType = "application/json"
 
 // MaxPointerSize bounds the body of a pointer object. A larger object at a
 // key is reported as *PointerError.
-const MaxPointerSize = 16 << 10
+const MaxPointerSize = 32 << 10
+
+// MaxInline bounds Config.InlineMax: content stored inside the pointer body.
+const MaxInline = 8 << 10
 
 // MaxKeyLen is the longest key the guard accepts, in bytes. The data object
 // key adds the data prefix and a 53-byte suffix, and S3 keys are limited to
@@ -55,6 +59,7 @@ type pointer struct {
 	WriteID     string            `json:"write_id"`
 	Deleted     bool              `json:"deleted"`
 	Data        string            `json:"data,omitempty"`
+	Inline      []byte            `json:"inline,omitempty"`
 	ETag        string            `json:"etag,omitempty"`
 	Size        int64             `json:"size"`
 	ContentType string            `json:"content_type,omitempty"`
@@ -62,8 +67,17 @@ type pointer struct {
 }
 
 func (p *pointer) encode() ([]byte, error) {
-	return json.Marshal(p)
+	var buf bytes.Buffer
+	enc := json.NewEncoder(&buf)
+	enc.SetEscapeHTML(false)
+	if err := enc.Encode(p); err != nil {
+		return nil, err
+	}
+	return buf.Bytes(), nil
 }
+
+// inline reports whether p holds its content in its own body.
+func (p *pointer) inline() bool { return !p.Deleted && p.Data == "" }
 
 // decodePointer parses and checks a pointer body read from key. Anything that
 // is not exactly what encode produces for key is a *PointerError.
@@ -94,24 +108,40 @@ func decodePointer(dataPrefix, key string, body []byte) (*pointer, error) {
 		return nil, bad("negative size")
 	}
 	if p.Deleted {
-		if p.Data != "" || p.ETag != "" || p.Size != 0 || p.ContentType != "" || len(p.Metadata) != 0 {
+		if p.Data != "" || p.Inline != nil || p.ETag != "" || p.Size != 0 || p.ContentType != "" || len(p.Metadata) != 0 {
 			return nil, bad("tombstone carries content fields")
 		}
 		return &p, nil
 	}
-	tok, _, ok := parseDataKey(dataPrefix, key, p.Data)
-	switch {
-	case !ok:
-		return nil, bad("data key %q is not under %q", truncate(p.Data), dataPrefix+key+"/")
-	case tok > p.Token:
-		return nil, bad("data key token %d above pointer token %d", tok, p.Token)
-	case p.ETag == "" || len(p.ETag) > 128 || strings.ContainsAny(p.ETag, "\"\x00\r\n"):
-		return nil, bad("invalid etag")
+	if p.Data == "" { // content inline
+		switch {
+		case p.ETag != "":
+			return nil, bad("inline content with an etag")
+		case int64(len(p.Inline)) != p.Size || p.Size > MaxInline:
+			return nil, bad("inline content of %d bytes, size %d", len(p.Inline), p.Size)
+		}
+	} else if err := checkDataRef(dataPrefix, key, &p); err != nil {
+		return nil, bad("%v", err)
 	}
 	if err := checkOptions(PutOptions{ContentType: p.ContentType, Metadata: p.Metadata}); err != nil {
 		return nil, bad("%v", err)
 	}
 	return &p, nil
+}
+
+func checkDataRef(dataPrefix, key string, p *pointer) error {
+	tok, _, ok := parseDataKey(dataPrefix, key, p.Data)
+	switch {
+	case !ok:
+		return fmt.Errorf("data key %q is not under %q", truncate(p.Data), dataPrefix+key+"/")
+	case tok > p.Token:
+		return fmt.Errorf("data key token %d above pointer token %d", tok, p.Token)
+	case p.ETag == "" || len(p.ETag) > 128 || strings.ContainsAny(p.ETag, "\"\x00\r\n"):
+		return errors.New("invalid etag")
+	case p.Inline != nil:
+		return errors.New("both a data key and inline content")
+	}
+	return nil
 }
 
 func truncate(s string) string {

@@ -33,11 +33,13 @@ type change struct {
 	deleted bool
 }
 
+// staged is content uploaded to data object key, or (key "") held inline.
 type staged struct {
-	key  string
-	etag string
-	size int64
-	opts PutOptions
+	key    string
+	etag   string
+	size   int64
+	opts   PutOptions
+	inline []byte
 }
 
 func (st *stager) close() change {
@@ -80,6 +82,22 @@ func Stage(ctx context.Context, r io.Reader, size int64, opts PutOptions) error 
 	case st.ch.data != nil || st.ch.deleted:
 		return ErrAlreadyStaged
 	}
+	meta := opts.Metadata
+	if len(meta) > 0 {
+		meta = make(map[string]string, len(opts.Metadata))
+		for k, v := range opts.Metadata {
+			meta[k] = v
+		}
+	}
+	opts.Metadata = meta
+	if size >= 0 && size <= int64(st.s.inline) {
+		b := make([]byte, size)
+		if _, err := io.ReadFull(r, b); err != nil {
+			return fmt.Errorf("s3guard: stage %d bytes inline: %w", size, err)
+		}
+		st.ch.data = &staged{size: size, opts: opts, inline: b}
+		return nil
+	}
 	dk := dataKey(st.s.prefix, st.key, st.token, st.writeID)
 	po := minio.PutObjectOptions{
 		ContentType: opts.ContentType,
@@ -103,14 +121,7 @@ func Stage(ctx context.Context, r io.Reader, size int64, opts PutOptions) error 
 		st.s.remove(ctx, dk)
 		return fmt.Errorf("s3guard: stage data %q: %w", dk, err)
 	}
-	meta := opts.Metadata
-	if len(meta) > 0 {
-		meta = make(map[string]string, len(opts.Metadata))
-		for k, v := range opts.Metadata {
-			meta[k] = v
-		}
-	}
-	st.ch.data = &staged{key: dk, etag: info.ETag, size: info.Size, opts: PutOptions{ContentType: opts.ContentType, Metadata: meta}}
+	st.ch.data = &staged{key: dk, etag: info.ETag, size: info.Size, opts: opts}
 	return nil
 }
 

@@ -52,6 +52,12 @@ type Config struct {
 	// place instead of removing it right after the new pointer is
 	// written. Sweep removes such objects later.
 	KeepSuperseded bool
+	// InlineMax, when positive, stores content of known size up to
+	// InlineMax bytes inside the pointer body (base64, field "inline")
+	// instead of in a data object: one conditional PUT per write and one
+	// GET per read. At most MaxInline. Default 0: content always goes to a
+	// data object.
+	InlineMax int
 }
 
 // Store is a fenced object store over one bucket. It is safe for concurrent
@@ -64,6 +70,7 @@ type Store struct {
 	max     int
 	backoff time.Duration
 	keep    bool
+	inline  int
 
 	// afterRead, when set (tests only), runs after every pointer read of
 	// the fenced write path, before the decision.
@@ -102,6 +109,9 @@ func New(cfg Config) (*Store, error) {
 	case cfg.MaxAttempts == 0:
 		cfg.MaxAttempts = DefaultMaxAttempts
 	}
+	if cfg.InlineMax < 0 || cfg.InlineMax > MaxInline {
+		return nil, fmt.Errorf("%w: InlineMax %d outside 0..%d", ErrInvalidConfig, cfg.InlineMax, MaxInline)
+	}
 	switch {
 	case cfg.ConflictBackoff < 0:
 		return nil, fmt.Errorf("%w: ConflictBackoff %v is negative", ErrInvalidConfig, cfg.ConflictBackoff)
@@ -115,6 +125,7 @@ func New(cfg Config) (*Store, error) {
 		max:     cfg.MaxAttempts,
 		backoff: cfg.ConflictBackoff,
 		keep:    cfg.KeepSuperseded,
+		inline:  cfg.InlineMax,
 	}, nil
 }
 
@@ -141,7 +152,9 @@ type Info struct {
 	Deleted bool
 	// DataKey, ETag, Size, ContentType and Metadata describe the content;
 	// they are empty for a tombstone. DataKey names the immutable data
-	// object holding the bytes, ETag is that object's ETag.
+	// object holding the bytes, ETag is that object's ETag; both are empty
+	// when the content is Inline (inside the pointer, Config.InlineMax).
+	Inline      bool
 	DataKey     string
 	ETag        string
 	Size        int64
@@ -151,7 +164,7 @@ type Info struct {
 
 func (s *Store) info(key string, p *pointer) Info {
 	in := Info{
-		Key: key, Token: p.Token, WriteID: p.WriteID, Deleted: p.Deleted,
+		Key: key, Token: p.Token, WriteID: p.WriteID, Deleted: p.Deleted, Inline: p.inline(),
 		DataKey: p.Data, ETag: p.ETag, Size: p.Size, ContentType: p.ContentType,
 	}
 	if len(p.Metadata) > 0 {
@@ -297,7 +310,7 @@ func (s *Store) fence(ctx context.Context, key string, token fence.Token, write 
 	werr := write(context.WithValue(fence.WithToken(ctx, token), stagerKey{}, st))
 	ch := st.close()
 	if werr != nil {
-		if ch.data != nil {
+		if ch.data != nil && ch.data.key != "" {
 			s.remove(ctx, ch.data.key)
 		}
 		return Info{}, werr
@@ -312,11 +325,13 @@ func (ch change) next(token fence.Token, writeID string, cur current) *pointer {
 	case ch.data != nil:
 		d := ch.data
 		p.Data, p.ETag, p.Size, p.ContentType, p.Metadata = d.key, d.etag, d.size, d.opts.ContentType, d.opts.Metadata
+		p.Inline = d.inline
 	case ch.deleted || cur.p == nil || cur.p.Deleted:
 		p.Deleted = true
 	default: // nothing staged: keep the current content
 		c := cur.p
 		p.Data, p.ETag, p.Size, p.ContentType, p.Metadata = c.Data, c.ETag, c.Size, c.ContentType, c.Metadata
+		p.Inline = c.Inline
 	}
 	return p
 }
@@ -394,7 +409,7 @@ func (s *Store) commit(ctx context.Context, key string, token fence.Token, write
 // dropSuperseded removes the data object of the pointer old that new
 // replaced, unless new still refers to it or the Store keeps them.
 func (s *Store) dropSuperseded(ctx context.Context, old current, new *pointer) {
-	if s.keep || old.p == nil || old.p.Deleted || old.p.Data == new.Data {
+	if s.keep || old.p == nil || old.p.Data == "" || old.p.Data == new.Data {
 		return
 	}
 	s.remove(ctx, old.p.Data)
@@ -406,7 +421,7 @@ func (s *Store) dropSuperseded(ctx context.Context, old current, new *pointer) {
 // reference). Once the current pointer does not refer to a data object, no
 // later pointer can: references are only copied from the current pointer.
 func (s *Store) dropUnreferenced(ctx context.Context, ch change, cur current) {
-	if ch.data == nil || (cur.p != nil && cur.p.Data == ch.data.key) {
+	if ch.data == nil || ch.data.key == "" || (cur.p != nil && cur.p.Data == ch.data.key) {
 		return
 	}
 	s.remove(ctx, ch.data.key)
@@ -451,6 +466,9 @@ func (s *Store) Get(ctx context.Context, key string) (io.ReadCloser, Info, error
 		}
 		if cur.p.Deleted {
 			return nil, s.info(key, cur.p), &NotFoundError{Key: key, Deleted: true, Token: cur.p.Token}
+		}
+		if cur.p.inline() {
+			return io.NopCloser(bytes.NewReader(cur.p.Inline)), s.info(key, cur.p), nil
 		}
 		if s.beforeData != nil {
 			s.beforeData(key)
