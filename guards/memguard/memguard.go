@@ -2,11 +2,15 @@ package memguard
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"sync"
 
 	"github.com/fencekit/fencekit/fence"
 )
+
+// ErrNilWrite is returned by Fence when write is nil. Nothing changes.
+var ErrNilWrite = errors.New("memguard: nil write function")
 
 // Config configures a Guard. The zero value is valid; it has no options yet
 // and exists so that every fencekit package is built the same way.
@@ -50,7 +54,7 @@ func (g *Guard) Fence(ctx context.Context, resource string, token fence.Token, w
 		return err
 	}
 	if write == nil {
-		return fmt.Errorf("memguard: nil write function")
+		return ErrNilWrite
 	}
 	if err := ctx.Err(); err != nil {
 		return fmt.Errorf("memguard: %q: %w: %w", resource, fence.ErrBusy, err)

@@ -67,7 +67,7 @@ func TestBadArgumentsDoNotCallWrite(t *testing.T) {
 	assert.ErrorIs(t, g.Fence(ctx, "r", -3, w), fence.ErrInvalidToken)
 	assert.ErrorIs(t, g.Fence(ctx, "", 1, w), fence.ErrInvalidResource)
 	assert.ErrorIs(t, g.Fence(ctx, "a\x00", 1, w), fence.ErrInvalidResource)
-	assert.Error(t, g.Fence(ctx, "r", 1, nil))
+	assert.ErrorIs(t, g.Fence(ctx, "r", 1, nil), memguard.ErrNilWrite)
 	assert.False(t, called)
 	assert.Equal(t, fence.Token(0), g.Mark("r"))
 }
