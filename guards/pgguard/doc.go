@@ -46,7 +46,10 @@
 //     the mark with its own value and rolls back, so it leaves no change.
 //   - Lock timeout (55P03), serialization failure (40001) and deadlock
 //     (40P01) are reported as errors matching fence.ErrBusy that also wrap the
-//     *pgconn.PgError: nothing was written, retry the whole transaction.
+//     *pgconn.PgError: nothing was written, retry the whole transaction. So
+//     does ctx ending before the mark was decided (the error also matches
+//     ctx.Err()); a ctx ending during COMMIT is not mapped, as its outcome
+//     is unknown.
 //   - Guard.Fence bounds its lock waits by Config.LockTimeout (SET LOCAL,
 //     sent with BEGIN in one round trip) and by ctx.
 //   - The schema name is validated with sql.ValidateIdentifier; resource

@@ -137,7 +137,9 @@ func (g *Guard) Schema() string { return g.schema }
 //     concurrent transaction this statement waited for).
 //   - lock_timeout (55P03), serialization failure (40001) and deadlock
 //     (40P01): an error matching fence.ErrBusy (and wrapping the
-//     *pgconn.PgError). Retry the whole transaction.
+//     *pgconn.PgError). Retry the whole transaction. ctx ending before the
+//     statement returned (a bounded lock wait) also matches fence.ErrBusy,
+//     as well as ctx.Err().
 //   - anything else: wrapped as is.
 //
 // After any error except the input errors, FenceTx has rolled tx back (for
@@ -193,6 +195,13 @@ var busyCodes = map[string]string{
 }
 
 func (g *Guard) dbError(resource, op string, err error) error {
+	if op != "commit" && (errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded)) {
+		// ctx ended before the mark was decided (typically while waiting
+		// for its row lock); the transaction is rolled back, nothing was
+		// written. A ctx ending during COMMIT is not mapped: its outcome
+		// is unknown.
+		return fmt.Errorf("pgguard: %s %q: %w: %w", op, resource, fence.ErrBusy, err)
+	}
 	var pgErr *pgconn.PgError
 	if errors.As(err, &pgErr) {
 		if what, ok := busyCodes[pgErr.Code]; ok {

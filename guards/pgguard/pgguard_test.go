@@ -637,7 +637,8 @@ WHERE wait_event_type = 'Lock' AND query LIKE 'INSERT INTO%' AND strpos(query, $
 	}
 	cancel()
 	err = <-res
-	require.Error(t, err)
+	assert.ErrorIs(t, err, fence.ErrBusy)
+	assert.ErrorIs(t, err, context.Canceled)
 	assert.False(t, called)
 	require.NoError(t, tx.Rollback(bg()))
 	gm := newGuard(t, pgguard.Config{Schema: schema, DB: observer})
