@@ -20,6 +20,11 @@
 // A plain S3 reader finds the current content by GETting the pointer and then
 // the object named by its "data" field (optionally with If-Match: "<etag>").
 //
+// With Config.InlineMax set, content of at most that many bytes is stored in
+// the pointer body itself (base64 field "inline", no "data" field): one
+// conditional PUT per write and one GET per read, at the price of readers
+// having to decode it.
+//
 // # Writing
 //
 // Put, Delete and Fence (the fence.Guard method) all run the same steps:
@@ -79,6 +84,9 @@
 //   - Versioned buckets work (conditions apply to the latest version), but
 //     removals only add delete markers: old pointers and data stay as
 //     noncurrent versions until a lifecycle rule expires them.
+//   - A pointer PUT that fails with an error the SDK does not retry has an
+//     unknown outcome: the guard re-reads once and reports success if the
+//     pointer is its own, otherwise the error (not stale, not busy).
 //   - Fencing orders writers by token; it does not say whether a lease is
 //     still held. Effects of a Fence write callback outside the Stage calls
 //     are not part of the commit.
