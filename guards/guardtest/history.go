@@ -130,6 +130,10 @@ func CheckHistory(h History) error {
 		}
 		// Accepted attempts by completion; prefix maximum of their tokens.
 		sort.Slice(acc, func(i, j int) bool { return acc[i].Completed < acc[j].Completed })
+		accByToken := map[fence.Token][]Attempt{}
+		for _, a := range acc {
+			accByToken[a.Token] = append(accByToken[a.Token], a)
+		}
 		prefMax := make([]Attempt, len(acc))
 		for i, a := range acc {
 			prefMax[i] = a
@@ -169,8 +173,8 @@ func CheckHistory(h History) error {
 				continue
 			}
 			justified := false
-			for _, a := range acc {
-				if a.Token == se.Highest && a.Invoked < s.Completed {
+			for _, a := range accByToken[se.Highest] {
+				if a.Invoked < s.Completed {
 					justified = true
 					break
 				}
@@ -203,8 +207,8 @@ func CheckHistory(h History) error {
 				report("%q: read (invoked at %d) returned token %d after token %d had been accepted (completed at %d)", r, o.Invoked, o.State.Token, prev.Token, prev.Completed)
 			}
 			wrote := false
-			for _, a := range acc {
-				if a.Token == o.State.Token && a.Value == o.State.Value && a.Invoked < o.Completed {
+			for _, a := range accByToken[o.State.Token] {
+				if a.Value == o.State.Value && a.Invoked < o.Completed {
 					wrote = true
 					break
 				}
