@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"sync"
+	"sync/atomic"
 
 	"github.com/fencekit/fencekit/fence"
 )
@@ -24,7 +25,7 @@ type Guard struct {
 
 type entry struct {
 	lock chan struct{} // one slot: held while a Fence call is deciding/writing
-	mark fence.Token   // guarded by lock
+	mark atomic.Int64  // written only while holding lock; read by Mark without it
 }
 
 var _ fence.Guard = (*Guard)(nil)
@@ -66,21 +67,22 @@ func (g *Guard) Fence(ctx context.Context, resource string, token fence.Token, w
 		return fmt.Errorf("memguard: waiting for %q: %w: %w", resource, fence.ErrBusy, ctx.Err())
 	}
 	defer func() { <-e.lock }()
-	if err := fence.Decide(resource, token, e.mark); err != nil {
+	mark := fence.Token(e.mark.Load())
+	if err := fence.Decide(resource, token, mark); err != nil {
 		return err
 	}
 	if err := write(ctx); err != nil {
 		return err
 	}
-	if token > e.mark {
-		e.mark = token
+	if token > mark {
+		e.mark.Store(int64(token))
 	}
 	return nil
 }
 
 // Mark returns the high-water mark of resource: the highest token a write
-// to it has succeeded with, or 0 when none has. It waits for a Fence call in
-// progress on resource to finish.
+// to it has succeeded with, or 0 when none has. It does not wait for a Fence
+// call in progress: a write still running is not counted.
 func (g *Guard) Mark(resource string) fence.Token {
 	g.mu.Lock()
 	e := g.entries[resource]
@@ -88,7 +90,5 @@ func (g *Guard) Mark(resource string) fence.Token {
 	if e == nil {
 		return 0
 	}
-	e.lock <- struct{}{}
-	defer func() { <-e.lock }()
-	return e.mark
+	return fence.Token(e.mark.Load())
 }

@@ -107,6 +107,7 @@ func TestWaitBoundedByContext(t *testing.T) {
 		})
 	}()
 	<-inside
+	assert.Equal(t, fence.Token(0), g.Mark("r"), "Mark does not wait for, or count, a write in progress")
 	ctx, cancel := context.WithCancel(context.Background())
 	waiting := make(chan error, 1)
 	called := false
