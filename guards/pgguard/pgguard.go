@@ -230,6 +230,8 @@ func TxFromContext(ctx context.Context) (pgx.Tx, bool) {
 // error, and a panic in write, rolls the transaction back, so the mark is
 // raised if and only if write's statements commit. The error of write is
 // returned as is; a serialization failure at commit matches fence.ErrBusy.
+// write must not commit or roll back the transaction itself, nor use it from
+// other goroutines (a pgx.Tx is not safe for concurrent use).
 //
 // If the commit's reply is lost (connection failure during COMMIT), the
 // outcome is unknown and Fence returns the connection error; check with Mark
