@@ -59,7 +59,8 @@ type Options struct {
 
 // Stats summarises a history.
 type Stats struct {
-	Events        int
+	Events int
+	// Executions counts the distinct Exec ids that tried to acquire.
 	Executions    int
 	Grants        int
 	Refusals      int
@@ -202,7 +203,8 @@ func (c *checker) stats(evs []Event) {
 	resources := map[string]bool{}
 	invoked := map[string]Event{}
 	for _, e := range evs {
-		if e.Exec != "" {
+		switch e.Kind {
+		case AcquireGranted, AcquireRefused, AcquireError:
 			execs[e.Exec] = true
 		}
 		switch e.Kind {

@@ -120,7 +120,7 @@ func TestCleanHistories(t *testing.T) {
 		assert.Equal(t, 1, rep.Stats.Refusals)
 		assert.Equal(t, 3, rep.Stats.Writes["mem"][Accepted])
 		assert.Equal(t, 1, rep.Stats.Writes["mem"][Stale])
-		assert.Equal(t, 3, rep.Stats.Executions) // A, B, checker
+		assert.Equal(t, 2, rep.Stats.Executions) // A, B (not the final reader)
 	})
 	t.Run("concurrent writes out of completion order", func(t *testing.T) {
 		// 5 is invoked before 6 completes and completes after it: the two

@@ -1,0 +1,85 @@
+package chaos
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"io"
+	"net"
+	"net/http"
+
+	"sync/atomic"
+)
+
+// errReplyLost is what a caller sees when the chaos harness swallowed the
+// reply of a request the server did process.
+var errReplyLost = errors.New("chaos: reply lost (injected)")
+
+type dropKey struct{}
+
+// withDroppedReply marks ctx so that the next HTTP exchange made with it
+// (through dropTransport) reaches the server but its reply is discarded.
+func withDroppedReply(ctx context.Context) (context.Context, *atomic.Bool) {
+	armed := new(atomic.Bool)
+	armed.Store(true)
+	return context.WithValue(ctx, dropKey{}, armed), armed
+}
+
+// dropTransport sends every request; when the request's context was armed
+// with withDroppedReply, it reads and discards the server's full reply and
+// returns errReplyLost instead, once.
+type dropTransport struct{ base http.RoundTripper }
+
+func (t dropTransport) RoundTrip(req *http.Request) (*http.Response, error) {
+	resp, err := t.base.RoundTrip(req)
+	armed, _ := req.Context().Value(dropKey{}).(*atomic.Bool)
+	if err != nil || armed == nil || !armed.CompareAndSwap(true, false) {
+		return resp, err
+	}
+	_, _ = io.Copy(io.Discard, resp.Body)
+	_ = resp.Body.Close()
+	return nil, errReplyLost
+}
+
+// commitDropper wraps the connections of one pgx pool. When armed, the next
+// COMMIT written on any of them is sent in full and the connection is then
+// closed before the server's reply can be read: the transaction commits (the
+// server has the whole message) but the client sees a connection error.
+type commitDropper struct {
+	armed atomic.Bool
+}
+
+func (d *commitDropper) dial(ctx context.Context, network, addr string) (net.Conn, error) {
+	var dialer net.Dialer
+	c, err := dialer.DialContext(ctx, network, addr)
+	if err != nil {
+		return nil, err
+	}
+	return &dropConn{Conn: c, d: d}, nil
+}
+
+type dropConn struct {
+	net.Conn
+	d *commitDropper
+}
+
+// pgx sends COMMIT as a simple Query message: 'Q', int32 length, "commit\x00".
+var commitMsg = []byte("commit\x00")
+
+func (c *dropConn) Write(p []byte) (int, error) {
+	if c.d.armed.Load() && len(p) > 0 && p[0] == 'Q' && bytes.Contains(bytes.ToLower(p), commitMsg) &&
+		c.d.armed.CompareAndSwap(true, false) {
+		n, err := c.Conn.Write(p)
+		if err == nil {
+			// Half-close: the server reads the whole COMMIT and then EOF; it
+			// commits, and its reply has nowhere to go.
+			if tc, ok := c.Conn.(*net.TCPConn); ok {
+				_ = tc.CloseWrite()
+			}
+			_ = c.Conn.Close()
+			return n, nil
+		}
+		return n, err
+	}
+	return c.Conn.Write(p)
+}
