@@ -22,6 +22,7 @@ func fuzzPointerSeeds() [][]byte {
 		{Format: PointerFormat, Token: 7, WriteID: fuzzWriteID, Data: dataKey(DefaultDataPrefix, key, 7, fuzzWriteID),
 			ETag: "d41d8cd98f00b204e9800998ecf8427e", Size: 3, ContentType: "text/plain", Metadata: map[string]string{"a": "b"}},
 		{Format: PointerFormat, Token: 9, WriteID: fuzzWriteID, Deleted: true},
+		{Format: PointerFormat, Token: 5, WriteID: fuzzWriteID, Inline: []byte("inline\x00"), Size: 7, ContentType: "text/plain"},
 	}
 	var out [][]byte
 	for _, p := range good {
@@ -66,7 +67,10 @@ func FuzzDecodePointer(f *testing.F) {
 		if p.Format != PointerFormat || !p.Token.Valid() || !isWriteID(p.WriteID) || p.Size < 0 {
 			t.Fatalf("accepted an invalid pointer: %+v", p)
 		}
-		if !p.Deleted {
+		if p.inline() && (int64(len(p.Inline)) != p.Size || p.Size > MaxInline || p.ETag != "") {
+			t.Fatalf("accepted an invalid inline pointer: %+v", p)
+		}
+		if !p.Deleted && !p.inline() {
 			tok, _, ok := parseDataKey(DefaultDataPrefix, key, p.Data)
 			if !ok || tok > p.Token {
 				t.Fatalf("accepted pointer with bad data key %q (token %d)", p.Data, p.Token)
@@ -83,7 +87,7 @@ func FuzzDecodePointer(f *testing.F) {
 		if !reflect.DeepEqual(normalise(p), normalise(q)) {
 			t.Fatalf("round trip changed the pointer:\n%+v\n%+v", p, q)
 		}
-		if _, err := decodePointer(DefaultDataPrefix+"other/", key, body); err == nil && !p.Deleted {
+		if _, err := decodePointer(DefaultDataPrefix+"other/", key, body); err == nil && !p.Deleted && !p.inline() {
 			t.Fatalf("content pointer accepted under a different data prefix")
 		}
 	})
@@ -93,6 +97,9 @@ func normalise(p *pointer) pointer {
 	c := *p
 	if len(c.Metadata) == 0 {
 		c.Metadata = nil
+	}
+	if len(c.Inline) == 0 {
+		c.Inline = nil
 	}
 	return c
 }
