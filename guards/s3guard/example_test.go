@@ -17,6 +17,11 @@ import (
 // exampleStore connects to the test MinIO (TEST_MINIO_* variables, see
 // `make services`) and makes a bucket for one example.
 func exampleStore(ctx context.Context) (*s3guard.Store, func()) {
+	return exampleStoreWith(ctx, s3guard.Config{})
+}
+
+// exampleStoreWith is exampleStore with Client and Bucket filled into cfg.
+func exampleStoreWith(ctx context.Context, cfg s3guard.Config) (*s3guard.Store, func()) {
 	env, _ := testsvc.MinIOEnv()
 	client, err := minio.New(env.Endpoint, &minio.Options{Creds: credentials.NewStaticV4(env.AccessKey, env.SecretKey, "")})
 	if err != nil {
@@ -26,7 +31,8 @@ func exampleStore(ctx context.Context) (*s3guard.Store, func()) {
 	if err := client.MakeBucket(ctx, bucket, minio.MakeBucketOptions{}); err != nil {
 		panic(err)
 	}
-	store, err := s3guard.New(s3guard.Config{Client: client, Bucket: bucket})
+	cfg.Client, cfg.Bucket = client, bucket
+	store, err := s3guard.New(cfg)
 	if err != nil {
 		panic(err)
 	}
@@ -115,4 +121,32 @@ func ExampleStore_Delete() {
 	// Output:
 	// not found: deleted=true under token 5
 	// true
+}
+
+// Mark reads a key's high-water mark; Sweep removes data objects that can
+// never become visible again (here: content kept by KeepSuperseded).
+func ExampleStore_Sweep() {
+	ctx := context.Background()
+	store, cleanup := exampleStoreWith(ctx, s3guard.Config{KeepSuperseded: true})
+	defer cleanup()
+	for tok := fence.Token(1); tok <= 3; tok++ {
+		if _, err := store.PutBytes(ctx, "log.txt", tok, []byte(fmt.Sprintf("v%d", tok)), s3guard.PutOptions{}); err != nil {
+			panic(err)
+		}
+	}
+	mark, err := store.Mark(ctx, "log.txt")
+	if err != nil {
+		panic(err)
+	}
+	removed, err := store.Sweep(ctx, "log.txt")
+	if err != nil {
+		panic(err)
+	}
+	body, _, err := store.GetBytes(ctx, "log.txt")
+	if err != nil {
+		panic(err)
+	}
+	fmt.Printf("mark %d, swept %d, content %s\n", mark, removed, body)
+	// Output:
+	// mark 3, swept 2, content v3
 }
