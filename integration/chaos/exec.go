@@ -47,7 +47,7 @@ func (x *execution) run(ctx context.Context) {
 		key := x.keys[x.rng.IntN(len(x.keys))]
 		x.attempt(ctx, key)
 		// Pacing between attempts, not synchronisation.
-		sleepCtx(ctx, time.Duration(x.rng.IntN(int(x.ttl/8)+1)))
+		sleepCtx(ctx, time.Duration(x.rng.IntN(int(x.ttl/4)+1)))
 	}
 }
 

@@ -16,7 +16,9 @@ const (
 	// token (a GC pause or a stalled thread with a write in flight).
 	FaultPause Fault = "pause"
 	// FaultLostReply: a write reaches its store and commits, but its reply
-	// is dropped (PostgreSQL COMMIT, S3 request, HTTP request).
+	// is dropped: one write's (PostgreSQL COMMIT, S3 request, HTTP
+	// request), or every reply through the PostgreSQL or MinIO proxy for a
+	// moment (downstream paused, then connections reset).
 	FaultLostReply Fault = "lost-reply"
 	// FaultSIGKILL: a child process holding leases is killed with SIGKILL
 	// and replaced by a new one.
@@ -24,13 +26,14 @@ const (
 	// FaultSIGSTOP: a child process is frozen (SIGSTOP) for longer than the
 	// TTL, then resumed (SIGCONT): every goroutine of it pauses at once.
 	FaultSIGSTOP Fault = "sigstop"
-	// FaultPGCut: every connection to PostgreSQL through the proxy is closed.
+	// FaultPGCut: every connection to PostgreSQL through the proxy is reset
+	// and new ones are refused for up to TTL/2.
 	FaultPGCut Fault = "pg-cut"
 	// FaultPGHold: PostgreSQL traffic is held (a blackhole) for about a TTL.
 	FaultPGHold Fault = "pg-blackhole"
 	// FaultPGSlow: PostgreSQL traffic is delayed for a while.
 	FaultPGSlow Fault = "pg-slow"
-	// FaultS3Cut: every connection to MinIO through the proxy is closed.
+	// FaultS3Cut: like FaultPGCut, for MinIO.
 	FaultS3Cut Fault = "s3-cut"
 	// FaultS3Slow: MinIO traffic is delayed for a while.
 	FaultS3Slow Fault = "s3-slow"
@@ -111,12 +114,13 @@ func (s FaultSet) String() string {
 	return strings.Join(out, ",")
 }
 
-// infra lists the enabled faults the scheduler injects (the others are
-// injected by the executions themselves).
+// infra lists the enabled faults the scheduler injects. FaultPause is
+// injected by the executions themselves; FaultLostReply by both (one write's
+// reply, or every reply through a proxy for a moment).
 func (s FaultSet) infra(procs int) []Fault {
 	var out []Fault
 	for _, f := range AllFaults {
-		if !s[f] || f == FaultPause || f == FaultLostReply {
+		if !s[f] || f == FaultPause {
 			continue
 		}
 		if (f == FaultSIGKILL || f == FaultSIGSTOP) && procs == 0 {

@@ -21,6 +21,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/fencekit/fencekit/integration/history"
+	"github.com/fencekit/fencekit/internal/netproxy"
 	"github.com/fencekit/fencekit/internal/testsvc"
 	fsql "github.com/fencekit/fencekit/sql"
 )
@@ -221,16 +222,16 @@ func Run(t testing.TB, cfg Config) *Result {
 	if err != nil {
 		t.Fatal(err)
 	}
-	pgProxy, err := newProxy(pgAddr)
+	pgProxy, err := netproxy.New(pgAddr)
 	if err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(pgProxy.Close)
-	s3Proxy, err := newProxy(s3env.Endpoint)
+	t.Cleanup(func() { _ = pgProxy.Close() })
+	s3Proxy, err := netproxy.New(s3env.Endpoint)
 	if err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(s3Proxy.Close)
+	t.Cleanup(func() { _ = s3Proxy.Close() })
 	pgURL, err := proxiedURL(testsvc.DatabaseURL(), pgProxy.Addr())
 	if err != nil {
 		t.Fatal(err)
@@ -286,8 +287,8 @@ func Run(t testing.TB, cfg Config) *Result {
 	go func() { defer wg.Done(); kids.run(runCtx) }()
 	go func() { defer wg.Done(); sched.run(runCtx) }()
 	wg.Wait()
-	pgProxy.Restore()
-	s3Proxy.Restore()
+	heal(pgProxy)
+	heal(s3Proxy)
 
 	// Final states, read directly (not through the proxies).
 	fctx, fcancel := context.WithTimeout(ctx, time.Minute)
@@ -453,8 +454,8 @@ type scheduler struct {
 	cfg  Config
 	rng  *rand.Rand
 	rec  *history.Recorder
-	pg   *proxy
-	s3   *proxy
+	pg   *netproxy.Proxy
+	s3   *netproxy.Proxy
 	kids *children
 	logf func(string, ...any)
 }
@@ -480,29 +481,41 @@ func (s *scheduler) run(ctx context.Context) {
 		}
 		f := kinds[s.rng.IntN(len(kinds))]
 		switch f {
-		case FaultPGCut:
-			s.record(f, "all PostgreSQL connections closed")
-			s.pg.Cut()
-		case FaultS3Cut:
-			s.record(f, "all MinIO connections closed")
-			s.s3.Cut()
+		case FaultPGCut, FaultS3Cut:
+			p, name := s.proxyOf(f)
+			d := s.between(0, ttl/2)
+			s.record(f, fmt.Sprintf("%s connections reset, new ones refused for %s", name, d.Round(time.Millisecond)))
+			p.Cut()
+			sleepCtx(ctx, d) // the fault's duration
+			heal(p)
 		case FaultPGHold:
 			d := s.between(ttl/2, ttl*3/2)
 			s.record(f, "PostgreSQL traffic held for "+d.Round(time.Millisecond).String())
-			s.pg.Hold()
-			sleepCtx(ctx, d) // the fault's duration
-			s.pg.Restore()
+			s.pg.Blackhole()
+			sleepCtx(ctx, d)
+			heal(s.pg)
 		case FaultPGSlow, FaultS3Slow:
-			p := s.pg
-			if f == FaultS3Slow {
-				p = s.s3
-			}
+			p, name := s.proxyOf(f)
 			lat := s.between(20*time.Millisecond, 150*time.Millisecond)
 			d := s.between(ttl/2, 2*ttl)
-			s.record(f, fmt.Sprintf("latency %s for %s", lat.Round(time.Millisecond), d.Round(time.Millisecond)))
-			p.SetLatency(lat)
+			s.record(f, fmt.Sprintf("%s latency %s for %s", name, lat.Round(time.Millisecond), d.Round(time.Millisecond)))
+			p.SetLatency(netproxy.Both, lat)
 			sleepCtx(ctx, d)
-			p.Restore()
+			heal(p)
+		case FaultLostReply:
+			// Every reply in flight through one proxy is lost: requests
+			// still reach the server, replies are held, then the
+			// connections are reset.
+			p, name := s.pg, "PostgreSQL"
+			if s.rng.IntN(2) == 0 {
+				p, name = s.s3, "MinIO"
+			}
+			d := s.between(20*time.Millisecond, ttl/3)
+			s.record(f, fmt.Sprintf("%s replies dropped for %s, then connections reset", name, d.Round(time.Millisecond)))
+			p.Pause(netproxy.Downstream)
+			sleepCtx(ctx, d)
+			p.CloseConns()
+			heal(p)
 		case FaultSIGKILL:
 			if cmd := s.kids.pick(s.rng); cmd != nil {
 				s.kids.markKilled(cmd)
@@ -535,4 +548,17 @@ func pgVersion() string {
 		return entries[0].Name()
 	}
 	return "15"
+}
+
+// heal ends every fault of p.
+func heal(p *netproxy.Proxy) {
+	p.SetLatency(netproxy.Both, 0)
+	p.Restore()
+}
+
+func (s *scheduler) proxyOf(f Fault) (*netproxy.Proxy, string) {
+	if f == FaultS3Cut || f == FaultS3Slow {
+		return s.s3, "MinIO"
+	}
+	return s.pg, "PostgreSQL"
 }

@@ -166,6 +166,8 @@ type checker struct {
 }
 
 func (c *checker) add(v Violation) {
+	v.Events = append([]Event(nil), v.Events...)
+	byTime(v.Events)
 	c.report.Counts[v.Kind]++
 	if c.report.Counts[v.Kind] <= c.opts.MaxPerKind {
 		c.report.Violations = append(c.report.Violations, v)
