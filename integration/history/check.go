@@ -127,6 +127,7 @@ type tenure struct {
 	lossAt   int64 // 0: no loss observed
 	relAt    int64 // 0: no release sent
 	renewals []Event
+	observed Event // the last work step that extended deadline, if any
 }
 
 // inForce returns the trust deadline in force at time at (grant and the
@@ -287,6 +288,15 @@ func (c *checker) tenures(evs []Event) ([]*tenure, map[string]*tenure) {
 			if e.Mono <= t.deadline && t.lossAt == 0 && t.relAt == 0 && e.Deadline > t.deadline {
 				t.deadline = e.Deadline
 			}
+		case Work:
+			// A work step also reports the deadline the execution believed
+			// in at that moment; it may have been extended by a renewal the
+			// execution did not record itself (a lease's own background
+			// renewal).
+			if t := byRun[e.RunID]; t != nil && e.Mono <= t.deadline && t.lossAt == 0 && t.relAt == 0 && e.Deadline > t.deadline {
+				t.deadline = e.Deadline
+				t.observed = e
+			}
 		case Loss:
 			if t := byRun[e.RunID]; t != nil && t.lossAt == 0 {
 				t.lossAt = e.Mono
@@ -315,6 +325,9 @@ func (t *tenure) evidence() []Event {
 	ev := []Event{t.grant}
 	if n := len(t.renewals); n > 0 {
 		ev = append(ev, t.renewals[n-1])
+	}
+	if t.observed.Kind != "" {
+		ev = append(ev, t.observed)
 	}
 	return append(ev, t.ends...)
 }

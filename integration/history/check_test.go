@@ -410,3 +410,15 @@ func TestClock(t *testing.T) {
 	m := MonoOf(d)
 	assert.InDelta(t, float64(Now()+int64(time.Second)), float64(m), float64(50*time.Millisecond))
 }
+
+func TestWorkStepRevealsBackgroundRenewal(t *testing.T) {
+	// A's lease renewed itself in the background (no RenewOK recorded); a
+	// work step at 900 reports the extended deadline 1900, so B's grant at
+	// 1100 overlaps A's belief.
+	h := &hist{}
+	h.grant("A", "k", 5, 1, 10, 1000).
+		add(Event{Kind: Work, Exec: "A", Key: "k", Token: 5, RunID: "A-5", Mono: ms(900), Deadline: ms(1900)}).
+		grant("B", "k", 6, 1090, 1100, 2100)
+	v := requireCaught(t, h, OverlappingOwnership, Options{})
+	assert.Contains(t, v.Message, "until 1.900s")
+}

@@ -24,7 +24,9 @@
 //   - [OverlappingOwnership]: two executions believed they owned the same key
 //     at the same instant. An execution's belief interval runs from the moment
 //     its grant reply arrived to the earliest of its trust deadline (extended
-//     only by renewals whose reply arrived before the deadline in force), the
+//     only by renewals whose reply arrived before the deadline in force, and
+//     by the deadlines work steps report, which reveal renewals the lease
+//     made on its own), the
 //     observed loss of its lease context, and the moment it sent its release.
 //     A renewal accepted for a grant that a later grant of the same key had
 //     already superseded is reported under the same kind.
