@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"io"
+	"net/http"
 	"strings"
 	"testing"
 
@@ -231,9 +232,10 @@ func TestIfMatchOnMissingPointer(t *testing.T) {
 	// and the conditional write: If-Match gets 404, the loop re-reads and
 	// creates the pointer with If-None-Match: *.
 	e := newEnv(t)
-	s := e.store(t, nil, nil)
-	_, err := put(t, s, "gone", 1, "one")
+	_, err := put(t, e.store(t, nil, nil), "gone", 1, "one")
 	require.NoError(t, err)
+	ft := &faultyTransport{match: pathIs(e.bucket, "gone")}
+	s := e.store(t, newClient(t, ft), nil)
 	removed := false
 	s.afterRead = func(key string) {
 		if !removed {
@@ -244,6 +246,7 @@ func TestIfMatchOnMissingPointer(t *testing.T) {
 	info, err := put(t, s, "gone", 2, "two")
 	require.NoError(t, err)
 	assert.True(t, removed)
+	assert.Equal(t, []int{http.StatusNotFound, http.StatusOK}, ft.seen(), "If-Match got 404, then If-None-Match: * succeeded")
 	got, gi := content(t, s, "gone")
 	assert.Equal(t, "two", got)
 	assert.Equal(t, info.WriteID, gi.WriteID)
