@@ -1,0 +1,129 @@
+package lease
+
+import (
+	"context"
+	"io"
+	"log/slog"
+	"time"
+
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	fsql "github.com/fencekit/fencekit/sql"
+)
+
+// Defaults and limits applied by New.
+const (
+	DefaultTTL         = 15 * time.Second
+	MinTTL             = 100 * time.Millisecond
+	MaxTTL             = 24 * time.Hour
+	DefaultCallTimeout = 5 * time.Second
+	DefaultWaitPoll    = 10 * time.Second
+	// MaxBatch is the largest number of leases one renewal or release
+	// statement carries.
+	MaxBatch = 1000
+)
+
+// Authorizer decides whether the caller may compete for key. It runs before
+// any statement is sent: a refusal draws no token and writes no row.
+type Authorizer interface {
+	Authorize(ctx context.Context, key Key) error
+}
+
+// AuthorizerFunc adapts a function to Authorizer.
+type AuthorizerFunc func(ctx context.Context, key Key) error
+
+// Authorize calls f(ctx, key).
+func (f AuthorizerFunc) Authorize(ctx context.Context, key Key) error { return f(ctx, key) }
+
+// Config configures a Manager. Zero fields take the documented defaults.
+type Config struct {
+	// Pool is the database (required). The Manager never closes it; close it
+	// after Manager.Close.
+	Pool *pgxpool.Pool
+	// Schema holding fencekit_leases and fencekit_token_seq (migration set
+	// sql.Lease). Default "public". Must pass sql.ValidateIdentifier.
+	Schema string
+	// TTL is the lease length set by each acquire and renew, on the database
+	// clock, truncated to microseconds. Default 15s; MinTTL ≤ TTL ≤ MaxTTL.
+	TTL time.Duration
+	// SafetyMargin is subtracted from TTL for the local trust deadline
+	// (sent_at + TTL − SafetyMargin). It absorbs clock-rate differences and
+	// scheduling delay. Default TTL/5; 0 < SafetyMargin < TTL.
+	SafetyMargin time.Duration
+	// RenewEvery is the renewal period measured from the last renewal's
+	// sent_at. Default TTL/3 (or half the trust window when that is
+	// shorter); 0 < RenewEvery < TTL − SafetyMargin.
+	RenewEvery time.Duration
+	// CallTimeout bounds every statement the Manager sends, including
+	// background renewals and the release at Close. Default 5s.
+	CallTimeout time.Duration
+	// WaitPoll is the safety-net poll interval of AcquireWait and the health
+	// check period of its LISTEN connection. Default 10s.
+	WaitPoll time.Duration
+	// Authorizer, if set, runs before every acquisition attempt.
+	Authorizer Authorizer
+	// Logger receives debug and warning logs. Nil discards them.
+	Logger *slog.Logger
+}
+
+// resolved is a validated Config with defaults filled in.
+type resolved struct {
+	Config
+	qSchema string // quoted schema
+}
+
+func (c Config) resolve() (resolved, error) {
+	r := resolved{Config: c}
+	if c.Pool == nil {
+		return r, &ConfigError{Field: "Pool", Reason: "nil"}
+	}
+	if r.Schema == "" {
+		r.Schema = fsql.DefaultSchema
+	}
+	q, err := fsql.QuoteIdentifier(r.Schema)
+	if err != nil {
+		return r, &ConfigError{Field: "Schema", Reason: err.Error(), Err: err}
+	}
+	r.qSchema = q
+	if r.TTL == 0 {
+		r.TTL = DefaultTTL
+	}
+	switch {
+	case r.TTL < 0:
+		return r, &ConfigError{Field: "TTL", Reason: "negative: " + r.TTL.String()}
+	case r.TTL < MinTTL:
+		return r, &ConfigError{Field: "TTL", Reason: r.TTL.String() + " is below the minimum " + MinTTL.String()}
+	case r.TTL > MaxTTL:
+		return r, &ConfigError{Field: "TTL", Reason: r.TTL.String() + " is above the maximum " + MaxTTL.String()}
+	}
+	r.TTL = r.TTL.Truncate(time.Microsecond)
+	if r.SafetyMargin == 0 {
+		r.SafetyMargin = r.TTL / 5
+	}
+	if r.SafetyMargin < 0 || r.SafetyMargin >= r.TTL {
+		return r, &ConfigError{Field: "SafetyMargin", Reason: r.SafetyMargin.String() + " must be > 0 and < TTL " + r.TTL.String()}
+	}
+	window := r.TTL - r.SafetyMargin
+	if r.RenewEvery == 0 {
+		r.RenewEvery = min(r.TTL/3, window/2)
+	}
+	if r.RenewEvery <= 0 || r.RenewEvery >= window {
+		return r, &ConfigError{Field: "RenewEvery", Reason: r.RenewEvery.String() + " must be > 0 and < TTL − SafetyMargin " + window.String()}
+	}
+	if r.CallTimeout == 0 {
+		r.CallTimeout = DefaultCallTimeout
+	}
+	if r.CallTimeout < 0 {
+		return r, &ConfigError{Field: "CallTimeout", Reason: "negative: " + r.CallTimeout.String()}
+	}
+	if r.WaitPoll == 0 {
+		r.WaitPoll = DefaultWaitPoll
+	}
+	if r.WaitPoll < 0 {
+		return r, &ConfigError{Field: "WaitPoll", Reason: "negative: " + r.WaitPoll.String()}
+	}
+	if r.Logger == nil {
+		r.Logger = slog.New(slog.NewTextHandler(io.Discard, nil))
+	}
+	return r, nil
+}

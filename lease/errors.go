@@ -1,0 +1,90 @@
+package lease
+
+import (
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/google/uuid"
+
+	"github.com/fencekit/fencekit/fence"
+)
+
+// Sentinel errors. Match them with errors.Is; the typed errors below carry
+// details and match the corresponding sentinel.
+var (
+	// ErrInvalidConfig is matched by every *ConfigError returned from New.
+	ErrInvalidConfig = errors.New("lease: invalid config")
+	// ErrInvalidKey is matched by every *KeyError.
+	ErrInvalidKey = errors.New("lease: invalid key")
+	// ErrInvalidRunID is returned for the zero run_id.
+	ErrInvalidRunID = errors.New("lease: invalid run_id (zero UUID)")
+	// ErrUnauthorized wraps the Authorizer's refusal. No statement was sent.
+	ErrUnauthorized = errors.New("lease: unauthorized")
+	// ErrHeld is matched by *HeldError: another run holds an unexpired lease.
+	ErrHeld = errors.New("lease: held by another run")
+	// ErrLost means the database refused to renew the lease: it expired or
+	// another run took it over. It is the context cause of a lost lease.
+	ErrLost = errors.New("lease: lost (renewal rejected)")
+	// ErrTrustExpired is the context cause when the local trust deadline
+	// (sent_at + TTL − SafetyMargin, monotonic clock) passed without a
+	// successful renewal — for instance because the database is unreachable.
+	ErrTrustExpired = errors.New("lease: trust deadline passed without renewal")
+	// ErrReleased is the context cause after the holder released the lease.
+	ErrReleased = errors.New("lease: released")
+	// ErrClosed is returned by a closed Manager and is the context cause of
+	// the leases it held when Close ran.
+	ErrClosed = errors.New("lease: manager closed")
+)
+
+// ConfigError describes an invalid Config field. It matches ErrInvalidConfig.
+type ConfigError struct {
+	Field  string
+	Reason string
+	Err    error // underlying cause, if any (e.g. sql.ErrInvalidIdentifier)
+}
+
+func (e *ConfigError) Error() string {
+	return fmt.Sprintf("lease: invalid config %s: %s", e.Field, e.Reason)
+}
+
+// Is reports whether target is ErrInvalidConfig.
+func (e *ConfigError) Is(target error) bool { return target == ErrInvalidConfig }
+
+// Unwrap returns the underlying cause.
+func (e *ConfigError) Unwrap() error { return e.Err }
+
+// KeyError describes an invalid Key field. It matches ErrInvalidKey.
+type KeyError struct {
+	Field  string // "AccountID" or "SessionID"
+	Reason string
+}
+
+func (e *KeyError) Error() string {
+	return fmt.Sprintf("lease: invalid key %s: %s", e.Field, e.Reason)
+}
+
+// Is reports whether target is ErrInvalidKey.
+func (e *KeyError) Is(target error) bool { return target == ErrInvalidKey }
+
+// HeldError reports the holder of an unexpired lease. It matches ErrHeld.
+// RunID and Token are zero when the holder's row could not be read (a row
+// committed concurrently with the acquire statement and already gone from
+// view, which is rare); ExpiresAt and Remaining are then zero as well.
+type HeldError struct {
+	Key       Key
+	RunID     uuid.UUID
+	Token     fence.Token
+	ExpiresAt time.Time     // database time
+	Remaining time.Duration // ExpiresAt minus the database's now, as seen by the statement
+}
+
+func (e *HeldError) Error() string {
+	if e.RunID == uuid.Nil {
+		return fmt.Sprintf("lease: %s held by another run", e.Key)
+	}
+	return fmt.Sprintf("lease: %s held by run %s (token %d) for %s more", e.Key, e.RunID, e.Token, e.Remaining.Round(time.Millisecond))
+}
+
+// Is reports whether target is ErrHeld.
+func (e *HeldError) Is(target error) bool { return target == ErrHeld }

@@ -1,0 +1,225 @@
+package lease
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+	"time"
+
+	"github.com/google/uuid"
+
+	"github.com/fencekit/fencekit/fence"
+)
+
+// Lease is one held grant: a run_id, its fencing token and a context that
+// is cancelled, with a cause, when ownership is lost or given up:
+//
+//   - ErrLost: a renewal was rejected by the database;
+//   - ErrTrustExpired: the local trust deadline passed without a successful
+//     renewal (the database may be unreachable; no reply is needed);
+//   - ErrReleased: Release was called;
+//   - ErrClosed: the Manager was closed.
+//
+// Its methods are safe for concurrent use.
+type Lease struct {
+	m      *Manager
+	key    Key
+	runID  uuid.UUID
+	token  fence.Token
+	ctx    context.Context
+	cancel context.CancelCauseFunc
+
+	mu       sync.Mutex
+	expires  time.Time   // database time of the last grant or renewal
+	trust    time.Time   // monotonic trust deadline
+	due      time.Time   // next background renewal
+	timer    *time.Timer // fires at trust
+	done     bool
+	inflight bool // a background renewal is in flight
+}
+
+// newLease registers a granted lease; nil if the Manager closed meanwhile.
+func (m *Manager) newLease(key Key, runID uuid.UUID, token fence.Token, expires, sentAt time.Time) *Lease {
+	ctx, cancel := context.WithCancelCause(fence.WithToken(m.root, token))
+	l := &Lease{
+		m: m, key: key, runID: runID, token: token, ctx: ctx, cancel: cancel,
+		expires: expires,
+		trust:   sentAt.Add(m.cfg.TTL - m.cfg.SafetyMargin),
+		due:     sentAt.Add(m.cfg.RenewEvery),
+	}
+	l.mu.Lock()
+	l.timer = time.AfterFunc(time.Until(l.trust), l.onTrustTimer)
+	l.mu.Unlock()
+	m.mu.Lock()
+	if m.closed {
+		m.mu.Unlock()
+		l.stop()
+		cancel(ErrClosed)
+		return nil
+	}
+	m.leases[runID] = l
+	m.mu.Unlock()
+	select {
+	case m.wake <- struct{}{}:
+	default:
+	}
+	return l
+}
+
+// Key is the lease's key.
+func (l *Lease) Key() Key { return l.key }
+
+// RunID identifies this execution. It distinguishes runs; it does not order
+// them (the Token does).
+func (l *Lease) RunID() uuid.UUID { return l.runID }
+
+// Token is the fencing token of this grant: larger than every earlier
+// grant's token for the same key. Present it to guards.
+func (l *Lease) Token() fence.Token { return l.token }
+
+// ExpiresAt is the database's expiry after the last grant or renewal. It is
+// informational: local decisions use TrustDeadline.
+func (l *Lease) ExpiresAt() time.Time {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.expires
+}
+
+// Context is cancelled when the lease is lost, released or its Manager
+// closed; context.Cause tells which. It carries the token (fence.FromContext).
+func (l *Lease) Context() context.Context { return l.ctx }
+
+// Done is closed when Context is cancelled.
+func (l *Lease) Done() <-chan struct{} { return l.ctx.Done() }
+
+// Err is nil while the lease is held, else the cause (ErrLost,
+// ErrTrustExpired, ErrReleased or ErrClosed).
+func (l *Lease) Err() error {
+	if l.ctx.Err() == nil {
+		return nil
+	}
+	return context.Cause(l.ctx)
+}
+
+// TrustDeadline is sent_at + TTL − SafetyMargin of the last successful grant
+// or renewal, on the local monotonic clock.
+func (l *Lease) TrustDeadline() time.Time {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.trust
+}
+
+// Remaining is the time left until TrustDeadline (0 once passed or lost).
+// Check it before starting work that cannot be fenced.
+func (l *Lease) Remaining() time.Duration {
+	if l.ctx.Err() != nil {
+		return 0
+	}
+	return max(time.Until(l.TrustDeadline()), 0)
+}
+
+// Renew renews the lease now, in one statement. On success the trust
+// deadline moves to sent_at + TTL − SafetyMargin. When the database refuses
+// (expired or taken over) the lease's context is cancelled with ErrLost and
+// the error matches ErrLost. Other errors (timeouts, network) change
+// nothing: the trust timer still fires on time, and a retry reports the
+// true state. Renewing a lease that has ended returns its cause.
+func (l *Lease) Renew(ctx context.Context) error {
+	if err := l.Err(); err != nil {
+		return err
+	}
+	r, err := l.m.renewOne(ctx, l.key, l.runID)
+	switch {
+	case err == nil:
+		l.extend(time.Time{}, r.TrustDeadline, r.ExpiresAt)
+		return nil
+	case errors.Is(err, ErrLost):
+		l.end(ErrLost)
+	}
+	return err
+}
+
+// Release cancels the lease's context (cause ErrReleased) and then releases
+// it in the database; see Manager.Release for the results. Release after
+// loss is allowed and harmless: it matches this run_id only.
+func (l *Lease) Release(ctx context.Context) (ReleaseResult, error) {
+	l.end(ErrReleased)
+	return l.m.release(ctx, l.key, l.runID)
+}
+
+// extend applies a successful renewal. sentAt, when non-zero, also sets the
+// next background renewal. A stale reply never shortens the deadline.
+func (l *Lease) extend(sentAt, trust, expires time.Time) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if !sentAt.IsZero() {
+		l.inflight = false
+		l.due = sentAt.Add(l.m.cfg.RenewEvery)
+	}
+	if l.done {
+		return
+	}
+	if trust.After(l.trust) {
+		l.trust = trust
+		l.expires = expires
+		l.timer.Reset(time.Until(trust))
+	}
+}
+
+// retryAt reschedules a background renewal that failed.
+func (l *Lease) retryAt(t time.Time) {
+	l.mu.Lock()
+	l.inflight = false
+	l.due = t
+	l.mu.Unlock()
+}
+
+func (l *Lease) onTrustTimer() {
+	l.mu.Lock()
+	if l.done {
+		l.mu.Unlock()
+		return
+	}
+	if d := time.Until(l.trust); d > 0 { // extended after the timer fired
+		l.timer.Reset(d)
+		l.mu.Unlock()
+		return
+	}
+	l.mu.Unlock()
+	l.end(ErrTrustExpired)
+}
+
+// end cancels the lease with cause and unregisters it; false if it had
+// already ended.
+func (l *Lease) end(cause error) bool {
+	if !l.stop() {
+		return false
+	}
+	l.cancel(cause)
+	l.m.remove(l)
+	if !errors.Is(cause, ErrReleased) {
+		l.m.obs.lost(l.key, cause)
+		l.m.log.Warn("lease lost", "key", l.key.String(), "run_id", l.runID, "token", int64(l.token), "cause", cause.Error())
+	}
+	return true
+}
+
+// stop marks the lease done and stops its timer; false if already done.
+func (l *Lease) stop() bool {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.done {
+		return false
+	}
+	l.done = true
+	if l.timer != nil {
+		l.timer.Stop()
+	}
+	return true
+}
+
+// String describes the lease for logs.
+func (l *Lease) String() string {
+	return fmt.Sprintf("lease %s run %s token %d", l.key, l.runID, l.token)
+}

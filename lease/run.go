@@ -1,0 +1,50 @@
+package lease
+
+import (
+	"context"
+	"errors"
+	"fmt"
+)
+
+// Run acquires the lease for key (Acquire: it fails at once when held),
+// calls fn with a context that is cancelled when the lease is lost or ctx
+// ends, and then releases the lease with a fresh context
+// (context.WithoutCancel(ctx) bounded by CallTimeout), however fn returned.
+//
+// If the lease was lost while fn ran, Run returns an error wrapping the
+// loss cause (errors.Is ErrLost, ErrTrustExpired or ErrClosed) even when fn
+// returned nil or ctx.Err(); fn's own error is wrapped too. Otherwise it
+// returns fn's error, or the release error if only that failed.
+func (m *Manager) Run(ctx context.Context, key Key, fn func(ctx context.Context, l *Lease) error) error {
+	if fn == nil {
+		return errors.New("lease: Run with nil fn")
+	}
+	l, err := m.Acquire(ctx, key)
+	if err != nil {
+		return err
+	}
+	work, cancel := context.WithCancelCause(l.Context())
+	stop := context.AfterFunc(ctx, func() { cancel(context.Cause(ctx)) })
+	ferr := fn(work, l)
+	stop()
+	var loss error
+	if cause := l.Err(); cause != nil && !errors.Is(cause, ErrReleased) {
+		loss = cause
+	}
+	cancel(nil)
+
+	rctx, rcancel := context.WithTimeout(context.WithoutCancel(ctx), m.cfg.CallTimeout)
+	_, rerr := l.Release(rctx)
+	rcancel()
+	switch {
+	case loss != nil && ferr != nil:
+		return fmt.Errorf("lease: %s lost during run: %w (fn returned: %w)", key, loss, ferr)
+	case loss != nil:
+		return fmt.Errorf("lease: %s lost during run: %w", key, loss)
+	case ferr != nil:
+		return ferr
+	case rerr != nil:
+		return fmt.Errorf("lease: release after run: %w", rerr)
+	}
+	return nil
+}

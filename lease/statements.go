@@ -1,0 +1,134 @@
+package lease
+
+import (
+	"crypto/sha256"
+	"encoding/hex"
+	"strings"
+)
+
+// statements holds the SQL text for one schema. The only interpolated text
+// is the schema name, validated and quoted by sql.QuoteIdentifier; every
+// value is a bound parameter. Every statement samples the database clock
+// once, in a CTE (a CTE calling a volatile function is evaluated once).
+type statements struct {
+	acquire, renew, release, inspect, renewBatch, releaseBatch string
+	channel                                                    string // NOTIFY channel for releases
+}
+
+func newStatements(qSchema, schema string) statements {
+	r := strings.NewReplacer("$S", qSchema)
+	return statements{
+		// $1 account, $2 session, $3 run_id, $4 ttl in microseconds.
+		//
+		// The VALUES-side nextval() is drawn before the row lock; it is used
+		// only when no row for the key exists at insert time, which means no
+		// earlier grant of the key exists (rows are never deleted by this
+		// package), so no earlier grant can carry a larger token. On conflict
+		// the token is drawn again in DO UPDATE SET, under the row lock: a
+		// statement that drew its first value and then stalled still gets a
+		// value larger than every grant committed while it waited
+		// (protocol.md §2). The second branch of the UNION returns the holder
+		// when the WHERE refused the takeover; it reads the statement's
+		// snapshot and so may miss a row committed concurrently, in which
+		// case no row comes back at all and the caller reads the holder
+		// separately.
+		acquire: r.Replace(`WITH now_db AS MATERIALIZED (SELECT clock_timestamp() AS t),
+ins AS (
+  INSERT INTO $S.fencekit_leases AS held
+    (account_id, session_id, run_id, fence_token, acquired_at, renewed_at, expires_at, released_at)
+  SELECT $1::text, $2::text, $3::uuid, nextval('$S.fencekit_token_seq'), n.t, n.t,
+         n.t + $4::bigint * interval '1 microsecond', NULL
+    FROM now_db n
+  ON CONFLICT (account_id, session_id) DO UPDATE SET
+    run_id      = EXCLUDED.run_id,
+    fence_token = nextval('$S.fencekit_token_seq'),
+    acquired_at = EXCLUDED.acquired_at,
+    renewed_at  = EXCLUDED.renewed_at,
+    expires_at  = EXCLUDED.expires_at,
+    released_at = NULL
+  WHERE held.expires_at <= EXCLUDED.acquired_at
+  RETURNING held.run_id, held.fence_token, held.expires_at
+)
+SELECT true, i.run_id, i.fence_token, i.expires_at, n.t FROM ins i, now_db n
+UNION ALL
+SELECT false, l.run_id, l.fence_token, l.expires_at, n.t
+  FROM $S.fencekit_leases l, now_db n
+ WHERE l.account_id = $1::text AND l.session_id = $2::text AND NOT EXISTS (SELECT 1 FROM ins)`),
+
+		// $1 account, $2 session, $3 run_id, $4 ttl µs.
+		renew: r.Replace(`WITH now_db AS MATERIALIZED (SELECT clock_timestamp() AS t)
+UPDATE $S.fencekit_leases l
+   SET renewed_at = n.t, expires_at = n.t + $4::bigint * interval '1 microsecond'
+  FROM now_db n
+ WHERE l.account_id = $1::text AND l.session_id = $2::text AND l.run_id = $3::uuid
+   AND l.released_at IS NULL AND l.expires_at > n.t
+RETURNING l.fence_token, l.expires_at, n.t`),
+
+		// $1 accounts, $2 sessions, $3 run_ids, $4 ttl µs. Rows are locked in
+		// key order (the caller sorts), so two batches cannot deadlock.
+		renewBatch: r.Replace(`WITH now_db AS MATERIALIZED (SELECT clock_timestamp() AS t),
+req AS (SELECT * FROM unnest($1::text[], $2::text[], $3::uuid[]) AS q(account_id, session_id, run_id))
+UPDATE $S.fencekit_leases l
+   SET renewed_at = n.t, expires_at = n.t + $4::bigint * interval '1 microsecond'
+  FROM now_db n, req q
+ WHERE l.account_id = q.account_id AND l.session_id = q.session_id AND l.run_id = q.run_id
+   AND l.released_at IS NULL AND l.expires_at > n.t
+RETURNING l.account_id, l.session_id, l.run_id, l.expires_at`),
+
+		// $1 account, $2 session, $3 run_id, $4 channel, $5 payload.
+		// Releases only an unexpired lease of this run; the row is kept, with
+		// expires_at moved to now. The NOTIFY is sent (at commit) from the
+		// RETURNING of the data-modifying CTE, so it fires exactly when a
+		// release happened. The outer SELECT reads the statement's snapshot
+		// (before this statement's own update) to explain a zero-row outcome.
+		release: r.Replace(`WITH now_db AS MATERIALIZED (SELECT clock_timestamp() AS t),
+rel AS (
+  UPDATE $S.fencekit_leases l SET released_at = n.t, expires_at = n.t
+    FROM now_db n
+   WHERE l.account_id = $1::text AND l.session_id = $2::text AND l.run_id = $3::uuid
+     AND l.released_at IS NULL AND l.expires_at > n.t
+  RETURNING pg_notify($4::text, $5::text) AS notified
+)
+SELECT (SELECT count(*) FROM rel), c.run_id, c.released_at, c.expires_at, n.t
+  FROM now_db n
+  LEFT JOIN $S.fencekit_leases c ON c.account_id = $1::text AND c.session_id = $2::text`),
+
+		// $1 accounts, $2 sessions, $3 run_ids, $4 channel, $5 payloads.
+		releaseBatch: r.Replace(`WITH now_db AS MATERIALIZED (SELECT clock_timestamp() AS t),
+req AS (SELECT * FROM unnest($1::text[], $2::text[], $3::uuid[], $5::text[]) AS q(account_id, session_id, run_id, payload))
+UPDATE $S.fencekit_leases l SET released_at = n.t, expires_at = n.t
+  FROM now_db n, req q
+ WHERE l.account_id = q.account_id AND l.session_id = q.session_id AND l.run_id = q.run_id
+   AND l.released_at IS NULL AND l.expires_at > n.t
+RETURNING pg_notify($4::text, q.payload)`),
+
+		// $1 account, $2 session.
+		inspect: r.Replace(`SELECT l.run_id, l.fence_token, l.acquired_at, l.renewed_at, l.expires_at, l.released_at, n.t
+  FROM (SELECT clock_timestamp() AS t) n
+  LEFT JOIN $S.fencekit_leases l ON l.account_id = $1::text AND l.session_id = $2::text`),
+
+		channel: channelName(schema),
+	}
+}
+
+// channelName derives the release NOTIFY channel from the schema. Channel
+// names are identifiers of at most 63 bytes; a long schema is hashed.
+func channelName(schema string) string {
+	const prefix = "fencekit_release_"
+	if len(prefix)+len(schema) <= 63 {
+		return prefix + schema
+	}
+	h := sha256.Sum256([]byte(schema))
+	return prefix + hex.EncodeToString(h[:12])
+}
+
+// keyPayload is the NOTIFY payload identifying key: 32 hex characters of
+// SHA-256(account NUL session) — far below PostgreSQL's 8000-byte limit for
+// any key. NUL cannot occur in a valid id, so the encoding is unambiguous.
+func keyPayload(k Key) string {
+	h := sha256.New()
+	h.Write([]byte(k.AccountID))
+	h.Write([]byte{0})
+	h.Write([]byte(k.SessionID))
+	return hex.EncodeToString(h.Sum(nil)[:16])
+}

@@ -1,0 +1,255 @@
+package lease
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
+)
+
+type waiter struct {
+	payload string
+	ch      chan wakeReason // 1-slot; wakeups merge
+}
+
+func (w *waiter) poke(r wakeReason) {
+	select {
+	case w.ch <- r:
+	default:
+	}
+}
+
+// AcquireWait blocks until it acquires the lease for key, ctx ends or the
+// Manager closes. Between attempts it sleeps until the first of:
+//
+//   - a release NOTIFY for key (one LISTEN connection per Manager, started
+//     on first use, shared by all waiters, reconnecting with backoff; after
+//     every (re)connect all waiters retry, since notifications sent while it
+//     was down are lost);
+//   - the holder's expiry, from the database's remaining time converted to a
+//     local monotonic timer;
+//   - the safety-net poll (Config.WaitPoll).
+//
+// The Authorizer runs before every attempt. Network errors are retried
+// after a short pause; errors reported by the server (for instance a
+// missing table), authorization refusals and invalid keys are returned.
+// A cancelled ctx returns context.Cause(ctx).
+func (m *Manager) AcquireWait(ctx context.Context, key Key) (*Lease, error) {
+	if err := key.Validate(); err != nil {
+		return nil, err
+	}
+	if m.isClosed() {
+		return nil, ErrClosed
+	}
+	w, ready := m.subscribe(key)
+	defer m.unsubscribe(w)
+
+	// Attempt only once LISTEN is in place (bounded), so a release between
+	// the attempt and the wait cannot go unnoticed.
+	readyWait := time.NewTimer(m.cfg.CallTimeout)
+	select {
+	case <-ready:
+	case <-readyWait.C:
+		m.log.Warn("lease: release listener not ready; waiting by polling", "key", key.String())
+	case <-ctx.Done():
+		readyWait.Stop()
+		return nil, context.Cause(ctx)
+	case <-m.root.Done():
+		readyWait.Stop()
+		return nil, ErrClosed
+	}
+	readyWait.Stop()
+
+	poll := time.NewTimer(m.cfg.WaitPoll)
+	defer poll.Stop()
+	expiry := time.NewTimer(time.Hour)
+	expiry.Stop()
+	defer expiry.Stop()
+	for {
+		if err := m.authorize(ctx, key); err != nil {
+			return nil, err
+		}
+		l, err := m.tryAcquire(ctx, key)
+		if err == nil {
+			return l, nil
+		}
+		var held *HeldError
+		var pgErr *pgconn.PgError
+		switch {
+		case errors.As(err, &held):
+			if held.Remaining > 0 {
+				expiry.Reset(held.Remaining + time.Millisecond)
+			}
+		case errors.Is(err, ErrClosed):
+			return nil, err
+		case ctx.Err() != nil:
+			return nil, context.Cause(ctx)
+		case errors.As(err, &pgErr):
+			return nil, err
+		default:
+			// Network trouble: retry soon, bounded by the poll.
+			m.log.Debug("lease: acquire attempt failed while waiting", "key", key.String(), "err", err)
+			expiry.Reset(min(m.cfg.WaitPoll, time.Second))
+		}
+		m.obs.waiting(key)
+		var reason wakeReason
+		select {
+		case reason = <-w.ch:
+		case <-expiry.C:
+			reason = wakeExpiry
+		case <-poll.C:
+			reason = wakePoll
+			poll.Reset(m.cfg.WaitPoll)
+		case <-ctx.Done():
+			return nil, context.Cause(ctx)
+		case <-m.root.Done():
+			return nil, ErrClosed
+		}
+		m.obs.woken(key, reason)
+	}
+}
+
+// subscribe registers a waiter for key and starts the listener if needed.
+// The returned channel is closed while the listener is connected.
+func (m *Manager) subscribe(key Key) (*waiter, <-chan struct{}) {
+	w := &waiter{payload: keyPayload(key), ch: make(chan wakeReason, 1)}
+	m.lmu.Lock()
+	defer m.lmu.Unlock()
+	set := m.waiters[w.payload]
+	if set == nil {
+		set = make(map[*waiter]struct{})
+		m.waiters[w.payload] = set
+	}
+	set[w] = struct{}{}
+	if !m.lstarted {
+		m.mu.Lock()
+		closed := m.closed
+		if !closed {
+			m.wg.Add(1)
+		}
+		m.mu.Unlock()
+		if !closed {
+			m.lstarted = true
+			go m.listenLoop()
+		}
+	}
+	return w, m.lready
+}
+
+func (m *Manager) unsubscribe(w *waiter) {
+	m.lmu.Lock()
+	defer m.lmu.Unlock()
+	if set := m.waiters[w.payload]; set != nil {
+		delete(set, w)
+		if len(set) == 0 {
+			delete(m.waiters, w.payload)
+		}
+	}
+}
+
+func (m *Manager) dispatch(payload string) {
+	m.lmu.Lock()
+	defer m.lmu.Unlock()
+	for w := range m.waiters[payload] {
+		w.poke(wakeNotify)
+	}
+}
+
+func (m *Manager) setReady(up bool) {
+	m.lmu.Lock()
+	defer m.lmu.Unlock()
+	select {
+	case <-m.lready:
+		if !up {
+			m.lready = make(chan struct{})
+		}
+	default:
+		if up {
+			close(m.lready)
+			for _, set := range m.waiters {
+				for w := range set {
+					w.poke(wakeReconnect)
+				}
+			}
+		}
+	}
+}
+
+// listenLoop keeps one LISTEN connection up until the Manager closes,
+// reconnecting with exponential backoff (50ms to 5s).
+func (m *Manager) listenLoop() {
+	defer m.wg.Done()
+	const minBackoff, maxBackoff = 50 * time.Millisecond, 5 * time.Second
+	backoff := minBackoff
+	timer := time.NewTimer(0)
+	<-timer.C
+	defer timer.Stop()
+	for {
+		connected, err := m.listenOnce()
+		m.setReady(false)
+		if m.root.Err() != nil {
+			return
+		}
+		m.obs.listener(false, err)
+		m.log.Warn("lease: release listener disconnected; reconnecting", "err", err, "backoff", backoff)
+		if connected {
+			backoff = minBackoff
+		}
+		timer.Reset(backoff)
+		select {
+		case <-m.root.Done():
+			return
+		case <-timer.C:
+		}
+		backoff = min(backoff*2, maxBackoff)
+	}
+}
+
+// listenOnce runs one LISTEN connection until it fails or the Manager
+// closes. While idle it checks the connection every WaitPoll with a bounded
+// ping, so a silent partition is detected.
+func (m *Manager) listenOnce() (connected bool, err error) {
+	ctx := m.root
+	cctx, cancel := m.call(ctx)
+	pc, err := m.pool.Acquire(cctx)
+	if err != nil {
+		cancel()
+		return false, fmt.Errorf("acquire listen connection: %w", err)
+	}
+	conn := pc.Hijack()
+	defer func() {
+		closeCtx, c := context.WithTimeout(context.Background(), time.Second)
+		_ = conn.Close(closeCtx)
+		c()
+	}()
+	_, err = conn.Exec(cctx, "LISTEN "+pgx.Identifier{m.st.channel}.Sanitize())
+	cancel()
+	if err != nil {
+		return false, fmt.Errorf("listen: %w", err)
+	}
+	m.setReady(true)
+	m.obs.listener(true, nil)
+	for {
+		wctx, wcancel := context.WithTimeout(ctx, m.cfg.WaitPoll)
+		n, err := conn.WaitForNotification(wctx)
+		wcancel()
+		switch {
+		case err == nil:
+			m.dispatch(n.Payload)
+			continue
+		case ctx.Err() != nil:
+			return true, ctx.Err()
+		case !errors.Is(err, context.DeadlineExceeded) && !pgconn.Timeout(err):
+			return true, err
+		}
+		pctx, pcancel := m.call(ctx)
+		_, err = conn.Exec(pctx, "SELECT 1")
+		pcancel()
+		if err != nil {
+			return true, fmt.Errorf("listen connection health check: %w", err)
+		}
+	}
+}
