@@ -1,0 +1,123 @@
+package hostile
+
+import (
+	"context"
+	"strings"
+	"testing"
+
+	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/fencekit/fencekit/guards/pgguard"
+	"github.com/fencekit/fencekit/internal/testsvc"
+	fsql "github.com/fencekit/fencekit/sql"
+)
+
+// injections are strings that would change a statement if they were pasted
+// into SQL, plus names that are merely invalid identifiers.
+var injections = []string{
+	`public; DROP TABLE canary; --`,
+	`public"; DROP TABLE canary; --`,
+	`x" CASCADE; DROP SCHEMA public; --`,
+	`'; DROP TABLE canary; --`,
+	`public.canary`,
+	`pg_catalog`,
+	`pg_temp`,
+	`Public`,
+	`a b`,
+	`a-b`,
+	`$1`,
+	`x\`,
+	"x\x00y",
+	"x\ny",
+	`ｐｕｂｌｉｃ`,
+	strings.Repeat("a", 64),
+	`"quoted"`,
+	`1abc`,
+}
+
+// canary creates a table whose survival proves no injected statement ran,
+// and returns a function that counts schemas (none may be created).
+func canary(t *testing.T, pool *pgxpool.Pool) (check func()) {
+	t.Helper()
+	ctx := testCtx(t)
+	name := testsvc.RandomName("fk_canary_")
+	_, err := pool.Exec(ctx, `CREATE TABLE `+name+` (x int)`)
+	require.NoError(t, err)
+	t.Cleanup(func() { _, _ = pool.Exec(context.Background(), `DROP TABLE IF EXISTS `+name) })
+	count := func() int {
+		var n int
+		require.NoError(t, pool.QueryRow(ctx, `SELECT count(*) FROM pg_namespace`).Scan(&n))
+		return n
+	}
+	before := count()
+	return func() {
+		t.Helper()
+		var exists bool
+		require.NoError(t, pool.QueryRow(ctx, `SELECT to_regclass($1) IS NOT NULL`, "public."+name).Scan(&exists))
+		assert.True(t, exists, "canary table dropped")
+		assert.Equal(t, before, count(), "a schema was created or dropped")
+	}
+}
+
+// TestInjectionThroughIdentifiers passes every injection string as each
+// configurable identifier: sql.Migrate's schema, pgguard's schema, the
+// role helpers. Each is refused with an error matching
+// sql.ErrInvalidIdentifier (wrapped by the package's config error) before
+// any statement is sent.
+func TestInjectionThroughIdentifiers(t *testing.T) {
+	pool := testsvc.Pool(t)
+	check := canary(t, pool)
+	ctx := testCtx(t)
+	for _, inj := range injections {
+		_, err := fsql.Migrate(ctx, pool, fsql.Options{Schema: inj}, fsql.Lease, fsql.Guard)
+		assert.ErrorIs(t, err, fsql.ErrInvalidIdentifier, "Migrate(%q)", inj)
+		_, err = fsql.QuoteIdentifier(inj)
+		assert.ErrorIs(t, err, fsql.ErrInvalidIdentifier, "QuoteIdentifier(%q)", inj)
+		assert.ErrorIs(t, fsql.DropSchema(ctx, pool, inj), fsql.ErrInvalidIdentifier, "DropSchema(%q)", inj)
+
+		_, err = pgguard.New(pgguard.Config{DB: pool, Schema: inj})
+		assert.ErrorIs(t, err, pgguard.ErrInvalidConfig, "pgguard.New(%q)", inj)
+		assert.ErrorIs(t, err, fsql.ErrInvalidIdentifier, "pgguard.New(%q)", inj)
+
+		_, err = Grants(inj, "r")
+		assert.ErrorIs(t, err, fsql.ErrInvalidIdentifier)
+		assert.ErrorIs(t, CreateRole(ctx, pool, "public", inj), fsql.ErrInvalidIdentifier)
+	}
+	check()
+}
+
+// TestInjectionThroughValues passes injection strings as bound values:
+// resource names of the PostgreSQL guard. They are stored verbatim and
+// nothing else happens.
+func TestInjectionThroughValues(t *testing.T) {
+	schema := testsvc.Schema(t, fsql.Guard)
+	pool := testsvc.Pool(t)
+	check := canary(t, pool)
+	ctx := testCtx(t)
+	g, err := pgguard.New(pgguard.Config{DB: pool, Schema: schema})
+	require.NoError(t, err)
+	var valid []string
+	for _, inj := range injections {
+		if strings.ContainsAny(inj, "\x00\n") {
+			continue // not valid resource names; the bad-input table covers them
+		}
+		valid = append(valid, inj)
+		require.NoError(t, g.Fence(ctx, inj, 3, func(context.Context) error { return nil }), "%q", inj)
+		mark, err := g.Mark(ctx, inj)
+		require.NoError(t, err)
+		assert.EqualValues(t, 3, mark, "%q", inj)
+	}
+	rows, err := pool.Query(ctx, `SELECT resource FROM "`+schema+`".fencekit_guard_marks ORDER BY resource`)
+	require.NoError(t, err)
+	var got []string
+	for rows.Next() {
+		var r string
+		require.NoError(t, rows.Scan(&r))
+		got = append(got, r)
+	}
+	require.NoError(t, rows.Err())
+	assert.ElementsMatch(t, valid, got, "each injection string is stored verbatim, once")
+	check()
+}
