@@ -60,10 +60,6 @@ func (m *Manager) newLease(key Key, runID uuid.UUID, token fence.Token, expires,
 	}
 	m.leases[runID] = l
 	m.mu.Unlock()
-	select {
-	case m.wake <- struct{}{}:
-	default:
-	}
 	return l
 }
 

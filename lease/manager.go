@@ -33,7 +33,6 @@ type Manager struct {
 	mu     sync.Mutex
 	closed bool
 	leases map[uuid.UUID]*Lease // held leases by run_id
-	wake   chan struct{}        // 1-slot: a new lease needs the renewer's attention
 
 	lmu        sync.Mutex // listener and waiters
 	lstarted   bool
@@ -44,7 +43,9 @@ type Manager struct {
 }
 
 // New validates cfg, fills defaults and starts the renewer.
-func New(cfg Config) (*Manager, error) {
+func New(cfg Config) (*Manager, error) { return newManager(cfg, noopObserver{}) }
+
+func newManager(cfg Config, obs observer) (*Manager, error) {
 	r, err := cfg.resolve()
 	if err != nil {
 		return nil, err
@@ -55,11 +56,10 @@ func New(cfg Config) (*Manager, error) {
 		pool:       r.Pool,
 		st:         newStatements(r.qSchema, r.Schema),
 		log:        r.Logger,
-		obs:        noopObserver{},
+		obs:        obs,
 		root:       root,
 		rootCancel: cancel,
 		leases:     make(map[uuid.UUID]*Lease),
-		wake:       make(chan struct{}, 1),
 		lready:     make(chan struct{}),
 		waiters:    make(map[string]map[*waiter]struct{}),
 	}
@@ -302,7 +302,7 @@ func (m *Manager) Renew(ctx context.Context, key Key, runID uuid.UUID) (Renewal,
 		return Renewal{}, ErrClosed
 	}
 	r, err := m.renewOne(ctx, key, runID)
-	if l := m.lookup(runID); l != nil {
+	if l := m.lookup(key, runID); l != nil {
 		switch {
 		case err == nil:
 			l.extend(time.Time{}, r.TrustDeadline, r.ExpiresAt)
@@ -385,7 +385,7 @@ func (m *Manager) Release(ctx context.Context, key Key, runID uuid.UUID) (Releas
 	if m.isClosed() {
 		return 0, ErrClosed
 	}
-	if l := m.lookup(runID); l != nil {
+	if l := m.lookup(key, runID); l != nil {
 		l.end(ErrReleased)
 	}
 	return m.release(ctx, key, runID)
@@ -482,10 +482,14 @@ func (m *Manager) releaseBatch(ctx context.Context, leases []*Lease) error {
 	return errors.Join(errs...)
 }
 
-func (m *Manager) lookup(runID uuid.UUID) *Lease {
+// lookup returns this Manager's held lease of (key, runID), if any.
+func (m *Manager) lookup(key Key, runID uuid.UUID) *Lease {
 	m.mu.Lock()
 	defer m.mu.Unlock()
-	return m.leases[runID]
+	if l := m.leases[runID]; l != nil && l.key == key {
+		return l
+	}
+	return nil
 }
 
 func (m *Manager) remove(l *Lease) {

@@ -29,9 +29,13 @@ func newStatements(qSchema, schema string) statements {
 		// value larger than every grant committed while it waited
 		// (protocol.md §2). The second branch of the UNION returns the holder
 		// when the WHERE refused the takeover; it reads the statement's
-		// snapshot and so may miss a row committed concurrently, in which
-		// case no row comes back at all and the caller reads the holder
-		// separately.
+		// snapshot, so it may not show the row that refused us: a holder
+		// committed concurrently is invisible, and a snapshot row that was
+		// released or expired is not the holder. Such rows are filtered out;
+		// then no row comes back and the caller reads the holder with one
+		// extra statement (the rare, contended path only). In a narrow race
+		// (the snapshot's holder released and another run acquired, both
+		// during this statement) the details name the snapshot's holder.
 		acquire: r.Replace(`WITH now_db AS MATERIALIZED (SELECT clock_timestamp() AS t),
 ins AS (
   INSERT INTO $S.fencekit_leases AS held
@@ -53,7 +57,9 @@ SELECT true, i.run_id, i.fence_token, i.expires_at, n.t FROM ins i, now_db n
 UNION ALL
 SELECT false, l.run_id, l.fence_token, l.expires_at, n.t
   FROM $S.fencekit_leases l, now_db n
- WHERE l.account_id = $1::text AND l.session_id = $2::text AND NOT EXISTS (SELECT 1 FROM ins)`),
+ WHERE l.account_id = $1::text AND l.session_id = $2::text
+   AND l.released_at IS NULL AND l.expires_at > n.t
+   AND NOT EXISTS (SELECT 1 FROM ins)`),
 
 		// $1 account, $2 session, $3 run_id, $4 ttl µs.
 		renew: r.Replace(`WITH now_db AS MATERIALIZED (SELECT clock_timestamp() AS t)

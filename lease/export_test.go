@@ -1,0 +1,81 @@
+package lease
+
+import (
+	"sync"
+	"time"
+)
+
+// Events records what a Manager's observer saw, for tests.
+type Events struct {
+	mu       sync.Mutex
+	Wakes    []string // wake reasons, in order
+	Batches  []int    // sizes of renewal statements that succeeded
+	Failed   int      // renewal statements that failed
+	LostKeys []Key
+	waitingC chan Key
+	wokenC   chan string
+	listen   chan bool
+}
+
+// NewObserved is New with a recording observer.
+func NewObserved(cfg Config) (*Manager, *Events, error) {
+	ev := &Events{waitingC: make(chan Key, 1024), wokenC: make(chan string, 1024), listen: make(chan bool, 64)}
+	m, err := newManager(cfg, ev)
+	return m, ev, err
+}
+
+// Waiting delivers a key each time an AcquireWait caller goes to sleep.
+func (e *Events) Waiting() <-chan Key { return e.waitingC }
+
+// Woken delivers each wake reason ("notify", "expiry", "poll", "reconnect").
+func (e *Events) Woken() <-chan string { return e.wokenC }
+
+// Listener delivers true on each listener connect, false on each loss.
+func (e *Events) Listener() <-chan bool { return e.listen }
+
+// Snapshot returns copies of the recorded slices.
+func (e *Events) Snapshot() (batches []int, failed int, lost []Key) {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	return append([]int(nil), e.Batches...), e.Failed, append([]Key(nil), e.LostKeys...)
+}
+
+func (e *Events) acquired(Key, int64, time.Duration) {}
+func (e *Events) held(Key, time.Duration)            {}
+func (e *Events) acquireFailed(Key, error)           {}
+func (e *Events) renewBatch(n, renewed, lost int, _ time.Duration, err error) {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	if err != nil {
+		e.Failed++
+		return
+	}
+	e.Batches = append(e.Batches, n)
+}
+func (e *Events) lost(k Key, _ error) {
+	e.mu.Lock()
+	e.LostKeys = append(e.LostKeys, k)
+	e.mu.Unlock()
+}
+func (e *Events) released(Key, ReleaseResult, error) {}
+func (e *Events) waiting(k Key) {
+	select {
+	case e.waitingC <- k:
+	default:
+	}
+}
+func (e *Events) woken(_ Key, r wakeReason) {
+	e.mu.Lock()
+	e.Wakes = append(e.Wakes, r.String())
+	e.mu.Unlock()
+	select {
+	case e.wokenC <- r.String():
+	default:
+	}
+}
+func (e *Events) listener(up bool, _ error) {
+	select {
+	case e.listen <- up:
+	default:
+	}
+}
