@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"os"
-	"sync"
 	"testing"
 	"time"
 
@@ -126,9 +125,3 @@ func isHeld(err error) (*lease.HeldError, bool) {
 	var he *lease.HeldError
 	return he, errors.As(err, &he)
 }
-
-var _ = sync.Mutex{}
-
-const helperEnv = "FENCEKIT_LEASE_HELPER"
-
-func helperMain() int { return 2 }
