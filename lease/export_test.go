@@ -79,3 +79,6 @@ func (e *Events) listener(up bool, _ error) {
 	default:
 	}
 }
+
+// Mu guards Wakes, Batches, Failed and LostKeys.
+func (e *Events) Mu() *sync.Mutex { return &e.mu }

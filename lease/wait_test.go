@@ -1,0 +1,216 @@
+package lease_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/google/uuid"
+	"github.com/stretchr/testify/require"
+
+	"github.com/fencekit/fencekit/internal/testsvc"
+	"github.com/fencekit/fencekit/lease"
+)
+
+type waitResult struct {
+	l            *lease.Lease
+	err          error
+	afterRelease bool
+}
+
+// startWait runs AcquireWait in the background and waits until the waiter
+// has gone to sleep after a refused attempt.
+//
+// first says whether this is the Manager's first waiter (the one that
+// starts its listener).
+func startWait(t *testing.T, m *lease.Manager, ev *lease.Events, ctx context.Context, k lease.Key, released *atomic.Bool, first bool) <-chan waitResult {
+	t.Helper()
+	out := make(chan waitResult, 1)
+	go func() {
+		l, err := m.AcquireWait(ctx, k)
+		out <- waitResult{l, err, released != nil && released.Load()}
+	}()
+	// The first attempt runs once LISTEN is up; the listener's connect also
+	// pokes every waiter (notifications may have been missed before it), so
+	// the sequence is: waiting, woken "reconnect", waiting.
+	expectWaiting(t, ev, k, out)
+	if first {
+		expectWoken(t, ev, "reconnect")
+		expectWaiting(t, ev, k, out)
+	}
+	return out
+}
+
+func expectWaiting(t *testing.T, ev *lease.Events, k lease.Key, out <-chan waitResult) {
+	t.Helper()
+	select {
+	case got := <-ev.Waiting():
+		require.Equal(t, k, got)
+	case r := <-out:
+		t.Fatalf("AcquireWait returned before waiting: %v", r.err)
+	case <-time.After(10 * time.Second):
+		t.Fatal("AcquireWait did not start waiting")
+	}
+}
+
+func expectWoken(t *testing.T, ev *lease.Events, reason string) {
+	t.Helper()
+	select {
+	case got := <-ev.Woken():
+		require.Equal(t, reason, got)
+	case <-time.After(10 * time.Second):
+		t.Fatalf("waiter not woken (%s)", reason)
+	}
+}
+
+func observed(t *testing.T, e *env, cfg lease.Config) (*lease.Manager, *lease.Events) {
+	t.Helper()
+	if cfg.Pool == nil {
+		cfg.Pool = testsvc.Pool(t)
+	}
+	cfg.Schema = e.schema
+	m, ev, err := lease.NewObserved(cfg)
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = m.Close() })
+	return m, ev
+}
+
+// TestAcquireWaitWokenByRelease: a waiter is woken by the release NOTIFY,
+// promptly, and only after the release: its poll interval (1h) and the
+// holder's expiry (60s) are both far beyond the test's bound.
+func TestAcquireWaitWokenByRelease(t *testing.T) {
+	e := newEnv(t)
+	holder := e.manager(lease.Config{TTL: time.Minute})
+	w, ev := observed(t, e, lease.Config{WaitPoll: time.Hour})
+	k := uniqueKey(t)
+	hl, err := holder.Acquire(bg(), k)
+	require.NoError(t, err)
+
+	var released atomic.Bool
+	out := startWait(t, w, ev, bg(), k, &released, true)
+	released.Store(true) // every event after this point is "after the release began"
+	start := time.Now()
+	res, err := hl.Release(bg())
+	require.NoError(t, err)
+	require.Equal(t, lease.Released, res)
+
+	var r waitResult
+	select {
+	case r = <-out:
+	case <-time.After(10 * time.Second):
+		t.Fatal("waiter not woken by the release")
+	}
+	took := time.Since(start)
+	require.NoError(t, r.err)
+	require.True(t, r.afterRelease, "the waiter returned before the release")
+	require.Greater(t, r.l.Token(), hl.Token())
+	require.Less(t, took, 5*time.Second)
+	ev.Mu().Lock()
+	wakes := append([]string(nil), ev.Wakes...)
+	ev.Mu().Unlock()
+	require.Equal(t, []string{"reconnect", "notify"}, wakes, "woken by NOTIFY")
+	t.Logf("release → waiter acquired in %s; wakes %v", took, wakes)
+}
+
+// TestAcquireWaitWakesAtHolderExpiry: with no release (the holder simply
+// stops renewing), the waiter wakes at the holder's expiry, converted from
+// the database's remaining time to a local timer — not by the poll.
+func TestAcquireWaitWakesAtHolderExpiry(t *testing.T) {
+	e := newEnv(t)
+	w, ev := observed(t, e, lease.Config{WaitPoll: time.Hour})
+	k := uniqueKey(t)
+	// A holder that will never renew: a row written directly, 800ms left.
+	_, err := e.raw.Exec(bg(), fmt.Sprintf(`INSERT INTO %q.fencekit_leases (account_id, session_id, run_id, fence_token, acquired_at, renewed_at, expires_at)
+		VALUES ($1, $2, $3, nextval('%q.fencekit_token_seq'), clock_timestamp(), clock_timestamp(), clock_timestamp() + interval '800 milliseconds')`, e.schema, e.schema),
+		k.AccountID, k.SessionID, uuid.New())
+	require.NoError(t, err)
+	start := time.Now()
+	l, err := w.AcquireWait(bg(), k)
+	require.NoError(t, err)
+	took := time.Since(start)
+	require.GreaterOrEqual(t, took, 500*time.Millisecond, "acquired before the holder expired")
+	require.Less(t, took, 5*time.Second)
+	require.NoError(t, l.Err())
+	ev.Mu().Lock()
+	wakes := append([]string(nil), ev.Wakes...)
+	ev.Mu().Unlock()
+	require.Contains(t, wakes, "expiry")
+	require.NotContains(t, wakes, "poll")
+}
+
+// TestAcquireWaitContextAndClose: a waiter returns the ctx's cause when ctx
+// ends, and ErrClosed when its Manager closes.
+func TestAcquireWaitContextAndClose(t *testing.T) {
+	e := newEnv(t)
+	holder := e.manager(lease.Config{TTL: time.Minute})
+	w, ev := observed(t, e, lease.Config{WaitPoll: time.Hour})
+	k := uniqueKey(t)
+	_, err := holder.Acquire(bg(), k)
+	require.NoError(t, err)
+
+	stopped := errors.New("user gave up")
+	ctx, cancel := context.WithCancelCause(bg())
+	out := startWait(t, w, ev, ctx, k, nil, true)
+	cancel(stopped)
+	r := <-out
+	require.ErrorIs(t, r.err, stopped)
+
+	out = startWait(t, w, ev, bg(), k, nil, false)
+	require.NoError(t, w.Close())
+	r = <-out
+	require.ErrorIs(t, r.err, lease.ErrClosed)
+	_, err = w.AcquireWait(bg(), k)
+	require.ErrorIs(t, err, lease.ErrClosed)
+}
+
+// TestAcquireWaitListenerReconnects: the waiter's LISTEN connection is cut;
+// the listener reconnects (waiters re-check on reconnect) and a later
+// release still wakes the waiter by NOTIFY.
+func TestAcquireWaitListenerReconnects(t *testing.T) {
+	e := newEnv(t)
+	pool, proxy := proxiedPool(t)
+	defer proxy.Restore()
+	holder := e.manager(lease.Config{TTL: time.Minute})
+	w, ev := observed(t, e, lease.Config{Pool: pool, WaitPoll: time.Hour})
+	k := uniqueKey(t)
+	hl, err := holder.Acquire(bg(), k)
+	require.NoError(t, err)
+	out := startWait(t, w, ev, bg(), k, nil, true)
+	require.True(t, <-ev.Listener(), "listener connected")
+
+	proxy.CloseConns()
+	select {
+	case up := <-ev.Listener():
+		require.False(t, up, "listener lost")
+	case <-time.After(10 * time.Second):
+		t.Fatal("listener did not notice the cut")
+	}
+	// Reconnect attempts may fail first (the pool's idle connections were
+	// cut too); wait for the one that succeeds.
+	for up := false; !up; {
+		select {
+		case up = <-ev.Listener():
+		case <-time.After(10 * time.Second):
+			t.Fatal("listener did not reconnect")
+		}
+	}
+	// The reconnect wakes the waiter for a re-check; wait until it sleeps again.
+	expectWoken(t, ev, "reconnect")
+	expectWaiting(t, ev, k, out)
+	_, err = hl.Release(bg())
+	require.NoError(t, err)
+	select {
+	case r := <-out:
+		require.NoError(t, r.err)
+	case <-time.After(10 * time.Second):
+		t.Fatal("waiter not woken after the listener reconnected")
+	}
+	ev.Mu().Lock()
+	wakes := append([]string(nil), ev.Wakes...)
+	ev.Mu().Unlock()
+	require.Equal(t, "notify", wakes[len(wakes)-1], "wakes: %v", wakes)
+	require.Equal(t, []string{"reconnect", "reconnect", "notify"}, wakes)
+}
