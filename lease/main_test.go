@@ -115,8 +115,6 @@ func waitFor(t *testing.T, d time.Duration, what string, cond func() bool) {
 	}
 }
 
-func key(s string) lease.Key { return lease.Key{AccountID: "acct", SessionID: s} }
-
 func uniqueKey(t *testing.T) lease.Key {
 	return lease.Key{AccountID: "acct-" + t.Name(), SessionID: uuid.NewString()}
 }

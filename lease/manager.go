@@ -45,6 +45,10 @@ type Manager struct {
 // New validates cfg, fills defaults and starts the renewer.
 func New(cfg Config) (*Manager, error) { return newManager(cfg, noopObserver{}) }
 
+// newManager builds the Manager. Its goroutines run on a context the
+// Manager owns (cancelled by Close), never on a caller's.
+//
+//nolint:contextcheck // deliberately not inheriting a caller's context
 func newManager(cfg Config, obs observer) (*Manager, error) {
 	r, err := cfg.resolve()
 	if err != nil {
@@ -145,7 +149,7 @@ func (m *Manager) tryAcquire(ctx context.Context, key Key) (*Lease, error) {
 	case err != nil:
 		// The statement may have committed with the reply lost: free the
 		// row of this run_id if we can (it expires by TTL otherwise).
-		m.releaseOrphan(key, runID)
+		m.releaseOrphan(key, runID) //nolint:contextcheck // runs after the caller's ctx may be gone; bounded by CallTimeout under the Manager's context
 		m.obs.acquireFailed(key, err)
 		return nil, fmt.Errorf("lease: acquire %s: %w", key, err)
 	case !won:
@@ -190,14 +194,14 @@ func (m *Manager) releaseOrphan(key Key, runID uuid.UUID) {
 type Status uint8
 
 const (
-	// StatusNotFound: no row; the key was never acquired (or its row was
+	// StatusNotFound means no row: the key was never acquired (or its row was
 	// removed by housekeeping).
 	StatusNotFound Status = iota
-	// StatusHeld: a run holds an unexpired lease.
+	// StatusHeld means a run holds an unexpired lease.
 	StatusHeld
-	// StatusExpired: the last holder did not renew in time; anyone may acquire.
+	// StatusExpired means the last holder did not renew in time; anyone may acquire.
 	StatusExpired
-	// StatusReleased: the last holder released it; anyone may acquire.
+	// StatusReleased means the last holder released it; anyone may acquire.
 	StatusReleased
 )
 
@@ -339,16 +343,16 @@ func (m *Manager) renewOne(ctx context.Context, key Key, runID uuid.UUID) (Renew
 type ReleaseResult uint8
 
 const (
-	// Released: this call released the run's unexpired lease.
+	// Released means this call released the run's unexpired lease.
 	Released ReleaseResult = iota + 1
-	// AlreadyReleased: the run had released it before (e.g. a retry after
+	// AlreadyReleased means the run had released it before (e.g. a retry after
 	// a lost reply).
 	AlreadyReleased
-	// Expired: the run's lease had expired; nobody holds it now.
+	// Expired means the run's lease had expired; nobody holds it now.
 	Expired
-	// NotHolder: another run has acquired the key since.
+	// NotHolder means another run has acquired the key since.
 	NotHolder
-	// NotFound: the key has no row.
+	// NotFound means the key has no row.
 	NotFound
 )
 

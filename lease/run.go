@@ -25,7 +25,7 @@ func (m *Manager) Run(ctx context.Context, key Key, fn func(ctx context.Context,
 	}
 	work, cancel := context.WithCancelCause(l.Context())
 	stop := context.AfterFunc(ctx, func() { cancel(context.Cause(ctx)) })
-	ferr := fn(work, l)
+	ferr := fn(work, l) //nolint:contextcheck // work derives from the lease's context (loss) and follows ctx via AfterFunc
 	stop()
 	var loss error
 	if cause := l.Err(); cause != nil && !errors.Is(cause, ErrReleased) {

@@ -44,7 +44,7 @@ func (m *Manager) AcquireWait(ctx context.Context, key Key) (*Lease, error) {
 	if m.isClosed() {
 		return nil, ErrClosed
 	}
-	w, ready := m.subscribe(key)
+	w, ready := m.subscribe(key) //nolint:contextcheck // the shared listener lives on the Manager's context, not a caller's
 	defer m.unsubscribe(w)
 
 	// Attempt only once LISTEN is in place (bounded), so a release between

@@ -25,6 +25,7 @@
 package netproxy
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"net"
@@ -83,7 +84,8 @@ func New(target string) (*Proxy, error) {
 	if _, _, err := net.SplitHostPort(target); err != nil {
 		return nil, fmt.Errorf("netproxy: bad target %q: %w", target, err)
 	}
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	var lc net.ListenConfig
+	ln, err := lc.Listen(context.Background(), "tcp", "127.0.0.1:0")
 	if err != nil {
 		return nil, fmt.Errorf("netproxy: listen: %w", err)
 	}
@@ -231,7 +233,7 @@ func (p *Proxy) acceptLoop() {
 func (p *Proxy) connect(client net.Conn) {
 	defer p.wg.Done()
 	d := net.Dialer{Timeout: 5 * time.Second}
-	server, err := d.Dial("tcp", p.target)
+	server, err := d.DialContext(context.Background(), "tcp", p.target)
 	if err != nil {
 		_ = client.Close()
 		return
