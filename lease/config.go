@@ -38,7 +38,8 @@ func (f AuthorizerFunc) Authorize(ctx context.Context, key Key) error { return f
 // Config configures a Manager. Zero fields take the documented defaults.
 type Config struct {
 	// Pool is the database (required). The Manager never closes it; close it
-	// after Manager.Close.
+	// after Manager.Close. AcquireWait takes one connection out of it
+	// (pgxpool Hijack) for LISTEN for the Manager's lifetime.
 	Pool *pgxpool.Pool
 	// Schema holding fencekit_leases and fencekit_token_seq (migration set
 	// sql.Lease). Default "public". Must pass sql.ValidateIdentifier.
@@ -55,7 +56,10 @@ type Config struct {
 	// shorter); 0 < RenewEvery < TTL − SafetyMargin.
 	RenewEvery time.Duration
 	// CallTimeout bounds every statement the Manager sends, including
-	// background renewals and the release at Close. Default 5s.
+	// background renewals and the release at Close. Default 5s. Keep it
+	// below TTL − SafetyMargin − RenewEvery (7s with the defaults): the
+	// renewer sends its batches one after another, so one statement stuck
+	// for CallTimeout delays the next renewals by as much.
 	CallTimeout time.Duration
 	// WaitPoll is the safety-net poll interval of AcquireWait and the health
 	// check period of its LISTEN connection. Default 10s.

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"net"
+	"runtime"
 	"strconv"
 	"sync"
 	"sync/atomic"
@@ -309,6 +310,7 @@ func TestRenewalFailureCancelsByTrustDeadline(t *testing.T) {
 		SafetyMargin: 200 * time.Millisecond, RenewEvery: 250 * time.Millisecond, CallTimeout: 2 * time.Second})
 	require.NoError(t, err)
 	defer m.Close()
+	defer proxy.Restore()
 	k := uniqueKey(t)
 	l, err := m.Acquire(bg(), k)
 	require.NoError(t, err)
@@ -329,13 +331,14 @@ func TestRenewalFailureCancelsByTrustDeadline(t *testing.T) {
 	deadline = l.TrustDeadline()
 	require.ErrorIs(t, context.Cause(l.Context()), lease.ErrTrustExpired)
 	require.False(t, at.Before(deadline), "cancelled before the trust deadline")
-	const slack = 150 * time.Millisecond // timer scheduling under -race on a busy machine
+	const slack = 250 * time.Millisecond // timer scheduling under -race on a busy 2-core machine
 	require.LessOrEqual(t, at.Sub(deadline), slack, "cancelled %s after the trust deadline", at.Sub(deadline))
 	t.Logf("cancelled %s after the trust deadline", at.Sub(deadline))
 	require.Equal(t, time.Duration(0), l.Remaining())
-	_, _, lost := ev.Snapshot()
-	require.Contains(t, lost, k)
-	proxy.Restore()
+	waitFor(t, 5*time.Second, "the observer to see the loss", func() bool {
+		_, _, lost := ev.Snapshot()
+		return len(lost) == 1 && lost[0] == k
+	})
 }
 
 // TestRenewalRejectedCancelsWithErrLost: when the database refuses a
@@ -376,6 +379,9 @@ func TestBatchedRenewal(t *testing.T) {
 	const n = 2500
 	acct := uuid.NewString()
 	leases := make([]*lease.Lease, n)
+	var before, after runtime.MemStats
+	runtime.GC()
+	runtime.ReadMemStats(&before)
 	var wg sync.WaitGroup
 	var fail atomic.Value
 	for w := range 8 {
@@ -396,12 +402,17 @@ func TestBatchedRenewal(t *testing.T) {
 	if err, _ := fail.Load().(error); err != nil {
 		t.Fatal(err)
 	}
+	runtime.GC()
+	runtime.ReadMemStats(&after)
+	// Informational (targets live in benchmarks): live heap per held lease,
+	// including the Manager's bookkeeping and its pool's growth.
+	t.Logf("heap per held lease ≈ %d bytes", (int64(after.HeapAlloc)-int64(before.HeapAlloc))/n)
 	// Steady state: count the statements that renew the next n leases.
-	before, _, _ := ev.Snapshot()
+	seen, _, _ := ev.Snapshot()
 	var stmts []int
 	waitFor(t, 15*time.Second, "every lease renewed once more", func() bool {
 		all, _, _ := ev.Snapshot()
-		stmts = all[len(before):]
+		stmts = all[len(seen):]
 		total := 0
 		for _, s := range stmts {
 			total += s
@@ -453,4 +464,33 @@ func TestCallTimeoutBoundsLockedRow(t *testing.T) {
 	st, err := m.Inspect(bg(), k) // a plain read does not wait on row locks
 	require.NoError(t, err)
 	require.Equal(t, l.RunID(), st.RunID)
+}
+
+// TestRenewalErrorsLeaveLeaseToTrustTimer: with the connection refused
+// (errors come back at once), failed renewals neither end the lease early
+// nor keep it past its trust deadline.
+func TestRenewalErrorsLeaveLeaseToTrustTimer(t *testing.T) {
+	e := newEnv(t)
+	pool, proxy := proxiedPool(t)
+	m, ev, err := lease.NewObserved(lease.Config{Pool: pool, Schema: e.schema, TTL: time.Second,
+		SafetyMargin: 200 * time.Millisecond, RenewEvery: 200 * time.Millisecond, CallTimeout: time.Second})
+	require.NoError(t, err)
+	defer m.Close()
+	defer proxy.Restore()
+	l, err := m.Acquire(bg(), uniqueKey(t))
+	require.NoError(t, err)
+	proxy.Cut()
+	cutAt := time.Now()
+	select {
+	case <-l.Done():
+	case <-time.After(5 * time.Second):
+		t.Fatal("lease not cancelled")
+	}
+	at := time.Now()
+	require.ErrorIs(t, l.Err(), lease.ErrTrustExpired)
+	require.False(t, at.Before(l.TrustDeadline()), "ended before its trust deadline")
+	require.LessOrEqual(t, at.Sub(l.TrustDeadline()), 250*time.Millisecond)
+	require.LessOrEqual(t, l.TrustDeadline().Sub(cutAt), 800*time.Millisecond, "no renewal succeeded after the cut")
+	_, failed, _ := ev.Snapshot()
+	require.Positive(t, failed, "renewal statements were attempted and failed")
 }
