@@ -96,12 +96,19 @@ func Main(ctx context.Context, args []string, env Env) int {
 	return ExitUsage
 }
 
+// flagSet is a subcommand's flags and its --help text.
+type flagSet struct {
+	*flag.FlagSet
+	help func()
+}
+
 // newFlags returns a FlagSet whose --help prints to stdout and whose errors
-// come back as *UsageError.
-func newFlags(env Env, c command, long string) *flag.FlagSet {
+// come back as *UsageError (printed once, by Main).
+func newFlags(env Env, c command, long string) *flagSet {
 	fs := flag.NewFlagSet(c.name, flag.ContinueOnError)
 	fs.SetOutput(io.Discard)
-	fs.Usage = func() {
+	fs.Usage = func() {} // parse errors are reported by Main, help by help
+	help := func() {
 		w := env.Stdout
 		fmt.Fprintf(w, "Usage: fence-demo %s %s\n\n%s\n\nFlags:\n", c.name, c.args, strings.TrimSpace(long))
 		fs.SetOutput(w)
@@ -109,15 +116,15 @@ func newFlags(env Env, c command, long string) *flag.FlagSet {
 		fs.SetOutput(io.Discard)
 		fmt.Fprint(w, "\n"+exitCodesHelp)
 	}
-	return fs
+	return &flagSet{FlagSet: fs, help: help}
 }
 
 // parse parses args; --help prints usage and returns flag.ErrHelp; other
 // errors become *UsageError. Positional arguments are refused.
-func parse(fs *flag.FlagSet, args []string) error {
+func parse(fs *flagSet, args []string) error {
 	if err := fs.Parse(args); err != nil {
 		if errors.Is(err, flag.ErrHelp) {
-			fs.Usage()
+			fs.help()
 			return flag.ErrHelp
 		}
 		return &UsageError{Msg: err.Error()}
@@ -145,7 +152,7 @@ browser run B takes over and writes; A's late writes, renewal and release are
 refused; both clients reconcile with the server; the end state is checked.
 Prints one line per event (or JSON Lines with --json).`)
 	var conn Conn
-	conn.register(fs, env.Getenv)
+	conn.register(fs.FlagSet, env.Getenv)
 	jsonOut := fs.Bool("json", false, "print one JSON object per event and line instead of the timeline")
 	color := fs.String("color", string(ColorAuto), "colour the timeline: auto (terminal and NO_COLOR unset), always, never")
 	timeline := fs.String("timeline", "", "also write the timeline picture to this .svg file")

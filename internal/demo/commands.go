@@ -4,7 +4,6 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
-	"flag"
 	"fmt"
 	"io"
 	"strconv"
@@ -41,8 +40,8 @@ type common struct {
 	ttl     time.Duration
 }
 
-func (c *common) register(fs *flag.FlagSet, env Env, ttl bool) {
-	c.conn.register(fs, env.Getenv)
+func (c *common) register(fs *flagSet, env Env, ttl bool) {
+	c.conn.register(fs.FlagSet, env.Getenv)
 	fs.StringVar(&c.account, "account", DefaultAccount, "account id of the session")
 	fs.StringVar(&c.session, "session", "", "session id (required)")
 	fs.BoolVar(&c.json, "json", false, "print the result as one JSON object")

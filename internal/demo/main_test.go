@@ -1,0 +1,63 @@
+package demo_test
+
+import (
+	"bytes"
+	"context"
+	"testing"
+	"time"
+
+	"go.uber.org/goleak"
+
+	"github.com/fencekit/fencekit/internal/demo"
+	"github.com/fencekit/fencekit/internal/testsvc"
+)
+
+func TestMain(m *testing.M) {
+	goleak.VerifyTestMain(m,
+		// Idle keep-alive connections of the minio clients' HTTP transports;
+		// not goroutines this package starts.
+		goleak.IgnoreTopFunction("net/http.(*persistConn).readLoop"),
+		goleak.IgnoreTopFunction("net/http.(*persistConn).writeLoop"),
+		goleak.IgnoreTopFunction("internal/poll.runtime_pollWait"),
+	)
+}
+
+// services returns a Conn to the real services with a private schema and a
+// fresh bucket (both removed when the test ends); it skips (fails under CI)
+// when a service is missing.
+func services(t *testing.T) demo.Conn {
+	t.Helper()
+	schema := testsvc.Schema(t)
+	_, bucket := testsvc.MinIO(t)
+	mc, _ := testsvc.MinIOEnv()
+	return demo.Conn{
+		DatabaseURL:    testsvc.DatabaseURL(),
+		MinIOEndpoint:  mc.Endpoint,
+		MinIOAccessKey: mc.AccessKey,
+		MinIOSecretKey: mc.SecretKey,
+		Schema:         schema,
+		Bucket:         bucket,
+	}
+}
+
+// connArgs are the flags that point a subcommand at c.
+func connArgs(c demo.Conn) []string {
+	return []string{"--database-url", c.DatabaseURL, "--minio-endpoint", c.MinIOEndpoint,
+		"--minio-access-key", c.MinIOAccessKey, "--minio-secret-key", c.MinIOSecretKey,
+		"--schema", c.Schema, "--bucket", c.Bucket}
+}
+
+type result struct {
+	code           int
+	stdout, stderr string
+}
+
+// run calls demo.Main with an empty environment.
+func run(t *testing.T, args ...string) result {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	var out, errb bytes.Buffer
+	code := demo.Main(ctx, args, demo.Env{Stdout: &out, Stderr: &errb, Getenv: func(string) string { return "" }})
+	return result{code: code, stdout: out.String(), stderr: errb.String()}
+}
