@@ -214,3 +214,50 @@ func TestAcquireWaitListenerReconnects(t *testing.T) {
 	require.Equal(t, "notify", wakes[len(wakes)-1], "wakes: %v", wakes)
 	require.Equal(t, []string{"reconnect", "reconnect", "notify"}, wakes)
 }
+
+// TestAcquireWaitListenerDetectsSilentPartition: with the LISTEN connection
+// blackholed (no error ever comes back), the listener's bounded health
+// check notices within about WaitPoll + CallTimeout and reconnects after
+// the partition heals; the waiter then still acquires on release.
+func TestAcquireWaitListenerDetectsSilentPartition(t *testing.T) {
+	e := newEnv(t)
+	pool, proxy := proxiedPool(t)
+	holder := e.manager(lease.Config{TTL: time.Minute})
+	w, ev := observed(t, e, lease.Config{Pool: pool, WaitPoll: 300 * time.Millisecond, CallTimeout: 300 * time.Millisecond})
+	defer proxy.Restore()
+	k := uniqueKey(t)
+	hl, err := holder.Acquire(bg(), k)
+	require.NoError(t, err)
+	out := startWait(t, w, ev, bg(), k, nil, true)
+	require.True(t, <-ev.Listener(), "listener connected")
+
+	proxy.Blackhole()
+	start := time.Now()
+	select {
+	case up := <-ev.Listener():
+		require.False(t, up)
+	case <-time.After(10 * time.Second):
+		t.Fatal("listener did not notice the silent partition")
+	}
+	took := time.Since(start)
+	require.Less(t, took, 3*time.Second, "noticed after %s", took)
+	proxy.Restore()
+	proxy.CloseConns()
+	for up := false; !up; {
+		select {
+		case up = <-ev.Listener():
+		case <-time.After(15 * time.Second):
+			t.Fatal("listener did not reconnect after the partition healed")
+		}
+	}
+	_, err = hl.Release(bg())
+	require.NoError(t, err)
+	select {
+	case r := <-out:
+		require.NoError(t, r.err)
+		require.Greater(t, r.l.Token(), hl.Token())
+	case <-time.After(10 * time.Second):
+		t.Fatal("waiter did not acquire after the release")
+	}
+	t.Logf("silent partition of the LISTEN connection noticed after %s", took)
+}
