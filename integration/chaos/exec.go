@@ -133,7 +133,7 @@ func (x *execution) hold(ctx context.Context, key Key, h Held) {
 		r := res[x.rng.IntN(len(res))]
 		wctx, cancel := context.WithTimeout(h.Context(), 5*time.Second)
 		if x.faults[FaultPause] && x.rng.Float64() < pPause {
-			d := x.ttl + time.Duration(x.rng.IntN(int(x.ttl/2)))
+			d := x.ttl*3/2 + time.Duration(x.rng.IntN(int(x.ttl*3/2)))
 			x.fault(FaultPause, fmt.Sprintf("%s stalls %s before writing %s", x.id, d.Round(time.Millisecond), r.name))
 			sleepCtx(ctx, d) // the injected pause itself
 			// The write was already in flight: it is not cancelled with the
@@ -172,8 +172,8 @@ func (x *execution) hold(ctx context.Context, key Key, h Held) {
 	if h.Context().Err() != nil {
 		return
 	}
-	if x.rng.IntN(5) == 0 {
-		return // abandon: let it expire
+	if _, ok := h.(interface{ abandon() }); ok && x.rng.IntN(5) == 0 {
+		return // abandon: stop renewing and let it expire
 	}
 	rel := x.base(history.Release, key)
 	rel.Token, rel.RunID = h.Token(), h.RunID()

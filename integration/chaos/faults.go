@@ -11,7 +11,7 @@ type Fault string
 
 // The faults the runner injects.
 const (
-	// FaultPause: a goroutine holder stalls for longer than the TTL between
+	// FaultPause: a goroutine holder stalls for 1.5 to 3 TTLs between
 	// its last ownership check and a write, which then goes out with the old
 	// token (a GC pause or a stalled thread with a write in flight).
 	FaultPause Fault = "pause"

@@ -127,6 +127,11 @@ type refHeld struct {
 	timer    *time.Timer
 }
 
+// abandon marks refHeld as a lease that can be dropped without release: it
+// does not renew itself, so it simply expires. (package lease renews in the
+// background until released; dropping it is modelled by SIGKILL instead.)
+func (h *refHeld) abandon() {}
+
 func (h *refHeld) Token() fence.Token       { return h.token }
 func (h *refHeld) RunID() string            { return h.run.String() }
 func (h *refHeld) Context() context.Context { return h.ctx }

@@ -89,12 +89,16 @@ func leaserFor(name string) (leaserFactory, bool) {
 
 // procRun holds one process's executions and what they share.
 type procRun struct {
-	execs []*execution
-	pools []*pgxpool.Pool
-	tr    *http.Transport
+	execs   []*execution
+	pools   []*pgxpool.Pool
+	closers []interface{ Close() error }
+	tr      *http.Transport
 }
 
 func (p *procRun) close() {
+	for _, c := range p.closers {
+		_ = c.Close()
+	}
 	for _, pool := range p.pools {
 		pool.Close()
 	}
@@ -157,6 +161,9 @@ func newProcRun(ctx context.Context, pc procConfig, rec *history.Recorder) (*pro
 		l, err := factory(pool, pc)
 		if err != nil {
 			return nil, err
+		}
+		if c, ok := l.(interface{ Close() error }); ok {
+			pr.closers = append(pr.closers, c)
 		}
 		pgt, err := newPGTarget(pool, pc.Schema)
 		if err != nil {
