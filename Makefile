@@ -27,8 +27,8 @@ test/short: ## unit tests that need no service
 	$(GO) test -short -count=1 $(PKGS)
 
 .PHONY: demo
-demo: ## run the two-devices scenario end to end
-	@$(SERVICES); $(GO) run ./cmd/fence-demo $(DEMOFLAGS)
+demo: ## run the two-devices scenario end to end (picture: out/timeline.svg; DEMOFLAGS=--help for more)
+	@mkdir -p out; $(SERVICES); $(GO) run ./cmd/fence-demo --timeline out/timeline.svg $(DEMOFLAGS)
 
 .PHONY: lint
 lint: ## gofmt, go vet and golangci-lint (pinned, installed on first use)
