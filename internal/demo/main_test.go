@@ -27,6 +27,9 @@ func TestMain(m *testing.M) {
 // when a service is missing.
 func services(t *testing.T) demo.Conn {
 	t.Helper()
+	if testing.Short() {
+		t.Skip("needs PostgreSQL and MinIO (not run with -short)")
+	}
 	schema := testsvc.Schema(t)
 	_, bucket := testsvc.MinIO(t)
 	mc, _ := testsvc.MinIOEnv()
