@@ -176,7 +176,7 @@ by another run is refused with its holder (exit 3).`)
 	if err != nil {
 		return err
 	}
-	defer s.close()
+	defer s.close() //nolint:contextcheck // shutdown: Manager.Close bounds its own release
 	l, err := s.mgr.Acquire(ctx, k)
 	var held *lease.HeldError
 	if errors.As(err, &held) {
@@ -215,7 +215,7 @@ renewal never revives an expired lease.`)
 	if err != nil {
 		return err
 	}
-	defer s.close()
+	defer s.close() //nolint:contextcheck // shutdown: Manager.Close bounds its own release
 	r, err := s.mgr.Renew(ctx, k, id)
 	if err != nil {
 		if errors.Is(err, lease.ErrLost) {
@@ -254,7 +254,7 @@ not-found (exit 3: this run did not hold the lease; nothing changed).`)
 	if err != nil {
 		return err
 	}
-	defer s.close()
+	defer s.close() //nolint:contextcheck // shutdown: Manager.Close bounds its own release
 	res, err := s.mgr.Release(ctx, k, id)
 	if err != nil {
 		return err
@@ -286,7 +286,7 @@ MinIO.`)
 	if err != nil {
 		return err
 	}
-	defer s.close()
+	defer s.close() //nolint:contextcheck // shutdown: Manager.Close bounds its own release
 	st, err := s.mgr.Inspect(ctx, k)
 	if err != nil {
 		return err
@@ -381,7 +381,7 @@ resource has accepted is refused (exit 3), printing both numbers.`)
 		if err != nil {
 			return err
 		}
-		defer s.close()
+		defer s.close() //nolint:contextcheck // shutdown: Manager.Close bounds its own release
 		if err := ensureTable(ctx, s.pool, c.conn.Schema); err != nil {
 			return err
 		}

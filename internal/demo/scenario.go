@@ -159,10 +159,10 @@ func RunScenario(ctx context.Context, cfg ScenarioConfig) (*Result, error) {
 	ctx, cancel := context.WithTimeout(ctx, 30*time.Second+20*cfg.TTL)
 	defer cancel()
 	if err := s.setup(ctx); err != nil {
-		s.teardown()
+		s.teardown() //nolint:contextcheck // shutdown: Manager.Close bounds its own release
 		return nil, err
 	}
-	defer s.teardown()
+	defer s.teardown() //nolint:contextcheck // shutdown: Manager.Close bounds its own release
 	s.rec = NewRecorder(cfg.Sink)
 	res, err := s.run(ctx)
 	res.Events = s.rec.Events()
@@ -187,10 +187,10 @@ func (s *scenario) setup(ctx context.Context) (err error) {
 		return err
 	}
 	// Run A reaches both stores through proxies the scenario can blackhole.
-	if s.pgProxy, err = netproxy.New(target); err != nil {
+	if s.pgProxy, err = netproxy.New(target); err != nil { //nolint:contextcheck // the proxy lives until teardown
 		return err
 	}
-	if s.s3Proxy, err = netproxy.New(c.MinIOEndpoint); err != nil {
+	if s.s3Proxy, err = netproxy.New(c.MinIOEndpoint); err != nil { //nolint:contextcheck // the proxy lives until teardown
 		return err
 	}
 	if s.poolA, err = openPool(ctx, c.DatabaseURL, s.pgProxy.Addr()); err != nil {
@@ -408,7 +408,7 @@ func (s *scenario) run(ctx context.Context) (*Result, error) {
 	case <-ctx.Done():
 		return res, fmt.Errorf("run A's lease never ended: %w", ctx.Err())
 	}
-	cause := context.Cause(la.Context())
+	cause := context.Cause(la.Context()) //nolint:contextcheck // reading why A's lease context ended
 	endEv := rec.Emit(Event{Actor: ActorA, Kind: KindLeaseEnd, Outcome: Lost, Token: int64(ta), RunID: la.RunID().String(), Cause: cause.Error(),
 		Until:  rec.Since(la.TrustDeadline()),
 		Detail: fmt.Sprintf("lease context cancelled: %v (the tool call is told to stop; its writes are already on the wire)", cause)})
@@ -438,8 +438,9 @@ func (s *scenario) run(ctx context.Context) (*Result, error) {
 		Until:  rec.Since(lb.TrustDeadline()),
 		Detail: fmt.Sprintf("took over as run %s (token %d > %d)", short(lb.RunID()), tb, ta)})
 	s.check("B's token is larger than A's", tb > ta, "A %d, B %d", ta, tb)
-	evB3 := rec.Emit(s.writeS3(lb.Context(), s.storeB, ActorB, lb.RunID(), tb))
-	evBP := rec.Emit(s.writePG(lb.Context(), s.poolB, ActorB, lb.RunID(), tb))
+	// B's writes run under B's lease context: they stop if B loses the lease.
+	evB3 := rec.Emit(s.writeS3(lb.Context(), s.storeB, ActorB, lb.RunID(), tb)) //nolint:contextcheck // see above
+	evBP := rec.Emit(s.writePG(lb.Context(), s.poolB, ActorB, lb.RunID(), tb))  //nolint:contextcheck // see above
 	s.check("B's writes were accepted", evB3.Outcome == OK && evBP.Outcome == OK, "s3 %s, pg %s", evB3.Outcome, evBP.Outcome)
 
 	// 5. A plain second acquisition while B holds is refused.

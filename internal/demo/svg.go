@@ -410,7 +410,7 @@ func WriteSVGFile(path string, res *Result) error {
 	if err != nil {
 		return err
 	}
-	if err := os.WriteFile(path, b, 0o644); err != nil {
+	if err := os.WriteFile(path, b, 0o644); err != nil { //nolint:gosec // a picture meant to be opened by any viewer
 		return fmt.Errorf("demo: write timeline: %w", err)
 	}
 	return nil
