@@ -104,7 +104,9 @@ func guards(t *testing.T) []guardUnderTest {
 	for _, gu := range out {
 		write := func(ctx context.Context) error { return nil }
 		if gu.name == "s3guard" {
-			write = func(ctx context.Context) error { return s3guard.Stage(ctx, strings.NewReader("v"), 1, s3guard.PutOptions{}) }
+			write = func(ctx context.Context) error {
+				return s3guard.Stage(ctx, strings.NewReader("v"), 1, s3guard.PutOptions{})
+			}
 		}
 		require.NoError(t, gu.g.Fence(ctx, "keep", 5, write), gu.name)
 	}
