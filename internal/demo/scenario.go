@@ -56,6 +56,7 @@ type Check struct {
 // failed (with a *CheckError).
 type Result struct {
 	Key            lease.Key
+	TTL            time.Duration // the leases' TTL
 	RunA, RunB     uuid.UUID
 	TokenA, TokenB fence.Token
 	S3Key          string // the report object
@@ -354,7 +355,7 @@ func (s *scenario) seq(ctx context.Context) (int64, error) {
 }
 
 func (s *scenario) run(ctx context.Context) (*Result, error) {
-	res := &Result{Key: s.key, S3Key: s.s3Key, PGResource: s.pgRes}
+	res := &Result{Key: s.key, TTL: s.cfg.TTL, S3Key: s.s3Key, PGResource: s.pgRes}
 	if err := s.managers(); err != nil {
 		return res, err
 	}

@@ -228,7 +228,7 @@ func RenderSVG(res *Result) ([]byte, error) {
 	}
 	d.text(24, 38, 22, colInk, "start", "bold", "One conversation, two devices: a stalled run is fenced off")
 	d.text(24, 64, 13, colMuted, "start", "normal", fmt.Sprintf("session %s · TTL %v · run A token %d refused everywhere after run B (token %d) took over · %d/%d end-state checks held",
-		res.Key, ttlOf(res), res.TokenA, res.TokenB, ok, len(res.Checks)))
+		res.Key, res.TTL, res.TokenA, res.TokenB, ok, len(res.Checks)))
 
 	// Grid and axis.
 	for t := time.Duration(0); t <= span; t += step {
@@ -389,19 +389,6 @@ func storeName(s string) string {
 		return "MinIO"
 	}
 	return "PostgreSQL"
-}
-
-func ttlOf(res *Result) string {
-	for _, e := range res.Events {
-		if e.Kind == KindInfo && e.Actor == ActorDemo {
-			if i := strings.Index(e.Detail, "(TTL "); i >= 0 {
-				if j := strings.Index(e.Detail[i:], ")"); j > 0 {
-					return e.Detail[i+5 : i+j]
-				}
-			}
-		}
-	}
-	return "?"
 }
 
 // WriteSVGFile renders the timeline of res to path.
