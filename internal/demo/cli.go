@@ -150,7 +150,8 @@ Runs the scenario: desktop run A acquires the session lease and sends its
 writes; the network to A stalls longer than the TTL, A's lease context ends;
 browser run B takes over and writes; A's late writes, renewal and release are
 refused; both clients reconcile with the server; the end state is checked.
-Prints one line per event (or JSON Lines with --json).`)
+Prints one line per event (or JSON Lines with --json).
+"fence-demo help" lists the subcommands for exploring by hand.`)
 	var conn Conn
 	conn.register(fs.FlagSet, env.Getenv)
 	jsonOut := fs.Bool("json", false, "print one JSON object per event and line instead of the timeline")
