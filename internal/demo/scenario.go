@@ -43,6 +43,10 @@ type ScenarioConfig struct {
 	Account, Session string
 	// Sink receives every event as it happens (printing, JSON).
 	Sink func(Event)
+
+	// beforeEnd, when set (tests only), runs just before the end-state
+	// checks, with a direct pool and the quoted table name.
+	beforeEnd func(ctx context.Context, pool *pgxpool.Pool, table string, res *Result) error
 }
 
 // Check is one end-state or outcome check of the scenario.
@@ -559,6 +563,11 @@ func (s *scenario) run(ctx context.Context) (*Result, error) {
 		Detail: fmt.Sprintf("tool call done; release: %s", rb)})
 
 	// 11. The end state.
+	if s.cfg.beforeEnd != nil {
+		if err := s.cfg.beforeEnd(ctx, s.poolB, s.table, res); err != nil {
+			return res, err
+		}
+	}
 	s.checkEnd(ctx, res)
 	var failed []string
 	for _, c := range s.checks {

@@ -13,6 +13,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/stretchr/testify/require"
 
 	"github.com/fencekit/fencekit/internal/demo"
@@ -199,4 +200,33 @@ func TestMainRunTwice(t *testing.T) {
 func TestRenderSVGNeedsARun(t *testing.T) {
 	_, err := demo.RenderSVG(&demo.Result{})
 	require.Error(t, err)
+}
+
+// TestScenarioCheckFails writes a row behind the guard's back before the
+// end-state checks: the table check must fail, RunScenario must return a
+// *CheckError and the exit code must be ExitFailed.
+func TestScenarioCheckFails(t *testing.T) {
+	conn := services(t)
+	cfg := demo.ScenarioConfig{Conn: conn}
+	demo.SetBeforeEnd(&cfg, func(ctx context.Context, pool *pgxpool.Pool, table string, res *demo.Result) error {
+		_, err := pool.Exec(ctx, `INSERT INTO `+table+` (resource, token, run_id, writer, body) VALUES ($1, $2, $3, 'rogue', 'unguarded')`,
+			res.PGResource, int64(res.TokenA), res.RunA)
+		return err
+	})
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	res, err := demo.RunScenario(ctx, cfg)
+	var ce *demo.CheckError
+	require.ErrorAs(t, err, &ce)
+	require.Equal(t, demo.ExitFailed, demo.ExitCode(err))
+	var failed []string
+	for _, c := range res.Checks {
+		if !c.OK {
+			failed = append(failed, c.Name)
+		}
+	}
+	require.Equal(t, []string{"the table holds exactly B's row"}, failed)
+	require.Len(t, ce.Failed, 1)
+	last := find(res.Events, func(e demo.Event) bool { return e.Kind == demo.KindCheck && e.Outcome == demo.Failed })
+	require.Len(t, last, 1, "the failed check is an event too")
 }
