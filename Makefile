@@ -40,3 +40,9 @@ lint: ## gofmt, go vet and golangci-lint (pinned, installed on first use)
 .PHONY: fuzz
 fuzz: ## run every Go fuzz target briefly (FUZZTIME=5s each; FUZZ_PKG=dir filter)
 	@$(SERVICES); FUZZTIME=$${FUZZTIME:-5s} integration/scripts/fuzz.sh $(FUZZ_PKG)
+
+.PHONY: chaos
+chaos: ## chaos soak: CHAOS_DURATION=10m (default 5m), CHAOS_SEED=, CHAOS_FAULTS=default, CHAOS_FLAGS=-chaos.pgrestart
+	@$(SERVICES); $(GO) test -race -count=1 -timeout 0 ./integration/chaos -run '^TestChaosSoak$$' -v -args \
+		-chaos.soak=$${CHAOS_DURATION:-5m} -chaos.seed=$${CHAOS_SEED:-0} -chaos.faults=$${CHAOS_FAULTS:-default} $${CHAOS_FLAGS:-} \
+		| grep -v '^=== RUN' 

@@ -135,7 +135,15 @@ func (x *execution) hold(ctx context.Context, key Key, h Held) {
 		if x.faults[FaultPause] && x.rng.Float64() < pPause {
 			d := x.ttl*3/2 + time.Duration(x.rng.IntN(int(x.ttl*3/2)))
 			x.fault(FaultPause, fmt.Sprintf("%s stalls %s before writing %s", x.id, d.Round(time.Millisecond), r.name))
+			// The execution's own database traffic stalls too, so its
+			// lease cannot renew itself in the background meanwhile.
+			if x.pgDrop != nil {
+				x.pgDrop.hold()
+			}
 			sleepCtx(ctx, d) // the injected pause itself
+			if x.pgDrop != nil {
+				x.pgDrop.resume()
+			}
 			// The write was already in flight: it is not cancelled with the
 			// lease, the guard alone must stop it.
 			cancel()

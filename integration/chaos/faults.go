@@ -13,7 +13,9 @@ type Fault string
 const (
 	// FaultPause: a goroutine holder stalls for 1.5 to 3 TTLs between
 	// its last ownership check and a write, which then goes out with the old
-	// token (a GC pause or a stalled thread with a write in flight).
+	// token (a GC pause or a stalled thread with a write in flight). The
+	// execution's own PostgreSQL connections stall for as long, so the
+	// lease's background renewal stalls with it.
 	FaultPause Fault = "pause"
 	// FaultLostReply: a write reaches its store and commits, but its reply
 	// is dropped: one write's (PostgreSQL COMMIT, S3 request, HTTP

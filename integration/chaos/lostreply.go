@@ -8,6 +8,7 @@ import (
 	"net"
 	"net/http"
 
+	"sync"
 	"sync/atomic"
 )
 
@@ -45,8 +46,43 @@ func (t dropTransport) RoundTrip(req *http.Request) (*http.Response, error) {
 // COMMIT written on any of them is sent in full and the connection is then
 // closed before the server's reply can be read: the transaction commits (the
 // server has the whole message) but the client sees a connection error.
+//
+// It can also stall its connections (hold/resume): while held, nothing this
+// pool writes leaves the process, which is how an in-process pause freezes
+// the lease's own renewals as a real process pause would.
 type commitDropper struct {
 	armed atomic.Bool
+
+	mu   sync.Mutex
+	gate chan struct{} // nil: open; else closed on resume
+}
+
+// hold stalls every write on the pool's connections until resume.
+func (d *commitDropper) hold() {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	if d.gate == nil {
+		d.gate = make(chan struct{})
+	}
+}
+
+// resume ends hold.
+func (d *commitDropper) resume() {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	if d.gate != nil {
+		close(d.gate)
+		d.gate = nil
+	}
+}
+
+func (d *commitDropper) wait() {
+	d.mu.Lock()
+	g := d.gate
+	d.mu.Unlock()
+	if g != nil {
+		<-g
+	}
 }
 
 func (d *commitDropper) dial(ctx context.Context, network, addr string) (net.Conn, error) {
@@ -67,6 +103,7 @@ type dropConn struct {
 var commitMsg = []byte("commit\x00")
 
 func (c *dropConn) Write(p []byte) (int, error) {
+	c.d.wait()
 	if c.d.armed.Load() && len(p) > 0 && p[0] == 'Q' && bytes.Contains(bytes.ToLower(p), commitMsg) &&
 		c.d.armed.CompareAndSwap(true, false) {
 		n, err := c.Conn.Write(p)
