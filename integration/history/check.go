@@ -293,7 +293,9 @@ func (c *checker) tenures(evs []Event) ([]*tenure, map[string]*tenure) {
 			// in at that moment; it may have been extended by a renewal the
 			// execution did not record itself (a lease's own background
 			// renewal).
-			if t := byRun[e.RunID]; t != nil && e.Mono <= t.deadline && t.lossAt == 0 && t.relAt == 0 && e.Deadline > t.deadline {
+			// (Above a millisecond: MonoOf's conversion jitters by
+			// microseconds.)
+			if t := byRun[e.RunID]; t != nil && e.Mono <= t.deadline && t.lossAt == 0 && t.relAt == 0 && e.Deadline > t.deadline+int64(time.Millisecond) {
 				t.deadline = e.Deadline
 				t.observed = e
 			}
