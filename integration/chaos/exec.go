@@ -64,7 +64,7 @@ func (x *execution) base(kind history.Kind, key Key) history.Event {
 	return history.Event{Kind: kind, Exec: x.id, Key: key.String()}
 }
 
-func (x *execution) attempt(ctx context.Context, key Key) {
+func (x *execution) attempt(ctx context.Context, key Key) { //nolint:contextcheck // holds and writes under the lease context, by design
 	actx, cancel := context.WithTimeout(ctx, 2*x.ttl)
 	sent := history.Now()
 	h, err := x.leaser.Acquire(actx, key)
@@ -164,7 +164,7 @@ func (x *execution) hold(ctx context.Context, key Key, h Held) {
 		inv := history.Event{Kind: history.WriteInvoke, Exec: x.id, Key: key.String(), Resource: r.name, Guard: r.t.kind(),
 			Token: h.Token(), RunID: h.RunID(), Op: x.op, Value: value}
 		x.rec.Record(inv)
-		outcome, err := r.t.write(wctx, r.name, h.Token(), value)
+		outcome, err := r.t.write(wctx, r.name, h.Token(), value) //nolint:contextcheck // wctx derives from the lease's context on purpose
 		cancel()
 		if x.pgDrop != nil {
 			x.pgDrop.armed.Store(false)

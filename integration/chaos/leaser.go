@@ -144,7 +144,7 @@ func (h *refHeld) TrustDeadline() time.Time {
 
 func (h *refHeld) Renew(ctx context.Context) error {
 	if h.ctx.Err() != nil {
-		return fmt.Errorf("%w: %v", ErrRejected, context.Cause(h.ctx))
+		return fmt.Errorf("%w: %w", ErrRejected, context.Cause(h.ctx)) //nolint:contextcheck // reads the lease's own context
 	}
 	sent := time.Now()
 	tag, err := h.l.pool.Exec(ctx, h.l.renew, h.key.Account, h.key.Session, h.run, h.l.ttl.Microseconds())

@@ -113,7 +113,7 @@ func (c *dropConn) Write(p []byte) (int, error) {
 			if tc, ok := c.Conn.(*net.TCPConn); ok {
 				_ = tc.CloseWrite()
 			}
-			_ = c.Conn.Close()
+			_ = c.Close()
 			return n, nil
 		}
 		return n, err

@@ -373,7 +373,9 @@ func (c *children) runOne(ctx context.Context, pc procConfig) {
 	if err != nil {
 		panic(err)
 	}
-	cmd := exec.Command(os.Args[0], "-test.run=^$")
+	// The child ends by itself when its duration is over; the run's end
+	// must not kill it early.
+	cmd := exec.CommandContext(context.WithoutCancel(ctx), os.Args[0], "-test.run=^$") //nolint:gosec // re-executes this very test binary as a child execution process
 	cmd.Env = append(os.Environ(), childEnv+"="+string(conf))
 	stdin, err := cmd.StdinPipe()
 	if err != nil {
@@ -412,7 +414,7 @@ func (c *children) runOne(ctx context.Context, pc procConfig) {
 		c.fail(pc.Prefix, derr)
 	}
 	if werr != nil && !killed {
-		c.fail(pc.Prefix, fmt.Errorf("%v; stderr: %s", werr, tail(stderr.String())))
+		c.fail(pc.Prefix, fmt.Errorf("%w; stderr: %s", werr, tail(stderr.String())))
 	}
 }
 
@@ -532,7 +534,11 @@ func (s *scheduler) run(ctx context.Context) {
 			}
 		case FaultPGRestart:
 			s.record(f, "pg_ctlcluster restart")
-			out, err := exec.Command("pg_ctlcluster", "--skip-systemctl-redirect", pgVersion(), "main", "restart").CombinedOutput()
+			// A fixed program; the version comes from /etc/postgresql.
+			rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), time.Minute)
+			restart := exec.CommandContext(rctx, "pg_ctlcluster", "--skip-systemctl-redirect", pgVersion(), "main", "restart") //nolint:gosec // see above
+			out, err := restart.CombinedOutput()
+			cancel()
 			if err != nil {
 				s.logf("chaos: pg restart failed: %v: %s", err, out)
 			}
