@@ -42,7 +42,8 @@ type Config struct {
 	// MaxAttempts bounds the conditional pointer writes of one call (and
 	// the pointer re-reads of one Get). When every attempt loses a race
 	// that is worth retrying, the call fails with an error matching
-	// fence.ErrBusy. Default DefaultMaxAttempts.
+	// fence.ErrBusy. A write that failed only because the pointer cache
+	// was stale does not count. Default DefaultMaxAttempts.
 	MaxAttempts int
 	// ConflictBackoff is the base wait before retrying after a 409
 	// ConditionalRequestConflict (AWS); the n-th wait is n times it.
@@ -58,6 +59,18 @@ type Config struct {
 	// GET per read. At most MaxInline. Default 0: content always goes to a
 	// data object.
 	InlineMax int
+	// PointerCacheSize bounds the Store's pointer cache: for that many
+	// keys (least recently used out first) the Store remembers the last
+	// pointer it read or wrote, so that Put and Delete can skip the
+	// pointer GET. The cached pointer is only a hint: the write decides
+	// against it and commits with If-Match on its ETag, so a pointer
+	// written meanwhile by anyone else fails that PUT (412 or 404), and
+	// the Store re-reads and continues as without a cache. A refusal
+	// decided on the cache is confirmed by a read before it is returned.
+	// An entry holds no content (inline bytes and metadata are left out):
+	// a few hundred bytes plus the key. Default DefaultPointerCacheSize;
+	// negative disables the cache (every write GETs the pointer first).
+	PointerCacheSize int
 }
 
 // Store is a fenced object store over one bucket. It is safe for concurrent
@@ -71,9 +84,10 @@ type Store struct {
 	backoff time.Duration
 	keep    bool
 	inline  int
+	cache   *pointerCache // nil: disabled
 
-	// afterRead, when set (tests only), runs after every pointer read of
-	// the fenced write path, before the decision.
+	// afterRead, when set (tests only), runs after every pointer read or
+	// pointer cache hit of the fenced write path, before the decision.
 	afterRead func(key string)
 	// beforeData, when set (tests only), runs in Get between the pointer
 	// read and the data read.
@@ -118,7 +132,14 @@ func New(cfg Config) (*Store, error) {
 	case cfg.ConflictBackoff == 0:
 		cfg.ConflictBackoff = DefaultConflictBackoff
 	}
+	switch {
+	case cfg.PointerCacheSize < 0:
+		cfg.PointerCacheSize = 0
+	case cfg.PointerCacheSize == 0:
+		cfg.PointerCacheSize = DefaultPointerCacheSize
+	}
 	return &Store{
+		cache:   newPointerCache(cfg.PointerCacheSize),
 		client:  cfg.Client,
 		bucket:  cfg.Bucket,
 		prefix:  cfg.DataPrefix,
@@ -180,6 +201,9 @@ func (s *Store) info(key string, p *pointer) Info {
 type current struct {
 	p    *pointer
 	etag string
+	// cached: taken from the pointer cache, not read from the store.
+	// partial: p lacks its inline content and metadata (cache entries).
+	cached, partial bool
 }
 
 func (c current) token() fence.Token {
@@ -202,8 +226,19 @@ func isNoSuchKey(err error) bool {
 	return code == "NoSuchKey" || (code == "" && status == http.StatusNotFound)
 }
 
-// readPointer GETs and decodes the pointer at key.
+// readPointer GETs and decodes the pointer at key and records what it found
+// in the pointer cache (forgetting the key on error).
 func (s *Store) readPointer(ctx context.Context, key string) (current, error) {
+	cur, err := s.getPointer(ctx, key)
+	if err != nil {
+		s.cache.drop(key)
+		return current{}, err
+	}
+	s.cache.put(key, cur)
+	return cur, nil
+}
+
+func (s *Store) getPointer(ctx context.Context, key string) (current, error) {
 	// Core.GetObject is one GET: body and ETag come from the same response.
 	rc, oi, _, err := minio.Core{Client: s.client}.GetObject(ctx, s.bucket, key, minio.GetObjectOptions{})
 	if err != nil {
@@ -243,7 +278,9 @@ func (s *Store) Mark(ctx context.Context, key string) (fence.Token, error) {
 //
 // A stale token yields *fence.StaleError and uploads nothing when the
 // staleness is visible before the upload; a token that becomes stale while
-// the upload runs yields *fence.StaleError and the upload is removed.
+// the upload runs, or whose staleness the Store's pointer cache did not yet
+// know (another Store raised the mark since this one last saw the key),
+// yields *fence.StaleError and the upload is removed.
 func (s *Store) Put(ctx context.Context, key string, token fence.Token, r io.Reader, size int64, opts PutOptions) (Info, error) {
 	if err := checkOptions(opts); err != nil {
 		return Info{}, err
@@ -253,7 +290,7 @@ func (s *Store) Put(ctx context.Context, key string, token fence.Token, r io.Rea
 	}
 	return s.fence(ctx, key, token, func(ctx context.Context) error {
 		return Stage(ctx, r, size, opts)
-	})
+	}, true)
 }
 
 // PutBytes is Put for content held in memory.
@@ -267,13 +304,14 @@ func (s *Store) PutBytes(ctx context.Context, key string, token fence.Token, b [
 // Deleted and Token set, and writes below token are refused. Deleting a key
 // that has no content still writes the tombstone, raising the mark.
 func (s *Store) Delete(ctx context.Context, key string, token fence.Token) (Info, error) {
-	return s.fence(ctx, key, token, StageDelete)
+	return s.fence(ctx, key, token, StageDelete, true)
 }
 
 // Fence implements fence.Guard for the object at key resource.
 //
-// It reads the pointer and refuses a stale token (*fence.StaleError)
-// without calling write. Otherwise it calls write with a context that
+// It reads the pointer (Fence never decides on the pointer cache, since
+// write may have effects of its own) and refuses a stale token
+// (*fence.StaleError) without calling write. Otherwise it calls write with a context that
 // carries token (fence.FromContext) and a stager: write may call Stage to
 // upload new content or StageDelete to stage a tombstone. Staged data is
 // stored under a fresh data key and stays invisible to Get until the
@@ -285,26 +323,50 @@ func (s *Store) Delete(ctx context.Context, key string, token fence.Token) (Info
 // When write fails, its error is returned, the mark is unchanged and staged
 // data is removed.
 func (s *Store) Fence(ctx context.Context, resource string, token fence.Token, write func(ctx context.Context) error) error {
-	_, err := s.fence(ctx, resource, token, write)
+	_, err := s.fence(ctx, resource, token, write, false)
 	return err
 }
 
-func (s *Store) fence(ctx context.Context, key string, token fence.Token, write func(ctx context.Context) error) (Info, error) {
+// fence runs a fenced write. With useCache, a cached pointer stands in for
+// the pointer GET (Put and Delete: their write only stages).
+func (s *Store) fence(ctx context.Context, key string, token fence.Token, write func(ctx context.Context) error, useCache bool) (Info, error) {
 	if err := checkKey(s.prefix, key); err != nil {
 		return Info{}, err
 	}
 	if err := token.Validate(); err != nil {
 		return Info{}, err
 	}
-	cur, err := s.readPointer(ctx, key)
-	if err != nil {
-		return Info{}, err
+	var cur current
+	hit := false
+	if useCache {
+		cur, hit = s.cache.get(key)
+	}
+	if !hit {
+		var err error
+		if cur, err = s.readPointer(ctx, key); err != nil {
+			return Info{}, err
+		}
 	}
 	if s.afterRead != nil {
 		s.afterRead(key)
 	}
 	if err := fence.Decide(key, token, cur.token()); err != nil {
-		return Info{}, err
+		if !cur.cached {
+			return Info{}, err
+		}
+		// Refusing on the cache alone would be safe (a mark only rises, so
+		// the real one is at least the cached one), but the real mark may
+		// be higher (StaleError.Highest) or have been erased outside the
+		// guard: confirm with a read. Only refusals pay for it.
+		if cur, err = s.readPointer(ctx, key); err != nil {
+			return Info{}, err
+		}
+		if s.afterRead != nil {
+			s.afterRead(key)
+		}
+		if err := fence.Decide(key, token, cur.token()); err != nil {
+			return Info{}, err
+		}
 	}
 	st := &stager{s: s, key: key, token: token, writeID: newWriteID()}
 	werr := write(context.WithValue(fence.WithToken(ctx, token), stagerKey{}, st))
@@ -336,10 +398,29 @@ func (ch change) next(token fence.Token, writeID string, cur current) *pointer {
 	return p
 }
 
-// commit runs the conditional pointer write loop.
+// keeps reports whether ch re-stamps the current content.
+func (ch change) keeps() bool { return ch.data == nil && !ch.deleted }
+
+// commit runs the conditional pointer write loop. cur may come from the
+// pointer cache: then a 412 or 404 only means the cache was stale, and that
+// first failed write does not count against MaxAttempts.
 func (s *Store) commit(ctx context.Context, key string, token fence.Token, writeID string, ch change, cur current) (Info, error) {
-	var conflicts int
-	for attempt := 1; ; attempt++ {
+	var conflicts, lost int
+	for {
+		if ch.keeps() && cur.partial {
+			// A cache entry lacks the inline content and metadata that
+			// re-stamping copies: read the full pointer. Nothing is staged.
+			var err error
+			if cur, err = s.readPointer(ctx, key); err != nil {
+				return Info{}, err
+			}
+			if s.afterRead != nil {
+				s.afterRead(key)
+			}
+			if err := fence.Decide(key, token, cur.token()); err != nil {
+				return Info{}, err
+			}
+		}
 		next := ch.next(token, writeID, cur)
 		body, err := next.encode()
 		if err != nil {
@@ -357,8 +438,9 @@ func (s *Store) commit(ctx context.Context, key string, token fence.Token, write
 		} else {
 			opts.SetMatchETag(cur.etag)
 		}
-		_, err = s.client.PutObject(ctx, s.bucket, key, bytes.NewReader(body), int64(len(body)), opts)
+		ui, err := s.client.PutObject(ctx, s.bucket, key, bytes.NewReader(body), int64(len(body)), opts)
 		if err == nil {
+			s.cache.put(key, current{p: next, etag: ui.ETag})
 			s.dropSuperseded(ctx, cur, next)
 			return s.info(key, next), nil
 		}
@@ -377,6 +459,7 @@ func (s *Store) commit(ctx context.Context, key string, token fence.Token, write
 		default:
 			// Outcome unknown: the pointer may have landed (or still land).
 			// Confirm if we can; never remove the staged data here.
+			s.cache.drop(key)
 			if c, rerr := s.readPointer(ctx, key); rerr == nil && c.p != nil && c.p.WriteID == writeID {
 				s.dropSuperseded(ctx, cur, c.p)
 				return s.info(key, c.p), nil
@@ -399,9 +482,12 @@ func (s *Store) commit(ctx context.Context, key string, token fence.Token, write
 			s.dropUnreferenced(ctx, ch, cur)
 			return Info{}, err
 		}
-		if attempt >= s.max {
+		if !prev.cached {
+			lost++
+		}
+		if lost >= s.max {
 			s.dropUnreferenced(ctx, ch, cur)
-			return Info{}, fmt.Errorf("s3guard: %q: %d conditional pointer writes lost races: %w", key, attempt, fence.ErrBusy)
+			return Info{}, fmt.Errorf("s3guard: %q: %d conditional pointer writes lost races: %w", key, lost, fence.ErrBusy)
 		}
 	}
 }
