@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5/pgxpool"
+	"go.opentelemetry.io/otel/metric"
 
 	fsql "github.com/fencekit/fencekit/sql"
 )
@@ -66,8 +67,22 @@ type Config struct {
 	WaitPoll time.Duration
 	// Authorizer, if set, runs before every acquisition attempt.
 	Authorizer Authorizer
-	// Logger receives debug and warning logs. Nil discards them.
+	// Logger receives the Manager's logs. Nil discards them. The happy path
+	// (acquire, renew, release) logs at Debug only; a lost lease, a failed
+	// renewal statement and a listener disconnect log at Warn. Log records
+	// carry the key and run_id (metrics never do).
 	Logger *slog.Logger
+	// MeterProvider creates the Manager's OpenTelemetry instruments (names
+	// in the Metric* constants, documented in docs/operations.md). Nil
+	// records nothing (the no-op provider).
+	MeterProvider metric.MeterProvider
+	// TokenFloor, if set, supplies a lower bound for the tokens the
+	// database may issue, for CheckTokenFloor: typically the highest token
+	// a guard has accepted (GuardMarks.Highest) combined with a value the
+	// operator keeps outside the database (MaxFloor). Acquire does not call
+	// it; the floor stored in the schema is enforced by the database on
+	// every grant.
+	TokenFloor FloorSource
 }
 
 // resolved is a validated Config with defaults filled in.

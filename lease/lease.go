@@ -37,6 +37,9 @@ type Lease struct {
 	timer    *time.Timer // fires at trust
 	done     bool
 	inflight bool // a background renewal is in flight
+	failed   bool // a renewal statement failed since the last success
+	endedAt  time.Time
+	cause    string // metric cause of a loss, "" otherwise
 }
 
 // newLease registers a granted lease; nil if the Manager closed meanwhile.
@@ -156,11 +159,27 @@ func (l *Lease) extend(sentAt, trust, expires time.Time) {
 	if l.done {
 		return
 	}
+	l.failed = false
 	if trust.After(l.trust) {
 		l.trust = trust
 		l.expires = expires
 		l.timer.Reset(time.Until(trust))
 	}
+}
+
+// renewFailed notes that a renewal statement for the lease failed.
+func (l *Lease) renewFailed() {
+	l.mu.Lock()
+	l.failed = true
+	l.mu.Unlock()
+}
+
+// ended returns when the lease's context was cancelled and the metric cause
+// of its loss ("" when it was released or is still held).
+func (l *Lease) ended() (time.Time, string) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.endedAt, l.cause
 }
 
 // retryAt reschedules a background renewal that failed.
@@ -189,14 +208,34 @@ func (l *Lease) onTrustTimer() {
 // end cancels the lease with cause and unregisters it; false if it had
 // already ended.
 func (l *Lease) end(cause error) bool {
+	detected := time.Now()
 	if !l.stop() {
 		return false
 	}
 	l.cancel(cause)
+	cancelled := time.Now()
 	l.m.remove(l)
-	if !errors.Is(cause, ErrReleased) {
+	l.mu.Lock()
+	l.endedAt = cancelled
+	var mcause string
+	var delay time.Duration
+	switch {
+	case errors.Is(cause, ErrReleased):
+	case errors.Is(cause, ErrTrustExpired):
+		mcause, delay = CauseTrustDeadline, cancelled.Sub(l.trust)
+		if l.failed {
+			mcause = CauseDatabaseError
+		}
+	default:
+		mcause, delay = CauseRenewalRejected, cancelled.Sub(detected)
+	}
+	l.cause = mcause
+	l.mu.Unlock()
+	if mcause != "" {
 		l.m.obs.lost(l.key, cause)
-		l.m.log.Warn("lease lost", "key", l.key.String(), "run_id", l.runID, "token", int64(l.token), "cause", cause.Error())
+		l.m.met.onLost(mcause, delay)
+		l.m.log.Warn("lease lost", "key", l.key.String(), "run_id", l.runID, "token", int64(l.token),
+			"cause", mcause, "err", cause.Error(), "cancel_delay", delay)
 	}
 	return true
 }

@@ -25,6 +25,7 @@ type Manager struct {
 	st   statements
 	log  *slog.Logger
 	obs  observer
+	met  *metrics
 
 	root       context.Context // cancelled (cause ErrClosed) by Close
 	rootCancel context.CancelCauseFunc
@@ -67,6 +68,13 @@ func newManager(cfg Config, obs observer) (*Manager, error) {
 		lready:     make(chan struct{}),
 		waiters:    make(map[string]map[*waiter]struct{}),
 	}
+	met, err := newMetrics(r.MeterProvider, r.TTL, m.heldCount)
+	if err != nil {
+		met.close()
+		cancel(nil)
+		return nil, &ConfigError{Field: "MeterProvider", Reason: "creating instruments: " + err.Error(), Err: err}
+	}
+	m.met = met
 	m.wg.Add(1)
 	go m.renewLoop()
 	return m, nil
@@ -97,6 +105,8 @@ func (m *Manager) authorize(ctx context.Context, key Key) error {
 		return nil
 	}
 	if err := m.cfg.Authorizer.Authorize(ctx, key); err != nil {
+		m.met.onRefused(ReasonUnauthorized)
+		m.log.Debug("lease acquire unauthorized", "key", key.String(), "err", err)
 		return fmt.Errorf("%w: %s: %w", ErrUnauthorized, key, err)
 	}
 	return nil
@@ -145,16 +155,29 @@ func (m *Manager) tryAcquire(ctx context.Context, key Key) (*Lease, error) {
 			held.RunID, held.Token, held.ExpiresAt, held.Remaining = st.RunID, st.Token, st.ExpiresAt, st.Remaining
 		}
 		m.obs.held(key, held.Remaining)
+		m.met.onRefused(ReasonHeld)
 		return nil, held
+	case floorError(err) != nil:
+		// The database refused the drawn token (migration 0002's trigger):
+		// the statement failed as a whole, no row was written.
+		fe := floorError(err)
+		m.obs.acquireFailed(key, err)
+		m.met.onRefused(ReasonTokenFloor)
+		m.log.Warn("lease acquire refused: the token sequence is not above the token floor (restore or failover?)",
+			"key", key.String(), "token", int64(fe.Token), "floor", int64(fe.Floor))
+		return nil, fmt.Errorf("lease: acquire %s: %w", key, fe)
 	case err != nil:
 		// The statement may have committed with the reply lost: free the
 		// row of this run_id if we can (it expires by TTL otherwise).
 		m.releaseOrphan(key, runID) //nolint:contextcheck // runs after the caller's ctx may be gone; bounded by CallTimeout under the Manager's context
 		m.obs.acquireFailed(key, err)
+		m.met.onRefused(ReasonError)
+		m.log.Debug("lease acquire failed", "key", key.String(), "err", err)
 		return nil, fmt.Errorf("lease: acquire %s: %w", key, err)
 	case !won:
 		held := &HeldError{Key: key, RunID: rid, Token: fence.Token(token), ExpiresAt: expires, Remaining: max(expires.Sub(now), 0)}
 		m.obs.held(key, held.Remaining)
+		m.met.onRefused(ReasonHeld)
 		return nil, held
 	}
 	l := m.newLease(key, runID, fence.Token(token), expires, sentAt)
@@ -165,6 +188,7 @@ func (m *Manager) tryAcquire(ctx context.Context, key Key) (*Lease, error) {
 		return nil, ErrClosed
 	}
 	m.obs.acquired(key, token, time.Since(sentAt))
+	m.met.onAcquired()
 	m.log.Debug("lease acquired", "key", key.String(), "run_id", runID, "token", token)
 	return l, nil
 }
@@ -327,11 +351,16 @@ func (m *Manager) renewOne(ctx context.Context, key Key, runID uuid.UUID) (Renew
 	)
 	err := m.pool.QueryRow(cctx, m.st.renew, key.AccountID, key.SessionID, runID, m.ttlMicros()).Scan(&token, &exp, &now)
 	if errors.Is(err, pgx.ErrNoRows) {
-		return Renewal{}, fmt.Errorf("%w: %s run %s no longer holds an unexpired lease", ErrLost, key, runID)
+		err = fmt.Errorf("%w: %s run %s no longer holds an unexpired lease", ErrLost, key, runID)
+	} else if err != nil {
+		err = fmt.Errorf("lease: renew %s: %w", key, err)
 	}
+	m.met.onRenew(time.Since(sentAt), err)
 	if err != nil {
-		return Renewal{}, fmt.Errorf("lease: renew %s: %w", key, err)
+		m.log.Debug("lease renew failed", "key", key.String(), "run_id", runID, "err", err)
+		return Renewal{}, err
 	}
+	m.log.Debug("lease renewed", "key", key.String(), "run_id", runID)
 	return Renewal{
 		Token: fence.Token(token), ExpiresAt: exp, DBNow: now,
 		TrustDeadline: sentAt.Add(m.cfg.TTL - m.cfg.SafetyMargin),
@@ -409,6 +438,8 @@ func (m *Manager) release(ctx context.Context, key Key, runID uuid.UUID) (Releas
 	if err != nil {
 		err = fmt.Errorf("lease: release %s: %w", key, err)
 		m.obs.released(key, 0, err)
+		m.met.onReleased(0, err)
+		m.log.Debug("lease release failed", "key", key.String(), "run_id", runID, "err", err)
 		return 0, err
 	}
 	var res ReleaseResult
@@ -439,6 +470,8 @@ func (m *Manager) release(ctx context.Context, key Key, runID uuid.UUID) (Releas
 		}
 	}
 	m.obs.released(key, res, nil)
+	m.met.onReleased(res, nil)
+	m.log.Debug("lease released", "key", key.String(), "run_id", runID, "result", res.String())
 	return res, nil
 }
 
@@ -458,6 +491,7 @@ func (m *Manager) Close() error {
 		m.leases = map[uuid.UUID]*Lease{}
 		m.mu.Unlock()
 
+		m.met.close()
 		m.rootCancel(ErrClosed) // lease contexts, renewer, listener, waiters
 		for _, l := range held {
 			l.stop()
@@ -494,6 +528,12 @@ func (m *Manager) lookup(key Key, runID uuid.UUID) *Lease {
 		return l
 	}
 	return nil
+}
+
+func (m *Manager) heldCount() int64 {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	return int64(len(m.leases))
 }
 
 func (m *Manager) remove(l *Lease) {

@@ -90,8 +90,10 @@ func (m *Manager) renewChunk(chunk []*Lease) {
 			err = rows.Err()
 		}
 	}
+	m.met.onRenew(time.Since(sentAt), err)
 	if err != nil {
 		for _, l := range chunk {
+			l.renewFailed()
 			l.retryAt(time.Now()) // next tick
 		}
 		m.obs.renewBatch(len(chunk), 0, 0, time.Since(sentAt), err)

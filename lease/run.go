@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"time"
 )
 
 // Run acquires the lease for key (Acquire: it fails at once when held),
@@ -26,10 +27,14 @@ func (m *Manager) Run(ctx context.Context, key Key, fn func(ctx context.Context,
 	work, cancel := context.WithCancelCause(l.Context())
 	stop := context.AfterFunc(ctx, func() { cancel(context.Cause(ctx)) })
 	ferr := fn(work, l) //nolint:contextcheck // work derives from the lease's context (loss) and follows ctx via AfterFunc
+	returned := time.Now()
 	stop()
 	var loss error
 	if cause := l.Err(); cause != nil && !errors.Is(cause, ErrReleased) {
 		loss = cause
+		if at, mcause := l.ended(); mcause != "" {
+			m.met.onOverrun(mcause, returned.Sub(at))
+		}
 	}
 	cancel(nil)
 

@@ -13,11 +13,12 @@ import (
 type statements struct {
 	acquire, renew, release, inspect, renewBatch, releaseBatch string
 	channel                                                    string // NOTIFY channel for releases
+	checkFloor, lockLeases, setSeq                             string // token floor (floor.go)
 }
 
 func newStatements(qSchema, schema string) statements {
 	r := strings.NewReplacer("$S", qSchema)
-	return statements{
+	st := statements{
 		// $1 account, $2 session, $3 run_id, $4 ttl in microseconds.
 		//
 		// The VALUES-side nextval() is drawn before the row lock; it is used
@@ -115,6 +116,8 @@ RETURNING pg_notify($4::text, q.payload)`),
 
 		channel: channelName(schema),
 	}
+	st.checkFloor, st.lockLeases, st.setSeq = floorStatements(r)
+	return st
 }
 
 // channelName derives the release NOTIFY channel from the schema. Channel

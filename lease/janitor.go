@@ -1,0 +1,278 @@
+package lease
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/jackc/pgx/v5/pgxpool"
+	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/metric"
+
+	"github.com/fencekit/fencekit/internal/obs"
+	fsql "github.com/fencekit/fencekit/sql"
+)
+
+// Janitor defaults and limits.
+const (
+	// DefaultRetention is JanitorConfig.Retention's default.
+	DefaultRetention = 24 * time.Hour
+	// MinRetention is the smallest Retention NewJanitor accepts.
+	MinRetention = time.Hour
+	// RetentionFactor: Retention must be at least RetentionFactor times
+	// JanitorConfig.StatementBound.
+	RetentionFactor = 100
+	// DefaultJanitorBatch is JanitorConfig.BatchSize's default.
+	DefaultJanitorBatch = 500
+	// DefaultJanitorInterval is JanitorConfig.Interval's default.
+	DefaultJanitorInterval = 10 * time.Minute
+	// DefaultMaxBatches is JanitorConfig.MaxBatches' default.
+	DefaultMaxBatches = 100
+)
+
+// ErrJanitorState is returned by Start on a Janitor that was already
+// started or stopped.
+var ErrJanitorState = errors.New("lease: janitor already started or stopped")
+
+// JanitorConfig configures a Janitor. Zero fields take the defaults.
+type JanitorConfig struct {
+	// Pool is the lease database (required). The Janitor never closes it.
+	Pool *pgxpool.Pool
+	// Schema of the lease tables. Default "public".
+	Schema string
+	// Retention: a row is deleted once its expires_at (the release time for
+	// released rows) is more than Retention in the past on the database
+	// clock. Default DefaultRetention; at least MinRetention and at least
+	// RetentionFactor × StatementBound. See Janitor for why.
+	Retention time.Duration
+	// StatementBound is the longest an acquire statement can run: the
+	// larger of the Managers' CallTimeout and the server's
+	// statement_timeout for their role. Default DefaultCallTimeout.
+	StatementBound time.Duration
+	// BatchSize is the most rows one DELETE removes. Default
+	// DefaultJanitorBatch; at most MaxBatch.
+	BatchSize int
+	// MaxBatches bounds the statements of one Sweep. Default
+	// DefaultMaxBatches.
+	MaxBatches int
+	// Interval between the sweeps of the background loop (Start). Default
+	// DefaultJanitorInterval.
+	Interval time.Duration
+	// CallTimeout bounds each statement. Default DefaultCallTimeout.
+	CallTimeout time.Duration
+	// Logger receives Debug logs of each sweep and Warn logs of failed
+	// ones. Nil discards them.
+	Logger *slog.Logger
+	// MeterProvider records MetricJanitorDeleted. Nil records nothing.
+	MeterProvider metric.MeterProvider
+}
+
+// Janitor deletes lease rows that were released or expired long ago, in
+// bounded batches.
+//
+// Why rows are kept at all (protocol.md §2): the acquire statement draws a
+// token for its INSERT before it holds any row lock, and uses it only when
+// no row exists for the key. While the key's row exists, a statement that
+// drew a value and then stalled takes the ON CONFLICT path and draws a new
+// value under the row lock, so it cannot be granted a token smaller than a
+// grant committed while it stalled. Deleting the row reopens the INSERT
+// path, so deleting breaks per-key token order ONLY if a statement that
+// drew its token before the delete can still insert after it. Every
+// statement that drew a token before a grant g of the key started before g
+// and ends (commits or is cancelled) within StatementBound of its start; g
+// happened no later than the row's expires_at. A row is deleted only when
+// expires_at is more than Retention ≥ RetentionFactor × StatementBound in
+// the past, so every such statement is over by then. This depends on
+// StatementBound being a real bound: set statement_timeout for the role
+// (a client-side timeout alone does not stop a backend whose client
+// vanished).
+//
+// Each batch is one statement: it selects at most BatchSize old rows
+// FOR UPDATE SKIP LOCKED (rows being acquired or renewed right now are
+// skipped; the row lock and PostgreSQL's re-check of the condition on the
+// latest row version keep a row re-acquired meanwhile) and deletes them.
+// The scan for old rows is not indexed for expired-but-never-released rows
+// (an index on expires_at would be rewritten by every renewal).
+type Janitor struct {
+	cfg      JanitorConfig
+	sweepSQL string
+	log      *slog.Logger
+	deleted  metric.Int64Counter
+	delAttrs metric.MeasurementOption
+	mu       sync.Mutex
+	started  bool
+	stopped  bool
+	stop     chan struct{}
+	done     chan struct{}
+}
+
+// SweepResult is the outcome of one Sweep.
+type SweepResult struct {
+	Deleted int64 // rows deleted
+	Batches int   // DELETE statements sent
+	// More is true when the last batch was full and MaxBatches stopped the
+	// sweep: old rows may remain for the next one.
+	More bool
+}
+
+// NewJanitor validates cfg and fills defaults. It does no I/O.
+func NewJanitor(cfg JanitorConfig) (*Janitor, error) {
+	if cfg.Pool == nil {
+		return nil, &ConfigError{Field: "Pool", Reason: "nil"}
+	}
+	if cfg.Schema == "" {
+		cfg.Schema = fsql.DefaultSchema
+	}
+	q, err := fsql.QuoteIdentifier(cfg.Schema)
+	if err != nil {
+		return nil, &ConfigError{Field: "Schema", Reason: err.Error(), Err: err}
+	}
+	if cfg.StatementBound == 0 {
+		cfg.StatementBound = DefaultCallTimeout
+	}
+	if cfg.StatementBound < 0 {
+		return nil, &ConfigError{Field: "StatementBound", Reason: "negative: " + cfg.StatementBound.String()}
+	}
+	if cfg.Retention == 0 {
+		cfg.Retention = DefaultRetention
+	}
+	if minimum := max(MinRetention, RetentionFactor*cfg.StatementBound); cfg.Retention < minimum {
+		return nil, &ConfigError{Field: "Retention", Reason: fmt.Sprintf("%s is below %s (the larger of MinRetention and %d × StatementBound %s)",
+			cfg.Retention, minimum, RetentionFactor, cfg.StatementBound)}
+	}
+	if cfg.BatchSize == 0 {
+		cfg.BatchSize = DefaultJanitorBatch
+	}
+	if cfg.BatchSize < 0 || cfg.BatchSize > MaxBatch {
+		return nil, &ConfigError{Field: "BatchSize", Reason: fmt.Sprintf("%d must be in 1..%d", cfg.BatchSize, MaxBatch)}
+	}
+	if cfg.MaxBatches == 0 {
+		cfg.MaxBatches = DefaultMaxBatches
+	}
+	if cfg.MaxBatches < 0 {
+		return nil, &ConfigError{Field: "MaxBatches", Reason: fmt.Sprintf("negative: %d", cfg.MaxBatches)}
+	}
+	if cfg.Interval == 0 {
+		cfg.Interval = DefaultJanitorInterval
+	}
+	if cfg.Interval < 0 {
+		return nil, &ConfigError{Field: "Interval", Reason: "negative: " + cfg.Interval.String()}
+	}
+	if cfg.CallTimeout == 0 {
+		cfg.CallTimeout = DefaultCallTimeout
+	}
+	if cfg.CallTimeout < 0 {
+		return nil, &ConfigError{Field: "CallTimeout", Reason: "negative: " + cfg.CallTimeout.String()}
+	}
+	log := cfg.Logger
+	if log == nil {
+		log = slog.New(slog.NewTextHandler(io.Discard, nil))
+	}
+	deleted, err := obs.Meter(cfg.MeterProvider).Int64Counter(MetricJanitorDeleted, metric.WithUnit("{row}"),
+		metric.WithDescription("Rows deleted by housekeeping, by table."))
+	if err != nil {
+		return nil, &ConfigError{Field: "MeterProvider", Reason: err.Error(), Err: err}
+	}
+	r := strings.NewReplacer("$S", q)
+	return &Janitor{
+		cfg: cfg, log: log, deleted: deleted,
+		delAttrs: attrs(attribute.String("table", "leases")),
+		stop:     make(chan struct{}), done: make(chan struct{}),
+		// $1 retention µs, $2 batch size.
+		sweepSQL: r.Replace(`WITH now_db AS MATERIALIZED (SELECT clock_timestamp() AS t),
+victims AS (
+  SELECT l.account_id, l.session_id
+    FROM $S.fencekit_leases l, now_db n
+   WHERE l.expires_at < n.t - $1::bigint * interval '1 microsecond'
+   LIMIT $2
+     FOR UPDATE OF l SKIP LOCKED)
+DELETE FROM $S.fencekit_leases d USING victims v
+ WHERE d.account_id = v.account_id AND d.session_id = v.session_id`),
+	}, nil
+}
+
+// Retention is the validated retention.
+func (j *Janitor) Retention() time.Duration { return j.cfg.Retention }
+
+// Sweep deletes old rows in batches of at most BatchSize until a batch is
+// not full or MaxBatches statements were sent.
+func (j *Janitor) Sweep(ctx context.Context) (SweepResult, error) {
+	var res SweepResult
+	for res.Batches < j.cfg.MaxBatches {
+		cctx, cancel := context.WithTimeout(ctx, j.cfg.CallTimeout)
+		tag, err := j.cfg.Pool.Exec(cctx, j.sweepSQL, j.cfg.Retention.Microseconds(), j.cfg.BatchSize)
+		cancel()
+		if err != nil {
+			return res, fmt.Errorf("lease: janitor sweep: %w", err)
+		}
+		res.Batches++
+		n := tag.RowsAffected()
+		res.Deleted += n
+		j.deleted.Add(ctx, n, j.delAttrs)
+		if n < int64(j.cfg.BatchSize) {
+			return res, nil
+		}
+	}
+	res.More = true
+	return res, nil
+}
+
+// Start runs Sweep every Interval in a background goroutine until Stop.
+// A failed sweep is logged (Warn) and retried at the next interval.
+//
+//nolint:contextcheck // the loop runs on its own context, stopped by Stop
+func (j *Janitor) Start() error {
+	j.mu.Lock()
+	defer j.mu.Unlock()
+	if j.started || j.stopped {
+		return ErrJanitorState
+	}
+	j.started = true
+	ctx, cancel := context.WithCancel(context.Background())
+	go func() {
+		<-j.stop
+		cancel()
+	}()
+	go j.loop(ctx)
+	return nil
+}
+
+func (j *Janitor) loop(ctx context.Context) {
+	defer close(j.done)
+	t := time.NewTicker(j.cfg.Interval)
+	defer t.Stop()
+	for {
+		res, err := j.Sweep(ctx)
+		switch {
+		case err != nil && ctx.Err() == nil:
+			j.log.Warn("lease: janitor sweep failed", "err", err)
+		case err == nil:
+			j.log.Debug("lease: janitor sweep", "deleted", res.Deleted, "batches", res.Batches, "more", res.More)
+		}
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+	}
+}
+
+// Stop stops the background loop and waits for it, cancelling a sweep in
+// progress. It is idempotent and may be called without Start.
+func (j *Janitor) Stop() {
+	j.mu.Lock()
+	started := j.started
+	if !j.stopped {
+		j.stopped = true
+		close(j.stop)
+	}
+	j.mu.Unlock()
+	if started {
+		<-j.done
+	}
+}

@@ -1,0 +1,162 @@
+package lease
+
+import (
+	"context"
+	"errors"
+	"time"
+
+	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/metric"
+
+	"github.com/fencekit/fencekit/internal/obs"
+)
+
+// Instrument names of the lease package. docs/operations.md documents them
+// with their units and attributes. No attribute carries an account id, a
+// session id, a run id or a token: every attribute value comes from a small
+// fixed set.
+const (
+	MetricAcquired       = "fencekit.lease.acquired"
+	MetricRefused        = "fencekit.lease.refused"
+	MetricLost           = "fencekit.lease.lost"
+	MetricReleased       = "fencekit.lease.released"
+	MetricHeld           = "fencekit.lease.held"
+	MetricRenewDuration  = "fencekit.lease.renewal.duration"
+	MetricRenewTTLFrac   = "fencekit.lease.renewal.ttl_fraction"
+	MetricCancelDelay    = "fencekit.lease.loss.cancel_delay"
+	MetricRunOverrun     = "fencekit.lease.run.overrun"
+	MetricJanitorDeleted = "fencekit.lease.janitor.deleted"
+)
+
+// Values of the "reason" attribute of MetricRefused.
+const (
+	ReasonHeld         = "held"
+	ReasonUnauthorized = "unauthorized"
+	ReasonError        = "error"
+	ReasonTokenFloor   = "token_floor"
+)
+
+// Values of the "cause" attribute of MetricLost, MetricCancelDelay and
+// MetricRunOverrun.
+const (
+	// CauseRenewalRejected: the database refused a renewal (ErrLost).
+	CauseRenewalRejected = "renewal_rejected"
+	// CauseTrustDeadline: the trust deadline passed and no renewal statement
+	// had failed since the last success — the renewer was late (process
+	// pause, overloaded host) or a statement was still in flight.
+	CauseTrustDeadline = "trust_deadline"
+	// CauseDatabaseError: the trust deadline passed after at least one
+	// renewal statement failed (database down, partition, timeout).
+	CauseDatabaseError = "database_error"
+)
+
+// metrics holds a Manager's instruments. Built from a nil MeterProvider it
+// records into the OpenTelemetry no-op implementation.
+type metrics struct {
+	acquired, refused, lost, released metric.Int64Counter
+	renewDur, renewFrac               metric.Float64Histogram
+	cancelDelay, overrun              metric.Float64Histogram
+	held                              metric.Int64ObservableGauge
+	reg                               metric.Registration
+	ttl                               time.Duration
+}
+
+var latencyBuckets = []float64{0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10}
+
+func attrs(kv ...attribute.KeyValue) metric.MeasurementOption {
+	return metric.WithAttributeSet(attribute.NewSet(kv...))
+}
+
+func newMetrics(mp metric.MeterProvider, ttl time.Duration, heldCount func() int64) (*metrics, error) {
+	m := obs.Meter(mp)
+	x := &metrics{ttl: ttl}
+	var errs []error
+	add := func(err error) {
+		if err != nil {
+			errs = append(errs, err)
+		}
+	}
+	var err error
+	x.acquired, err = m.Int64Counter(MetricAcquired, metric.WithUnit("{lease}"),
+		metric.WithDescription("Leases granted."))
+	add(err)
+	x.refused, err = m.Int64Counter(MetricRefused, metric.WithUnit("{attempt}"),
+		metric.WithDescription("Acquire attempts that did not grant a lease, by reason."))
+	add(err)
+	x.lost, err = m.Int64Counter(MetricLost, metric.WithUnit("{lease}"),
+		metric.WithDescription("Leases that ended without Release or Close, by cause."))
+	add(err)
+	x.released, err = m.Int64Counter(MetricReleased, metric.WithUnit("{call}"),
+		metric.WithDescription("Release statements, by result."))
+	add(err)
+	x.renewDur, err = m.Float64Histogram(MetricRenewDuration, metric.WithUnit("s"),
+		metric.WithDescription("Round trip of each renewal statement (batched or single), by outcome."),
+		metric.WithExplicitBucketBoundaries(latencyBuckets...))
+	add(err)
+	x.renewFrac, err = m.Float64Histogram(MetricRenewTTLFrac, metric.WithUnit("1"),
+		metric.WithDescription("Renewal round trip divided by the TTL."),
+		metric.WithExplicitBucketBoundaries(0.001, 0.01, 0.05, 0.1, 0.2, 0.33, 0.5, 0.8, 1))
+	add(err)
+	x.cancelDelay, err = m.Float64Histogram(MetricCancelDelay, metric.WithUnit("s"),
+		metric.WithDescription("From the trust deadline (or the refused renewal's reply) to the lease context being cancelled."),
+		metric.WithExplicitBucketBoundaries(latencyBuckets...))
+	add(err)
+	x.overrun, err = m.Float64Histogram(MetricRunOverrun, metric.WithUnit("s"),
+		metric.WithDescription("How long Run's fn kept running after its lease ended by loss."),
+		metric.WithExplicitBucketBoundaries(latencyBuckets...))
+	add(err)
+	x.held, err = m.Int64ObservableGauge(MetricHeld, metric.WithUnit("{lease}"),
+		metric.WithDescription("Leases this Manager holds now."))
+	add(err)
+	if err == nil {
+		x.reg, err = m.RegisterCallback(func(_ context.Context, o metric.Observer) error {
+			o.ObserveInt64(x.held, heldCount())
+			return nil
+		}, x.held)
+		add(err)
+	}
+	return x, errors.Join(errs...)
+}
+
+func (x *metrics) close() {
+	if x.reg != nil {
+		_ = x.reg.Unregister()
+	}
+}
+
+func (x *metrics) onAcquired() { x.acquired.Add(context.Background(), 1) }
+
+func (x *metrics) onRefused(reason string) {
+	x.refused.Add(context.Background(), 1, attrs(attribute.String("reason", reason)))
+}
+
+func (x *metrics) onRenew(d time.Duration, err error) {
+	outcome := "ok"
+	switch {
+	case errors.Is(err, ErrLost):
+		outcome = "rejected"
+	case err != nil:
+		outcome = "error"
+	}
+	a := attrs(attribute.String("outcome", outcome))
+	x.renewDur.Record(context.Background(), d.Seconds(), a)
+	x.renewFrac.Record(context.Background(), d.Seconds()/x.ttl.Seconds(), a)
+}
+
+func (x *metrics) onLost(cause string, delay time.Duration) {
+	a := attrs(attribute.String("cause", cause))
+	x.lost.Add(context.Background(), 1, a)
+	x.cancelDelay.Record(context.Background(), max(delay, 0).Seconds(), a)
+}
+
+func (x *metrics) onOverrun(cause string, d time.Duration) {
+	x.overrun.Record(context.Background(), max(d, 0).Seconds(), attrs(attribute.String("cause", cause)))
+}
+
+func (x *metrics) onReleased(res ReleaseResult, err error) {
+	r := res.String()
+	if err != nil {
+		r = "error"
+	}
+	x.released.Add(context.Background(), 1, attrs(attribute.String("result", r)))
+}
