@@ -16,10 +16,26 @@ import (
 // 7 writes X, token 8 writes the same bytes X, and a writer still holding
 // token 7 must be refused — both when it starts after 8's write and when it
 // read the pointer before 8's write (the ABA interleaving, driven by a hook).
+// It runs with the pointer cache on (the stale writer's cache still holds
+// its own token-7 pointer, so its decision is tentative and the If-Match
+// refuses it) and off (every decision on a fresh read).
 func TestIdenticalBytesABA(t *testing.T) {
+	for _, cache := range cacheModes {
+		t.Run(cache.name, func(t *testing.T) { testIdenticalBytesABA(t, cache.size) })
+	}
+}
+
+// cacheModes are the Config.PointerCacheSize values tests run with.
+var cacheModes = []struct {
+	name string
+	size int
+}{{"cache", 0}, {"nocache", -1}}
+
+func testIdenticalBytesABA(t *testing.T, cacheSize int) {
 	e := newEnv(t)
-	old := e.store(t, newClient(t, nil), nil) // the paused holder of token 7
-	cur := e.store(t, newClient(t, nil), nil) // the new holder of token 8
+	withCache := func(c *Config) { c.PointerCacheSize = cacheSize }
+	old := e.store(t, newClient(t, nil), withCache) // the paused holder of token 7
+	cur := e.store(t, newClient(t, nil), withCache) // the new holder of token 8
 	x := bytes.Repeat([]byte("identical bytes "), 256)
 
 	assertRefused := func(t *testing.T, err error, key string) {

@@ -15,11 +15,28 @@ import (
 // TestConcurrentWriters: 16 writers, each with its own client (as separate
 // processes), write one key with interleaved tokens. The key ends in the
 // state of the highest accepted token, every refusal names a higher token,
-// and no data object is left behind besides the current one.
+// and no data object is left behind besides the current one. It runs with
+// the pointer cache on, one Store per writer ("cache") and four Stores
+// shared by four writers each ("cache-shared", so one cache sees concurrent
+// updates), and with the cache off ("nocache").
 func TestConcurrentWriters(t *testing.T) {
+	for _, mode := range []struct {
+		name      string
+		cacheSize int
+		stores    int
+	}{{"cache", 0, 16}, {"cache-shared", 0, 4}, {"nocache", -1, 16}} {
+		t.Run(mode.name, func(t *testing.T) { testConcurrentWriters(t, mode.cacheSize, mode.stores) })
+	}
+}
+
+func testConcurrentWriters(t *testing.T, cacheSize, nstores int) {
 	const writers, rounds = 16, 8
 	e := newEnv(t)
 	const key = "contended"
+	stores := make([]*Store, nstores)
+	for i := range stores {
+		stores[i] = e.store(t, newClient(t, nil), func(c *Config) { c.MaxAttempts = 100; c.PointerCacheSize = cacheSize })
+	}
 
 	type result struct {
 		tok   fence.Token
@@ -30,7 +47,7 @@ func TestConcurrentWriters(t *testing.T) {
 	start := make(chan struct{})
 	var wg sync.WaitGroup
 	for w := range writers {
-		s := e.store(t, newClient(t, nil), func(c *Config) { c.MaxAttempts = 100 })
+		s := stores[w%nstores]
 		wg.Add(1)
 		go func() {
 			defer wg.Done()

@@ -62,19 +62,27 @@ var s3BadResources = []string{
 	strings.Repeat("s", MaxSegmentLen+1), DefaultDataPrefix + "x",
 }
 
+// TestConformance runs guardtest.Run for Put and for Fence + Stage, each
+// with the pointer cache on (the default; the four stores' caches go stale
+// whenever another store writes) and off.
 func TestConformance(t *testing.T) {
 	for _, viaFence := range []bool{false, true} {
 		name := map[bool]string{false: "Put", true: "FenceStage"}[viaFence]
-		t.Run(name, func(t *testing.T) {
-			e := newEnv(t)
-			sub := &subject{viaFence: viaFence}
-			for range 4 {
-				sub.stores = append(sub.stores, e.store(t, newClient(t, nil), func(c *Config) { c.MaxAttempts = 64 }))
-			}
-			guardtest.Run(t, guardtest.Config{
-				New:          func(*testing.T) guardtest.Subject { return sub },
-				BadResources: s3BadResources,
+		for _, cache := range cacheModes {
+			t.Run(name+"/"+cache.name, func(t *testing.T) {
+				e := newEnv(t)
+				sub := &subject{viaFence: viaFence}
+				for range 4 {
+					sub.stores = append(sub.stores, e.store(t, newClient(t, nil), func(c *Config) {
+						c.MaxAttempts = 64
+						c.PointerCacheSize = cache.size
+					}))
+				}
+				guardtest.Run(t, guardtest.Config{
+					New:          func(*testing.T) guardtest.Subject { return sub },
+					BadResources: s3BadResources,
+				})
 			})
-		})
+		}
 	}
 }

@@ -87,13 +87,21 @@ func TestInline(t *testing.T) {
 }
 
 func TestConformanceInline(t *testing.T) {
-	e := newEnv(t)
-	sub := &subject{}
-	for range 4 {
-		sub.stores = append(sub.stores, e.store(t, newClient(t, nil), func(c *Config) { c.MaxAttempts = 64; c.InlineMax = MaxInline }))
+	for _, cache := range cacheModes {
+		t.Run(cache.name, func(t *testing.T) {
+			e := newEnv(t)
+			sub := &subject{}
+			for range 4 {
+				sub.stores = append(sub.stores, e.store(t, newClient(t, nil), func(c *Config) {
+					c.MaxAttempts = 64
+					c.InlineMax = MaxInline
+					c.PointerCacheSize = cache.size
+				}))
+			}
+			guardtest.Run(t, guardtest.Config{
+				New:          func(*testing.T) guardtest.Subject { return sub },
+				BadResources: s3BadResources,
+			})
+		})
 	}
-	guardtest.Run(t, guardtest.Config{
-		New:          func(*testing.T) guardtest.Subject { return sub },
-		BadResources: s3BadResources,
-	})
 }
