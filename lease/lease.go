@@ -63,6 +63,7 @@ func (m *Manager) newLease(key Key, runID uuid.UUID, token fence.Token, expires,
 	}
 	m.leases[runID] = l
 	m.mu.Unlock()
+	m.met.onHeld(1)
 	return l
 }
 
@@ -215,6 +216,7 @@ func (l *Lease) end(cause error) bool {
 	l.cancel(cause)
 	cancelled := time.Now()
 	l.m.remove(l)
+	l.m.met.onHeld(-1)
 	l.mu.Lock()
 	l.endedAt = cancelled
 	var mcause string

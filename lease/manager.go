@@ -68,9 +68,8 @@ func newManager(cfg Config, obs observer) (*Manager, error) {
 		lready:     make(chan struct{}),
 		waiters:    make(map[string]map[*waiter]struct{}),
 	}
-	met, err := newMetrics(r.MeterProvider, r.TTL, m.heldCount)
+	met, err := newMetrics(r.MeterProvider, r.TTL)
 	if err != nil {
-		met.close()
 		cancel(nil)
 		return nil, &ConfigError{Field: "MeterProvider", Reason: "creating instruments: " + err.Error(), Err: err}
 	}
@@ -491,7 +490,7 @@ func (m *Manager) Close() error {
 		m.leases = map[uuid.UUID]*Lease{}
 		m.mu.Unlock()
 
-		m.met.close()
+		m.met.onHeld(-len(held))
 		m.rootCancel(ErrClosed) // lease contexts, renewer, listener, waiters
 		for _, l := range held {
 			l.stop()
@@ -528,12 +527,6 @@ func (m *Manager) lookup(key Key, runID uuid.UUID) *Lease {
 		return l
 	}
 	return nil
-}
-
-func (m *Manager) heldCount() int64 {
-	m.mu.Lock()
-	defer m.mu.Unlock()
-	return int64(len(m.leases))
 }
 
 func (m *Manager) remove(l *Lease) {

@@ -56,8 +56,7 @@ type metrics struct {
 	acquired, refused, lost, released metric.Int64Counter
 	renewDur, renewFrac               metric.Float64Histogram
 	cancelDelay, overrun              metric.Float64Histogram
-	held                              metric.Int64ObservableGauge
-	reg                               metric.Registration
+	held                              metric.Int64UpDownCounter
 	ttl                               time.Duration
 }
 
@@ -67,7 +66,7 @@ func attrs(kv ...attribute.KeyValue) metric.MeasurementOption {
 	return metric.WithAttributeSet(attribute.NewSet(kv...))
 }
 
-func newMetrics(mp metric.MeterProvider, ttl time.Duration, heldCount func() int64) (*metrics, error) {
+func newMetrics(mp metric.MeterProvider, ttl time.Duration) (*metrics, error) {
 	m := obs.Meter(mp)
 	x := &metrics{ttl: ttl}
 	var errs []error
@@ -105,24 +104,16 @@ func newMetrics(mp metric.MeterProvider, ttl time.Duration, heldCount func() int
 		metric.WithDescription("How long Run's fn kept running after its lease ended by loss."),
 		metric.WithExplicitBucketBoundaries(latencyBuckets...))
 	add(err)
-	x.held, err = m.Int64ObservableGauge(MetricHeld, metric.WithUnit("{lease}"),
-		metric.WithDescription("Leases this Manager holds now."))
+	// An up-down counter rather than an observable gauge: several Managers
+	// sharing one MeterProvider then add up instead of overwriting each
+	// other's observation.
+	x.held, err = m.Int64UpDownCounter(MetricHeld, metric.WithUnit("{lease}"),
+		metric.WithDescription("Leases held now (granted and not yet ended)."))
 	add(err)
-	if err == nil {
-		x.reg, err = m.RegisterCallback(func(_ context.Context, o metric.Observer) error {
-			o.ObserveInt64(x.held, heldCount())
-			return nil
-		}, x.held)
-		add(err)
-	}
 	return x, errors.Join(errs...)
 }
 
-func (x *metrics) close() {
-	if x.reg != nil {
-		_ = x.reg.Unregister()
-	}
-}
+func (x *metrics) onHeld(delta int) { x.held.Add(context.Background(), int64(delta)) }
 
 func (x *metrics) onAcquired() { x.acquired.Add(context.Background(), 1) }
 

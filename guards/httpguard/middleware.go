@@ -9,7 +9,10 @@ import (
 	"strconv"
 	"time"
 
+	"go.opentelemetry.io/otel/metric"
+
 	"github.com/fencekit/fencekit/fence"
+	"github.com/fencekit/fencekit/internal/obs"
 )
 
 // Default header names.
@@ -47,6 +50,12 @@ type Config struct {
 	// ErrorLog, when set, receives guard errors that are answered with 500
 	// (their text is not sent to the client).
 	ErrorLog func(r *http.Request, err error)
+	// MeterProvider records fencekit.guard.accepted (requests whose handler
+	// ran and answered below 400 under an admitted token),
+	// fencekit.guard.stale and fencekit.guard.token_gap (409 answers) with
+	// guard="http" (see docs/operations.md). The guard passed to Middleware
+	// may record its own decisions under its own kind. Nil records nothing.
+	MeterProvider metric.MeterProvider
 }
 
 // ErrInvalidConfig is matched by errors Middleware returns for a bad Config
@@ -115,7 +124,11 @@ func Middleware(g fence.Guard, cfg Config) (func(http.Handler) http.Handler, err
 	if err != nil {
 		return nil, err
 	}
-	m := &middleware{g: g, cfg: cfg, retryAfter: strconv.FormatInt(int64((cfg.RetryAfter+time.Second-1)/time.Second), 10)}
+	met, err := obs.NewGuard(cfg.MeterProvider, obs.KindHTTP)
+	if err != nil {
+		return nil, fmt.Errorf("%w: MeterProvider: %w", ErrInvalidConfig, err)
+	}
+	m := &middleware{g: g, cfg: cfg, met: met, retryAfter: strconv.FormatInt(int64((cfg.RetryAfter+time.Second-1)/time.Second), 10)}
 	if cfg.RetryAfter < time.Second {
 		m.retryAfter = "1"
 	}
@@ -127,6 +140,7 @@ func Middleware(g fence.Guard, cfg Config) (func(http.Handler) http.Handler, err
 type middleware struct {
 	g          fence.Guard
 	cfg        Config
+	met        *obs.Guard
 	retryAfter string
 }
 
@@ -201,8 +215,12 @@ func (m *middleware) serve(w http.ResponseWriter, r *http.Request, next http.Han
 		// The guard reported success without running the handler.
 		m.guardError(w, r, resource, token, errors.New("httpguard: guard returned without running the handler"))
 	case err == nil, errors.As(err, &hs):
+		if err == nil {
+			m.met.Accepted(r.Context())
+		}
 		rec.relay(w)
 	default:
+		m.met.Decision(r.Context(), err) // counts stale rejections only
 		m.guardError(w, r, resource, token, err)
 	}
 }

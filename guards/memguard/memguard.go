@@ -7,20 +7,32 @@ import (
 	"sync"
 	"sync/atomic"
 
+	"go.opentelemetry.io/otel/metric"
+
 	"github.com/fencekit/fencekit/fence"
+	"github.com/fencekit/fencekit/internal/obs"
 )
 
 // ErrNilWrite is returned by Fence when write is nil. Nothing changes.
 var ErrNilWrite = errors.New("memguard: nil write function")
 
-// Config configures a Guard. The zero value is valid; it has no options yet
-// and exists so that every fencekit package is built the same way.
-type Config struct{}
+// Config configures a Guard. The zero value is valid.
+type Config struct {
+	// MeterProvider records fencekit.guard.accepted, fencekit.guard.stale
+	// and fencekit.guard.token_gap with guard="memory" (see
+	// docs/operations.md). Nil records nothing.
+	MeterProvider metric.MeterProvider
+}
+
+// ErrInvalidConfig is returned by New when the MeterProvider cannot create
+// the guard's instruments.
+var ErrInvalidConfig = errors.New("memguard: invalid config")
 
 // Guard is an in-process fence.Guard. It is safe for concurrent use.
 type Guard struct {
 	mu      sync.Mutex
 	entries map[string]*entry
+	met     *obs.Guard
 }
 
 type entry struct {
@@ -31,8 +43,12 @@ type entry struct {
 var _ fence.Guard = (*Guard)(nil)
 
 // New returns an empty Guard: every resource starts with no mark.
-func New(Config) (*Guard, error) {
-	return &Guard{entries: map[string]*entry{}}, nil
+func New(cfg Config) (*Guard, error) {
+	met, err := obs.NewGuard(cfg.MeterProvider, obs.KindMemory)
+	if err != nil {
+		return nil, fmt.Errorf("%w: MeterProvider: %w", ErrInvalidConfig, err)
+	}
+	return &Guard{entries: map[string]*entry{}, met: met}, nil
 }
 
 func (g *Guard) entry(resource string) *entry {
@@ -69,6 +85,7 @@ func (g *Guard) Fence(ctx context.Context, resource string, token fence.Token, w
 	defer func() { <-e.lock }()
 	mark := fence.Token(e.mark.Load())
 	if err := fence.Decide(resource, token, mark); err != nil {
+		g.met.Decision(ctx, err)
 		return err
 	}
 	if err := write(ctx); err != nil {
@@ -77,6 +94,7 @@ func (g *Guard) Fence(ctx context.Context, resource string, token fence.Token, w
 	if token > mark {
 		e.mark.Store(int64(token))
 	}
+	g.met.Accepted(ctx)
 	return nil
 }
 
