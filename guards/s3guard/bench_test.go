@@ -16,7 +16,8 @@ import (
 // KeepSuperseded (no removal of the superseded data object), "guarded-inline"
 // stores the 4 KiB inside the pointer (Config.InlineMax).
 //
-// Requests per guarded Put: GET pointer, PUT data (If-None-Match: *), PUT
+// Requests per guarded Put: GET pointer (skipped on overwrite, where the
+// Store's pointer cache knows the key), PUT data (If-None-Match: *), PUT
 // pointer (If-Match / If-None-Match: *), and on overwrite DELETE of the
 // superseded data object (skipped with KeepSuperseded).
 func BenchmarkPut(b *testing.B) {
@@ -108,37 +109,69 @@ func BenchmarkGet(b *testing.B) {
 }
 
 // BenchmarkPutPaired times a plain PutObject and a guarded Put of the same
-// 4 KiB alternately in every iteration, so both see the same load on a
-// shared machine, and reports each one's mean and their ratio.
+// content alternately in every iteration, so both see the same load on a
+// shared machine, and reports each one's mean and their ratio. Cases:
+//
+//   - overwrite: steady state, one token, the pointer cache on (default):
+//     PUT data + conditional PUT pointer + DELETE of the superseded data.
+//   - overwrite-nocache: the same with PointerCacheSize -1 (+ GET pointer).
+//   - overwrite-keep: cache on, KeepSuperseded (no DELETE).
+//   - overwrite-inline, overwrite-inline-nocache: InlineMax = size, one
+//     conditional PUT (+ GET pointer without the cache).
+//   - fresh, fresh-inline: first write to a new key (the cache cannot know
+//     it: GET pointer (404) first).
+//   - overwrite-1MiB, overwrite-1MiB-keep, fresh-1MiB: large content.
+//   - floor-2put: not the guard but two plain PutObjects (the content and a
+//     pointer-sized body): the cost of the two durable writes a non-inline
+//     guarded write needs.
 func BenchmarkPutPaired(b *testing.B) {
 	e := newEnv(b)
 	ctx := testCtx(b)
-	body := bytes.Repeat([]byte("x"), 4<<10)
+	const small, large = 4 << 10, 1 << 20
+	pointerBody := bytes.Repeat([]byte("p"), 384) // about a pointer's size
 	for _, bc := range []struct {
 		name  string
+		size  int
 		fresh bool
-		keep  bool
-		inl   bool
+		mod   func(*Config)
+		floor bool
 	}{
-		{"overwrite", false, false, false},
-		{"overwrite-keep", false, true, false},
-		{"overwrite-inline", false, false, true},
-		{"fresh", true, false, false},
-		{"fresh-inline", true, false, true},
+		{name: "overwrite", size: small},
+		{name: "overwrite-nocache", size: small, mod: func(c *Config) { c.PointerCacheSize = -1 }},
+		{name: "overwrite-keep", size: small, mod: func(c *Config) { c.KeepSuperseded = true }},
+		{name: "overwrite-inline", size: small, mod: func(c *Config) { c.InlineMax = small }},
+		{name: "overwrite-inline-nocache", size: small, mod: func(c *Config) { c.InlineMax = small; c.PointerCacheSize = -1 }},
+		{name: "fresh", size: small, fresh: true},
+		{name: "fresh-inline", size: small, fresh: true, mod: func(c *Config) { c.InlineMax = small }},
+		{name: "overwrite-1MiB", size: large},
+		{name: "overwrite-1MiB-keep", size: large, mod: func(c *Config) { c.KeepSuperseded = true }},
+		{name: "fresh-1MiB", size: large, fresh: true},
+		{name: "floor-2put", size: small, floor: true},
 	} {
 		b.Run(bc.name, func(b *testing.B) {
-			s := e.store(b, nil, func(c *Config) {
-				c.KeepSuperseded = bc.keep
-				if bc.inl {
-					c.InlineMax = len(body)
+			body := bytes.Repeat([]byte("x"), bc.size)
+			s := e.store(b, nil, bc.mod)
+			plainPut := func(key string, body []byte) error {
+				_, err := e.client.PutObject(ctx, e.bucket, key, bytes.NewReader(body), int64(len(body)), minio.PutObjectOptions{})
+				return err
+			}
+			guarded := func(key string) error {
+				_, err := s.PutBytes(ctx, key, 1, body, PutOptions{})
+				return err
+			}
+			if bc.floor {
+				guarded = func(key string) error {
+					if err := plainPut(key+"/data", body); err != nil {
+						return err
+					}
+					return plainPut(key, pointerBody)
 				}
-			})
+			}
 			plainKey, guardedKey := "paired/"+bc.name+"/plain", "paired/"+bc.name+"/guarded"
-			_, err := e.client.PutObject(ctx, e.bucket, plainKey, bytes.NewReader(body), int64(len(body)), minio.PutObjectOptions{})
-			require.NoError(b, err)
-			_, err = s.PutBytes(ctx, guardedKey, 1, body, PutOptions{})
-			require.NoError(b, err)
+			require.NoError(b, plainPut(plainKey, body))
+			require.NoError(b, guarded(guardedKey)) // also warms the pointer cache
 			var plainNs, guardedNs time.Duration
+			b.SetBytes(int64(bc.size))
 			b.ResetTimer()
 			for i := 0; i < b.N; i++ {
 				pk, gk := plainKey, guardedKey
@@ -146,11 +179,11 @@ func BenchmarkPutPaired(b *testing.B) {
 					pk, gk = fmt.Sprintf("%s/%d", plainKey, i), fmt.Sprintf("%s/%d", guardedKey, i)
 				}
 				t0 := time.Now()
-				if _, err := e.client.PutObject(ctx, e.bucket, pk, bytes.NewReader(body), int64(len(body)), minio.PutObjectOptions{}); err != nil {
+				if err := plainPut(pk, body); err != nil {
 					b.Fatal(err)
 				}
 				t1 := time.Now()
-				if _, err := s.PutBytes(ctx, gk, 1, body, PutOptions{}); err != nil {
+				if err := guarded(gk); err != nil {
 					b.Fatal(err)
 				}
 				plainNs += t1.Sub(t0)
