@@ -36,6 +36,10 @@ var ErrNoStager = errors.New("s3guard: Stage called outside a Fence write")
 // most one change.
 var ErrAlreadyStaged = errors.New("s3guard: this write has already staged a change")
 
+// ErrNilWrite is returned by Fence when its write callback is nil. Nothing
+// is read or written.
+var ErrNilWrite = errors.New("s3guard: Fence with a nil write")
+
 // ErrStageClosed is returned by Stage and StageDelete when the Fence call
 // whose context they were given has already returned.
 var ErrStageClosed = errors.New("s3guard: the Fence call of this context has returned")

@@ -321,8 +321,18 @@ func (s *Store) Delete(ctx context.Context, key string, token fence.Token) (Info
 // is raised all the same.
 //
 // When write fails, its error is returned, the mark is unchanged and staged
-// data is removed.
+// data is removed. A nil write yields ErrNilWrite (after the key and token
+// checks) and does nothing.
 func (s *Store) Fence(ctx context.Context, resource string, token fence.Token, write func(ctx context.Context) error) error {
+	if write == nil {
+		if err := checkKey(s.prefix, resource); err != nil {
+			return err
+		}
+		if err := token.Validate(); err != nil {
+			return err
+		}
+		return ErrNilWrite
+	}
 	_, err := s.fence(ctx, resource, token, write, false)
 	return err
 }

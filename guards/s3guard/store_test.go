@@ -222,6 +222,12 @@ func TestFenceStaging(t *testing.T) {
 	require.ErrorAs(t, err, &nf)
 	assert.Equal(t, fence.Token(2), nf.Token)
 
+	// A nil write is refused and changes nothing.
+	before = e.snapshot(t)
+	assert.ErrorIs(t, s.Fence(ctx, "f", 9, nil), ErrNilWrite)
+	assert.ErrorIs(t, s.Fence(ctx, "f", 0, nil), fence.ErrInvalidToken)
+	assert.Equal(t, before, e.snapshot(t))
+
 	// Stage outside Fence.
 	assert.ErrorIs(t, Stage(ctx, strings.NewReader("x"), 1, PutOptions{}), ErrNoStager)
 	assert.ErrorIs(t, StageDelete(ctx), ErrNoStager)
