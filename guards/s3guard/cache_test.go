@@ -238,6 +238,26 @@ func TestPointerCacheStale(t *testing.T) {
 		assert.Equal(t, "a6", got)
 	})
 
+	t.Run("negative", func(t *testing.T) {
+		// A cached "no pointer" (A saw the key empty) is stale once B
+		// created it: If-None-Match: * fails and A decides on B's pointer.
+		const key = "stale/negative"
+		ft := &faultyTransport{match: pathIs(e.bucket, key)}
+		a := e.store(t, newClient(t, ft), nil)
+		b := e.store(t, newClient(t, nil), nil)
+		tok, err := a.Mark(testCtx(t), key)
+		require.NoError(t, err)
+		require.Zero(t, tok)
+		b6, err := put(t, b, key, 6, "b6")
+		require.NoError(t, err)
+		_, err = put(t, a, key, 5, "a5")
+		se, ok := fence.IsStale(err)
+		require.True(t, ok, "want stale, got %v", err)
+		assert.Equal(t, fence.StaleError{Resource: key, Presented: 5, Highest: 6}, *se)
+		assert.Equal(t, []int{http.StatusPreconditionFailed}, ft.seen())
+		assert.ElementsMatch(t, []string{key, b6.DataKey}, e.keysOf(t, key))
+	})
+
 	t.Run("erased", func(t *testing.T) {
 		// The pointer is removed outside the guard after A cached it: the
 		// mark is erased, as documented, whether A's cache knows or not.

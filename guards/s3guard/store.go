@@ -311,8 +311,8 @@ func (s *Store) Delete(ctx context.Context, key string, token fence.Token) (Info
 //
 // It reads the pointer (Fence never decides on the pointer cache, since
 // write may have effects of its own) and refuses a stale token
-// (*fence.StaleError) without calling write. Otherwise it calls write with a context that
-// carries token (fence.FromContext) and a stager: write may call Stage to
+// (*fence.StaleError) without calling write. Otherwise it calls write with a
+// context that carries token (fence.FromContext) and a stager: write may call Stage to
 // upload new content or StageDelete to stage a tombstone. Staged data is
 // stored under a fresh data key and stays invisible to Get until the
 // conditional pointer write after write returns nil succeeds; that write is
