@@ -7,9 +7,10 @@ import (
 	"io"
 	"net"
 	"net/http"
-
+	"os"
 	"sync"
 	"sync/atomic"
+	"time"
 )
 
 // errReplyLost is what a caller sees when the chaos harness swallowed the
@@ -76,13 +77,11 @@ func (d *commitDropper) resume() {
 	}
 }
 
-func (d *commitDropper) wait() {
+// gateNow returns the hold gate, nil when open.
+func (d *commitDropper) gateNow() chan struct{} {
 	d.mu.Lock()
-	g := d.gate
-	d.mu.Unlock()
-	if g != nil {
-		<-g
-	}
+	defer d.mu.Unlock()
+	return d.gate
 }
 
 func (d *commitDropper) dial(ctx context.Context, network, addr string) (net.Conn, error) {
@@ -91,19 +90,89 @@ func (d *commitDropper) dial(ctx context.Context, network, addr string) (net.Con
 	if err != nil {
 		return nil, err
 	}
-	return &dropConn{Conn: c, d: d}, nil
+	return &dropConn{Conn: c, d: d, closed: make(chan struct{}), dlMoved: make(chan struct{}, 1)}, nil
 }
 
+// dropConn is one connection of a commitDropper's pool. While the pool is
+// held, Write waits like a write into a blackhole: until resume, until the
+// connection's write deadline (pgx moves it to interrupt a cancelled
+// query), or until Close.
 type dropConn struct {
 	net.Conn
 	d *commitDropper
+
+	mu        sync.Mutex
+	deadline  time.Time
+	dlMoved   chan struct{} // 1-slot: the write deadline changed
+	closed    chan struct{}
+	closeOnce sync.Once
+}
+
+func (c *dropConn) SetDeadline(t time.Time) error {
+	c.setWriteDeadline(t)
+	return c.Conn.SetDeadline(t)
+}
+
+func (c *dropConn) SetWriteDeadline(t time.Time) error {
+	c.setWriteDeadline(t)
+	return c.Conn.SetWriteDeadline(t)
+}
+
+func (c *dropConn) setWriteDeadline(t time.Time) {
+	c.mu.Lock()
+	c.deadline = t
+	c.mu.Unlock()
+	select {
+	case c.dlMoved <- struct{}{}:
+	default:
+	}
+}
+
+func (c *dropConn) Close() error {
+	c.closeOnce.Do(func() { close(c.closed) })
+	return c.Conn.Close()
+}
+
+// wait blocks while the pool is held; it fails when the write deadline
+// passes or the connection is closed first.
+func (c *dropConn) wait() error {
+	for {
+		g := c.d.gateNow()
+		if g == nil {
+			return nil
+		}
+		c.mu.Lock()
+		dl := c.deadline
+		c.mu.Unlock()
+		var expire <-chan time.Time
+		if !dl.IsZero() {
+			d := time.Until(dl)
+			if d <= 0 {
+				return os.ErrDeadlineExceeded
+			}
+			t := time.NewTimer(d)
+			defer t.Stop()
+			expire = t.C
+		}
+		select {
+		case <-g:
+			return nil
+		case <-c.closed:
+			return net.ErrClosed
+		case <-expire:
+			return os.ErrDeadlineExceeded
+		case <-c.dlMoved:
+		}
+	}
 }
 
 // pgx sends COMMIT as a simple Query message: 'Q', int32 length, "commit\x00".
 var commitMsg = []byte("commit\x00")
 
 func (c *dropConn) Write(p []byte) (int, error) {
-	c.d.wait()
+	if err := c.wait(); err != nil {
+		return 0, err
+	}
 	if c.d.armed.Load() && len(p) > 0 && p[0] == 'Q' && bytes.Contains(bytes.ToLower(p), commitMsg) &&
 		c.d.armed.CompareAndSwap(true, false) {
 		n, err := c.Conn.Write(p)
