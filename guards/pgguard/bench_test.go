@@ -6,6 +6,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/jackc/pgx/v5"
+
 	"github.com/fencekit/fencekit/fence"
 	"github.com/fencekit/fencekit/guards/pgguard"
 	"github.com/fencekit/fencekit/internal/testsvc"
@@ -78,6 +80,47 @@ func BenchmarkWriteTx(b *testing.B) {
 			k := 0
 			if guarded {
 				k = 1
+			}
+			spent[k] += time.Since(start)
+			n[k]++
+		}
+		if n[0] > 0 && n[1] > 0 {
+			u := float64(spent[0].Nanoseconds()) / float64(n[0])
+			gu := float64(spent[1].Nanoseconds()) / float64(n[1])
+			b.ReportMetric(u, "unguarded-ns/op")
+			b.ReportMetric(gu, "guarded-ns/op")
+			b.ReportMetric(gu/u, "guarded/unguarded")
+		}
+	})
+	// BEGIN+write+COMMIT against BeginFenced (BEGIN and fence in one
+	// round trip)+write+COMMIT, alternating in one loop.
+	b.Run("interleaved-beginfenced", func(b *testing.B) {
+		var spent [2]time.Duration
+		var n [2]int
+		i := 0
+		for b.Loop() {
+			k := i % 2
+			i++
+			next++
+			tok := next
+			start := time.Now()
+			var tx pgx.Tx
+			var err error
+			resource := "bench-bf-unguarded"
+			if k == 1 {
+				resource = "bench-bf-guarded"
+				tx, err = g.BeginFenced(ctx, pool, resource, tok)
+			} else {
+				tx, err = pool.Begin(ctx)
+			}
+			if err != nil {
+				b.Fatal(err)
+			}
+			if _, err := tx.Exec(ctx, upsert, resource, "value", int64(tok)); err != nil {
+				b.Fatal(err)
+			}
+			if err := tx.Commit(ctx); err != nil {
+				b.Fatal(err)
 			}
 			spent[k] += time.Since(start)
 			n[k]++

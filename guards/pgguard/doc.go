@@ -24,10 +24,20 @@
 //     The returned mark equals the token when it was admitted and is the
 //     higher, exact current mark when it was refused.
 //
+//   - Guard.BeginFenced(ctx, db, resource, token) begins the transaction
+//     and fences it in one round trip (BEGIN, SET LOCAL lock_timeout via
+//     set_config and the fence statement sent as one pgx.Batch with
+//     Batch.BeginTx), and hands you the transaction to write in and commit.
+//     A guarded write transaction then costs the round trips of an
+//     unguarded one (BEGIN+fence, your statements, COMMIT); what remains is
+//     the server-side execution of the one-row upsert.
+//
 //   - Guard.Fence(ctx, resource, token, write), the fence.Guard
-//     implementation: it begins a transaction on Config.DB, calls FenceTx,
-//     runs write with the transaction in its ctx (TxFromContext), commits,
-//     and rolls back on any error or panic.
+//     implementation: it begins a transaction on Config.DB and fences it
+//     (through BeginFenced's single round trip when Config.DB implements
+//     Batcher, as *pgxpool.Pool and *pgx.Conn do; otherwise BeginTx, then
+//     FenceTx), runs write with the transaction in its ctx (TxFromContext),
+//     commits, and rolls back on any error or panic.
 //
 // # What is guaranteed
 //
@@ -50,8 +60,11 @@
 //     does ctx ending before the mark was decided (the error also matches
 //     ctx.Err()); a ctx ending during COMMIT is not mapped, as its outcome
 //     is unknown.
-//   - Guard.Fence bounds its lock waits by Config.LockTimeout (SET LOCAL,
-//     sent with BEGIN in one round trip) and by ctx.
+//   - Guard.Fence and Guard.BeginFenced bound their lock waits by
+//     Config.LockTimeout (local to the transaction, sent with BEGIN in one
+//     round trip) and by ctx. BeginFenced has FenceTx's errors and
+//     decision; on any error it returns no transaction (rolled back, the
+//     connection released).
 //   - The schema name is validated with sql.ValidateIdentifier; resource
 //     and token are bound parameters. Invalid input is refused before any
 //     I/O.

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strconv"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -18,6 +19,13 @@ import (
 type DB interface {
 	BeginTx(ctx context.Context, opts pgx.TxOptions) (pgx.Tx, error)
 	QueryRow(ctx context.Context, sql string, args ...any) pgx.Row
+}
+
+// Batcher sends a pgx.Batch; *pgxpool.Pool and *pgx.Conn implement it. A DB
+// that also implements Batcher lets Guard.Fence begin its transaction and
+// fence in one round trip (see BeginFenced).
+type Batcher interface {
+	SendBatch(ctx context.Context, b *pgx.Batch) pgx.BatchResults
 }
 
 // Config configures a Guard.
@@ -63,6 +71,8 @@ type Guard struct {
 	db       DB
 	schema   string
 	txOpts   pgx.TxOptions
+	iso      pgx.TxIsoLevel
+	lockMs   int64 // 0: leave the server's lock_timeout
 	fenceSQL string
 	readSQL  string
 }
@@ -96,10 +106,16 @@ func New(cfg Config) (*Guard, error) {
 		begin += fmt.Sprintf("; SET LOCAL lock_timeout = %d", cfg.LockTimeout.Milliseconds())
 	}
 	table := schema + "." + MarksTable
+	var lockMs int64
+	if cfg.LockTimeout > 0 {
+		lockMs = cfg.LockTimeout.Milliseconds()
+	}
 	return &Guard{
 		db:     cfg.DB,
 		schema: cfg.Schema,
 		txOpts: pgx.TxOptions{IsoLevel: cfg.IsoLevel, BeginQuery: begin},
+		iso:    cfg.IsoLevel,
+		lockMs: lockMs,
 		// One statement. The upsert takes (and keeps until the end of the
 		// transaction) the mark's row lock, so concurrent holders serialise.
 		// On conflict it operates on the latest committed row version even
@@ -166,6 +182,12 @@ func (g *Guard) fenceTx(ctx context.Context, tx pgx.Tx, resource string, token f
 	if err := tx.QueryRow(ctx, g.fenceSQL, resource, int64(token)).Scan(&mark); err != nil {
 		return g.dbError(resource, "fence", err)
 	}
+	return decide(resource, token, mark)
+}
+
+// decide turns the mark returned by the fence statement into FenceTx's
+// outcome.
+func decide(resource string, token fence.Token, mark int64) error {
 	switch {
 	case fence.Token(mark) == token:
 		return nil
@@ -225,7 +247,8 @@ func TxFromContext(ctx context.Context) (pgx.Tx, bool) {
 
 // Fence implements fence.Guard: it begins a transaction on Config.DB
 // (isolation Config.IsoLevel, lock waits bounded by Config.LockTimeout),
-// runs FenceTx, calls write with a ctx that carries the transaction (get it
+// runs the fence statement (in the same round trip as BEGIN when Config.DB
+// implements Batcher, as *pgxpool.Pool and *pgx.Conn do; see BeginFenced), calls write with a ctx that carries the transaction (get it
 // with TxFromContext) and the token (fence.FromContext), and commits. Any
 // error, and a panic in write, rolls the transaction back, so the mark is
 // raised if and only if write's statements commit. The error of write is
@@ -246,14 +269,25 @@ func (g *Guard) Fence(ctx context.Context, resource string, token fence.Token, w
 	if g.db == nil {
 		return ErrNoDB
 	}
-	tx, err := g.db.BeginTx(ctx, g.txOpts)
-	if err != nil {
-		return g.dbError(resource, "begin", err)
+	var tx pgx.Tx
+	if b, ok := g.db.(Batcher); ok {
+		// BEGIN, lock timeout and fence in one round trip.
+		t, err := g.beginFenced(ctx, b, resource, token)
+		if err != nil {
+			return err
+		}
+		tx = t
+	} else {
+		t, err := g.db.BeginTx(ctx, g.txOpts)
+		if err != nil {
+			return g.dbError(resource, "begin", err)
+		}
+		tx = t
+		if err := g.FenceTx(ctx, tx, resource, token); err != nil {
+			return err
+		}
 	}
 	defer rollback(ctx, tx) // no-op (ErrTxClosed) after Commit
-	if err := g.FenceTx(ctx, tx, resource, token); err != nil {
-		return err
-	}
 	wctx := context.WithValue(fence.WithToken(ctx, token), txKey{}, tx)
 	if err := write(wctx); err != nil {
 		return err
@@ -282,4 +316,67 @@ func (g *Guard) Mark(ctx context.Context, resource string) (fence.Token, error) 
 		return 0, g.dbError(resource, "mark", err)
 	}
 	return fence.Token(v), nil
+}
+
+// BeginFenced begins a transaction on db (isolation Config.IsoLevel, lock
+// waits bounded by Config.LockTimeout) and fences it for resource and token,
+// in one round trip: BEGIN, the lock timeout (set_config(..., is_local)) and
+// the fence statement of FenceTx travel as one pgx.Batch (Batch.BeginTx).
+// On success the returned transaction holds the raised mark and its row
+// lock, exactly as after FenceTx; the caller writes in it and commits or
+// rolls it back (with *pgxpool.Pool, the connection goes back to the pool
+// then). A guarded write transaction thus costs the same round trips as an
+// unguarded one: BEGIN+fence, the caller's statements, COMMIT.
+//
+// Errors are those of FenceTx (input errors before any I/O, *fence.StaleError
+// with the exact mark, fence.ErrBusy for lock timeout, serialization
+// failure, deadlock and ctx ending before the decision), and a failure to
+// begin (wrapped, also fence.ErrBusy when ctx ended). On every error no
+// transaction is returned: it has been rolled back and its connection
+// released. db must not be inside a transaction itself.
+func (g *Guard) BeginFenced(ctx context.Context, db Batcher, resource string, token fence.Token) (pgx.Tx, error) {
+	if err := fence.CheckArgs(resource, token); err != nil {
+		return nil, err
+	}
+	if db == nil {
+		return nil, fmt.Errorf("%w: BeginFenced with nil db", ErrNilArgument)
+	}
+	return g.beginFenced(ctx, db, resource, token)
+}
+
+func (g *Guard) beginFenced(ctx context.Context, db Batcher, resource string, token fence.Token) (pgx.Tx, error) {
+	b := &pgx.Batch{}
+	b.BeginTx(pgx.TxOptions{IsoLevel: g.iso})
+	if g.lockMs > 0 {
+		b.Queue(`SELECT set_config('lock_timeout', $1, true)`, strconv.FormatInt(g.lockMs, 10)+"ms")
+	}
+	var (
+		mark    int64
+		scanned bool
+	)
+	b.Queue(g.fenceSQL, resource, int64(token)).QueryRow(func(row pgx.Row) error {
+		if err := row.Scan(&mark); err != nil {
+			return err
+		}
+		scanned = true
+		return nil
+	})
+	br := db.SendBatch(ctx, b)
+	tx := br.Tx()
+	err := br.Close()
+	if err == nil && tx == nil {
+		err = errors.New("pgguard: SendBatch returned no transaction for a batch begun with Batch.BeginTx")
+	}
+	if err == nil {
+		err = decide(resource, token, mark)
+	} else if !scanned {
+		err = g.dbError(resource, "fence", err)
+	}
+	if err != nil {
+		if tx != nil {
+			rollback(ctx, tx)
+		}
+		return nil, err
+	}
+	return tx, nil
 }

@@ -1,0 +1,274 @@
+package pgguard_test
+
+import (
+	"context"
+	"fmt"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/fencekit/fencekit/fence"
+	"github.com/fencekit/fencekit/guards/guardtest"
+	"github.com/fencekit/fencekit/guards/pgguard"
+	"github.com/fencekit/fencekit/internal/testsvc"
+)
+
+// trips counts what reaches the wire of a one-connection pool: each batch
+// and each single query is one round trip.
+type trips struct {
+	mu      sync.Mutex
+	events  []string
+	batches int
+}
+
+func (c *trips) TraceQueryStart(ctx context.Context, _ *pgx.Conn, d pgx.TraceQueryStartData) context.Context {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.events = append(c.events, "query")
+	return ctx
+}
+
+func (c *trips) TraceQueryEnd(context.Context, *pgx.Conn, pgx.TraceQueryEndData) {}
+
+func (c *trips) TraceBatchStart(ctx context.Context, _ *pgx.Conn, d pgx.TraceBatchStartData) context.Context {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.events = append(c.events, "batch")
+	return ctx
+}
+
+func (c *trips) TraceBatchQuery(context.Context, *pgx.Conn, pgx.TraceBatchQueryData) {}
+
+func (c *trips) TraceBatchEnd(context.Context, *pgx.Conn, pgx.TraceBatchEndData) {}
+
+func (c *trips) take() []string {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	out := c.events
+	c.events = nil
+	return out
+}
+
+// tripPool is a one-connection pool whose round trips are counted; the
+// connection is opened before counting starts.
+func tripPool(t *testing.T) (*pgxpool.Pool, *trips) {
+	c := &trips{}
+	pool := testsvc.PoolWith(t, testsvc.DatabaseURL(), func(cfg *pgxpool.Config) {
+		cfg.MaxConns = 1
+		cfg.ConnConfig.Tracer = c
+	})
+	c.take()
+	return pool, c
+}
+
+// BeginFenced is one round trip on every path: fresh resource, higher,
+// equal, and stale (then one more for the rollback); a refused token
+// returns no transaction and releases the connection.
+func TestBeginFencedOneRoundTrip(t *testing.T) {
+	schema := setupSchema(t)
+	pool, c := tripPool(t)
+	for _, lt := range []time.Duration{0, -1} { // with and without SET LOCAL lock_timeout
+		g := newGuard(t, pgguard.Config{Schema: schema, LockTimeout: lt})
+		resource := fmt.Sprintf("r%v", lt)
+		for _, step := range []struct {
+			tok   fence.Token
+			stale bool
+		}{{5, false}, {8, false}, {8, false}, {6, true}, {9, false}} {
+			tx, err := g.BeginFenced(bg(), pool, resource, step.tok)
+			if step.stale {
+				se, ok := fence.IsStale(err)
+				require.True(t, ok, "%v", err)
+				assert.Equal(t, fence.StaleError{Resource: resource, Presented: 6, Highest: 8}, *se)
+				assert.Nil(t, tx)
+				assert.Equal(t, []string{"batch", "query"}, c.take(), "stale: one batch, then the rollback")
+				assert.Zero(t, pool.Stat().AcquiredConns(), "connection released after a refusal")
+				continue
+			}
+			require.NoError(t, err, "token %d", step.tok)
+			assert.Equal(t, []string{"batch"}, c.take(), "token %d: BEGIN and fence in one round trip", step.tok)
+			_, err = tx.Exec(bg(), upsertSQL(schema), resource, fmt.Sprint(step.tok), int64(step.tok))
+			require.NoError(t, err)
+			require.NoError(t, tx.Commit(bg()))
+			c.take()
+			assert.Zero(t, pool.Stat().AcquiredConns(), "connection released after commit")
+		}
+		assertState(t, newGuard(t, pgguard.Config{Schema: schema, DB: testsvc.Pool(t)}), testsvc.Pool(t), schema, resource, 9, "9", true)
+	}
+}
+
+// Guard.Fence on a pool sends BEGIN and the fence together: one batch, then
+// write's statement and COMMIT.
+func TestFenceBeginsAndFencesInOneRoundTrip(t *testing.T) {
+	schema := setupSchema(t)
+	pool, c := tripPool(t)
+	g := newGuard(t, pgguard.Config{Schema: schema, DB: pool})
+	require.NoError(t, g.Fence(bg(), "r", 3, writeRow(schema, "r", "three", 3)))
+	assert.Equal(t, []string{"batch", "query", "query"}, c.take())
+	assert.Zero(t, pool.Stat().AcquiredConns())
+}
+
+// A refused BeginFenced leaves the mark and the data as they were, and the
+// transaction's statements are rolled back.
+func TestBeginFencedWritesOnlyWhenAdmitted(t *testing.T) {
+	schema := setupSchema(t)
+	pool := testsvc.Pool(t)
+	g := newGuard(t, pgguard.Config{Schema: schema, DB: pool})
+	tx, err := g.BeginFenced(bg(), pool, "r", 7)
+	require.NoError(t, err)
+	_, err = tx.Exec(bg(), upsertSQL(schema), "r", "seven", 7)
+	require.NoError(t, err)
+	require.NoError(t, tx.Rollback(bg()))
+	assertState(t, g, pool, schema, "r", 0, "", false) // rolled back: no mark row either
+
+	tx, err = g.BeginFenced(bg(), pool, "r", 7)
+	require.NoError(t, err)
+	require.NoError(t, tx.Commit(bg()))
+	tx, err = g.BeginFenced(bg(), pool, "r", 6)
+	assert.Nil(t, tx)
+	se, ok := fence.IsStale(err)
+	require.True(t, ok, "%v", err)
+	assert.Equal(t, fence.Token(7), se.Highest)
+	assertState(t, g, pool, schema, "r", 7, "", false)
+}
+
+func TestBeginFencedBadInput(t *testing.T) {
+	schema := setupSchema(t)
+	pool, c := tripPool(t)
+	g := newGuard(t, pgguard.Config{Schema: schema})
+	for _, tc := range []struct {
+		db       pgguard.Batcher
+		resource string
+		tok      fence.Token
+		want     error
+	}{
+		{pool, "r", 0, fence.ErrInvalidToken},
+		{pool, "", 1, fence.ErrInvalidResource},
+		{pool, "a\x00b", 1, fence.ErrInvalidResource},
+		{nil, "r", 1, pgguard.ErrNilArgument},
+	} {
+		tx, err := g.BeginFenced(bg(), tc.db, tc.resource, tc.tok)
+		assert.ErrorIs(t, err, tc.want, "%q %d", tc.resource, tc.tok)
+		assert.Nil(t, tx)
+	}
+	assert.Empty(t, c.take(), "bad input must not reach the database")
+}
+
+// A lock wait beyond Config.LockTimeout (set in the same batch as BEGIN) is
+// ErrBusy with 55P03; a ctx deadline during the wait is ErrBusy and
+// DeadlineExceeded. Either way the connection is released and nothing
+// changes.
+func TestBeginFencedBusy(t *testing.T) {
+	schema := setupSchema(t)
+	holder, waiter := testsvc.Pool(t), testsvc.Pool(t)
+	g := newGuard(t, pgguard.Config{Schema: schema, LockTimeout: 50 * time.Millisecond})
+	h, err := holder.Begin(bg())
+	require.NoError(t, err)
+	defer func() { _ = h.Rollback(bg()) }()
+	require.NoError(t, g.FenceTx(bg(), h, "r", 3))
+
+	tx, err := g.BeginFenced(bg(), waiter, "r", 4)
+	assert.Nil(t, tx)
+	requireCode(t, err, "55P03")
+	assert.Zero(t, waiter.Stat().AcquiredConns())
+
+	noTimeout := newGuard(t, pgguard.Config{Schema: schema, LockTimeout: -1})
+	// The deadline ends the lock wait: it is the condition under test, not
+	// a synchronisation sleep.
+	ctx, cancel := context.WithTimeout(bg(), 100*time.Millisecond)
+	defer cancel()
+	tx, err = noTimeout.BeginFenced(ctx, waiter, "r", 4)
+	assert.Nil(t, tx)
+	assert.ErrorIs(t, err, fence.ErrBusy)
+	assert.ErrorIs(t, err, context.DeadlineExceeded)
+	// A connection whose query was cancelled is destroyed by the pool in
+	// the background; wait (bounded) for it to leave the acquired set.
+	deadline := time.Now().Add(10 * time.Second)
+	tick := time.NewTicker(time.Millisecond)
+	defer tick.Stop()
+	for waiter.Stat().AcquiredConns() != 0 {
+		require.True(t, time.Now().Before(deadline), "connection never released after the cancelled wait")
+		<-tick.C
+	}
+
+	require.NoError(t, h.Rollback(bg()))
+	m, err := newGuard(t, pgguard.Config{Schema: schema, DB: holder}).Mark(bg(), "r")
+	require.NoError(t, err)
+	assert.Equal(t, fence.Token(0), m)
+}
+
+// beginFencedSubject writes through BeginFenced + Exec + Commit on several
+// independent pools.
+type beginFencedSubject struct {
+	schema string
+	guard  *pgguard.Guard
+	pools  []*pgxpool.Pool
+	next   atomic.Uint64
+	reader *pgxpool.Pool
+}
+
+func (s *beginFencedSubject) write(ctx context.Context, r string, tok fence.Token, v string, fail bool) error {
+	pool := s.pools[s.next.Add(1)%uint64(len(s.pools))]
+	tx, err := s.guard.BeginFenced(ctx, pool, r, tok)
+	if err != nil {
+		return err
+	}
+	defer func() { _ = tx.Rollback(context.WithoutCancel(ctx)) }()
+	if _, err := tx.Exec(ctx, upsertSQL(s.schema), r, v, int64(tok)); err != nil {
+		return err
+	}
+	if fail {
+		return errInjected
+	}
+	return tx.Commit(ctx)
+}
+
+func (s *beginFencedSubject) Write(ctx context.Context, r string, tok fence.Token, v string) error {
+	return s.write(ctx, r, tok, v, false)
+}
+
+func (s *beginFencedSubject) WriteFailing(ctx context.Context, r string, tok fence.Token) error {
+	return s.write(ctx, r, tok, "failing", true)
+}
+
+func (s *beginFencedSubject) Read(ctx context.Context, r string) (string, fence.Token, bool, error) {
+	return readRow(ctx, s.reader, s.schema, r)
+}
+
+func TestConformanceBeginFenced(t *testing.T) {
+	for _, iso := range []pgx.TxIsoLevel{pgx.ReadCommitted, pgx.Serializable} {
+		t.Run(string(iso), func(t *testing.T) {
+			schema := setupSchema(t)
+			s := &beginFencedSubject{schema: schema, guard: newGuard(t, pgguard.Config{Schema: schema, IsoLevel: iso}), reader: testsvc.Pool(t)}
+			for range 4 {
+				s.pools = append(s.pools, testsvc.Pool(t))
+			}
+			guardtest.Run(t, guardtest.Config{New: func(*testing.T) guardtest.Subject { return s }})
+		})
+	}
+}
+
+// plainDB hides SendBatch, so Guard.Fence takes its two-round-trip path
+// (BeginTx, then FenceTx); that path stays conformant.
+type plainDB struct{ p *pgxpool.Pool }
+
+func (d plainDB) BeginTx(ctx context.Context, o pgx.TxOptions) (pgx.Tx, error) {
+	return d.p.BeginTx(ctx, o)
+}
+
+func (d plainDB) QueryRow(ctx context.Context, sql string, args ...any) pgx.Row {
+	return d.p.QueryRow(ctx, sql, args...)
+}
+
+func TestConformanceFenceWithoutBatcher(t *testing.T) {
+	s := &guardSubject{schema: setupSchema(t), reader: testsvc.Pool(t)}
+	for range 4 {
+		s.guards = append(s.guards, newGuard(t, pgguard.Config{Schema: s.schema, DB: plainDB{testsvc.Pool(t)}}))
+	}
+	guardtest.Run(t, guardtest.Config{New: func(*testing.T) guardtest.Subject { return s }})
+}
