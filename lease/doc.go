@@ -79,11 +79,51 @@
 //     Check Lease.Remaining before starting work that cannot be fenced, and
 //     use idempotency keys for it.
 //   - Tokens never going backwards after a database restore or failover to
-//     a stale replica (the sequence can be behind): a later version adds a
-//     token floor for that. Promptness of takeover is bounded by TTL.
+//     a stale replica, unless the floor is checked: the sequence can be
+//     behind tokens the guards accepted. CheckTokenFloor (see "Token floor")
+//     detects it and makes the database refuse such grants, but only as
+//     well as its FloorSource knows the highest token; a restore that also
+//     rolled back the guards' marks and the operator's floor is not
+//     detectable. Promptness of takeover is bounded by TTL.
+//   - Per-key token order after the Janitor deleted a row, if some acquire
+//     statement ran longer than JanitorConfig.StatementBound (set
+//     statement_timeout for the role).
 //   - Fairness: AcquireWait callers race; there is no queue.
 //   - Survival of the Manager: when the process dies its leases are simply
 //     not renewed and expire after at most TTL.
+//
+// # Token floor (restore and failover)
+//
+// Migration 0002 of sql.Lease adds fencekit_token_floor (one row) and a
+// trigger that refuses, with SQLSTATE FK001, any fencekit_leases row whose
+// new token is not above the floor; Acquire maps it to a *TokenFloorError
+// (ErrTokenFloor), writes no row, and the sequence value is consumed. The
+// BEFORE INSERT trigger also sees the token drawn for the insert path, so
+// with a stale sequence even an Acquire of a held key reports
+// ErrTokenFloor rather than ErrHeld. CheckTokenFloor raises the stored
+// floor to Config.TokenFloor (e.g. MaxFloor(GuardMarks.Floor(),
+// StaticFloor(n))) and reports whether the sequence is behind;
+// AdvanceTokenSequence moves it forward under LOCK TABLE fencekit_leases IN
+// EXCLUSIVE MODE, never backwards. See docs/operations.md for the procedure.
+//
+// # Observability
+//
+// Logs go to Config.Logger (nil: discarded): Debug only on the happy path,
+// Warn when a lease is lost, a renewal statement fails, the listener drops,
+// or a grant is refused by the token floor. Metrics go to
+// Config.MeterProvider (OpenTelemetry metric API; nil: no-op); the Metric*
+// constants name them, and no attribute carries a key, run_id or token.
+// Held lists this process's leases with their remaining trust, and
+// StatusHandler serves that as JSON.
+//
+// # Housekeeping
+//
+// Janitor deletes rows released or expired longer ago than a retention
+// that must be at least RetentionFactor × StatementBound and MinRetention,
+// in batches (FOR UPDATE SKIP LOCKED); see Janitor for the token-order
+// argument. GuardMarks reads the PostgreSQL guard's marks (a FloorSource)
+// and deletes marks of resources that are gone — a hazard for resources
+// that still exist.
 //
 // # States of a key
 //

@@ -63,7 +63,6 @@ func (m *Manager) newLease(key Key, runID uuid.UUID, token fence.Token, expires,
 	}
 	m.leases[runID] = l
 	m.mu.Unlock()
-	m.met.onHeld(1)
 	return l
 }
 
@@ -216,7 +215,7 @@ func (l *Lease) end(cause error) bool {
 	l.cancel(cause)
 	cancelled := time.Now()
 	l.m.remove(l)
-	l.m.met.onHeld(-1)
+	l.m.met.onHeld(l.ctx, -1)
 	l.mu.Lock()
 	l.endedAt = cancelled
 	var mcause string
@@ -235,7 +234,7 @@ func (l *Lease) end(cause error) bool {
 	l.mu.Unlock()
 	if mcause != "" {
 		l.m.obs.lost(l.key, cause)
-		l.m.met.onLost(mcause, delay)
+		l.m.met.onLost(l.ctx, mcause, delay)
 		l.m.log.Warn("lease lost", "key", l.key.String(), "run_id", l.runID, "token", int64(l.token),
 			"cause", mcause, "err", cause.Error(), "cancel_delay", delay)
 	}

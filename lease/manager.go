@@ -104,7 +104,7 @@ func (m *Manager) authorize(ctx context.Context, key Key) error {
 		return nil
 	}
 	if err := m.cfg.Authorizer.Authorize(ctx, key); err != nil {
-		m.met.onRefused(ReasonUnauthorized)
+		m.met.onRefused(ctx, ReasonUnauthorized)
 		m.log.Debug("lease acquire unauthorized", "key", key.String(), "err", err)
 		return fmt.Errorf("%w: %s: %w", ErrUnauthorized, key, err)
 	}
@@ -154,14 +154,14 @@ func (m *Manager) tryAcquire(ctx context.Context, key Key) (*Lease, error) {
 			held.RunID, held.Token, held.ExpiresAt, held.Remaining = st.RunID, st.Token, st.ExpiresAt, st.Remaining
 		}
 		m.obs.held(key, held.Remaining)
-		m.met.onRefused(ReasonHeld)
+		m.met.onRefused(ctx, ReasonHeld)
 		return nil, held
 	case floorError(err) != nil:
 		// The database refused the drawn token (migration 0002's trigger):
 		// the statement failed as a whole, no row was written.
 		fe := floorError(err)
 		m.obs.acquireFailed(key, err)
-		m.met.onRefused(ReasonTokenFloor)
+		m.met.onRefused(ctx, ReasonTokenFloor)
 		m.log.Warn("lease acquire refused: the token sequence is not above the token floor (restore or failover?)",
 			"key", key.String(), "token", int64(fe.Token), "floor", int64(fe.Floor))
 		return nil, fmt.Errorf("lease: acquire %s: %w", key, fe)
@@ -170,13 +170,13 @@ func (m *Manager) tryAcquire(ctx context.Context, key Key) (*Lease, error) {
 		// row of this run_id if we can (it expires by TTL otherwise).
 		m.releaseOrphan(key, runID) //nolint:contextcheck // runs after the caller's ctx may be gone; bounded by CallTimeout under the Manager's context
 		m.obs.acquireFailed(key, err)
-		m.met.onRefused(ReasonError)
+		m.met.onRefused(ctx, ReasonError)
 		m.log.Debug("lease acquire failed", "key", key.String(), "err", err)
 		return nil, fmt.Errorf("lease: acquire %s: %w", key, err)
 	case !won:
 		held := &HeldError{Key: key, RunID: rid, Token: fence.Token(token), ExpiresAt: expires, Remaining: max(expires.Sub(now), 0)}
 		m.obs.held(key, held.Remaining)
-		m.met.onRefused(ReasonHeld)
+		m.met.onRefused(ctx, ReasonHeld)
 		return nil, held
 	}
 	l := m.newLease(key, runID, fence.Token(token), expires, sentAt)
@@ -187,7 +187,8 @@ func (m *Manager) tryAcquire(ctx context.Context, key Key) (*Lease, error) {
 		return nil, ErrClosed
 	}
 	m.obs.acquired(key, token, time.Since(sentAt))
-	m.met.onAcquired()
+	m.met.onAcquired(ctx)
+	m.met.onHeld(ctx, 1) // the -1 (end or Close) may come first; the sum is right once both are in
 	m.log.Debug("lease acquired", "key", key.String(), "run_id", runID, "token", token)
 	return l, nil
 }
@@ -354,7 +355,7 @@ func (m *Manager) renewOne(ctx context.Context, key Key, runID uuid.UUID) (Renew
 	} else if err != nil {
 		err = fmt.Errorf("lease: renew %s: %w", key, err)
 	}
-	m.met.onRenew(time.Since(sentAt), err)
+	m.met.onRenew(ctx, time.Since(sentAt), err)
 	if err != nil {
 		m.log.Debug("lease renew failed", "key", key.String(), "run_id", runID, "err", err)
 		return Renewal{}, err
@@ -437,7 +438,7 @@ func (m *Manager) release(ctx context.Context, key Key, runID uuid.UUID) (Releas
 	if err != nil {
 		err = fmt.Errorf("lease: release %s: %w", key, err)
 		m.obs.released(key, 0, err)
-		m.met.onReleased(0, err)
+		m.met.onReleased(ctx, 0, err)
 		m.log.Debug("lease release failed", "key", key.String(), "run_id", runID, "err", err)
 		return 0, err
 	}
@@ -469,7 +470,7 @@ func (m *Manager) release(ctx context.Context, key Key, runID uuid.UUID) (Releas
 		}
 	}
 	m.obs.released(key, res, nil)
-	m.met.onReleased(res, nil)
+	m.met.onReleased(ctx, res, nil)
 	m.log.Debug("lease released", "key", key.String(), "run_id", runID, "result", res.String())
 	return res, nil
 }
@@ -490,7 +491,7 @@ func (m *Manager) Close() error {
 		m.leases = map[uuid.UUID]*Lease{}
 		m.mu.Unlock()
 
-		m.met.onHeld(-len(held))
+		m.met.onHeld(m.root, -len(held))
 		m.rootCancel(ErrClosed) // lease contexts, renewer, listener, waiters
 		for _, l := range held {
 			l.stop()

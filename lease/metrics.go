@@ -113,15 +113,15 @@ func newMetrics(mp metric.MeterProvider, ttl time.Duration) (*metrics, error) {
 	return x, errors.Join(errs...)
 }
 
-func (x *metrics) onHeld(delta int) { x.held.Add(context.Background(), int64(delta)) }
+func (x *metrics) onHeld(ctx context.Context, delta int) { x.held.Add(ctx, int64(delta)) }
 
-func (x *metrics) onAcquired() { x.acquired.Add(context.Background(), 1) }
+func (x *metrics) onAcquired(ctx context.Context) { x.acquired.Add(ctx, 1) }
 
-func (x *metrics) onRefused(reason string) {
-	x.refused.Add(context.Background(), 1, attrs(attribute.String("reason", reason)))
+func (x *metrics) onRefused(ctx context.Context, reason string) {
+	x.refused.Add(ctx, 1, attrs(attribute.String("reason", reason)))
 }
 
-func (x *metrics) onRenew(d time.Duration, err error) {
+func (x *metrics) onRenew(ctx context.Context, d time.Duration, err error) {
 	outcome := "ok"
 	switch {
 	case errors.Is(err, ErrLost):
@@ -130,24 +130,24 @@ func (x *metrics) onRenew(d time.Duration, err error) {
 		outcome = "error"
 	}
 	a := attrs(attribute.String("outcome", outcome))
-	x.renewDur.Record(context.Background(), d.Seconds(), a)
-	x.renewFrac.Record(context.Background(), d.Seconds()/x.ttl.Seconds(), a)
+	x.renewDur.Record(ctx, d.Seconds(), a)
+	x.renewFrac.Record(ctx, d.Seconds()/x.ttl.Seconds(), a)
 }
 
-func (x *metrics) onLost(cause string, delay time.Duration) {
+func (x *metrics) onLost(ctx context.Context, cause string, delay time.Duration) {
 	a := attrs(attribute.String("cause", cause))
-	x.lost.Add(context.Background(), 1, a)
-	x.cancelDelay.Record(context.Background(), max(delay, 0).Seconds(), a)
+	x.lost.Add(ctx, 1, a)
+	x.cancelDelay.Record(ctx, max(delay, 0).Seconds(), a)
 }
 
-func (x *metrics) onOverrun(cause string, d time.Duration) {
-	x.overrun.Record(context.Background(), max(d, 0).Seconds(), attrs(attribute.String("cause", cause)))
+func (x *metrics) onOverrun(ctx context.Context, cause string, d time.Duration) {
+	x.overrun.Record(ctx, max(d, 0).Seconds(), attrs(attribute.String("cause", cause)))
 }
 
-func (x *metrics) onReleased(res ReleaseResult, err error) {
+func (x *metrics) onReleased(ctx context.Context, res ReleaseResult, err error) {
 	r := res.String()
 	if err != nil {
 		r = "error"
 	}
-	x.released.Add(context.Background(), 1, attrs(attribute.String("result", r)))
+	x.released.Add(ctx, 1, attrs(attribute.String("result", r)))
 }

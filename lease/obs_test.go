@@ -154,8 +154,8 @@ func TestMetricRunOverrun(t *testing.T) {
 	m := e.manager(lease.Config{MeterProvider: mt.Provider})
 	k := uniqueKey(t)
 	err := m.Run(bg(), k, func(ctx context.Context, l *lease.Lease) error {
-		e.expire(k)
-		require.ErrorIs(t, l.Renew(bg()), lease.ErrLost)
+		e.expire(k) //nolint:contextcheck // test helper on its own context
+		require.ErrorIs(t, l.Renew(ctx), lease.ErrLost)
 		<-ctx.Done()
 		return ctx.Err()
 	})
@@ -193,7 +193,7 @@ func TestMetricAttributesCarryNoIdentifiers(t *testing.T) {
 		err := m.Run(bg(), k, func(ctx context.Context, l *lease.Lease) error {
 			note(l.RunID().String())
 			note(strconv.FormatInt(int64(l.Token()), 10))
-			if _, err := m.Acquire(bg(), k); !errors.Is(err, lease.ErrHeld) {
+			if _, err := m.Acquire(ctx, k); !errors.Is(err, lease.ErrHeld) {
 				return fmt.Errorf("second acquire: %w", err)
 			}
 			if err := l.Renew(ctx); err != nil {
@@ -206,7 +206,7 @@ func TestMetricAttributesCarryNoIdentifiers(t *testing.T) {
 				return fmt.Errorf("stale write: %w", err)
 			}
 			if i == 0 { // one loss
-				e.expire(k)
+				e.expire(k) //nolint:contextcheck // test helper on its own context
 				if err := l.Renew(ctx); !errors.Is(err, lease.ErrLost) {
 					return fmt.Errorf("renew after expiry: %w", err)
 				}

@@ -90,7 +90,7 @@ func (m *Manager) renewChunk(chunk []*Lease) {
 			err = rows.Err()
 		}
 	}
-	m.met.onRenew(time.Since(sentAt), err)
+	m.met.onRenew(ctx, time.Since(sentAt), err)
 	if err != nil {
 		for _, l := range chunk {
 			l.renewFailed()

@@ -33,7 +33,7 @@ func (m *Manager) Run(ctx context.Context, key Key, fn func(ctx context.Context,
 	if cause := l.Err(); cause != nil && !errors.Is(cause, ErrReleased) {
 		loss = cause
 		if at, mcause := l.ended(); mcause != "" {
-			m.met.onOverrun(mcause, returned.Sub(at))
+			m.met.onOverrun(ctx, mcause, returned.Sub(at))
 		}
 	}
 	cancel(nil)
