@@ -58,6 +58,15 @@
 //     into an error matching fence.ErrBusy, and parses strictly: a malformed
 //     body is a *ResponseError, never a panic or a guessed token.
 //
+// # Metrics
+//
+// Config.MeterProvider (OpenTelemetry; nil records nothing) receives
+// fencekit.guard.accepted (the handler ran under an admitted token and
+// answered below 400), fencekit.guard.stale and fencekit.guard.token_gap
+// (409 answers), attribute guard="http" only — never the resource name.
+// The wrapped guard may count the same decision under its own kind. See
+// docs/operations.md.
+//
 // # What is not guaranteed
 //
 //   - Effects the handler causes outside the guard's store (calls to other

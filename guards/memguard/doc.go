@@ -20,6 +20,13 @@
 //   - A ctx that ends while Fence waits for the lock yields an error matching
 //     both fence.ErrBusy and ctx.Err(), and write is not called.
 //
+// # Metrics
+//
+// Config.MeterProvider (OpenTelemetry; nil records nothing) receives
+// fencekit.guard.accepted (writes that succeeded under an admitted token),
+// fencekit.guard.stale and fencekit.guard.token_gap, attribute
+// guard="memory" only — never the resource name. See docs/operations.md.
+//
 // # What is not guaranteed
 //
 //   - Marks live in memory only: they are lost when the process exits and
