@@ -46,3 +46,7 @@ chaos: ## chaos soak: CHAOS_DURATION=10m (default 5m), CHAOS_SEED=, CHAOS_FAULTS
 	@$(SERVICES); $(GO) test -race -count=1 -timeout 0 ./integration/chaos -run '^TestChaosSoak$$' -v -args \
 		-chaos.soak=$${CHAOS_DURATION:-5m} -chaos.seed=$${CHAOS_SEED:-0} -chaos.faults=$${CHAOS_FAULTS:-default} $${CHAOS_FLAGS:-} \
 		| grep -v '^=== RUN' 
+
+.PHONY: bench
+bench: ## run cmd/fence-bench against the real services (BENCH_QUICK=1: under 60 s); chart in out/bench.svg
+	@$(SERVICES); mkdir -p out; $(GO) run ./cmd/fence-bench -chart out/bench.svg
