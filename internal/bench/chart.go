@@ -28,8 +28,8 @@ func WriteSVG(w io.Writer, r *Report, series []Series) error {
 		}
 	}
 	const (
-		width  = 900
-		left   = 260
+		width  = 1000
+		left   = 360
 		plotW  = 560
 		barH   = 18
 		gap    = 8
