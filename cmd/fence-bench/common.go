@@ -4,11 +4,9 @@ import (
 	"context"
 	"crypto/rand"
 	"encoding/hex"
-	"fmt"
 	"os"
 	"strconv"
 	"strings"
-	"sync"
 	"sync/atomic"
 	"time"
 
@@ -45,11 +43,9 @@ func (e *env) schema(sets ...fsql.Set) (string, func(), error) {
 // counter is a pgx tracer counting statements (single queries and each
 // query of a batch), optionally only those containing a substring.
 type counter struct {
-	n       atomic.Int64
-	mu      sync.Mutex
-	match   map[string]*atomic.Int64
-	matchD  map[string]*atomic.Int64 // total duration ns of matching queries
-	started sync.Map
+	n      atomic.Int64
+	match  map[string]*atomic.Int64
+	matchD map[string]*atomic.Int64 // total duration ns of matching queries
 }
 
 func newCounter(subs ...string) *counter {
@@ -149,11 +145,4 @@ func xactCommits(ctx context.Context, pool *pgxpool.Pool) (int64, error) {
 	var n int64
 	err := pool.QueryRow(ctx, `SELECT xact_commit + xact_rollback FROM pg_stat_database WHERE datname = current_database()`).Scan(&n)
 	return n, err
-}
-
-func must(err error, what string) error {
-	if err != nil {
-		return fmt.Errorf("%s: %w", what, err)
-	}
-	return nil
 }

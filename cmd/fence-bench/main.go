@@ -83,7 +83,7 @@ func main() {
 }
 
 func writeChart(path string, e *env) error {
-	f, err := os.Create(path)
+	f, err := os.Create(path) //nolint:gosec // the operator names the output file with -chart
 	if err != nil {
 		return err
 	}

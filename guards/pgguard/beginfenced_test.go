@@ -22,9 +22,8 @@ import (
 // trips counts what reaches the wire of a one-connection pool: each batch
 // and each single query is one round trip.
 type trips struct {
-	mu      sync.Mutex
-	events  []string
-	batches int
+	mu     sync.Mutex
+	events []string
 }
 
 func (c *trips) TraceQueryStart(ctx context.Context, _ *pgx.Conn, d pgx.TraceQueryStartData) context.Context {

@@ -9,8 +9,10 @@ import (
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
+	"go.opentelemetry.io/otel/metric"
 
 	"github.com/fencekit/fencekit/fence"
+	"github.com/fencekit/fencekit/internal/obs"
 	fsql "github.com/fencekit/fencekit/sql"
 )
 
@@ -48,6 +50,11 @@ type Config struct {
 	// fence.ErrBusy. Default 5s; negative leaves the server's setting.
 	// Positive values must be at least a millisecond.
 	LockTimeout time.Duration
+	// MeterProvider records fencekit.guard.accepted (fence statements that
+	// admitted the token; the caller's transaction may still roll back),
+	// fencekit.guard.stale and fencekit.guard.token_gap with
+	// guard="postgres" (see docs/operations.md). Nil records nothing.
+	MeterProvider metric.MeterProvider
 }
 
 // DefaultLockTimeout is Config.LockTimeout's default.
@@ -75,6 +82,7 @@ type Guard struct {
 	lockMs   int64 // 0: leave the server's lock_timeout
 	fenceSQL string
 	readSQL  string
+	met      *obs.Guard
 }
 
 var _ fence.Guard = (*Guard)(nil)
@@ -110,7 +118,12 @@ func New(cfg Config) (*Guard, error) {
 	if cfg.LockTimeout > 0 {
 		lockMs = cfg.LockTimeout.Milliseconds()
 	}
+	met, err := obs.NewGuard(cfg.MeterProvider, obs.KindPostgres)
+	if err != nil {
+		return nil, fmt.Errorf("%w: MeterProvider: %w", ErrInvalidConfig, err)
+	}
 	return &Guard{
+		met:    met,
 		db:     cfg.DB,
 		schema: cfg.Schema,
 		txOpts: pgx.TxOptions{IsoLevel: cfg.IsoLevel, BeginQuery: begin},
@@ -182,7 +195,9 @@ func (g *Guard) fenceTx(ctx context.Context, tx pgx.Tx, resource string, token f
 	if err := tx.QueryRow(ctx, g.fenceSQL, resource, int64(token)).Scan(&mark); err != nil {
 		return g.dbError(resource, "fence", err)
 	}
-	return decide(resource, token, mark)
+	err := decide(resource, token, mark)
+	g.met.Decision(ctx, err)
+	return err
 }
 
 // decide turns the mark returned by the fence statement into FenceTx's
@@ -369,6 +384,7 @@ func (g *Guard) beginFenced(ctx context.Context, db Batcher, resource string, to
 	}
 	if err == nil {
 		err = decide(resource, token, mark)
+		g.met.Decision(ctx, err)
 	} else if !scanned {
 		err = g.dbError(resource, "fence", err)
 	}

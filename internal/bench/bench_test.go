@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"encoding/json"
 	"encoding/xml"
+	"errors"
 	"io"
 	"math"
 	"strings"
@@ -85,7 +86,7 @@ func TestWriteSVG(t *testing.T) {
 	bars, lats := 0, 0
 	for {
 		tok, err := dec.Token()
-		if err == io.EOF {
+		if errors.Is(err, io.EOF) {
 			break
 		}
 		require.NoError(t, err, "chart is well-formed XML")
