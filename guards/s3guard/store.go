@@ -11,8 +11,10 @@ import (
 	"time"
 
 	"github.com/minio/minio-go/v7"
+	"go.opentelemetry.io/otel/metric"
 
 	"github.com/fencekit/fencekit/fence"
+	"github.com/fencekit/fencekit/internal/obs"
 )
 
 // DefaultDataPrefix is the Config.DataPrefix used when none is set.
@@ -71,6 +73,12 @@ type Config struct {
 	// a few hundred bytes plus the key. Default DefaultPointerCacheSize;
 	// negative disables the cache (every write GETs the pointer first).
 	PointerCacheSize int
+	// MeterProvider records fencekit.guard.accepted (committed fenced
+	// writes), fencekit.guard.stale, fencekit.guard.token_gap and
+	// fencekit.guard.s3.retries (conditional pointer writes retried after a
+	// 412/404/409, including the retry after a stale pointer cache entry)
+	// with guard="s3" (see docs/operations.md). Nil records nothing.
+	MeterProvider metric.MeterProvider
 }
 
 // Store is a fenced object store over one bucket. It is safe for concurrent
@@ -85,6 +93,7 @@ type Store struct {
 	keep    bool
 	inline  int
 	cache   *pointerCache // nil: disabled
+	met     *obs.Guard
 
 	// afterRead, when set (tests only), runs after every pointer read or
 	// pointer cache hit of the fenced write path, before the decision.
@@ -138,7 +147,12 @@ func New(cfg Config) (*Store, error) {
 	case cfg.PointerCacheSize == 0:
 		cfg.PointerCacheSize = DefaultPointerCacheSize
 	}
+	met, err := obs.NewGuard(cfg.MeterProvider, obs.KindS3)
+	if err != nil {
+		return nil, fmt.Errorf("%w: MeterProvider: %w", ErrInvalidConfig, err)
+	}
 	return &Store{
+		met:     met,
 		cache:   newPointerCache(cfg.PointerCacheSize),
 		client:  cfg.Client,
 		bucket:  cfg.Bucket,
@@ -339,7 +353,8 @@ func (s *Store) Fence(ctx context.Context, resource string, token fence.Token, w
 
 // fence runs a fenced write. With useCache, a cached pointer stands in for
 // the pointer GET (Put and Delete: their write only stages).
-func (s *Store) fence(ctx context.Context, key string, token fence.Token, write func(ctx context.Context) error, useCache bool) (Info, error) {
+func (s *Store) fence(ctx context.Context, key string, token fence.Token, write func(ctx context.Context) error, useCache bool) (_ Info, err error) {
+	defer func() { s.met.Decision(ctx, err) }() // counts commits and stale refusals only
 	if err := checkKey(s.prefix, key); err != nil {
 		return Info{}, err
 	}
@@ -499,6 +514,7 @@ func (s *Store) commit(ctx context.Context, key string, token fence.Token, write
 			s.dropUnreferenced(ctx, ch, cur)
 			return Info{}, fmt.Errorf("s3guard: %q: %d conditional pointer writes lost races: %w", key, lost, fence.ErrBusy)
 		}
+		s.met.Retried(ctx, 1)
 	}
 }
 

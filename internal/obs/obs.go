@@ -44,7 +44,7 @@ const (
 const (
 	GuardAccepted = "fencekit.guard.accepted"
 	GuardStale    = "fencekit.guard.stale"
-	GuardTokenGap = "fencekit.guard.token_gap"
+	GuardTokenGap = "fencekit.guard.token_gap" //nolint:gosec // G101: a metric name, not a credential
 	GuardRetries  = "fencekit.guard.s3.retries"
 )
 

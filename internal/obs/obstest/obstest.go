@@ -99,7 +99,7 @@ func (m *Meter) Collect() []Point {
 func attrMap(kvs []attribute.KeyValue) map[string]string {
 	out := make(map[string]string, len(kvs))
 	for _, kv := range kvs {
-		out[string(kv.Key)] = kv.Value.Emit()
+		out[string(kv.Key)] = kv.Value.String()
 	}
 	return out
 }
