@@ -140,3 +140,51 @@ func ExampleManager_Release() {
 	}
 	fmt.Println(res)
 }
+
+// After a restore or failover: make the database refuse tokens at or below
+// the highest token a guard has seen, and move the sequence past it.
+func ExampleManager_CheckTokenFloor() {
+	ctx := context.Background()
+	pool, err := pgxpool.New(ctx, "postgres://postgres@127.0.0.1:5432/test")
+	if err != nil {
+		panic(err)
+	}
+	defer pool.Close()
+	marks, err := lease.NewGuardMarks(lease.GuardMarksConfig{DB: pool, Schema: "app"})
+	if err != nil {
+		panic(err)
+	}
+	const operatorFloor = 0 // e.g. the highest token your monitoring recorded
+	m, err := lease.New(lease.Config{Pool: pool, Schema: "app",
+		TokenFloor: lease.MaxFloor(marks.Floor(), lease.StaticFloor(operatorFloor))})
+	if err != nil {
+		panic(err)
+	}
+	defer m.Close()
+	if _, err := m.CheckTokenFloor(ctx); errors.Is(err, lease.ErrTokenFloor) {
+		rep, err := m.AdvanceTokenSequence(ctx, 0) // the source floor is included
+		if err != nil {
+			panic(err)
+		}
+		fmt.Println("next token:", rep.Next)
+	}
+}
+
+// Housekeeping: delete rows released or expired more than a day ago, in the
+// background, until shutdown.
+func ExampleJanitor() {
+	pool, err := pgxpool.New(context.Background(), "postgres://postgres@127.0.0.1:5432/test")
+	if err != nil {
+		panic(err)
+	}
+	defer pool.Close()
+	j, err := lease.NewJanitor(lease.JanitorConfig{Pool: pool, Schema: "app",
+		Retention: 24 * time.Hour, StatementBound: 5 * time.Second})
+	if err != nil {
+		panic(err)
+	}
+	if err := j.Start(); err != nil {
+		panic(err)
+	}
+	defer j.Stop()
+}
