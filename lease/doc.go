@@ -125,6 +125,14 @@
 // and deletes marks of resources that are gone — a hazard for resources
 // that still exist.
 //
+// # Several databases
+//
+// Router sends each key, by AccountID, to one Manager per database.
+// Tokens are then per partition: they still order every key's grants,
+// since a key lives in one partition, but tokens of different partitions
+// are unrelated, so a guarded resource must be written under leases of one
+// partition only.
+//
 // # States of a key
 //
 //	                Acquire              Renew (same run_id, before expires_at)
