@@ -43,7 +43,7 @@ fuzz: ## run every Go fuzz target briefly (FUZZTIME=5s each; FUZZ_PKG=dir filter
 
 .PHONY: chaos
 chaos: ## chaos soak: CHAOS_DURATION=10m (default 5m), CHAOS_SEED=, CHAOS_FAULTS=default, CHAOS_FLAGS=-chaos.pgrestart
-	@$(SERVICES); $(GO) test -race -count=1 -timeout 0 ./integration/chaos -run '^TestChaosSoak$$' -v -args \
+	@$(SERVICES); $(GO) test -race -count=1 -timeout 0 -tags soak ./integration/chaos -run '^TestChaosSoak$$' -v -args \
 		-chaos.soak=$${CHAOS_DURATION:-5m} -chaos.seed=$${CHAOS_SEED:-0} -chaos.faults=$${CHAOS_FAULTS:-default} $${CHAOS_FLAGS:-} \
 		| grep -v '^=== RUN' 
 

@@ -16,7 +16,6 @@ import (
 var (
 	flagSeed     = flag.Uint64("chaos.seed", 0, "replay one seed (TestChaos runs only this seed)")
 	flagDuration = flag.Duration("chaos.duration", 0, "duration of each TestChaos run (default 10s)")
-	flagSoak     = flag.Duration("chaos.soak", 0, "run TestChaosSoak for this long (skipped when 0)")
 	flagFaults   = flag.String("chaos.faults", "default", "faults to inject: comma list, default, all, none, -name")
 	flagLease    = flag.String("chaos.lease", "", "lease implementation: lease, reference (default: DefaultLease)")
 	flagRestart  = flag.Bool("chaos.pgrestart", false, "also restart the local PostgreSQL cluster during runs (shared server: opt-in)")
@@ -78,21 +77,6 @@ func TestChaos(t *testing.T) {
 			assert.NotEmpty(t, s.FaultsByKind, "no fault was injected")
 		})
 	}
-}
-
-// TestChaosSoak is the long run behind `make chaos`: one run of
-// -chaos.soak with a fresh seed (or -chaos.seed), summary printed.
-func TestChaosSoak(t *testing.T) {
-	if *flagSoak == 0 {
-		t.Skip("set -chaos.soak=10m (make chaos CHAOS_DURATION=10m)")
-	}
-	seed := *flagSeed
-	if seed == 0 {
-		seed = uint64(time.Now().UnixNano())
-	}
-	res := runAndCheck(t, Config{Seed: seed, Duration: *flagSoak, Faults: faultsFromFlags(t), Lease: *flagLease, Procs: *flagProcs, Logf: t.Logf})
-	fmt.Printf("\n=== chaos soak summary\n%s\n", res.Summary())
-	require.Positive(t, res.Report.Stats.Grants)
 }
 
 // TestChaosCatchesBrokenLease runs the harness over a lease that trusts
