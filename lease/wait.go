@@ -28,7 +28,9 @@ func (w *waiter) poke(r wakeReason) {
 //   - a release NOTIFY for key (one LISTEN connection per Manager, started
 //     on first use, shared by all waiters, reconnecting with backoff; after
 //     every (re)connect all waiters retry, since notifications sent while it
-//     was down are lost);
+//     was down are lost). A release wakes one waiter of the key per Manager,
+//     not all of them; a woken waiter that leaves without the lease passes
+//     the wakeup on;
 //   - the holder's expiry, from the database's remaining time converted to a
 //     local monotonic timer;
 //   - the safety-net poll (Config.WaitPoll).
@@ -37,7 +39,7 @@ func (w *waiter) poke(r wakeReason) {
 // after a short pause; errors reported by the server (for instance a
 // missing table), authorization refusals and invalid keys are returned.
 // A cancelled ctx returns context.Cause(ctx).
-func (m *Manager) AcquireWait(ctx context.Context, key Key) (*Lease, error) {
+func (m *Manager) AcquireWait(ctx context.Context, key Key) (got *Lease, err error) {
 	if err := key.Validate(); err != nil {
 		return nil, err
 	}
@@ -45,7 +47,14 @@ func (m *Manager) AcquireWait(ctx context.Context, key Key) (*Lease, error) {
 		return nil, ErrClosed
 	}
 	w, ready := m.subscribe(key) //nolint:contextcheck // the shared listener lives on the Manager's context, not a caller's
-	defer m.unsubscribe(w)
+	// A release NOTIFY wakes one waiter of the key in this Manager (see
+	// dispatch). If this waiter was that one and leaves without the lease,
+	// it passes the wakeup on so the others do not sleep through the
+	// release.
+	notified := false
+	defer func() {
+		m.unsubscribe(w, got == nil && notified)
+	}()
 
 	// Attempt only once LISTEN is in place (bounded), so a release between
 	// the attempt and the wait cannot go unnoticed.
@@ -76,6 +85,7 @@ func (m *Manager) AcquireWait(ctx context.Context, key Key) (*Lease, error) {
 		if err == nil {
 			return l, nil
 		}
+		notified = false
 		var held *HeldError
 		var pgErr *pgconn.PgError
 		switch {
@@ -108,6 +118,7 @@ func (m *Manager) AcquireWait(ctx context.Context, key Key) (*Lease, error) {
 		case <-m.root.Done():
 			return nil, ErrClosed
 		}
+		notified = reason == wakeNotify
 		m.obs.woken(key, reason)
 	}
 }
@@ -139,22 +150,48 @@ func (m *Manager) subscribe(key Key) (*waiter, <-chan struct{}) {
 	return w, m.lready
 }
 
-func (m *Manager) unsubscribe(w *waiter) {
+// unsubscribe removes w. If w leaves holding an unconsumed release wakeup
+// (or passOn says it consumed one without getting the lease), another waiter
+// of the key is woken in its place.
+func (m *Manager) unsubscribe(w *waiter, passOn bool) {
 	m.lmu.Lock()
 	defer m.lmu.Unlock()
+	select {
+	case r := <-w.ch:
+		passOn = passOn || r == wakeNotify
+	default:
+	}
 	if set := m.waiters[w.payload]; set != nil {
 		delete(set, w)
 		if len(set) == 0 {
 			delete(m.waiters, w.payload)
 		}
 	}
+	if passOn {
+		m.wakeOneLocked(w.payload)
+	}
 }
 
+// dispatch handles a release NOTIFY: it wakes ONE waiter of the key in this
+// Manager rather than all of them, since only one can win the lease and the
+// rest would each spend a statement to learn that (a thundering herd:
+// docs/performance.md measured 67 statements per acquisition with 64
+// contenders in 4 Managers when every waiter was woken). The woken waiter
+// either acquires (and its release wakes the next), loses to another
+// Manager's waiter (whose release will notify again), or leaves and passes
+// the wakeup on (unsubscribe).
 func (m *Manager) dispatch(payload string) {
 	m.lmu.Lock()
 	defer m.lmu.Unlock()
+	m.wakeOneLocked(payload)
+}
+
+// wakeOneLocked wakes one waiter of payload; map order spreads the choice.
+// Caller holds m.lmu.
+func (m *Manager) wakeOneLocked(payload string) {
 	for w := range m.waiters[payload] {
 		w.poke(wakeNotify)
+		return
 	}
 }
 

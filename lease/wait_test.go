@@ -261,3 +261,60 @@ func TestAcquireWaitListenerDetectsSilentPartition(t *testing.T) {
 	}
 	t.Logf("silent partition of the LISTEN connection noticed after %s", took)
 }
+
+// TestAcquireWaitWakesOneWaiterPerRelease: three waiters of one key in one
+// Manager. Each release wakes exactly one of them (no thundering herd), and
+// the chain of acquire → release hands the lease to every waiter in turn.
+// With every waiter woken per release the count would be 3+2+1 = 6.
+func TestAcquireWaitWakesOneWaiterPerRelease(t *testing.T) {
+	e := newEnv(t)
+	holder := e.manager(lease.Config{TTL: time.Minute})
+	w, ev := observed(t, e, lease.Config{TTL: time.Minute, WaitPoll: time.Hour})
+	k := uniqueKey(t)
+	hl, err := holder.Acquire(bg(), k)
+	require.NoError(t, err)
+
+	const n = 3
+	out := make(chan waitResult, n)
+	waiters := make([]<-chan waitResult, 0, n)
+	for i := 0; i < n; i++ {
+		c := startWait(t, w, ev, bg(), k, nil, i == 0)
+		waiters = append(waiters, c)
+	}
+	for _, c := range waiters {
+		go func() {
+			r := <-c
+			if r.err == nil {
+				// Release at once: the next waiter must be woken by
+				// this release's NOTIFY.
+				_, r.err = r.l.Release(bg())
+			}
+			out <- r
+		}()
+	}
+	_, err = hl.Release(bg())
+	require.NoError(t, err)
+
+	tokens := map[int64]bool{}
+	for i := 0; i < n; i++ {
+		select {
+		case r := <-out:
+			require.NoError(t, r.err)
+			require.Greater(t, r.l.Token(), hl.Token())
+			tokens[int64(r.l.Token())] = true
+		case <-time.After(20 * time.Second):
+			t.Fatalf("only %d of %d waiters acquired", i, n)
+		}
+	}
+	require.Len(t, tokens, n, "each waiter held its own grant")
+	ev.Mu().Lock()
+	wakes := append([]string(nil), ev.Wakes...)
+	ev.Mu().Unlock()
+	notifies := 0
+	for _, r := range wakes {
+		if r == "notify" {
+			notifies++
+		}
+	}
+	require.Equal(t, n, notifies, "one NOTIFY wake per release; wakes %v", wakes)
+}
