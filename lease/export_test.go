@@ -82,3 +82,6 @@ func (e *Events) listener(up bool, _ error) {
 
 // Mu guards Wakes, Batches, Failed and LostKeys.
 func (e *Events) Mu() *sync.Mutex { return &e.mu }
+
+// ReleaseChannel is the NOTIFY channel releases in schema use.
+func ReleaseChannel(schema string) string { return channelName(schema) }

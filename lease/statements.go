@@ -12,6 +12,7 @@ import (
 // once, in a CTE (a CTE calling a volatile function is evaluated once).
 type statements struct {
 	acquire, renew, release, inspect, renewBatch, releaseBatch string
+	markContended                                              string // AcquireWait: ask the holder's release to notify
 	channel                                                    string // NOTIFY channel for releases
 	checkFloor, lockLeases, setSeq                             string // token floor (floor.go)
 }
@@ -86,7 +87,8 @@ RETURNING l.account_id, l.session_id, l.run_id, l.expires_at`),
 		// Releases only an unexpired lease of this run; the row is kept, with
 		// expires_at moved to now. The NOTIFY is sent (at commit) from the
 		// RETURNING of the data-modifying CTE, so it fires exactly when a
-		// release happened. The outer SELECT reads the statement's snapshot
+		// release happened, and only if a waiter has ever marked the key
+		// contended (migration 0003; the flag is sticky, see there). The outer SELECT reads the statement's snapshot
 		// (before this statement's own update) to explain a zero-row outcome.
 		release: r.Replace(`WITH now_db AS MATERIALIZED (SELECT clock_timestamp() AS t),
 rel AS (
@@ -94,7 +96,7 @@ rel AS (
     FROM now_db n
    WHERE l.account_id = $1::text AND l.session_id = $2::text AND l.run_id = $3::uuid
      AND l.released_at IS NULL AND l.expires_at > n.t
-  RETURNING pg_notify($4::text, $5::text) AS notified
+  RETURNING CASE WHEN l.contended THEN pg_notify($4::text, $5::text) END AS notified
 )
 SELECT (SELECT count(*) FROM rel), c.run_id, c.released_at, c.expires_at, n.t
   FROM now_db n
@@ -107,7 +109,19 @@ UPDATE $S.fencekit_leases l SET released_at = n.t, expires_at = n.t
   FROM now_db n, req q
  WHERE l.account_id = q.account_id AND l.session_id = q.session_id AND l.run_id = q.run_id
    AND l.released_at IS NULL AND l.expires_at > n.t
-RETURNING pg_notify($4::text, q.payload)`),
+RETURNING CASE WHEN l.contended THEN pg_notify($4::text, q.payload) END`),
+
+		// $1 account, $2 session, $3 holder's run_id or NULL (any holder).
+		// Run by a waiter after a refused acquire, before it sleeps: flags
+		// the live holder's row so that its release sends a NOTIFY. Zero
+		// rows means the holder is already gone (released, expired or
+		// replaced) and the waiter should retry at once. The row lock orders
+		// this against the release.
+		markContended: r.Replace(`UPDATE $S.fencekit_leases l SET contended = true
+ WHERE l.account_id = $1::text AND l.session_id = $2::text
+   AND ($3::uuid IS NULL OR l.run_id = $3::uuid)
+   AND l.released_at IS NULL AND l.expires_at > clock_timestamp()
+RETURNING true`),
 
 		// $1 account, $2 session.
 		inspect: r.Replace(`SELECT l.run_id, l.fence_token, l.acquired_at, l.renewed_at, l.expires_at, l.released_at, n.t

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"time"
 
+	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
 )
@@ -74,6 +75,7 @@ func (m *Manager) AcquireWait(ctx context.Context, key Key) (got *Lease, err err
 
 	poll := time.NewTimer(m.cfg.WaitPoll)
 	defer poll.Stop()
+	immediate := 0 // consecutive retries without sleeping (holder gone)
 	expiry := time.NewTimer(time.Hour)
 	expiry.Stop()
 	defer expiry.Stop()
@@ -86,10 +88,23 @@ func (m *Manager) AcquireWait(ctx context.Context, key Key) (got *Lease, err err
 			return l, nil
 		}
 		notified = false
+		if !errors.As(err, new(*HeldError)) {
+			immediate = 0
+		}
 		var held *HeldError
 		var pgErr *pgconn.PgError
 		switch {
 		case errors.As(err, &held):
+			// Ask the holder's release to NOTIFY (releases of uncontended
+			// leases send none). If the holder is already gone, retry now.
+			if gone, merr := m.markContended(ctx, key, held.RunID); merr == nil && gone && immediate < 3 {
+				immediate++
+				continue
+			} else if merr != nil {
+				m.log.Debug("lease: marking lease contended failed; relying on expiry and poll", "key", key.String(), "err", merr)
+				expiry.Reset(min(m.cfg.WaitPoll, time.Second))
+				break
+			}
 			if held.Remaining > 0 {
 				expiry.Reset(held.Remaining + time.Millisecond)
 			}
@@ -119,6 +134,7 @@ func (m *Manager) AcquireWait(ctx context.Context, key Key) (got *Lease, err err
 			return nil, ErrClosed
 		}
 		notified = reason == wakeNotify
+		immediate = 0
 		m.obs.woken(key, reason)
 	}
 }
@@ -289,4 +305,21 @@ func (m *Manager) listenOnce() (connected bool, err error) {
 			return true, fmt.Errorf("listen connection health check: %w", err)
 		}
 	}
+}
+
+// markContended flags the live holder's row so that its release sends a
+// NOTIFY. gone reports that no live lease of that holder exists any more.
+func (m *Manager) markContended(ctx context.Context, key Key, holder uuid.UUID) (gone bool, err error) {
+	cctx, cancel := context.WithTimeout(ctx, m.cfg.CallTimeout)
+	defer cancel()
+	var run *uuid.UUID
+	if holder != uuid.Nil {
+		run = &holder
+	}
+	var ok bool
+	err = m.pool.QueryRow(cctx, m.st.markContended, key.AccountID, key.SessionID, run).Scan(&ok)
+	if errors.Is(err, pgx.ErrNoRows) {
+		return true, nil
+	}
+	return false, err
 }

@@ -318,3 +318,55 @@ func TestAcquireWaitWakesOneWaiterPerRelease(t *testing.T) {
 	}
 	require.Equal(t, n, notifies, "one NOTIFY wake per release; wakes %v", wakes)
 }
+
+// TestReleaseNotifiesOnlyContendedKeys: a release of a key nobody waited
+// for sends no NOTIFY (the lease cycle's main cost, docs/performance.md);
+// once a waiter has marked the key, its releases do. Absence is shown
+// without timing: a sentinel NOTIFY sent after the release committed is
+// delivered in commit order, so if it arrives first, the release sent none.
+func TestReleaseNotifiesOnlyContendedKeys(t *testing.T) {
+	e := newEnv(t)
+	m := e.manager(lease.Config{TTL: time.Minute})
+	channel := lease.ReleaseChannel(e.schema)
+	conn, err := e.raw.Acquire(bg())
+	require.NoError(t, err)
+	defer conn.Release()
+	_, err = conn.Exec(bg(), "SELECT set_config('fencekit.test', 'x', false)") // warm the conn
+	require.NoError(t, err)
+	_, err = conn.Exec(bg(), `LISTEN "`+channel+`"`)
+	require.NoError(t, err)
+	next := func() string {
+		ctx, cancel := context.WithTimeout(bg(), 10*time.Second)
+		defer cancel()
+		n, err := conn.Conn().WaitForNotification(ctx)
+		require.NoError(t, err)
+		return n.Payload
+	}
+	sentinel := func(tag string) {
+		_, err := e.raw.Exec(bg(), "SELECT pg_notify($1, $2)", channel, tag)
+		require.NoError(t, err)
+	}
+
+	k := uniqueKey(t)
+	l, err := m.Acquire(bg(), k)
+	require.NoError(t, err)
+	_, err = l.Release(bg())
+	require.NoError(t, err)
+	sentinel("after-uncontended")
+	require.Equal(t, "after-uncontended", next(), "an uncontended release sent a NOTIFY")
+
+	// A waiter marks the key; the release now notifies, before the sentinel.
+	l, err = m.Acquire(bg(), k)
+	require.NoError(t, err)
+	w, ev := observed(t, e, lease.Config{WaitPoll: time.Hour})
+	out := startWait(t, w, ev, bg(), k, nil, true)
+	_, err = l.Release(bg())
+	require.NoError(t, err)
+	sentinel("after-contended")
+	first := next()
+	require.NotEqual(t, "after-contended", first, "a contended release sent no NOTIFY")
+	require.Equal(t, "after-contended", next())
+	r := <-out
+	require.NoError(t, r.err)
+	require.Greater(t, r.l.Token(), l.Token())
+}

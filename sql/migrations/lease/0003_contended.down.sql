@@ -1,0 +1,1 @@
+ALTER TABLE fencekit_leases DROP COLUMN IF EXISTS contended;
