@@ -80,6 +80,8 @@ type HeldError struct {
 	Token     fence.Token
 	ExpiresAt time.Time     // database time
 	Remaining time.Duration // ExpiresAt minus the database's now, as seen by the statement
+
+	contended bool // the row already asks its release to NOTIFY (migration 0003)
 }
 
 func (e *HeldError) Error() string {

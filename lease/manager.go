@@ -143,9 +143,10 @@ func (m *Manager) tryAcquire(ctx context.Context, key Key) (*Lease, error) {
 		rid          uuid.UUID
 		token        int64
 		expires, now time.Time
+		contended    bool // holder's row already asks its release to NOTIFY
 	)
 	err = m.pool.QueryRow(cctx, m.st.acquire, key.AccountID, key.SessionID, runID, m.ttlMicros()).
-		Scan(&won, &rid, &token, &expires, &now)
+		Scan(&won, &rid, &token, &expires, &now, &contended)
 	switch {
 	case errors.Is(err, pgx.ErrNoRows):
 		// Refused, and the holder's row was committed after our snapshot.
@@ -174,7 +175,7 @@ func (m *Manager) tryAcquire(ctx context.Context, key Key) (*Lease, error) {
 		m.log.Debug("lease acquire failed", "key", key.String(), "err", err)
 		return nil, fmt.Errorf("lease: acquire %s: %w", key, err)
 	case !won:
-		held := &HeldError{Key: key, RunID: rid, Token: fence.Token(token), ExpiresAt: expires, Remaining: max(expires.Sub(now), 0)}
+		held := &HeldError{Key: key, RunID: rid, Token: fence.Token(token), ExpiresAt: expires, Remaining: max(expires.Sub(now), 0), contended: contended}
 		m.obs.held(key, held.Remaining)
 		m.met.onRefused(ctx, ReasonHeld)
 		return nil, held

@@ -55,9 +55,9 @@ ins AS (
   WHERE held.expires_at <= EXCLUDED.acquired_at
   RETURNING held.run_id, held.fence_token, held.expires_at
 )
-SELECT true, i.run_id, i.fence_token, i.expires_at, n.t FROM ins i, now_db n
+SELECT true, i.run_id, i.fence_token, i.expires_at, n.t, false FROM ins i, now_db n
 UNION ALL
-SELECT false, l.run_id, l.fence_token, l.expires_at, n.t
+SELECT false, l.run_id, l.fence_token, l.expires_at, n.t, l.contended
   FROM $S.fencekit_leases l, now_db n
  WHERE l.account_id = $1::text AND l.session_id = $2::text
    AND l.released_at IS NULL AND l.expires_at > n.t

@@ -97,13 +97,18 @@ func (m *Manager) AcquireWait(ctx context.Context, key Key) (got *Lease, err err
 		case errors.As(err, &held):
 			// Ask the holder's release to NOTIFY (releases of uncontended
 			// leases send none). If the holder is already gone, retry now.
-			if gone, merr := m.markContended(ctx, key, held.RunID); merr == nil && gone && immediate < 3 {
-				immediate++
-				continue
-			} else if merr != nil {
-				m.log.Debug("lease: marking lease contended failed; relying on expiry and poll", "key", key.String(), "err", merr)
-				expiry.Reset(min(m.cfg.WaitPoll, time.Second))
-				break
+			// A row already flagged (the flag is sticky) needs no statement.
+			if !held.contended {
+				gone, merr := m.markContended(ctx, key, held.RunID)
+				if merr == nil && gone && immediate < 3 {
+					immediate++
+					continue
+				}
+				if merr != nil {
+					m.log.Debug("lease: marking lease contended failed; relying on expiry and poll", "key", key.String(), "err", merr)
+					expiry.Reset(min(m.cfg.WaitPoll, time.Second))
+					break
+				}
 			}
 			if held.Remaining > 0 {
 				expiry.Reset(held.Remaining + time.Millisecond)
