@@ -14,8 +14,10 @@
 // run_id; renewal also requires an unexpired lease. One background
 // goroutine per Manager renews every lease it holds in batched statements.
 // Run wraps acquire → work → release; AcquireWait blocks until the key is
-// free, woken by LISTEN/NOTIFY on release; Inspect tells clients who owns a
-// key now so that their UI can reconcile with the server.
+// free, woken by LISTEN/NOTIFY on release (a release notifies only keys a
+// waiter has flagged contended, migration 0003, and wakes one waiter per
+// Manager); Inspect tells clients who owns a key now so that their UI can
+// reconcile with the server.
 //
 // # Token order
 //
