@@ -67,6 +67,16 @@ func (c *common) key() (lease.Key, error) {
 	return k, nil
 }
 
+// keyAndRunID validates the key flags and a --run-id value (renew, release).
+func (c *common) keyAndRunID(runID string) (lease.Key, uuid.UUID, error) {
+	k, err := c.key()
+	if err != nil {
+		return lease.Key{}, uuid.Nil, err
+	}
+	id, err := parseRunID(runID)
+	return k, id, err
+}
+
 func parseRunID(s string) (uuid.UUID, error) {
 	if s == "" {
 		return uuid.Nil, usagef("--run-id is required (acquire prints it)")
@@ -203,11 +213,7 @@ renewal never revives an expired lease.`)
 	if err := parse(fs, args); err != nil {
 		return err
 	}
-	k, err := c.key()
-	if err != nil {
-		return err
-	}
-	id, err := parseRunID(*runID)
+	k, id, err := c.keyAndRunID(*runID)
 	if err != nil {
 		return err
 	}
@@ -242,11 +248,7 @@ not-found (exit 3: this run did not hold the lease; nothing changed).`)
 	if err := parse(fs, args); err != nil {
 		return err
 	}
-	k, err := c.key()
-	if err != nil {
-		return err
-	}
-	id, err := parseRunID(*runID)
+	k, id, err := c.keyAndRunID(*runID)
 	if err != nil {
 		return err
 	}
