@@ -15,12 +15,33 @@
 //	T == H  accept (the same acquisition retrying or writing again)
 //	T <  H  refuse with *StaleError{Presented: T, Highest: H}
 //
+// # Claims and run identity
+//
+// A write presents a [Claim]: its token and, optionally, the identity of the
+// run that was granted it (a lease's run_id). The resource stores the run
+// identity with its mark ([NextMark]). A claim whose token equals the mark but
+// whose run differs from the mark's run (both present) is refused with
+// *ReusedError ([ErrTokenReused]): the same token was issued twice, which a
+// database restored or promoted behind the guards can do. Claims without a
+// run identity follow the token-only rule above ([DecideClaim]).
+//
+// A lease's context carries its claim; [WithClaim] and [WithToken] attach one
+// from elsewhere, and [ClaimFromContext] reads it ([ErrNoToken] if absent).
+// Every guard has a ctx-first form that takes the claim from the context.
+//
+// # Cancellation
+//
+// A guard whose context has ended returns an error matching both the
+// context's error and its cause ([ContextError], [WrapContext]), so a write
+// refused because its lease was lost reports why, and never [ErrBusy].
+//
 // # What is guaranteed
 //
 //   - [Parse] accepts only canonical decimal text: ASCII digits, no sign, no
 //     leading zero, no spaces, no more than 19 digits, value in 1..MaxInt64.
 //     Every rejected input yields an error matching [ErrInvalidToken].
-//   - [StaleError] matches [ErrStale] with errors.Is and carries both tokens.
+//   - [StaleError] matches [ErrStale] with errors.Is and carries both tokens;
+//     [ReusedError] matches [ErrTokenReused] and carries both run identities.
 //     It is distinct from [ErrBusy] (the resource could not decide now; retry)
 //     and from infrastructure errors (anything else).
 //   - A [Guard] implementation runs the caller's write only when the decision
@@ -31,6 +52,10 @@
 //
 // # What is not guaranteed
 //
+//   - Reuse is detected only when both the mark and the write carry a run
+//     identity; a re-issued token presented without one is admitted.
+//   - [JoinResource] makes names unambiguous; it does not make two sessions'
+//     resources independent unless each session's writes use its own name.
 //   - A token says nothing about whether its lease is still held. A guard only
 //     orders writers; stopping work after a lost lease is the lease's job.
 //   - Effects that write performs outside the store its guard protects are not
