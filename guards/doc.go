@@ -19,7 +19,7 @@
 // whether a lease is still held, and it cannot fence effects that bypass it.
 // docs/guards.md describes each guard's guarantees and limits.
 //
-// Guard packages import package fence (and package sql for migrations and
+// Guard packages import package fence (and package migrations for migrations and
 // identifier validation) only, never package lease, so they accept tokens
 // from any source.
 package guards

@@ -12,7 +12,7 @@ import (
 
 	"github.com/fencekit/fencekit/internal/testsvc"
 	"github.com/fencekit/fencekit/lease"
-	fsql "github.com/fencekit/fencekit/sql"
+	"github.com/fencekit/fencekit/sql/migrations"
 )
 
 var badKeys = map[string]lease.Key{
@@ -110,7 +110,7 @@ func TestConfigValidation(t *testing.T) {
 		require.Equal(t, c.field, ce.Field, name)
 	}
 	_, err := lease.New(lease.Config{Pool: pool, Schema: "Bad"})
-	require.ErrorIs(t, err, fsql.ErrInvalidIdentifier)
+	require.ErrorIs(t, err, migrations.ErrInvalidIdentifier)
 
 	m, err := lease.New(lease.Config{Pool: pool})
 	require.NoError(t, err)

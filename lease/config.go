@@ -9,7 +9,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 	"go.opentelemetry.io/otel/metric"
 
-	fsql "github.com/fencekit/fencekit/sql"
+	"github.com/fencekit/fencekit/sql/migrations"
 )
 
 // Defaults and limits applied by New.
@@ -43,7 +43,7 @@ type Config struct {
 	// (pgxpool Hijack) for LISTEN for the Manager's lifetime.
 	Pool *pgxpool.Pool
 	// Schema holding fencekit_leases and fencekit_token_seq (migration set
-	// sql.Lease). Default "public". Must pass sql.ValidateIdentifier.
+	// migrations.Lease). Default "public". Must pass migrations.ValidateIdentifier.
 	Schema string
 	// TTL is the lease length set by each acquire and renew, on the database
 	// clock, truncated to microseconds. Default 15s; MinTTL ≤ TTL ≤ MaxTTL.
@@ -97,9 +97,9 @@ func (c Config) resolve() (resolved, error) {
 		return r, &ConfigError{Field: "Pool", Reason: "nil"}
 	}
 	if r.Schema == "" {
-		r.Schema = fsql.DefaultSchema
+		r.Schema = migrations.DefaultSchema
 	}
-	q, err := fsql.QuoteIdentifier(r.Schema)
+	q, err := migrations.QuoteIdentifier(r.Schema)
 	if err != nil {
 		return r, &ConfigError{Field: "Schema", Reason: err.Error(), Err: err}
 	}

@@ -5,7 +5,7 @@
 // # Overview
 //
 // A Manager (New with a Config) acquires leases in one schema migrated with
-// sql.Lease. Acquire is one conditional UPSERT, in one round trip, on the
+// migrations.Lease. Acquire is one conditional UPSERT, in one round trip, on the
 // database clock (clock_timestamp(), sampled once per statement). A grant
 // returns a *Lease: a fresh run_id (a UUID that distinguishes executions),
 // a fence.Token (a number that orders them) and a Context that is cancelled
@@ -96,7 +96,7 @@
 //
 // # Token floor (restore and failover)
 //
-// Migration 0002 of sql.Lease adds fencekit_token_floor (one row) and a
+// Migration 0002 of migrations.Lease adds fencekit_token_floor (one row) and a
 // trigger that refuses, with SQLSTATE FK001, any fencekit_leases row whose
 // new token is not above the floor; Acquire maps it to a *TokenFloorError
 // (ErrTokenFloor), writes no row, and the sequence value is consumed. The

@@ -11,7 +11,7 @@ import (
 
 	"github.com/fencekit/fencekit/fence"
 	"github.com/fencekit/fencekit/lease"
-	fsql "github.com/fencekit/fencekit/sql"
+	"github.com/fencekit/fencekit/sql/migrations"
 )
 
 // exampleManager connects and migrates the lease schema "app".
@@ -20,7 +20,7 @@ func exampleManager(ctx context.Context) (*lease.Manager, *pgxpool.Pool) {
 	if err != nil {
 		log.Fatal(err)
 	}
-	if _, err := fsql.Migrate(ctx, pool, fsql.Options{Schema: "app"}, fsql.Lease); err != nil {
+	if _, err := migrations.Migrate(ctx, pool, migrations.Options{Schema: "app"}, migrations.Lease); err != nil {
 		log.Fatal(err)
 	}
 	m, err := lease.New(lease.Config{Pool: pool, Schema: "app", TTL: 15 * time.Second})

@@ -10,7 +10,7 @@ import (
 	"github.com/jackc/pgx/v5/pgconn"
 
 	"github.com/fencekit/fencekit/fence"
-	fsql "github.com/fencekit/fencekit/sql"
+	"github.com/fencekit/fencekit/sql/migrations"
 )
 
 // ErrTokenFloor is matched by *TokenFloorError: the token sequence is not
@@ -134,7 +134,7 @@ func (m *Manager) sourceFloor(ctx context.Context) (fence.Token, error) {
 //
 // Call it at startup and after every restore or failover. It needs SELECT
 // on the sequence and SELECT, UPDATE on fencekit_token_floor (migration
-// 0002 of sql.Lease).
+// 0002 of migrations.Lease).
 func (m *Manager) CheckTokenFloor(ctx context.Context) (FloorReport, error) {
 	if m.isClosed() {
 		return FloorReport{}, ErrClosed
@@ -232,8 +232,8 @@ func (m *Manager) AdvanceTokenSequence(ctx context.Context, floor fence.Token) (
 }
 
 func (m *Manager) floorDBError(op string, err error) error {
-	if fsql.IsUndefinedTable(err) {
-		return fmt.Errorf("lease: %s: table %s.fencekit_token_floor missing (apply sql.Migrate with set sql.Lease): %w", op, m.cfg.Schema, err)
+	if migrations.IsUndefinedTable(err) {
+		return fmt.Errorf("lease: %s: table %s.fencekit_token_floor missing (apply migrations.Migrate with set migrations.Lease): %w", op, m.cfg.Schema, err)
 	}
 	return fmt.Errorf("lease: %s: %w", op, err)
 }

@@ -15,7 +15,7 @@ import (
 	"github.com/fencekit/fencekit/internal/obs/obstest"
 	"github.com/fencekit/fencekit/internal/testsvc"
 	"github.com/fencekit/fencekit/lease"
-	fsql "github.com/fencekit/fencekit/sql"
+	"github.com/fencekit/fencekit/sql/migrations"
 )
 
 // snapshot is a copy of the lease table and the sequence, as a backup taken
@@ -63,7 +63,7 @@ func (e *env) restore(s snapshot) {
 // moves the sequence past the floor, and grants carry larger tokens again.
 func TestTokenFloorAfterRestore(t *testing.T) {
 	e := newEnv(t)
-	guardSchema := testsvc.Schema(t, fsql.Guard)
+	guardSchema := testsvc.Schema(t, migrations.Guard)
 	gpool := testsvc.Pool(t)
 	g, err := pgguard.New(pgguard.Config{DB: gpool, Schema: guardSchema})
 	require.NoError(t, err)

@@ -11,7 +11,7 @@ import (
 
 	"github.com/fencekit/fencekit/internal/testsvc"
 	"github.com/fencekit/fencekit/lease"
-	fsql "github.com/fencekit/fencekit/sql"
+	"github.com/fencekit/fencekit/sql/migrations"
 )
 
 // Lease keys come from outside (the account and session ids of a client
@@ -65,7 +65,7 @@ func FuzzKeyValidate(f *testing.F) {
 // key it refuses sends nothing.
 func FuzzKeyRoundTrip(f *testing.F) {
 	keySeeds(f)
-	schema := testsvc.Schema(f, fsql.Lease)
+	schema := testsvc.Schema(f, migrations.Lease)
 	m, err := lease.New(lease.Config{Pool: testsvc.Pool(f), Schema: schema, TTL: 10 * time.Second})
 	if err != nil {
 		f.Fatal(err)

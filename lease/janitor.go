@@ -15,7 +15,7 @@ import (
 	"go.opentelemetry.io/otel/metric"
 
 	"github.com/fencekit/fencekit/internal/obs"
-	fsql "github.com/fencekit/fencekit/sql"
+	"github.com/fencekit/fencekit/sql/migrations"
 )
 
 // Janitor defaults and limits.
@@ -126,9 +126,9 @@ func NewJanitor(cfg JanitorConfig) (*Janitor, error) {
 		return nil, &ConfigError{Field: "Pool", Reason: "nil"}
 	}
 	if cfg.Schema == "" {
-		cfg.Schema = fsql.DefaultSchema
+		cfg.Schema = migrations.DefaultSchema
 	}
-	q, err := fsql.QuoteIdentifier(cfg.Schema)
+	q, err := migrations.QuoteIdentifier(cfg.Schema)
 	if err != nil {
 		return nil, &ConfigError{Field: "Schema", Reason: err.Error(), Err: err}
 	}

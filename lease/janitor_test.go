@@ -14,7 +14,7 @@ import (
 	"github.com/fencekit/fencekit/internal/obs/obstest"
 	"github.com/fencekit/fencekit/internal/testsvc"
 	"github.com/fencekit/fencekit/lease"
-	fsql "github.com/fencekit/fencekit/sql"
+	"github.com/fencekit/fencekit/sql/migrations"
 )
 
 // age moves the key's row back in time by d: released rows keep
@@ -173,7 +173,7 @@ func TestJanitorConfig(t *testing.T) {
 // write again (the documented hazard), which is why only gone resources
 // may be pruned.
 func TestGuardMarksPrune(t *testing.T) {
-	schema := testsvc.Schema(t, fsql.Guard)
+	schema := testsvc.Schema(t, migrations.Guard)
 	pool := testsvc.Pool(t)
 	g, err := pgguard.New(pgguard.Config{DB: pool, Schema: schema})
 	require.NoError(t, err)

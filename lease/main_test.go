@@ -15,7 +15,7 @@ import (
 
 	"github.com/fencekit/fencekit/internal/testsvc"
 	"github.com/fencekit/fencekit/lease"
-	fsql "github.com/fencekit/fencekit/sql"
+	"github.com/fencekit/fencekit/sql/migrations"
 )
 
 func TestMain(m *testing.M) {
@@ -37,7 +37,7 @@ type env struct {
 
 func newEnv(t *testing.T) *env {
 	t.Helper()
-	return &env{t: t, schema: testsvc.Schema(t, fsql.Lease), raw: testsvc.Pool(t)}
+	return &env{t: t, schema: testsvc.Schema(t, migrations.Lease), raw: testsvc.Pool(t)}
 }
 
 // manager builds a Manager on its own pool; cfg.Pool, when nil, is a new

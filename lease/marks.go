@@ -12,7 +12,7 @@ import (
 
 	"github.com/fencekit/fencekit/fence"
 	"github.com/fencekit/fencekit/internal/obs"
-	fsql "github.com/fencekit/fencekit/sql"
+	"github.com/fencekit/fencekit/sql/migrations"
 )
 
 // MarksDB is what GuardMarks needs; *pgxpool.Pool and *pgx.Conn implement it.
@@ -27,7 +27,7 @@ const MinMarkIdle = time.Hour
 // GuardMarksConfig configures GuardMarks.
 type GuardMarksConfig struct {
 	// DB is the database holding the PostgreSQL guard's marks (migration
-	// set sql.Guard) — the lease database or another one. Required.
+	// set migrations.Guard) — the lease database or another one. Required.
 	DB MarksDB
 	// Schema of fencekit_guard_marks. Default "public".
 	Schema string
@@ -67,9 +67,9 @@ func NewGuardMarks(cfg GuardMarksConfig) (*GuardMarks, error) {
 		return nil, &ConfigError{Field: "DB", Reason: "nil"}
 	}
 	if cfg.Schema == "" {
-		cfg.Schema = fsql.DefaultSchema
+		cfg.Schema = migrations.DefaultSchema
 	}
-	q, err := fsql.QuoteIdentifier(cfg.Schema)
+	q, err := migrations.QuoteIdentifier(cfg.Schema)
 	if err != nil {
 		return nil, &ConfigError{Field: "Schema", Reason: err.Error(), Err: err}
 	}

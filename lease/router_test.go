@@ -10,7 +10,7 @@ import (
 
 	"github.com/fencekit/fencekit/internal/testsvc"
 	"github.com/fencekit/fencekit/lease"
-	fsql "github.com/fencekit/fencekit/sql"
+	"github.com/fencekit/fencekit/sql/migrations"
 )
 
 // database creates a database with a random name on the test server,
@@ -28,7 +28,7 @@ func database(t *testing.T) *pgxpool.Pool {
 		}
 	})
 	pool := testsvc.PoolWith(t, testsvc.DatabaseURL(), func(c *pgxpool.Config) { c.ConnConfig.Database = name })
-	_, err = fsql.Migrate(bg(), pool, fsql.Options{}, fsql.Lease)
+	_, err = migrations.Migrate(bg(), pool, migrations.Options{}, migrations.Lease)
 	require.NoError(t, err)
 	return pool
 }

@@ -7,7 +7,7 @@ import (
 )
 
 // statements holds the SQL text for one schema. The only interpolated text
-// is the schema name, validated and quoted by sql.QuoteIdentifier; every
+// is the schema name, validated and quoted by migrations.QuoteIdentifier; every
 // value is a bound parameter. Every statement samples the database clock
 // once, in a CTE (a CTE calling a volatile function is evaluated once).
 type statements struct {

@@ -13,7 +13,7 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 
-	fsql "github.com/fencekit/fencekit/sql"
+	"github.com/fencekit/fencekit/sql/migrations"
 )
 
 func randName(prefix string) string {
@@ -24,18 +24,18 @@ func randName(prefix string) string {
 
 // schema creates a private schema with the given migration sets; drop it
 // with the returned func.
-func (e *env) schema(sets ...fsql.Set) (string, func(), error) {
+func (e *env) schema(sets ...migrations.Set) (string, func(), error) {
 	pool, err := pgxpool.New(e.ctx, e.dbURL)
 	if err != nil {
 		return "", nil, err
 	}
 	name := randName("fk_bench_")
-	if _, err := fsql.Migrate(e.ctx, pool, fsql.Options{Schema: name}, sets...); err != nil {
+	if _, err := migrations.Migrate(e.ctx, pool, migrations.Options{Schema: name}, sets...); err != nil {
 		pool.Close()
 		return "", nil, err
 	}
 	return name, func() {
-		_ = fsql.DropSchema(context.Background(), pool, name)
+		_ = migrations.DropSchema(context.Background(), pool, name)
 		pool.Close()
 	}, nil
 }

@@ -16,14 +16,14 @@ import (
 	"github.com/fencekit/fencekit/guards/pgguard"
 	"github.com/fencekit/fencekit/guards/s3guard"
 	"github.com/fencekit/fencekit/internal/bench"
-	fsql "github.com/fencekit/fencekit/sql"
+	"github.com/fencekit/fencekit/sql/migrations"
 )
 
 // pgGuard: BEGIN + one-row upsert + COMMIT, unguarded vs BeginFenced (BEGIN
 // and fence in one round trip) vs FenceTx (one more round trip), one
 // connection, the three interleaved operation by operation.
 func pgGuard(e *env) error {
-	schema, drop, err := e.schema(fsql.Guard)
+	schema, drop, err := e.schema(migrations.Guard)
 	if err != nil {
 		return err
 	}

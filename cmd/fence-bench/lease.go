@@ -14,7 +14,7 @@ import (
 
 	"github.com/fencekit/fencekit/internal/bench"
 	"github.com/fencekit/fencekit/lease"
-	fsql "github.com/fencekit/fencekit/sql"
+	"github.com/fencekit/fencekit/sql/migrations"
 )
 
 // rawSQL is the raw floor: a single-statement conditional upsert drawing
@@ -36,7 +36,7 @@ WHERE account_id = $1 AND session_id = $2 AND run_id = $3 AND released_at IS NUL
 // leaseCycle: acquire+release on distinct keys by 8 workers, fencekit vs
 // raw, alternating in rounds (ABBA order).
 func leaseCycle(e *env) error {
-	schema, drop, err := e.schema(fsql.Lease)
+	schema, drop, err := e.schema(migrations.Lease)
 	if err != nil {
 		return err
 	}
@@ -139,7 +139,7 @@ func leaseCycle(e *env) error {
 // handover: holder releases → waiter holds. NOTIFY path (AcquireWait) and
 // polling-only (Acquire retried every pollEvery), alternating per sample.
 func handover(e *env) error {
-	schema, drop, err := e.schema(fsql.Lease)
+	schema, drop, err := e.schema(migrations.Lease)
 	if err != nil {
 		return err
 	}
@@ -230,7 +230,7 @@ func handover(e *env) error {
 // statements per successful acquisition, transactions per acquisition and
 // PostgreSQL CPU.
 func contention(e *env) error {
-	schema, drop, err := e.schema(fsql.Lease)
+	schema, drop, err := e.schema(migrations.Lease)
 	if err != nil {
 		return err
 	}
@@ -315,7 +315,7 @@ func contention(e *env) error {
 // renewal: N live leases in one Manager; statements per renewal, heap per
 // lease, batched vs per-lease renewal, and losing exactly one lease.
 func renewal(e *env) error {
-	schema, drop, err := e.schema(fsql.Lease)
+	schema, drop, err := e.schema(migrations.Lease)
 	if err != nil {
 		return err
 	}

@@ -18,7 +18,7 @@ import (
 	"github.com/fencekit/fencekit/guards/httpguard"
 	"github.com/fencekit/fencekit/guards/pgguard"
 	"github.com/fencekit/fencekit/internal/testsvc"
-	fsql "github.com/fencekit/fencekit/sql"
+	"github.com/fencekit/fencekit/sql/migrations"
 )
 
 // pgService is a side-effecting service: it writes the request body as a
@@ -34,7 +34,7 @@ type pgService struct {
 }
 
 func newPGService(t *testing.T) *pgService {
-	schema := testsvc.Schema(t, fsql.Guard)
+	schema := testsvc.Schema(t, migrations.Guard)
 	admin := testsvc.Pool(t)
 	_, err := admin.Exec(bg(), fmt.Sprintf(`CREATE TABLE %q.docs (resource text PRIMARY KEY, body text NOT NULL, token bigint NOT NULL)`, schema))
 	require.NoError(t, err)

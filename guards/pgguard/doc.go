@@ -3,7 +3,7 @@
 // caller's own transaction.
 //
 // The marks live in the table fencekit_guard_marks of Config.Schema, created
-// by sql.Migrate(ctx, db, sql.Options{Schema: ...}, sql.Guard). It may be a
+// by migrations.Migrate(ctx, db, migrations.Options{Schema: ...}, migrations.Guard). It may be a
 // different database from the one holding the leases: it must be the one
 // holding the data the guard protects, so that the mark and the data share
 // one transaction.
@@ -65,7 +65,7 @@
 //     round trip) and by ctx. BeginFenced has FenceTx's errors and
 //     decision; on any error it returns no transaction (rolled back, the
 //     connection released).
-//   - The schema name is validated with sql.ValidateIdentifier; resource
+//   - The schema name is validated with migrations.ValidateIdentifier; resource
 //     and token are bound parameters. Invalid input is refused before any
 //     I/O.
 //

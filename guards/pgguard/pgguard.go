@@ -13,7 +13,7 @@ import (
 
 	"github.com/fencekit/fencekit/fence"
 	"github.com/fencekit/fencekit/internal/obs"
-	fsql "github.com/fencekit/fencekit/sql"
+	"github.com/fencekit/fencekit/sql/migrations"
 )
 
 // DB is what a Guard needs to open its own transactions (Fence) and read
@@ -36,7 +36,7 @@ type Config struct {
 	// only FenceTx is used; Fence and Mark then return ErrNoDB.
 	DB DB
 	// Schema holds the fencekit_guard_marks table (created by
-	// sql.Migrate(..., sql.Guard)). It must pass sql.ValidateIdentifier.
+	// migrations.Migrate(..., migrations.Guard)). It must pass migrations.ValidateIdentifier.
 	// Default "public".
 	Schema string
 	// IsoLevel is the isolation level of the transactions Fence opens:
@@ -90,9 +90,9 @@ var _ fence.Guard = (*Guard)(nil)
 // New validates cfg, fills defaults and returns a Guard. It does no I/O.
 func New(cfg Config) (*Guard, error) {
 	if cfg.Schema == "" {
-		cfg.Schema = fsql.DefaultSchema
+		cfg.Schema = migrations.DefaultSchema
 	}
-	schema, err := fsql.QuoteIdentifier(cfg.Schema)
+	schema, err := migrations.QuoteIdentifier(cfg.Schema)
 	if err != nil {
 		return nil, fmt.Errorf("%w: Schema: %w", ErrInvalidConfig, err)
 	}
@@ -245,7 +245,7 @@ func (g *Guard) dbError(resource, op string, err error) error {
 			return fmt.Errorf("pgguard: %s %q: %s: %w: %w", op, resource, what, fence.ErrBusy, err)
 		}
 		if pgErr.Code == "42P01" {
-			return fmt.Errorf("pgguard: %s %q: table %s.%s missing (apply sql.Migrate with set sql.Guard): %w", op, resource, g.schema, MarksTable, err)
+			return fmt.Errorf("pgguard: %s %q: table %s.%s missing (apply migrations.Migrate with set migrations.Guard): %w", op, resource, g.schema, MarksTable, err)
 		}
 	}
 	return fmt.Errorf("pgguard: %s %q: %w", op, resource, err)

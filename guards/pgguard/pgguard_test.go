@@ -21,7 +21,7 @@ import (
 	"github.com/fencekit/fencekit/guards/guardtest"
 	"github.com/fencekit/fencekit/guards/pgguard"
 	"github.com/fencekit/fencekit/internal/testsvc"
-	fsql "github.com/fencekit/fencekit/sql"
+	"github.com/fencekit/fencekit/sql/migrations"
 )
 
 func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
@@ -32,7 +32,7 @@ func bg() context.Context { return context.Background() }
 // table "guarded" standing for the user's data.
 func setupSchema(t testing.TB) string {
 	t.Helper()
-	schema := testsvc.Schema(t, fsql.Guard)
+	schema := testsvc.Schema(t, migrations.Guard)
 	_, err := testsvc.Pool(t).Exec(bg(), fmt.Sprintf(
 		`CREATE TABLE %q.guarded (resource text PRIMARY KEY, value text NOT NULL, token bigint NOT NULL)`, schema))
 	require.NoError(t, err)
@@ -315,7 +315,7 @@ func TestNewRejectsBadConfig(t *testing.T) {
 	} {
 		_, err := pgguard.New(pgguard.Config{Schema: schema})
 		assert.ErrorIs(t, err, pgguard.ErrInvalidConfig, "%q", schema)
-		assert.ErrorIs(t, err, fsql.ErrInvalidIdentifier, "%q", schema)
+		assert.ErrorIs(t, err, migrations.ErrInvalidIdentifier, "%q", schema)
 	}
 	for _, cfg := range []pgguard.Config{
 		{IsoLevel: pgx.ReadUncommitted},
@@ -334,11 +334,11 @@ func TestNewRejectsBadConfig(t *testing.T) {
 }
 
 func TestMissingTable(t *testing.T) {
-	schema := testsvc.Schema(t, fsql.Lease) // no guard table
+	schema := testsvc.Schema(t, migrations.Lease) // no guard table
 	g := newGuard(t, pgguard.Config{Schema: schema, DB: testsvc.Pool(t)})
 	err := g.Fence(bg(), "r", 1, func(context.Context) error { return nil })
 	require.Error(t, err)
-	assert.Contains(t, err.Error(), "sql.Migrate")
+	assert.Contains(t, err.Error(), "migrations.Migrate")
 	assert.NotErrorIs(t, err, fence.ErrBusy)
 }
 

@@ -12,7 +12,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/fencekit/fencekit/fence"
-	fsql "github.com/fencekit/fencekit/sql"
+	"github.com/fencekit/fencekit/sql/migrations"
 )
 
 // Leaser is what the chaos runner needs from a lease implementation. The
@@ -75,7 +75,7 @@ type refLeaser struct {
 }
 
 func newRefLeaser(pool *pgxpool.Pool, schema string, ttl, margin, overtrust time.Duration) (*refLeaser, error) {
-	q, err := fsql.QuoteIdentifier(schema)
+	q, err := migrations.QuoteIdentifier(schema)
 	if err != nil {
 		return nil, err
 	}

@@ -13,7 +13,7 @@ import (
 
 	"github.com/fencekit/fencekit/integration/history"
 	"github.com/fencekit/fencekit/internal/testsvc"
-	fsql "github.com/fencekit/fencekit/sql"
+	"github.com/fencekit/fencekit/sql/migrations"
 )
 
 // The lost-reply faults must be real: the write commits, the caller gets an
@@ -21,7 +21,7 @@ import (
 
 func droppingPool(t *testing.T) (*pgxpool.Pool, *commitDropper, string) {
 	t.Helper()
-	schema := testsvc.Schema(t, fsql.Guard)
+	schema := testsvc.Schema(t, migrations.Guard)
 	d := &commitDropper{}
 	pool := testsvc.PoolWith(t, testsvc.DatabaseURL(), func(c *pgxpool.Config) { c.ConnConfig.DialFunc = d.dial })
 	require.NoError(t, CreateDataTable(context.Background(), pool, schema))

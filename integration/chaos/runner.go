@@ -23,7 +23,7 @@ import (
 	"github.com/fencekit/fencekit/integration/history"
 	"github.com/fencekit/fencekit/internal/netproxy"
 	"github.com/fencekit/fencekit/internal/testsvc"
-	fsql "github.com/fencekit/fencekit/sql"
+	"github.com/fencekit/fencekit/sql/migrations"
 )
 
 // Config describes one chaos run. Zero fields take the documented defaults.
@@ -210,7 +210,7 @@ func Run(t testing.TB, cfg Config) *Result {
 	t.Helper()
 	cfg.fill()
 	ctx := context.Background()
-	schema := testsvc.Schema(t, fsql.Lease, fsql.Guard)
+	schema := testsvc.Schema(t, migrations.Lease, migrations.Guard)
 	direct := testsvc.Pool(t)
 	if err := CreateDataTable(ctx, direct, schema); err != nil {
 		t.Fatalf("create data table: %v", err)

@@ -19,7 +19,7 @@ import (
 	"github.com/fencekit/fencekit/guards/pgguard"
 	"github.com/fencekit/fencekit/guards/s3guard"
 	"github.com/fencekit/fencekit/integration/history"
-	fsql "github.com/fencekit/fencekit/sql"
+	"github.com/fencekit/fencekit/sql/migrations"
 )
 
 // Guard kinds, as recorded in history.Event.Guard.
@@ -62,7 +62,7 @@ func classify(err error) history.Outcome {
 // CreateDataTable creates DataTable in schema (which must already hold the
 // guard marks table).
 func CreateDataTable(ctx context.Context, pool *pgxpool.Pool, schema string) error {
-	q, err := fsql.QuoteIdentifier(schema)
+	q, err := migrations.QuoteIdentifier(schema)
 	if err != nil {
 		return err
 	}

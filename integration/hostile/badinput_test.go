@@ -21,7 +21,7 @@ import (
 	"github.com/fencekit/fencekit/guards/pgguard"
 	"github.com/fencekit/fencekit/guards/s3guard"
 	"github.com/fencekit/fencekit/internal/testsvc"
-	fsql "github.com/fencekit/fencekit/sql"
+	"github.com/fencekit/fencekit/sql/migrations"
 )
 
 // badResources are refused by fence.ValidateResource, hence by every guard.
@@ -67,7 +67,7 @@ func guards(t *testing.T) []guardUnderTest {
 	mem, err := memguard.New(memguard.Config{})
 	require.NoError(t, err)
 
-	schema := testsvc.Schema(t, fsql.Guard)
+	schema := testsvc.Schema(t, migrations.Guard)
 	pool := testsvc.Pool(t)
 	pg, err := pgguard.New(pgguard.Config{DB: pool, Schema: schema})
 	require.NoError(t, err)

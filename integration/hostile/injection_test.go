@@ -11,7 +11,7 @@ import (
 
 	"github.com/fencekit/fencekit/guards/pgguard"
 	"github.com/fencekit/fencekit/internal/testsvc"
-	fsql "github.com/fencekit/fencekit/sql"
+	"github.com/fencekit/fencekit/sql/migrations"
 )
 
 // injections are strings that would change a statement if they were pasted
@@ -77,7 +77,7 @@ func canary(t *testing.T, pool *pgxpool.Pool) (check func()) {
 }
 
 // TestInjectionThroughIdentifiers passes every injection string as each
-// configurable identifier: sql.Migrate's schema, pgguard's schema, the
+// configurable identifier: migrations.Migrate's schema, pgguard's schema, the
 // role helpers. Each is refused with an error matching
 // sql.ErrInvalidIdentifier (wrapped by the package's config error) before
 // any statement is sent.
@@ -86,19 +86,19 @@ func TestInjectionThroughIdentifiers(t *testing.T) {
 	check := canary(t, pool)
 	ctx := testCtx(t)
 	for _, inj := range injections {
-		_, err := fsql.Migrate(ctx, pool, fsql.Options{Schema: inj}, fsql.Lease, fsql.Guard)
-		assert.ErrorIs(t, err, fsql.ErrInvalidIdentifier, "Migrate(%q)", inj)
-		_, err = fsql.QuoteIdentifier(inj)
-		assert.ErrorIs(t, err, fsql.ErrInvalidIdentifier, "QuoteIdentifier(%q)", inj)
-		assert.ErrorIs(t, fsql.DropSchema(ctx, pool, inj), fsql.ErrInvalidIdentifier, "DropSchema(%q)", inj)
+		_, err := migrations.Migrate(ctx, pool, migrations.Options{Schema: inj}, migrations.Lease, migrations.Guard)
+		assert.ErrorIs(t, err, migrations.ErrInvalidIdentifier, "Migrate(%q)", inj)
+		_, err = migrations.QuoteIdentifier(inj)
+		assert.ErrorIs(t, err, migrations.ErrInvalidIdentifier, "QuoteIdentifier(%q)", inj)
+		assert.ErrorIs(t, migrations.DropSchema(ctx, pool, inj), migrations.ErrInvalidIdentifier, "DropSchema(%q)", inj)
 
 		_, err = pgguard.New(pgguard.Config{DB: pool, Schema: inj})
 		assert.ErrorIs(t, err, pgguard.ErrInvalidConfig, "pgguard.New(%q)", inj)
-		assert.ErrorIs(t, err, fsql.ErrInvalidIdentifier, "pgguard.New(%q)", inj)
+		assert.ErrorIs(t, err, migrations.ErrInvalidIdentifier, "pgguard.New(%q)", inj)
 
 		_, err = Grants(inj, "r")
-		assert.ErrorIs(t, err, fsql.ErrInvalidIdentifier)
-		assert.ErrorIs(t, CreateRole(ctx, pool, "public", inj), fsql.ErrInvalidIdentifier)
+		assert.ErrorIs(t, err, migrations.ErrInvalidIdentifier)
+		assert.ErrorIs(t, CreateRole(ctx, pool, "public", inj), migrations.ErrInvalidIdentifier)
 	}
 	check()
 }
@@ -107,7 +107,7 @@ func TestInjectionThroughIdentifiers(t *testing.T) {
 // resource names of the PostgreSQL guard. They are stored verbatim and
 // nothing else happens.
 func TestInjectionThroughValues(t *testing.T) {
-	schema := testsvc.Schema(t, fsql.Guard)
+	schema := testsvc.Schema(t, migrations.Guard)
 	pool := testsvc.Pool(t)
 	check := canary(t, pool)
 	ctx := testCtx(t)

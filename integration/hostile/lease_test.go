@@ -15,7 +15,7 @@ import (
 	"github.com/fencekit/fencekit/guards/pgguard"
 	"github.com/fencekit/fencekit/internal/testsvc"
 	"github.com/fencekit/fencekit/lease"
-	fsql "github.com/fencekit/fencekit/sql"
+	"github.com/fencekit/fencekit/sql/migrations"
 )
 
 func newManager(t *testing.T, pool *pgxpool.Pool, schema string) *lease.Manager {
@@ -44,7 +44,7 @@ func leaseState(t *testing.T, pool *pgxpool.Pool, schema string) string {
 // with lease's typed errors; no row is written, no token is drawn, nothing
 // panics (goroutine leaks are checked by TestMain).
 func TestLeaseBadInput(t *testing.T) {
-	schema := testsvc.Schema(t, fsql.Lease)
+	schema := testsvc.Schema(t, migrations.Lease)
 	pool := testsvc.Pool(t)
 	m := newManager(t, pool, schema)
 	ctx := testCtx(t)
@@ -120,9 +120,9 @@ func TestLeaseInjection(t *testing.T) {
 	for _, inj := range injections {
 		_, err := lease.New(lease.Config{Pool: pool, Schema: inj})
 		assert.ErrorIs(t, err, lease.ErrInvalidConfig, "lease.New(%q)", inj)
-		assert.ErrorIs(t, err, fsql.ErrInvalidIdentifier, "lease.New(%q)", inj)
+		assert.ErrorIs(t, err, migrations.ErrInvalidIdentifier, "lease.New(%q)", inj)
 	}
-	schema := testsvc.Schema(t, fsql.Lease)
+	schema := testsvc.Schema(t, migrations.Lease)
 	m := newManager(t, pool, schema)
 	ctx := testCtx(t)
 	for _, inj := range injections {

@@ -13,7 +13,7 @@ import (
 	"github.com/fencekit/fencekit/fence"
 	"github.com/fencekit/fencekit/guards/pgguard"
 	"github.com/fencekit/fencekit/internal/testsvc"
-	fsql "github.com/fencekit/fencekit/sql"
+	"github.com/fencekit/fencekit/sql/migrations"
 )
 
 // leastPrivilege creates a schema migrated by the admin, an application
@@ -22,7 +22,7 @@ import (
 func leastPrivilege(t *testing.T) (schema, role string, app *pgxpool.Pool) {
 	t.Helper()
 	ctx := testCtx(t)
-	schema = testsvc.Schema(t, fsql.Lease, fsql.Guard)
+	schema = testsvc.Schema(t, migrations.Lease, migrations.Guard)
 	admin := testsvc.Pool(t)
 	_, err := admin.Exec(ctx, `CREATE TABLE "`+schema+`".app_data (id text PRIMARY KEY, v text NOT NULL)`)
 	require.NoError(t, err)
@@ -123,6 +123,6 @@ func TestGrantsValidateNames(t *testing.T) {
 			extra = append(extra, bad.table)
 		}
 		_, err := Grants(bad.schema, bad.role, extra...)
-		assert.ErrorIs(t, err, fsql.ErrInvalidIdentifier, "%+v", bad)
+		assert.ErrorIs(t, err, migrations.ErrInvalidIdentifier, "%+v", bad)
 	}
 }

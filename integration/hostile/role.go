@@ -6,7 +6,7 @@ import (
 
 	"github.com/jackc/pgx/v5/pgxpool"
 
-	fsql "github.com/fencekit/fencekit/sql"
+	"github.com/fencekit/fencekit/sql/migrations"
 )
 
 // Grants returns the statements that give role exactly the privileges
@@ -20,13 +20,13 @@ import (
 //     value; no UPDATE, so no setval).
 //
 // extraTables are application tables the role also writes (SELECT, INSERT,
-// UPDATE). Every name is validated with sql.ValidateIdentifier.
+// UPDATE). Every name is validated with migrations.ValidateIdentifier.
 func Grants(schema, role string, extraTables ...string) ([]string, error) {
-	qs, err := fsql.QuoteIdentifier(schema)
+	qs, err := migrations.QuoteIdentifier(schema)
 	if err != nil {
 		return nil, err
 	}
-	qr, err := fsql.QuoteIdentifier(role)
+	qr, err := migrations.QuoteIdentifier(role)
 	if err != nil {
 		return nil, err
 	}
@@ -36,7 +36,7 @@ func Grants(schema, role string, extraTables ...string) ([]string, error) {
 		fmt.Sprintf("GRANT USAGE, SELECT ON SEQUENCE %s.fencekit_token_seq TO %s", qs, qr),
 	}
 	for _, t := range extraTables {
-		qt, err := fsql.QuoteIdentifier(t)
+		qt, err := migrations.QuoteIdentifier(t)
 		if err != nil {
 			return nil, err
 		}
@@ -49,7 +49,7 @@ func Grants(schema, role string, extraTables ...string) ([]string, error) {
 // NOCREATEDB, NOCREATEROLE, NOINHERIT, NOBYPASSRLS) and applies Grants.
 // admin must be allowed to create roles.
 func CreateRole(ctx context.Context, admin *pgxpool.Pool, schema, role string, extraTables ...string) error {
-	qr, err := fsql.QuoteIdentifier(role)
+	qr, err := migrations.QuoteIdentifier(role)
 	if err != nil {
 		return err
 	}
@@ -70,7 +70,7 @@ func CreateRole(ctx context.Context, admin *pgxpool.Pool, schema, role string, e
 
 // DropRole removes role and every privilege granted to it.
 func DropRole(ctx context.Context, admin *pgxpool.Pool, role string) error {
-	qr, err := fsql.QuoteIdentifier(role)
+	qr, err := migrations.QuoteIdentifier(role)
 	if err != nil {
 		return err
 	}

@@ -17,7 +17,7 @@ import (
 	"github.com/fencekit/fencekit/guards/pgguard"
 	"github.com/fencekit/fencekit/guards/s3guard"
 	"github.com/fencekit/fencekit/lease"
-	fsql "github.com/fencekit/fencekit/sql"
+	"github.com/fencekit/fencekit/sql/migrations"
 )
 
 // DefaultCLITTL is the lease TTL of the subcommands: long enough to type the
@@ -99,7 +99,7 @@ func (c *common) open(ctx context.Context, withLease bool) (*session, error) {
 	if err != nil {
 		return nil, err
 	}
-	if _, err := fsql.Migrate(ctx, pool, fsql.Options{Schema: c.conn.Schema}, fsql.Lease, fsql.Guard); err != nil {
+	if _, err := migrations.Migrate(ctx, pool, migrations.Options{Schema: c.conn.Schema}, migrations.Lease, migrations.Guard); err != nil {
 		pool.Close()
 		return nil, fmt.Errorf("migrate schema %s: %w", c.conn.Schema, err)
 	}
@@ -391,7 +391,7 @@ resource has accepted is refused (exit 3), printing both numbers.`)
 		if err != nil {
 			return err
 		}
-		q, _ := fsql.QuoteIdentifier(c.conn.Schema)
+		q, _ := migrations.QuoteIdentifier(c.conn.Schema)
 		err = pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error {
 			if err := g.FenceTx(ctx, tx, PGResource(k), tok); err != nil {
 				return err

@@ -19,7 +19,7 @@ import (
 	"github.com/fencekit/fencekit/guards/s3guard"
 	"github.com/fencekit/fencekit/internal/netproxy"
 	"github.com/fencekit/fencekit/lease"
-	fsql "github.com/fencekit/fencekit/sql"
+	"github.com/fencekit/fencekit/sql/migrations"
 )
 
 // Scenario defaults.
@@ -158,7 +158,7 @@ func RunScenario(ctx context.Context, cfg ScenarioConfig) (*Result, error) {
 		s3Key: "reports/" + cfg.Account + "/" + cfg.Session + ".txt",
 		pgRes: "report/" + cfg.Account + "/" + cfg.Session,
 	}
-	q, _ := fsql.QuoteIdentifier(cfg.Conn.Schema)
+	q, _ := migrations.QuoteIdentifier(cfg.Conn.Schema)
 	s.table, s.qSeq = q+"."+ReportsTable, q+".fencekit_token_seq"
 
 	ctx, cancel := context.WithTimeout(ctx, 30*time.Second+20*cfg.TTL)

@@ -13,7 +13,7 @@ import (
 	"github.com/minio/minio-go/v7"
 	"github.com/minio/minio-go/v7/pkg/credentials"
 
-	fsql "github.com/fencekit/fencekit/sql"
+	"github.com/fencekit/fencekit/sql/migrations"
 )
 
 // Defaults reaching the local services that scripts/services.sh starts.
@@ -70,7 +70,7 @@ func (c *Conn) register(fs *flag.FlagSet, getenv func(string) string) {
 }
 
 func (c Conn) validate() error {
-	if err := fsql.ValidateIdentifier(c.Schema); err != nil {
+	if err := migrations.ValidateIdentifier(c.Schema); err != nil {
 		return usagef("--schema: %v", err)
 	}
 	if _, err := pgxpool.ParseConfig(c.DatabaseURL); err != nil {
@@ -170,7 +170,7 @@ var minioMakeOpts = minio.MakeBucketOptions{}
 // creates the bucket if missing. Both are idempotent and safe to run
 // concurrently.
 func prepare(ctx context.Context, pool *pgxpool.Pool, cl *minio.Client, c Conn) error {
-	if _, err := fsql.Migrate(ctx, pool, fsql.Options{Schema: c.Schema}, fsql.Lease, fsql.Guard); err != nil {
+	if _, err := migrations.Migrate(ctx, pool, migrations.Options{Schema: c.Schema}, migrations.Lease, migrations.Guard); err != nil {
 		return fmt.Errorf("demo: migrate schema %s: %w", c.Schema, err)
 	}
 	if err := ensureTable(ctx, pool, c.Schema); err != nil {
@@ -193,7 +193,7 @@ func prepare(ctx context.Context, pool *pgxpool.Pool, cl *minio.Client, c Conn) 
 
 // ensureTable creates the demo's guarded table if it is missing.
 func ensureTable(ctx context.Context, pool *pgxpool.Pool, schema string) error {
-	q, err := fsql.QuoteIdentifier(schema)
+	q, err := migrations.QuoteIdentifier(schema)
 	if err != nil {
 		return err
 	}

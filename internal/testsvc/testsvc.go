@@ -20,7 +20,7 @@ import (
 	"github.com/minio/minio-go/v7"
 	"github.com/minio/minio-go/v7/pkg/credentials"
 
-	fsql "github.com/fencekit/fencekit/sql"
+	"github.com/fencekit/fencekit/sql/migrations"
 )
 
 // DefaultDatabaseURL is used when TEST_DATABASE_URL is unset.
@@ -93,19 +93,19 @@ func RandomName(prefix string) string {
 
 // Schema creates a private schema, applies the given migration sets (both
 // when none are given) and drops it when the test ends. It returns the name.
-func Schema(t testing.TB, sets ...fsql.Set) string {
+func Schema(t testing.TB, sets ...migrations.Set) string {
 	t.Helper()
 	pool := Pool(t)
 	name := RandomName("fk_test_")
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	if _, err := fsql.Migrate(ctx, pool, fsql.Options{Schema: name}, sets...); err != nil {
+	if _, err := migrations.Migrate(ctx, pool, migrations.Options{Schema: name}, sets...); err != nil {
 		t.Fatalf("migrate schema %s: %v", name, err)
 	}
 	t.Cleanup(func() {
 		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 		defer cancel()
-		if err := fsql.DropSchema(ctx, pool, name); err != nil {
+		if err := migrations.DropSchema(ctx, pool, name); err != nil {
 			t.Errorf("drop schema %s: %v", name, err)
 		}
 	})

@@ -1,4 +1,4 @@
-package sql_test
+package migrations_test
 
 import (
 	"context"
@@ -10,22 +10,22 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/fencekit/fencekit/internal/testsvc"
-	fsql "github.com/fencekit/fencekit/sql"
+	"github.com/fencekit/fencekit/sql/migrations"
 )
 
 func TestValidateIdentifier(t *testing.T) {
 	for _, ok := range []string{"public", "fk_1", "_x", "a23456789012345678901234567890123456789012345678901234567890123"} {
-		assert.NoError(t, fsql.ValidateIdentifier(ok), ok)
+		assert.NoError(t, migrations.ValidateIdentifier(ok), ok)
 	}
 	for _, bad := range []string{"", "Public", "1abc", "a-b", "a b", `a"b`, "a;drop table x", "pg_catalog",
 		"a\x00", "ä", "a234567890123456789012345678901234567890123456789012345678901234", "x'--"} {
-		assert.ErrorIs(t, fsql.ValidateIdentifier(bad), fsql.ErrInvalidIdentifier, "%q", bad)
+		assert.ErrorIs(t, migrations.ValidateIdentifier(bad), migrations.ErrInvalidIdentifier, "%q", bad)
 	}
 }
 
 func TestMigrationsEmbedded(t *testing.T) {
-	for _, set := range []fsql.Set{fsql.Lease, fsql.Guard} {
-		ms, err := fsql.Migrations(set)
+	for _, set := range []migrations.Set{migrations.Lease, migrations.Guard} {
+		ms, err := migrations.Migrations(set)
 		require.NoError(t, err)
 		require.NotEmpty(t, ms)
 		for i, m := range ms {
@@ -34,17 +34,17 @@ func TestMigrationsEmbedded(t *testing.T) {
 			assert.NotEmpty(t, m.Down)
 		}
 	}
-	_, err := fsql.Migrations("nope")
+	_, err := migrations.Migrations("nope")
 	assert.Error(t, err)
 }
 
 func TestMigrateRejectsBadSchema(t *testing.T) {
 	pool := testsvc.Pool(t)
-	_, err := fsql.Migrate(context.Background(), pool, fsql.Options{Schema: `x"; DROP TABLE y; --`})
-	assert.ErrorIs(t, err, fsql.ErrInvalidIdentifier)
-	_, err = fsql.Migrate(context.Background(), nil, fsql.Options{})
+	_, err := migrations.Migrate(context.Background(), pool, migrations.Options{Schema: `x"; DROP TABLE y; --`})
+	assert.ErrorIs(t, err, migrations.ErrInvalidIdentifier)
+	_, err = migrations.Migrate(context.Background(), nil, migrations.Options{})
 	assert.Error(t, err)
-	assert.Error(t, fsql.DropSchema(context.Background(), pool, "public"))
+	assert.Error(t, migrations.DropSchema(context.Background(), pool, "public"))
 }
 
 // Several processes' worth of independent pools migrate the same schema at
@@ -53,10 +53,10 @@ func TestMigrateRejectsBadSchema(t *testing.T) {
 func TestMigrateConcurrentAndIdempotent(t *testing.T) {
 	schema := testsvc.RandomName("fk_mig_")
 	admin := testsvc.Pool(t)
-	t.Cleanup(func() { _ = fsql.DropSchema(context.Background(), admin, schema) })
+	t.Cleanup(func() { _ = migrations.DropSchema(context.Background(), admin, schema) })
 
 	const n = 6
-	results := make([]map[fsql.Set][]int, n)
+	results := make([]map[migrations.Set][]int, n)
 	errs := make([]error, n)
 	var wg sync.WaitGroup
 	start := make(chan struct{})
@@ -68,7 +68,7 @@ func TestMigrateConcurrentAndIdempotent(t *testing.T) {
 			<-start
 			ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 			defer cancel()
-			results[i], errs[i] = fsql.Migrate(ctx, pool, fsql.Options{Schema: schema})
+			results[i], errs[i] = migrations.Migrate(ctx, pool, migrations.Options{Schema: schema})
 		}()
 	}
 	close(start)
@@ -78,13 +78,13 @@ func TestMigrateConcurrentAndIdempotent(t *testing.T) {
 		require.NoError(t, errs[i])
 		if len(results[i]) > 0 {
 			appliedBy++
-			assert.Equal(t, versions(t, fsql.Lease), results[i][fsql.Lease])
-			assert.Equal(t, versions(t, fsql.Guard), results[i][fsql.Guard])
+			assert.Equal(t, versions(t, migrations.Lease), results[i][migrations.Lease])
+			assert.Equal(t, versions(t, migrations.Guard), results[i][migrations.Guard])
 		}
 	}
 	assert.Equal(t, 1, appliedBy, "exactly one migrator applies the versions")
 
-	again, err := fsql.Migrate(context.Background(), admin, fsql.Options{Schema: schema})
+	again, err := migrations.Migrate(context.Background(), admin, migrations.Options{Schema: schema})
 	require.NoError(t, err)
 	assert.Empty(t, again)
 
@@ -96,9 +96,9 @@ func TestMigrateConcurrentAndIdempotent(t *testing.T) {
 }
 
 // versions lists every embedded version of set, in order.
-func versions(t *testing.T, set fsql.Set) []int {
+func versions(t *testing.T, set migrations.Set) []int {
 	t.Helper()
-	ms, err := fsql.Migrations(set)
+	ms, err := migrations.Migrations(set)
 	require.NoError(t, err)
 	var out []int
 	for _, m := range ms {

@@ -1,4 +1,4 @@
-package sql
+package migrations
 
 import (
 	"context"
@@ -15,7 +15,7 @@ import (
 	"github.com/jackc/pgx/v5/pgconn"
 )
 
-//go:embed migrations
+//go:embed lease guard
 var files embed.FS
 
 // Set names a group of migrations that is versioned on its own.
@@ -69,7 +69,7 @@ type Migration struct {
 
 // Migrations returns the migrations of set in version order.
 func Migrations(set Set) ([]Migration, error) {
-	dir := "migrations/" + string(set)
+	dir := string(set)
 	entries, err := fs.ReadDir(files, dir)
 	if err != nil {
 		return nil, fmt.Errorf("fencekit/sql: unknown migration set %q", set)
@@ -117,7 +117,7 @@ func Migrations(set Set) ([]Migration, error) {
 	return out, nil
 }
 
-// FS returns the embedded migration files (directory "migrations/<set>"),
+// FS returns the embedded migration files (directory "<set>", e.g. "lease"),
 // for use with external migration tools.
 func FS() fs.FS { return files }
 

@@ -1,4 +1,4 @@
-// Package sql holds fencekit's database schema as plain, numbered SQL
+// Package migrations holds fencekit's database schema as plain, numbered SQL
 // migrations and a small runner for them.
 //
 // Two migration sets exist: [Lease] (the lease table and the token sequence)
@@ -6,7 +6,7 @@
 // separate because a guard's marks may live in another database than the
 // leases, next to the data they protect.
 //
-// The files under migrations/ are ordinary SQL named NNNN_name.up.sql and
+// The files under lease/ and guard/ are ordinary SQL named NNNN_name.up.sql and
 // NNNN_name.down.sql, with unqualified object names, so goose or
 // golang-migrate users can apply them with their own tools. [Migrate] applies
 // them itself: in one transaction per call, under a transaction-scoped
@@ -21,4 +21,4 @@
 // Not guaranteed: down migrations are provided for completeness and for
 // tests; running them destroys leases and marks, and with them the ordering
 // guarantees that rely on kept rows.
-package sql
+package migrations
