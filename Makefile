@@ -9,6 +9,9 @@ TESTFLAGS ?= -race -count=1 -timeout 15m
 SERVICES  := eval "$$(scripts/services.sh)"
 GOLANGCI_VERSION := v2.15.0
 GOLANGCI := $(HOME)/.cache/fencekit/bin/golangci-lint-$(GOLANGCI_VERSION)/golangci-lint
+# Nested modules (examples and adapters with heavy dependencies keep their own
+# go.mod so the main module's dependency list stays lean); each is tested too.
+NESTED    := $(sort $(patsubst ./%/go.mod,%,$(shell find . -mindepth 2 -name go.mod -not -path './.services/*' -not -path './out/*')))
 
 .PHONY: help
 help: ## list targets
@@ -20,7 +23,8 @@ services: ## start PostgreSQL/MinIO if missing; prints export lines
 
 .PHONY: test
 test: ## run every test (race detector on) against real PostgreSQL and MinIO
-	@$(SERVICES); $(GO) test $(TESTFLAGS) $(PKGS)
+	@$(SERVICES); $(GO) test $(TESTFLAGS) $(PKGS); \
+	for m in $(NESTED); do echo "== $$m"; (cd $$m && $(GO) test $(TESTFLAGS) ./...); done
 
 .PHONY: test/short
 test/short: ## unit tests that need no service
@@ -34,6 +38,7 @@ demo: ## run the two-devices scenario end to end (picture: out/timeline.svg; DEM
 lint: ## gofmt, go vet and golangci-lint (pinned, installed on first use)
 	@out=$$(gofmt -l $$(git ls-files '*.go')); if [ -n "$$out" ]; then echo "gofmt needed:"; echo "$$out"; exit 1; fi
 	$(GO) vet $(PKGS)
+	@for m in $(NESTED); do (cd $$m && $(GO) vet ./...); done
 	@if [ ! -x $(GOLANGCI) ]; then GOBIN=$(dir $(GOLANGCI)) $(GO) install github.com/golangci/golangci-lint/v2/cmd/golangci-lint@$(GOLANGCI_VERSION); fi
 	$(GOLANGCI) run $(PKGS)
 
