@@ -1,0 +1,161 @@
+package s3guard
+
+import (
+	"errors"
+	"fmt"
+	"strings"
+	"time"
+
+	"github.com/minio/minio-go/v7"
+	"go.opentelemetry.io/otel/metric"
+
+	"github.com/fencekit/fencekit/fence"
+	"github.com/fencekit/fencekit/internal/obs"
+)
+
+// DefaultDataPrefix is the Config.DataPrefix used when none is set.
+const DefaultDataPrefix = "_fencekit/data/"
+
+// DefaultMaxAttempts is the Config.MaxAttempts used when none is set.
+const DefaultMaxAttempts = 8
+
+// DefaultConflictBackoff is the Config.ConflictBackoff used when none is set.
+const DefaultConflictBackoff = 20 * time.Millisecond
+
+// cleanupTimeout bounds each best-effort removal of an unreferenced data
+// object.
+const cleanupTimeout = 10 * time.Second
+
+// Config configures a Store. Client and Bucket are required.
+type Config struct {
+	// Client talks to S3 or MinIO. Required.
+	Client *minio.Client
+	// Bucket holds the pointers and the data objects. Required; it must
+	// exist.
+	Bucket string
+	// DataPrefix is the key prefix of data objects, ending in "/".
+	// Default DefaultDataPrefix. Keys under it are refused as user keys.
+	// Changing it makes existing pointers unreadable (*PointerError).
+	DataPrefix string
+	// MaxAttempts bounds the conditional pointer writes of one call (and
+	// the pointer re-reads of one Get). When every attempt loses a race
+	// that is worth retrying, the call fails with an error matching
+	// fence.ErrBusy. A write that failed only because the pointer cache
+	// was stale does not count. Default DefaultMaxAttempts.
+	MaxAttempts int
+	// ConflictBackoff is the base wait before retrying after a 409
+	// ConditionalRequestConflict (AWS); the n-th wait is n times it.
+	// Default DefaultConflictBackoff.
+	ConflictBackoff time.Duration
+	// KeepSuperseded leaves the data object of a superseded write in
+	// place instead of removing it right after the new pointer is
+	// written. Sweep removes such objects later.
+	KeepSuperseded bool
+	// InlineMax, when positive, stores content of known size up to
+	// InlineMax bytes inside the pointer body (base64, field "inline")
+	// instead of in a data object: one conditional PUT per write and one
+	// GET per read. At most MaxInline. Default 0: content always goes to a
+	// data object.
+	InlineMax int
+	// PointerCacheSize bounds the Store's pointer cache: for that many
+	// keys (least recently used out first) the Store remembers the last
+	// pointer it read or wrote, so that Put and Delete can skip the
+	// pointer GET. The cached pointer is only a hint: the write decides
+	// against it and commits with If-Match on its ETag, so a pointer
+	// written meanwhile by anyone else fails that PUT (412 or 404), and
+	// the Store re-reads and continues as without a cache. A refusal
+	// decided on the cache is confirmed by a read before it is returned.
+	// An entry holds no content (inline bytes and metadata are left out):
+	// a few hundred bytes plus the key. Default DefaultPointerCacheSize;
+	// negative disables the cache (every write GETs the pointer first).
+	PointerCacheSize int
+	// MeterProvider records fencekit.guard.accepted (committed fenced
+	// writes), fencekit.guard.stale, fencekit.guard.token_gap and
+	// fencekit.guard.s3.retries (conditional pointer writes retried after a
+	// 412/404/409, including the retry after a stale pointer cache entry)
+	// with guard="s3" (see docs/operations.md). Nil records nothing.
+	MeterProvider metric.MeterProvider
+}
+
+// Store is a fenced object store over one bucket. It is safe for concurrent
+// use, also together with other Stores (in other processes) over the same
+// bucket.
+type Store struct {
+	client  *minio.Client
+	bucket  string
+	prefix  string
+	max     int
+	backoff time.Duration
+	keep    bool
+	inline  int
+	cache   *pointerCache // nil: disabled
+	met     *obs.Guard
+
+	// afterRead, when set (tests only), runs after every pointer read or
+	// pointer cache hit of the fenced write path, before the decision.
+	afterRead func(key string)
+	// beforeData, when set (tests only), runs in Get between the pointer
+	// read and the data read.
+	beforeData func(key string)
+}
+
+var _ fence.Guard = (*Store)(nil)
+
+// New validates cfg, fills defaults and returns a Store. It does no I/O.
+func New(cfg Config) (*Store, error) {
+	if cfg.Client == nil {
+		return nil, fmt.Errorf("%w: Client is nil", ErrInvalidConfig)
+	}
+	if cfg.Bucket == "" {
+		return nil, fmt.Errorf("%w: Bucket is empty", ErrInvalidConfig)
+	}
+	if cfg.DataPrefix == "" {
+		cfg.DataPrefix = DefaultDataPrefix
+	}
+	if !strings.HasSuffix(cfg.DataPrefix, "/") {
+		return nil, fmt.Errorf("%w: DataPrefix %q must end in '/'", ErrInvalidConfig, cfg.DataPrefix)
+	}
+	var ke *KeyError
+	if err := checkKey("\x00", strings.TrimSuffix(cfg.DataPrefix, "/")); errors.As(err, &ke) {
+		return nil, fmt.Errorf("%w: DataPrefix %q: %s", ErrInvalidConfig, cfg.DataPrefix, ke.Reason)
+	}
+	if len(cfg.DataPrefix)+MaxKeyLen+dataSuffixLen > maxS3KeyLen {
+		return nil, fmt.Errorf("%w: DataPrefix longer than %d bytes", ErrInvalidConfig, maxS3KeyLen-MaxKeyLen-dataSuffixLen)
+	}
+	switch {
+	case cfg.MaxAttempts < 0:
+		return nil, fmt.Errorf("%w: MaxAttempts %d is negative", ErrInvalidConfig, cfg.MaxAttempts)
+	case cfg.MaxAttempts == 0:
+		cfg.MaxAttempts = DefaultMaxAttempts
+	}
+	if cfg.InlineMax < 0 || cfg.InlineMax > MaxInline {
+		return nil, fmt.Errorf("%w: InlineMax %d outside 0..%d", ErrInvalidConfig, cfg.InlineMax, MaxInline)
+	}
+	switch {
+	case cfg.ConflictBackoff < 0:
+		return nil, fmt.Errorf("%w: ConflictBackoff %v is negative", ErrInvalidConfig, cfg.ConflictBackoff)
+	case cfg.ConflictBackoff == 0:
+		cfg.ConflictBackoff = DefaultConflictBackoff
+	}
+	switch {
+	case cfg.PointerCacheSize < 0:
+		cfg.PointerCacheSize = 0
+	case cfg.PointerCacheSize == 0:
+		cfg.PointerCacheSize = DefaultPointerCacheSize
+	}
+	met, err := obs.NewGuard(cfg.MeterProvider, obs.KindS3)
+	if err != nil {
+		return nil, fmt.Errorf("%w: MeterProvider: %w", ErrInvalidConfig, err)
+	}
+	return &Store{
+		met:     met,
+		cache:   newPointerCache(cfg.PointerCacheSize),
+		client:  cfg.Client,
+		bucket:  cfg.Bucket,
+		prefix:  cfg.DataPrefix,
+		max:     cfg.MaxAttempts,
+		backoff: cfg.ConflictBackoff,
+		keep:    cfg.KeepSuperseded,
+		inline:  cfg.InlineMax,
+	}, nil
+}

@@ -1,0 +1,192 @@
+package s3guard
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+
+	"github.com/minio/minio-go/v7"
+
+	"github.com/fencekit/fencekit/fence"
+)
+
+// Info describes the current state of a key as a pointer records it.
+type Info struct {
+	Key string
+	// Token is the key's high-water mark: the token of the accepted write
+	// that stored the current pointer.
+	Token fence.Token
+	// WriteID identifies that write (32 hex characters, unique).
+	WriteID string
+	// Deleted is true for a tombstone.
+	Deleted bool
+	// DataKey, ETag, Size, ContentType and Metadata describe the content;
+	// they are empty for a tombstone. DataKey names the immutable data
+	// object holding the bytes, ETag is that object's ETag; both are empty
+	// when the content is Inline (inside the pointer, Config.InlineMax).
+	Inline      bool
+	DataKey     string
+	ETag        string
+	Size        int64
+	ContentType string
+	Metadata    map[string]string
+}
+
+func (s *Store) info(key string, p *pointer) Info {
+	in := Info{
+		Key: key, Token: p.Token, WriteID: p.WriteID, Deleted: p.Deleted, Inline: p.inline(),
+		DataKey: p.Data, ETag: p.ETag, Size: p.Size, ContentType: p.ContentType,
+	}
+	if len(p.Metadata) > 0 {
+		in.Metadata = make(map[string]string, len(p.Metadata))
+		for k, v := range p.Metadata {
+			in.Metadata[k] = v
+		}
+	}
+	return in
+}
+
+// current is one read of a key's pointer: p is nil when there is none.
+type current struct {
+	p    *pointer
+	etag string
+	// cached: taken from the pointer cache, not read from the store.
+	// partial: p lacks its inline content and metadata (cache entries).
+	cached, partial bool
+}
+
+func (c current) token() fence.Token {
+	if c.p == nil {
+		return 0
+	}
+	return c.p.Token
+}
+
+func errCode(err error) (string, int) {
+	var er minio.ErrorResponse
+	if errors.As(err, &er) {
+		return er.Code, er.StatusCode
+	}
+	return "", 0
+}
+
+func isNoSuchKey(err error) bool {
+	code, status := errCode(err)
+	return code == "NoSuchKey" || (code == "" && status == http.StatusNotFound)
+}
+
+// readPointer GETs and decodes the pointer at key and records what it found
+// in the pointer cache (forgetting the key on error).
+func (s *Store) readPointer(ctx context.Context, key string) (current, error) {
+	cur, err := s.getPointer(ctx, key)
+	if err != nil {
+		s.cache.drop(key)
+		return current{}, err
+	}
+	s.cache.put(key, cur)
+	return cur, nil
+}
+
+func (s *Store) getPointer(ctx context.Context, key string) (current, error) {
+	// Core.GetObject is one GET: body and ETag come from the same response.
+	rc, oi, _, err := minio.Core{Client: s.client}.GetObject(ctx, s.bucket, key, minio.GetObjectOptions{})
+	if err != nil {
+		if isNoSuchKey(err) {
+			return current{}, nil
+		}
+		return current{}, fmt.Errorf("s3guard: read pointer %q: %w", key, err)
+	}
+	defer rc.Close()
+	body, err := io.ReadAll(io.LimitReader(rc, MaxPointerSize+1))
+	if err != nil {
+		return current{}, fmt.Errorf("s3guard: read pointer %q: %w", key, err)
+	}
+	p, err := decodePointer(s.prefix, key, body)
+	if err != nil {
+		return current{}, err
+	}
+	return current{p: p, etag: oi.ETag}, nil
+}
+
+// Mark returns the key's high-water mark: the token of its current pointer
+// (content or tombstone), or 0 when the key has none.
+func (s *Store) Mark(ctx context.Context, key string) (fence.Token, error) {
+	if err := checkKey(s.prefix, key); err != nil {
+		return 0, err
+	}
+	cur, err := s.readPointer(ctx, key)
+	if err != nil {
+		return 0, err
+	}
+	return cur.token(), nil
+}
+
+// Get returns the current content of key, the state its pointer records
+// (Info.Token is the token that wrote it) and a reader the caller must
+// close. A key without pointer or with a tombstone yields *NotFoundError.
+// If the data object was removed between the pointer read and the data
+// read (a newer write superseded it), Get reads the pointer again.
+func (s *Store) Get(ctx context.Context, key string) (io.ReadCloser, Info, error) {
+	if err := checkKey(s.prefix, key); err != nil {
+		return nil, Info{}, err
+	}
+	var lastWrite string
+	for attempt := 1; attempt <= s.max; attempt++ {
+		cur, err := s.readPointer(ctx, key)
+		if err != nil {
+			return nil, Info{}, err
+		}
+		if cur.p == nil {
+			return nil, Info{}, &NotFoundError{Key: key}
+		}
+		if cur.p.Deleted {
+			return nil, s.info(key, cur.p), &NotFoundError{Key: key, Deleted: true, Token: cur.p.Token}
+		}
+		if cur.p.inline() {
+			return io.NopCloser(bytes.NewReader(cur.p.Inline)), s.info(key, cur.p), nil
+		}
+		if s.beforeData != nil {
+			s.beforeData(key)
+		}
+		var opts minio.GetObjectOptions
+		if err := opts.SetMatchETag(cur.p.ETag); err != nil {
+			return nil, Info{}, fmt.Errorf("s3guard: %q: %w", key, err)
+		}
+		// One GET: once it has answered, the body streams even if the data
+		// object is removed meanwhile.
+		rc, _, _, err := minio.Core{Client: s.client}.GetObject(ctx, s.bucket, cur.p.Data, opts)
+		if err == nil {
+			return rc, s.info(key, cur.p), nil
+		}
+		code, status := errCode(err)
+		switch {
+		case isNoSuchKey(err):
+			if cur.p.WriteID == lastWrite {
+				return nil, Info{}, &DataError{Key: key, DataKey: cur.p.Data, Reason: "is missing"}
+			}
+			lastWrite = cur.p.WriteID // superseded meanwhile? read the pointer again
+		case code == "PreconditionFailed" || status == http.StatusPreconditionFailed:
+			return nil, Info{}, &DataError{Key: key, DataKey: cur.p.Data, Reason: "no longer has ETag " + cur.p.ETag}
+		default:
+			return nil, Info{}, fmt.Errorf("s3guard: read data %q: %w", cur.p.Data, err)
+		}
+	}
+	return nil, Info{}, fmt.Errorf("s3guard: %q: content kept moving during %d reads: %w", key, s.max, fence.ErrBusy)
+}
+
+// GetBytes is Get reading the whole content into memory.
+func (s *Store) GetBytes(ctx context.Context, key string) ([]byte, Info, error) {
+	rc, info, err := s.Get(ctx, key)
+	if err != nil {
+		return nil, info, err
+	}
+	defer rc.Close()
+	b, err := io.ReadAll(rc)
+	if err != nil {
+		return nil, Info{}, fmt.Errorf("s3guard: read data %q: %w", info.DataKey, err)
+	}
+	return b, info, nil
+}
