@@ -41,6 +41,7 @@ lint: ## gofmt, go vet and golangci-lint (pinned, installed on first use)
 	@for m in $(NESTED); do (cd $$m && $(GO) vet ./...); done
 	@if [ ! -x $(GOLANGCI) ]; then GOBIN=$(dir $(GOLANGCI)) $(GO) install github.com/golangci/golangci-lint/v2/cmd/golangci-lint@$(GOLANGCI_VERSION); fi
 	$(GOLANGCI) run $(PKGS)
+	$(GO) run ./internal/tools/docsnippets
 
 .PHONY: fuzz
 fuzz: ## run every Go fuzz target briefly (FUZZTIME=5s each; FUZZ_PKG=dir filter)
