@@ -114,17 +114,30 @@ func NextMark(c Claim, markToken Token, markRun string) (Token, string) {
 }
 
 // JoinResource builds a resource name from parts with an unambiguous
-// encoding: each part is path-escaped ('/' and '%' among others become %XX)
-// and the parts are joined with '/'. So ("a/b", "c") and ("a", "b/c") give
-// different names, and the result is safe as an S3 or GCS object key. Use it
-// to scope a resource to a lease key (lease.Key.Resource does).
+// encoding: each part is path-escaped ('/' and '%' among others become %XX),
+// a part that is "." or ".." has its dots escaped too, an empty part becomes
+// "%00" (what a part holding a single NUL byte, never a valid id, would
+// give), and the parts are joined with '/'. So ("a/b", "c") and ("a", "b/c")
+// give different names, and the result has no empty, "." or ".." segment: it
+// is safe as an S3 or GCS object key. Use it to scope a resource to a lease
+// key (lease.Key.Resource does). Escaping can triple a part's length; check
+// the result with ValidateResource when parts are long.
 func JoinResource(parts ...string) string {
 	var b strings.Builder
 	for i, p := range parts {
 		if i > 0 {
 			b.WriteByte('/')
 		}
-		b.WriteString(url.PathEscape(p))
+		switch p {
+		case "":
+			b.WriteString("%00")
+		case ".":
+			b.WriteString("%2E")
+		case "..":
+			b.WriteString("%2E%2E")
+		default:
+			b.WriteString(url.PathEscape(p))
+		}
 	}
 	return b.String()
 }

@@ -108,4 +108,6 @@ func TestJoinResource(t *testing.T) {
 	assert.Equal(t, "reports/a/b%2Fc", b)
 	assert.NotEqual(t, JoinResource("a%2Fb"), JoinResource("a/b"), "the escape character is escaped too")
 	assert.NoError(t, ValidateResource(JoinResource("x", "sp ace", "..")))
+	assert.Equal(t, "r/%2E%2E/%2E/%00/%252E", JoinResource("r", "..", ".", "", "%2E"))
+	assert.Equal(t, "r/a..b/.x", JoinResource("r", "a..b", ".x"), "dots inside a part stay")
 }
