@@ -16,20 +16,38 @@ type Store interface {
 	Get(ctx context.Context, resource string) (value string, token fence.Token, found bool, err error)
 }
 
+// ContextGuard is a fence.Guard with a ctx-first form: Do runs write under
+// the claim ctx carries (fence.ClaimFromContext), refusing a ctx without one
+// with an error matching fence.ErrNoToken, exactly as Fence runs it under an
+// explicit token. memguard.Guard is one.
+type ContextGuard interface {
+	fence.Guard
+	Do(ctx context.Context, resource string, write func(ctx context.Context) error) error
+}
+
 // ErrInjected is the error the write callback of FromGuard's WriteFailing
 // returns.
 var ErrInjected = errors.New("guardtest: injected write failure")
 
 // FromGuard returns a Subject whose Write runs store.Put inside g.Fence and
-// whose Read is store.Get. The Subject also implements FailingWriter: its
-// callback returns ErrInjected without touching store.
+// whose Read is store.Get. The Subject also implements FailingWriter (its
+// callback returns ErrInjected without touching store) and ClaimWriter
+// (WriteClaim calls g.Fence(fence.WithClaim(ctx, c), resource, c.Token, ...),
+// so a guard that takes the run identity from ctx with fence.ClaimFor is
+// checked for token reuse). When g is a ContextGuard, the Subject is also a
+// ContextWriter whose WriteContext runs store.Put inside g.Do, storing the
+// token that the callback's ctx carries.
 //
 // Use it for guards whose write callback is an arbitrary function, such as
 // memguard. It checks the guard's admission and ordering; it cannot check
 // that the guard makes a store's effects atomic with the mark, because
 // store's effects happen inside the callback the guard is handed.
 func FromGuard(g fence.Guard, store Store) Subject {
-	return &guardSubject{g: g, store: store}
+	s := &guardSubject{g: g, store: store}
+	if cg, ok := g.(ContextGuard); ok {
+		return &contextGuardSubject{guardSubject: s, cg: cg}
+	}
+	return s
 }
 
 type guardSubject struct {
@@ -43,12 +61,32 @@ func (s *guardSubject) Write(ctx context.Context, resource string, token fence.T
 	})
 }
 
+func (s *guardSubject) WriteClaim(ctx context.Context, resource string, c fence.Claim, value string) error {
+	return s.g.Fence(fence.WithClaim(ctx, c), resource, c.Token, func(ctx context.Context) error {
+		return s.store.Put(ctx, resource, c.Token, value)
+	})
+}
+
 func (s *guardSubject) Read(ctx context.Context, resource string) (string, fence.Token, bool, error) {
 	return s.store.Get(ctx, resource)
 }
 
 func (s *guardSubject) WriteFailing(ctx context.Context, resource string, token fence.Token) error {
 	return s.g.Fence(ctx, resource, token, func(context.Context) error { return ErrInjected })
+}
+
+type contextGuardSubject struct {
+	*guardSubject
+	cg ContextGuard
+}
+
+func (s *contextGuardSubject) WriteContext(ctx context.Context, resource, value string) error {
+	return s.cg.Do(ctx, resource, func(ctx context.Context) error {
+		// A guard that wrongly runs write without a claim stores token 0,
+		// which the checks see.
+		tok, _ := fence.FromContext(ctx)
+		return s.store.Put(ctx, resource, tok, value)
+	})
 }
 
 // MapStore is an in-memory Store, safe for concurrent use.

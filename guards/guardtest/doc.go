@@ -6,6 +6,13 @@
 // [Run]. [FromGuard] builds a Subject from any fence.Guard plus a [Store];
 // [MapStore] is an in-memory Store for guards that protect nothing else.
 //
+// Two further interfaces are required by default: [ClaimWriter] (a write
+// presenting a token with a run identity) and [ContextWriter] (the guard's
+// ctx-first form, taking the claim from ctx). FromGuard provides the first
+// for any guard and the second for a [ContextGuard]. A Subject that does not
+// implement one yet lists it in [Config.Pending]: Run then skips only the
+// checks that need it and logs which checks it skipped and why.
+//
 //	func TestConformance(t *testing.T) {
 //		guardtest.Run(t, guardtest.Config{
 //			New: func(t *testing.T) guardtest.Subject {
@@ -29,6 +36,17 @@
 //     fence.ErrInvalidResource, and neither changes state;
 //   - when the Subject implements [FailingWriter], a write whose callback fails
 //     does not raise the mark;
+//   - a write under a context cancelled with a cause fails with an error
+//     matching context.Canceled and the cause, never fence.ErrBusy, and
+//     changes neither value nor mark (Write and WriteContext);
+//   - WriteContext without a claim in ctx fails with fence.ErrNoToken and
+//     writes nothing; under fence.WithClaim it admits and refuses exactly
+//     like Write, sharing the marks;
+//   - with the mark set by run A at token T, T from run B is refused with a
+//     *fence.ReusedError (neither stale nor busy) and changes nothing; T
+//     from A, and T with no run, are accepted; a run-less write keeps A's
+//     identity; T+1 from B is accepted; a malformed run is refused with
+//     fence.ErrInvalidRun and writes nothing;
 //   - many concurrent writers with shuffled, interleaved tokens on several
 //     resources: from the recorded history of every attempt (invocation and
 //     completion order, outcome) [CheckHistory] verifies that no write was

@@ -18,15 +18,20 @@ func ExampleChecks() {
 	for _, c := range guardtest.Checks() {
 		g, _ := memguard.New(memguard.Config{})
 		s := guardtest.FromGuard(g, guardtest.NewMapStore())
-		fmt.Printf("%-26s %v\n", c.Name, c.Func(context.Background(), s, cfg))
+		fmt.Printf("%-30s %v\n", c.Name, c.Func(context.Background(), s, cfg))
 	}
 	// Output:
-	// FirstWriteAccepted         <nil>
-	// HigherAccepted             <nil>
-	// EqualAccepted              <nil>
-	// StaleRejected              <nil>
-	// InvalidTokensRejected      <nil>
-	// InvalidResourcesRejected   <nil>
-	// FailedWriteKeepsMark       <nil>
-	// ConcurrentHistory          <nil>
+	// FirstWriteAccepted             <nil>
+	// HigherAccepted                 <nil>
+	// EqualAccepted                  <nil>
+	// StaleRejected                  <nil>
+	// InvalidTokensRejected          <nil>
+	// InvalidResourcesRejected       <nil>
+	// FailedWriteKeepsMark           <nil>
+	// ConcurrentHistory              <nil>
+	// EndedContextRefused            <nil>
+	// EndedContextRefusedContextForm <nil>
+	// NoTokenRefused                 <nil>
+	// ContextFormMatchesWrite        <nil>
+	// TokenReuseRefused              <nil>
 }

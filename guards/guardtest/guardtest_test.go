@@ -18,27 +18,48 @@ import (
 
 func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
 
-// refGuard is a minimal correct guard: one mutex around decide, write, raise.
+// refGuard is a minimal correct guard: one mutex around decide, write, raise,
+// with run identities (fence.DecideClaim, fence.NextMark) and a ctx-first
+// form (Do).
 type refGuard struct {
 	mu    sync.Mutex
 	marks map[string]fence.Token
+	runs  map[string]string
 }
 
-func newRef() *refGuard { return &refGuard{marks: map[string]fence.Token{}} }
+func newRef() *refGuard { return &refGuard{marks: map[string]fence.Token{}, runs: map[string]string{}} }
 
 func (g *refGuard) Fence(ctx context.Context, r string, tok fence.Token, write func(context.Context) error) error {
-	if err := fence.CheckArgs(r, tok); err != nil {
+	return g.fenceClaim(ctx, r, fence.ClaimFor(ctx, tok), write)
+}
+
+func (g *refGuard) Do(ctx context.Context, r string, write func(context.Context) error) error {
+	c, err := fence.ClaimFromContext(ctx)
+	if err != nil {
+		return err
+	}
+	return g.fenceClaim(ctx, r, c, write)
+}
+
+func (g *refGuard) fenceClaim(ctx context.Context, r string, c fence.Claim, write func(context.Context) error) error {
+	if err := fence.CheckArgs(r, c.Token); err != nil {
+		return err
+	}
+	if err := fence.ValidateRun(c.Run); err != nil {
+		return err
+	}
+	if err := fence.ContextError(ctx); err != nil {
 		return err
 	}
 	g.mu.Lock()
 	defer g.mu.Unlock()
-	if err := fence.Decide(r, tok, g.marks[r]); err != nil {
+	if err := fence.DecideClaim(r, c, g.marks[r], g.runs[r]); err != nil {
 		return err
 	}
 	if err := write(ctx); err != nil {
 		return err
 	}
-	g.marks[r] = max(g.marks[r], tok)
+	g.marks[r], g.runs[r] = fence.NextMark(c, g.marks[r], g.runs[r])
 	return nil
 }
 

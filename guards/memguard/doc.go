@@ -2,10 +2,14 @@
 // live inside one process (an in-memory cache, a local file written by one
 // process, a test double of a real store).
 //
-// A Guard keeps, per resource name, a high-water mark and a lock. Fence
-// takes the resource's lock, applies fence.Decide to the mark, runs write
-// while still holding the lock, and raises the mark to the token only if
-// write returned nil. Waiting for the lock is bounded by ctx.
+// A Guard keeps, per resource name, a high-water mark (a token and the run
+// identity that set it) and a lock. Do, the ctx-first form, presents the
+// claim ctx carries (a lease context's, or fence.WithClaim /
+// fence.WithToken); Fence presents an explicit token, with ctx's run identity
+// when ctx's claim is for that token (fence.ClaimFor). Either takes the
+// resource's lock, applies fence.DecideClaim to the mark, runs write while
+// still holding the lock, and stores fence.NextMark only if write returned
+// nil. Waiting for the lock is bounded by ctx.
 //
 // # What is guaranteed
 //
@@ -13,18 +17,26 @@
 //     write with a lower token is admitted once a higher one has been
 //     accepted, and two admitted writes never run at the same time on one
 //     resource. Different resources do not block each other.
-//   - A refused call (stale token, invalid token or resource name, ctx done
-//     before the lock was taken) does not call write and changes nothing.
+//   - A refused call (stale token, reused token, invalid token, run or
+//     resource name, no claim in ctx for Do, ctx done before the lock was
+//     taken) does not call write and changes nothing.
+//   - A token equal to the mark from a different run (both runs known) is
+//     refused with a *fence.ReusedError (fence.ErrTokenReused), counted and
+//     logged at Error; a write without a run follows the token-only rule
+//     and keeps the mark's run.
 //   - A write that fails or panics leaves the mark unchanged and releases the
 //     lock (a panic propagates to the caller).
-//   - A ctx that ends while Fence waits for the lock yields an error matching
-//     both fence.ErrBusy and ctx.Err(), and write is not called.
+//   - A ctx that has ended, before or while the call waits for the lock,
+//     yields fence.ContextError: an error matching ctx.Err() and
+//     context.Cause(ctx) (a lease's loss cause), never fence.ErrBusy; write
+//     is not called.
 //
 // # Metrics
 //
 // Config.MeterProvider (OpenTelemetry; nil records nothing) receives
 // fencekit.guard.accepted (writes that succeeded under an admitted token),
-// fencekit.guard.stale and fencekit.guard.token_gap, attribute
+// fencekit.guard.stale, fencekit.guard.token_gap and fencekit.guard.reused,
+// attribute
 // guard="memory" only — never the resource name. See docs/operations.md.
 //
 // # What is not guaranteed

@@ -4,6 +4,8 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
+	"log/slog"
 	"sync"
 	"sync/atomic"
 
@@ -13,15 +15,19 @@ import (
 	"github.com/fencekit/fencekit/internal/obs"
 )
 
-// ErrNilWrite is returned by Fence when write is nil. Nothing changes.
+// ErrNilWrite is returned by Fence and Do when write is nil. Nothing changes.
 var ErrNilWrite = errors.New("memguard: nil write function")
 
 // Config configures a Guard. The zero value is valid.
 type Config struct {
-	// MeterProvider records fencekit.guard.accepted, fencekit.guard.stale
-	// and fencekit.guard.token_gap with guard="memory" (see
-	// docs/operations.md). Nil records nothing.
+	// MeterProvider records fencekit.guard.accepted, fencekit.guard.stale,
+	// fencekit.guard.token_gap and fencekit.guard.reused with
+	// guard="memory" (see docs/operations.md). Nil records nothing.
 	MeterProvider metric.MeterProvider
+	// Logger receives one Error record per write refused because its token
+	// was reused by another run (with the resource, token and both runs).
+	// Nil discards.
+	Logger *slog.Logger
 }
 
 // ErrInvalidConfig is returned by New when the MeterProvider cannot create
@@ -33,11 +39,13 @@ type Guard struct {
 	mu      sync.Mutex
 	entries map[string]*entry
 	met     *obs.Guard
+	log     *slog.Logger
 }
 
 type entry struct {
 	lock chan struct{} // one slot: held while a Fence call is deciding/writing
 	mark atomic.Int64  // written only while holding lock; read by Mark without it
+	run  string        // the mark's run identity; read and written only while holding lock
 }
 
 var _ fence.Guard = (*Guard)(nil)
@@ -48,7 +56,11 @@ func New(cfg Config) (*Guard, error) {
 	if err != nil {
 		return nil, fmt.Errorf("%w: MeterProvider: %w", ErrInvalidConfig, err)
 	}
-	return &Guard{entries: map[string]*entry{}, met: met}, nil
+	log := cfg.Logger
+	if log == nil {
+		log = slog.New(slog.NewTextHandler(io.Discard, nil))
+	}
+	return &Guard{entries: map[string]*entry{}, met: met, log: log}, nil
 }
 
 func (g *Guard) entry(resource string) *entry {
@@ -62,38 +74,69 @@ func (g *Guard) entry(resource string) *entry {
 	return e
 }
 
-// Fence implements fence.Guard. It validates resource and token
-// (fence.CheckArgs), waits for the resource's lock (bounded by ctx), and
-// while holding it applies fence.Decide, runs write, and raises the mark if
-// write returns nil. The error of write is returned as is.
+// Do is the ctx-first form of Fence: it runs write under the claim ctx
+// carries (a lease context's, or one set with fence.WithClaim or
+// fence.WithToken). A ctx without a claim is refused with an error matching
+// fence.ErrNoToken, a malformed claim with one matching fence.ErrInvalidToken
+// or fence.ErrInvalidRun; write is not called. Otherwise Do behaves exactly
+// as Fence under the claim's token and run.
+func (g *Guard) Do(ctx context.Context, resource string, write func(ctx context.Context) error) error {
+	c, err := fence.ClaimFromContext(ctx)
+	if err != nil {
+		return fmt.Errorf("memguard: %q: %w", resource, err)
+	}
+	return g.fence(ctx, resource, c, write)
+}
+
+// Fence implements fence.Guard. The write presents fence.ClaimFor(ctx,
+// token): token, with ctx's run identity when ctx's claim is for the same
+// token. Fence validates resource and claim, waits for the resource's lock
+// (bounded by ctx), and while holding it applies fence.DecideClaim, runs
+// write, and stores fence.NextMark if write returns nil. The error of write
+// is returned as is. Once ctx has ended, Fence returns fence.ContextError(ctx)
+// (matching ctx.Err() and its cause) without calling write.
 func (g *Guard) Fence(ctx context.Context, resource string, token fence.Token, write func(ctx context.Context) error) error {
-	if err := fence.CheckArgs(resource, token); err != nil {
+	return g.fence(ctx, resource, fence.ClaimFor(ctx, token), write)
+}
+
+func (g *Guard) fence(ctx context.Context, resource string, c fence.Claim, write func(ctx context.Context) error) error {
+	if err := fence.ValidateResource(resource); err != nil {
+		return err
+	}
+	if err := c.Validate(); err != nil {
 		return err
 	}
 	if write == nil {
 		return ErrNilWrite
 	}
-	if err := ctx.Err(); err != nil {
-		return fmt.Errorf("memguard: %q: %w: %w", resource, fence.ErrBusy, err)
+	if err := fence.ContextError(ctx); err != nil {
+		return fmt.Errorf("memguard: %q: %w", resource, err)
 	}
 	e := g.entry(resource)
 	select {
 	case e.lock <- struct{}{}:
 	case <-ctx.Done():
-		return fmt.Errorf("memguard: waiting for %q: %w: %w", resource, fence.ErrBusy, ctx.Err())
+		return fmt.Errorf("memguard: waiting for %q: %w", resource, fence.ContextError(ctx))
 	}
 	defer func() { <-e.lock }()
+	if err := fence.ContextError(ctx); err != nil {
+		return fmt.Errorf("memguard: %q: %w", resource, err)
+	}
 	mark := fence.Token(e.mark.Load())
-	if err := fence.Decide(resource, token, mark); err != nil {
+	if err := fence.DecideClaim(resource, c, mark, e.run); err != nil {
 		g.met.Decision(ctx, err)
+		if re, ok := fence.IsReused(err); ok {
+			g.log.ErrorContext(ctx, "memguard: token reused by a different run; write refused",
+				"resource", resource, "token", int64(re.Token), "run", re.Run, "mark_run", re.MarkRun)
+		}
 		return err
 	}
 	if err := write(ctx); err != nil {
 		return err
 	}
-	if token > mark {
-		e.mark.Store(int64(token))
-	}
+	tok, run := fence.NextMark(c, mark, e.run)
+	e.mark.Store(int64(tok))
+	e.run = run
 	g.met.Accepted(ctx)
 	return nil
 }

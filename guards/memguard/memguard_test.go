@@ -3,6 +3,7 @@ package memguard_test
 import (
 	"context"
 	"errors"
+	"log/slog"
 	"testing"
 
 	"github.com/stretchr/testify/assert"
@@ -12,6 +13,8 @@ import (
 	"github.com/fencekit/fencekit/fence"
 	"github.com/fencekit/fencekit/guards/guardtest"
 	"github.com/fencekit/fencekit/guards/memguard"
+	"github.com/fencekit/fencekit/internal/obs"
+	"github.com/fencekit/fencekit/internal/obs/obstest"
 )
 
 func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
@@ -93,7 +96,9 @@ func TestPanicReleasesLock(t *testing.T) {
 }
 
 // A caller waiting for a resource held by a slow write gives up when its
-// ctx ends, with an error matching fence.ErrBusy, without running its write.
+// ctx ends, with an error matching ctx.Err() and its cause (never
+// fence.ErrBusy: the lease is gone, a retry cannot help), without running
+// its write.
 func TestWaitBoundedByContext(t *testing.T) {
 	g := newGuard(t)
 	inside := make(chan struct{})
@@ -108,7 +113,8 @@ func TestWaitBoundedByContext(t *testing.T) {
 	}()
 	<-inside
 	assert.Equal(t, fence.Token(0), g.Mark("r"), "Mark does not wait for, or count, a write in progress")
-	ctx, cancel := context.WithCancel(context.Background())
+	lost := errors.New("lease lost")
+	ctx, cancel := context.WithCancelCause(context.Background())
 	waiting := make(chan error, 1)
 	called := false
 	go func() {
@@ -116,14 +122,99 @@ func TestWaitBoundedByContext(t *testing.T) {
 	}()
 	// Other resources are not blocked by r's holder.
 	require.NoError(t, g.Fence(context.Background(), "s", 1, func(context.Context) error { return nil }))
-	cancel()
+	cancel(lost)
 	err := <-waiting
-	assert.ErrorIs(t, err, fence.ErrBusy)
+	assert.NotErrorIs(t, err, fence.ErrBusy)
 	assert.ErrorIs(t, err, context.Canceled)
+	assert.ErrorIs(t, err, lost)
 	assert.False(t, called)
 	close(release)
 	require.NoError(t, <-done)
 	assert.Equal(t, fence.Token(1), g.Mark("r"))
-	// An already-cancelled ctx is refused up front.
-	assert.ErrorIs(t, g.Fence(ctx, "r", 5, func(context.Context) error { return nil }), fence.ErrBusy)
+	// An already-cancelled ctx is refused up front, by both forms.
+	err = g.Fence(ctx, "r", 5, func(context.Context) error { return nil })
+	assert.ErrorIs(t, err, lost)
+	assert.NotErrorIs(t, err, fence.ErrBusy)
+	err = g.Do(fence.WithToken(ctx, 5), "r", func(context.Context) error { return nil })
+	assert.ErrorIs(t, err, lost)
+	assert.ErrorIs(t, err, context.Canceled)
+	assert.Equal(t, fence.Token(1), g.Mark("r"))
+}
+
+// Do takes the claim from ctx; without one it refuses with ErrNoToken and
+// does not call write.
+func TestDoTakesTheClaimFromContext(t *testing.T) {
+	g := newGuard(t)
+	type userKey struct{}
+	ctx := context.WithValue(context.Background(), userKey{}, "ada")
+	called := 0
+	w := func(ctx context.Context) error {
+		called++
+		assert.Equal(t, "ada", ctx.Value(userKey{}), "write sees the caller's values")
+		return nil
+	}
+	err := g.Do(ctx, "r", w)
+	assert.ErrorIs(t, err, fence.ErrNoToken)
+	assert.Equal(t, 0, called)
+	assert.Equal(t, fence.Token(0), g.Mark("r"))
+
+	require.NoError(t, g.Do(fence.WithToken(ctx, 8), "r", w))
+	assert.Equal(t, fence.Token(8), g.Mark("r"))
+	_, stale := fence.IsStale(g.Do(fence.WithToken(ctx, 7), "r", w))
+	assert.True(t, stale)
+	assert.ErrorIs(t, g.Do(fence.WithClaim(ctx, fence.Claim{Token: 9, Run: "bad run"}), "r", w), fence.ErrInvalidRun)
+	assert.ErrorIs(t, g.Do(fence.WithToken(ctx, 9), "", w), fence.ErrInvalidResource)
+	assert.ErrorIs(t, g.Do(fence.WithToken(ctx, 9), "r", nil), memguard.ErrNilWrite)
+	assert.Equal(t, 1, called)
+	assert.Equal(t, fence.Token(8), g.Mark("r"))
+}
+
+// The explicit-token form honours the run identity of a lease context
+// (fence.ClaimFor): same token as the context's claim → its run is
+// presented; a different token → no run (token-only rule).
+func TestFenceHonoursTheContextsRun(t *testing.T) {
+	g := newGuard(t)
+	ok := func(context.Context) error { return nil }
+	runA := fence.WithClaim(context.Background(), fence.Claim{Token: 7, Run: "run-a"})
+	runB := fence.WithClaim(context.Background(), fence.Claim{Token: 7, Run: "run-b"})
+	require.NoError(t, g.Fence(runA, "r", 7, ok))
+	err := g.Fence(runB, "r", 7, ok)
+	re, isReused := fence.IsReused(err)
+	require.True(t, isReused, "%v", err)
+	assert.Equal(t, fence.ReusedError{Resource: "r", Token: 7, Run: "run-b", MarkRun: "run-a"}, *re)
+	assert.NotErrorIs(t, err, fence.ErrStale)
+	assert.NotErrorIs(t, err, fence.ErrBusy)
+	// Token 7 from B's context but passed for a different token than the
+	// context's claim carries: presented without a run, admitted.
+	otherTok := fence.WithClaim(context.Background(), fence.Claim{Token: 6, Run: "run-b"})
+	require.NoError(t, g.Fence(otherTok, "r", 7, ok))
+	// The run-less write kept A's identity: B is still refused.
+	assert.ErrorIs(t, g.Fence(runB, "r", 7, ok), fence.ErrTokenReused)
+	require.NoError(t, g.Fence(runA, "r", 7, ok))
+	assert.Equal(t, fence.Token(7), g.Mark("r"))
+}
+
+// A reuse refusal is counted in fencekit.guard.reused and logged at Error.
+func TestReuseMetricAndLog(t *testing.T) {
+	m := obstest.NewMeter(t)
+	logs, logger := obstest.NewLogs()
+	g, err := memguard.New(memguard.Config{MeterProvider: m.Provider, Logger: logger})
+	require.NoError(t, err)
+	ok := func(context.Context) error { return nil }
+	require.NoError(t, g.Do(fence.WithClaim(context.Background(), fence.Claim{Token: 3, Run: "run-a"}), "r", ok))
+	for range 2 {
+		assert.ErrorIs(t, g.Do(fence.WithClaim(context.Background(), fence.Claim{Token: 3, Run: "run-b"}), "r", ok), fence.ErrTokenReused)
+	}
+	pts := m.Collect()
+	assert.Equal(t, 2.0, obstest.Value(pts, obs.GuardReused, map[string]string{"guard": "memory"}))
+	assert.Equal(t, 1.0, obstest.Value(pts, obs.GuardAccepted, map[string]string{"guard": "memory"}))
+	assert.Equal(t, 0.0, obstest.Value(pts, obs.GuardStale, nil))
+	recs := logs.Records()
+	require.Len(t, recs, 2)
+	for _, r := range recs {
+		assert.Equal(t, slog.LevelError, r.Level)
+		assert.Equal(t, "r", r.Attrs["resource"])
+		assert.Equal(t, "run-b", r.Attrs["run"])
+		assert.Equal(t, "run-a", r.Attrs["mark_run"])
+	}
 }

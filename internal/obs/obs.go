@@ -46,14 +46,15 @@ const (
 	GuardStale    = "fencekit.guard.stale"
 	GuardTokenGap = "fencekit.guard.token_gap" //nolint:gosec // G101: a metric name, not a credential
 	GuardRetries  = "fencekit.guard.s3.retries"
+	GuardReused   = "fencekit.guard.reused"
 )
 
 // Guard records one guard's decisions. A nil *Guard records nothing, so a
 // guard built without a MeterProvider may call its methods freely.
 type Guard struct {
-	accepted, stale, retries metric.Int64Counter
-	gap                      metric.Int64Histogram
-	attrs                    metric.MeasurementOption
+	accepted, stale, retries, reused metric.Int64Counter
+	gap                              metric.Int64Histogram
+	attrs                            metric.MeasurementOption
 }
 
 // NewGuard creates the guard instruments for kind (one of the Kind
@@ -61,7 +62,7 @@ type Guard struct {
 // errors; the instruments are usable (no-op) even then.
 func NewGuard(mp metric.MeterProvider, kind string) (*Guard, error) {
 	m := Meter(mp)
-	var errs [4]error
+	var errs [5]error
 	g := &Guard{attrs: metric.WithAttributeSet(attribute.NewSet(attribute.String("guard", kind)))}
 	g.accepted, errs[0] = m.Int64Counter(GuardAccepted, metric.WithUnit("{write}"),
 		metric.WithDescription("Writes a guard admitted (token at least the resource's mark)."))
@@ -72,6 +73,8 @@ func NewGuard(mp metric.MeterProvider, kind string) (*Guard, error) {
 		metric.WithExplicitBucketBoundaries(1, 2, 5, 10, 100, 1000, 10000, 100000))
 	g.retries, errs[3] = m.Int64Counter(GuardRetries, metric.WithUnit("{attempt}"),
 		metric.WithDescription("S3 conditional pointer writes retried after losing a race (412/409)."))
+	g.reused, errs[4] = m.Int64Counter(GuardReused, metric.WithUnit("{write}"),
+		metric.WithDescription("Writes a guard refused because their token equals the mark while their run identity differs (token issued twice)."))
 	return g, errors.Join(errs[:]...)
 }
 
@@ -91,6 +94,13 @@ func (g *Guard) Stale(ctx context.Context, presented, highest fence.Token) {
 	g.gap.Record(ctx, int64(highest)-int64(presented), g.attrs)
 }
 
+// Reused counts one write refused as a token reuse.
+func (g *Guard) Reused(ctx context.Context) {
+	if g != nil {
+		g.reused.Add(ctx, 1, g.attrs)
+	}
+}
+
 // Retried counts n retried conditional writes.
 func (g *Guard) Retried(ctx context.Context, n int) {
 	if g != nil && n > 0 {
@@ -99,8 +109,9 @@ func (g *Guard) Retried(ctx context.Context, n int) {
 }
 
 // Decision records the outcome err of a guarded write: nil is an accepted
-// write, a *fence.StaleError a stale rejection; anything else (busy, bad
-// input, the write's own error) records nothing.
+// write, a *fence.StaleError a stale rejection, a *fence.ReusedError a
+// reuse refusal; anything else (busy, bad input, the write's own error)
+// records nothing.
 func (g *Guard) Decision(ctx context.Context, err error) {
 	if g == nil {
 		return
@@ -112,5 +123,9 @@ func (g *Guard) Decision(ctx context.Context, err error) {
 	var se *fence.StaleError
 	if errors.As(err, &se) {
 		g.Stale(ctx, se.Presented, se.Highest)
+		return
+	}
+	if _, ok := fence.IsReused(err); ok {
+		g.Reused(ctx)
 	}
 }
