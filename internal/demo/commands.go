@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"io"
 	"strconv"
+	"strings"
 	"time"
 
 	"github.com/google/uuid"
@@ -25,11 +26,32 @@ import (
 const DefaultCLITTL = 30 * time.Second
 
 // S3Key and PGResource name the report a session's runs write, in the
-// scenario and in the put subcommand.
-func S3Key(k lease.Key) string { return "reports/" + k.AccountID + "/" + k.SessionID + ".txt" }
+// scenario and in the put subcommand. Both encode the key unambiguously
+// (fence.JoinResource): sessions ("a/b", "c") and ("a", "b/c") get different
+// names, and no id can produce a "." or ".." segment.
+func S3Key(k lease.Key) string {
+	return fence.JoinResource("reports", k.AccountID, k.SessionID) + ".txt"
+}
 
 // PGResource is the pgguard resource of a session's report row.
-func PGResource(k lease.Key) string { return "report/" + k.AccountID + "/" + k.SessionID }
+func PGResource(k lease.Key) string { return fence.JoinResource("report", k.AccountID, k.SessionID) }
+
+// checkNames validates every name derived from k before anything is written,
+// so that a key whose report names are unusable is a usage error with
+// nothing changed, never a failure halfway through a write.
+func checkNames(k lease.Key) error {
+	for _, n := range []string{S3Key(k), PGResource(k)} {
+		if err := fence.ValidateResource(n); err != nil {
+			return usagef("session %s: report name: %v", k, err)
+		}
+	}
+	for seg := range strings.SplitSeq(S3Key(k), "/") {
+		if len(seg) > s3guard.MaxSegmentLen {
+			return usagef("session %s: report key has a path segment of %d bytes, limit %d", k, len(seg), s3guard.MaxSegmentLen)
+		}
+	}
+	return nil
+}
 
 // common holds the flags every subcommand shares.
 type common struct {
@@ -38,6 +60,7 @@ type common struct {
 	session string
 	json    bool
 	ttl     time.Duration
+	hasTTL  bool // the command takes --ttl: zero or negative is then an error, not "default"
 }
 
 func (c *common) register(fs *flagSet, env Env, ttl bool) {
@@ -46,6 +69,7 @@ func (c *common) register(fs *flagSet, env Env, ttl bool) {
 	fs.StringVar(&c.session, "session", "", "session id (required)")
 	fs.BoolVar(&c.json, "json", false, "print the result as one JSON object")
 	if ttl {
+		c.hasTTL = true
 		fs.DurationVar(&c.ttl, "ttl", DefaultCLITTL, "lease TTL set by acquire and renew")
 	}
 }
@@ -58,10 +82,13 @@ func (c *common) key() (lease.Key, error) {
 	if err := k.Validate(); err != nil {
 		return k, usagef("%v", err)
 	}
+	if err := checkNames(k); err != nil {
+		return k, err
+	}
 	if err := c.conn.validate(); err != nil {
 		return k, err
 	}
-	if c.ttl != 0 && (c.ttl < lease.MinTTL || c.ttl > lease.MaxTTL) {
+	if c.hasTTL && (c.ttl < lease.MinTTL || c.ttl > lease.MaxTTL) {
 		return k, usagef("--ttl %v: want %v to %v", c.ttl, lease.MinTTL, lease.MaxTTL)
 	}
 	return k, nil
@@ -77,12 +104,15 @@ func (c *common) keyAndRunID(runID string) (lease.Key, uuid.UUID, error) {
 	return k, id, err
 }
 
+// parseRunID accepts only the canonical form acquire prints (36 characters,
+// 8-4-4-4-12 hex digits); uuid.Parse alone also takes braces, "urn:uuid:"
+// and 38-character strings with arbitrary outer characters.
 func parseRunID(s string) (uuid.UUID, error) {
 	if s == "" {
 		return uuid.Nil, usagef("--run-id is required (acquire prints it)")
 	}
 	id, err := uuid.Parse(s)
-	if err != nil || id == uuid.Nil {
+	if err != nil || id == uuid.Nil || len(s) != 36 || id.String() != strings.ToLower(s) {
 		return uuid.Nil, usagef("--run-id %q: not a run id (want the UUID acquire printed)", s)
 	}
 	return id, nil

@@ -3,6 +3,8 @@ package demo_test
 import (
 	"bytes"
 	"context"
+	"fmt"
+	"os"
 	"testing"
 	"time"
 
@@ -13,13 +15,23 @@ import (
 )
 
 func TestMain(m *testing.M) {
-	goleak.VerifyTestMain(m,
-		// Idle keep-alive connections of the minio clients' HTTP transports;
-		// not goroutines this package starts.
-		goleak.IgnoreTopFunction("net/http.(*persistConn).readLoop"),
-		goleak.IgnoreTopFunction("net/http.(*persistConn).writeLoop"),
-		goleak.IgnoreTopFunction("internal/poll.runtime_pollWait"),
-	)
+	code := m.Run()
+	if buildDir != "" {
+		_ = os.RemoveAll(buildDir)
+	}
+	if code == 0 {
+		if err := goleak.Find(
+			// Idle keep-alive connections of the minio clients' HTTP transports;
+			// not goroutines this package starts.
+			goleak.IgnoreTopFunction("net/http.(*persistConn).readLoop"),
+			goleak.IgnoreTopFunction("net/http.(*persistConn).writeLoop"),
+			goleak.IgnoreTopFunction("internal/poll.runtime_pollWait"),
+		); err != nil {
+			fmt.Fprintln(os.Stderr, "goleak:", err)
+			code = 1
+		}
+	}
+	os.Exit(code)
 }
 
 // services returns a Conn to the real services with a private schema and a
