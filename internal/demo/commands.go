@@ -366,7 +366,7 @@ func (c *common) store(ctx context.Context) (*s3guard.Store, error) {
 func putCmd(ctx context.Context, env Env, args []string) error {
 	fs := newFlags(env, lookup("put"), `
 A guarded write of the session's report with fencing token --token: the
-object reports/<account>/<session>.txt in MinIO (s3guard) and/or a row in
+object reports/<account>/<session>.txt (each id path-escaped) in MinIO (s3guard) and/or a row in
 the demo_reports table fenced by pgguard.FenceTx in the same transaction.
 The guards do not consult the lease: a token below the highest one a
 resource has accepted is refused (exit 3), printing both numbers.`)
