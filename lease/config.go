@@ -59,8 +59,9 @@ type Config struct {
 	// CallTimeout bounds every statement the Manager sends, including
 	// background renewals and the release at Close. Default 5s. Keep it
 	// below TTL − SafetyMargin − RenewEvery (7s with the defaults): the
-	// renewer sends its batches one after another, so one statement stuck
-	// for CallTimeout delays the next renewals by as much.
+	// renewer sends at most four batches at a time (at most half the pool's
+	// connections) and waits for a round's batches before the next tick, so
+	// one statement stuck for CallTimeout delays the next renewals by as much.
 	CallTimeout time.Duration
 	// WaitPoll is the safety-net poll interval of AcquireWait and the health
 	// check period of its LISTEN connection. Default 10s.

@@ -4,6 +4,8 @@ import (
 	"cmp"
 	"context"
 	"slices"
+	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/google/uuid"
@@ -11,13 +13,16 @@ import (
 
 // renewLoop is the Manager's single renewer. It ticks every RenewEvery/4;
 // each tick it collects the leases whose renewal falls due before the next
-// tick and renews them in batches of MaxBatch, one statement per batch, so
-// leases acquired at different times fall into at most a few groups and
-// 10,000 leases need about 10 statements per period. A lease is therefore
+// tick and renews them in batches of at most MaxBatch leases, one statement
+// per batch, up to renewParallel batches at once on separate connections of
+// the pool, so leases acquired at different times fall into at most a few
+// groups, 10,000 leases need about 10 statements per period and 100,000
+// leases are renewed by several backends in parallel. A lease is therefore
 // renewed between RenewEvery·3/4 and RenewEvery after its last sent_at.
 // Leases missing from a batch's RETURNING are lost (ErrLost). A failing
 // statement leaves its leases to their trust timers and retries them on a
-// later tick.
+// later tick; a retry matches the run_id again, so a batch whose reply was
+// lost after it committed reports the true state on the next tick.
 func (m *Manager) renewLoop() {
 	defer m.wg.Done()
 	tick := max(m.cfg.RenewEvery/4, time.Millisecond)
@@ -50,17 +55,60 @@ func (m *Manager) collectDue(horizon time.Time) (due []*Lease) {
 	return due
 }
 
+// renewParallel bounds the renewal statements one Manager has in flight at
+// once; renewWorkers lowers it to half the pool so that renewal never holds
+// every connection acquires need.
+const renewParallel = 4
+
+// renewBatchSize is the number of leases per renewal statement: MaxBatch,
+// lowered only by tests (to exercise many parallel batches with few leases).
+var renewBatchSize atomic.Int64
+
+func init() { renewBatchSize.Store(MaxBatch) }
+
+func (m *Manager) renewWorkers() int {
+	return min(renewParallel, max(1, int(m.pool.Config().MaxConns)/2))
+}
+
+// renewDue renews due in key order: the leases are sorted by key and cut
+// into consecutive, disjoint batches, each of which locks its rows in key
+// order, so batches in flight at the same time (here or in another Manager)
+// cannot deadlock. Batches are balanced in size and handed to at most
+// renewWorkers goroutines; renewDue returns when all are done.
 func (m *Manager) renewDue(due []*Lease) {
-	// Lock rows in key order so concurrent batches cannot deadlock.
 	slices.SortFunc(due, func(a, b *Lease) int {
 		return cmp.Or(cmp.Compare(a.key.AccountID, b.key.AccountID), cmp.Compare(a.key.SessionID, b.key.SessionID))
 	})
-	for start := 0; start < len(due); start += MaxBatch {
-		if m.root.Err() != nil {
-			return
-		}
-		m.renewChunk(due[start:min(start+MaxBatch, len(due))])
+	if len(due) == 0 {
+		return
 	}
+	size := int(renewBatchSize.Load())
+	n := (len(due) + size - 1) / size // batches
+	size = (len(due) + n - 1) / n     // balanced: n batches of at most MaxBatch
+	workers := min(m.renewWorkers(), n)
+	if workers == 1 {
+		for start := 0; start < len(due); start += size {
+			if m.root.Err() != nil {
+				return
+			}
+			m.renewChunk(due[start:min(start+size, len(due))])
+		}
+		return
+	}
+	var next atomic.Int64
+	var wg sync.WaitGroup
+	for range workers {
+		wg.Go(func() {
+			for {
+				i := int(next.Add(1) - 1)
+				if i >= n || m.root.Err() != nil {
+					return
+				}
+				m.renewChunk(due[i*size : min((i+1)*size, len(due))])
+			}
+		})
+	}
+	wg.Wait()
 }
 
 func (m *Manager) renewChunk(chunk []*Lease) {
