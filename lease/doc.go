@@ -9,7 +9,10 @@
 // database clock (clock_timestamp(), sampled once per statement). A grant
 // returns a *Lease: a fresh run_id (a UUID that distinguishes executions),
 // a fence.Token (a number that orders them) and a Context that is cancelled
-// when ownership is lost. A held key returns a *HeldError naming the
+// when ownership is lost. That Context keeps the values of the ctx given to
+// Acquire (not its cancellation) and carries the claim (token and run_id,
+// fence.ClaimFromContext); Run's fn gets a child of the caller's ctx that
+// is also cancelled on loss. A held key returns a *HeldError naming the
 // holder's run_id, token and expiry. Renew and Release match key and
 // run_id; renewal also requires an unexpired lease. One background
 // goroutine per Manager renews every lease it holds in batched statements.

@@ -43,8 +43,11 @@ type Lease struct {
 }
 
 // newLease registers a granted lease; nil if the Manager closed meanwhile.
-func (m *Manager) newLease(key Key, runID uuid.UUID, token fence.Token, expires, sentAt time.Time) *Lease {
-	ctx, cancel := context.WithCancelCause(fence.WithToken(m.root, token))
+// The lease's context keeps the values of parent (the caller's ctx) but not
+// its cancellation or deadline, and carries the claim (token and run_id).
+func (m *Manager) newLease(parent context.Context, key Key, runID uuid.UUID, token fence.Token, expires, sentAt time.Time) *Lease {
+	claim := fence.Claim{Token: token, Run: runID.String()}
+	ctx, cancel := context.WithCancelCause(fence.WithClaim(context.WithoutCancel(parent), claim))
 	l := &Lease{
 		m: m, key: key, runID: runID, token: token, ctx: ctx, cancel: cancel,
 		expires: expires,
@@ -64,6 +67,12 @@ func (m *Manager) newLease(key Key, runID uuid.UUID, token fence.Token, expires,
 	m.leases[runID] = l
 	m.mu.Unlock()
 	return l
+}
+
+// claim is the lease's token and run identity, as its context carries them.
+func (l *Lease) claim() fence.Claim {
+	c, _ := fence.ClaimFromContext(l.ctx)
+	return c
 }
 
 // Key is the lease's key.
@@ -86,7 +95,10 @@ func (l *Lease) ExpiresAt() time.Time {
 }
 
 // Context is cancelled when the lease is lost, released or its Manager
-// closed; context.Cause tells which. It carries the token (fence.FromContext).
+// closed; context.Cause tells which. It carries the values of the ctx given
+// to Acquire (not its cancellation or deadline: that ctx bounds the call
+// only) and the claim fence.Claim{Token, Run: RunID().String()}
+// (fence.ClaimFromContext, fence.FromContext).
 func (l *Lease) Context() context.Context { return l.ctx }
 
 // Done is closed when Context is cancelled.

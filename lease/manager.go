@@ -117,6 +117,11 @@ func (m *Manager) authorize(ctx context.Context, key Key) error {
 // sends nothing. A held lease returns a *HeldError (matching ErrHeld). The
 // returned Lease is renewed in the background until it is released, lost,
 // or the Manager is closed.
+//
+// ctx bounds the call only. The lease's Context keeps ctx's values (user
+// id, trace span, logger) but not its cancellation or deadline
+// (context.WithoutCancel): the lease lives until it is released or lost.
+// Use Run to tie the work to a caller's ctx.
 func (m *Manager) Acquire(ctx context.Context, key Key) (*Lease, error) {
 	if err := key.Validate(); err != nil {
 		return nil, err
@@ -157,15 +162,11 @@ func (m *Manager) tryAcquire(ctx context.Context, key Key) (*Lease, error) {
 		m.obs.held(key, held.Remaining)
 		m.met.onRefused(ctx, ReasonHeld)
 		return nil, held
-	case floorError(err) != nil:
-		// The database refused the drawn token (migration 0002's trigger):
-		// the statement failed as a whole, no row was written.
-		fe := floorError(err)
+	case grantRefusal(err) != nil:
+		// The database refused the grant (token floor or unchecked node,
+		// migration 0004): the statement failed as a whole, no row written.
 		m.obs.acquireFailed(key, err)
-		m.met.onRefused(ctx, ReasonTokenFloor)
-		m.log.Warn("lease acquire refused: the token sequence is not above the token floor (restore or failover?)",
-			"key", key.String(), "token", int64(fe.Token), "floor", int64(fe.Floor))
-		return nil, fmt.Errorf("lease: acquire %s: %w", key, fe)
+		return nil, m.grantRefused(ctx, key, grantRefusal(err))
 	case err != nil:
 		// The statement may have committed with the reply lost: free the
 		// row of this run_id if we can (it expires by TTL otherwise).
@@ -180,7 +181,7 @@ func (m *Manager) tryAcquire(ctx context.Context, key Key) (*Lease, error) {
 		m.met.onRefused(ctx, ReasonHeld)
 		return nil, held
 	}
-	l := m.newLease(key, runID, fence.Token(token), expires, sentAt)
+	l := m.newLease(ctx, key, runID, fence.Token(token), expires, sentAt)
 	if l == nil { // closed while acquiring
 		rctx, rcancel := context.WithTimeout(context.WithoutCancel(ctx), m.cfg.CallTimeout)
 		defer rcancel()
@@ -493,9 +494,11 @@ func (m *Manager) Close() error {
 		m.mu.Unlock()
 
 		m.met.onHeld(m.root, -len(held))
-		m.rootCancel(ErrClosed) // lease contexts, renewer, listener, waiters
+		m.rootCancel(ErrClosed) // renewer, listener, waiters
 		for _, l := range held {
-			l.stop()
+			if l.stop() {
+				l.cancel(ErrClosed)
+			}
 		}
 		m.wg.Wait()
 

@@ -5,12 +5,19 @@ import (
 	"errors"
 	"fmt"
 	"time"
+
+	"github.com/fencekit/fencekit/fence"
 )
 
 // Run acquires the lease for key (Acquire: it fails at once when held),
-// calls fn with a context that is cancelled when the lease is lost or ctx
-// ends, and then releases the lease with a fresh context
+// calls fn and then releases the lease with a fresh context
 // (context.WithoutCancel(ctx) bounded by CallTimeout), however fn returned.
+//
+// fn's ctx is a child of ctx: it has ctx's values and deadline, it is
+// cancelled when ctx is (cancelling the caller stops the work, and Run
+// then releases), and it is also cancelled when the lease is lost, with the
+// loss as its cause (context.Cause). It carries the lease's claim
+// (fence.ClaimFromContext).
 //
 // If the lease was lost while fn ran, Run returns an error wrapping the
 // loss cause (errors.Is ErrLost, ErrTrustExpired or ErrClosed) even when fn
@@ -24,9 +31,9 @@ func (m *Manager) Run(ctx context.Context, key Key, fn func(ctx context.Context,
 	if err != nil {
 		return err
 	}
-	work, cancel := context.WithCancelCause(l.Context())
-	stop := context.AfterFunc(ctx, func() { cancel(context.Cause(ctx)) })
-	ferr := fn(work, l) //nolint:contextcheck // work derives from the lease's context (loss) and follows ctx via AfterFunc
+	work, cancel := context.WithCancelCause(fence.WithClaim(ctx, l.claim()))
+	stop := context.AfterFunc(l.ctx, func() { cancel(context.Cause(l.ctx)) })
+	ferr := fn(work, l)
 	returned := time.Now()
 	stop()
 	var loss error
