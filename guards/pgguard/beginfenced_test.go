@@ -4,7 +4,6 @@ import (
 	"context"
 	"fmt"
 	"sync"
-	"sync/atomic"
 	"testing"
 	"time"
 
@@ -14,7 +13,6 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/fencekit/fencekit/fence"
-	"github.com/fencekit/fencekit/guards/guardtest"
 	"github.com/fencekit/fencekit/guards/pgguard"
 	"github.com/fencekit/fencekit/internal/testsvc"
 )
@@ -79,7 +77,7 @@ func TestBeginFencedOneRoundTrip(t *testing.T) {
 			tok   fence.Token
 			stale bool
 		}{{5, false}, {8, false}, {8, false}, {6, true}, {9, false}} {
-			tx, err := g.BeginFenced(bg(), pool, resource, step.tok)
+			tx, err := g.BeginClaim(bg(), pool, resource, cl(step.tok))
 			if step.stale {
 				se, ok := fence.IsStale(err)
 				require.True(t, ok, "%v", err)
@@ -118,17 +116,17 @@ func TestBeginFencedWritesOnlyWhenAdmitted(t *testing.T) {
 	schema := setupSchema(t)
 	pool := testsvc.Pool(t)
 	g := newGuard(t, pgguard.Config{Schema: schema, DB: pool})
-	tx, err := g.BeginFenced(bg(), pool, "r", 7)
+	tx, err := g.BeginClaim(bg(), pool, "r", cl(7))
 	require.NoError(t, err)
 	_, err = tx.Exec(bg(), upsertSQL(schema), "r", "seven", 7)
 	require.NoError(t, err)
 	require.NoError(t, tx.Rollback(bg()))
 	assertState(t, g, pool, schema, "r", 0, "", false) // rolled back: no mark row either
 
-	tx, err = g.BeginFenced(bg(), pool, "r", 7)
+	tx, err = g.BeginClaim(bg(), pool, "r", cl(7))
 	require.NoError(t, err)
 	require.NoError(t, tx.Commit(bg()))
-	tx, err = g.BeginFenced(bg(), pool, "r", 6)
+	tx, err = g.BeginClaim(bg(), pool, "r", cl(6))
 	assert.Nil(t, tx)
 	se, ok := fence.IsStale(err)
 	require.True(t, ok, "%v", err)
@@ -151,7 +149,7 @@ func TestBeginFencedBadInput(t *testing.T) {
 		{pool, "a\x00b", 1, fence.ErrInvalidResource},
 		{nil, "r", 1, pgguard.ErrNilArgument},
 	} {
-		tx, err := g.BeginFenced(bg(), tc.db, tc.resource, tc.tok)
+		tx, err := g.BeginClaim(bg(), tc.db, tc.resource, cl(tc.tok))
 		assert.ErrorIs(t, err, tc.want, "%q %d", tc.resource, tc.tok)
 		assert.Nil(t, tx)
 	}
@@ -159,8 +157,8 @@ func TestBeginFencedBadInput(t *testing.T) {
 }
 
 // A lock wait beyond Config.LockTimeout (set in the same batch as BEGIN) is
-// ErrBusy with 55P03; a ctx deadline during the wait is ErrBusy and
-// DeadlineExceeded. Either way the connection is released and nothing
+// ErrBusy with 55P03; a ctx deadline during the wait is DeadlineExceeded,
+// not ErrBusy. Either way the connection is released and nothing
 // changes.
 func TestBeginFencedBusy(t *testing.T) {
 	schema := setupSchema(t)
@@ -169,9 +167,9 @@ func TestBeginFencedBusy(t *testing.T) {
 	h, err := holder.Begin(bg())
 	require.NoError(t, err)
 	defer func() { _ = h.Rollback(bg()) }()
-	require.NoError(t, g.FenceTx(bg(), h, "r", 3))
+	require.NoError(t, g.FenceTxClaim(bg(), h, "r", cl(3)))
 
-	tx, err := g.BeginFenced(bg(), waiter, "r", 4)
+	tx, err := g.BeginClaim(bg(), waiter, "r", cl(4))
 	assert.Nil(t, tx)
 	requireCode(t, err, "55P03")
 	assert.Zero(t, waiter.Stat().AcquiredConns())
@@ -181,9 +179,9 @@ func TestBeginFencedBusy(t *testing.T) {
 	// a synchronisation sleep.
 	ctx, cancel := context.WithTimeout(bg(), 100*time.Millisecond)
 	defer cancel()
-	tx, err = noTimeout.BeginFenced(ctx, waiter, "r", 4)
+	tx, err = noTimeout.BeginClaim(ctx, waiter, "r", cl(4))
 	assert.Nil(t, tx)
-	assert.ErrorIs(t, err, fence.ErrBusy)
+	assert.NotErrorIs(t, err, fence.ErrBusy, "the caller's deadline ended the wait: not retryable")
 	assert.ErrorIs(t, err, context.DeadlineExceeded)
 	// A connection whose query was cancelled is destroyed by the pool in
 	// the background; wait (bounded) for it to leave the acquired set.
@@ -199,75 +197,4 @@ func TestBeginFencedBusy(t *testing.T) {
 	m, err := newGuard(t, pgguard.Config{Schema: schema, DB: holder}).Mark(bg(), "r")
 	require.NoError(t, err)
 	assert.Equal(t, fence.Token(0), m)
-}
-
-// beginFencedSubject writes through BeginFenced + Exec + Commit on several
-// independent pools.
-type beginFencedSubject struct {
-	schema string
-	guard  *pgguard.Guard
-	pools  []*pgxpool.Pool
-	next   atomic.Uint64
-	reader *pgxpool.Pool
-}
-
-func (s *beginFencedSubject) write(ctx context.Context, r string, tok fence.Token, v string, fail bool) error {
-	pool := s.pools[s.next.Add(1)%uint64(len(s.pools))]
-	tx, err := s.guard.BeginFenced(ctx, pool, r, tok)
-	if err != nil {
-		return err
-	}
-	defer func() { _ = tx.Rollback(context.WithoutCancel(ctx)) }()
-	if _, err := tx.Exec(ctx, upsertSQL(s.schema), r, v, int64(tok)); err != nil {
-		return err
-	}
-	if fail {
-		return errInjected
-	}
-	return tx.Commit(ctx)
-}
-
-func (s *beginFencedSubject) Write(ctx context.Context, r string, tok fence.Token, v string) error {
-	return s.write(ctx, r, tok, v, false)
-}
-
-func (s *beginFencedSubject) WriteFailing(ctx context.Context, r string, tok fence.Token) error {
-	return s.write(ctx, r, tok, "failing", true)
-}
-
-func (s *beginFencedSubject) Read(ctx context.Context, r string) (string, fence.Token, bool, error) {
-	return readRow(ctx, s.reader, s.schema, r)
-}
-
-func TestConformanceBeginFenced(t *testing.T) {
-	for _, iso := range []pgx.TxIsoLevel{pgx.ReadCommitted, pgx.Serializable} {
-		t.Run(string(iso), func(t *testing.T) {
-			schema := setupSchema(t)
-			s := &beginFencedSubject{schema: schema, guard: newGuard(t, pgguard.Config{Schema: schema, IsoLevel: iso}), reader: testsvc.Pool(t)}
-			for range 4 {
-				s.pools = append(s.pools, testsvc.Pool(t))
-			}
-			guardtest.Run(t, guardtest.Config{New: func(*testing.T) guardtest.Subject { return s }})
-		})
-	}
-}
-
-// plainDB hides SendBatch, so Guard.Fence takes its two-round-trip path
-// (BeginTx, then FenceTx); that path stays conformant.
-type plainDB struct{ p *pgxpool.Pool }
-
-func (d plainDB) BeginTx(ctx context.Context, o pgx.TxOptions) (pgx.Tx, error) {
-	return d.p.BeginTx(ctx, o)
-}
-
-func (d plainDB) QueryRow(ctx context.Context, sql string, args ...any) pgx.Row {
-	return d.p.QueryRow(ctx, sql, args...)
-}
-
-func TestConformanceFenceWithoutBatcher(t *testing.T) {
-	s := &guardSubject{schema: setupSchema(t), reader: testsvc.Pool(t)}
-	for range 4 {
-		s.guards = append(s.guards, newGuard(t, pgguard.Config{Schema: s.schema, DB: plainDB{testsvc.Pool(t)}}))
-	}
-	guardtest.Run(t, guardtest.Config{New: func(*testing.T) guardtest.Subject { return s }})
 }

@@ -34,7 +34,7 @@ func BenchmarkWriteTx(b *testing.B) {
 				b.Fatal(err)
 			}
 			if guarded {
-				if err := g.FenceTx(ctx, tx, resource, tok); err != nil {
+				if err := g.FenceTxClaim(ctx, tx, resource, cl(tok)); err != nil {
 					b.Fatal(err)
 				}
 			}
@@ -67,7 +67,7 @@ func BenchmarkWriteTx(b *testing.B) {
 			resource := "bench-interleaved-unguarded"
 			if guarded {
 				resource = "bench-interleaved-guarded"
-				if err := g.FenceTx(ctx, tx, resource, tok); err != nil {
+				if err := g.FenceTxClaim(ctx, tx, resource, cl(tok)); err != nil {
 					b.Fatal(err)
 				}
 			}
@@ -109,7 +109,7 @@ func BenchmarkWriteTx(b *testing.B) {
 			resource := "bench-bf-unguarded"
 			if k == 1 {
 				resource = "bench-bf-guarded"
-				tx, err = g.BeginFenced(ctx, pool, resource, tok)
+				tx, err = g.BeginClaim(ctx, pool, resource, cl(tok))
 			} else {
 				tx, err = pool.Begin(ctx)
 			}

@@ -2,64 +2,153 @@ package pgguard_test
 
 import (
 	"context"
+	"crypto/rand"
+	"database/sql"
+	"encoding/hex"
+	"errors"
 	"fmt"
+	"os"
 
+	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
+	_ "github.com/jackc/pgx/v5/stdlib" // database/sql driver "pgx"
 
 	"github.com/fencekit/fencekit/fence"
 	"github.com/fencekit/fencekit/guards/pgguard"
+	"github.com/fencekit/fencekit/sql/migrations"
 )
 
-// FenceTx inside a transaction the caller owns: the report row and the mark
-// commit together, or not at all.
-func ExampleGuard_FenceTx() {
-	ctx := context.Background()
-	pool, err := pgxpool.New(ctx, "postgres://postgres@127.0.0.1:5432/test")
+// exampleDB connects to TEST_DATABASE_URL (default: the local test
+// database), creates a private schema with the guard's migrations and a
+// reports table, and returns the pool, the schema and a cleanup function.
+func exampleDB(ctx context.Context) (*pgxpool.Pool, string, func()) {
+	url := os.Getenv("TEST_DATABASE_URL")
+	if url == "" {
+		url = "postgres://postgres@127.0.0.1:5432/test"
+	}
+	pool, err := pgxpool.New(ctx, url)
 	if err != nil {
 		panic(err)
 	}
-	defer pool.Close()
-	g, err := pgguard.New(pgguard.Config{Schema: "app"})
-	if err != nil {
+	var b [6]byte
+	_, _ = rand.Read(b[:])
+	schema := "pgguard_example_" + hex.EncodeToString(b[:])
+	if _, err := migrations.Migrate(ctx, pool, migrations.Options{Schema: schema}, migrations.Guard); err != nil {
 		panic(err)
 	}
-	token, _ := fence.FromContext(ctx) // the token of the lease the caller holds
-
-	tx, err := pool.Begin(ctx)
-	if err != nil {
+	if _, err := pool.Exec(ctx, `CREATE TABLE `+schema+`.reports (
+		id bigint PRIMARY KEY, body text NOT NULL, fence_token bigint NOT NULL, fence_run text NOT NULL DEFAULT '')`); err != nil {
 		panic(err)
 	}
-	defer func() { _ = tx.Rollback(ctx) }()
-	if err := g.FenceTx(ctx, tx, "report/42", token); err != nil {
-		if se, ok := fence.IsStale(err); ok {
-			fmt.Println("a newer run owns report/42 now:", se.Highest)
-		}
-		return // FenceTx has rolled tx back
-	}
-	if _, err := tx.Exec(ctx, `UPDATE app.reports SET body = $1 WHERE id = 42`, "…"); err != nil {
-		panic(err)
-	}
-	if err := tx.Commit(ctx); err != nil {
-		panic(err)
+	return pool, schema, func() {
+		_ = migrations.DropSchema(ctx, pool, schema)
+		pool.Close()
 	}
 }
 
-// Guard.Fence opens the transaction itself; write finds it in ctx.
-func ExampleGuard_Fence() {
+// A tool call under a lease: the lease's context carries its claim (token
+// and run identity), so the tool passes only ctx. Run B holds token 8; the
+// late write of run A, which held token 7, is refused and changes nothing.
+func ExampleGuard_InTx() {
 	ctx := context.Background()
-	pool, err := pgxpool.New(ctx, "postgres://postgres@127.0.0.1:5432/test")
+	pool, schema, cleanup := exampleDB(ctx)
+	defer cleanup()
+	g, err := pgguard.New(pgguard.Config{Schema: schema})
 	if err != nil {
 		panic(err)
 	}
-	defer pool.Close()
-	g, err := pgguard.New(pgguard.Config{DB: pool, Schema: "app"})
+	writeReport := func(ctx context.Context, body string) error {
+		return g.InTx(ctx, pool, "report/42", func(ctx context.Context, tx pgx.Tx) error {
+			_, err := tx.Exec(ctx, `INSERT INTO `+schema+`.reports (id, body, fence_token) VALUES (42, $1, 0)
+				ON CONFLICT (id) DO UPDATE SET body = EXCLUDED.body`, body)
+			return err
+		})
+	}
+	// In a real program the contexts come from lease.Manager.Run.
+	runB := fence.WithClaim(ctx, fence.Claim{Token: 8, Run: "run-b"})
+	runA := fence.WithClaim(ctx, fence.Claim{Token: 7, Run: "run-a"})
+
+	fmt.Println("run B:", writeReport(runB, "from B"))
+	err = writeReport(runA, "from A")
+	if se, ok := fence.IsStale(err); ok {
+		fmt.Printf("run A refused: token %d, mark %d\n", se.Presented, se.Highest)
+	}
+	fmt.Println("no token:", writeReport(ctx, "from nowhere"))
+	var body string
+	if err := pool.QueryRow(ctx, `SELECT body FROM `+schema+`.reports WHERE id = 42`).Scan(&body); err != nil {
+		panic(err)
+	}
+	fmt.Println("stored:", body)
+	// Output:
+	// run B: <nil>
+	// run A refused: token 7, mark 8
+	// no token: pgguard: "report/42": fence: no token in context
+	// stored: from B
+}
+
+// FenceTx inside a transaction the caller opened: the caller's row and the
+// mark commit together, or not at all. A refusal rolls the transaction
+// back, including the row written before the check.
+func ExampleGuard_FenceTx() {
+	ctx := context.Background()
+	pool, schema, cleanup := exampleDB(ctx)
+	defer cleanup()
+	g, err := pgguard.New(pgguard.Config{Schema: schema, DB: pool})
 	if err != nil {
 		panic(err)
 	}
-	err = g.Fence(ctx, "report/42", 8, func(ctx context.Context) error {
-		tx, _ := pgguard.TxFromContext(ctx)
-		_, err := tx.Exec(ctx, `UPDATE app.reports SET body = $1 WHERE id = 42`, "…")
-		return err
-	})
-	fmt.Println(err)
+	write := func(ctx context.Context, body string) error {
+		tx, err := pool.Begin(ctx)
+		if err != nil {
+			return err
+		}
+		defer func() { _ = tx.Rollback(ctx) }()
+		if _, err := tx.Exec(ctx, `INSERT INTO `+schema+`.reports (id, body, fence_token) VALUES (7, $1, 0)
+			ON CONFLICT (id) DO UPDATE SET body = EXCLUDED.body`, body); err != nil {
+			return err
+		}
+		if err := g.FenceTx(ctx, tx, "report/7"); err != nil {
+			return err // tx was rolled back
+		}
+		return tx.Commit(ctx)
+	}
+	fmt.Println(write(fence.WithToken(ctx, 12), "twelve"))
+	err = write(fence.WithToken(ctx, 11), "eleven")
+	fmt.Println(errors.Is(err, fence.ErrStale))
+	mark, err := g.Mark(ctx, "report/7")
+	fmt.Println(mark, err)
+	// Output:
+	// <nil>
+	// true
+	// 12 <nil>
+}
+
+// database/sql (here with pgx's stdlib driver; any PostgreSQL driver
+// works): InSQLTx begins, fences, runs the function and commits. A token
+// from another source than a lease is passed explicitly.
+func ExampleGuard_InSQLTxClaim() {
+	ctx := context.Background()
+	pool, schema, cleanup := exampleDB(ctx)
+	defer cleanup()
+	db, err := sql.Open("pgx", pool.Config().ConnString())
+	if err != nil {
+		panic(err)
+	}
+	defer func() { _ = db.Close() }()
+	g, err := pgguard.New(pgguard.Config{Schema: schema})
+	if err != nil {
+		panic(err)
+	}
+	write := func(token fence.Token, body string) error {
+		return g.InSQLTxClaim(ctx, db, "report/9", fence.ClaimFor(ctx, token), func(ctx context.Context, tx *sql.Tx) error {
+			_, err := tx.ExecContext(ctx, `INSERT INTO `+schema+`.reports (id, body, fence_token) VALUES (9, $1, $2)
+				ON CONFLICT (id) DO UPDATE SET body = EXCLUDED.body, fence_token = EXCLUDED.fence_token`, body, int64(token))
+			return err
+		})
+	}
+	fmt.Println(write(30, "thirty"))
+	fmt.Println(write(29, "twenty-nine"))
+	// Output:
+	// <nil>
+	// fence: stale token 29 for "report/9": resource has accepted 30
 }

@@ -78,123 +78,6 @@ func readRow(ctx context.Context, q interface {
 	return v, fence.Token(tok), err == nil, err
 }
 
-// guardSubject drives Guard.Fence through several guards, each on its own
-// independent pool, chosen round-robin per write.
-type guardSubject struct {
-	schema string
-	guards []*pgguard.Guard
-	next   atomic.Uint64
-	reader *pgxpool.Pool
-}
-
-func newGuardSubject(t *testing.T, pools int, cfg pgguard.Config) *guardSubject {
-	s := &guardSubject{schema: setupSchema(t), reader: testsvc.Pool(t)}
-	for range pools {
-		c := cfg
-		c.DB, c.Schema = testsvc.Pool(t), s.schema
-		s.guards = append(s.guards, newGuard(t, c))
-	}
-	return s
-}
-
-func (s *guardSubject) guard() *pgguard.Guard {
-	return s.guards[s.next.Add(1)%uint64(len(s.guards))]
-}
-
-func (s *guardSubject) Write(ctx context.Context, r string, tok fence.Token, v string) error {
-	return s.guard().Fence(ctx, r, tok, writeRow(s.schema, r, v, tok))
-}
-
-func (s *guardSubject) Read(ctx context.Context, r string) (string, fence.Token, bool, error) {
-	return readRow(ctx, s.reader, s.schema, r)
-}
-
-var errInjected = errors.New("injected")
-
-// WriteFailing writes the row, then fails: the row must roll back with the
-// mark.
-func (s *guardSubject) WriteFailing(ctx context.Context, r string, tok fence.Token) error {
-	return s.guard().Fence(ctx, r, tok, func(ctx context.Context) error {
-		if err := writeRow(s.schema, r, "failing", tok)(ctx); err != nil {
-			return err
-		}
-		return errInjected
-	})
-}
-
-func TestConformance(t *testing.T) {
-	s := newGuardSubject(t, 4, pgguard.Config{})
-	guardtest.Run(t, guardtest.Config{New: func(*testing.T) guardtest.Subject { return s }})
-}
-
-func TestConformanceIsolation(t *testing.T) {
-	for _, iso := range []pgx.TxIsoLevel{pgx.RepeatableRead, pgx.Serializable} {
-		t.Run(string(iso), func(t *testing.T) {
-			s := newGuardSubject(t, 4, pgguard.Config{IsoLevel: iso})
-			guardtest.Run(t, guardtest.Config{New: func(*testing.T) guardtest.Subject { return s }})
-		})
-	}
-}
-
-// txSubject uses FenceTx inside a transaction the caller owns, and writes
-// the guarded row BEFORE fencing, so a refused token must also undo work
-// done earlier in the transaction.
-type txSubject struct {
-	schema string
-	guard  *pgguard.Guard
-	pools  []*pgxpool.Pool
-	next   atomic.Uint64
-	reader *pgxpool.Pool
-}
-
-func (s *txSubject) write(ctx context.Context, r string, tok fence.Token, v string, fail bool) error {
-	pool := s.pools[s.next.Add(1)%uint64(len(s.pools))]
-	tx, err := pool.Begin(ctx)
-	if err != nil {
-		return err
-	}
-	defer func() { _ = tx.Rollback(context.WithoutCancel(ctx)) }()
-	if _, err := tx.Exec(ctx, upsertSQL(s.schema), r, v, int64(tok)); err != nil {
-		if errors.Is(err, pgx.ErrTxClosed) {
-			return err
-		}
-		return err
-	}
-	if err := s.guard.FenceTx(ctx, tx, r, tok); err != nil {
-		return err
-	}
-	if fail {
-		return errInjected
-	}
-	return tx.Commit(ctx)
-}
-
-func (s *txSubject) Write(ctx context.Context, r string, tok fence.Token, v string) error {
-	if err := fence.CheckArgs(r, tok); err != nil {
-		// FenceTx would refuse these before any I/O; check first so the bad
-		// row is never even attempted.
-		return err
-	}
-	return s.write(ctx, r, tok, v, false)
-}
-
-func (s *txSubject) WriteFailing(ctx context.Context, r string, tok fence.Token) error {
-	return s.write(ctx, r, tok, "failing", true)
-}
-
-func (s *txSubject) Read(ctx context.Context, r string) (string, fence.Token, bool, error) {
-	return readRow(ctx, s.reader, s.schema, r)
-}
-
-func TestConformanceFenceTxInCallerTx(t *testing.T) {
-	schema := setupSchema(t)
-	s := &txSubject{schema: schema, guard: newGuard(t, pgguard.Config{Schema: schema}), reader: testsvc.Pool(t)}
-	for range 4 {
-		s.pools = append(s.pools, testsvc.Pool(t))
-	}
-	guardtest.Run(t, guardtest.Config{New: func(*testing.T) guardtest.Subject { return s }})
-}
-
 // counter counts the statements sent on one connection.
 type counter struct {
 	mu   sync.Mutex
@@ -240,7 +123,7 @@ func fenceCounted(t *testing.T, g *pgguard.Guard, pool *pgxpool.Pool, c *counter
 	require.NoError(t, err)
 	defer func() { _ = tx.Rollback(bg()) }()
 	c.start(tx.Conn())
-	err = g.FenceTx(bg(), tx, r, tok)
+	err = g.FenceTxClaim(bg(), tx, r, cl(tok))
 	sqls := c.stop()
 	if err == nil {
 		require.NoError(t, tx.Commit(bg()))
@@ -283,14 +166,14 @@ func TestFenceTxBadInput(t *testing.T) {
 	require.NoError(t, err)
 	defer func() { _ = tx.Rollback(bg()) }()
 	c.start(tx.Conn())
-	assert.ErrorIs(t, g.FenceTx(bg(), tx, "r", 0), fence.ErrInvalidToken)
-	assert.ErrorIs(t, g.FenceTx(bg(), tx, "r", -9), fence.ErrInvalidToken)
-	assert.ErrorIs(t, g.FenceTx(bg(), tx, "", 1), fence.ErrInvalidResource)
-	assert.ErrorIs(t, g.FenceTx(bg(), tx, "a\x00b", 1), fence.ErrInvalidResource)
-	assert.ErrorIs(t, g.FenceTx(bg(), tx, strings.Repeat("x", 513), 1), fence.ErrInvalidResource)
-	assert.ErrorIs(t, g.FenceTx(bg(), nil, "r", 1), pgguard.ErrNilArgument)
+	assert.ErrorIs(t, g.FenceTxClaim(bg(), tx, "r", cl(0)), fence.ErrInvalidToken)
+	assert.ErrorIs(t, g.FenceTxClaim(bg(), tx, "r", cl(-9)), fence.ErrInvalidToken)
+	assert.ErrorIs(t, g.FenceTxClaim(bg(), tx, "", cl(1)), fence.ErrInvalidResource)
+	assert.ErrorIs(t, g.FenceTxClaim(bg(), tx, "a\x00b", cl(1)), fence.ErrInvalidResource)
+	assert.ErrorIs(t, g.FenceTxClaim(bg(), tx, strings.Repeat("x", 513), cl(1)), fence.ErrInvalidResource)
+	assert.ErrorIs(t, g.FenceTxClaim(bg(), nil, "r", cl(1)), pgguard.ErrNilArgument)
 	assert.Empty(t, c.stop(), "bad input must not reach the database")
-	require.NoError(t, g.FenceTx(bg(), tx, "r", 1), "tx still usable")
+	require.NoError(t, g.FenceTxClaim(bg(), tx, "r", cl(1)), "tx still usable")
 	require.NoError(t, tx.Commit(bg()))
 
 	gd := newGuard(t, pgguard.Config{Schema: schema, DB: pool})
@@ -411,7 +294,7 @@ func TestStaleRollsBackCallerTx(t *testing.T) {
 	require.NoError(t, err)
 	_, err = tx.Exec(bg(), upsertSQL(schema), "r", "stale write", 5)
 	require.NoError(t, err)
-	err = g.FenceTx(bg(), tx, "r", 5)
+	err = g.FenceTxClaim(bg(), tx, "r", cl(5))
 	se, ok := fence.IsStale(err)
 	require.True(t, ok, "%v", err)
 	assert.Equal(t, fence.StaleError{Resource: "r", Presented: 5, Highest: 7}, *se)
@@ -474,7 +357,7 @@ func TestConcurrentHolderSerialises(t *testing.T) {
 			txA, err := poolA.Begin(bg())
 			require.NoError(t, err)
 			defer func() { _ = txA.Rollback(bg()) }()
-			require.NoError(t, g.FenceTx(bg(), txA, "r", tc.first))
+			require.NoError(t, g.FenceTxClaim(bg(), txA, "r", cl(tc.first)))
 
 			txB, err := poolB.Begin(bg())
 			require.NoError(t, err)
@@ -482,7 +365,7 @@ func TestConcurrentHolderSerialises(t *testing.T) {
 			pidB := txB.Conn().PgConn().PID()
 			c.start(txB.Conn())
 			res := make(chan error, 1)
-			go func() { res <- g.FenceTx(bg(), txB, "r", tc.second) }()
+			go func() { res <- g.FenceTxClaim(bg(), txB, "r", cl(tc.second)) }()
 			waitForLockWait(t, observer, pidB)
 			select {
 			case err := <-res:
@@ -532,7 +415,7 @@ func TestLockTimeoutIsBusy(t *testing.T) {
 	tx, err := holder.Begin(bg())
 	require.NoError(t, err)
 	defer func() { _ = tx.Rollback(bg()) }()
-	require.NoError(t, g.FenceTx(bg(), tx, "r", 3))
+	require.NoError(t, g.FenceTxClaim(bg(), tx, "r", cl(3)))
 
 	called := false
 	err = g.Fence(bg(), "r", 4, func(context.Context) error { called = true; return nil })
@@ -556,12 +439,12 @@ func TestDeadlockIsBusy(t *testing.T) {
 	txB, err := poolB.Begin(bg())
 	require.NoError(t, err)
 	defer func() { _ = txB.Rollback(bg()) }()
-	require.NoError(t, g.FenceTx(bg(), txA, "one", 1))
-	require.NoError(t, g.FenceTx(bg(), txB, "two", 1))
+	require.NoError(t, g.FenceTxClaim(bg(), txA, "one", cl(1)))
+	require.NoError(t, g.FenceTxClaim(bg(), txB, "two", cl(1)))
 	resA := make(chan error, 1)
-	go func() { resA <- g.FenceTx(bg(), txA, "two", 2) }()
+	go func() { resA <- g.FenceTxClaim(bg(), txA, "two", cl(2)) }()
 	waitForLockWait(t, observer, txA.Conn().PgConn().PID())
-	errB := g.FenceTx(bg(), txB, "one", 2)
+	errB := g.FenceTxClaim(bg(), txB, "one", cl(2))
 	errA := <-resA
 	// Exactly one of them is the deadlock victim; the other proceeds.
 	if errA == nil {
@@ -588,7 +471,7 @@ func TestSnapshotIsolationConflictIsBusy(t *testing.T) {
 		_, err = tx.Exec(bg(), "SELECT 1") // takes the snapshot
 		require.NoError(t, err)
 		require.NoError(t, g.Fence(bg(), r, 9, func(context.Context) error { return nil }))
-		err = g.FenceTx(bg(), tx, r, 10)
+		err = g.FenceTxClaim(bg(), tx, r, cl(10))
 		if iso == pgx.ReadCommitted {
 			require.NoError(t, err)
 			require.NoError(t, tx.Commit(bg()))
@@ -602,8 +485,9 @@ func TestSnapshotIsolationConflictIsBusy(t *testing.T) {
 	}
 }
 
-// Fence is bounded by ctx: a cancelled wait returns, write is not called and
-// nothing changes.
+// Fence is bounded by ctx: a wait cancelled with a cause (as a lost lease
+// cancels its context) returns an error matching context.Canceled and the
+// cause, not fence.ErrBusy; write is not called and nothing changes.
 func TestFenceContextCancelWhileWaiting(t *testing.T) {
 	schema := setupSchema(t)
 	holder, observer := testsvc.Pool(t), testsvc.Pool(t)
@@ -612,10 +496,11 @@ func TestFenceContextCancelWhileWaiting(t *testing.T) {
 	tx, err := holder.Begin(bg())
 	require.NoError(t, err)
 	defer func() { _ = tx.Rollback(bg()) }()
-	require.NoError(t, g.FenceTx(bg(), tx, "r", 3))
+	require.NoError(t, g.FenceTxClaim(bg(), tx, "r", cl(3)))
 
-	ctx, cancel := context.WithCancel(bg())
-	defer cancel()
+	errLost := errors.New("lease lost (test cause)")
+	ctx, cancel := context.WithCancelCause(bg())
+	defer cancel(nil)
 	called := false
 	res := make(chan error, 1)
 	go func() {
@@ -635,10 +520,11 @@ WHERE wait_event_type = 'Lock' AND query LIKE 'INSERT INTO%' AND strpos(query, $
 		require.True(t, time.Now().Before(deadline), "waiter never blocked")
 		<-tick.C
 	}
-	cancel()
+	cancel(errLost)
 	err = <-res
-	assert.ErrorIs(t, err, fence.ErrBusy)
+	assert.NotErrorIs(t, err, fence.ErrBusy, "a write whose ctx ended is not retryable")
 	assert.ErrorIs(t, err, context.Canceled)
+	assert.ErrorIs(t, err, errLost, "the error names why ctx ended")
 	assert.False(t, called)
 	require.NoError(t, tx.Rollback(bg()))
 	gm := newGuard(t, pgguard.Config{Schema: schema, DB: observer})
@@ -651,8 +537,14 @@ WHERE wait_event_type = 'Lock' AND query LIKE 'INSERT INTO%' AND strpos(query, $
 // decides in Go, then upserts the mark unconditionally. The kit must catch
 // it against the real database.
 type naiveSubject struct {
-	guardSubject
-	pools []*pgxpool.Pool
+	schema string
+	pools  []*pgxpool.Pool
+	next   atomic.Uint64
+	reader *pgxpool.Pool
+}
+
+func (s *naiveSubject) Read(ctx context.Context, r string) (string, fence.Token, bool, error) {
+	return readRow(ctx, s.reader, s.schema, r)
 }
 
 func (s *naiveSubject) Write(ctx context.Context, r string, tok fence.Token, v string) error {
@@ -684,7 +576,7 @@ ON CONFLICT (resource) DO UPDATE SET highest_token = EXCLUDED.highest_token`, s.
 }
 
 func TestKitCatchesNaivePostgresGuard(t *testing.T) {
-	s := &naiveSubject{guardSubject: guardSubject{schema: setupSchema(t), reader: testsvc.Pool(t)}}
+	s := &naiveSubject{schema: setupSchema(t), reader: testsvc.Pool(t)}
 	for range 4 {
 		s.pools = append(s.pools, testsvc.Pool(t))
 	}
@@ -697,3 +589,6 @@ func TestKitCatchesNaivePostgresGuard(t *testing.T) {
 	require.Error(t, err, "select-then-upsert passed %d concurrent runs", runs)
 	t.Logf("caught after %d run(s): %.300s", runs, err)
 }
+
+// cl is the claim of token tok with no run identity.
+func cl(tok fence.Token) fence.Claim { return fence.Claim{Token: tok} }

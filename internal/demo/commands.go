@@ -184,9 +184,9 @@ func (o *output) print(w io.Writer, asJSON bool) {
 	}
 }
 
-func stateOutput(st lease.State) *output {
+func stateOutput(st lease.Ownership) *output {
 	o := (&output{}).add("status", st.Status.String())
-	if st.Status != lease.StatusNotFound {
+	if st.Status != lease.StateAbsent {
 		o.add("run_id", st.RunID.String()).add("token", int64(st.Token)).
 			add("acquired_at", st.AcquiredAt.Format(time.RFC3339Nano)).
 			add("expires_at", st.ExpiresAt.Format(time.RFC3339Nano))
@@ -293,7 +293,7 @@ not-found (exit 3: this run did not hold the lease; nothing changed).`)
 	}
 	(&output{}).add("result", res.String()).print(env.Stdout, c.json)
 	switch res {
-	case lease.Released, lease.AlreadyReleased:
+	case lease.ReleaseDone, lease.ReleaseAlreadyDone:
 		return nil
 	}
 	return fmt.Errorf("%w: release %s: %s", ErrNotHolder, k, res)
@@ -423,7 +423,7 @@ resource has accepted is refused (exit 3), printing both numbers.`)
 		}
 		q, _ := migrations.QuoteIdentifier(c.conn.Schema)
 		err = pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error {
-			if err := g.FenceTx(ctx, tx, PGResource(k), tok); err != nil {
+			if err := g.FenceTxClaim(ctx, tx, PGResource(k), fence.ClaimFor(ctx, tok)); err != nil {
 				return err
 			}
 			_, err := tx.Exec(ctx, `INSERT INTO `+q+`.`+ReportsTable+` (resource, token, run_id, writer, body) VALUES ($1, $2, $3, $4, $5)`,

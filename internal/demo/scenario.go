@@ -325,7 +325,7 @@ func (s *scenario) writeS3(ctx context.Context, st *s3guard.Store, a Actor, run 
 func (s *scenario) writePG(ctx context.Context, pool *pgxpool.Pool, a Actor, run uuid.UUID, t fence.Token) Event {
 	e := Event{Actor: a, Kind: KindWrite, Token: int64(t), RunID: run.String(), Store: "pg", Resource: s.pgRes}
 	err := pgx.BeginFunc(ctx, pool, func(tx pgx.Tx) error {
-		if err := s.guard.FenceTx(ctx, tx, s.pgRes, t); err != nil {
+		if err := s.guard.FenceTxClaim(ctx, tx, s.pgRes, fence.ClaimFor(ctx, t)); err != nil {
 			return err
 		}
 		_, err := tx.Exec(ctx, `INSERT INTO `+s.table+` (resource, token, run_id, writer, body) VALUES ($1, $2, $3, $4, $5)`,
@@ -533,12 +533,12 @@ func (s *scenario) run(ctx context.Context) (*Result, error) {
 		Detail: "late renewal by run_id: the database refuses (ErrLost) — a late heartbeat cannot revive an expired lease"})
 	rr, lerr := s.mgrA.Release(ctx, s.key, la.RunID())
 	o = Lost
-	if lerr != nil || rr != lease.NotHolder {
+	if lerr != nil || rr != lease.ReleaseNotHolder {
 		o = Failed
 	}
 	rec.Emit(Event{Actor: ActorA, Kind: KindRelease, Outcome: o, Token: int64(ta), RunID: la.RunID().String(), Status: rr.String(), Cause: fmt.Sprint(lerr),
 		Detail: fmt.Sprintf("late release: %s — it matches run A's run_id only, B's lease is untouched", rr)})
-	s.check("A's late renewal and release were refused", errors.Is(rerr, lease.ErrLost) && lerr == nil && rr == lease.NotHolder,
+	s.check("A's late renewal and release were refused", errors.Is(rerr, lease.ErrLost) && lerr == nil && rr == lease.ReleaseNotHolder,
 		"renew: %v; release: %s%s", errText(rerr), rr, errSuffix(lerr))
 
 	// 9. Both clients ask the server who owns the session and reconcile.
@@ -586,7 +586,7 @@ func (s *scenario) run(ctx context.Context) (*Result, error) {
 // the expiry the server reported and looks again, then acquires. Acquire is
 // a single conditional statement: if B were early after all, it gets
 // ErrHeld, and AcquireWait finishes the job.
-func (s *scenario) takeOver(ctx context.Context, st lease.State) (*lease.Lease, error) {
+func (s *scenario) takeOver(ctx context.Context, st lease.Ownership) (*lease.Lease, error) {
 	for i := 0; st.Held() && i < 3; i++ {
 		t := time.NewTimer(st.Remaining + time.Millisecond)
 		select {
@@ -641,6 +641,6 @@ func (s *scenario) checkEnd(ctx context.Context, res *Result) {
 	want := fmt.Sprintf("%s/%s/%d", ActorB, short(res.RunB), tb)
 	s.check("the table holds exactly B's row", err == nil && len(got) == 1 && got[0] == want, "rows [%s], want [%s]%s", strings.Join(got, " "), want, errSuffix(err))
 	st, err := s.mgrB.Inspect(ctx, s.key)
-	s.check("the lease was last granted to B and released", err == nil && st.RunID == res.RunB && st.Token == tb && st.Status == lease.StatusReleased,
+	s.check("the lease was last granted to B and released", err == nil && st.RunID == res.RunB && st.Token == tb && st.Status == lease.StateReleased,
 		"%s, run %s, token %d%s", st.Status, short(st.RunID), st.Token, errSuffix(err))
 }

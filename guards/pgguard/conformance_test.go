@@ -1,0 +1,359 @@
+package pgguard_test
+
+import (
+	"context"
+	"database/sql"
+	"errors"
+	"sync/atomic"
+	"testing"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/stretchr/testify/require"
+
+	"github.com/fencekit/fencekit/fence"
+	"github.com/fencekit/fencekit/guards/guardtest"
+	"github.com/fencekit/fencekit/guards/pgguard"
+	"github.com/fencekit/fencekit/internal/testsvc"
+)
+
+var errInjected = errors.New("injected")
+
+// writeFunc performs one guarded write of v to r. c is the explicit claim,
+// or nil for the ctx-first form (the claim is then the one ctx carries).
+// fail makes the write fail after it wrote its row.
+type writeFunc func(ctx context.Context, r string, c *fence.Claim, v string, fail bool) error
+
+// subject adapts one entry point to every interface of the conformance kit:
+// Write and WriteFailing present fence.ClaimFor(ctx, token), WriteClaim an
+// explicit claim, WriteContext the claim in ctx.
+type subject struct {
+	write writeFunc
+	read  func(ctx context.Context, r string) (string, fence.Token, bool, error)
+}
+
+var (
+	_ guardtest.ClaimWriter   = (*subject)(nil)
+	_ guardtest.ContextWriter = (*subject)(nil)
+	_ guardtest.FailingWriter = (*subject)(nil)
+)
+
+func (s *subject) Write(ctx context.Context, r string, tok fence.Token, v string) error {
+	c := fence.ClaimFor(ctx, tok)
+	return s.write(ctx, r, &c, v, false)
+}
+
+func (s *subject) WriteClaim(ctx context.Context, r string, c fence.Claim, v string) error {
+	return s.write(ctx, r, &c, v, false)
+}
+
+func (s *subject) WriteContext(ctx context.Context, r, v string) error {
+	return s.write(ctx, r, nil, v, false)
+}
+
+func (s *subject) WriteFailing(ctx context.Context, r string, tok fence.Token) error {
+	c := fence.ClaimFor(ctx, tok)
+	return s.write(ctx, r, &c, "failing", true)
+}
+
+func (s *subject) Read(ctx context.Context, r string) (string, fence.Token, bool, error) {
+	return s.read(ctx, r)
+}
+
+// tokenOf is the token the guarded row records: the explicit claim's, or
+// the one in ctx.
+func tokenOf(ctx context.Context, c *fence.Claim) int64 {
+	if c != nil {
+		return int64(c.Token)
+	}
+	cc, _ := fence.ClaimFromContext(ctx)
+	return int64(cc.Token)
+}
+
+// roundRobin hands out n independent pools in turn.
+type roundRobin struct {
+	pools []*pgxpool.Pool
+	next  atomic.Uint64
+}
+
+func newRoundRobin(t *testing.T, n int) *roundRobin {
+	rr := &roundRobin{}
+	for range n {
+		rr.pools = append(rr.pools, testsvc.Pool(t))
+	}
+	return rr
+}
+
+func (rr *roundRobin) pool() *pgxpool.Pool {
+	return rr.pools[rr.next.Add(1)%uint64(len(rr.pools))]
+}
+
+// rowWriter returns the write callback of a marks-mode entry point: upsert
+// the guarded row, then fail if asked.
+func rowWriter(schema, r, v string, tok int64, fail bool) func(ctx context.Context, tx pgx.Tx) error {
+	return func(ctx context.Context, tx pgx.Tx) error {
+		if _, err := tx.Exec(ctx, upsertSQL(schema), r, v, tok); err != nil {
+			return err
+		}
+		if fail {
+			return errInjected
+		}
+		return nil
+	}
+}
+
+func runKit(t *testing.T, s guardtest.Subject) {
+	guardtest.Run(t, guardtest.Config{New: func(*testing.T) guardtest.Subject { return s }})
+}
+
+func marksSubject(t *testing.T, cfg pgguard.Config, write func(g *pgguard.Guard, rr *roundRobin, schema string) writeFunc) *subject {
+	schema := setupSchema(t)
+	rr := newRoundRobin(t, 4)
+	cfg.Schema = schema
+	g := newGuard(t, cfg)
+	reader := testsvc.Pool(t)
+	return &subject{
+		write: write(g, rr, schema),
+		read: func(ctx context.Context, r string) (string, fence.Token, bool, error) {
+			return readRow(ctx, reader, schema, r)
+		},
+	}
+}
+
+// InTx and InTxClaim: the guard begins (one batch with the fence), runs the
+// callback and commits.
+func inTxWrite(g *pgguard.Guard, rr *roundRobin, schema string) writeFunc {
+	return func(ctx context.Context, r string, c *fence.Claim, v string, fail bool) error {
+		fn := rowWriter(schema, r, v, tokenOf(ctx, c), fail)
+		if c == nil {
+			return g.InTx(ctx, rr.pool(), r, fn)
+		}
+		return g.InTxClaim(ctx, rr.pool(), r, *c, fn)
+	}
+}
+
+func TestConformanceInTx(t *testing.T) {
+	for _, iso := range []pgx.TxIsoLevel{pgx.ReadCommitted, pgx.RepeatableRead, pgx.Serializable} {
+		t.Run(string(iso), func(t *testing.T) {
+			runKit(t, marksSubject(t, pgguard.Config{IsoLevel: iso}, inTxWrite))
+		})
+	}
+}
+
+// Begin and BeginClaim hand over the fenced transaction; the caller writes
+// and commits.
+func TestConformanceBegin(t *testing.T) {
+	runKit(t, marksSubject(t, pgguard.Config{}, func(g *pgguard.Guard, rr *roundRobin, schema string) writeFunc {
+		return func(ctx context.Context, r string, c *fence.Claim, v string, fail bool) error {
+			var (
+				tx  pgx.Tx
+				err error
+			)
+			if c == nil {
+				tx, err = g.Begin(ctx, rr.pool(), r)
+			} else {
+				tx, err = g.BeginClaim(ctx, rr.pool(), r, *c)
+			}
+			if err != nil {
+				return err
+			}
+			defer func() { _ = tx.Rollback(context.WithoutCancel(ctx)) }()
+			if err := rowWriter(schema, r, v, tokenOf(ctx, c), fail)(ctx, tx); err != nil {
+				return err
+			}
+			return tx.Commit(ctx)
+		}
+	}))
+}
+
+// FenceTx and FenceTxClaim inside a transaction the caller opened, after the
+// caller wrote its row: a refusal must also undo that earlier write. The
+// subject's own BEGIN reports an ended ctx the way the guard does
+// (fence.WrapContext), as a caller should.
+func TestConformanceFenceTxInCallerTx(t *testing.T) {
+	runKit(t, marksSubject(t, pgguard.Config{}, func(g *pgguard.Guard, rr *roundRobin, schema string) writeFunc {
+		return func(ctx context.Context, r string, c *fence.Claim, v string, fail bool) error {
+			if badInput(ctx, r, c) {
+				// The guard's own refusal, before the subject writes its row.
+				if c == nil {
+					return g.FenceTx(ctx, nil, r)
+				}
+				return g.FenceTxClaim(ctx, nil, r, *c)
+			}
+			tx, err := rr.pool().Begin(ctx)
+			if err != nil {
+				return fence.WrapContext(ctx, err)
+			}
+			defer func() { _ = tx.Rollback(context.WithoutCancel(ctx)) }()
+			if _, err := tx.Exec(ctx, upsertSQL(schema), r, v, tokenOf(ctx, c)); err != nil {
+				return err
+			}
+			if c == nil {
+				err = g.FenceTx(ctx, tx, r)
+			} else {
+				err = g.FenceTxClaim(ctx, tx, r, *c)
+			}
+			if err != nil {
+				return err
+			}
+			if fail {
+				return errInjected
+			}
+			return tx.Commit(ctx)
+		}
+	}))
+}
+
+// badInput reports whether the guard refuses r and the claim (explicit, or
+// ctx's when c is nil) before any I/O.
+func badInput(ctx context.Context, r string, c *fence.Claim) bool {
+	if fence.ValidateResource(r) != nil {
+		return true
+	}
+	if c == nil {
+		_, err := fence.ClaimFromContext(ctx)
+		return err != nil
+	}
+	return c.Validate() != nil
+}
+
+// plainDB hides SendBatch, so Guard.Fence takes its two-round-trip path
+// (BeginTx, then the fence statement).
+type plainDB struct{ p *pgxpool.Pool }
+
+func (d plainDB) BeginTx(ctx context.Context, o pgx.TxOptions) (pgx.Tx, error) {
+	return d.p.BeginTx(ctx, o)
+}
+
+func (d plainDB) QueryRow(ctx context.Context, sql string, args ...any) pgx.Row {
+	return d.p.QueryRow(ctx, sql, args...)
+}
+
+// Guard.Fence, the fence.Guard method, on several guards with independent
+// pools (batched, and without a Batcher); the ctx form runs through InTx.
+func TestConformanceFence(t *testing.T) {
+	for _, batch := range []bool{true, false} {
+		name := "batcher"
+		if !batch {
+			name = "no-batcher"
+		}
+		t.Run(name, func(t *testing.T) {
+			schema := setupSchema(t)
+			rr := newRoundRobin(t, 4)
+			var guards []*pgguard.Guard
+			for _, p := range rr.pools {
+				var db pgguard.DB = p
+				if !batch {
+					db = plainDB{p}
+				}
+				guards = append(guards, newGuard(t, pgguard.Config{Schema: schema, DB: db}))
+			}
+			var next atomic.Uint64
+			reader := testsvc.Pool(t)
+			runKit(t, &subject{
+				write: func(ctx context.Context, r string, c *fence.Claim, v string, fail bool) error {
+					g := guards[next.Add(1)%uint64(len(guards))]
+					if c == nil {
+						return inTxWrite(g, rr, schema)(ctx, r, nil, v, fail)
+					}
+					if c.Run != "" {
+						ctx = fence.WithClaim(ctx, *c) // Fence takes the run from ctx's claim for its token
+					}
+					return g.Fence(ctx, r, c.Token, func(ctx context.Context) error {
+						tx, ok := pgguard.TxFromContext(ctx)
+						if !ok {
+							return errors.New("no tx in ctx")
+						}
+						if got, ok := fence.FromContext(ctx); !ok || got != c.Token {
+							return errors.New("write's ctx lacks the token")
+						}
+						return rowWriter(schema, r, v, int64(c.Token), fail)(ctx, tx)
+					})
+				},
+				read: func(ctx context.Context, r string) (string, fence.Token, bool, error) {
+					return readRow(ctx, reader, schema, r)
+				},
+			})
+		})
+	}
+}
+
+// sqlDB opens a database/sql handle through pgx's stdlib driver, closed at
+// cleanup: an independent set of connections.
+func sqlDB(t testing.TB) *sql.DB {
+	t.Helper()
+	db, err := sql.Open("pgx", testsvc.DatabaseURL())
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = db.Close() })
+	require.NoError(t, db.PingContext(bg()))
+	return db
+}
+
+func sqlUpsert(ctx context.Context, tx *sql.Tx, schema, r, v string, tok int64, fail bool) error {
+	if _, err := tx.ExecContext(ctx, upsertSQL(schema), r, v, tok); err != nil {
+		return err
+	}
+	if fail {
+		return errInjected
+	}
+	return nil
+}
+
+// InSQLTx and InSQLTxClaim on database/sql, four independent *sql.DB.
+func TestConformanceInSQLTx(t *testing.T) {
+	for _, iso := range []pgx.TxIsoLevel{pgx.ReadCommitted, pgx.Serializable} {
+		t.Run(string(iso), func(t *testing.T) {
+			dbs := []*sql.DB{sqlDB(t), sqlDB(t), sqlDB(t), sqlDB(t)}
+			var next atomic.Uint64
+			runKit(t, marksSubject(t, pgguard.Config{IsoLevel: iso}, func(g *pgguard.Guard, _ *roundRobin, schema string) writeFunc {
+				return func(ctx context.Context, r string, c *fence.Claim, v string, fail bool) error {
+					db := dbs[next.Add(1)%uint64(len(dbs))]
+					fn := func(ctx context.Context, tx *sql.Tx) error {
+						return sqlUpsert(ctx, tx, schema, r, v, tokenOf(ctx, c), fail)
+					}
+					if c == nil {
+						return g.InSQLTx(ctx, db, r, fn)
+					}
+					return g.InSQLTxClaim(ctx, db, r, *c, fn)
+				}
+			}))
+		})
+	}
+}
+
+// FenceSQLTx and FenceSQLTxClaim in a database/sql transaction the caller
+// opened, after the caller wrote its row.
+func TestConformanceFenceSQLTxInCallerTx(t *testing.T) {
+	dbs := []*sql.DB{sqlDB(t), sqlDB(t), sqlDB(t), sqlDB(t)}
+	var next atomic.Uint64
+	runKit(t, marksSubject(t, pgguard.Config{}, func(g *pgguard.Guard, _ *roundRobin, schema string) writeFunc {
+		return func(ctx context.Context, r string, c *fence.Claim, v string, fail bool) error {
+			if badInput(ctx, r, c) {
+				if c == nil {
+					return g.FenceSQLTx(ctx, nil, r)
+				}
+				return g.FenceSQLTxClaim(ctx, nil, r, *c)
+			}
+			tx, err := dbs[next.Add(1)%uint64(len(dbs))].BeginTx(ctx, nil)
+			if err != nil {
+				return fence.WrapContext(ctx, err)
+			}
+			defer func() { _ = tx.Rollback() }()
+			if _, err := tx.ExecContext(ctx, upsertSQL(schema), r, v, tokenOf(ctx, c)); err != nil {
+				return err
+			}
+			if c == nil {
+				err = g.FenceSQLTx(ctx, tx, r)
+			} else {
+				err = g.FenceSQLTxClaim(ctx, tx, r, *c)
+			}
+			if err != nil {
+				return err
+			}
+			if fail {
+				return errInjected
+			}
+			return tx.Commit()
+		}
+	}))
+}

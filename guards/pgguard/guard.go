@@ -1,0 +1,294 @@
+package pgguard
+
+import (
+	"context"
+	"database/sql"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"strconv"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"go.opentelemetry.io/otel/metric"
+
+	"github.com/fencekit/fencekit/fence"
+	"github.com/fencekit/fencekit/internal/obs"
+	"github.com/fencekit/fencekit/sql/migrations"
+)
+
+// DB is what Guard.Fence needs to open its own transactions and what
+// Guard.Mark reads marks on. *pgxpool.Pool and *pgx.Conn implement it.
+type DB interface {
+	BeginTx(ctx context.Context, opts pgx.TxOptions) (pgx.Tx, error)
+	QueryRow(ctx context.Context, sql string, args ...any) pgx.Row
+}
+
+// Batcher sends a pgx.Batch; *pgxpool.Pool and *pgx.Conn implement it.
+// InTx and Begin send BEGIN and the fence statement as one batch (one round
+// trip); Guard.Fence does so when Config.DB implements Batcher.
+type Batcher interface {
+	SendBatch(ctx context.Context, b *pgx.Batch) pgx.BatchResults
+}
+
+// SQLBeginner begins database/sql transactions; *sql.DB and *sql.Conn
+// implement it.
+type SQLBeginner interface {
+	BeginTx(ctx context.Context, opts *sql.TxOptions) (*sql.Tx, error)
+}
+
+// Config configures a Guard.
+type Config struct {
+	// DB opens the transactions of Fence (the fence.Guard method) and serves
+	// Mark. The other entry points take their database or transaction as an
+	// argument and ignore DB. Nil: Fence and Mark return ErrNoDB.
+	DB DB
+	// Schema holds the fencekit_guard_marks table (created by
+	// migrations.Migrate(..., migrations.Guard)). It must pass
+	// migrations.ValidateIdentifier. Default "public".
+	Schema string
+	// IsoLevel is the isolation level of the transactions the Guard opens
+	// (InTx, Begin, InSQLTx, Fence): pgx.ReadCommitted (the default),
+	// pgx.RepeatableRead or pgx.Serializable. It does not affect the
+	// transactions a caller opens and hands to FenceTx or FenceSQLTx.
+	IsoLevel pgx.TxIsoLevel
+	// LockTimeout bounds how long a transaction the Guard opens waits for a
+	// mark's row lock held by another transaction. It is set, local to that
+	// transaction, by the fence statement itself before it takes the lock,
+	// so it costs no statement of its own; it stays in force for the rest of
+	// the transaction. A timeout yields an error matching fence.ErrBusy.
+	// Default 5s; negative leaves the session's setting. Positive values
+	// must be at least a millisecond. FenceTx and FenceSQLTx never change
+	// the caller's transaction settings: their waits are bounded by ctx and
+	// by the caller's own lock_timeout.
+	LockTimeout time.Duration
+	// MeterProvider records fencekit.guard.accepted (fence statements that
+	// admitted the claim; the transaction may still roll back),
+	// fencekit.guard.stale, fencekit.guard.token_gap and
+	// fencekit.guard.reused with guard="postgres" (see docs/operations.md).
+	// Nil records nothing.
+	MeterProvider metric.MeterProvider
+	// Logger receives an Error record for every write refused because its
+	// token was reused by another run. Nil discards.
+	Logger *slog.Logger
+}
+
+// DefaultLockTimeout is Config.LockTimeout's default.
+const DefaultLockTimeout = 5 * time.Second
+
+// MarksTable is the name of the high-water-mark table inside Config.Schema.
+const MarksTable = "fencekit_guard_marks"
+
+// ErrInvalidConfig is matched by every error New and NewRows return.
+var ErrInvalidConfig = errors.New("pgguard: invalid config")
+
+// ErrNoDB is returned by Fence and Mark of a Guard built without Config.DB.
+var ErrNoDB = errors.New("pgguard: Config.DB is nil (Fence and Mark need it)")
+
+// ErrNilArgument is returned for a nil database, transaction or function.
+var ErrNilArgument = errors.New("pgguard: nil argument")
+
+// Guard fences PostgreSQL writes with the high-water marks in
+// Config.Schema's fencekit_guard_marks table. It is safe for concurrent use.
+type Guard struct {
+	db       DB
+	schema   string
+	iso      pgx.TxIsoLevel
+	sqlIso   sql.IsolationLevel
+	lockArg  any // "5000ms", or nil: leave the session's lock_timeout
+	fenceSQL string
+	readSQL  string
+	met      *obs.Guard
+	log      *slog.Logger
+}
+
+var _ fence.Guard = (*Guard)(nil)
+
+// New validates cfg, fills defaults and returns a Guard. It does no I/O.
+func New(cfg Config) (*Guard, error) {
+	if cfg.Schema == "" {
+		cfg.Schema = migrations.DefaultSchema
+	}
+	schema, err := migrations.QuoteIdentifier(cfg.Schema)
+	if err != nil {
+		return nil, fmt.Errorf("%w: Schema: %w", ErrInvalidConfig, err)
+	}
+	var sqlIso sql.IsolationLevel
+	switch cfg.IsoLevel {
+	case "", pgx.ReadCommitted:
+		cfg.IsoLevel, sqlIso = pgx.ReadCommitted, sql.LevelReadCommitted
+	case pgx.RepeatableRead:
+		sqlIso = sql.LevelRepeatableRead
+	case pgx.Serializable:
+		sqlIso = sql.LevelSerializable
+	default:
+		return nil, fmt.Errorf("%w: IsoLevel %q (want read committed, repeatable read or serializable)", ErrInvalidConfig, cfg.IsoLevel)
+	}
+	lockArg, err := lockTimeoutArg(cfg.LockTimeout)
+	if err != nil {
+		return nil, err
+	}
+	met, err := obs.NewGuard(cfg.MeterProvider, obs.KindPostgres)
+	if err != nil {
+		return nil, fmt.Errorf("%w: MeterProvider: %w", ErrInvalidConfig, err)
+	}
+	if cfg.Logger == nil {
+		cfg.Logger = slog.New(slog.NewTextHandler(io.Discard, nil))
+	}
+	table := schema + "." + MarksTable
+	return &Guard{
+		db:       cfg.DB,
+		schema:   cfg.Schema,
+		iso:      cfg.IsoLevel,
+		sqlIso:   sqlIso,
+		lockArg:  lockArg,
+		met:      met,
+		log:      cfg.Logger,
+		fenceSQL: marksFenceSQL(table),
+		readSQL:  `SELECT highest_token, run FROM ` + table + ` WHERE resource = $1`,
+	}, nil
+}
+
+// lockTimeoutArg validates a LockTimeout and returns the set_config value
+// the fence statement binds (nil: leave the session's setting).
+func lockTimeoutArg(d time.Duration) (any, error) {
+	if d == 0 {
+		d = DefaultLockTimeout
+	}
+	if d < 0 {
+		return nil, nil
+	}
+	if d < time.Millisecond {
+		return nil, fmt.Errorf("%w: LockTimeout %v below 1ms (PostgreSQL would read it as 0, no timeout)", ErrInvalidConfig, d)
+	}
+	return strconv.FormatInt(d.Milliseconds(), 10) + "ms", nil
+}
+
+// marksFenceSQL is the one fence statement of the marks mode. Its SELECT
+// sets the optional lock bound ($4, local to the transaction) before the
+// insert can wait for the mark's row lock. The upsert takes (and keeps until
+// the end of the transaction) that lock, so concurrent holders serialise; on
+// conflict it works on the latest committed row version even when the
+// statement's snapshot cannot see it, so RETURNING yields the exact mark
+// after the decision. The run column follows fence.NextMark when the claim
+// is admitted and is left as it was when it is refused (stale or reused); a
+// refused statement rewrites the same values and is rolled back with its
+// transaction.
+func marksFenceSQL(table string) string {
+	return `INSERT INTO ` + table + ` AS m (resource, highest_token, run)
+SELECT $1::text, $2::bigint, $3::text
+WHERE $4::text IS NULL OR set_config('lock_timeout', $4::text, true) IS NOT NULL
+ON CONFLICT (resource) DO UPDATE
+    SET highest_token = GREATEST(m.highest_token, EXCLUDED.highest_token),
+        run = CASE
+            WHEN m.highest_token > EXCLUDED.highest_token THEN m.run
+            WHEN m.highest_token = EXCLUDED.highest_token
+                 AND (EXCLUDED.run = '' OR (m.run <> '' AND m.run <> EXCLUDED.run)) THEN m.run
+            ELSE EXCLUDED.run END,
+        updated_at = CASE WHEN m.highest_token <= EXCLUDED.highest_token
+                          THEN clock_timestamp() ELSE m.updated_at END
+RETURNING m.highest_token, m.run`
+}
+
+// Schema returns the schema the Guard's marks table lives in.
+func (g *Guard) Schema() string { return g.schema }
+
+// args checks a call's input before any I/O: resource, claim, and a ctx that
+// has not ended.
+func args(ctx context.Context, resource string, c fence.Claim) error {
+	if err := fence.ValidateResource(resource); err != nil {
+		return err
+	}
+	if err := c.Validate(); err != nil {
+		return err
+	}
+	if err := fence.ContextError(ctx); err != nil {
+		return fmt.Errorf("pgguard: %q: %w", resource, err)
+	}
+	return nil
+}
+
+// ctxClaim returns the claim ctx carries, checked like args.
+func ctxClaim(ctx context.Context, resource string) (fence.Claim, error) {
+	if err := fence.ValidateResource(resource); err != nil {
+		return fence.Claim{}, err
+	}
+	c, err := fence.ClaimFromContext(ctx)
+	if err != nil {
+		return fence.Claim{}, fmt.Errorf("pgguard: %q: %w", resource, err)
+	}
+	return c, args(ctx, resource, c)
+}
+
+// decide turns the mark returned by a fence statement into the outcome, and
+// records it.
+func (g *Guard) decide(ctx context.Context, resource string, c fence.Claim, mark int64, run string) error {
+	err := decideMark(resource, c, mark, run)
+	g.record(ctx, err)
+	return err
+}
+
+func decideMark(resource string, c fence.Claim, mark int64, run string) error {
+	if fence.Token(mark) < c.Token { // GREATEST cannot return less than the token
+		return fmt.Errorf("pgguard: %q: mark %d after fencing with token %d", resource, mark, c.Token)
+	}
+	return fence.DecideClaim(resource, c, fence.Token(mark), run)
+}
+
+// record counts a decision and logs a reuse.
+func (g *Guard) record(ctx context.Context, err error) {
+	recordDecision(ctx, g.met, g.log, err)
+}
+
+func recordDecision(ctx context.Context, met *obs.Guard, log *slog.Logger, err error) {
+	met.Decision(ctx, err)
+	if re, ok := fence.IsReused(err); ok {
+		log.ErrorContext(ctx, "pgguard: write refused: token reused by a different run",
+			"resource", re.Resource, "token", int64(re.Token), "run", re.Run, "mark_run", re.MarkRun)
+	}
+}
+
+// rollbackTimeout bounds rollbacks issued on a path that may run with an
+// already cancelled context.
+const rollbackTimeout = 5 * time.Second
+
+// cleanupCtx returns a context for cleanup that survives ctx's end.
+func cleanupCtx(ctx context.Context) (context.Context, context.CancelFunc) {
+	return context.WithTimeout(context.WithoutCancel(ctx), rollbackTimeout)
+}
+
+// busyCodes are the SQLSTATEs after which retrying the transaction is the
+// right answer.
+var busyCodes = map[string]string{
+	"55P03": "lock timeout",
+	"40001": "serialization failure",
+	"40P01": "deadlock",
+}
+
+// sqlState is implemented by the errors of pgx (*pgconn.PgError) and of
+// other PostgreSQL drivers.
+type sqlState interface{ SQLState() string }
+
+// dbError maps a database error of operation op. Once ctx has ended, the
+// error matches ctx.Err() and context.Cause(ctx) and never fence.ErrBusy.
+func dbError(ctx context.Context, schema, table, resource, op string, err error) error {
+	if fence.ContextError(ctx) != nil {
+		return fence.WrapContext(ctx, fmt.Errorf("pgguard: %s %q: %w", op, resource, err))
+	}
+	var st sqlState
+	if errors.As(err, &st) {
+		code := st.SQLState()
+		if what, ok := busyCodes[code]; ok {
+			return fmt.Errorf("pgguard: %s %q: %s: %w: %w", op, resource, what, fence.ErrBusy, err)
+		}
+		if code == "42P01" || code == "42703" {
+			return fmt.Errorf("pgguard: %s %q: table %s.%s missing or not migrated (apply migrations.Migrate with set migrations.Guard): %w", op, resource, schema, table, err)
+		}
+	}
+	return fmt.Errorf("pgguard: %s %q: %w", op, resource, err)
+}
+
+func (g *Guard) dbError(ctx context.Context, resource, op string, err error) error {
+	return dbError(ctx, g.schema, MarksTable, resource, op, err)
+}

@@ -1,0 +1,278 @@
+package pgguard
+
+import (
+	"context"
+	"errors"
+	"fmt"
+
+	"github.com/jackc/pgx/v5"
+
+	"github.com/fencekit/fencekit/fence"
+)
+
+// InTx runs fn in a transaction fenced for resource under the claim ctx
+// carries (fence.ClaimFromContext: a lease's context carries its claim). It
+// begins a transaction on db and fences it in one round trip (see Begin),
+// calls fn with ctx and the transaction, and commits. Any error, and a panic
+// in fn, rolls the transaction back, so the mark is raised if and only if
+// fn's statements commit.
+//
+// Errors: fence.ErrNoToken when ctx carries no claim, input errors
+// (fence.ErrInvalidResource, fence.ErrInvalidToken, fence.ErrInvalidRun,
+// ErrNilArgument), all before any I/O; *fence.StaleError and
+// *fence.ReusedError from the fence statement; fence.ErrBusy for lock
+// timeout, serialization failure and deadlock (retry the transaction);
+// fn's error as is. Once ctx has ended every error matches ctx.Err() and
+// context.Cause(ctx) (for a lease's context, the reason it was lost) and
+// none matches fence.ErrBusy. fn must not commit or roll back the
+// transaction, nor use it from other goroutines.
+//
+// If COMMIT's reply is lost, the outcome is unknown and InTx returns the
+// connection error; read the mark or the data before assuming either.
+func (g *Guard) InTx(ctx context.Context, db Batcher, resource string, fn func(ctx context.Context, tx pgx.Tx) error) error {
+	c, err := ctxClaim(ctx, resource)
+	if err != nil {
+		return err
+	}
+	return g.inTx(ctx, db, resource, c, fn)
+}
+
+// InTxClaim is InTx for a claim passed explicitly, for tokens that do not
+// come in ctx: pass fence.ClaimFor(ctx, token) (the token, with ctx's run
+// identity only if it was granted that token) or a fence.Claim you hold.
+func (g *Guard) InTxClaim(ctx context.Context, db Batcher, resource string, c fence.Claim, fn func(ctx context.Context, tx pgx.Tx) error) error {
+	if err := args(ctx, resource, c); err != nil {
+		return err
+	}
+	return g.inTx(ctx, db, resource, c, fn)
+}
+
+func (g *Guard) inTx(ctx context.Context, db Batcher, resource string, c fence.Claim, fn func(ctx context.Context, tx pgx.Tx) error) error {
+	if db == nil || fn == nil {
+		return fmt.Errorf("%w: InTx with nil db or fn", ErrNilArgument)
+	}
+	tx, err := g.begin(ctx, db, resource, c)
+	if err != nil {
+		return err
+	}
+	return g.runAndCommit(ctx, tx, resource, func() error { return fn(ctx, tx) })
+}
+
+// runAndCommit runs fn in the fenced tx and commits; any error or panic
+// rolls back.
+func (g *Guard) runAndCommit(ctx context.Context, tx pgx.Tx, resource string, fn func() error) error {
+	defer rollback(ctx, tx) // no-op (ErrTxClosed) after Commit
+	if err := fn(); err != nil {
+		return fence.WrapContext(ctx, err)
+	}
+	if err := tx.Commit(ctx); err != nil {
+		return g.dbError(ctx, resource, "commit", err)
+	}
+	return nil
+}
+
+// Begin begins a transaction on db (isolation Config.IsoLevel, lock waits
+// bounded by Config.LockTimeout) and fences it for resource under the claim
+// ctx carries, in one round trip: BEGIN and the fence statement travel as
+// one pgx.Batch. On success the transaction holds the raised mark and its
+// row lock until it ends; the caller writes in it and commits or rolls it
+// back. Errors are InTx's; on every error no transaction is returned (it
+// was rolled back and its connection released). db must not be inside a
+// transaction itself.
+func (g *Guard) Begin(ctx context.Context, db Batcher, resource string) (pgx.Tx, error) {
+	c, err := ctxClaim(ctx, resource)
+	if err != nil {
+		return nil, err
+	}
+	return g.beginChecked(ctx, db, resource, c)
+}
+
+// BeginClaim is Begin for a claim passed explicitly (see InTxClaim).
+func (g *Guard) BeginClaim(ctx context.Context, db Batcher, resource string, c fence.Claim) (pgx.Tx, error) {
+	if err := args(ctx, resource, c); err != nil {
+		return nil, err
+	}
+	return g.beginChecked(ctx, db, resource, c)
+}
+
+func (g *Guard) beginChecked(ctx context.Context, db Batcher, resource string, c fence.Claim) (pgx.Tx, error) {
+	if db == nil {
+		return nil, fmt.Errorf("%w: Begin with nil db", ErrNilArgument)
+	}
+	return g.begin(ctx, db, resource, c)
+}
+
+func (g *Guard) begin(ctx context.Context, db Batcher, resource string, c fence.Claim) (pgx.Tx, error) {
+	b := &pgx.Batch{}
+	b.BeginTx(pgx.TxOptions{IsoLevel: g.iso})
+	var (
+		mark    int64
+		run     string
+		scanned bool
+	)
+	b.Queue(g.fenceSQL, resource, int64(c.Token), c.Run, g.lockArg).QueryRow(func(row pgx.Row) error {
+		if err := row.Scan(&mark, &run); err != nil {
+			return err
+		}
+		scanned = true
+		return nil
+	})
+	br := db.SendBatch(ctx, b)
+	tx := br.Tx()
+	err := br.Close()
+	if err == nil && tx == nil {
+		err = errors.New("pgguard: SendBatch returned no transaction for a batch begun with Batch.BeginTx")
+	}
+	switch {
+	case err == nil:
+		err = fence.WrapContext(ctx, g.decide(ctx, resource, c, mark, run))
+	case !scanned:
+		err = g.dbError(ctx, resource, "fence", err)
+	}
+	if err != nil {
+		if tx != nil {
+			rollback(ctx, tx)
+		}
+		return nil, err
+	}
+	return tx, nil
+}
+
+// FenceTx enforces the claim ctx carries for resource inside the caller's
+// transaction tx, with one statement: if the claim is admitted the mark is
+// raised (or created) and FenceTx returns nil; the caller's writes in tx
+// and the raised mark then commit or roll back together, and the mark's row
+// stays locked until tx ends, so a concurrent holder of the same resource
+// waits for tx's outcome. It may run before or after the caller's writes in
+// tx. It does not change tx's settings: bound its lock wait with ctx or
+// your own lock_timeout.
+//
+// Errors are InTx's. After any error except the input errors (returned
+// before any I/O, tx left as it was) FenceTx has rolled tx back, so work
+// done earlier in tx can never be committed without the check. tx must be
+// the outermost transaction: rolling back a pgx savepoint transaction does
+// not undo its parent's work.
+func (g *Guard) FenceTx(ctx context.Context, tx pgx.Tx, resource string) error {
+	c, err := ctxClaim(ctx, resource)
+	if err != nil {
+		return err
+	}
+	return g.fenceTxChecked(ctx, tx, resource, c)
+}
+
+// FenceTxClaim is FenceTx for a claim passed explicitly (see InTxClaim).
+func (g *Guard) FenceTxClaim(ctx context.Context, tx pgx.Tx, resource string, c fence.Claim) error {
+	if err := args(ctx, resource, c); err != nil {
+		return err
+	}
+	return g.fenceTxChecked(ctx, tx, resource, c)
+}
+
+func (g *Guard) fenceTxChecked(ctx context.Context, tx pgx.Tx, resource string, c fence.Claim) error {
+	if tx == nil {
+		return fmt.Errorf("%w: FenceTx with nil tx", ErrNilArgument)
+	}
+	err := g.fenceTx(ctx, tx, resource, c, nil)
+	if err != nil {
+		rollback(ctx, tx)
+	}
+	return err
+}
+
+// fenceTx runs the fence statement in tx; lockArg is the lock bound to set
+// (nil: leave tx's settings).
+func (g *Guard) fenceTx(ctx context.Context, tx pgx.Tx, resource string, c fence.Claim, lockArg any) error {
+	var (
+		mark int64
+		run  string
+	)
+	if err := tx.QueryRow(ctx, g.fenceSQL, resource, int64(c.Token), c.Run, lockArg).Scan(&mark, &run); err != nil {
+		return g.dbError(ctx, resource, "fence", err)
+	}
+	return fence.WrapContext(ctx, g.decide(ctx, resource, c, mark, run))
+}
+
+func rollback(ctx context.Context, tx pgx.Tx) {
+	ctx, cancel := cleanupCtx(ctx)
+	defer cancel()
+	_ = tx.Rollback(ctx) // the connection dies if this fails; nothing to commit either way
+}
+
+type txKey struct{}
+
+// TxFromContext returns the transaction of the Guard.Fence call whose write
+// function received ctx.
+func TxFromContext(ctx context.Context) (pgx.Tx, bool) {
+	tx, ok := ctx.Value(txKey{}).(pgx.Tx)
+	return tx, ok
+}
+
+// Fence implements fence.Guard on Config.DB, for code written against that
+// interface (httpguard, the conformance kit): it fences under
+// fence.ClaimFor(ctx, token) like InTxClaim (in one round trip when
+// Config.DB implements Batcher, as *pgxpool.Pool and *pgx.Conn do;
+// otherwise BeginTx, then the fence statement), calls write with a ctx that
+// carries the transaction (TxFromContext) and the claim (fence.FromContext),
+// and commits. Errors and rollback are InTx's; ErrNoDB without Config.DB.
+func (g *Guard) Fence(ctx context.Context, resource string, token fence.Token, write func(ctx context.Context) error) error {
+	c := fence.ClaimFor(ctx, token)
+	if err := args(ctx, resource, c); err != nil {
+		return err
+	}
+	if write == nil {
+		return fmt.Errorf("%w: Fence with nil write", ErrNilArgument)
+	}
+	if g.db == nil {
+		return ErrNoDB
+	}
+	var tx pgx.Tx
+	if b, ok := g.db.(Batcher); ok {
+		t, err := g.begin(ctx, b, resource, c)
+		if err != nil {
+			return err
+		}
+		tx = t
+	} else {
+		t, err := g.db.BeginTx(ctx, pgx.TxOptions{IsoLevel: g.iso})
+		if err != nil {
+			return g.dbError(ctx, resource, "begin", err)
+		}
+		if err := g.fenceTx(ctx, t, resource, c, g.lockArg); err != nil {
+			rollback(ctx, t)
+			return err
+		}
+		tx = t
+	}
+	wctx := context.WithValue(fence.WithClaim(ctx, c), txKey{}, tx)
+	return g.runAndCommit(ctx, tx, resource, func() error { return write(wctx) })
+}
+
+// Mark returns the high-water mark of resource (token 0 and no run when it
+// has none), read on Config.DB.
+func (g *Guard) Mark(ctx context.Context, resource string) (fence.Token, error) {
+	c, err := g.MarkClaim(ctx, resource)
+	return c.Token, err
+}
+
+// MarkClaim returns the high-water mark of resource with the run identity
+// stored with it (the zero Claim when it has none), read on Config.DB.
+func (g *Guard) MarkClaim(ctx context.Context, resource string) (fence.Claim, error) {
+	if err := fence.ValidateResource(resource); err != nil {
+		return fence.Claim{}, err
+	}
+	if g.db == nil {
+		return fence.Claim{}, ErrNoDB
+	}
+	var (
+		v   int64
+		run string
+	)
+	err := g.db.QueryRow(ctx, g.readSQL, resource).Scan(&v, &run)
+	if errors.Is(err, pgx.ErrNoRows) {
+		return fence.Claim{}, nil
+	}
+	if err != nil {
+		return fence.Claim{}, g.dbError(ctx, resource, "mark", err)
+	}
+	return fence.Claim{Token: fence.Token(v), Run: run}, nil
+}

@@ -1,0 +1,100 @@
+package pgguard
+
+import (
+	"context"
+	"database/sql"
+	"fmt"
+
+	"github.com/fencekit/fencekit/fence"
+)
+
+// InSQLTx is InTx for database/sql (any driver that speaks PostgreSQL, such
+// as github.com/jackc/pgx/v5/stdlib): it begins a transaction on db
+// (isolation Config.IsoLevel), runs the same single fence statement (lock
+// wait bounded by Config.LockTimeout), calls fn with ctx and the
+// transaction, and commits. database/sql sends BEGIN on its own, so this is
+// one round trip more than InTx. Errors and rollback are InTx's.
+func (g *Guard) InSQLTx(ctx context.Context, db SQLBeginner, resource string, fn func(ctx context.Context, tx *sql.Tx) error) error {
+	c, err := ctxClaim(ctx, resource)
+	if err != nil {
+		return err
+	}
+	return g.inSQLTx(ctx, db, resource, c, fn)
+}
+
+// InSQLTxClaim is InSQLTx for a claim passed explicitly (see InTxClaim).
+func (g *Guard) InSQLTxClaim(ctx context.Context, db SQLBeginner, resource string, c fence.Claim, fn func(ctx context.Context, tx *sql.Tx) error) error {
+	if err := args(ctx, resource, c); err != nil {
+		return err
+	}
+	return g.inSQLTx(ctx, db, resource, c, fn)
+}
+
+func (g *Guard) inSQLTx(ctx context.Context, db SQLBeginner, resource string, c fence.Claim, fn func(ctx context.Context, tx *sql.Tx) error) error {
+	if db == nil || fn == nil {
+		return fmt.Errorf("%w: InSQLTx with nil db or fn", ErrNilArgument)
+	}
+	tx, err := db.BeginTx(ctx, &sql.TxOptions{Isolation: g.sqlIso})
+	if err != nil {
+		return g.dbError(ctx, resource, "begin", err)
+	}
+	defer sqlRollback(tx) // no-op (sql.ErrTxDone) after Commit
+	if err := g.fenceStd(ctx, tx, resource, c, g.lockArg); err != nil {
+		return err
+	}
+	if err := fn(ctx, tx); err != nil {
+		return fence.WrapContext(ctx, err)
+	}
+	if err := tx.Commit(); err != nil {
+		return g.dbError(ctx, resource, "commit", err)
+	}
+	return nil
+}
+
+// FenceSQLTx is FenceTx for a database/sql transaction the caller opened
+// (directly or through an ORM): one statement, under the claim ctx
+// carries; tx's settings are left as they are. After any error except the
+// input errors, tx has been rolled back.
+func (g *Guard) FenceSQLTx(ctx context.Context, tx *sql.Tx, resource string) error {
+	c, err := ctxClaim(ctx, resource)
+	if err != nil {
+		return err
+	}
+	return g.fenceSQLTxChecked(ctx, tx, resource, c)
+}
+
+// FenceSQLTxClaim is FenceSQLTx for a claim passed explicitly (see
+// InTxClaim).
+func (g *Guard) FenceSQLTxClaim(ctx context.Context, tx *sql.Tx, resource string, c fence.Claim) error {
+	if err := args(ctx, resource, c); err != nil {
+		return err
+	}
+	return g.fenceSQLTxChecked(ctx, tx, resource, c)
+}
+
+func (g *Guard) fenceSQLTxChecked(ctx context.Context, tx *sql.Tx, resource string, c fence.Claim) error {
+	if tx == nil {
+		return fmt.Errorf("%w: FenceSQLTx with nil tx", ErrNilArgument)
+	}
+	err := g.fenceStd(ctx, tx, resource, c, nil)
+	if err != nil {
+		sqlRollback(tx)
+	}
+	return err
+}
+
+// fenceStd runs the fence statement in tx; lockArg as in fenceTx.
+func (g *Guard) fenceStd(ctx context.Context, tx *sql.Tx, resource string, c fence.Claim, lockArg any) error {
+	var (
+		mark int64
+		run  string
+	)
+	if err := tx.QueryRowContext(ctx, g.fenceSQL, resource, int64(c.Token), c.Run, lockArg).Scan(&mark, &run); err != nil {
+		return g.dbError(ctx, resource, "fence", err)
+	}
+	return fence.WrapContext(ctx, g.decide(ctx, resource, c, mark, run))
+}
+
+// sqlRollback rolls tx back. database/sql's Rollback takes no context: when
+// the driver's connection is stuck, it returns once database/sql closes it.
+func sqlRollback(tx *sql.Tx) { _ = tx.Rollback() }
