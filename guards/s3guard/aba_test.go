@@ -20,9 +20,11 @@ import (
 // its own token-7 pointer, so its decision is tentative and the If-Match
 // refuses it) and off (every decision on a fresh read).
 func TestIdenticalBytesABA(t *testing.T) {
-	for _, cache := range cacheModes {
-		t.Run(cache.name, func(t *testing.T) { testIdenticalBytesABA(t, cache.size) })
-	}
+	forEachKind(t, func(t *testing.T, kind clientKind) {
+		for _, cache := range cacheModes {
+			t.Run(cache.name, func(t *testing.T) { testIdenticalBytesABA(t, newEnv(t, kind), cache.size) })
+		}
+	})
 }
 
 // cacheModes are the Config.PointerCacheSize values tests run with.
@@ -31,11 +33,10 @@ var cacheModes = []struct {
 	size int
 }{{"cache", 0}, {"nocache", -1}}
 
-func testIdenticalBytesABA(t *testing.T, cacheSize int) {
-	e := newEnv(t)
+func testIdenticalBytesABA(t *testing.T, e env, cacheSize int) {
 	withCache := func(c *Config) { c.PointerCacheSize = cacheSize }
-	old := e.store(t, newClient(t, nil), withCache) // the paused holder of token 7
-	cur := e.store(t, newClient(t, nil), withCache) // the new holder of token 8
+	old := e.store(t, e.newClient(t, nil), withCache) // the paused holder of token 7
+	cur := e.store(t, e.newClient(t, nil), withCache) // the new holder of token 8
 	x := bytes.Repeat([]byte("identical bytes "), 256)
 
 	assertRefused := func(t *testing.T, err error, key string) {
@@ -119,31 +120,32 @@ func testIdenticalBytesABA(t *testing.T, cacheSize int) {
 // meaning of that test: if MinIO ever changed ETags on metadata, this test
 // would fail and tell us.
 func TestNaiveMetadataTokenABA(t *testing.T) {
-	e := newEnv(t)
-	const key = "naive"
-	x := bytes.Repeat([]byte("identical bytes "), 256)
-	withToken := func(tok string) minio.PutObjectOptions {
-		return minio.PutObjectOptions{UserMetadata: map[string]string{"Fencekit-Token": tok}}
-	}
-	// Token 7 writes X.
-	w7, err := e.rawPut(t, key, x, withToken("7"))
-	require.NoError(t, err)
-	// The stale writer reads state: ETag E, token 7 — admitted for token 7.
-	seen, err := e.client.StatObject(testCtx(t), e.bucket, key, minio.StatObjectOptions{})
-	require.NoError(t, err)
-	require.Equal(t, "7", seen.UserMetadata["Fencekit-Token"])
-	// Token 8 writes identical bytes (conditionally, as a naive guard would).
-	o8 := withToken("8")
-	o8.SetMatchETag(seen.ETag)
-	w8, err := e.rawPut(t, key, x, o8)
-	require.NoError(t, err)
-	assert.Equal(t, w7.ETag, w8.ETag, "metadata does not change the ETag")
-	// The stale writer's If-Match: E still passes.
-	o7 := withToken("7")
-	o7.SetMatchETag(seen.ETag)
-	_, err = e.rawPut(t, key, x, o7)
-	require.NoError(t, err, "the naive design accepts the stale write")
-	after, err := e.client.StatObject(testCtx(t), e.bucket, key, minio.StatObjectOptions{})
-	require.NoError(t, err)
-	assert.Equal(t, "7", after.UserMetadata["Fencekit-Token"], "token 8's mark was overwritten by stale token 7")
+	forEachClient(t, func(t *testing.T, e env) {
+		const key = "naive"
+		x := bytes.Repeat([]byte("identical bytes "), 256)
+		withToken := func(tok string) minio.PutObjectOptions {
+			return minio.PutObjectOptions{UserMetadata: map[string]string{"Fencekit-Token": tok}}
+		}
+		// Token 7 writes X.
+		w7, err := e.rawPut(t, key, x, withToken("7"))
+		require.NoError(t, err)
+		// The stale writer reads state: ETag E, token 7 — admitted for token 7.
+		seen, err := e.raw.StatObject(testCtx(t), e.bucket, key, minio.StatObjectOptions{})
+		require.NoError(t, err)
+		require.Equal(t, "7", seen.UserMetadata["Fencekit-Token"])
+		// Token 8 writes identical bytes (conditionally, as a naive guard would).
+		o8 := withToken("8")
+		o8.SetMatchETag(seen.ETag)
+		w8, err := e.rawPut(t, key, x, o8)
+		require.NoError(t, err)
+		assert.Equal(t, w7.ETag, w8.ETag, "metadata does not change the ETag")
+		// The stale writer's If-Match: E still passes.
+		o7 := withToken("7")
+		o7.SetMatchETag(seen.ETag)
+		_, err = e.rawPut(t, key, x, o7)
+		require.NoError(t, err, "the naive design accepts the stale write")
+		after, err := e.raw.StatObject(testCtx(t), e.bucket, key, minio.StatObjectOptions{})
+		require.NoError(t, err)
+		assert.Equal(t, "7", after.UserMetadata["Fencekit-Token"], "token 8's mark was overwritten by stale token 7")
+	})
 }

@@ -3,11 +3,13 @@ package s3guard
 import (
 	"bytes"
 	"fmt"
+	"io"
 	"testing"
 	"time"
 
-	"github.com/minio/minio-go/v7"
 	"github.com/stretchr/testify/require"
+
+	"github.com/fencekit/fencekit/guards/s3guard/s3client"
 )
 
 // BenchmarkPut compares a plain PutObject with a guarded Put of the same
@@ -21,90 +23,97 @@ import (
 // pointer (If-Match / If-None-Match: *), and on overwrite DELETE of the
 // superseded data object (skipped with KeepSuperseded).
 func BenchmarkPut(b *testing.B) {
-	e := newEnv(b)
-	ctx := testCtx(b)
-	body := bytes.Repeat([]byte("x"), 4<<10)
-	s := e.store(b, nil, nil)
-	keep := e.store(b, nil, func(c *Config) { c.KeepSuperseded = true })
-	inl := e.store(b, nil, func(c *Config) { c.InlineMax = len(body) })
-	plain := func(key string) {
-		_, err := e.client.PutObject(ctx, e.bucket, key, bytes.NewReader(body), int64(len(body)), minio.PutObjectOptions{})
-		if err != nil {
-			b.Fatal(err)
-		}
-	}
-	guarded := func(s *Store) func(string) {
-		return func(key string) {
-			if _, err := s.PutBytes(ctx, key, 1, body, PutOptions{}); err != nil {
+	forEachClientB(b, func(b *testing.B, e env) {
+		ctx := testCtx(b)
+		body := bytes.Repeat([]byte("x"), 4<<10)
+		s := e.store(b, nil, nil)
+		keep := e.store(b, nil, func(c *Config) { c.KeepSuperseded = true })
+		inl := e.store(b, nil, func(c *Config) { c.InlineMax = len(body) })
+		plain := func(key string) {
+			_, err := e.client.Put(ctx, e.bucket, key, bytes.NewReader(body), int64(len(body)), s3client.PutOptions{})
+			if err != nil {
 				b.Fatal(err)
 			}
 		}
-	}
-	for _, bc := range []struct {
-		name  string
-		write func(string)
-		fresh bool
-	}{
-		{"overwrite/plain", plain, false},
-		{"overwrite/guarded", guarded(s), false},
-		{"overwrite/guarded-keep", guarded(keep), false},
-		{"overwrite/guarded-inline", guarded(inl), false},
-		{"fresh/plain", plain, true},
-		{"fresh/guarded", guarded(s), true},
-		{"fresh/guarded-inline", guarded(inl), true},
-	} {
-		b.Run(bc.name, func(b *testing.B) {
-			key := "bench/" + bc.name
-			bc.write(key) // the key exists before timing starts
-			b.SetBytes(int64(len(body)))
-			b.ResetTimer()
-			for i := 0; i < b.N; i++ {
-				if bc.fresh {
-					key = fmt.Sprintf("bench/%s/%d", bc.name, i)
+		guarded := func(s *Store) func(string) {
+			return func(key string) {
+				if _, err := s.PutBytes(ctx, key, 1, body, PutOptions{}); err != nil {
+					b.Fatal(err)
 				}
-				bc.write(key)
 			}
-		})
-	}
+		}
+		for _, bc := range []struct {
+			name  string
+			write func(string)
+			fresh bool
+		}{
+			{"overwrite/plain", plain, false},
+			{"overwrite/guarded", guarded(s), false},
+			{"overwrite/guarded-keep", guarded(keep), false},
+			{"overwrite/guarded-inline", guarded(inl), false},
+			{"fresh/plain", plain, true},
+			{"fresh/guarded", guarded(s), true},
+			{"fresh/guarded-inline", guarded(inl), true},
+		} {
+			b.Run(bc.name, func(b *testing.B) {
+				key := "bench/" + bc.name
+				bc.write(key) // the key exists before timing starts
+				b.SetBytes(int64(len(body)))
+				b.ResetTimer()
+				for i := 0; i < b.N; i++ {
+					if bc.fresh {
+						key = fmt.Sprintf("bench/%s/%d", bc.name, i)
+					}
+					bc.write(key)
+				}
+			})
+		}
+	})
 }
 
 // BenchmarkGet compares a plain GetObject of 4 KiB with a guarded Get
 // (GET pointer, GET data with If-Match) and an inline one (GET pointer).
 func BenchmarkGet(b *testing.B) {
-	e := newEnv(b)
-	ctx := testCtx(b)
-	body := bytes.Repeat([]byte("x"), 4<<10)
-	s := e.store(b, nil, nil)
-	_, err := e.rawPut(b, "plain", body, minio.PutObjectOptions{})
-	require.NoError(b, err)
-	_, err = s.PutBytes(ctx, "guarded", 1, body, PutOptions{})
-	require.NoError(b, err)
-	inl := e.store(b, nil, func(c *Config) { c.InlineMax = len(body) })
-	_, err = inl.PutBytes(ctx, "inline", 1, body, PutOptions{})
-	require.NoError(b, err)
-	b.Run("plain", func(b *testing.B) {
-		b.SetBytes(int64(len(body)))
-		for i := 0; i < b.N; i++ {
-			if _, _, err := e.rawGet(b, "plain"); err != nil {
-				b.Fatal(err)
+	forEachClientB(b, func(b *testing.B, e env) {
+		ctx := testCtx(b)
+		body := bytes.Repeat([]byte("x"), 4<<10)
+		s := e.store(b, nil, nil)
+		_, err := e.client.Put(ctx, e.bucket, "plain", bytes.NewReader(body), int64(len(body)), s3client.PutOptions{})
+		require.NoError(b, err)
+		_, err = s.PutBytes(ctx, "guarded", 1, body, PutOptions{})
+		require.NoError(b, err)
+		inl := e.store(b, nil, func(c *Config) { c.InlineMax = len(body) })
+		_, err = inl.PutBytes(ctx, "inline", 1, body, PutOptions{})
+		require.NoError(b, err)
+		b.Run("plain", func(b *testing.B) {
+			b.SetBytes(int64(len(body)))
+			for i := 0; i < b.N; i++ {
+				rc, _, err := e.client.Get(ctx, e.bucket, "plain", s3client.GetOptions{})
+				if err != nil {
+					b.Fatal(err)
+				}
+				if _, err := io.Copy(io.Discard, rc); err != nil {
+					b.Fatal(err)
+				}
+				_ = rc.Close()
 			}
-		}
-	})
-	b.Run("guarded", func(b *testing.B) {
-		b.SetBytes(int64(len(body)))
-		for i := 0; i < b.N; i++ {
-			if _, _, err := s.GetBytes(ctx, "guarded"); err != nil {
-				b.Fatal(err)
+		})
+		b.Run("guarded", func(b *testing.B) {
+			b.SetBytes(int64(len(body)))
+			for i := 0; i < b.N; i++ {
+				if _, _, err := s.GetBytes(ctx, "guarded"); err != nil {
+					b.Fatal(err)
+				}
 			}
-		}
-	})
-	b.Run("guarded-inline", func(b *testing.B) {
-		b.SetBytes(int64(len(body)))
-		for i := 0; i < b.N; i++ {
-			if _, _, err := inl.GetBytes(ctx, "inline"); err != nil {
-				b.Fatal(err)
+		})
+		b.Run("guarded-inline", func(b *testing.B) {
+			b.SetBytes(int64(len(body)))
+			for i := 0; i < b.N; i++ {
+				if _, _, err := inl.GetBytes(ctx, "inline"); err != nil {
+					b.Fatal(err)
+				}
 			}
-		}
+		})
 	})
 }
 
@@ -125,73 +134,74 @@ func BenchmarkGet(b *testing.B) {
 //     pointer-sized body): the cost of the two durable writes a non-inline
 //     guarded write needs.
 func BenchmarkPutPaired(b *testing.B) {
-	e := newEnv(b)
-	ctx := testCtx(b)
-	const small, large = 4 << 10, 1 << 20
-	pointerBody := bytes.Repeat([]byte("p"), 384) // about a pointer's size
-	for _, bc := range []struct {
-		name  string
-		size  int
-		fresh bool
-		mod   func(*Config)
-		floor bool
-	}{
-		{name: "overwrite", size: small},
-		{name: "overwrite-nocache", size: small, mod: func(c *Config) { c.PointerCacheSize = -1 }},
-		{name: "overwrite-keep", size: small, mod: func(c *Config) { c.KeepSuperseded = true }},
-		{name: "overwrite-inline", size: small, mod: func(c *Config) { c.InlineMax = small }},
-		{name: "overwrite-inline-nocache", size: small, mod: func(c *Config) { c.InlineMax = small; c.PointerCacheSize = -1 }},
-		{name: "fresh", size: small, fresh: true},
-		{name: "fresh-inline", size: small, fresh: true, mod: func(c *Config) { c.InlineMax = small }},
-		{name: "overwrite-1MiB", size: large},
-		{name: "overwrite-1MiB-keep", size: large, mod: func(c *Config) { c.KeepSuperseded = true }},
-		{name: "fresh-1MiB", size: large, fresh: true},
-		{name: "floor-2put", size: small, floor: true},
-	} {
-		b.Run(bc.name, func(b *testing.B) {
-			body := bytes.Repeat([]byte("x"), bc.size)
-			s := e.store(b, nil, bc.mod)
-			plainPut := func(key string, body []byte) error {
-				_, err := e.client.PutObject(ctx, e.bucket, key, bytes.NewReader(body), int64(len(body)), minio.PutObjectOptions{})
-				return err
-			}
-			guarded := func(key string) error {
-				_, err := s.PutBytes(ctx, key, 1, body, PutOptions{})
-				return err
-			}
-			if bc.floor {
-				guarded = func(key string) error {
-					if err := plainPut(key+"/data", body); err != nil {
-						return err
+	forEachClientB(b, func(b *testing.B, e env) {
+		ctx := testCtx(b)
+		const small, large = 4 << 10, 1 << 20
+		pointerBody := bytes.Repeat([]byte("p"), 384) // about a pointer's size
+		for _, bc := range []struct {
+			name  string
+			size  int
+			fresh bool
+			mod   func(*Config)
+			floor bool
+		}{
+			{name: "overwrite", size: small},
+			{name: "overwrite-nocache", size: small, mod: func(c *Config) { c.PointerCacheSize = -1 }},
+			{name: "overwrite-keep", size: small, mod: func(c *Config) { c.KeepSuperseded = true }},
+			{name: "overwrite-inline", size: small, mod: func(c *Config) { c.InlineMax = small }},
+			{name: "overwrite-inline-nocache", size: small, mod: func(c *Config) { c.InlineMax = small; c.PointerCacheSize = -1 }},
+			{name: "fresh", size: small, fresh: true},
+			{name: "fresh-inline", size: small, fresh: true, mod: func(c *Config) { c.InlineMax = small }},
+			{name: "overwrite-1MiB", size: large},
+			{name: "overwrite-1MiB-keep", size: large, mod: func(c *Config) { c.KeepSuperseded = true }},
+			{name: "fresh-1MiB", size: large, fresh: true},
+			{name: "floor-2put", size: small, floor: true},
+		} {
+			b.Run(bc.name, func(b *testing.B) {
+				body := bytes.Repeat([]byte("x"), bc.size)
+				s := e.store(b, nil, bc.mod)
+				plainPut := func(key string, body []byte) error {
+					_, err := e.client.Put(ctx, e.bucket, key, bytes.NewReader(body), int64(len(body)), s3client.PutOptions{})
+					return err
+				}
+				guarded := func(key string) error {
+					_, err := s.PutBytes(ctx, key, 1, body, PutOptions{})
+					return err
+				}
+				if bc.floor {
+					guarded = func(key string) error {
+						if err := plainPut(key+"/data", body); err != nil {
+							return err
+						}
+						return plainPut(key, pointerBody)
 					}
-					return plainPut(key, pointerBody)
 				}
-			}
-			plainKey, guardedKey := "paired/"+bc.name+"/plain", "paired/"+bc.name+"/guarded"
-			require.NoError(b, plainPut(plainKey, body))
-			require.NoError(b, guarded(guardedKey)) // also warms the pointer cache
-			var plainNs, guardedNs time.Duration
-			b.SetBytes(int64(bc.size))
-			b.ResetTimer()
-			for i := 0; i < b.N; i++ {
-				pk, gk := plainKey, guardedKey
-				if bc.fresh {
-					pk, gk = fmt.Sprintf("%s/%d", plainKey, i), fmt.Sprintf("%s/%d", guardedKey, i)
+				plainKey, guardedKey := "paired/"+bc.name+"/plain", "paired/"+bc.name+"/guarded"
+				require.NoError(b, plainPut(plainKey, body))
+				require.NoError(b, guarded(guardedKey)) // also warms the pointer cache
+				var plainNs, guardedNs time.Duration
+				b.SetBytes(int64(bc.size))
+				b.ResetTimer()
+				for i := 0; i < b.N; i++ {
+					pk, gk := plainKey, guardedKey
+					if bc.fresh {
+						pk, gk = fmt.Sprintf("%s/%d", plainKey, i), fmt.Sprintf("%s/%d", guardedKey, i)
+					}
+					t0 := time.Now()
+					if err := plainPut(pk, body); err != nil {
+						b.Fatal(err)
+					}
+					t1 := time.Now()
+					if err := guarded(gk); err != nil {
+						b.Fatal(err)
+					}
+					plainNs += t1.Sub(t0)
+					guardedNs += time.Since(t1)
 				}
-				t0 := time.Now()
-				if err := plainPut(pk, body); err != nil {
-					b.Fatal(err)
-				}
-				t1 := time.Now()
-				if err := guarded(gk); err != nil {
-					b.Fatal(err)
-				}
-				plainNs += t1.Sub(t0)
-				guardedNs += time.Since(t1)
-			}
-			b.ReportMetric(float64(plainNs.Nanoseconds())/float64(b.N), "plain-ns/op")
-			b.ReportMetric(float64(guardedNs.Nanoseconds())/float64(b.N), "guarded-ns/op")
-			b.ReportMetric(float64(guardedNs)/float64(plainNs), "guarded/plain")
-		})
-	}
+				b.ReportMetric(float64(plainNs.Nanoseconds())/float64(b.N), "plain-ns/op")
+				b.ReportMetric(float64(guardedNs.Nanoseconds())/float64(b.N), "guarded-ns/op")
+				b.ReportMetric(float64(guardedNs)/float64(plainNs), "guarded/plain")
+			})
+		}
+	})
 }

@@ -13,6 +13,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/fencekit/fencekit/fence"
+	"github.com/fencekit/fencekit/guards/s3guard/minioclient"
 )
 
 // recordingTransport records "METHOD <object key>" for every object request
@@ -72,48 +73,49 @@ func (e env) keysOf(t testing.TB, key string) []string {
 // with the cache, no pointer GET; without it, a GET first. A pointer the
 // Store only read (Get, Mark) is cached as well.
 func TestPointerCacheSkipsRead(t *testing.T) {
-	e := newEnv(t)
-	const key = "requests"
-	for _, tc := range []struct {
-		name   string
-		mod    func(*Config)
-		steady []string
-	}{
-		{"cache", nil, []string{"PUT <data>", "PUT " + key, "DELETE <data>"}},
-		{"nocache", func(c *Config) { c.PointerCacheSize = -1 }, []string{"GET " + key, "PUT <data>", "PUT " + key, "DELETE <data>"}},
-		{"cache-inline", func(c *Config) { c.InlineMax = 16 }, []string{"PUT " + key}},
-		{"nocache-inline", func(c *Config) { c.InlineMax = 16; c.PointerCacheSize = -1 }, []string{"GET " + key, "PUT " + key}},
-	} {
-		t.Run(tc.name, func(t *testing.T) {
-			rt := &recordingTransport{bucket: e.bucket}
-			s := e.store(t, newClient(t, rt), tc.mod)
-			_, err := put(t, s, key, 1, "first")
-			require.NoError(t, err)
-			assert.Equal(t, "GET "+key, rt.take(key)[0], "a write to a key this Store never saw reads the pointer")
-			_, err = put(t, s, key, 1, "second")
-			require.NoError(t, err)
-			assert.Equal(t, tc.steady, rt.take(key))
-			got, info := content(t, s, key)
-			assert.Equal(t, "second", got)
-			assert.Equal(t, fence.Token(1), info.Token)
-		})
-	}
+	forEachClient(t, func(t *testing.T, e env) {
+		const key = "requests"
+		for _, tc := range []struct {
+			name   string
+			mod    func(*Config)
+			steady []string
+		}{
+			{"cache", nil, []string{"PUT <data>", "PUT " + key, "DELETE <data>"}},
+			{"nocache", func(c *Config) { c.PointerCacheSize = -1 }, []string{"GET " + key, "PUT <data>", "PUT " + key, "DELETE <data>"}},
+			{"cache-inline", func(c *Config) { c.InlineMax = 16 }, []string{"PUT " + key}},
+			{"nocache-inline", func(c *Config) { c.InlineMax = 16; c.PointerCacheSize = -1 }, []string{"GET " + key, "PUT " + key}},
+		} {
+			t.Run(tc.name, func(t *testing.T) {
+				rt := &recordingTransport{bucket: e.bucket}
+				s := e.store(t, e.newClient(t, rt), tc.mod)
+				_, err := put(t, s, key, 1, "first")
+				require.NoError(t, err)
+				assert.Equal(t, "GET "+key, rt.take(key)[0], "a write to a key this Store never saw reads the pointer")
+				_, err = put(t, s, key, 1, "second")
+				require.NoError(t, err)
+				assert.Equal(t, tc.steady, rt.take(key))
+				got, info := content(t, s, key)
+				assert.Equal(t, "second", got)
+				assert.Equal(t, fence.Token(1), info.Token)
+			})
+		}
 
-	t.Run("observed", func(t *testing.T) {
-		const key = "requests/observed"
-		other := e.store(t, newClient(t, nil), nil)
-		_, err := put(t, other, key, 4, "theirs")
-		require.NoError(t, err)
-		rt := &recordingTransport{bucket: e.bucket}
-		s := e.store(t, newClient(t, rt), nil)
-		tok, err := s.Mark(testCtx(t), key)
-		require.NoError(t, err)
-		assert.Equal(t, fence.Token(4), tok)
-		rt.take(key)
-		_, err = put(t, s, key, 5, "mine")
-		require.NoError(t, err)
-		assert.Equal(t, []string{"PUT <data>", "PUT " + key, "DELETE <data>"}, rt.take(key),
-			"the pointer Mark read is cached: no GET, no failed PUT")
+		t.Run("observed", func(t *testing.T) {
+			const key = "requests/observed"
+			other := e.store(t, e.newClient(t, nil), nil)
+			_, err := put(t, other, key, 4, "theirs")
+			require.NoError(t, err)
+			rt := &recordingTransport{bucket: e.bucket}
+			s := e.store(t, e.newClient(t, rt), nil)
+			tok, err := s.Mark(testCtx(t), key)
+			require.NoError(t, err)
+			assert.Equal(t, fence.Token(4), tok)
+			rt.take(key)
+			_, err = put(t, s, key, 5, "mine")
+			require.NoError(t, err)
+			assert.Equal(t, []string{"PUT <data>", "PUT " + key, "DELETE <data>"}, rt.take(key),
+				"the pointer Mark read is cached: no GET, no failed PUT")
+		})
 	})
 }
 
@@ -123,234 +125,236 @@ func TestPointerCacheSkipsRead(t *testing.T) {
 // fresh read: refused when B's token is higher, accepted on top when it is
 // equal. Final states and leftovers are checked, inline and not.
 func TestPointerCacheStale(t *testing.T) {
-	e := newEnv(t)
-	for _, inline := range []bool{false, true} {
-		mode := map[bool]string{false: "data", true: "inline"}[inline]
-		mod := func(c *Config) {
-			if inline {
-				c.InlineMax = 64
-			}
-		}
-		// dataObjects lists the data objects of key.
-		dataObjects := func(t *testing.T, key string) []string {
-			var out []string
-			for _, k := range e.listAll(t) {
-				if strings.HasPrefix(k, DefaultDataPrefix+key+"/") {
-					out = append(out, k)
+	forEachClient(t, func(t *testing.T, e env) {
+		for _, inline := range []bool{false, true} {
+			mode := map[bool]string{false: "data", true: "inline"}[inline]
+			mod := func(c *Config) {
+				if inline {
+					c.InlineMax = 64
 				}
 			}
-			return out
-		}
-		wantData := func(in Info) []string {
-			if in.DataKey == "" {
-				return nil
+			// dataObjects lists the data objects of key.
+			dataObjects := func(t *testing.T, key string) []string {
+				var out []string
+				for _, k := range e.listAll(t) {
+					if strings.HasPrefix(k, DefaultDataPrefix+key+"/") {
+						out = append(out, k)
+					}
+				}
+				return out
 			}
-			return []string{in.DataKey}
+			wantData := func(in Info) []string {
+				if in.DataKey == "" {
+					return nil
+				}
+				return []string{in.DataKey}
+			}
+
+			t.Run(mode+"/higher", func(t *testing.T) {
+				key := "stale/higher/" + mode
+				ft := &faultyTransport{match: pathIs(e.bucket, key)}
+				a := e.store(t, e.newClient(t, ft), mod)
+				b := e.store(t, e.newClient(t, nil), mod)
+				_, err := put(t, a, key, 5, "a5")
+				require.NoError(t, err)
+				b6, err := put(t, b, key, 6, "b6")
+				require.NoError(t, err)
+
+				_, err = put(t, a, key, 5, "a5-late")
+				se, ok := fence.IsStale(err)
+				require.True(t, ok, "want stale, got %v", err)
+				assert.Equal(t, fence.StaleError{Resource: key, Presented: 5, Highest: 6}, *se)
+				assert.Equal(t, []int{http.StatusOK, http.StatusPreconditionFailed}, ft.seen(),
+					"the tentative accept on A's cache was refused by If-Match")
+				got, info := content(t, b, key)
+				assert.Equal(t, "b6", got)
+				assert.Equal(t, b6.WriteID, info.WriteID)
+				assert.Equal(t, wantData(b6), dataObjects(t, key), "A's staged data was removed")
+
+				// A's cache now knows token 6: refused again, nothing written.
+				before := e.snapshot(t)
+				_, err = put(t, a, key, 5, "a5-again")
+				assert.ErrorIs(t, err, fence.ErrStale)
+				assert.Len(t, ft.seen(), 2, "no pointer PUT for a refusal the cache knows")
+				assert.Equal(t, before, e.snapshot(t))
+			})
+
+			t.Run(mode+"/equal", func(t *testing.T) {
+				key := "stale/equal/" + mode
+				ft := &faultyTransport{match: pathIs(e.bucket, key)}
+				a := e.store(t, e.newClient(t, ft), mod)
+				b := e.store(t, e.newClient(t, nil), mod)
+				_, err := put(t, a, key, 5, "a5")
+				require.NoError(t, err)
+				_, err = put(t, b, key, 5, "b5")
+				require.NoError(t, err)
+				a2, err := put(t, a, key, 5, "a5-second")
+				require.NoError(t, err)
+				assert.Equal(t, []int{http.StatusOK, http.StatusPreconditionFailed, http.StatusOK}, ft.seen(),
+					"stale cache: 412, re-read, equal token accepted on top")
+				got, info := content(t, b, key)
+				assert.Equal(t, "a5-second", got)
+				assert.Equal(t, a2.WriteID, info.WriteID)
+				assert.Equal(t, wantData(a2), dataObjects(t, key), "B's superseded data removed, nothing left over")
+			})
+
+			t.Run(mode+"/higher-presented", func(t *testing.T) {
+				key := "stale/raise/" + mode
+				ft := &faultyTransport{match: pathIs(e.bucket, key)}
+				a := e.store(t, e.newClient(t, ft), mod)
+				b := e.store(t, e.newClient(t, nil), mod)
+				_, err := put(t, a, key, 5, "a5")
+				require.NoError(t, err)
+				_, err = put(t, b, key, 7, "b7")
+				require.NoError(t, err)
+				a8, err := put(t, a, key, 8, "a8")
+				require.NoError(t, err)
+				assert.Equal(t, []int{http.StatusOK, http.StatusPreconditionFailed, http.StatusOK}, ft.seen())
+				got, info := content(t, b, key)
+				assert.Equal(t, "a8", got)
+				assert.Equal(t, fence.Token(8), info.Token)
+				assert.Equal(t, a8.WriteID, info.WriteID)
+				_, err = put(t, b, key, 7, "b7-late")
+				assert.ErrorIs(t, err, fence.ErrStale, "B's cache is stale the other way round")
+			})
 		}
 
-		t.Run(mode+"/higher", func(t *testing.T) {
-			key := "stale/higher/" + mode
-			ft := &faultyTransport{match: pathIs(e.bucket, key)}
-			a := e.store(t, newClient(t, ft), mod)
-			b := e.store(t, newClient(t, nil), mod)
+		t.Run("tombstone", func(t *testing.T) {
+			const key = "stale/tombstone"
+			a := e.store(t, e.newClient(t, nil), nil)
+			b := e.store(t, e.newClient(t, nil), nil)
 			_, err := put(t, a, key, 5, "a5")
 			require.NoError(t, err)
+			_, err = b.Delete(testCtx(t), key, 6)
+			require.NoError(t, err)
+			_, err = put(t, a, key, 5, "late")
+			se, ok := fence.IsStale(err)
+			require.True(t, ok, "want stale, got %v", err)
+			assert.Equal(t, fence.Token(6), se.Highest)
+			_, err = a.Delete(testCtx(t), key, 5)
+			assert.ErrorIs(t, err, fence.ErrStale)
+			assert.Equal(t, []string{key}, e.keysOf(t, key), "only the tombstone")
+			_, err = put(t, a, key, 6, "a6")
+			require.NoError(t, err)
+			got, _ := content(t, b, key)
+			assert.Equal(t, "a6", got)
+		})
+
+		t.Run("negative", func(t *testing.T) {
+			// A cached "no pointer" (A saw the key empty) is stale once B
+			// created it: If-None-Match: * fails and A decides on B's pointer.
+			const key = "stale/negative"
+			ft := &faultyTransport{match: pathIs(e.bucket, key)}
+			a := e.store(t, e.newClient(t, ft), nil)
+			b := e.store(t, e.newClient(t, nil), nil)
+			tok, err := a.Mark(testCtx(t), key)
+			require.NoError(t, err)
+			require.Zero(t, tok)
 			b6, err := put(t, b, key, 6, "b6")
 			require.NoError(t, err)
-
-			_, err = put(t, a, key, 5, "a5-late")
+			_, err = put(t, a, key, 5, "a5")
 			se, ok := fence.IsStale(err)
 			require.True(t, ok, "want stale, got %v", err)
 			assert.Equal(t, fence.StaleError{Resource: key, Presented: 5, Highest: 6}, *se)
-			assert.Equal(t, []int{http.StatusOK, http.StatusPreconditionFailed}, ft.seen(),
-				"the tentative accept on A's cache was refused by If-Match")
-			got, info := content(t, b, key)
-			assert.Equal(t, "b6", got)
-			assert.Equal(t, b6.WriteID, info.WriteID)
-			assert.Equal(t, wantData(b6), dataObjects(t, key), "A's staged data was removed")
-
-			// A's cache now knows token 6: refused again, nothing written.
-			before := e.snapshot(t)
-			_, err = put(t, a, key, 5, "a5-again")
-			assert.ErrorIs(t, err, fence.ErrStale)
-			assert.Len(t, ft.seen(), 2, "no pointer PUT for a refusal the cache knows")
-			assert.Equal(t, before, e.snapshot(t))
+			assert.Equal(t, []int{http.StatusPreconditionFailed}, ft.seen())
+			assert.ElementsMatch(t, []string{key, b6.DataKey}, e.keysOf(t, key))
 		})
 
-		t.Run(mode+"/equal", func(t *testing.T) {
-			key := "stale/equal/" + mode
+		t.Run("erased", func(t *testing.T) {
+			// The pointer is removed outside the guard after A cached it: the
+			// mark is erased, as documented, whether A's cache knows or not.
+			const key = "stale/erased"
 			ft := &faultyTransport{match: pathIs(e.bucket, key)}
-			a := e.store(t, newClient(t, ft), mod)
-			b := e.store(t, newClient(t, nil), mod)
-			_, err := put(t, a, key, 5, "a5")
+			a := e.store(t, e.newClient(t, ft), nil)
+			_, err := put(t, a, key, 3, "three")
 			require.NoError(t, err)
-			_, err = put(t, b, key, 5, "b5")
+			require.NoError(t, e.raw.RemoveObject(testCtx(t), e.bucket, key, minio.RemoveObjectOptions{}))
+			// Above the cached mark: If-Match on the vanished pointer → 404.
+			_, err = put(t, a, key, 4, "four")
 			require.NoError(t, err)
-			a2, err := put(t, a, key, 5, "a5-second")
+			assert.Equal(t, []int{http.StatusOK, http.StatusNotFound, http.StatusOK}, ft.seen())
+			got, info := content(t, a, key)
+			assert.Equal(t, "four", got)
+			assert.Equal(t, fence.Token(4), info.Token)
+			// Below the cached mark: the refusal is confirmed by a read, which
+			// finds no pointer, so the write is accepted.
+			require.NoError(t, e.raw.RemoveObject(testCtx(t), e.bucket, key, minio.RemoveObjectOptions{}))
+			_, err = put(t, a, key, 1, "one")
 			require.NoError(t, err)
-			assert.Equal(t, []int{http.StatusOK, http.StatusPreconditionFailed, http.StatusOK}, ft.seen(),
-				"stale cache: 412, re-read, equal token accepted on top")
-			got, info := content(t, b, key)
-			assert.Equal(t, "a5-second", got)
-			assert.Equal(t, a2.WriteID, info.WriteID)
-			assert.Equal(t, wantData(a2), dataObjects(t, key), "B's superseded data removed, nothing left over")
+			got, info = content(t, a, key)
+			assert.Equal(t, "one", got)
+			assert.Equal(t, fence.Token(1), info.Token)
 		})
-
-		t.Run(mode+"/higher-presented", func(t *testing.T) {
-			key := "stale/raise/" + mode
-			ft := &faultyTransport{match: pathIs(e.bucket, key)}
-			a := e.store(t, newClient(t, ft), mod)
-			b := e.store(t, newClient(t, nil), mod)
-			_, err := put(t, a, key, 5, "a5")
-			require.NoError(t, err)
-			_, err = put(t, b, key, 7, "b7")
-			require.NoError(t, err)
-			a8, err := put(t, a, key, 8, "a8")
-			require.NoError(t, err)
-			assert.Equal(t, []int{http.StatusOK, http.StatusPreconditionFailed, http.StatusOK}, ft.seen())
-			got, info := content(t, b, key)
-			assert.Equal(t, "a8", got)
-			assert.Equal(t, fence.Token(8), info.Token)
-			assert.Equal(t, a8.WriteID, info.WriteID)
-			_, err = put(t, b, key, 7, "b7-late")
-			assert.ErrorIs(t, err, fence.ErrStale, "B's cache is stale the other way round")
-		})
-	}
-
-	t.Run("tombstone", func(t *testing.T) {
-		const key = "stale/tombstone"
-		a := e.store(t, newClient(t, nil), nil)
-		b := e.store(t, newClient(t, nil), nil)
-		_, err := put(t, a, key, 5, "a5")
-		require.NoError(t, err)
-		_, err = b.Delete(testCtx(t), key, 6)
-		require.NoError(t, err)
-		_, err = put(t, a, key, 5, "late")
-		se, ok := fence.IsStale(err)
-		require.True(t, ok, "want stale, got %v", err)
-		assert.Equal(t, fence.Token(6), se.Highest)
-		_, err = a.Delete(testCtx(t), key, 5)
-		assert.ErrorIs(t, err, fence.ErrStale)
-		assert.Equal(t, []string{key}, e.keysOf(t, key), "only the tombstone")
-		_, err = put(t, a, key, 6, "a6")
-		require.NoError(t, err)
-		got, _ := content(t, b, key)
-		assert.Equal(t, "a6", got)
-	})
-
-	t.Run("negative", func(t *testing.T) {
-		// A cached "no pointer" (A saw the key empty) is stale once B
-		// created it: If-None-Match: * fails and A decides on B's pointer.
-		const key = "stale/negative"
-		ft := &faultyTransport{match: pathIs(e.bucket, key)}
-		a := e.store(t, newClient(t, ft), nil)
-		b := e.store(t, newClient(t, nil), nil)
-		tok, err := a.Mark(testCtx(t), key)
-		require.NoError(t, err)
-		require.Zero(t, tok)
-		b6, err := put(t, b, key, 6, "b6")
-		require.NoError(t, err)
-		_, err = put(t, a, key, 5, "a5")
-		se, ok := fence.IsStale(err)
-		require.True(t, ok, "want stale, got %v", err)
-		assert.Equal(t, fence.StaleError{Resource: key, Presented: 5, Highest: 6}, *se)
-		assert.Equal(t, []int{http.StatusPreconditionFailed}, ft.seen())
-		assert.ElementsMatch(t, []string{key, b6.DataKey}, e.keysOf(t, key))
-	})
-
-	t.Run("erased", func(t *testing.T) {
-		// The pointer is removed outside the guard after A cached it: the
-		// mark is erased, as documented, whether A's cache knows or not.
-		const key = "stale/erased"
-		ft := &faultyTransport{match: pathIs(e.bucket, key)}
-		a := e.store(t, newClient(t, ft), nil)
-		_, err := put(t, a, key, 3, "three")
-		require.NoError(t, err)
-		require.NoError(t, e.client.RemoveObject(testCtx(t), e.bucket, key, minio.RemoveObjectOptions{}))
-		// Above the cached mark: If-Match on the vanished pointer → 404.
-		_, err = put(t, a, key, 4, "four")
-		require.NoError(t, err)
-		assert.Equal(t, []int{http.StatusOK, http.StatusNotFound, http.StatusOK}, ft.seen())
-		got, info := content(t, a, key)
-		assert.Equal(t, "four", got)
-		assert.Equal(t, fence.Token(4), info.Token)
-		// Below the cached mark: the refusal is confirmed by a read, which
-		// finds no pointer, so the write is accepted.
-		require.NoError(t, e.client.RemoveObject(testCtx(t), e.bucket, key, minio.RemoveObjectOptions{}))
-		_, err = put(t, a, key, 1, "one")
-		require.NoError(t, err)
-		got, info = content(t, a, key)
-		assert.Equal(t, "one", got)
-		assert.Equal(t, fence.Token(1), info.Token)
 	})
 }
 
 // TestPointerCacheLostReply: the lost-reply cases of TestLostReplyRetry with
 // a warm cache (the Store wrote the key before, so it skips the pointer GET).
 func TestPointerCacheLostReply(t *testing.T) {
-	e := newEnv(t)
+	forEachClient(t, func(t *testing.T, e env) {
 
-	t.Run("ours", func(t *testing.T) {
-		const key = "cache-lost/ours"
-		ft := &faultyTransport{match: pathIs(e.bucket, key), drop: map[int]bool{2: true}}
-		rt := &recordingTransport{bucket: e.bucket, next: ft}
-		s := e.store(t, newClient(t, rt), nil)
-		prev, err := put(t, s, key, 3, "before")
-		require.NoError(t, err)
-		rt.take(key)
-		info, err := put(t, s, key, 4, "mine")
-		require.NoError(t, err, "a landed write whose reply was lost is a success")
-		assert.Equal(t, []int{http.StatusOK, http.StatusOK, http.StatusPreconditionFailed}, ft.seen())
-		assert.Equal(t, []string{"PUT <data>", "PUT " + key, "PUT " + key, "GET " + key, "DELETE <data>"}, rt.take(key),
-			"no pointer GET before the commit; the 412 of the SDK's retry is resolved by one re-read")
-		got, gi := content(t, e.store(t, nil, nil), key)
-		assert.Equal(t, "mine", got)
-		assert.Equal(t, info.WriteID, gi.WriteID)
-		assert.ElementsMatch(t, []string{key, info.DataKey}, e.keysOf(t, key))
-		assert.NotEqual(t, prev.DataKey, info.DataKey)
-	})
+		t.Run("ours", func(t *testing.T) {
+			const key = "cache-lost/ours"
+			ft := &faultyTransport{match: pathIs(e.bucket, key), drop: map[int]bool{2: true}}
+			rt := &recordingTransport{bucket: e.bucket, next: ft}
+			s := e.store(t, e.newClient(t, rt), nil)
+			prev, err := put(t, s, key, 3, "before")
+			require.NoError(t, err)
+			rt.take(key)
+			info, err := put(t, s, key, 4, "mine")
+			require.NoError(t, err, "a landed write whose reply was lost is a success")
+			assert.Equal(t, []int{http.StatusOK, http.StatusOK, http.StatusPreconditionFailed}, ft.seen())
+			assert.Equal(t, []string{"PUT <data>", "PUT " + key, "PUT " + key, "GET " + key, "DELETE <data>"}, rt.take(key),
+				"no pointer GET before the commit; the 412 of the SDK's retry is resolved by one re-read")
+			got, gi := content(t, e.store(t, nil, nil), key)
+			assert.Equal(t, "mine", got)
+			assert.Equal(t, info.WriteID, gi.WriteID)
+			assert.ElementsMatch(t, []string{key, info.DataKey}, e.keysOf(t, key))
+			assert.NotEqual(t, prev.DataKey, info.DataKey)
+		})
 
-	t.Run("someone-else", func(t *testing.T) {
-		// A newer holder's write lands just before our cached-If-Match PUT
-		// reaches MinIO: a genuine 412, a stale refusal.
-		const key = "cache-lost/other"
-		other := e.store(t, newClient(t, nil), nil)
-		var theirs Info
-		ft := &faultyTransport{match: pathIs(e.bucket, key), before: func(attempt int) {
-			if attempt == 2 {
-				var err error
-				theirs, err = put(t, other, key, 9, "theirs")
-				require.NoError(t, err)
-			}
-		}}
-		s := e.store(t, newClient(t, ft), nil)
-		_, err := put(t, s, key, 8, "before")
-		require.NoError(t, err)
-		_, err = put(t, s, key, 8, "mine")
-		se, ok := fence.IsStale(err)
-		require.True(t, ok, "want stale, got %v", err)
-		assert.Equal(t, fence.StaleError{Resource: key, Presented: 8, Highest: 9}, *se)
-		assert.Equal(t, []int{http.StatusOK, http.StatusPreconditionFailed}, ft.seen())
-		got, gi := content(t, other, key)
-		assert.Equal(t, "theirs", got)
-		assert.Equal(t, theirs.WriteID, gi.WriteID)
-		assert.ElementsMatch(t, []string{key, theirs.DataKey}, e.keysOf(t, key))
-	})
+		t.Run("someone-else", func(t *testing.T) {
+			// A newer holder's write lands just before our cached-If-Match PUT
+			// reaches MinIO: a genuine 412, a stale refusal.
+			const key = "cache-lost/other"
+			other := e.store(t, e.newClient(t, nil), nil)
+			var theirs Info
+			ft := &faultyTransport{match: pathIs(e.bucket, key), before: func(attempt int) {
+				if attempt == 2 {
+					var err error
+					theirs, err = put(t, other, key, 9, "theirs")
+					require.NoError(t, err)
+				}
+			}}
+			s := e.store(t, e.newClient(t, ft), nil)
+			_, err := put(t, s, key, 8, "before")
+			require.NoError(t, err)
+			_, err = put(t, s, key, 8, "mine")
+			se, ok := fence.IsStale(err)
+			require.True(t, ok, "want stale, got %v", err)
+			assert.Equal(t, fence.StaleError{Resource: key, Presented: 8, Highest: 9}, *se)
+			assert.Equal(t, []int{http.StatusOK, http.StatusPreconditionFailed}, ft.seen())
+			got, gi := content(t, other, key)
+			assert.Equal(t, "theirs", got)
+			assert.Equal(t, theirs.WriteID, gi.WriteID)
+			assert.ElementsMatch(t, []string{key, theirs.DataKey}, e.keysOf(t, key))
+		})
 
-	t.Run("busy-not-counted", func(t *testing.T) {
-		// MaxAttempts 1: the failure caused by the stale cache is free, the
-		// second (real) attempt succeeds.
-		const key = "cache-lost/attempts"
-		a := e.store(t, newClient(t, nil), func(c *Config) { c.MaxAttempts = 1 })
-		b := e.store(t, newClient(t, nil), nil)
-		_, err := put(t, a, key, 2, "a")
-		require.NoError(t, err)
-		_, err = put(t, b, key, 2, "b")
-		require.NoError(t, err)
-		_, err = put(t, a, key, 2, "a-again")
-		require.NoError(t, err)
-		got, _ := content(t, b, key)
-		assert.Equal(t, "a-again", got)
+		t.Run("busy-not-counted", func(t *testing.T) {
+			// MaxAttempts 1: the failure caused by the stale cache is free, the
+			// second (real) attempt succeeds.
+			const key = "cache-lost/attempts"
+			a := e.store(t, e.newClient(t, nil), func(c *Config) { c.MaxAttempts = 1 })
+			b := e.store(t, e.newClient(t, nil), nil)
+			_, err := put(t, a, key, 2, "a")
+			require.NoError(t, err)
+			_, err = put(t, b, key, 2, "b")
+			require.NoError(t, err)
+			_, err = put(t, a, key, 2, "a-again")
+			require.NoError(t, err)
+			got, _ := content(t, b, key)
+			assert.Equal(t, "a-again", got)
+		})
 	})
 }
 
@@ -359,25 +363,26 @@ func TestPointerCacheLostReply(t *testing.T) {
 // metadata, so a re-stamp decided on it reads the full pointer first and the
 // content survives.
 func TestPointerCacheRestamp(t *testing.T) {
-	e := newEnv(t)
-	const key = "restamp"
-	s := e.store(t, nil, func(c *Config) { c.InlineMax = 64 })
-	ctx := testCtx(t)
-	_, err := s.PutBytes(ctx, key, 1, []byte("inline bytes"), PutOptions{ContentType: "text/plain", Metadata: map[string]string{"k": "v"}})
-	require.NoError(t, err)
-	cur, ok := s.cache.get(key)
-	require.True(t, ok)
-	require.True(t, cur.partial)
-	assert.Nil(t, cur.p.Inline)
-	// The cache path, as Put and Delete take it, with a write that stages
-	// nothing (unreachable through Put; Fence itself never uses the cache).
-	info, err := s.fence(ctx, key, 2, func(context.Context) error { return nil }, true)
-	require.NoError(t, err)
-	assert.Equal(t, fence.Token(2), info.Token)
-	got, gi := content(t, s, key)
-	assert.Equal(t, "inline bytes", got)
-	assert.Equal(t, map[string]string{"k": "v"}, gi.Metadata)
-	assert.Equal(t, "text/plain", gi.ContentType)
+	forEachClient(t, func(t *testing.T, e env) {
+		const key = "restamp"
+		s := e.store(t, nil, func(c *Config) { c.InlineMax = 64 })
+		ctx := testCtx(t)
+		_, err := s.PutBytes(ctx, key, 1, []byte("inline bytes"), PutOptions{ContentType: "text/plain", Metadata: map[string]string{"k": "v"}})
+		require.NoError(t, err)
+		cur, ok := s.cache.get(key)
+		require.True(t, ok)
+		require.True(t, cur.partial)
+		assert.Nil(t, cur.p.Inline)
+		// The cache path, as Put and Delete take it, with a write that stages
+		// nothing (unreachable through Put; Fence itself never uses the cache).
+		info, err := s.fence(ctx, key, 2, func(context.Context) error { return nil }, true)
+		require.NoError(t, err)
+		assert.Equal(t, fence.Token(2), info.Token)
+		got, gi := content(t, s, key)
+		assert.Equal(t, "inline bytes", got)
+		assert.Equal(t, map[string]string{"k": "v"}, gi.Metadata)
+		assert.Equal(t, "text/plain", gi.ContentType)
+	})
 }
 
 // TestPointerCacheBounded: the cache holds at most its size, evicting the
@@ -429,7 +434,7 @@ func TestPointerCacheBounded(t *testing.T) {
 	assert.False(t, ok)
 	assert.Nil(t, newPointerCache(0))
 
-	e := env{client: &minio.Client{}, bucket: "b"}
+	e := env{client: minioclient.New(&minio.Client{}), bucket: "b"}
 	for size, want := range map[int]int{0: DefaultPointerCacheSize, 7: 7} {
 		s := e.store(t, nil, func(c *Config) { c.PointerCacheSize = size })
 		require.NotNil(t, s.cache)
@@ -442,27 +447,28 @@ func TestPointerCacheBounded(t *testing.T) {
 // holds stays within the bound and every key keeps working (evicted keys
 // are read again).
 func TestPointerCacheBoundedUnderLoad(t *testing.T) {
-	e := newEnv(t)
-	s := e.store(t, nil, func(c *Config) { c.PointerCacheSize = 3; c.InlineMax = 16 })
-	other := e.store(t, newClient(t, nil), func(c *Config) { c.InlineMax = 16 })
-	for round := fence.Token(1); round <= 3; round++ {
-		for i := range 6 {
-			key := fmt.Sprintf("load/%d", i)
-			_, err := put(t, s, key, round, fmt.Sprint("s", round))
-			require.NoError(t, err)
-			assert.LessOrEqual(t, s.cache.len(), 3)
+	forEachClient(t, func(t *testing.T, e env) {
+		s := e.store(t, nil, func(c *Config) { c.PointerCacheSize = 3; c.InlineMax = 16 })
+		other := e.store(t, e.newClient(t, nil), func(c *Config) { c.InlineMax = 16 })
+		for round := fence.Token(1); round <= 3; round++ {
+			for i := range 6 {
+				key := fmt.Sprintf("load/%d", i)
+				_, err := put(t, s, key, round, fmt.Sprint("s", round))
+				require.NoError(t, err)
+				assert.LessOrEqual(t, s.cache.len(), 3)
+			}
+			// Another store moves every key on: evicted or cached alike, the
+			// next round must decide correctly.
+			for i := range 6 {
+				_, err := put(t, other, fmt.Sprintf("load/%d", i), round+1, "o")
+				require.NoError(t, err)
+			}
+			for i := range 6 {
+				_, err := put(t, s, fmt.Sprintf("load/%d", i), round, "late")
+				se, ok := fence.IsStale(err)
+				require.True(t, ok, "key %d round %d: want stale, got %v", i, round, err)
+				assert.Equal(t, round+1, se.Highest)
+			}
 		}
-		// Another store moves every key on: evicted or cached alike, the
-		// next round must decide correctly.
-		for i := range 6 {
-			_, err := put(t, other, fmt.Sprintf("load/%d", i), round+1, "o")
-			require.NoError(t, err)
-		}
-		for i := range 6 {
-			_, err := put(t, s, fmt.Sprintf("load/%d", i), round, "late")
-			se, ok := fence.IsStale(err)
-			require.True(t, ok, "key %d round %d: want stale, got %v", i, round, err)
-			assert.Equal(t, round+1, se.Highest)
-		}
-	}
+	})
 }

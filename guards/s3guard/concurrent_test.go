@@ -20,22 +20,23 @@ import (
 // shared by four writers each ("cache-shared", so one cache sees concurrent
 // updates), and with the cache off ("nocache").
 func TestConcurrentWriters(t *testing.T) {
-	for _, mode := range []struct {
-		name      string
-		cacheSize int
-		stores    int
-	}{{"cache", 0, 16}, {"cache-shared", 0, 4}, {"nocache", -1, 16}} {
-		t.Run(mode.name, func(t *testing.T) { testConcurrentWriters(t, mode.cacheSize, mode.stores) })
-	}
+	forEachKind(t, func(t *testing.T, kind clientKind) {
+		for _, mode := range []struct {
+			name      string
+			cacheSize int
+			stores    int
+		}{{"cache", 0, 16}, {"cache-shared", 0, 4}, {"nocache", -1, 16}} {
+			t.Run(mode.name, func(t *testing.T) { testConcurrentWriters(t, newEnv(t, kind), mode.cacheSize, mode.stores) })
+		}
+	})
 }
 
-func testConcurrentWriters(t *testing.T, cacheSize, nstores int) {
+func testConcurrentWriters(t *testing.T, e env, cacheSize, nstores int) {
 	const writers, rounds = 16, 8
-	e := newEnv(t)
 	const key = "contended"
 	stores := make([]*Store, nstores)
 	for i := range stores {
-		stores[i] = e.store(t, newClient(t, nil), func(c *Config) { c.MaxAttempts = 100; c.PointerCacheSize = cacheSize })
+		stores[i] = e.store(t, e.newClient(t, nil), func(c *Config) { c.MaxAttempts = 100; c.PointerCacheSize = cacheSize })
 	}
 
 	type result struct {

@@ -6,10 +6,10 @@ import (
 	"strings"
 	"time"
 
-	"github.com/minio/minio-go/v7"
 	"go.opentelemetry.io/otel/metric"
 
 	"github.com/fencekit/fencekit/fence"
+	"github.com/fencekit/fencekit/guards/s3guard/s3client"
 	"github.com/fencekit/fencekit/internal/obs"
 )
 
@@ -28,8 +28,10 @@ const cleanupTimeout = 10 * time.Second
 
 // Config configures a Store. Client and Bucket are required.
 type Config struct {
-	// Client talks to S3 or MinIO. Required.
-	Client *minio.Client
+	// Client talks to S3 or MinIO: the adapter of the SDK client the
+	// caller already has (minioclient.New, awsclient.New) or any other
+	// s3client.Client. Required.
+	Client s3client.Client
 	// Bucket holds the pointers and the data objects. Required; it must
 	// exist.
 	Bucket string
@@ -81,7 +83,7 @@ type Config struct {
 // use, also together with other Stores (in other processes) over the same
 // bucket.
 type Store struct {
-	client  *minio.Client
+	client  s3client.Client
 	bucket  string
 	prefix  string
 	max     int

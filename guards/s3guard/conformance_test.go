@@ -66,23 +66,25 @@ var s3BadResources = []string{
 // with the pointer cache on (the default; the four stores' caches go stale
 // whenever another store writes) and off.
 func TestConformance(t *testing.T) {
-	for _, viaFence := range []bool{false, true} {
-		name := map[bool]string{false: "Put", true: "FenceStage"}[viaFence]
-		for _, cache := range cacheModes {
-			t.Run(name+"/"+cache.name, func(t *testing.T) {
-				e := newEnv(t)
-				sub := &subject{viaFence: viaFence}
-				for range 4 {
-					sub.stores = append(sub.stores, e.store(t, newClient(t, nil), func(c *Config) {
-						c.MaxAttempts = 64
-						c.PointerCacheSize = cache.size
-					}))
-				}
-				guardtest.Run(t, guardtest.Config{
-					New:          func(*testing.T) guardtest.Subject { return sub },
-					BadResources: s3BadResources,
+	forEachKind(t, func(t *testing.T, kind clientKind) {
+		for _, viaFence := range []bool{false, true} {
+			name := map[bool]string{false: "Put", true: "FenceStage"}[viaFence]
+			for _, cache := range cacheModes {
+				t.Run(name+"/"+cache.name, func(t *testing.T) {
+					e := newEnv(t, kind)
+					sub := &subject{viaFence: viaFence}
+					for range 4 {
+						sub.stores = append(sub.stores, e.store(t, e.newClient(t, nil), func(c *Config) {
+							c.MaxAttempts = 64
+							c.PointerCacheSize = cache.size
+						}))
+					}
+					guardtest.Run(t, guardtest.Config{
+						New:          func(*testing.T) guardtest.Subject { return sub },
+						BadResources: s3BadResources,
+					})
 				})
-			})
+			}
 		}
-	}
+	})
 }

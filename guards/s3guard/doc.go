@@ -1,7 +1,12 @@
-// Package s3guard fences writes to objects in S3 or MinIO (minio-go v7): a
-// write presenting a fencing token below the highest one an object has
-// accepted is refused, atomically with the write, using only the store's own
-// conditional PUTs (If-None-Match: *, If-Match).
+// Package s3guard fences writes to objects in S3 or MinIO: a write
+// presenting a fencing token below the highest one an object has accepted is
+// refused, atomically with the write, using only the store's own conditional
+// PUTs (If-None-Match: *, If-Match).
+//
+// The Store talks to the bucket through s3client.Client, so it works with the
+// SDK client its user already has: minioclient.New wraps a minio-go v7
+// *minio.Client, awsclient.New an aws-sdk-go-v2 *s3.Client. Both adapters
+// pass the same test suite against MinIO.
 //
 // # Layout
 //

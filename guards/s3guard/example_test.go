@@ -11,6 +11,7 @@ import (
 
 	"github.com/fencekit/fencekit/fence"
 	"github.com/fencekit/fencekit/guards/s3guard"
+	"github.com/fencekit/fencekit/guards/s3guard/minioclient"
 	"github.com/fencekit/fencekit/internal/testsvc"
 )
 
@@ -31,7 +32,7 @@ func exampleStoreWith(ctx context.Context, cfg s3guard.Config) (*s3guard.Store, 
 	if err := client.MakeBucket(ctx, bucket, minio.MakeBucketOptions{}); err != nil {
 		panic(err)
 	}
-	cfg.Client, cfg.Bucket = client, bucket
+	cfg.Client, cfg.Bucket = minioclient.New(client), bucket
 	store, err := s3guard.New(cfg)
 	if err != nil {
 		panic(err)

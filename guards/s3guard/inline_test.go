@@ -18,90 +18,93 @@ import (
 // itself; everything else behaves the same, and stores with and without
 // inlining read each other's writes.
 func TestInline(t *testing.T) {
-	e := newEnv(t)
-	ctx := testCtx(t)
-	in := e.store(t, nil, func(c *Config) { c.InlineMax = 4096 })
-	plain := e.store(t, newClient(t, nil), nil)
-	const key = "inline/k"
-	small := bytes.Repeat([]byte("s"), 4096)
+	forEachClient(t, func(t *testing.T, e env) {
+		ctx := testCtx(t)
+		in := e.store(t, nil, func(c *Config) { c.InlineMax = 4096 })
+		plain := e.store(t, e.newClient(t, nil), nil)
+		const key = "inline/k"
+		small := bytes.Repeat([]byte("s"), 4096)
 
-	i7, err := in.PutBytes(ctx, key, 7, small, PutOptions{ContentType: "text/plain", Metadata: map[string]string{"a": "<&>"}})
-	require.NoError(t, err)
-	assert.True(t, i7.Inline)
-	assert.Empty(t, i7.DataKey)
-	assert.Equal(t, []string{key}, e.listAll(t), "no data object")
-	body, _, err := e.rawGet(t, key)
-	require.NoError(t, err)
-	var p struct {
-		Inline []byte `json:"inline"`
-	}
-	require.NoError(t, json.Unmarshal(body, &p), "a plain reader base64-decodes the inline field")
-	assert.Equal(t, small, p.Inline)
+		i7, err := in.PutBytes(ctx, key, 7, small, PutOptions{ContentType: "text/plain", Metadata: map[string]string{"a": "<&>"}})
+		require.NoError(t, err)
+		assert.True(t, i7.Inline)
+		assert.Empty(t, i7.DataKey)
+		assert.Equal(t, []string{key}, e.listAll(t), "no data object")
+		body, _, err := e.rawGet(t, key)
+		require.NoError(t, err)
+		var p struct {
+			Inline []byte `json:"inline"`
+		}
+		require.NoError(t, json.Unmarshal(body, &p), "a plain reader base64-decodes the inline field")
+		assert.Equal(t, small, p.Inline)
 
-	// Identical bytes under token 8; token 7 refused afterwards.
-	i8, err := in.PutBytes(ctx, key, 8, small, PutOptions{ContentType: "text/plain"})
-	require.NoError(t, err)
-	_, err = in.PutBytes(ctx, key, 7, small, PutOptions{})
-	se, ok := fence.IsStale(err)
-	require.True(t, ok, "%v", err)
-	assert.Equal(t, fence.Token(8), se.Highest)
-	got, info := content(t, plain, key) // read by a store without inlining
-	assert.Equal(t, string(small), got)
-	assert.Equal(t, i8.WriteID, info.WriteID)
-	assert.True(t, info.Inline)
+		// Identical bytes under token 8; token 7 refused afterwards.
+		i8, err := in.PutBytes(ctx, key, 8, small, PutOptions{ContentType: "text/plain"})
+		require.NoError(t, err)
+		_, err = in.PutBytes(ctx, key, 7, small, PutOptions{})
+		se, ok := fence.IsStale(err)
+		require.True(t, ok, "%v", err)
+		assert.Equal(t, fence.Token(8), se.Highest)
+		got, info := content(t, plain, key) // read by a store without inlining
+		assert.Equal(t, string(small), got)
+		assert.Equal(t, i8.WriteID, info.WriteID)
+		assert.True(t, info.Inline)
 
-	// Larger content goes to a data object, then back inline; the
-	// superseded data object is removed.
-	big := strings.Repeat("b", 4097)
-	ib, err := in.PutBytes(ctx, key, 9, []byte(big), PutOptions{})
-	require.NoError(t, err)
-	assert.False(t, ib.Inline)
-	assert.ElementsMatch(t, []string{key, ib.DataKey}, e.listAll(t))
-	_, err = in.PutBytes(ctx, key, 9, []byte("tiny"), PutOptions{})
-	require.NoError(t, err)
-	assert.Equal(t, []string{key}, e.listAll(t))
-	got, _ = content(t, plain, key)
-	assert.Equal(t, "tiny", got)
+		// Larger content goes to a data object, then back inline; the
+		// superseded data object is removed.
+		big := strings.Repeat("b", 4097)
+		ib, err := in.PutBytes(ctx, key, 9, []byte(big), PutOptions{})
+		require.NoError(t, err)
+		assert.False(t, ib.Inline)
+		assert.ElementsMatch(t, []string{key, ib.DataKey}, e.listAll(t))
+		_, err = in.PutBytes(ctx, key, 9, []byte("tiny"), PutOptions{})
+		require.NoError(t, err)
+		assert.Equal(t, []string{key}, e.listAll(t))
+		got, _ = content(t, plain, key)
+		assert.Equal(t, "tiny", got)
 
-	// A mark-only Fence keeps inline content; empty content works inline.
-	require.NoError(t, in.Fence(ctx, key, 10, func(ctx context.Context) error { return nil }))
-	got, info = content(t, in, key)
-	assert.Equal(t, "tiny", got)
-	assert.Equal(t, fence.Token(10), info.Token)
-	_, err = in.PutBytes(ctx, "inline/empty", 1, nil, PutOptions{})
-	require.NoError(t, err)
-	got, info = content(t, plain, "inline/empty")
-	assert.Empty(t, got)
-	assert.True(t, info.Inline)
+		// A mark-only Fence keeps inline content; empty content works inline.
+		require.NoError(t, in.Fence(ctx, key, 10, func(ctx context.Context) error { return nil }))
+		got, info = content(t, in, key)
+		assert.Equal(t, "tiny", got)
+		assert.Equal(t, fence.Token(10), info.Token)
+		_, err = in.PutBytes(ctx, "inline/empty", 1, nil, PutOptions{})
+		require.NoError(t, err)
+		got, info = content(t, plain, "inline/empty")
+		assert.Empty(t, got)
+		assert.True(t, info.Inline)
 
-	// A short reader is an error and changes nothing.
-	before := e.snapshot(t)
-	_, err = in.Put(ctx, key, 11, strings.NewReader("abc"), 10, PutOptions{})
-	require.Error(t, err)
-	assert.Equal(t, before, e.snapshot(t))
+		// A short reader is an error and changes nothing.
+		before := e.snapshot(t)
+		_, err = in.Put(ctx, key, 11, strings.NewReader("abc"), 10, PutOptions{})
+		require.Error(t, err)
+		assert.Equal(t, before, e.snapshot(t))
 
-	for _, bad := range []int{-1, MaxInline + 1} {
-		_, err := New(Config{Client: e.client, Bucket: e.bucket, InlineMax: bad})
-		assert.ErrorIs(t, err, ErrInvalidConfig)
-	}
+		for _, bad := range []int{-1, MaxInline + 1} {
+			_, err := New(Config{Client: e.client, Bucket: e.bucket, InlineMax: bad})
+			assert.ErrorIs(t, err, ErrInvalidConfig)
+		}
+	})
 }
 
 func TestConformanceInline(t *testing.T) {
-	for _, cache := range cacheModes {
-		t.Run(cache.name, func(t *testing.T) {
-			e := newEnv(t)
-			sub := &subject{}
-			for range 4 {
-				sub.stores = append(sub.stores, e.store(t, newClient(t, nil), func(c *Config) {
-					c.MaxAttempts = 64
-					c.InlineMax = MaxInline
-					c.PointerCacheSize = cache.size
-				}))
-			}
-			guardtest.Run(t, guardtest.Config{
-				New:          func(*testing.T) guardtest.Subject { return sub },
-				BadResources: s3BadResources,
+	forEachKind(t, func(t *testing.T, kind clientKind) {
+		for _, cache := range cacheModes {
+			t.Run(cache.name, func(t *testing.T) {
+				e := newEnv(t, kind)
+				sub := &subject{}
+				for range 4 {
+					sub.stores = append(sub.stores, e.store(t, e.newClient(t, nil), func(c *Config) {
+						c.MaxAttempts = 64
+						c.InlineMax = MaxInline
+						c.PointerCacheSize = cache.size
+					}))
+				}
+				guardtest.Run(t, guardtest.Config{
+					New:          func(*testing.T) guardtest.Subject { return sub },
+					BadResources: s3BadResources,
+				})
 			})
-		})
-	}
+		}
+	})
 }

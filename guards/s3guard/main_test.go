@@ -10,12 +10,17 @@ import (
 	"testing"
 	"time"
 
+	"github.com/aws/aws-sdk-go-v2/aws"
+	"github.com/aws/aws-sdk-go-v2/service/s3"
 	"github.com/minio/minio-go/v7"
 	"github.com/minio/minio-go/v7/pkg/credentials"
 	"github.com/stretchr/testify/require"
 	"go.uber.org/goleak"
 
 	"github.com/fencekit/fencekit/fence"
+	"github.com/fencekit/fencekit/guards/s3guard/awsclient"
+	"github.com/fencekit/fencekit/guards/s3guard/minioclient"
+	"github.com/fencekit/fencekit/guards/s3guard/s3client"
 	"github.com/fencekit/fencekit/internal/testsvc"
 )
 
@@ -42,35 +47,102 @@ func testCtx(t testing.TB) context.Context {
 	return ctx
 }
 
-// env is one fresh bucket on the test MinIO.
-type env struct {
-	client *minio.Client
-	bucket string
+// clientKind is one s3client adapter the whole suite runs with.
+type clientKind struct {
+	name string
+	// connect returns a new SDK client for the test MinIO, as a separate
+	// process would have, optionally with its own transport.
+	connect func(t testing.TB, rt http.RoundTripper) s3client.Client
+	// retriesAll: the SDK retries every transport error (aws-sdk-go-v2's
+	// standard retryer), not only those minio-go deems transient.
+	retriesAll bool
 }
 
-func newEnv(t testing.TB) env {
-	t.Helper()
-	c, b := testsvc.MinIO(t)
-	return env{client: c, bucket: b}
+// clientKinds are the adapters every MinIO test runs with.
+var clientKinds = []clientKind{
+	{name: "minio", connect: connectMinIO},
+	{name: "aws", connect: connectAWS, retriesAll: true},
 }
 
-// newClient returns another client for the test MinIO, as a separate
-// process would have, optionally with its own transport.
-func newClient(t testing.TB, rt http.RoundTripper) *minio.Client {
+func connectMinIO(t testing.TB, rt http.RoundTripper) s3client.Client {
 	t.Helper()
-	c, ok := testsvc.MinIOEnv()
-	if !ok {
-		testsvc.Missing(t, "TEST_MINIO_ENDPOINT is not set")
-	}
+	c := minioEnv(t)
 	client, err := minio.New(c.Endpoint, &minio.Options{
 		Creds:     credentials.NewStaticV4(c.AccessKey, c.SecretKey, ""),
 		Transport: rt,
 	})
 	require.NoError(t, err)
-	return client
+	return minioclient.New(client)
 }
 
-func (e env) store(t testing.TB, client *minio.Client, mod func(*Config)) *Store {
+func connectAWS(t testing.TB, rt http.RoundTripper) s3client.Client {
+	t.Helper()
+	c := minioEnv(t)
+	if rt == nil {
+		rt = http.DefaultTransport
+	}
+	client := s3.New(s3.Options{
+		Region:       "us-east-1",
+		BaseEndpoint: aws.String("http://" + c.Endpoint),
+		UsePathStyle: true,
+		Credentials: aws.CredentialsProviderFunc(func(context.Context) (aws.Credentials, error) {
+			return aws.Credentials{AccessKeyID: c.AccessKey, SecretAccessKey: c.SecretKey, Source: "test"}, nil
+		}),
+		HTTPClient: &http.Client{Transport: rt},
+	})
+	return awsclient.New(client)
+}
+
+func minioEnv(t testing.TB) testsvc.MinIOConfig {
+	t.Helper()
+	c, ok := testsvc.MinIOEnv()
+	if !ok {
+		testsvc.Missing(t, "TEST_MINIO_ENDPOINT is not set")
+	}
+	return c
+}
+
+// forEachKind runs f as one subtest per adapter.
+func forEachKind(t *testing.T, f func(t *testing.T, kind clientKind)) {
+	for _, kind := range clientKinds {
+		t.Run(kind.name, func(t *testing.T) { f(t, kind) })
+	}
+}
+
+// forEachClient runs f as one subtest per adapter, each with a fresh bucket.
+func forEachClient(t *testing.T, f func(t *testing.T, e env)) {
+	forEachKind(t, func(t *testing.T, kind clientKind) { f(t, newEnv(t, kind)) })
+}
+
+// forEachClientB is forEachClient for benchmarks.
+func forEachClientB(b *testing.B, f func(b *testing.B, e env)) {
+	for _, kind := range clientKinds {
+		b.Run(kind.name, func(b *testing.B) { f(b, newEnv(b, kind)) })
+	}
+}
+
+// env is one fresh bucket on the test MinIO, reached through one adapter.
+type env struct {
+	kind   clientKind
+	client s3client.Client // the adapter under test
+	raw    *minio.Client   // plain requests that bypass the guard
+	bucket string
+}
+
+func newEnv(t testing.TB, kind clientKind) env {
+	t.Helper()
+	c, b := testsvc.MinIO(t)
+	return env{kind: kind, client: kind.connect(t, nil), raw: c, bucket: b}
+}
+
+// newClient returns another client of e's kind, as a separate process would
+// have, optionally with its own transport.
+func (e env) newClient(t testing.TB, rt http.RoundTripper) s3client.Client {
+	t.Helper()
+	return e.kind.connect(t, rt)
+}
+
+func (e env) store(t testing.TB, client s3client.Client, mod func(*Config)) *Store {
 	t.Helper()
 	if client == nil {
 		client = e.client
@@ -100,7 +172,7 @@ func content(t testing.TB, s *Store, key string) (string, Info) {
 // rawGet reads an object directly, bypassing the guard.
 func (e env) rawGet(t testing.TB, key string) ([]byte, minio.ObjectInfo, error) {
 	t.Helper()
-	obj, err := e.client.GetObject(testCtx(t), e.bucket, key, minio.GetObjectOptions{})
+	obj, err := e.raw.GetObject(testCtx(t), e.bucket, key, minio.GetObjectOptions{})
 	if err != nil {
 		return nil, minio.ObjectInfo{}, err
 	}
@@ -115,14 +187,14 @@ func (e env) rawGet(t testing.TB, key string) ([]byte, minio.ObjectInfo, error) 
 
 func (e env) rawPut(t testing.TB, key string, body []byte, opts minio.PutObjectOptions) (minio.UploadInfo, error) {
 	t.Helper()
-	return e.client.PutObject(testCtx(t), e.bucket, key, bytes.NewReader(body), int64(len(body)), opts)
+	return e.raw.PutObject(testCtx(t), e.bucket, key, bytes.NewReader(body), int64(len(body)), opts)
 }
 
 // listAll returns every object key in the bucket.
 func (e env) listAll(t testing.TB) []string {
 	t.Helper()
 	var keys []string
-	for obj := range e.client.ListObjectsIter(testCtx(t), e.bucket, minio.ListObjectsOptions{Recursive: true}) {
+	for obj := range e.raw.ListObjectsIter(testCtx(t), e.bucket, minio.ListObjectsOptions{Recursive: true}) {
 		require.NoError(t, obj.Err)
 		keys = append(keys, obj.Key)
 	}
@@ -133,7 +205,7 @@ func (e env) listAll(t testing.TB) []string {
 func (e env) snapshot(t testing.TB) map[string]string {
 	t.Helper()
 	m := map[string]string{}
-	for obj := range e.client.ListObjectsIter(testCtx(t), e.bucket, minio.ListObjectsOptions{Recursive: true}) {
+	for obj := range e.raw.ListObjectsIter(testCtx(t), e.bucket, minio.ListObjectsOptions{Recursive: true}) {
 		require.NoError(t, obj.Err)
 		m[obj.Key] = obj.ETag
 	}

@@ -13,32 +13,33 @@ import (
 // the cached ETag fails with 412) are counted under guard="s3"; no
 // attribute names the key.
 func TestStoreMetrics(t *testing.T) {
-	e := newEnv(t)
-	ctx := testCtx(t)
-	mt := obstest.NewMeter(t)
-	a := e.store(t, nil, func(c *Config) { c.MeterProvider = mt.Provider })
-	b := e.store(t, newClient(t, nil), nil) // another process, no metrics
-	const key = "doc/secret-name"
-	_, err := a.PutBytes(ctx, key, 5, []byte("a1"), PutOptions{}) // caches the pointer
-	require.NoError(t, err)
-	_, err = b.PutBytes(ctx, key, 6, []byte("b1"), PutOptions{})
-	require.NoError(t, err)
-	_, err = a.PutBytes(ctx, key, 7, []byte("a2"), PutOptions{}) // stale cache → 412 → re-read → retry
-	require.NoError(t, err)
-	_, err = a.PutBytes(ctx, key, 3, []byte("old"), PutOptions{})
-	require.Error(t, err)
+	forEachClient(t, func(t *testing.T, e env) {
+		ctx := testCtx(t)
+		mt := obstest.NewMeter(t)
+		a := e.store(t, nil, func(c *Config) { c.MeterProvider = mt.Provider })
+		b := e.store(t, e.newClient(t, nil), nil) // another process, no metrics
+		const key = "doc/secret-name"
+		_, err := a.PutBytes(ctx, key, 5, []byte("a1"), PutOptions{}) // caches the pointer
+		require.NoError(t, err)
+		_, err = b.PutBytes(ctx, key, 6, []byte("b1"), PutOptions{})
+		require.NoError(t, err)
+		_, err = a.PutBytes(ctx, key, 7, []byte("a2"), PutOptions{}) // stale cache → 412 → re-read → retry
+		require.NoError(t, err)
+		_, err = a.PutBytes(ctx, key, 3, []byte("old"), PutOptions{})
+		require.Error(t, err)
 
-	pts := mt.Collect()
-	s3 := map[string]string{"guard": "s3"}
-	require.EqualValues(t, 2, obstest.Value(pts, "fencekit.guard.accepted", s3))
-	require.EqualValues(t, 1, obstest.Value(pts, "fencekit.guard.stale", s3))
-	require.EqualValues(t, 1, obstest.Value(pts, "fencekit.guard.s3.retries", s3))
-	gap := obstest.Find(pts, "fencekit.guard.token_gap", s3)
-	require.Len(t, gap, 1)
-	require.EqualValues(t, 4, gap[0].Max, "7 − 3")
-	for _, p := range pts {
-		for _, v := range p.Attrs {
-			require.NotEqual(t, key, v, "%s carries the key", p.Name)
+		pts := mt.Collect()
+		s3 := map[string]string{"guard": "s3"}
+		require.EqualValues(t, 2, obstest.Value(pts, "fencekit.guard.accepted", s3))
+		require.EqualValues(t, 1, obstest.Value(pts, "fencekit.guard.stale", s3))
+		require.EqualValues(t, 1, obstest.Value(pts, "fencekit.guard.s3.retries", s3))
+		gap := obstest.Find(pts, "fencekit.guard.token_gap", s3)
+		require.Len(t, gap, 1)
+		require.EqualValues(t, 4, gap[0].Max, "7 − 3")
+		for _, p := range pts {
+			for _, v := range p.Attrs {
+				require.NotEqual(t, key, v, "%s carries the key", p.Name)
+			}
 		}
-	}
+	})
 }

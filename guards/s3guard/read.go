@@ -6,11 +6,9 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"net/http"
-
-	"github.com/minio/minio-go/v7"
 
 	"github.com/fencekit/fencekit/fence"
+	"github.com/fencekit/fencekit/guards/s3guard/s3client"
 )
 
 // Info describes the current state of a key as a pointer records it.
@@ -65,19 +63,6 @@ func (c current) token() fence.Token {
 	return c.p.Token
 }
 
-func errCode(err error) (string, int) {
-	var er minio.ErrorResponse
-	if errors.As(err, &er) {
-		return er.Code, er.StatusCode
-	}
-	return "", 0
-}
-
-func isNoSuchKey(err error) bool {
-	code, status := errCode(err)
-	return code == "NoSuchKey" || (code == "" && status == http.StatusNotFound)
-}
-
 // readPointer GETs and decodes the pointer at key and records what it found
 // in the pointer cache (forgetting the key on error).
 func (s *Store) readPointer(ctx context.Context, key string) (current, error) {
@@ -91,10 +76,10 @@ func (s *Store) readPointer(ctx context.Context, key string) (current, error) {
 }
 
 func (s *Store) getPointer(ctx context.Context, key string) (current, error) {
-	// Core.GetObject is one GET: body and ETag come from the same response.
-	rc, oi, _, err := minio.Core{Client: s.client}.GetObject(ctx, s.bucket, key, minio.GetObjectOptions{})
+	// One GET: body and ETag come from the same response.
+	rc, oi, err := s.client.Get(ctx, s.bucket, key, s3client.GetOptions{})
 	if err != nil {
-		if isNoSuchKey(err) {
+		if errors.Is(err, s3client.ErrNotFound) {
 			return current{}, nil
 		}
 		return current{}, fmt.Errorf("s3guard: read pointer %q: %w", key, err)
@@ -151,24 +136,19 @@ func (s *Store) Get(ctx context.Context, key string) (io.ReadCloser, Info, error
 		if s.beforeData != nil {
 			s.beforeData(key)
 		}
-		var opts minio.GetObjectOptions
-		if err := opts.SetMatchETag(cur.p.ETag); err != nil {
-			return nil, Info{}, fmt.Errorf("s3guard: %q: %w", key, err)
-		}
 		// One GET: once it has answered, the body streams even if the data
 		// object is removed meanwhile.
-		rc, _, _, err := minio.Core{Client: s.client}.GetObject(ctx, s.bucket, cur.p.Data, opts)
+		rc, _, err := s.client.Get(ctx, s.bucket, cur.p.Data, s3client.GetOptions{IfMatch: cur.p.ETag})
 		if err == nil {
 			return rc, s.info(key, cur.p), nil
 		}
-		code, status := errCode(err)
 		switch {
-		case isNoSuchKey(err):
+		case errors.Is(err, s3client.ErrNotFound):
 			if cur.p.WriteID == lastWrite {
 				return nil, Info{}, &DataError{Key: key, DataKey: cur.p.Data, Reason: "is missing"}
 			}
 			lastWrite = cur.p.WriteID // superseded meanwhile? read the pointer again
-		case code == "PreconditionFailed" || status == http.StatusPreconditionFailed:
+		case errors.Is(err, s3client.ErrPreconditionFailed):
 			return nil, Info{}, &DataError{Key: key, DataKey: cur.p.Data, Reason: "no longer has ETag " + cur.p.ETag}
 		default:
 			return nil, Info{}, fmt.Errorf("s3guard: read data %q: %w", cur.p.Data, err)

@@ -2,14 +2,13 @@ package s3guard
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"io"
-	"net/http"
 	"sync"
 
-	"github.com/minio/minio-go/v7"
-
 	"github.com/fencekit/fencekit/fence"
+	"github.com/fencekit/fencekit/guards/s3guard/s3client"
 )
 
 type stagerKey struct{}
@@ -99,21 +98,18 @@ func Stage(ctx context.Context, r io.Reader, size int64, opts PutOptions) error 
 		return nil
 	}
 	dk := dataKey(st.s.prefix, st.key, st.token, st.writeID)
-	po := minio.PutObjectOptions{
+	po := s3client.PutOptions{
 		ContentType: opts.ContentType,
-		UserMetadata: map[string]string{
-			"Fencekit-Token":    st.token.String(),
-			"Fencekit-Write-Id": st.writeID,
-		},
+		Metadata:    writeMetadata(st.token, st.writeID),
+		IfNoneMatch: true,
 	}
-	po.SetMatchETagExcept("*")
-	info, err := st.s.client.PutObject(ctx, st.s.bucket, dk, r, size, po)
-	if code, status := errCode(err); code == "PreconditionFailed" || status == http.StatusPreconditionFailed {
+	info, err := st.s.client.Put(ctx, st.s.bucket, dk, r, size, po)
+	if errors.Is(err, s3client.ErrPreconditionFailed) {
 		// The key embeds our random write id, so whatever is there is ours:
 		// an earlier attempt landed, its reply was lost and the SDK retried.
-		oi, serr := st.s.client.StatObject(ctx, st.s.bucket, dk, minio.StatObjectOptions{})
-		if serr == nil && oi.UserMetadata["Fencekit-Write-Id"] == st.writeID {
-			info, err = minio.UploadInfo{ETag: oi.ETag, Size: oi.Size}, nil
+		oi, serr := st.s.client.Head(ctx, st.s.bucket, dk)
+		if serr == nil && oi.Metadata[metaWriteID] == st.writeID {
+			info, err = oi, nil
 		}
 	}
 	if err != nil {
@@ -123,6 +119,18 @@ func Stage(ctx context.Context, r io.Reader, size int64, opts PutOptions) error 
 	}
 	st.ch.data = &staged{key: dk, etag: info.ETag, size: info.Size, opts: opts}
 	return nil
+}
+
+// User metadata of pointers and data objects (x-amz-meta-*, lower case as
+// s3client reports them): informative for HEAD-based tooling, never read by
+// the guard except to recognise its own data object after a lost reply.
+const (
+	metaToken   = "fencekit-token"
+	metaWriteID = "fencekit-write-id"
+)
+
+func writeMetadata(token fence.Token, writeID string) map[string]string {
+	return map[string]string{metaToken: token.String(), metaWriteID: writeID}
 }
 
 // StageDelete makes the running Fence call commit a tombstone instead of

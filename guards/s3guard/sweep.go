@@ -4,8 +4,6 @@ import (
 	"context"
 	"fmt"
 	"strings"
-
-	"github.com/minio/minio-go/v7"
 )
 
 // Sweep removes the data objects of key that can never become visible:
@@ -29,19 +27,19 @@ func (s *Store) Sweep(ctx context.Context, key string) (int, error) {
 	}
 	base := s.prefix + key + "/"
 	removed := 0
-	for obj := range s.client.ListObjectsIter(ctx, s.bucket, minio.ListObjectsOptions{Prefix: base}) {
-		if obj.Err != nil {
-			return removed, fmt.Errorf("s3guard: list %q: %w", base, obj.Err)
+	for obj, err := range s.client.List(ctx, s.bucket, base) {
+		if err != nil {
+			return removed, fmt.Errorf("s3guard: list %q: %w", base, err)
 		}
-		if strings.HasSuffix(obj.Key, "/") || obj.Key == cur.p.Data {
-			continue // a deeper key's data prefix, or the live content
+		if !strings.HasPrefix(obj, base) || obj == cur.p.Data {
+			continue // not ours to judge, or the live content
 		}
-		tok, _, ok := parseDataLeaf(obj.Key[len(base):])
+		tok, _, ok := parseDataLeaf(obj[len(base):])
 		if !ok || tok >= cur.p.Token {
 			continue
 		}
-		if err := s.client.RemoveObject(ctx, s.bucket, obj.Key, minio.RemoveObjectOptions{}); err != nil {
-			return removed, fmt.Errorf("s3guard: remove %q: %w", obj.Key, err)
+		if err := s.client.Delete(ctx, s.bucket, obj); err != nil {
+			return removed, fmt.Errorf("s3guard: remove %q: %w", obj, err)
 		}
 		removed++
 	}

@@ -3,14 +3,13 @@ package s3guard
 import (
 	"bytes"
 	"context"
+	"errors"
 	"fmt"
 	"io"
-	"net/http"
 	"time"
 
-	"github.com/minio/minio-go/v7"
-
 	"github.com/fencekit/fencekit/fence"
+	"github.com/fencekit/fencekit/guards/s3guard/s3client"
 )
 
 // PutOptions describe staged content.
@@ -192,32 +191,25 @@ func (s *Store) commit(ctx context.Context, key string, token fence.Token, write
 		if err != nil {
 			return Info{}, fmt.Errorf("s3guard: encode pointer: %w", err)
 		}
-		opts := minio.PutObjectOptions{
+		opts := s3client.PutOptions{
 			ContentType: PointerContentType,
-			UserMetadata: map[string]string{
-				"Fencekit-Token":    token.String(),
-				"Fencekit-Write-Id": writeID,
-			},
+			Metadata:    writeMetadata(token, writeID),
+			IfMatch:     cur.etag,
+			IfNoneMatch: cur.p == nil,
 		}
-		if cur.p == nil {
-			opts.SetMatchETagExcept("*")
-		} else {
-			opts.SetMatchETag(cur.etag)
-		}
-		ui, err := s.client.PutObject(ctx, s.bucket, key, bytes.NewReader(body), int64(len(body)), opts)
+		ui, err := s.client.Put(ctx, s.bucket, key, bytes.NewReader(body), int64(len(body)), opts)
 		if err == nil {
 			s.cache.put(key, current{p: next, etag: ui.ETag})
 			s.dropSuperseded(ctx, cur, next)
 			return s.info(key, next), nil
 		}
-		code, status := errCode(err)
 		switch {
-		case code == "PreconditionFailed" || status == http.StatusPreconditionFailed:
+		case errors.Is(err, s3client.ErrPreconditionFailed):
 			// Someone else's write, or our own earlier attempt whose reply
 			// was lost and that the SDK retried: the re-read tells.
-		case isNoSuchKey(err):
+		case errors.Is(err, s3client.ErrNotFound):
 			// If-Match on a pointer that was removed meanwhile.
-		case code == "ConditionalRequestConflict" || status == http.StatusConflict:
+		case errors.Is(err, s3client.ErrConflict):
 			conflicts++
 			if err := wait(ctx, time.Duration(conflicts)*s.backoff); err != nil {
 				return Info{}, err
@@ -283,7 +275,7 @@ func (s *Store) dropUnreferenced(ctx context.Context, ch change, cur current) {
 func (s *Store) remove(ctx context.Context, dataKey string) {
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), cleanupTimeout)
 	defer cancel()
-	_ = s.client.RemoveObject(ctx, s.bucket, dataKey, minio.RemoveObjectOptions{})
+	_ = s.client.Delete(ctx, s.bucket, dataKey)
 }
 
 func wait(ctx context.Context, d time.Duration) error {

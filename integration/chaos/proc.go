@@ -14,6 +14,7 @@ import (
 
 	"github.com/fencekit/fencekit/guards/httpguard"
 	"github.com/fencekit/fencekit/guards/s3guard"
+	"github.com/fencekit/fencekit/guards/s3guard/minioclient"
 	"github.com/fencekit/fencekit/integration/history"
 )
 
@@ -129,7 +130,7 @@ func newProcRun(ctx context.Context, pc procConfig, rec *history.Recorder) (*pro
 	if err != nil {
 		return nil, err
 	}
-	store, err := s3guard.New(s3guard.Config{Client: mc, Bucket: pc.Bucket})
+	store, err := s3guard.New(s3guard.Config{Client: minioclient.New(mc), Bucket: pc.Bucket})
 	if err != nil {
 		return nil, err
 	}

@@ -18,6 +18,7 @@ import (
 	"github.com/fencekit/fencekit/guards/httpguard"
 	"github.com/fencekit/fencekit/guards/pgguard"
 	"github.com/fencekit/fencekit/guards/s3guard"
+	"github.com/fencekit/fencekit/guards/s3guard/minioclient"
 	"github.com/fencekit/fencekit/integration/history"
 	"github.com/fencekit/fencekit/sql/migrations"
 )
@@ -219,7 +220,7 @@ func NewHTTPService(pool *pgxpool.Pool, schema string) (http.Handler, error) {
 type minioClient = *minio.Client
 
 func newS3Target(mc *minio.Client, bucket string) (*s3Target, error) {
-	s, err := s3guard.New(s3guard.Config{Client: mc, Bucket: bucket})
+	s, err := s3guard.New(s3guard.Config{Client: minioclient.New(mc), Bucket: bucket})
 	if err != nil {
 		return nil, err
 	}

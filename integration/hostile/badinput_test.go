@@ -20,6 +20,7 @@ import (
 	"github.com/fencekit/fencekit/guards/memguard"
 	"github.com/fencekit/fencekit/guards/pgguard"
 	"github.com/fencekit/fencekit/guards/s3guard"
+	"github.com/fencekit/fencekit/guards/s3guard/minioclient"
 	"github.com/fencekit/fencekit/internal/testsvc"
 	"github.com/fencekit/fencekit/sql/migrations"
 )
@@ -73,7 +74,7 @@ func guards(t *testing.T) []guardUnderTest {
 	require.NoError(t, err)
 
 	mc, bucket := testsvc.MinIO(t)
-	s3, err := s3guard.New(s3guard.Config{Client: mc, Bucket: bucket})
+	s3, err := s3guard.New(s3guard.Config{Client: minioclient.New(mc), Bucket: bucket})
 	require.NoError(t, err)
 
 	// HTTP: the client Transport in front of the middleware over a
@@ -203,9 +204,9 @@ func TestBadConfigs(t *testing.T) {
 	assert.ErrorIs(t, err, pgguard.ErrInvalidConfig)
 	_, err = s3guard.New(s3guard.Config{})
 	assert.ErrorIs(t, err, s3guard.ErrInvalidConfig)
-	_, err = s3guard.New(s3guard.Config{Client: &minio.Client{}, Bucket: "b", DataPrefix: "no-slash"})
+	_, err = s3guard.New(s3guard.Config{Client: minioclient.New(&minio.Client{}), Bucket: "b", DataPrefix: "no-slash"})
 	assert.ErrorIs(t, err, s3guard.ErrInvalidConfig)
-	_, err = s3guard.New(s3guard.Config{Client: &minio.Client{}, Bucket: "b", MaxAttempts: -1})
+	_, err = s3guard.New(s3guard.Config{Client: minioclient.New(&minio.Client{}), Bucket: "b", MaxAttempts: -1})
 	assert.ErrorIs(t, err, s3guard.ErrInvalidConfig)
 	_, err = httpguard.Middleware(nil, httpguard.Config{})
 	assert.ErrorIs(t, err, httpguard.ErrInvalidConfig)

@@ -17,6 +17,7 @@ import (
 	"github.com/fencekit/fencekit/fence"
 	"github.com/fencekit/fencekit/guards/pgguard"
 	"github.com/fencekit/fencekit/guards/s3guard"
+	"github.com/fencekit/fencekit/guards/s3guard/minioclient"
 	"github.com/fencekit/fencekit/lease"
 	"github.com/fencekit/fencekit/sql/migrations"
 )
@@ -360,7 +361,7 @@ func (c *common) store(ctx context.Context) (*s3guard.Store, error) {
 			return nil, &ServiceError{Service: "MinIO", Addr: c.conn.MinIOEndpoint, Err: err}
 		}
 	}
-	return s3guard.New(s3guard.Config{Client: cl, Bucket: c.conn.Bucket})
+	return s3guard.New(s3guard.Config{Client: minioclient.New(cl), Bucket: c.conn.Bucket})
 }
 
 func putCmd(ctx context.Context, env Env, args []string) error {

@@ -17,6 +17,7 @@ import (
 	"github.com/fencekit/fencekit/fence"
 	"github.com/fencekit/fencekit/guards/pgguard"
 	"github.com/fencekit/fencekit/guards/s3guard"
+	"github.com/fencekit/fencekit/guards/s3guard/minioclient"
 	"github.com/fencekit/fencekit/internal/netproxy"
 	"github.com/fencekit/fencekit/lease"
 	"github.com/fencekit/fencekit/sql/migrations"
@@ -208,10 +209,10 @@ func (s *scenario) setup(ctx context.Context) (err error) {
 	if err != nil {
 		return err
 	}
-	if s.storeA, err = s3guard.New(s3guard.Config{Client: clA, Bucket: c.Bucket}); err != nil {
+	if s.storeA, err = s3guard.New(s3guard.Config{Client: minioclient.New(clA), Bucket: c.Bucket}); err != nil {
 		return err
 	}
-	if s.storeB, err = s3guard.New(s3guard.Config{Client: clB, Bucket: c.Bucket}); err != nil {
+	if s.storeB, err = s3guard.New(s3guard.Config{Client: minioclient.New(clB), Bucket: c.Bucket}); err != nil {
 		return err
 	}
 	if s.guard, err = pgguard.New(pgguard.Config{Schema: c.Schema}); err != nil {
