@@ -85,6 +85,9 @@ type Metric struct {
 	Target float64 // meaningful when Cmp != None
 	Cmp    Cmp
 	Note   string // how it was measured or why it is missing
+	// Spread, when set, is the distribution of the figure over the rounds
+	// of the run (Value is then usually Spread.Median).
+	Spread *Spread
 }
 
 // Met reports whether the metric meets its target; false when it has none
@@ -136,26 +139,38 @@ func (r *Report) Get(k string) (Metric, bool) {
 
 // JSONLine returns the report as one JSON object on one line (no trailing
 // newline): every metric key with its value (null when not measured,
-// rounded to 4 significant decimals) and the Info fields.
+// rounded to 4 decimals), the Info fields and, under "spread", each
+// metric's [min, median, max, rounds] where it has a Spread.
 func (r *Report) JSONLine() (string, error) {
 	obj := map[string]any{}
 	for k, v := range r.Info {
 		obj[k] = v
 	}
+	spread := map[string][]any{}
 	for _, m := range r.Metrics {
-		if math.IsNaN(m.Value) || math.IsInf(m.Value, 0) {
-			obj[m.Key] = nil
-		} else {
-			obj[m.Key] = math.Round(m.Value*1e4) / 1e4
+		obj[m.Key] = round4(m.Value)
+		if m.Spread != nil {
+			spread[m.Key] = []any{round4(m.Spread.Min), round4(m.Spread.Median), round4(m.Spread.Max), m.Spread.N}
 		}
+	}
+	if len(spread) > 0 {
+		obj["spread"] = spread
 	}
 	b, err := json.Marshal(obj)
 	return string(b), err
 }
 
-// WriteTable writes an aligned text table of the metrics.
+func round4(v float64) any {
+	if math.IsNaN(v) || math.IsInf(v, 0) {
+		return nil
+	}
+	return math.Round(v*1e4) / 1e4
+}
+
+// WriteTable writes an aligned text table of the metrics; the "min / median
+// / max" column shows each figure's spread over the rounds, where it has one.
 func (r *Report) WriteTable(w io.Writer) error {
-	rows := [][]string{{"metric", "value", "unit", "target", "status", "note"}}
+	rows := [][]string{{"metric", "value", "unit", "target", "status", "min / median / max (rounds)", "note"}}
 	for _, m := range r.Metrics {
 		v := "n/a"
 		if !math.IsNaN(m.Value) {
@@ -165,7 +180,11 @@ func (r *Report) WriteTable(w io.Writer) error {
 		if m.Cmp != None {
 			tg = fmt.Sprintf("%s %g", m.Cmp, m.Target)
 		}
-		rows = append(rows, []string{m.Key, v, m.Unit, tg, m.Status(), m.Note})
+		sp := ""
+		if m.Spread != nil {
+			sp = fmt.Sprintf("%.4g / %.4g / %.4g (%d)", m.Spread.Min, m.Spread.Median, m.Spread.Max, m.Spread.N)
+		}
+		rows = append(rows, []string{m.Key, v, m.Unit, tg, m.Status(), sp, m.Note})
 	}
 	width := make([]int, len(rows[0]))
 	for _, row := range rows {

@@ -1,4 +1,4 @@
-package main
+package bench
 
 import (
 	"bytes"
@@ -15,14 +15,14 @@ import (
 	"github.com/fencekit/fencekit/fence"
 	"github.com/fencekit/fencekit/guards/pgguard"
 	"github.com/fencekit/fencekit/guards/s3guard"
-	"github.com/fencekit/fencekit/internal/bench"
+	"github.com/fencekit/fencekit/guards/s3guard/minioclient"
 	"github.com/fencekit/fencekit/sql/migrations"
 )
 
-// pgGuard: BEGIN + one-row upsert + COMMIT, unguarded vs BeginFenced (BEGIN
+// PGGuard measures the PostgreSQL guard: BEGIN + one-row upsert + COMMIT, unguarded vs BeginFenced (BEGIN
 // and fence in one round trip) vs FenceTx (one more round trip), one
 // connection, the three interleaved operation by operation.
-func pgGuard(e *env) error {
+func PGGuard(e *Env) error {
 	schema, drop, err := e.schema(migrations.Guard)
 	if err != nil {
 		return err
@@ -34,7 +34,7 @@ func pgGuard(e *env) error {
 	}
 	defer pool.Close()
 	q := fmt.Sprintf("%q", schema)
-	if _, err := pool.Exec(e.ctx, `CREATE TABLE `+q+`.guarded (resource text PRIMARY KEY, value text NOT NULL, token bigint NOT NULL)`); err != nil {
+	if _, err := pool.Exec(e.Ctx, `CREATE TABLE `+q+`.guarded (resource text PRIMARY KEY, value text NOT NULL, token bigint NOT NULL)`); err != nil {
 		return err
 	}
 	upsert := `INSERT INTO ` + q + `.guarded (resource, value, token) VALUES ($1, $2, $3)
@@ -43,15 +43,18 @@ ON CONFLICT (resource) DO UPDATE SET value = EXCLUDED.value, token = EXCLUDED.to
 	if err != nil {
 		return err
 	}
-	ctx := e.ctx
+	ctx := e.Ctx
 	var tok fence.Token
 	begin := []func() (pgx.Tx, string, error){
 		func() (pgx.Tx, string, error) { tx, err := pool.Begin(ctx); return tx, "plain", err },
-		func() (pgx.Tx, string, error) { tx, err := g.BeginFenced(ctx, pool, "bf", tok); return tx, "bf", err },
+		func() (pgx.Tx, string, error) {
+			tx, err := g.BeginClaim(ctx, pool, "bf", fence.Claim{Token: tok})
+			return tx, "bf", err
+		},
 		func() (pgx.Tx, string, error) {
 			tx, err := pool.Begin(ctx)
 			if err == nil {
-				err = g.FenceTx(ctx, tx, "ft", tok)
+				err = g.FenceTxClaim(ctx, tx, "ft", fence.Claim{Token: tok})
 			}
 			return tx, "ft", err
 		},
@@ -80,16 +83,16 @@ ON CONFLICT (resource) DO UPDATE SET value = EXCLUDED.value, token = EXCLUDED.to
 		spent[k] += time.Since(t0)
 	}
 	plain := float64(spent[0]) / float64(n)
-	e.rep.Add(bench.Metric{Key: "pg_guard_overhead_ratio", Value: float64(spent[1]) / float64(spent[0]), Unit: "x", Target: 1.10, Cmp: bench.AtMost,
+	e.Report.Add(Metric{Key: "pg_guard_overhead_ratio", Value: float64(spent[1]) / float64(spent[0]), Unit: "x", Target: 1.10, Cmp: AtMost,
 		Note: fmt.Sprintf("BeginFenced+write+COMMIT vs BEGIN+write+COMMIT, %d each interleaved", n)})
-	e.rep.Add(bench.Metric{Key: "pg_guard_fencetx_ratio", Value: float64(spent[2]) / float64(spent[0]), Unit: "x", Note: "FenceTx (extra round trip) vs unguarded"})
-	e.rep.Add(bench.Metric{Key: "pg_write_tx_us", Value: plain / 1e3, Unit: "µs", Note: "unguarded BEGIN+upsert+COMMIT"})
+	e.Report.Add(Metric{Key: "pg_guard_fencetx_ratio", Value: float64(spent[2]) / float64(spent[0]), Unit: "x", Note: "FenceTx (extra round trip) vs unguarded"})
+	e.Report.Add(Metric{Key: "pg_write_tx_us", Value: plain / 1e3, Unit: "µs", Note: "unguarded BEGIN+upsert+COMMIT"})
 	return nil
 }
 
-// s3Guard: plain PutObject vs guarded PutBytes of 4 KiB, alternating every
+// S3Guard measures the S3 guard: plain PutObject vs guarded PutBytes of 4 KiB, alternating every
 // operation, overwrite (steady state) and fresh keys (first write).
-func s3Guard(e *env) error {
+func S3Guard(e *Env) error {
 	ep := os.Getenv("TEST_MINIO_ENDPOINT")
 	if ep == "" {
 		return fmt.Errorf("TEST_MINIO_ENDPOINT not set")
@@ -98,7 +101,7 @@ func s3Guard(e *env) error {
 	if err != nil {
 		return err
 	}
-	ctx := e.ctx
+	ctx := e.Ctx
 	bucket := strings.ReplaceAll(randName("fk-bench-"), "_", "-")
 	if err := client.MakeBucket(ctx, bucket, minio.MakeBucketOptions{}); err != nil {
 		return err
@@ -114,8 +117,8 @@ func s3Guard(e *env) error {
 		_, err := client.PutObject(ctx, bucket, key, bytes.NewReader(body), int64(len(body)), minio.PutObjectOptions{})
 		return err
 	}
-	run := func(s *s3guard.Store, fresh bool, n int) (bench.Pair, error) {
-		var p bench.Pair
+	run := func(s *s3guard.Store, fresh bool, n int) (Pair, error) {
+		var p Pair
 		if err := plain("p"); err != nil {
 			return p, err
 		}
@@ -141,7 +144,7 @@ func s3Guard(e *env) error {
 		return p, nil
 	}
 	n := 300
-	if e.quick {
+	if e.Quick {
 		n = 80
 	}
 	for _, c := range []struct {
@@ -156,7 +159,7 @@ func s3Guard(e *env) error {
 		{"s3_guard_first_write_ratio", false, true, false, "fresh key, default config"},
 		{"s3_guard_first_write_inline_ratio", true, true, false, "fresh key, InlineMax 4 KiB"},
 	} {
-		cfg := s3guard.Config{Client: client, Bucket: bucket}
+		cfg := s3guard.Config{Client: minioclient.New(client), Bucket: bucket}
 		if c.inline {
 			cfg.InlineMax = len(body)
 		}
@@ -168,11 +171,11 @@ func s3Guard(e *env) error {
 		if err != nil {
 			return err
 		}
-		m := bench.Metric{Key: c.key, Value: p.CostRatio(), Unit: "x", Note: fmt.Sprintf("%s, %d pairs", c.note, n)}
+		m := Metric{Key: c.key, Value: p.CostRatio(), Unit: "x", Note: fmt.Sprintf("%s, %d pairs", c.note, n)}
 		if c.target {
-			m.Target, m.Cmp = 1.3, bench.AtMost
+			m.Target, m.Cmp = 1.3, AtMost
 		}
-		e.rep.Add(m)
+		e.Report.Add(m)
 	}
 	return nil
 }

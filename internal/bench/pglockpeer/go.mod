@@ -1,0 +1,8 @@
+module github.com/fencekit/fencekit/internal/bench/pglockpeer
+
+go 1.26.0
+
+require (
+	cirello.io/pglock v1.16.1
+	github.com/lib/pq v1.10.9
+)

@@ -1,0 +1,49 @@
+package main
+
+import (
+	"context"
+	"database/sql"
+	"flag"
+	"fmt"
+	"os"
+	"time"
+
+	_ "github.com/lib/pq" // the driver pglock.New requires
+)
+
+func main() {
+	dsn := flag.String("db", "", "PostgreSQL URL (required)")
+	table := flag.String("table", "", "schema-qualified name of pglock's table, created at start (required)")
+	workers := flag.Int("workers", 8, "concurrent workers per run")
+	flag.Parse()
+	if err := run(*dsn, *table, *workers); err != nil {
+		fmt.Fprintln(os.Stderr, "pglockpeer:", err)
+		os.Exit(1)
+	}
+}
+
+func run(dsn, table string, workers int) error {
+	if dsn == "" || table == "" {
+		return fmt.Errorf("-db and -table are required")
+	}
+	db, err := sql.Open("postgres", dsn)
+	if err != nil {
+		return err
+	}
+	defer db.Close()
+	db.SetMaxOpenConns(workers)
+	db.SetMaxIdleConns(workers)
+	c, err := newCycler(db, table, workers)
+	if err != nil {
+		return err
+	}
+	if err := c.client.CreateTable(); err != nil {
+		return fmt.Errorf("create table %s: %w", table, err)
+	}
+	ctx := context.Background()
+	if _, _, err := c.cycles(ctx, 50*time.Millisecond); err != nil { // warm the connections
+		return err
+	}
+	fmt.Println("ready")
+	return serve(os.Stdin, os.Stdout, func(d time.Duration) (int, time.Duration, error) { return c.cycles(ctx, d) })
+}
