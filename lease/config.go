@@ -77,13 +77,6 @@ type Config struct {
 	// in the Metric* constants, documented in docs/operations.md). Nil
 	// records nothing (the no-op provider).
 	MeterProvider metric.MeterProvider
-	// TokenFloor, if set, supplies a lower bound for the tokens the
-	// database may issue, for CheckTokenFloor: typically the highest token
-	// a guard has accepted (GuardMarks.Highest) combined with a value the
-	// operator keeps outside the database (MaxFloor). Acquire does not call
-	// it; the floor stored in the schema is enforced by the database on
-	// every grant.
-	TokenFloor FloorSource
 }
 
 // resolved is a validated Config with defaults filled in.

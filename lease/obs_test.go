@@ -19,6 +19,7 @@ import (
 	"github.com/fencekit/fencekit/guards/memguard"
 	"github.com/fencekit/fencekit/internal/obs/obstest"
 	"github.com/fencekit/fencekit/lease"
+	"github.com/fencekit/fencekit/lease/leaseops"
 )
 
 // TestMetricsAndLogsHappyPath: grants, refusals (held, unauthorized),
@@ -178,8 +179,9 @@ func TestMetricAttributesCarryNoIdentifiers(t *testing.T) {
 		Authorizer: lease.AuthorizerFunc(func(context.Context, lease.Key) error { return errors.New("no") })})
 	g, err := memguard.New(memguard.Config{MeterProvider: mt.Provider})
 	require.NoError(t, err)
-	j, err := lease.NewJanitor(lease.JanitorConfig{Pool: e.raw, Schema: e.schema, MeterProvider: mt.Provider})
+	j, err := leaseops.NewJanitor(leaseops.JanitorConfig{Pool: e.raw, Schema: e.schema, MeterProvider: mt.Provider})
 	require.NoError(t, err)
+	defer func() { _ = j.Close() }()
 
 	secret := map[string]bool{}
 	note := func(s string) { secret[s] = true }

@@ -14,7 +14,6 @@ type statements struct {
 	acquire, renew, release, inspect, renewBatch, releaseBatch string
 	markContended                                              string // AcquireWait: ask the holder's release to notify
 	channel                                                    string // NOTIFY channel for releases
-	checkFloor, lockLeases, setSeq                             string // token floor (floor.go)
 }
 
 func newStatements(qSchema, schema string) statements {
@@ -22,29 +21,45 @@ func newStatements(qSchema, schema string) statements {
 	st := statements{
 		// $1 account, $2 session, $3 run_id, $4 ttl in microseconds.
 		//
-		// The VALUES-side nextval() is drawn before the row lock; it is used
-		// only when no row for the key exists at insert time, which means no
-		// earlier grant of the key exists (rows are never deleted by this
-		// package), so no earlier grant can carry a larger token. On conflict
-		// the token is drawn again in DO UPDATE SET, under the row lock: a
-		// statement that drew its first value and then stalled still gets a
-		// value larger than every grant committed while it waited
-		// (protocol.md §2). The second branch of the UNION returns the holder
-		// when the WHERE refused the takeover; it reads the statement's
-		// snapshot, so it may not show the row that refused us: a holder
-		// committed concurrently is invisible, and a snapshot row that was
-		// released or expired is not the holder. Such rows are filtered out;
-		// then no row comes back and the caller reads the holder with one
-		// extra statement (the rare, contended path only). In a narrow race
-		// (the snapshot's holder released and another run acquired, both
-		// during this statement) the details name the snapshot's holder.
+		// The gate (migration 0004) reads the floor row and the node this
+		// statement runs on (system identifier and database oid cached per
+		// backend in the setting fencekit.system, timeline of the current
+		// WAL position read per statement). The INSERT's token is drawn
+		// before the row lock; it is used only when no row for the key
+		// exists at insert time, which means no earlier grant of the key
+		// exists (rows are never deleted by this package), so no earlier
+		// grant can carry a larger token. Unless the floor was checked on
+		// this node and that token is above the floor, the CASE calls
+		// fencekit_refuse_grant, which raises FK002 or FK001 and fails the
+		// statement before any row is written. On conflict the token is
+		// drawn again in DO UPDATE SET, under the row lock: a statement that
+		// drew its first value and then stalled still gets a value larger
+		// than every grant committed while it waited (protocol.md §2), and
+		// larger than the first value, hence above the floor too. The second
+		// branch of the UNION returns the holder when the WHERE refused the
+		// takeover; it reads the statement's snapshot, so it may not show
+		// the row that refused us: a holder committed concurrently is
+		// invisible, and a snapshot row that was released or expired is not
+		// the holder. Such rows are filtered out; then no row comes back and
+		// the caller reads the holder with one extra statement (the rare,
+		// contended path only). In a narrow race (the snapshot's holder
+		// released and another run acquired, both during this statement) the
+		// details name the snapshot's holder.
 		acquire: r.Replace(`WITH now_db AS MATERIALIZED (SELECT clock_timestamp() AS t),
+gate AS MATERIALIZED (
+  SELECT (SELECT f.floor FROM $S.fencekit_token_floor f WHERE f.id) AS floor,
+         (SELECT f.checked_node FROM $S.fencekit_token_floor f WHERE f.id) AS checked,
+         coalesce(nullif(current_setting('fencekit.system', true), ''), $S.fencekit_system())
+           || '/' || left(pg_walfile_name(pg_current_wal_lsn()), 8) AS node,
+         nextval('$S.fencekit_token_seq') AS v),
 ins AS (
   INSERT INTO $S.fencekit_leases AS held
     (account_id, session_id, run_id, fence_token, acquired_at, renewed_at, expires_at, released_at)
-  SELECT $1::text, $2::text, $3::uuid, nextval('$S.fencekit_token_seq'), n.t, n.t,
-         n.t + $4::bigint * interval '1 microsecond', NULL
-    FROM now_db n
+  SELECT $1::text, $2::text, $3::uuid,
+         CASE WHEN g.checked = g.node AND g.v > g.floor THEN g.v
+              ELSE $S.fencekit_refuse_grant(g.v, g.floor, g.checked, g.node) END,
+         n.t, n.t, n.t + $4::bigint * interval '1 microsecond', NULL
+    FROM now_db n, gate g
   ON CONFLICT (account_id, session_id) DO UPDATE SET
     run_id      = EXCLUDED.run_id,
     fence_token = nextval('$S.fencekit_token_seq'),
@@ -130,7 +145,6 @@ RETURNING true`),
 
 		channel: channelName(schema),
 	}
-	st.checkFloor, st.lockLeases, st.setSeq = floorStatements(r)
 	return st
 }
 

@@ -1,8 +1,7 @@
-package lease
+package leaseops
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"io"
 	"log/slog"
@@ -15,6 +14,7 @@ import (
 	"go.opentelemetry.io/otel/metric"
 
 	"github.com/fencekit/fencekit/internal/obs"
+	"github.com/fencekit/fencekit/lease"
 	"github.com/fencekit/fencekit/sql/migrations"
 )
 
@@ -35,10 +35,6 @@ const (
 	DefaultMaxBatches = 100
 )
 
-// ErrJanitorState is returned by Start on a Janitor that was already
-// started or stopped.
-var ErrJanitorState = errors.New("lease: janitor already started or stopped")
-
 // JanitorConfig configures a Janitor. Zero fields take the defaults.
 type JanitorConfig struct {
 	// Pool is the lease database (required). The Janitor never closes it.
@@ -52,28 +48,30 @@ type JanitorConfig struct {
 	Retention time.Duration
 	// StatementBound is the longest an acquire statement can run: the
 	// larger of the Managers' CallTimeout and the server's
-	// statement_timeout for their role. Default DefaultCallTimeout.
+	// statement_timeout for their role. Default lease.DefaultCallTimeout.
 	StatementBound time.Duration
 	// BatchSize is the most rows one DELETE removes. Default
-	// DefaultJanitorBatch; at most MaxBatch.
+	// DefaultJanitorBatch; at most lease.MaxBatch.
 	BatchSize int
 	// MaxBatches bounds the statements of one Sweep. Default
 	// DefaultMaxBatches.
 	MaxBatches int
-	// Interval between the sweeps of the background loop (Start). Default
-	// DefaultJanitorInterval.
+	// Interval between the sweeps of the background loop; the first runs
+	// one Interval after NewJanitor. Default DefaultJanitorInterval.
 	Interval time.Duration
-	// CallTimeout bounds each statement. Default DefaultCallTimeout.
+	// CallTimeout bounds each statement. Default lease.DefaultCallTimeout.
 	CallTimeout time.Duration
 	// Logger receives Debug logs of each sweep and Warn logs of failed
 	// ones. Nil discards them.
 	Logger *slog.Logger
-	// MeterProvider records MetricJanitorDeleted. Nil records nothing.
+	// MeterProvider records lease.MetricJanitorDeleted (table="leases").
+	// Nil records nothing.
 	MeterProvider metric.MeterProvider
 }
 
 // Janitor deletes lease rows that were released or expired long ago, in
-// bounded batches.
+// bounded batches: every Interval in a background goroutine that
+// NewJanitor starts and Close stops, and on demand with Sweep.
 //
 // Why rows are kept at all (protocol.md §2): the acquire statement draws a
 // token for its INSERT before it holds any row lock, and uses it only when
@@ -104,11 +102,9 @@ type Janitor struct {
 	log      *slog.Logger
 	deleted  metric.Int64Counter
 	delAttrs metric.MeasurementOption
-	mu       sync.Mutex
-	started  bool
-	stopped  bool
-	stop     chan struct{}
+	cancel   context.CancelFunc
 	done     chan struct{}
+	once     sync.Once
 }
 
 // SweepResult is the outcome of one Sweep.
@@ -120,7 +116,10 @@ type SweepResult struct {
 	More bool
 }
 
-// NewJanitor validates cfg and fills defaults. It does no I/O.
+// NewJanitor validates cfg, fills defaults and starts the background loop
+// (its first sweep runs one Interval later). Close stops it.
+//
+//nolint:contextcheck // the loop runs on its own context, stopped by Close
 func NewJanitor(cfg JanitorConfig) (*Janitor, error) {
 	if cfg.Pool == nil {
 		return nil, &ConfigError{Field: "Pool", Reason: "nil"}
@@ -133,7 +132,7 @@ func NewJanitor(cfg JanitorConfig) (*Janitor, error) {
 		return nil, &ConfigError{Field: "Schema", Reason: err.Error(), Err: err}
 	}
 	if cfg.StatementBound == 0 {
-		cfg.StatementBound = DefaultCallTimeout
+		cfg.StatementBound = lease.DefaultCallTimeout
 	}
 	if cfg.StatementBound < 0 {
 		return nil, &ConfigError{Field: "StatementBound", Reason: "negative: " + cfg.StatementBound.String()}
@@ -148,8 +147,8 @@ func NewJanitor(cfg JanitorConfig) (*Janitor, error) {
 	if cfg.BatchSize == 0 {
 		cfg.BatchSize = DefaultJanitorBatch
 	}
-	if cfg.BatchSize < 0 || cfg.BatchSize > MaxBatch {
-		return nil, &ConfigError{Field: "BatchSize", Reason: fmt.Sprintf("%d must be in 1..%d", cfg.BatchSize, MaxBatch)}
+	if cfg.BatchSize < 0 || cfg.BatchSize > lease.MaxBatch {
+		return nil, &ConfigError{Field: "BatchSize", Reason: fmt.Sprintf("%d must be in 1..%d", cfg.BatchSize, lease.MaxBatch)}
 	}
 	if cfg.MaxBatches == 0 {
 		cfg.MaxBatches = DefaultMaxBatches
@@ -164,7 +163,7 @@ func NewJanitor(cfg JanitorConfig) (*Janitor, error) {
 		return nil, &ConfigError{Field: "Interval", Reason: "negative: " + cfg.Interval.String()}
 	}
 	if cfg.CallTimeout == 0 {
-		cfg.CallTimeout = DefaultCallTimeout
+		cfg.CallTimeout = lease.DefaultCallTimeout
 	}
 	if cfg.CallTimeout < 0 {
 		return nil, &ConfigError{Field: "CallTimeout", Reason: "negative: " + cfg.CallTimeout.String()}
@@ -173,16 +172,16 @@ func NewJanitor(cfg JanitorConfig) (*Janitor, error) {
 	if log == nil {
 		log = slog.New(slog.NewTextHandler(io.Discard, nil))
 	}
-	deleted, err := obs.Meter(cfg.MeterProvider).Int64Counter(MetricJanitorDeleted, metric.WithUnit("{row}"),
+	deleted, err := obs.Meter(cfg.MeterProvider).Int64Counter(lease.MetricJanitorDeleted, metric.WithUnit("{row}"),
 		metric.WithDescription("Rows deleted by housekeeping, by table."))
 	if err != nil {
 		return nil, &ConfigError{Field: "MeterProvider", Reason: err.Error(), Err: err}
 	}
 	r := strings.NewReplacer("$S", q)
-	return &Janitor{
+	j := &Janitor{
 		cfg: cfg, log: log, deleted: deleted,
-		delAttrs: attrs(attribute.String("table", "leases")),
-		stop:     make(chan struct{}), done: make(chan struct{}),
+		delAttrs: metric.WithAttributeSet(attribute.NewSet(attribute.String("table", "leases"))),
+		done:     make(chan struct{}),
 		// $1 retention µs, $2 batch size.
 		sweepSQL: r.Replace(`WITH now_db AS MATERIALIZED (SELECT clock_timestamp() AS t),
 victims AS (
@@ -193,7 +192,11 @@ victims AS (
      FOR UPDATE OF l SKIP LOCKED)
 DELETE FROM $S.fencekit_leases d USING victims v
  WHERE d.account_id = v.account_id AND d.session_id = v.session_id`),
-	}, nil
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	j.cancel = cancel
+	go j.loop(ctx)
+	return j, nil
 }
 
 // Retention is the validated retention.
@@ -208,7 +211,7 @@ func (j *Janitor) Sweep(ctx context.Context) (SweepResult, error) {
 		tag, err := j.cfg.Pool.Exec(cctx, j.sweepSQL, j.cfg.Retention.Microseconds(), j.cfg.BatchSize)
 		cancel()
 		if err != nil {
-			return res, fmt.Errorf("lease: janitor sweep: %w", err)
+			return res, fmt.Errorf("leaseops: janitor sweep: %w", err)
 		}
 		res.Batches++
 		n := tag.RowsAffected()
@@ -222,57 +225,33 @@ func (j *Janitor) Sweep(ctx context.Context) (SweepResult, error) {
 	return res, nil
 }
 
-// Start runs Sweep every Interval in a background goroutine until Stop.
-// A failed sweep is logged (Warn) and retried at the next interval.
-//
-//nolint:contextcheck // the loop runs on its own context, stopped by Stop
-func (j *Janitor) Start() error {
-	j.mu.Lock()
-	defer j.mu.Unlock()
-	if j.started || j.stopped {
-		return ErrJanitorState
-	}
-	j.started = true
-	ctx, cancel := context.WithCancel(context.Background())
-	go func() {
-		<-j.stop
-		cancel()
-	}()
-	go j.loop(ctx)
-	return nil
-}
-
 func (j *Janitor) loop(ctx context.Context) {
 	defer close(j.done)
 	t := time.NewTicker(j.cfg.Interval)
 	defer t.Stop()
 	for {
-		res, err := j.Sweep(ctx)
-		switch {
-		case err != nil && ctx.Err() == nil:
-			j.log.Warn("lease: janitor sweep failed", "err", err)
-		case err == nil:
-			j.log.Debug("lease: janitor sweep", "deleted", res.Deleted, "batches", res.Batches, "more", res.More)
-		}
 		select {
 		case <-ctx.Done():
 			return
 		case <-t.C:
 		}
+		res, err := j.Sweep(ctx)
+		switch {
+		case err != nil && ctx.Err() == nil:
+			j.log.Warn("leaseops: janitor sweep failed", "err", err)
+		case err == nil:
+			j.log.Debug("leaseops: janitor sweep", "deleted", res.Deleted, "batches", res.Batches, "more", res.More)
+		}
 	}
 }
 
-// Stop stops the background loop and waits for it, cancelling a sweep in
-// progress. It is idempotent and may be called without Start.
-func (j *Janitor) Stop() {
-	j.mu.Lock()
-	started := j.started
-	if !j.stopped {
-		j.stopped = true
-		close(j.stop)
-	}
-	j.mu.Unlock()
-	if started {
+// Close stops the background loop and waits for it, cancelling a sweep in
+// progress. It is idempotent and always returns nil. Sweep still works
+// after Close.
+func (j *Janitor) Close() error {
+	j.once.Do(func() {
+		j.cancel()
 		<-j.done
-	}
+	})
+	return nil
 }

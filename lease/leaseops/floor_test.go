@@ -1,4 +1,4 @@
-package lease_test
+package leaseops_test
 
 import (
 	"context"
@@ -15,6 +15,7 @@ import (
 	"github.com/fencekit/fencekit/internal/obs/obstest"
 	"github.com/fencekit/fencekit/internal/testsvc"
 	"github.com/fencekit/fencekit/lease"
+	"github.com/fencekit/fencekit/lease/leaseops"
 	"github.com/fencekit/fencekit/sql/migrations"
 )
 
@@ -52,14 +53,22 @@ func (e *env) restore(s snapshot) {
 	require.NoError(e.t, err)
 }
 
+// floor is the schema's token floor procedures with src as the source.
+func (e *env) floor(src leaseops.FloorSource) *leaseops.TokenFloor {
+	e.t.Helper()
+	f, err := leaseops.NewTokenFloor(leaseops.TokenFloorConfig{Pool: testsvc.Pool(e.t), Schema: e.schema, Source: src})
+	require.NoError(e.t, err)
+	return f
+}
+
 // TestTokenFloorAfterRestore: failing, then fixed. Leases are granted and
 // their tokens accepted by a PostgreSQL guard in another schema; the lease
 // schema is then restored from an earlier backup. First the hazard: with
 // nothing checking, a new grant re-issues a token the guard has already
 // accepted from another run (and a guard admits it as "the same run"). Then
-// the fix: CheckTokenFloor (guard marks as the floor source) detects the
+// the fix: the floor check (guard marks as the floor source) detects the
 // stale sequence and makes the database refuse every grant at or below the
-// floor, for new keys and for takeovers of existing rows; AdvanceTokenSequence
+// floor, for new keys and for takeovers of existing rows; Advance
 // moves the sequence past the floor, and grants carry larger tokens again.
 func TestTokenFloorAfterRestore(t *testing.T) {
 	e := newEnv(t)
@@ -67,11 +76,12 @@ func TestTokenFloorAfterRestore(t *testing.T) {
 	gpool := testsvc.Pool(t)
 	g, err := pgguard.New(pgguard.Config{DB: gpool, Schema: guardSchema})
 	require.NoError(t, err)
-	marks, err := lease.NewGuardMarks(lease.GuardMarksConfig{DB: gpool, Schema: guardSchema})
+	marks, err := pgguard.NewMarks(pgguard.MarksConfig{DB: gpool, Schema: guardSchema})
 	require.NoError(t, err)
 	mt := obstest.NewMeter(t)
 	logs, logger := obstest.NewLogs()
-	m := e.manager(lease.Config{TokenFloor: lease.MaxFloor(marks.Floor(), lease.StaticFloor(0)), MeterProvider: mt.Provider, Logger: logger})
+	m := e.manager(lease.Config{MeterProvider: mt.Provider, Logger: logger})
+	tf := e.floor(leaseops.MaxFloor(marks.Highest, leaseops.StaticFloor(0)))
 	write := func(ctx context.Context) error { return nil }
 
 	old := uniqueKey(t) // acquired before the backup, released after it
@@ -92,7 +102,7 @@ func TestTokenFloorAfterRestore(t *testing.T) {
 		_, err = l.Release(bg())
 		require.NoError(t, err)
 	}
-	rep, err := m.CheckTokenFloor(bg())
+	rep, err := tf.Check(bg())
 	require.NoError(t, err, "healthy before the restore")
 	require.Equal(t, highest, rep.Source)
 	require.Greater(t, rep.Next, highest)
@@ -113,7 +123,7 @@ func TestTokenFloorAfterRestore(t *testing.T) {
 	// Detection.
 	e.restore(snap)
 	e.expire(old) // its holder died meanwhile: a takeover would be due
-	rep, err = m.CheckTokenFloor(bg())
+	rep, err = tf.Check(bg())
 	require.ErrorIs(t, err, lease.ErrTokenFloor)
 	var fe *lease.TokenFloorError
 	require.ErrorAs(t, err, &fe)
@@ -144,10 +154,10 @@ func TestTokenFloorAfterRestore(t *testing.T) {
 	require.Contains(t, warns[len(warns)-1].Message, "token floor")
 
 	// The fix.
-	rep, err = m.AdvanceTokenSequence(bg(), 0)
+	rep, err = tf.Advance(bg(), 0)
 	require.NoError(t, err)
 	require.Equal(t, highest+1, rep.Next)
-	rep, err = m.CheckTokenFloor(bg())
+	rep, err = tf.Check(bg())
 	require.NoError(t, err)
 	require.True(t, rep.OK())
 	for _, k := range []lease.Key{uniqueKey(t), old} {
@@ -163,7 +173,7 @@ func TestTokenFloorAfterRestore(t *testing.T) {
 
 	// Never backwards: a lower floor changes neither the floor nor the sequence.
 	before, _ := e.seq()
-	rep, err = m.AdvanceTokenSequence(bg(), 1)
+	rep, err = tf.Advance(bg(), 1)
 	require.NoError(t, err)
 	after, _ := e.seq()
 	require.Equal(t, before, after)
@@ -171,17 +181,17 @@ func TestTokenFloorAfterRestore(t *testing.T) {
 	require.NoError(t, err)
 	require.Greater(t, nowHighest, highest)
 	require.Equal(t, nowHighest, rep.Stored, "the stored floor follows the guard marks up, never down to 1")
-	_, err = m.AdvanceTokenSequence(bg(), -1)
-	require.ErrorIs(t, err, lease.ErrInvalidArgument)
+	_, err = tf.Advance(bg(), -1)
+	require.ErrorIs(t, err, leaseops.ErrInvalidArgument)
 }
 
-// TestAdvanceTokenSequenceConcurrent: advancing the sequence while several
+// TestTokenFloorAdvanceConcurrent: advancing the sequence while several
 // processes acquire and release never re-issues a token (all tokens are
 // distinct) and every grant that starts after an advance returned carries a
 // token above its floor.
-func TestAdvanceTokenSequenceConcurrent(t *testing.T) {
+func TestTokenFloorAdvanceConcurrent(t *testing.T) {
 	e := newEnv(t)
-	admin := e.manager(lease.Config{})
+	admin := e.floor(leaseops.StaticFloor(0))
 	const workers, rounds = 4, 25
 	var (
 		mu     sync.Mutex
@@ -227,7 +237,7 @@ func TestAdvanceTokenSequenceConcurrent(t *testing.T) {
 		defer wg.Done()
 		for i := 1; i <= 10; i++ {
 			target := fence.Token(i * 1000)
-			if _, err := admin.AdvanceTokenSequence(bg(), target); err != nil {
+			if _, err := admin.Advance(bg(), target); err != nil {
 				errs <- err
 				return
 			}
@@ -244,7 +254,7 @@ func TestAdvanceTokenSequenceConcurrent(t *testing.T) {
 	require.Empty(t, dup, "re-issued tokens")
 	require.Empty(t, below, "grants below a floor already advanced to")
 	require.Len(t, tokens, workers*rounds)
-	rep, err := admin.CheckTokenFloor(bg())
+	rep, err := admin.Check(bg())
 	require.NoError(t, err)
 	require.EqualValues(t, 10000, rep.Stored)
 	require.Greater(t, rep.Next, fence.Token(10000))

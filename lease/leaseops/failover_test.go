@@ -1,0 +1,183 @@
+package leaseops_test
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+	"testing"
+
+	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/stretchr/testify/require"
+
+	"github.com/fencekit/fencekit/fence"
+	"github.com/fencekit/fencekit/internal/obs/obstest"
+	"github.com/fencekit/fencekit/internal/testsvc"
+	"github.com/fencekit/fencekit/lease"
+	"github.com/fencekit/fencekit/lease/leaseops"
+)
+
+// otherNode makes the schema's floor look checked on another node, as the
+// floor row replicated from an old primary looks on a promoted replica
+// (another timeline) or a restored dump in a fresh database (another
+// database oid or system identifier). Real promotions and restores run in
+// integration/failover.
+func (e *env) otherNode() {
+	e.t.Helper()
+	require.EqualValues(e.t, 1, e.exec(`UPDATE %q.fencekit_token_floor SET checked_node = '1:1/00000001'`))
+}
+
+// TestGrantsFailClosedOnUncheckedNode: once the floor is recorded as
+// checked on another node, every grant — new keys and takeovers, on pooled
+// connections that acquired before (their per-connection cache of the
+// node's system part cannot keep the old answer) — is refused with
+// ErrFailoverUnchecked, writes no row and names both nodes; renewals and
+// releases of held leases go on. The floor check records this node and
+// grants resume above the floor.
+func TestGrantsFailClosedOnUncheckedNode(t *testing.T) {
+	e := newEnv(t)
+	mt := obstest.NewMeter(t)
+	logs, logger := obstest.NewLogs()
+	m := e.manager(lease.Config{MeterProvider: mt.Provider, Logger: logger})
+	tf := e.floor(leaseops.StaticFloor(0))
+	node := e.checkedNode()
+	require.Regexp(t, `^[0-9]+:[0-9]+/[0-9A-F]{8}$`, node, "the migration records the node it ran on")
+
+	held, err := m.Acquire(bg(), uniqueKey(t)) // warms the pool's connections
+	require.NoError(t, err)
+	expired, err := m.Acquire(bg(), uniqueKey(t))
+	require.NoError(t, err)
+	_, err = expired.Release(bg())
+	require.NoError(t, err)
+	e.expire(expired.Key())
+	lastBefore, _ := e.seq()
+
+	e.otherNode()
+	rows := e.rowCount()
+	for _, k := range []lease.Key{uniqueKey(t), expired.Key()} {
+		_, err := m.Acquire(bg(), k)
+		require.ErrorIs(t, err, lease.ErrFailoverUnchecked, "key %s", k)
+		require.NotErrorIs(t, err, lease.ErrHeld)
+		var fe *lease.FailoverError
+		require.ErrorAs(t, err, &fe)
+		require.Equal(t, "1:1/00000001", fe.Checked)
+		require.Equal(t, node, fe.Node)
+	}
+	require.Equal(t, rows, e.rowCount(), "refused grants write no row")
+	require.False(t, e.hasRow(lease.Key{AccountID: "x", SessionID: "y"}))
+	require.NoError(t, held.Renew(bg()), "renewals issue no token and go on")
+	require.EqualValues(t, 2, obstest.Value(mt.Collect(), lease.MetricRefused, map[string]string{"reason": lease.ReasonFailoverUnchecked}))
+	errs := logs.AtLeast(slog.LevelError)
+	require.NotEmpty(t, errs)
+	require.Contains(t, errs[len(errs)-1].Message, "not checked on this database node")
+
+	rep, err := tf.Check(bg())
+	require.NoError(t, err)
+	require.Equal(t, node, rep.Node)
+	require.Equal(t, node, rep.CheckedNode)
+	require.Equal(t, node, e.checkedNode())
+	l, err := m.Acquire(bg(), expired.Key())
+	require.NoError(t, err)
+	require.Greater(t, int64(l.Token()), lastBefore)
+	_, err = l.Release(bg())
+	require.NoError(t, err)
+	_, err = held.Release(bg())
+	require.NoError(t, err)
+}
+
+// TestFailedFloorCheckKeepsGrantsRefused: on an unchecked node whose
+// sequence is behind the floor source, Check fails with ErrTokenFloor and
+// records nothing (grants stay refused as unchecked); Advance moves the
+// sequence past the floor and records the node; grants then carry tokens
+// above the floor.
+func TestFailedFloorCheckKeepsGrantsRefused(t *testing.T) {
+	e := newEnv(t)
+	m := e.manager(lease.Config{})
+	const floor = 500
+	tf := e.floor(leaseops.StaticFloor(floor))
+	node := e.checkedNode()
+	e.otherNode()
+
+	rep, err := tf.Check(bg())
+	require.ErrorIs(t, err, lease.ErrTokenFloor)
+	require.Equal(t, node, rep.Node)
+	require.Equal(t, "1:1/00000001", rep.CheckedNode, "a failed check records nothing")
+	require.EqualValues(t, floor, rep.Stored)
+	_, err = m.Acquire(bg(), uniqueKey(t))
+	require.ErrorIs(t, err, lease.ErrFailoverUnchecked)
+
+	rep, err = tf.Advance(bg(), 0)
+	require.NoError(t, err)
+	require.EqualValues(t, floor+1, rep.Next)
+	require.Equal(t, node, rep.CheckedNode)
+	l, err := m.Acquire(bg(), uniqueKey(t))
+	require.NoError(t, err)
+	require.Greater(t, l.Token(), fence.Token(floor))
+
+	// On a checked node, a floor raised above the sequence refuses grants
+	// with ErrTokenFloor (not unchecked): the node is still the checked one.
+	high := e.floor(leaseops.StaticFloor(10_000))
+	_, err = high.Check(bg())
+	require.ErrorIs(t, err, lease.ErrTokenFloor)
+	_, err = m.Acquire(bg(), uniqueKey(t))
+	require.ErrorIs(t, err, lease.ErrTokenFloor)
+	require.NotErrorIs(t, err, lease.ErrFailoverUnchecked)
+}
+
+// TestFailClosedUnderLeastPrivilege: a role with only USAGE on the schema,
+// SELECT/INSERT/UPDATE on fencekit_leases and USAGE/SELECT on the sequence
+// (the grants documented in docs/operations.md) acquires normally, is
+// refused with ErrFailoverUnchecked on an unchecked node, cannot record
+// the node itself, and acquires again after the operator's check.
+func TestFailClosedUnderLeastPrivilege(t *testing.T) {
+	e := newEnv(t)
+	role := testsvc.RandomName("fk_role_")
+	_, err := e.raw.Exec(bg(), `CREATE ROLE `+role+` LOGIN NOSUPERUSER NOCREATEDB NOCREATEROLE NOINHERIT NOBYPASSRLS NOREPLICATION`)
+	require.NoError(t, err)
+	for _, s := range []string{
+		`GRANT USAGE ON SCHEMA %q TO ` + role,
+		`GRANT SELECT, INSERT, UPDATE ON %q.fencekit_leases TO ` + role,
+		`GRANT USAGE, SELECT ON SEQUENCE %q.fencekit_token_seq TO ` + role,
+	} {
+		e.exec(s)
+	}
+	t.Cleanup(func() {
+		for _, s := range []string{"DROP OWNED BY " + role, "DROP ROLE IF EXISTS " + role} {
+			if _, err := e.raw.Exec(context.Background(), s); err != nil {
+				t.Errorf("%s: %v", s, err)
+			}
+		}
+	})
+	app := testsvc.PoolWith(t, testsvc.DatabaseURL(), func(c *pgxpool.Config) { c.ConnConfig.User = role })
+	m := e.manager(lease.Config{Pool: app})
+	l, err := m.Acquire(bg(), uniqueKey(t))
+	require.NoError(t, err)
+	_, err = l.Release(bg())
+	require.NoError(t, err)
+
+	e.otherNode()
+	_, err = m.Acquire(bg(), uniqueKey(t))
+	require.ErrorIs(t, err, lease.ErrFailoverUnchecked)
+	_, err = app.Exec(bg(), fmt.Sprintf(`UPDATE %q.fencekit_token_floor SET checked_node = NULL`, e.schema))
+	require.Error(t, err, "the application role cannot record a check")
+
+	_, err = e.floor(leaseops.StaticFloor(0)).Check(bg())
+	require.NoError(t, err)
+	l, err = m.Acquire(bg(), uniqueKey(t))
+	require.NoError(t, err)
+	_, err = l.Release(bg())
+	require.NoError(t, err)
+}
+
+// TestTokenFloorConfig: bad fields are refused with a ConfigError.
+func TestTokenFloorConfig(t *testing.T) {
+	pool := testsvc.Pool(t)
+	for name, cfg := range map[string]leaseops.TokenFloorConfig{
+		"nil pool":      {Source: leaseops.StaticFloor(0)},
+		"nil source":    {Pool: pool},
+		"bad schema":    {Pool: pool, Source: leaseops.StaticFloor(0), Schema: "x;y"},
+		"negative call": {Pool: pool, Source: leaseops.StaticFloor(0), CallTimeout: -1},
+	} {
+		_, err := leaseops.NewTokenFloor(cfg)
+		require.ErrorIs(t, err, lease.ErrInvalidConfig, name)
+	}
+}

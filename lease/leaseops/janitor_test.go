@@ -1,0 +1,146 @@
+package leaseops_test
+
+import (
+	"fmt"
+	"testing"
+	"time"
+
+	"github.com/google/uuid"
+	"github.com/stretchr/testify/require"
+
+	"github.com/fencekit/fencekit/internal/obs/obstest"
+	"github.com/fencekit/fencekit/internal/testsvc"
+	"github.com/fencekit/fencekit/lease"
+	"github.com/fencekit/fencekit/lease/leaseops"
+)
+
+// TestJanitorSweep: rows released or expired longer ago than the retention
+// are deleted in bounded batches; recent, held and locked rows stay; a key
+// whose row was deleted is granted a larger token than before.
+func TestJanitorSweep(t *testing.T) {
+	e := newEnv(t)
+	m := e.manager(lease.Config{})
+	mt := obstest.NewMeter(t)
+	j, err := leaseops.NewJanitor(leaseops.JanitorConfig{Pool: testsvc.Pool(t), Schema: e.schema, BatchSize: 2, MeterProvider: mt.Provider})
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = j.Close() })
+	require.Equal(t, leaseops.DefaultRetention, j.Retention())
+
+	acquire := func() *lease.Lease {
+		l, err := m.Acquire(bg(), uniqueKey(t))
+		require.NoError(t, err)
+		return l
+	}
+	var old []*lease.Lease
+	for i := range 5 { // 3 released, 2 expired without release, all 25h ago
+		l := acquire()
+		if i < 3 {
+			_, err := l.Release(bg())
+			require.NoError(t, err)
+		} else {
+			_, err := m.Release(bg(), l.Key(), uuid.New()) // leaves it held: NotHolder
+			require.NoError(t, err)
+		}
+		e.age(l.Key(), 25*time.Hour)
+		old = append(old, l)
+	}
+	recent := acquire()
+	_, err = recent.Release(bg())
+	require.NoError(t, err)
+	e.age(recent.Key(), 23*time.Hour) // inside the retention
+	held := acquire()
+	locked := acquire()
+	_, err = locked.Release(bg())
+	require.NoError(t, err)
+	e.age(locked.Key(), 25*time.Hour)
+
+	// A transaction holds the row lock of one old row: the sweep skips it
+	// instead of waiting.
+	tx, err := e.raw.Begin(bg())
+	require.NoError(t, err)
+	_, err = tx.Exec(bg(), fmt.Sprintf(`SELECT 1 FROM %q.fencekit_leases WHERE account_id=$1 AND session_id=$2 FOR UPDATE`, e.schema),
+		locked.Key().AccountID, locked.Key().SessionID)
+	require.NoError(t, err)
+	res, err := j.Sweep(bg())
+	require.NoError(t, err)
+	require.NoError(t, tx.Rollback(bg()))
+	require.EqualValues(t, 5, res.Deleted)
+	require.Equal(t, 3, res.Batches, "batches of 2: 2, 2, 1")
+	require.False(t, res.More)
+	for _, l := range old {
+		require.False(t, e.hasRow(l.Key()), "old row %s kept", l.Key())
+	}
+	for _, l := range []*lease.Lease{recent, held, locked} {
+		require.True(t, e.hasRow(l.Key()), "row %s deleted", l.Key())
+	}
+	require.NoError(t, held.Err(), "the held lease is untouched")
+	require.EqualValues(t, 5, obstest.Value(mt.Collect(), lease.MetricJanitorDeleted, map[string]string{"table": "leases"}))
+
+	// The next sweep takes the row that was locked.
+	res, err = j.Sweep(bg())
+	require.NoError(t, err)
+	require.EqualValues(t, 1, res.Deleted)
+
+	// Token order survives the delete: a fresh grant of a deleted key is larger.
+	again, err := m.Acquire(bg(), old[0].Key())
+	require.NoError(t, err)
+	require.Greater(t, again.Token(), held.Token())
+
+	// MaxBatches bounds one sweep.
+	for range 3 {
+		l := acquire()
+		_, err := l.Release(bg())
+		require.NoError(t, err)
+		e.age(l.Key(), 48*time.Hour)
+	}
+	one, err := leaseops.NewJanitor(leaseops.JanitorConfig{Pool: e.raw, Schema: e.schema, BatchSize: 1, MaxBatches: 2})
+	require.NoError(t, err)
+	require.NoError(t, one.Close(), "Sweep works after Close")
+	res, err = one.Sweep(bg())
+	require.NoError(t, err)
+	require.Equal(t, leaseops.SweepResult{Deleted: 2, Batches: 2, More: true}, res)
+}
+
+// TestJanitorLifecycle: NewJanitor starts the background loop, which
+// sweeps every Interval (the first one Interval after NewJanitor); Close
+// ends it (goleak checks in TestMain) and is idempotent.
+func TestJanitorLifecycle(t *testing.T) {
+	e := newEnv(t)
+	m := e.manager(lease.Config{})
+	l, err := m.Acquire(bg(), uniqueKey(t))
+	require.NoError(t, err)
+	_, err = l.Release(bg())
+	require.NoError(t, err)
+	e.age(l.Key(), 2*time.Hour)
+	logs, logger := obstest.NewLogs()
+	j, err := leaseops.NewJanitor(leaseops.JanitorConfig{Pool: testsvc.Pool(t), Schema: e.schema, Retention: time.Hour, Interval: 50 * time.Millisecond, Logger: logger})
+	require.NoError(t, err)
+	waitFor(t, 10*time.Second, "a background sweep", func() bool { return !e.hasRow(l.Key()) })
+	waitFor(t, 10*time.Second, "the sweep's log", func() bool { return len(logs.Messages("leaseops: janitor sweep")) > 0 })
+	require.NoError(t, j.Close())
+	require.NoError(t, j.Close())
+}
+
+// TestJanitorConfig: retention shorter than the statement bound allows, or
+// than MinRetention, and other bad fields are refused with a ConfigError.
+func TestJanitorConfig(t *testing.T) {
+	pool := testsvc.Pool(t)
+	for name, cfg := range map[string]leaseops.JanitorConfig{
+		"nil pool":                              {},
+		"bad schema":                            {Pool: pool, Schema: "Bad-Schema"},
+		"short retention":                       {Pool: pool, Retention: 59 * time.Minute},
+		"retention below 100 × statement bound": {Pool: pool, Retention: 2 * time.Hour, StatementBound: 2 * time.Minute},
+		"negative bound":                        {Pool: pool, StatementBound: -time.Second},
+		"batch too large":                       {Pool: pool, BatchSize: lease.MaxBatch + 1},
+		"negative batch":                        {Pool: pool, BatchSize: -1},
+		"negative max":                          {Pool: pool, MaxBatches: -1},
+		"negative every":                        {Pool: pool, Interval: -time.Second},
+		"negative call":                         {Pool: pool, CallTimeout: -time.Second},
+	} {
+		_, err := leaseops.NewJanitor(cfg)
+		require.ErrorIs(t, err, lease.ErrInvalidConfig, name)
+	}
+	j, err := leaseops.NewJanitor(leaseops.JanitorConfig{Pool: pool, Retention: 200 * time.Minute, StatementBound: 2 * time.Minute})
+	require.NoError(t, err, "exactly 100 × bound")
+	require.NoError(t, j.Close())
+}
