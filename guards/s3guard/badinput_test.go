@@ -13,6 +13,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/fencekit/fencekit/fence"
+	"github.com/fencekit/fencekit/guards/s3guard/s3client"
 )
 
 // ops runs every Store entry point on key with token; each must fail.
@@ -45,6 +46,8 @@ func TestBadInput(t *testing.T) {
 				"/lead", "trail/", "a//b", "a/./b", "../up", "a/..", ".", "back\\slash",
 				DefaultDataPrefix + "keep/0000000000000000005-0123456789abcdef0123456789abcdef",
 				"_fencekit", "_fencekit/data",
+				// Only white space: minio-go trims such names to nothing.
+				" ", "   ", "\u00a0", " \u2003 ",
 			} {
 				for op, err := range ops(s, key, 9) {
 					var ke *KeyError
@@ -204,5 +207,25 @@ func TestNewValidates(t *testing.T) {
 		assert.True(t, strings.HasPrefix(info.DataKey, "blobs/doc/"), info.DataKey)
 		_, err = put(t, s, "blobs/x", 1, "x")
 		assert.ErrorIs(t, err, fence.ErrInvalidResource)
+	})
+}
+
+// TestAdapterKeyCheck: both adapters refuse keys of only white space (and
+// empty ones) themselves, with an error matching fence.ErrInvalidResource,
+// before sending anything; minio-go alone would fail with an untyped error.
+func TestAdapterKeyCheck(t *testing.T) {
+	forEachClient(t, func(t *testing.T, e env) {
+		ctx := testCtx(t)
+		before := e.snapshot(t)
+		for _, key := range []string{"", " ", "   ", "\u00a0", "\t"} {
+			_, err := e.client.Put(ctx, e.bucket, key, strings.NewReader("x"), 1, s3client.PutOptions{})
+			assert.ErrorIs(t, err, fence.ErrInvalidResource, "Put(%q)", key)
+			_, _, err = e.client.Get(ctx, e.bucket, key, s3client.GetOptions{})
+			assert.ErrorIs(t, err, fence.ErrInvalidResource, "Get(%q)", key)
+			_, err = e.client.Head(ctx, e.bucket, key)
+			assert.ErrorIs(t, err, fence.ErrInvalidResource, "Head(%q)", key)
+			assert.ErrorIs(t, e.client.Delete(ctx, e.bucket, key), fence.ErrInvalidResource, "Delete(%q)", key)
+		}
+		assert.Equal(t, before, e.snapshot(t))
 	})
 }

@@ -111,7 +111,7 @@ func FuzzCheckKey(f *testing.F) {
 	for _, k := range []string{
 		"a", "sessions/s1/report.txt", "/a", "a/", "a//b", "a/./b", "a/../b", "..", `a\b`, "a\x00b", "a\nb",
 		"_fencekit/data/x", "ü/ñ", strings.Repeat("x", 255), strings.Repeat("x", 256), strings.Repeat("a/", 256) + "a",
-		"\xff", "a\x7f",
+		"\xff", "a\x7f", " ", "   ", "\u00a0", "a/ /b",
 	} {
 		f.Add(k)
 	}
@@ -130,7 +130,7 @@ func FuzzCheckKey(f *testing.F) {
 		if fence.ValidateResource(key) != nil || len(key) > MaxKeyLen {
 			t.Fatalf("accepted %q that fence.ValidateResource refuses", key)
 		}
-		if strings.HasPrefix(key, DefaultDataPrefix) || strings.HasPrefix(key, "/") || strings.HasSuffix(key, "/") ||
+		if strings.TrimSpace(key) == "" || strings.HasPrefix(key, DefaultDataPrefix) || strings.HasPrefix(key, "/") || strings.HasSuffix(key, "/") ||
 			strings.Contains(key, "//") || strings.Contains(key, `\`) {
 			t.Fatalf("accepted %q", key)
 		}

@@ -204,13 +204,18 @@ func newWriteID() string {
 }
 
 // checkKey applies fence.ValidateResource and the rules S3 and MinIO put on
-// object names, and keeps keys out of the guard's data prefix.
+// object names (no key of only white space, as in s3client.CheckKey), and
+// keeps keys out of the guard's data prefix.
 func checkKey(dataPrefix, key string) error {
 	if err := fence.ValidateResource(key); err != nil {
 		reason := strings.TrimPrefix(err.Error(), fence.ErrInvalidResource.Error()+": ")
 		return keyErr(key, reason)
 	}
 	switch {
+	case strings.TrimSpace(key) == "":
+		// S3 SDKs trim object names (minio-go then fails with an untyped
+		// "Object name cannot be empty"): the same rule as s3client.CheckKey.
+		return keyErr(key, "only white space")
 	case strings.HasPrefix(key, dataPrefix):
 		return keyErr(key, "inside the guard's data prefix "+strconv.Quote(dataPrefix))
 	case strings.HasPrefix(dataPrefix, key+"/"):
