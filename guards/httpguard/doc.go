@@ -5,26 +5,34 @@
 //
 // # Protocol
 //
-// A fenced request carries two headers (names configurable):
+// A fenced request carries two headers and an optional third (names
+// configurable):
 //
 //	Fencing-Token:    the token, canonical decimal (fence.Parse): 1..9223372036854775807,
 //	                  ASCII digits only, no sign, no leading zero, no spaces
 //	Fencing-Resource: the resource name, verbatim (fence.ValidateResource rules)
+//	Fencing-Run:      optional: the run identity of the token's holder (a lease's run id),
+//	                  1..64 bytes of ASCII letters, digits and . _ : - (fence.ValidateRun)
 //
 // Config.Resource may derive the resource from the request (its path, say)
-// instead of the header. Each header must appear exactly once. The
-// middleware answers:
+// instead of the header. Token and resource must appear exactly once, the
+// run at most once. The middleware answers:
 //
 //	400 invalid-token     token header missing, repeated or malformed       (guard not called)
+//	400 invalid-run       run header repeated, empty or malformed           (guard not called)
 //	400 invalid-resource  resource missing, repeated or invalid             (guard not called)
 //	409 stale-token       the token is below the resource's mark
-//	503 busy              the guard could not decide now (fence.ErrBusy); Retry-After set
+//	409 token-reused      the token equals the mark but the run differs from the run that set it
+//	503 busy              the guard could not decide now (fence.ErrBusy), or the request's own
+//	                      context ended before it decided; Retry-After set, nothing written
 //	500 internal          any other guard failure (details only to Config.ErrorLog)
 //	otherwise             the handler's own response, relayed unchanged
 //
 // Every middleware error is an RFC 9457 application/problem+json object
-// with type, title, status and detail; the 409 also carries the extension
-// members resource, presented_token and highest_token (decimal strings):
+// with type, title, status and detail; the stale-token 409 also carries the
+// extension members resource, presented_token and highest_token (decimal
+// strings), the token-reused 409 resource, presented_token, run and
+// mark_run:
 //
 //	HTTP/1.1 409 Conflict
 //	Content-Type: application/problem+json
@@ -36,10 +44,12 @@
 //
 // # How the handler runs
 //
-// The middleware calls g.Fence(r.Context(), resource, token, write), where
-// write runs the handler with a request whose context carries the token
-// (fence.FromContext), the resource (ResourceFromContext) and whatever the
-// guard adds: behind a pgguard.Guard the handler gets the transaction with
+// The middleware calls g.Fence(ctx, resource, token, write) with ctx =
+// fence.WithClaim(r.Context(), claim), so a guard that pairs the token with
+// ctx's run (fence.ClaimFor) sees the run header. write runs the handler
+// with a request whose context carries the claim (fence.ClaimFromContext:
+// token and run), the resource (ResourceFromContext) and whatever the guard
+// adds: behind a pgguard.Guard the handler gets the transaction with
 // pgguard.TxFromContext and writes through it. The handler's response is
 // buffered. If its status is below 400, write succeeds and the guard
 // raises the mark (pgguard commits), and only then is the response sent. If
@@ -53,17 +63,26 @@
 //     handler writing through the transaction), a 2xx/3xx answer means the
 //     handler's writes and the raised mark committed together, and an error
 //     answer means neither did.
-//   - The client side: Transport sets the headers from the context;
-//     ErrorFromResponse turns a 409 back into the *fence.StaleError, a 503
-//     into an error matching fence.ErrBusy, and parses strictly: a malformed
-//     body is a *ResponseError, never a panic or a guessed token.
+//   - A write whose token was reused by another run (both runs known) is
+//     refused with 409 token-reused, never stale or busy; it is counted and
+//     logged at Error (Config.Logger).
+//   - The client side: Transport sets the headers from the context's claim
+//     and resource; a fenced request (resource in ctx) without a valid claim
+//     fails with fence.ErrNoToken (or the claim's validation error) before
+//     anything is sent; once the context has ended it fails with an error
+//     matching ctx.Err() and context.Cause(ctx), never fence.ErrBusy.
+//     ErrorFromResponse turns a stale-token 409 back into the
+//     *fence.StaleError, a token-reused 409 into the *fence.ReusedError, a
+//     503 into an error matching fence.ErrBusy, and parses strictly: a
+//     malformed body is a *ResponseError, never a panic or a guessed token.
 //
 // # Metrics
 //
 // Config.MeterProvider (OpenTelemetry; nil records nothing) receives
 // fencekit.guard.accepted (the handler ran under an admitted token and
 // answered below 400), fencekit.guard.stale and fencekit.guard.token_gap
-// (409 answers), attribute guard="http" only — never the resource name.
+// (stale-token answers) and fencekit.guard.reused (token-reused answers),
+// attribute guard="http" only — never the resource name.
 // The wrapped guard may count the same decision under its own kind. See
 // docs/operations.md.
 //

@@ -109,7 +109,12 @@ type httpSubject struct {
 }
 
 func (s *httpSubject) do(ctx context.Context, r string, tok fence.Token, v string, fail bool) error {
-	ctx = httpguard.WithResource(fence.WithToken(ctx, tok), r)
+	return s.send(httpguard.WithResource(fence.WithToken(ctx, tok), r), v, fail)
+}
+
+// send posts v under the claim and resource that ctx carries (Transport
+// sets the headers).
+func (s *httpSubject) send(ctx context.Context, v string, fail bool) error {
 	req, err := http.NewRequestWithContext(ctx, http.MethodPost, s.url, strings.NewReader(v))
 	if err != nil {
 		return err
@@ -131,6 +136,18 @@ func (s *httpSubject) do(ctx context.Context, r string, tok fence.Token, v strin
 
 func (s *httpSubject) Write(ctx context.Context, r string, tok fence.Token, v string) error {
 	return s.do(ctx, r, tok, v, false)
+}
+
+// WriteClaim implements guardtest.ClaimWriter: the Transport sends the
+// claim's token and run.
+func (s *httpSubject) WriteClaim(ctx context.Context, r string, c fence.Claim, v string) error {
+	return s.send(httpguard.WithResource(fence.WithClaim(ctx, c), r), v, false)
+}
+
+// WriteContext implements guardtest.ContextWriter: the claim is whatever
+// ctx carries.
+func (s *httpSubject) WriteContext(ctx context.Context, r string, v string) error {
+	return s.send(httpguard.WithResource(ctx, r), v, false)
 }
 
 func (s *httpSubject) WriteFailing(ctx context.Context, r string, tok fence.Token) error {
@@ -246,6 +263,14 @@ func garbageTable() []garbage {
 		garbage{"resource not UTF-8", res("\xff\xfe"), httpguard.TypeInvalidResource},
 		garbage{"resource too long", res(strings.Repeat("x", fence.MaxResourceLen+1)), httpguard.TypeInvalidResource},
 	)
+	run := func(vs ...string) map[string][]string {
+		return map[string][]string{"Fencing-Token": {"9"}, "Fencing-Resource": {"r"}, "Fencing-Run": vs}
+	}
+	for _, v := range []string{"", "has space", "semi;colon", "a,b", "ünï", "run\x00", "run\x7f", "a/b", strings.Repeat("r", fence.MaxRunLen+1)} {
+		out = append(out, garbage{fmt.Sprintf("run %q", v), run(v), httpguard.TypeInvalidRun})
+	}
+	out = append(out, garbage{"run twice", run("run-a", "run-a"), httpguard.TypeInvalidRun},
+		garbage{"run twice different", run("run-a", "run-b"), httpguard.TypeInvalidRun})
 	return out
 }
 
@@ -274,9 +299,12 @@ func TestGarbageHeadersDirect(t *testing.T) {
 			require.ErrorAs(t, err, &pe)
 			assert.Equal(t, tc.typ, pe.Problem.Type)
 			assert.Equal(t, 400, pe.Problem.Status)
-			if tc.typ == httpguard.TypeInvalidToken {
+			switch tc.typ {
+			case httpguard.TypeInvalidToken:
 				assert.ErrorIs(t, err, fence.ErrInvalidToken)
-			} else {
+			case httpguard.TypeInvalidRun:
+				assert.ErrorIs(t, err, fence.ErrInvalidRun)
+			default:
 				assert.ErrorIs(t, err, fence.ErrInvalidResource)
 			}
 		})
@@ -298,6 +326,9 @@ func TestGarbageHeadersOverTheWire(t *testing.T) {
 	srv, _ := server(t, mustMiddleware(t, cg, httpguard.Config{})(http.NotFoundHandler()))
 	for _, tc := range garbageTable() {
 		if v := tc.hdr["Fencing-Token"]; len(v) == 1 && strings.TrimSpace(v[0]) != v[0] && strings.TrimSpace(v[0]) != "" {
+			continue
+		}
+		if v := tc.hdr["Fencing-Run"]; len(v) == 1 && strings.TrimSpace(v[0]) != v[0] && strings.TrimSpace(v[0]) != "" {
 			continue
 		}
 		t.Run(tc.name, func(t *testing.T) {
@@ -354,9 +385,10 @@ func TestBusyIs503(t *testing.T) {
 	assert.False(t, stale)
 }
 
-// Real busy: a memguard resource held by a slow request; a second request
-// whose context ends while it waits gets 503.
-func TestBusyFromMemguardWait(t *testing.T) {
+// A memguard resource held by a slow request; a second request whose
+// context ended while it waits gets 503 with Retry-After (nothing was
+// written), not a 500.
+func TestEndedRequestContextIs503(t *testing.T) {
 	mem := newMem(t)
 	inside := make(chan struct{})
 	release := make(chan struct{})
@@ -477,6 +509,9 @@ func TestMiddlewareConfig(t *testing.T) {
 		{ResourceHeader: "x\r\nInjected: 1"},
 		{ResourceHeader: "é"},
 		{TokenHeader: "same", ResourceHeader: "Same"},
+		{RunHeader: "bad header"},
+		{RunHeader: "fencing-token"},
+		{RunHeader: "X-R", ResourceHeader: "x-r"},
 		{RetryAfter: -time.Second},
 		{MaxResponseBytes: -1},
 	} {

@@ -5,6 +5,8 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
+	"log/slog"
 	"net/http"
 	"strconv"
 	"time"
@@ -19,6 +21,7 @@ import (
 const (
 	DefaultTokenHeader    = "Fencing-Token"
 	DefaultResourceHeader = "Fencing-Resource"
+	DefaultRunHeader      = "Fencing-Run"
 )
 
 // Defaults of Config.
@@ -32,6 +35,9 @@ type Config struct {
 	// TokenHeader carries the fencing token, in the canonical decimal form
 	// of fence.Parse. Default "Fencing-Token".
 	TokenHeader string
+	// RunHeader carries the optional run identity of the token's holder
+	// (fence.ValidateRun rules, non-empty). Default "Fencing-Run".
+	RunHeader string
 	// ResourceHeader carries the resource name (fence.ValidateResource
 	// rules, verbatim, no encoding). Default "Fencing-Resource". Ignored
 	// when Resource is set.
@@ -50,9 +56,14 @@ type Config struct {
 	// ErrorLog, when set, receives guard errors that are answered with 500
 	// (their text is not sent to the client).
 	ErrorLog func(r *http.Request, err error)
+	// Logger receives one Error record per request refused because its
+	// token was reused by another run (resource, token and both runs). Nil
+	// discards.
+	Logger *slog.Logger
 	// MeterProvider records fencekit.guard.accepted (requests whose handler
 	// ran and answered below 400 under an admitted token),
-	// fencekit.guard.stale and fencekit.guard.token_gap (409 answers) with
+	// fencekit.guard.stale and fencekit.guard.token_gap (409 stale-token
+	// answers) and fencekit.guard.reused (409 token-reused answers) with
 	// guard="http" (see docs/operations.md). The guard passed to Middleware
 	// may record its own decisions under its own kind. Nil records nothing.
 	MeterProvider metric.MeterProvider
@@ -90,6 +101,9 @@ func (cfg Config) withDefaults() (Config, error) {
 	if cfg.ResourceHeader == "" {
 		cfg.ResourceHeader = DefaultResourceHeader
 	}
+	if cfg.RunHeader == "" {
+		cfg.RunHeader = DefaultRunHeader
+	}
 	if cfg.RetryAfter == 0 {
 		cfg.RetryAfter = DefaultRetryAfter
 	}
@@ -101,8 +115,13 @@ func (cfg Config) withDefaults() (Config, error) {
 		return cfg, fmt.Errorf("%w: TokenHeader %q is not a header field name", ErrInvalidConfig, cfg.TokenHeader)
 	case !validHeaderName(cfg.ResourceHeader):
 		return cfg, fmt.Errorf("%w: ResourceHeader %q is not a header field name", ErrInvalidConfig, cfg.ResourceHeader)
+	case !validHeaderName(cfg.RunHeader):
+		return cfg, fmt.Errorf("%w: RunHeader %q is not a header field name", ErrInvalidConfig, cfg.RunHeader)
 	case http.CanonicalHeaderKey(cfg.TokenHeader) == http.CanonicalHeaderKey(cfg.ResourceHeader):
 		return cfg, fmt.Errorf("%w: TokenHeader and ResourceHeader are both %q", ErrInvalidConfig, cfg.TokenHeader)
+	case http.CanonicalHeaderKey(cfg.RunHeader) == http.CanonicalHeaderKey(cfg.TokenHeader),
+		http.CanonicalHeaderKey(cfg.RunHeader) == http.CanonicalHeaderKey(cfg.ResourceHeader):
+		return cfg, fmt.Errorf("%w: RunHeader %q is also the token or resource header", ErrInvalidConfig, cfg.RunHeader)
 	case cfg.RetryAfter < 0:
 		return cfg, fmt.Errorf("%w: negative RetryAfter", ErrInvalidConfig)
 	case cfg.MaxResponseBytes < 0:
@@ -110,6 +129,7 @@ func (cfg Config) withDefaults() (Config, error) {
 	}
 	cfg.TokenHeader = http.CanonicalHeaderKey(cfg.TokenHeader)
 	cfg.ResourceHeader = http.CanonicalHeaderKey(cfg.ResourceHeader)
+	cfg.RunHeader = http.CanonicalHeaderKey(cfg.RunHeader)
 	return cfg, nil
 }
 
@@ -128,7 +148,11 @@ func Middleware(g fence.Guard, cfg Config) (func(http.Handler) http.Handler, err
 	if err != nil {
 		return nil, fmt.Errorf("%w: MeterProvider: %w", ErrInvalidConfig, err)
 	}
-	m := &middleware{g: g, cfg: cfg, met: met, retryAfter: strconv.FormatInt(int64((cfg.RetryAfter+time.Second-1)/time.Second), 10)}
+	log := cfg.Logger
+	if log == nil {
+		log = slog.New(slog.NewTextHandler(io.Discard, nil))
+	}
+	m := &middleware{g: g, cfg: cfg, met: met, log: log, retryAfter: strconv.FormatInt(int64((cfg.RetryAfter+time.Second-1)/time.Second), 10)}
 	if cfg.RetryAfter < time.Second {
 		m.retryAfter = "1"
 	}
@@ -141,6 +165,7 @@ type middleware struct {
 	g          fence.Guard
 	cfg        Config
 	met        *obs.Guard
+	log        *slog.Logger
 	retryAfter string
 }
 
@@ -177,6 +202,21 @@ func (m *middleware) serve(w http.ResponseWriter, r *http.Request, next http.Han
 			"header "+m.cfg.TokenHeader+" must be a positive decimal integer without sign, spaces or leading zeros")
 		return
 	}
+	var run string
+	switch vs := r.Header.Values(m.cfg.RunHeader); len(vs) {
+	case 0:
+	case 1:
+		run = vs[0]
+		if run == "" || fence.ValidateRun(run) != nil {
+			m.badRequest(w, TypeInvalidRun, "Invalid run identity",
+				fmt.Sprintf("header %s must be 1-%d bytes of ASCII letters, digits and . _ : -", m.cfg.RunHeader, fence.MaxRunLen))
+			return
+		}
+	default:
+		m.badRequest(w, TypeInvalidRun, "Invalid run identity", "header "+m.cfg.RunHeader+" given more than once")
+		return
+	}
+	claim := fence.Claim{Token: token, Run: run}
 	var resource string
 	if m.cfg.Resource != nil {
 		resource, err = m.cfg.Resource(r)
@@ -197,9 +237,11 @@ func (m *middleware) serve(w http.ResponseWriter, r *http.Request, next http.Han
 	}
 
 	var rec *bufferedResponse
-	err = m.g.Fence(r.Context(), resource, token, func(ctx context.Context) error {
+	// The claim goes into the guard's ctx too: a guard pairs the token with
+	// the run identity through fence.ClaimFor.
+	err = m.g.Fence(fence.WithClaim(r.Context(), claim), resource, token, func(ctx context.Context) error {
 		rec = &bufferedResponse{header: http.Header{}, limit: m.cfg.MaxResponseBytes}
-		ctx = WithResource(fence.WithToken(ctx, token), resource)
+		ctx = WithResource(fence.WithClaim(ctx, claim), resource)
 		next.ServeHTTP(rec, r.WithContext(ctx))
 		if rec.tooLarge {
 			return ErrResponseTooLarge
@@ -220,7 +262,7 @@ func (m *middleware) serve(w http.ResponseWriter, r *http.Request, next http.Han
 		}
 		rec.relay(w)
 	default:
-		m.met.Decision(r.Context(), err) // counts stale rejections only
+		m.met.Decision(r.Context(), err) // counts stale and reuse refusals only
 		m.guardError(w, r, resource, token, err)
 	}
 }
@@ -242,13 +284,37 @@ func (m *middleware) guardError(w http.ResponseWriter, r *http.Request, resource
 		})
 		return
 	}
+	if re, ok := fence.IsReused(err); ok {
+		m.log.ErrorContext(r.Context(), "httpguard: token reused by a different run; request refused",
+			"resource", resource, "token", int64(re.Token), "run", re.Run, "mark_run", re.MarkRun)
+		writeProblem(w, Problem{
+			Type:           TypeTokenReused,
+			Title:          "Fencing token reused",
+			Status:         http.StatusConflict,
+			Detail:         fmt.Sprintf("token %d was accepted for this resource from another run: the token was issued twice", re.Token),
+			Resource:       resource,
+			PresentedToken: re.Token.String(),
+			Run:            re.Run,
+			MarkRun:        re.MarkRun,
+		})
+		return
+	}
 	switch {
 	case errors.Is(err, fence.ErrBusy):
 		w.Header().Set("Retry-After", m.retryAfter)
 		writeProblem(w, Problem{Type: TypeBusy, Title: "Resource busy", Status: http.StatusServiceUnavailable,
 			Detail: "the resource could not decide now; retry with the same token", Resource: resource})
+	case r.Context().Err() != nil && (errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded)):
+		// The request's own context ended (the client went away, the
+		// server is shutting down) before the guard decided: nothing was
+		// written, and a client still listening may retry.
+		w.Header().Set("Retry-After", m.retryAfter)
+		writeProblem(w, Problem{Type: TypeBusy, Title: "Resource busy", Status: http.StatusServiceUnavailable,
+			Detail: "the request ended before the guard decided; nothing was written", Resource: resource})
 	case errors.Is(err, fence.ErrInvalidToken):
 		m.badRequest(w, TypeInvalidToken, "Invalid fencing token", "the guard refused the token")
+	case errors.Is(err, fence.ErrInvalidRun):
+		m.badRequest(w, TypeInvalidRun, "Invalid run identity", "the guard refused the run identity")
 	case errors.Is(err, fence.ErrInvalidResource):
 		writeProblem(w, Problem{Type: TypeInvalidResource, Title: "Invalid fencing resource", Status: http.StatusBadRequest,
 			Detail: "the guard refused the resource name"})

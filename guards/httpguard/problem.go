@@ -27,6 +27,13 @@ const (
 	// TypeInvalidResource: 400, the resource is missing, repeated or not a
 	// valid resource name.
 	TypeInvalidResource = typeBase + "invalid-resource"
+	// TypeTokenReused: 409, the token equals the resource's mark but the
+	// run identity differs from the run that set it: the token was issued
+	// twice. Retrying cannot succeed.
+	TypeTokenReused = typeBase + "token-reused"
+	// TypeInvalidRun: 400, the run header is repeated, empty or not a valid
+	// run identity (fence.ValidateRun).
+	TypeInvalidRun = typeBase + "invalid-run"
 	// TypeBusy: 503, the guard could not decide now; retry after Retry-After.
 	TypeBusy = typeBase + "busy"
 	// TypeInternal: 500, the guard failed; details are not disclosed.
@@ -44,6 +51,8 @@ type Problem struct {
 	Resource       string `json:"resource,omitempty"`
 	PresentedToken string `json:"presented_token,omitempty"`
 	HighestToken   string `json:"highest_token,omitempty"`
+	Run            string `json:"run,omitempty"`
+	MarkRun        string `json:"mark_run,omitempty"`
 }
 
 func writeProblem(w http.ResponseWriter, p Problem) {
@@ -81,9 +90,10 @@ func (e *ResponseError) Error() string {
 // Is reports whether target is ErrUnexpectedResponse.
 func (e *ResponseError) Is(target error) bool { return target == ErrUnexpectedResponse }
 
-// ProblemError is a well-formed problem response other than a stale token.
-// It unwraps to fence.ErrBusy, fence.ErrInvalidToken or
-// fence.ErrInvalidResource for the middleware's types of those names.
+// ProblemError is a well-formed problem response other than a stale or
+// reused token. It unwraps to fence.ErrBusy, fence.ErrInvalidToken,
+// fence.ErrInvalidRun or fence.ErrInvalidResource for the middleware's types
+// of those names.
 type ProblemError struct {
 	StatusCode int
 	Problem    Problem
@@ -107,6 +117,8 @@ func (e *ProblemError) Unwrap() error {
 		return fence.ErrInvalidToken
 	case TypeInvalidResource:
 		return fence.ErrInvalidResource
+	case TypeInvalidRun:
+		return fence.ErrInvalidRun
 	}
 	return nil
 }
@@ -119,8 +131,11 @@ const MaxProblemBytes = 64 << 10
 //   - status below 400: nil;
 //   - 409 with a stale-token problem: a *fence.StaleError with the
 //     resource and both tokens;
+//   - 409 with a token-reused problem: a *fence.ReusedError with the
+//     resource, the token and both run identities;
 //   - any other well-formed problem: a *ProblemError (matching fence.ErrBusy,
-//     fence.ErrInvalidToken or fence.ErrInvalidResource for those types);
+//     fence.ErrInvalidToken, fence.ErrInvalidRun or fence.ErrInvalidResource
+//     for those types);
 //   - anything else (not problem+json, malformed JSON, duplicate or mistyped
 //     members, status mismatch, invalid tokens, a body over
 //     MaxProblemBytes): a *ResponseError.
@@ -159,6 +174,9 @@ func ErrorFromResponse(resp *http.Response) error {
 	if p.Status != resp.StatusCode {
 		return bad("problem status %d differs from HTTP status", p.Status)
 	}
+	if p.Type == TypeTokenReused {
+		return reusedFromProblem(p, bad)
+	}
 	if p.Type != TypeStaleToken {
 		return &ProblemError{StatusCode: resp.StatusCode, Problem: p}
 	}
@@ -180,6 +198,33 @@ func ErrorFromResponse(resp *http.Response) error {
 		return bad("resource: %v", err)
 	}
 	return &fence.StaleError{Resource: p.Resource, Presented: presented, Highest: highest}
+}
+
+// reusedFromProblem turns a token-reused problem into a *fence.ReusedError,
+// or a *ResponseError (through bad) when a member is missing or malformed.
+func reusedFromProblem(p Problem, bad func(format string, args ...any) error) error {
+	if p.Status != http.StatusConflict {
+		return bad("token-reused problem with status %d", p.Status)
+	}
+	tok, err := fence.Parse(p.PresentedToken)
+	if err != nil {
+		return bad("presented_token: %v", err)
+	}
+	for _, run := range []struct{ name, v string }{{"run", p.Run}, {"mark_run", p.MarkRun}} {
+		if run.v == "" {
+			return bad("%s missing", run.name)
+		}
+		if err := fence.ValidateRun(run.v); err != nil {
+			return bad("%s: %v", run.name, err)
+		}
+	}
+	if p.Run == p.MarkRun {
+		return bad("run and mark_run are both %q", p.Run)
+	}
+	if err := fence.ValidateResource(p.Resource); err != nil {
+		return bad("resource: %v", err)
+	}
+	return &fence.ReusedError{Resource: p.Resource, Token: tok, Run: p.Run, MarkRun: p.MarkRun}
 }
 
 // parseProblem decodes one JSON object strictly: no duplicate members, no
@@ -240,7 +285,7 @@ func parseProblem(body []byte) (Problem, error) {
 	}{
 		{"type", &p.Type, true}, {"title", &p.Title, true}, {"detail", &p.Detail, false},
 		{"resource", &p.Resource, false}, {"presented_token", &p.PresentedToken, false},
-		{"highest_token", &p.HighestToken, false},
+		{"highest_token", &p.HighestToken, false}, {"run", &p.Run, false}, {"mark_run", &p.MarkRun, false},
 	} {
 		if err := str(f.name, f.dst, f.required); err != nil {
 			return p, err

@@ -113,6 +113,7 @@ func FuzzErrorFromResponse(f *testing.F) {
 	f.Add(409, `{"type":"x","title":"t","status":409}`)
 	f.Add(503, `{"type":"`+httpguard.TypeBusy+`","title":"t","status":503}`)
 	f.Add(409, `{"a":`)
+	f.Add(409, reusedOK)
 	f.Fuzz(func(t *testing.T, status int, body string) {
 		err := httpguard.ErrorFromResponse(response(status, httpguard.ProblemContentType, body))
 		if status < 400 {
@@ -129,5 +130,52 @@ func FuzzErrorFromResponse(f *testing.F) {
 				t.Fatalf("bad stale error %+v from %q", se, body)
 			}
 		}
+		if re, ok := fence.IsReused(err); ok {
+			if !re.Token.Valid() || re.Run == "" || re.MarkRun == "" || re.Run == re.MarkRun ||
+				fence.ValidateRun(re.Run) != nil || fence.ValidateRun(re.MarkRun) != nil || fence.ValidateResource(re.Resource) != nil {
+				t.Fatalf("bad reused error %+v from %q", re, body)
+			}
+		}
 	})
+}
+
+const reusedOK = `{"type":"` + httpguard.TypeTokenReused + `","title":"Fencing token reused","status":409,"resource":"r","presented_token":"7","run":"run-b","mark_run":"run-a"}`
+
+// A token-reused problem decodes to the *fence.ReusedError; a malformed one
+// is a *ResponseError, never a ReusedError or a StaleError.
+func TestErrorFromResponseReused(t *testing.T) {
+	pj := httpguard.ProblemContentType
+	err := httpguard.ErrorFromResponse(response(409, pj, reusedOK))
+	re, ok := fence.IsReused(err)
+	require.True(t, ok, "%v", err)
+	assert.Equal(t, fence.ReusedError{Resource: "r", Token: 7, Run: "run-b", MarkRun: "run-a"}, *re)
+
+	err = httpguard.ErrorFromResponse(response(400, pj, `{"type":"`+httpguard.TypeInvalidRun+`","title":"t","status":400}`))
+	assert.ErrorIs(t, err, fence.ErrInvalidRun)
+
+	for name, body := range map[string]string{
+		"run missing":      strings.Replace(reusedOK, `"run":"run-b",`, ``, 1),
+		"mark_run missing": strings.Replace(reusedOK, `,"mark_run":"run-a"`, ``, 1),
+		"run invalid":      strings.Replace(reusedOK, `"run":"run-b"`, `"run":"run b"`, 1),
+		"mark_run invalid": strings.Replace(reusedOK, `"mark_run":"run-a"`, `"mark_run":"run;a"`, 1),
+		"same runs":        strings.Replace(reusedOK, `"run":"run-b"`, `"run":"run-a"`, 1),
+		"run number":       strings.Replace(reusedOK, `"run":"run-b"`, `"run":7`, 1),
+		"token invalid":    strings.Replace(reusedOK, `"presented_token":"7"`, `"presented_token":"07"`, 1),
+		"token missing":    strings.Replace(reusedOK, `"presented_token":"7",`, ``, 1),
+		"resource invalid": strings.Replace(reusedOK, `"resource":"r"`, `"resource":""`, 1),
+		"status 400":       strings.Replace(reusedOK, `409`, `400`, 1),
+	} {
+		t.Run(name, func(t *testing.T) {
+			status := 409
+			if name == "status 400" {
+				status = 400
+			}
+			err := httpguard.ErrorFromResponse(response(status, pj, body))
+			assert.ErrorIs(t, err, httpguard.ErrUnexpectedResponse)
+			_, reused := fence.IsReused(err)
+			assert.False(t, reused)
+			_, stale := fence.IsStale(err)
+			assert.False(t, stale)
+		})
+	}
 }
