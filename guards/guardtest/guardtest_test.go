@@ -358,3 +358,26 @@ func TestConfigDefaults(t *testing.T) {
 		assert.ErrorIs(t, err, guardtest.ErrInvalidConfig, "%+v", bad)
 	}
 }
+
+func TestFindStaleAcceptances(t *testing.T) {
+	w := func(tok fence.Token, inv, comp int64) guardtest.AcceptedWrite {
+		return guardtest.AcceptedWrite{Token: tok, Invoked: inv, Completed: comp}
+	}
+	for _, tc := range []struct {
+		name   string
+		writes []guardtest.AcceptedWrite
+		want   []guardtest.StaleAcceptance
+	}{
+		{"none", nil, nil},
+		{"ordered", []guardtest.AcceptedWrite{w(1, 1, 2), w(2, 3, 4), w(2, 5, 6)}, nil},
+		{"overlapping is fine", []guardtest.AcceptedWrite{w(5, 1, 4), w(4, 2, 5)}, nil},
+		{"low after high", []guardtest.AcceptedWrite{w(5, 1, 2), w(4, 3, 4)}, []guardtest.StaleAcceptance{{Later: 1, Earlier: 0}}},
+		{"highest earlier one named", []guardtest.AcceptedWrite{w(3, 7, 8), w(9, 1, 2), w(6, 3, 4), w(2, 5, 6)},
+			[]guardtest.StaleAcceptance{{Later: 2, Earlier: 1}, {Later: 3, Earlier: 1}, {Later: 0, Earlier: 1}}},
+		{"equal tokens: earliest named", []guardtest.AcceptedWrite{w(9, 1, 2), w(9, 3, 4), w(1, 5, 6)}, []guardtest.StaleAcceptance{{Later: 2, Earlier: 0}}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			assert.Equal(t, tc.want, guardtest.FindStaleAcceptances(tc.writes))
+		})
+	}
+}

@@ -76,7 +76,7 @@ type History struct {
 // (resource, token). It reports:
 //
 //   - an accepted write whose token is lower than that of a write accepted
-//     and completed before it was invoked;
+//     and completed before it was invoked (FindStaleAcceptances);
 //   - a stale refusal whose *fence.StaleError does not name the presented
 //     token and resource, or names a highest token that is not higher, or
 //     that no accepted attempt on the resource presented and had invoked
@@ -150,11 +150,14 @@ func CheckHistory(h History) error {
 			}
 			return prefMax[n-1], true
 		}
-		for _, w := range acc {
-			if prev, ok := maxBefore(w.Invoked); ok && prev.Token > w.Token {
-				report("%q: token %d (writer %d, invoked at %d) was accepted although token %d (writer %d) had been accepted, completing at %d",
-					r, w.Token, w.Writer, w.Invoked, prev.Token, prev.Writer, prev.Completed)
-			}
+		aw := make([]AcceptedWrite, len(acc))
+		for i, a := range acc {
+			aw[i] = AcceptedWrite{Token: a.Token, Invoked: a.Invoked, Completed: a.Completed}
+		}
+		for _, v := range FindStaleAcceptances(aw) {
+			w, prev := acc[v.Later], acc[v.Earlier]
+			report("%q: token %d (writer %d, invoked at %d) was accepted although token %d (writer %d) had been accepted, completing at %d",
+				r, w.Token, w.Writer, w.Invoked, prev.Token, prev.Writer, prev.Completed)
 		}
 		for _, s := range as {
 			if classify(s.Err) != refused {

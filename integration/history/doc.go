@@ -32,7 +32,8 @@
 //     already superseded is reported under the same kind.
 //   - [StaleAccepted]: a write accepted with a token lower than the token of
 //     a write accepted on the same resource whose completion preceded this
-//     write's invocation.
+//     write's invocation (the same check as the conformance kit's,
+//     guardtest.FindStaleAcceptances).
 //   - [FinalState]: a resource whose final state was not written by the
 //     highest accepted token (a write whose reply was lost may account for a
 //     higher one).
