@@ -2,161 +2,149 @@ package pgguard_test
 
 import (
 	"context"
-	"errors"
+	"database/sql"
+	"fmt"
 	"testing"
 	"time"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/fencekit/fencekit/fence"
 	"github.com/fencekit/fencekit/guards/pgguard"
 	"github.com/fencekit/fencekit/internal/testsvc"
 )
 
-// BenchmarkWriteTx measures one transaction that upserts one row, without
-// and with FenceTx, on the same pool and table in the same run. The ratio
-// guarded/unguarded is the cost of fencing a PostgreSQL write.
+// interleave runs the unguarded and the guarded variant alternately, one of
+// each per iteration, so load changes on a shared machine hit both alike,
+// and reports each one's mean and the ratio guarded/unguarded. Each call
+// gets a token higher than every earlier one (benchToken).
+func interleave(b *testing.B, unguarded, guarded func(tok fence.Token) error) {
+	b.Helper()
+	fs := [2]func(fence.Token) error{unguarded, guarded}
+	var spent [2]time.Duration
+	n := 0
+	for b.Loop() {
+		order := [2]int{0, 1}
+		if n%2 == 1 { // alternate which one goes first
+			order = [2]int{1, 0}
+		}
+		for _, k := range order {
+			benchToken++
+			start := time.Now()
+			if err := fs[k](benchToken); err != nil {
+				b.Fatal(err)
+			}
+			spent[k] += time.Since(start)
+		}
+		n++
+	}
+	if n > 0 {
+		u := float64(spent[0].Nanoseconds()) / float64(n)
+		g := float64(spent[1].Nanoseconds()) / float64(n)
+		b.ReportMetric(u, "unguarded-ns/op")
+		b.ReportMetric(g, "guarded-ns/op")
+		b.ReportMetric(g/u, "guarded/unguarded")
+	}
+}
+
+// benchToken only grows, across sub-benchmarks and -count repetitions, so
+// every resource only ever sees higher tokens.
+var benchToken fence.Token
+
+// BenchmarkWriteTx measures a guarded write against the same unguarded
+// write, interleaved in one loop, on one connection of one pool, for each
+// entry point: marks mode (InTx: BEGIN and fence in one batch; FenceTx in
+// the caller's transaction; InTx without a lock bound) and in-row mode (one
+// conditional upsert outside a transaction), through pgx and database/sql.
 func BenchmarkWriteTx(b *testing.B) {
 	schema := setupSchema(b)
-	pool := testsvc.Pool(b)
-	g := newGuard(b, pgguard.Config{Schema: schema})
-	upsert := upsertSQL(schema)
+	_, err := testsvc.Pool(b).Exec(bg(), fmt.Sprintf(`CREATE TABLE %q.docs (
+		resource text PRIMARY KEY, value text NOT NULL,
+		fence_token bigint NOT NULL, fence_run text NOT NULL DEFAULT '')`, schema))
+	if err != nil {
+		b.Fatal(err)
+	}
+	pool := testsvc.PoolWith(b, testsvc.DatabaseURL(), func(cfg *pgxpool.Config) { cfg.MaxConns = 1 })
+	db := sqlDB(b)
+	db.SetMaxOpenConns(1)
 	ctx := context.Background()
-	// One increasing counter for every sub-benchmark and repetition, so each
-	// resource only ever sees higher tokens (-count > 1 reruns the closures).
-	var next fence.Token
-	run := func(b *testing.B, resource string, guarded bool) {
-		for b.Loop() {
-			next++
-			tok := next
-			tx, err := pool.Begin(ctx)
-			if err != nil {
-				b.Fatal(err)
-			}
-			if guarded {
-				if err := g.FenceTxClaim(ctx, tx, resource, cl(tok)); err != nil {
-					b.Fatal(err)
-				}
-			}
-			if _, err := tx.Exec(ctx, upsert, resource, "value", int64(tok)); err != nil {
-				b.Fatal(err)
-			}
-			if err := tx.Commit(ctx); err != nil {
-				b.Fatal(err)
-			}
+	g := newGuard(b, pgguard.Config{Schema: schema})
+	gNoBound := newGuard(b, pgguard.Config{Schema: schema, LockTimeout: -1})
+	rows := newRows(b, schema, nil)
+	upsert := upsertSQL(schema)
+	docUpsert := fmt.Sprintf(`INSERT INTO %q.docs (resource, value, fence_token) VALUES ($1, $2, $3)
+ON CONFLICT (resource) DO UPDATE SET value = EXCLUDED.value, fence_token = EXCLUDED.fence_token`, schema)
+
+	plainTx := func(r string) func(fence.Token) error {
+		return func(tok fence.Token) error {
+			return pgx.BeginFunc(ctx, pool, func(tx pgx.Tx) error {
+				_, err := tx.Exec(ctx, upsert, r, "value", int64(tok))
+				return err
+			})
 		}
 	}
-	b.Run("unguarded", func(b *testing.B) { run(b, "bench-unguarded", false) })
-	b.Run("guarded", func(b *testing.B) { run(b, "bench-guarded", true) })
-	// Both variants alternating in one loop, so load changes on a shared
-	// machine hit them equally; reports each one's mean and the ratio.
-	b.Run("interleaved", func(b *testing.B) {
-		var spent [2]time.Duration
-		var n [2]int
-		i := 0
-		for b.Loop() {
-			guarded := i%2 == 1
-			i++
-			next++
-			tok := next
-			start := time.Now()
-			tx, err := pool.Begin(ctx)
-			if err != nil {
-				b.Fatal(err)
-			}
-			resource := "bench-interleaved-unguarded"
-			if guarded {
-				resource = "bench-interleaved-guarded"
-				if err := g.FenceTxClaim(ctx, tx, resource, cl(tok)); err != nil {
-					b.Fatal(err)
-				}
-			}
-			if _, err := tx.Exec(ctx, upsert, resource, "value", int64(tok)); err != nil {
-				b.Fatal(err)
-			}
-			if err := tx.Commit(ctx); err != nil {
-				b.Fatal(err)
-			}
-			k := 0
-			if guarded {
-				k = 1
-			}
-			spent[k] += time.Since(start)
-			n[k]++
+	inTx := func(g *pgguard.Guard, r string) func(fence.Token) error {
+		return func(tok fence.Token) error {
+			return g.InTxClaim(ctx, pool, r, cl(tok), func(ctx context.Context, tx pgx.Tx) error {
+				_, err := tx.Exec(ctx, upsert, r, "value", int64(tok))
+				return err
+			})
 		}
-		if n[0] > 0 && n[1] > 0 {
-			u := float64(spent[0].Nanoseconds()) / float64(n[0])
-			gu := float64(spent[1].Nanoseconds()) / float64(n[1])
-			b.ReportMetric(u, "unguarded-ns/op")
-			b.ReportMetric(gu, "guarded-ns/op")
-			b.ReportMetric(gu/u, "guarded/unguarded")
-		}
+	}
+	b.Run("pgx/marks/InTx", func(b *testing.B) {
+		interleave(b, plainTx("u-intx"), inTx(g, "g-intx"))
 	})
-	// BEGIN+write+COMMIT against BeginFenced (BEGIN and fence in one
-	// round trip)+write+COMMIT, alternating in one loop.
-	b.Run("interleaved-beginfenced", func(b *testing.B) {
-		var spent [2]time.Duration
-		var n [2]int
-		i := 0
-		for b.Loop() {
-			k := i % 2
-			i++
-			next++
-			tok := next
-			start := time.Now()
-			var tx pgx.Tx
-			var err error
-			resource := "bench-bf-unguarded"
-			if k == 1 {
-				resource = "bench-bf-guarded"
-				tx, err = g.BeginClaim(ctx, pool, resource, cl(tok))
-			} else {
-				tx, err = pool.Begin(ctx)
-			}
-			if err != nil {
-				b.Fatal(err)
-			}
-			if _, err := tx.Exec(ctx, upsert, resource, "value", int64(tok)); err != nil {
-				b.Fatal(err)
-			}
-			if err := tx.Commit(ctx); err != nil {
-				b.Fatal(err)
-			}
-			spent[k] += time.Since(start)
-			n[k]++
-		}
-		if n[0] > 0 && n[1] > 0 {
-			u := float64(spent[0].Nanoseconds()) / float64(n[0])
-			gu := float64(spent[1].Nanoseconds()) / float64(n[1])
-			b.ReportMetric(u, "unguarded-ns/op")
-			b.ReportMetric(gu, "guarded-ns/op")
-			b.ReportMetric(gu/u, "guarded/unguarded")
-		}
+	b.Run("pgx/marks/InTx-no-lock-bound", func(b *testing.B) {
+		interleave(b, plainTx("u-intx-nb"), inTx(gNoBound, "g-intx-nb"))
 	})
-	// Guard.Fence, which also begins and commits for the caller; with the
-	// default lock timeout (SET LOCAL sent with BEGIN) and without.
-	for _, bc := range []struct {
-		name    string
-		timeout time.Duration
-	}{{"guard.Fence", 0}, {"guard.Fence/no-lock-timeout", -1}} {
-		gd := newGuard(b, pgguard.Config{Schema: schema, DB: pool, LockTimeout: bc.timeout})
-		b.Run(bc.name, func(b *testing.B) {
-			resource := "bench-" + bc.name
-			for b.Loop() {
-				next++
-				tok := next
-				err := gd.Fence(ctx, resource, tok, func(ctx context.Context) error {
-					tx, ok := pgguard.TxFromContext(ctx)
-					if !ok {
-						return errors.New("no tx")
-					}
-					_, err := tx.Exec(ctx, upsert, resource, "value", int64(tok))
+	b.Run("pgx/marks/FenceTx", func(b *testing.B) {
+		interleave(b, plainTx("u-fencetx"), func(tok fence.Token) error {
+			return pgx.BeginFunc(ctx, pool, func(tx pgx.Tx) error {
+				if err := g.FenceTxClaim(ctx, tx, "g-fencetx", cl(tok)); err != nil {
 					return err
-				})
-				if err != nil {
-					b.Fatal(err)
 				}
-			}
+				_, err := tx.Exec(ctx, upsert, "g-fencetx", "value", int64(tok))
+				return err
+			})
 		})
+	})
+	b.Run("pgx/rows/Upsert", func(b *testing.B) {
+		interleave(b, func(tok fence.Token) error {
+			_, err := pool.Exec(ctx, docUpsert, "u-rows", "value", int64(tok))
+			return err
+		}, func(tok fence.Token) error {
+			return rows.UpsertClaim(ctx, pool, cl(tok), []any{"g-rows"}, "value")
+		})
+	})
+
+	plainSQLTx := func(r string) func(fence.Token) error {
+		return func(tok fence.Token) error {
+			tx, err := db.BeginTx(ctx, nil)
+			if err != nil {
+				return err
+			}
+			defer func() { _ = tx.Rollback() }()
+			if _, err := tx.ExecContext(ctx, upsert, r, "value", int64(tok)); err != nil {
+				return err
+			}
+			return tx.Commit()
+		}
 	}
+	b.Run("sql/marks/InSQLTx", func(b *testing.B) {
+		interleave(b, plainSQLTx("su-intx"), func(tok fence.Token) error {
+			return g.InSQLTxClaim(ctx, db, "sg-intx", cl(tok), func(ctx context.Context, tx *sql.Tx) error {
+				_, err := tx.ExecContext(ctx, upsert, "sg-intx", "value", int64(tok))
+				return err
+			})
+		})
+	})
+	b.Run("sql/rows/UpsertSQL", func(b *testing.B) {
+		interleave(b, func(tok fence.Token) error {
+			_, err := db.ExecContext(ctx, docUpsert, "su-rows", "value", int64(tok))
+			return err
+		}, func(tok fence.Token) error {
+			return rows.UpsertSQLClaim(ctx, db, cl(tok), []any{"sg-rows"}, "value")
+		})
+	})
 }

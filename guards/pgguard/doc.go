@@ -27,6 +27,15 @@
 //   - Fence: the fence.Guard method, on Config.DB, for code written against
 //     that interface; Mark and MarkClaim read a mark on Config.DB.
 //
+// In-row mode (Rows, built by NewRows) keeps the token and run identity in
+// columns of the user's own rows instead of the marks table: Upsert /
+// UpsertClaim (pgx) and UpsertSQL / UpsertSQLClaim (database/sql) write one
+// row with one conditional upsert that changes no row when the claim is
+// refused, then read the row's token to name it in the error. The mark is
+// the row: deleting the row deletes the mark, after which a stale writer can
+// insert the row again. Mark deletions with a fenced write instead (a
+// tombstone column), or use the marks table for such resources.
+//
 // # What is guaranteed
 //
 //   - The decision rule of package fence, with run identities
@@ -36,7 +45,8 @@
 //     with *fence.ReusedError, counted and logged at Error; anything else is
 //     admitted and stored as fence.NextMark says. The decision and the raise
 //     are one statement, atomic with the caller's writes: they commit or
-//     roll back together.
+//     roll back together. In-row mode applies the same rule to the row's
+//     own columns, in the write itself.
 //   - After any refusal or database error the transaction has been rolled
 //     back, so writes made earlier in it cannot be committed.
 //   - Concurrent holders of one resource serialise on the mark's row lock

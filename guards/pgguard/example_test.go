@@ -152,3 +152,32 @@ func ExampleGuard_InSQLTxClaim() {
 	// <nil>
 	// fence: stale token 29 for "report/9": resource has accepted 30
 }
+
+// In-row mode: the token lives in the reports row itself; each write is one
+// conditional upsert, and a stale one changes nothing.
+func ExampleRows_Upsert() {
+	ctx := context.Background()
+	pool, schema, cleanup := exampleDB(ctx)
+	defer cleanup()
+	reports, err := pgguard.NewRows(pgguard.RowsConfig{
+		Schema: schema, Table: "reports", Key: []string{"id"}, Columns: []string{"body"},
+		TokenColumn: "fence_token", RunColumn: "fence_run",
+	})
+	if err != nil {
+		panic(err)
+	}
+	runB := fence.WithClaim(ctx, fence.Claim{Token: 8, Run: "run-b"})
+	runA := fence.WithClaim(ctx, fence.Claim{Token: 7, Run: "run-a"})
+	fmt.Println("run B:", reports.Upsert(runB, pool, []any{42}, "from B"))
+	fmt.Println("run A:", reports.Upsert(runA, pool, []any{42}, "from A"))
+	var body string
+	var token int64
+	if err := pool.QueryRow(ctx, `SELECT body, fence_token FROM `+schema+`.reports WHERE id = 42`).Scan(&body, &token); err != nil {
+		panic(err)
+	}
+	fmt.Println("stored:", body, token)
+	// Output:
+	// run B: <nil>
+	// run A: fence: stale token 7 for "42": resource has accepted 8
+	// stored: from B 8
+}
