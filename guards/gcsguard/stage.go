@@ -1,0 +1,84 @@
+package gcsguard
+
+import (
+	"bytes"
+	"context"
+	"io"
+	"sync"
+)
+
+type stagerKey struct{}
+
+// stager collects the change a Fence write callback stages.
+type stager struct {
+	mu     sync.Mutex
+	ch     *change
+	closed bool
+}
+
+func (st *stager) stage(ch *change) error {
+	st.mu.Lock()
+	defer st.mu.Unlock()
+	switch {
+	case st.closed:
+		return ErrStageClosed
+	case st.ch != nil:
+		return ErrAlreadyStaged
+	}
+	st.ch = ch
+	return nil
+}
+
+// close ends staging and returns the staged change (a re-stamp of the
+// current content when nothing was staged).
+func (st *stager) close() *change {
+	st.mu.Lock()
+	defer st.mu.Unlock()
+	st.closed = true
+	if st.ch == nil {
+		return &change{}
+	}
+	return st.ch
+}
+
+func stagerFrom(ctx context.Context) (*stager, error) {
+	st, ok := ctx.Value(stagerKey{}).(*stager)
+	if !ok {
+		return nil, ErrNoStager
+	}
+	return st, nil
+}
+
+// Stage provides the content that the running Store.Fence call commits: ctx
+// must be the context Fence handed its write callback. The content of r is
+// read into memory now (nothing is sent until the callback returns nil);
+// opts are checked like Put's. One callback stages at most one change.
+func Stage(ctx context.Context, r io.Reader, opts PutOptions) error {
+	st, err := stagerFrom(ctx)
+	if err != nil {
+		return err
+	}
+	if err := checkOptions(opts); err != nil {
+		return err
+	}
+	b, err := io.ReadAll(r)
+	if err != nil {
+		return &bodyError{err: err}
+	}
+	return st.stage(&change{body: &body{buf: b}, opts: opts})
+}
+
+// StageBytes is Stage for content held in memory.
+func StageBytes(ctx context.Context, b []byte, opts PutOptions) error {
+	return Stage(ctx, bytes.NewReader(b), opts)
+}
+
+// StageDelete stages a tombstone (see Store.Delete) for the running
+// Store.Fence call.
+func StageDelete(ctx context.Context) error {
+	st, err := stagerFrom(ctx)
+	if err != nil {
+		return err
+	}
+	return st.stage(&change{deleted: true})
+}

@@ -1,0 +1,506 @@
+package gcsguard
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"time"
+
+	"cloud.google.com/go/storage"
+	"google.golang.org/api/googleapi"
+
+	"github.com/fencekit/fencekit/fence"
+)
+
+// DefaultMaxAttempts is the Config.MaxAttempts used when none is set.
+const DefaultMaxAttempts = 8
+
+// DefaultChunkSize is the Config.ChunkSize used when none is set.
+const DefaultChunkSize = 256 << 10
+
+// readBackTimeout bounds the read that settles a write whose outcome is
+// unknown.
+const readBackTimeout = 10 * time.Second
+
+// Config configures a Store. Client and Bucket are required.
+type Config struct {
+	// Client talks to GCS (or an emulator). Required.
+	Client *storage.Client
+	// Bucket holds the objects. Required; it must exist.
+	Bucket string
+	// MaxAttempts bounds the conditional writes of one call (and the reads
+	// of one Get). When every attempt loses a race worth retrying, the
+	// call fails with an error matching fence.ErrBusy. Default
+	// DefaultMaxAttempts.
+	MaxAttempts int
+	// ChunkSize is the storage.Writer chunk size of each upload: content up
+	// to it goes in one request that the client library can retry;
+	// larger content is a resumable upload in chunks of this size. A
+	// multiple of 256 KiB. Each upload holds a buffer of this size.
+	// Default DefaultChunkSize.
+	ChunkSize int
+}
+
+// Store is a fenced view of one GCS bucket. It is safe for concurrent use,
+// also together with other Stores (in other processes) over the same bucket.
+type Store struct {
+	bucket *storage.BucketHandle
+	name   string
+	max    int
+	chunk  int
+
+	// afterRead, when set (tests only), runs after every read of the
+	// fenced write path, before the decision.
+	afterRead func(key string)
+}
+
+var _ fence.Guard = (*Store)(nil)
+
+// New validates cfg, fills defaults and returns a Store. It does no I/O.
+func New(cfg Config) (*Store, error) {
+	if cfg.Client == nil {
+		return nil, fmt.Errorf("%w: Client is nil", ErrInvalidConfig)
+	}
+	if cfg.Bucket == "" {
+		return nil, fmt.Errorf("%w: Bucket is empty", ErrInvalidConfig)
+	}
+	switch {
+	case cfg.MaxAttempts < 0:
+		return nil, fmt.Errorf("%w: MaxAttempts %d is negative", ErrInvalidConfig, cfg.MaxAttempts)
+	case cfg.MaxAttempts == 0:
+		cfg.MaxAttempts = DefaultMaxAttempts
+	}
+	switch {
+	case cfg.ChunkSize == 0:
+		cfg.ChunkSize = DefaultChunkSize
+	case cfg.ChunkSize < 0 || cfg.ChunkSize%(256<<10) != 0:
+		return nil, fmt.Errorf("%w: ChunkSize %d is not a positive multiple of 256 KiB", ErrInvalidConfig, cfg.ChunkSize)
+	}
+	return &Store{bucket: cfg.Client.Bucket(cfg.Bucket), name: cfg.Bucket, max: cfg.MaxAttempts, chunk: cfg.ChunkSize}, nil
+}
+
+// Bucket returns the name of the Store's bucket.
+func (s *Store) Bucket() string { return s.name }
+
+func isPrecondition(err error) bool {
+	var ge *googleapi.Error
+	return errors.As(err, &ge) && ge.Code == http.StatusPreconditionFailed
+}
+
+// read returns the state of key: no object, or gcsguard's metadata of it.
+func (s *Store) read(ctx context.Context, key string) (state, error) {
+	a, err := s.bucket.Object(key).Attrs(ctx)
+	if errors.Is(err, storage.ErrObjectNotExist) {
+		return state{}, nil
+	}
+	if err != nil {
+		return state{}, fence.WrapContext(ctx, fmt.Errorf("gcsguard: read %q: %w", key, err))
+	}
+	return decode(key, a)
+}
+
+// Stat returns the state of key as its metadata records it. A key without
+// object yields *NotFoundError; a tombstone yields its Info together with a
+// *NotFoundError whose Deleted is set.
+func (s *Store) Stat(ctx context.Context, key string) (Info, error) {
+	if err := checkKey(key); err != nil {
+		return Info{}, err
+	}
+	if err := fence.ContextError(ctx); err != nil {
+		return Info{}, err
+	}
+	st, err := s.read(ctx, key)
+	switch {
+	case err != nil:
+		return Info{}, err
+	case !st.exists():
+		return Info{}, &NotFoundError{Key: key}
+	case st.deleted:
+		return st.info(key), &NotFoundError{Key: key, Deleted: true, Token: st.token}
+	}
+	return st.info(key), nil
+}
+
+// Mark returns the key's high-water mark: the token of its object (content
+// or tombstone), or 0 when the key has no object.
+func (s *Store) Mark(ctx context.Context, key string) (fence.Token, error) {
+	if err := checkKey(key); err != nil {
+		return 0, err
+	}
+	if err := fence.ContextError(ctx); err != nil {
+		return 0, err
+	}
+	st, err := s.read(ctx, key)
+	return st.token, err
+}
+
+// Get returns the current content of key, its Info and a reader the caller
+// must close. The bytes are those of the generation the Info describes. A
+// key without object or with a tombstone yields *NotFoundError. If the
+// object is replaced between the metadata read and the content read, Get
+// reads again.
+func (s *Store) Get(ctx context.Context, key string) (io.ReadCloser, Info, error) {
+	if err := checkKey(key); err != nil {
+		return nil, Info{}, err
+	}
+	if err := fence.ContextError(ctx); err != nil {
+		return nil, Info{}, err
+	}
+	for range s.max {
+		st, err := s.read(ctx, key)
+		switch {
+		case err != nil:
+			return nil, Info{}, err
+		case !st.exists():
+			return nil, Info{}, &NotFoundError{Key: key}
+		case st.deleted:
+			return nil, st.info(key), &NotFoundError{Key: key, Deleted: true, Token: st.token}
+		}
+		rc, err := s.bucket.Object(key).Generation(st.gen).NewReader(ctx)
+		if errors.Is(err, storage.ErrObjectNotExist) {
+			continue // superseded meanwhile: read the metadata again
+		}
+		if err != nil {
+			return nil, Info{}, fence.WrapContext(ctx, fmt.Errorf("gcsguard: read %q generation %d: %w", key, st.gen, err))
+		}
+		return rc, st.info(key), nil
+	}
+	return nil, Info{}, fmt.Errorf("gcsguard: %q: replaced during each of %d reads: %w", key, s.max, fence.ErrBusy)
+}
+
+// GetBytes is Get reading the whole content into memory.
+func (s *Store) GetBytes(ctx context.Context, key string) ([]byte, Info, error) {
+	rc, info, err := s.Get(ctx, key)
+	if err != nil {
+		return nil, info, err
+	}
+	defer rc.Close()
+	b, err := io.ReadAll(rc)
+	if err != nil {
+		return nil, Info{}, fence.WrapContext(ctx, fmt.Errorf("gcsguard: read %q: %w", key, err))
+	}
+	return b, info, nil
+}
+
+// Put stores the content of r at key under the claim ctx carries
+// (fence.ClaimFromContext: a lease's context carries its token and run
+// identity). With no claim in ctx it returns an error matching
+// fence.ErrNoToken and writes nothing. An io.ReadSeeker is streamed (and
+// rewound for a retry); any other reader is read into memory first.
+func (s *Store) Put(ctx context.Context, key string, r io.Reader, opts PutOptions) (Info, error) {
+	c, err := fence.ClaimFromContext(ctx)
+	if err != nil {
+		return Info{}, err
+	}
+	return s.PutClaim(ctx, key, c, r, opts)
+}
+
+// PutBytes is Put for content held in memory.
+func (s *Store) PutBytes(ctx context.Context, key string, b []byte, opts PutOptions) (Info, error) {
+	return s.Put(ctx, key, bytes.NewReader(b), opts)
+}
+
+// PutToken is Put with an explicit token: the claim is
+// fence.ClaimFor(ctx, token) (ctx's run identity only if ctx carries the same
+// token).
+func (s *Store) PutToken(ctx context.Context, key string, token fence.Token, r io.Reader, opts PutOptions) (Info, error) {
+	return s.PutClaim(ctx, key, fence.ClaimFor(ctx, token), r, opts)
+}
+
+// PutClaim is Put with an explicit claim.
+//
+// The write is refused with a *fence.StaleError when c.Token is below the
+// key's mark and with a *fence.ReusedError when it equals the mark while c.Run
+// and the mark's run identity are both set and differ; nothing is written.
+func (s *Store) PutClaim(ctx context.Context, key string, c fence.Claim, r io.Reader, opts PutOptions) (Info, error) {
+	if err := checkOptions(opts); err != nil {
+		return Info{}, err
+	}
+	if r == nil {
+		return Info{}, fmt.Errorf("%w: nil reader", ErrInvalidOptions)
+	}
+	if err := checkArgs(ctx, key, c); err != nil {
+		return Info{}, err
+	}
+	b, err := newBody(ctx, r)
+	if err != nil {
+		return Info{}, err
+	}
+	cur, err := s.readDecide(ctx, key, c)
+	if err != nil {
+		return Info{}, err
+	}
+	return s.commit(ctx, key, c, newWriteID(), &change{body: b, opts: opts}, cur)
+}
+
+// Delete stores a tombstone at key under the claim ctx carries: a
+// zero-byte object whose metadata keeps the key's mark (MetaDeleted is
+// "true"), written with the same generation precondition as Put. The
+// object is replaced, not removed, because a removed object has no mark:
+// a stale writer could then create it again. Afterwards Get reports
+// *NotFoundError with Deleted and Token set. Deleting a key without object
+// writes the tombstone all the same, raising the mark.
+func (s *Store) Delete(ctx context.Context, key string) (Info, error) {
+	c, err := fence.ClaimFromContext(ctx)
+	if err != nil {
+		return Info{}, err
+	}
+	return s.DeleteClaim(ctx, key, c)
+}
+
+// DeleteToken is Delete with an explicit token (see PutToken).
+func (s *Store) DeleteToken(ctx context.Context, key string, token fence.Token) (Info, error) {
+	return s.DeleteClaim(ctx, key, fence.ClaimFor(ctx, token))
+}
+
+// DeleteClaim is Delete with an explicit claim (see PutClaim).
+func (s *Store) DeleteClaim(ctx context.Context, key string, c fence.Claim) (Info, error) {
+	if err := checkArgs(ctx, key, c); err != nil {
+		return Info{}, err
+	}
+	cur, err := s.readDecide(ctx, key, c)
+	if err != nil {
+		return Info{}, err
+	}
+	return s.commit(ctx, key, c, newWriteID(), &change{deleted: true}, cur)
+}
+
+// Fence implements fence.Guard for the object at key resource, under
+// fence.ClaimFor(ctx, token).
+//
+// It reads the object's metadata and refuses a stale token
+// (*fence.StaleError) or a reused one (*fence.ReusedError) without calling
+// write. Otherwise it calls write with a context that carries the claim and a
+// stager: write may call Stage to provide new content or StageDelete to
+// stage a tombstone. Nothing is written while write runs; after it returns
+// nil, the staged change is written with the generation precondition, which
+// is the commit point. If write stages nothing, the current content (or a
+// tombstone, if there is none) is written again under token, so the mark is
+// raised all the same.
+//
+// When write fails, its error is returned and nothing is written. A nil
+// write yields ErrNilWrite (after the key and token checks).
+func (s *Store) Fence(ctx context.Context, resource string, token fence.Token, write func(ctx context.Context) error) error {
+	c := fence.ClaimFor(ctx, token)
+	if err := checkArgs(ctx, resource, c); err != nil {
+		return err
+	}
+	if write == nil {
+		return ErrNilWrite
+	}
+	cur, err := s.readDecide(ctx, resource, c)
+	if err != nil {
+		return err
+	}
+	st := &stager{}
+	werr := write(context.WithValue(fence.WithClaim(ctx, c), stagerKey{}, st))
+	ch := st.close()
+	if werr != nil {
+		return werr
+	}
+	if err := fence.ContextError(ctx); err != nil {
+		return err
+	}
+	_, err = s.commit(ctx, resource, c, newWriteID(), ch, cur)
+	return err
+}
+
+func checkArgs(ctx context.Context, key string, c fence.Claim) error {
+	if err := checkKey(key); err != nil {
+		return err
+	}
+	if err := c.Validate(); err != nil {
+		return err
+	}
+	return fence.ContextError(ctx)
+}
+
+// readDecide reads key and applies the decision rule to c.
+func (s *Store) readDecide(ctx context.Context, key string, c fence.Claim) (state, error) {
+	cur, err := s.read(ctx, key)
+	if err != nil {
+		return state{}, err
+	}
+	if s.afterRead != nil {
+		s.afterRead(key)
+	}
+	if err := fence.DecideClaim(key, c, cur.token, cur.run); err != nil {
+		return state{}, err
+	}
+	return cur, nil
+}
+
+// commit runs the conditional write loop over cur.
+func (s *Store) commit(ctx context.Context, key string, c fence.Claim, writeID string, ch *change, cur state) (Info, error) {
+	for lost := 0; ; {
+		attrs, err := s.attempt(ctx, key, c, writeID, ch, cur)
+		if err == nil {
+			st, derr := decode(key, attrs)
+			if derr != nil {
+				return Info{}, fmt.Errorf("gcsguard: %q: written object reads back as foreign: %w", key, derr)
+			}
+			return st.info(key), nil
+		}
+		var be *bodyError
+		switch {
+		case errors.As(err, &be):
+			return Info{}, fence.WrapContext(ctx, err) // nothing was committed
+		case isPrecondition(err):
+			// Someone else's write, or our own earlier attempt whose reply
+			// was lost and that the client library retried: the read tells.
+		default:
+			// Outcome unknown: the object may have been written. Settle it
+			// with a read that survives the caller's cancellation.
+			rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), readBackTimeout)
+			got, rerr := s.read(rctx, key)
+			cancel()
+			if rerr == nil && got.writeID == writeID {
+				return got.info(key), nil
+			}
+			return Info{}, fence.WrapContext(ctx, fmt.Errorf("gcsguard: write %q (write id %s), outcome unknown: %w", key, writeID, err))
+		}
+		if cur, err = s.read(ctx, key); err != nil {
+			return Info{}, err
+		}
+		if cur.writeID == writeID {
+			return cur.info(key), nil // our attempt landed; its reply was lost
+		}
+		if s.afterRead != nil {
+			s.afterRead(key)
+		}
+		if err := fence.DecideClaim(key, c, cur.token, cur.run); err != nil {
+			return Info{}, err
+		}
+		if lost++; lost >= s.max {
+			return Info{}, fmt.Errorf("gcsguard: %q: %d conditional writes lost races: %w", key, lost, fence.ErrBusy)
+		}
+		if err := fence.ContextError(ctx); err != nil {
+			return Info{}, err
+		}
+	}
+}
+
+// attempt makes one conditional write of ch over cur.
+func (s *Store) attempt(ctx context.Context, key string, c fence.Claim, writeID string, ch *change, cur state) (*storage.ObjectAttrs, error) {
+	wctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	cond := storage.Conditions{DoesNotExist: true}
+	if cur.exists() {
+		cond = storage.Conditions{GenerationMatch: cur.gen}
+	}
+	src, opts, deleted, err := s.source(wctx, key, ch, cur)
+	if err != nil {
+		return nil, err
+	}
+	if src != nil {
+		defer src.Close()
+	}
+	token, run := fence.NextMark(c, cur.token, cur.run)
+	w := s.bucket.Object(key).If(cond).NewWriter(wctx)
+	w.ChunkSize = s.chunk
+	w.ContentType = opts.ContentType
+	w.CacheControl = opts.CacheControl
+	w.Metadata = objectMetadata(opts.Metadata, token, run, writeID, deleted)
+	if src != nil {
+		if _, err := io.Copy(w, src); err != nil {
+			var be *bodyError
+			if errors.As(err, &be) {
+				cancel() // abort the upload before Close can finalise it
+				_ = w.Close()
+				return nil, err
+			}
+			// The upload failed; Close reports its error.
+		}
+	}
+	if err := w.Close(); err != nil {
+		return nil, err
+	}
+	return w.Attrs(), nil
+}
+
+// source opens the content of one attempt.
+func (s *Store) source(ctx context.Context, key string, ch *change, cur state) (io.ReadCloser, PutOptions, bool, error) {
+	switch {
+	case ch.body != nil:
+		r, err := ch.body.open()
+		return r, ch.opts, false, err
+	case ch.deleted || !cur.exists() || cur.deleted:
+		return nil, PutOptions{}, true, nil
+	}
+	// Nothing staged: write the current content again under the new mark.
+	a := cur.attrs
+	rc, err := s.bucket.Object(key).Generation(cur.gen).NewReader(ctx)
+	if err != nil {
+		// The generation is gone: a newer write replaced it. Fail like a
+		// precondition so that the loop reads and decides again.
+		if errors.Is(err, storage.ErrObjectNotExist) {
+			return nil, PutOptions{}, false, &googleapi.Error{Code: http.StatusPreconditionFailed, Message: "generation replaced"}
+		}
+		return nil, PutOptions{}, false, err
+	}
+	opts := PutOptions{ContentType: a.ContentType, CacheControl: a.CacheControl, Metadata: userMetadata(a.Metadata)}
+	return readCloser{&bodyReader{r: rc}, rc}, opts, false, nil
+}
+
+type readCloser struct {
+	io.Reader
+	io.Closer
+}
+
+// change is what a write commits.
+type change struct {
+	body    *body // new content, or nil
+	opts    PutOptions
+	deleted bool // a tombstone
+}
+
+// body is content that can be sent again on a retry.
+type body struct {
+	seeker io.ReadSeeker
+	start  int64
+	buf    []byte
+}
+
+func newBody(ctx context.Context, r io.Reader) (*body, error) {
+	if rs, ok := r.(io.ReadSeeker); ok {
+		off, err := rs.Seek(0, io.SeekCurrent)
+		if err == nil {
+			return &body{seeker: rs, start: off}, nil
+		}
+	}
+	b, err := io.ReadAll(r)
+	if err != nil {
+		return nil, fence.WrapContext(ctx, &bodyError{err: err})
+	}
+	return &body{buf: b}, nil
+}
+
+func (b *body) open() (io.ReadCloser, error) {
+	if b.seeker == nil {
+		return io.NopCloser(bytes.NewReader(b.buf)), nil
+	}
+	if _, err := b.seeker.Seek(b.start, io.SeekStart); err != nil {
+		return nil, &bodyError{err: err}
+	}
+	return io.NopCloser(&bodyReader{r: b.seeker}), nil
+}
+
+// bodyError is a failure to read the content to upload (not a store error).
+type bodyError struct{ err error }
+
+func (e *bodyError) Error() string { return "gcsguard: read content: " + e.err.Error() }
+func (e *bodyError) Unwrap() error { return e.err }
+
+// bodyReader marks errors of the content reader as bodyErrors.
+type bodyReader struct{ r io.Reader }
+
+func (b *bodyReader) Read(p []byte) (int, error) {
+	n, err := b.r.Read(p)
+	if err != nil && err != io.EOF {
+		err = &bodyError{err: err}
+	}
+	return n, err
+}
