@@ -46,7 +46,9 @@ func main() {
 		os.Exit(2)
 	}
 	start := time.Now()
+	e.Report.Info["loadavg_start"] = loadavg()
 	errs := e.Run(cases)
+	e.Report.Info["loadavg_end"] = loadavg()
 	e.Report.Info["quick"] = e.Quick
 	e.Report.Info["elapsed_s"] = math.Round(time.Since(start).Seconds()*10) / 10
 	if len(errs) > 0 {
@@ -64,6 +66,20 @@ func main() {
 		os.Exit(1)
 	}
 	fmt.Println(line)
+}
+
+// loadavg is the machine's 1-minute load average (/proc/loadavg), or "" if
+// unreadable: context for absolute figures on a shared machine.
+func loadavg() string {
+	b, err := os.ReadFile("/proc/loadavg")
+	if err != nil {
+		return ""
+	}
+	f := strings.Fields(string(b))
+	if len(f) == 0 {
+		return ""
+	}
+	return f[0]
 }
 
 func caseNames() string {

@@ -122,7 +122,7 @@ func S3Guard(e *Env) error {
 		if err := plain("p"); err != nil {
 			return p, err
 		}
-		if _, err := s.PutBytes(ctx, "g", 1, body, s3guard.PutOptions{}); err != nil {
+		if _, err := s.PutBytesWithToken(ctx, "g", 1, body, s3guard.PutOptions{}); err != nil {
 			return p, err
 		}
 		for i := range n {
@@ -135,7 +135,7 @@ func S3Guard(e *Env) error {
 				return p, err
 			}
 			t1 := time.Now()
-			if _, err := s.PutBytes(ctx, gk, 1, body, s3guard.PutOptions{}); err != nil {
+			if _, err := s.PutBytesWithToken(ctx, gk, 1, body, s3guard.PutOptions{}); err != nil {
 				return p, err
 			}
 			p.AddA(1, t1.Sub(t0))

@@ -23,9 +23,9 @@ const renewMatch = "unnest($1::text[], $2::text[], $3::uuid[])"
 // renewal periods measured in steady state.
 func (e *Env) renewalScale() (leases, periods int) {
 	if e.Quick {
-		return 20000, 2
+		return 10000, 1
 	}
-	return 100000, 4
+	return 100000, 3
 }
 
 // Renewal holds many leases in one Manager (TTL 15 s, RenewEvery 3 s) and
