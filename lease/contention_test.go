@@ -82,7 +82,7 @@ func contend(t *testing.T, e *env, keyFor func(round int) lease.Key) []int64 {
 		tokens = append(tokens, int64(w.Token()))
 		rr, err := w.Release(bg())
 		require.NoError(t, err)
-		require.Equal(t, lease.Released, rr)
+		require.Equal(t, lease.ReleaseDone, rr)
 	}
 	return tokens
 }

@@ -31,7 +31,7 @@ func TestLeaseContextKeepsCallerValues(t *testing.T) {
 
 	cancel() // the call is over: the lease keeps the values, not the cancellation
 	require.NoError(t, l.Context().Err())
-	require.NoError(t, l.Renew(bg()))
+	require.NoError(t, errOf(l.Renew(bg())))
 	require.NoError(t, l.Err())
 
 	_, err = l.Release(bg())
@@ -81,5 +81,5 @@ func TestRunContextIsChildOfCaller(t *testing.T) {
 	require.ErrorIs(t, sawCause, stopped)
 	st, err := m.Inspect(bg(), k)
 	require.NoError(t, err)
-	require.Equal(t, lease.StatusReleased, st.Status)
+	require.Equal(t, lease.StateReleased, st.State)
 }

@@ -77,7 +77,7 @@ func TestUnrelatedKeysDoNotInterfere(t *testing.T) {
 	require.NoError(t, err)
 	res, err := l1.Release(bg())
 	require.NoError(t, err)
-	require.Equal(t, lease.Released, res)
+	require.Equal(t, lease.ReleaseDone, res)
 	for _, k := range related {
 		after, _ := e.row(k)
 		require.Equal(t, before[k], after, "key %s changed", k)
@@ -87,12 +87,12 @@ func TestUnrelatedKeysDoNotInterfere(t *testing.T) {
 	require.ErrorIs(t, err, lease.ErrLost)
 	rr, err := a.Release(bg(), related[0], l1.RunID())
 	require.NoError(t, err)
-	require.Equal(t, lease.NotHolder, rr)
+	require.Equal(t, lease.ReleaseNotHolder, rr)
 	for _, l := range others {
 		require.NoError(t, l.Err(), "lease %s", l)
 		st, err := b.Inspect(bg(), l.Key())
 		require.NoError(t, err)
-		require.Equal(t, lease.StatusHeld, st.Status)
+		require.Equal(t, lease.StateHeld, st.State)
 		require.Equal(t, l.RunID(), st.RunID)
 	}
 }
@@ -275,7 +275,7 @@ func TestExpiredTakeoverAndLateOpsChangeNothing(t *testing.T) {
 	waitFor(t, 10*time.Second, "database expiry", func() bool {
 		st, err := next.Inspect(bg(), k)
 		require.NoError(t, err)
-		return st.Status == lease.StatusExpired
+		return st.State == lease.StateExpired
 	})
 	nl, err := next.Acquire(bg(), k)
 	require.NoError(t, err)
@@ -290,13 +290,13 @@ func TestExpiredTakeoverAndLateOpsChangeNothing(t *testing.T) {
 	pool.Reset()
 	_, err = old.Renew(bg(), k, l.RunID())
 	require.ErrorIs(t, err, lease.ErrLost)
-	require.ErrorIs(t, l.Renew(bg()), lease.ErrTrustExpired, "an ended Lease reports its cause")
+	require.ErrorIs(t, errOf(l.Renew(bg())), lease.ErrTrustExpired, "an ended Lease reports its cause")
 	res, err := old.Release(bg(), k, l.RunID())
 	require.NoError(t, err)
-	require.Equal(t, lease.NotHolder, res)
+	require.Equal(t, lease.ReleaseNotHolder, res)
 	res, err = l.Release(bg())
 	require.NoError(t, err)
-	require.Equal(t, lease.NotHolder, res)
+	require.Equal(t, lease.ReleaseNotHolder, res)
 
 	after, _ := e.row(k)
 	require.Equal(t, taken, after, "late renew and release by the old owner changed the row")

@@ -32,9 +32,6 @@ var (
 	ErrTrustExpired = errors.New("lease: trust deadline passed without renewal")
 	// ErrReleased is the context cause after the holder released the lease.
 	ErrReleased = errors.New("lease: released")
-	// ErrInvalidArgument is matched by errors for bad arguments of the
-	// operator calls (AdvanceTokenSequence, GuardMarks). Nothing changed.
-	ErrInvalidArgument = errors.New("lease: invalid argument")
 	// ErrClosed is returned by a closed Manager and is the context cause of
 	// the leases it held when Close ran.
 	ErrClosed = errors.New("lease: manager closed")

@@ -5,8 +5,10 @@ import (
 	"errors"
 	"fmt"
 	"log"
+	"os"
 	"time"
 
+	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/fencekit/fencekit/fence"
@@ -16,7 +18,11 @@ import (
 
 // exampleManager connects and migrates the lease schema "app".
 func exampleManager(ctx context.Context) (*lease.Manager, *pgxpool.Pool) {
-	pool, err := pgxpool.New(ctx, "postgres://postgres@127.0.0.1:5432/test")
+	url := os.Getenv("TEST_DATABASE_URL")
+	if url == "" {
+		url = "postgres://postgres@127.0.0.1:5432/test"
+	}
+	pool, err := pgxpool.New(ctx, url)
 	if err != nil {
 		log.Fatal(err)
 	}
@@ -30,6 +36,11 @@ func exampleManager(ctx context.Context) (*lease.Manager, *pgxpool.Pool) {
 	return m, pool
 }
 
+// conversation is a key no earlier run of the example used.
+func conversation() lease.Key {
+	return lease.Key{AccountID: "acct-1", SessionID: "conversation-" + uuid.NewString()}
+}
+
 // Acquire, work under the lease's context, release with a fresh context.
 func ExampleManager_Acquire() {
 	ctx := context.Background()
@@ -37,13 +48,8 @@ func ExampleManager_Acquire() {
 	defer pool.Close()
 	defer m.Close()
 
-	key := lease.Key{AccountID: "acct-1", SessionID: "conversation-42"}
+	key := conversation()
 	l, err := m.Acquire(ctx, key)
-	var held *lease.HeldError
-	if errors.As(err, &held) {
-		fmt.Printf("run %s (token %d) owns it for %s more\n", held.RunID, held.Token, held.Remaining)
-		return
-	}
 	if err != nil {
 		log.Fatal(err)
 	}
@@ -53,14 +59,18 @@ func ExampleManager_Acquire() {
 		_, _ = l.Release(rctx)
 	}()
 
-	work := l.Context() // cancelled on loss; carries the token
-	token, _ := fence.FromContext(work)
-	fmt.Println("token", token, "trusted for", l.Remaining().Round(time.Second))
-	select {
-	case <-work.Done():
-		fmt.Println("stop: ", context.Cause(work)) // ErrLost, ErrTrustExpired, ...
-	case <-time.After(10 * time.Millisecond): // the work
+	work := l.Context() // keeps ctx's values, carries the claim, cancelled on loss
+	claim, _ := fence.ClaimFromContext(work)
+	fmt.Println("claim matches the lease:", claim.Token == l.Token() && claim.Run == l.RunID().String())
+
+	_, err = m.Acquire(ctx, key) // a second caller is refused and told who holds it
+	var held *lease.HeldError
+	if errors.As(err, &held) {
+		fmt.Println("held by the first run:", held.RunID == l.RunID())
 	}
+	// Output:
+	// claim matches the lease: true
+	// held by the first run: true
 }
 
 // Run does acquire → fn → release, and reports a loss even if fn ignores it.
@@ -70,11 +80,13 @@ func ExampleManager_Run() {
 	defer pool.Close()
 	defer m.Close()
 
-	err := m.Run(ctx, lease.Key{AccountID: "acct-1", SessionID: "conversation-43"},
-		func(ctx context.Context, l *lease.Lease) error {
-			// Pass ctx to every write; guards read the token from it.
-			return nil
-		})
+	err := m.Run(ctx, conversation(), func(ctx context.Context, l *lease.Lease) error {
+		// ctx is a child of the caller's ctx carrying the claim: pass it to
+		// every guarded write.
+		token, _ := fence.FromContext(ctx)
+		fmt.Println("working under the lease's token:", token == l.Token())
+		return nil
+	})
 	switch {
 	case errors.Is(err, lease.ErrHeld):
 		fmt.Println("another run owns the conversation")
@@ -82,7 +94,12 @@ func ExampleManager_Run() {
 		fmt.Println("lost the lease mid-run; a newer run may have taken over:", err)
 	case err != nil:
 		log.Fatal(err)
+	default:
+		fmt.Println("done and released")
 	}
+	// Output:
+	// working under the lease's token: true
+	// done and released
 }
 
 // Inspect is what clients call to reconcile their UI with the server.
@@ -92,18 +109,35 @@ func ExampleManager_Inspect() {
 	defer pool.Close()
 	defer m.Close()
 
-	st, err := m.Inspect(ctx, lease.Key{AccountID: "acct-1", SessionID: "conversation-42"})
+	key := conversation()
+	show := func() {
+		own, err := m.Inspect(ctx, key)
+		if err != nil {
+			log.Fatal(err)
+		}
+		switch own.State {
+		case lease.StateHeld:
+			fmt.Println("running elsewhere: show the composer read-only")
+		case lease.StateNotFound:
+			fmt.Println("never run")
+		default: // released or expired: anyone may start a run
+			fmt.Println("idle:", own.State)
+		}
+	}
+	show()
+	l, err := m.Acquire(ctx, key)
 	if err != nil {
 		log.Fatal(err)
 	}
-	switch st.Status {
-	case lease.StatusHeld:
-		fmt.Printf("running: run %s, token %d, %s left\n", st.RunID, st.Token, st.Remaining)
-	case lease.StatusNotFound:
-		fmt.Println("never run")
-	default: // released or expired: anyone may start a run
-		fmt.Println("idle:", st.Status)
+	show()
+	if _, err := l.Release(ctx); err != nil {
+		log.Fatal(err)
 	}
+	show()
+	// Output:
+	// never run
+	// running elsewhere: show the composer read-only
+	// idle: released
 }
 
 // AcquireWait blocks until the key is free, woken by the holder's release.
@@ -114,12 +148,27 @@ func ExampleManager_AcquireWait() {
 	defer pool.Close()
 	defer m.Close()
 
-	l, err := m.AcquireWait(ctx, lease.Key{AccountID: "acct-1", SessionID: "conversation-44"})
+	key := conversation()
+	first, err := m.Acquire(ctx, key)
 	if err != nil {
 		log.Fatal(err)
 	}
+	got := make(chan *lease.Lease)
+	go func() {
+		l, err := m.AcquireWait(ctx, key)
+		if err != nil {
+			log.Fatal(err)
+		}
+		got <- l
+	}()
+	if _, err := first.Release(ctx); err != nil {
+		log.Fatal(err)
+	}
+	l := <-got
 	defer func() { _, _ = l.Release(context.WithoutCancel(ctx)) }()
-	fmt.Println("acquired with token", l.Token())
+	fmt.Println("acquired after the release, with a larger token:", l.Token() > first.Token())
+	// Output:
+	// acquired after the release, with a larger token: true
 }
 
 // A CLI that does not keep the *Lease renews and releases by run_id.
@@ -129,14 +178,23 @@ func ExampleManager_Release() {
 	defer pool.Close()
 	defer m.Close()
 
-	key := lease.Key{AccountID: "acct-1", SessionID: "conversation-45"}
-	st, err := m.Inspect(ctx, key)
-	if err != nil || !st.Held() {
-		return
-	}
-	res, err := m.Release(ctx, key, st.RunID) // retry-safe: AlreadyReleased on a repeat
+	key := conversation()
+	l, err := m.Acquire(ctx, key)
 	if err != nil {
 		log.Fatal(err)
 	}
-	fmt.Println(res)
+	runID := l.RunID() // what the CLI printed and got back later
+	if _, err := m.Renew(ctx, key, runID); err != nil {
+		log.Fatal(err)
+	}
+	for range 2 { // retry-safe: the repeat reports already-released
+		res, err := m.Release(ctx, key, runID)
+		if err != nil {
+			log.Fatal(err)
+		}
+		fmt.Println(res)
+	}
+	// Output:
+	// released
+	// already-released
 }

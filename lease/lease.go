@@ -10,6 +10,7 @@ import (
 	"github.com/google/uuid"
 
 	"github.com/fencekit/fencekit/fence"
+	"github.com/fencekit/fencekit/lease/internal/instrument"
 )
 
 // Lease is one held grant: a run_id, its fencing token and a context that
@@ -130,25 +131,25 @@ func (l *Lease) Remaining() time.Duration {
 	return max(time.Until(l.TrustDeadline()), 0)
 }
 
-// Renew renews the lease now, in one statement. On success the trust
-// deadline moves to sent_at + TTL − SafetyMargin. When the database refuses
-// (expired or taken over) the lease's context is cancelled with ErrLost and
-// the error matches ErrLost. Other errors (timeouts, network) change
-// nothing: the trust timer still fires on time, and a retry reports the
-// true state. Renewing a lease that has ended returns its cause.
-func (l *Lease) Renew(ctx context.Context) error {
+// Renew renews the lease now, in one statement, like Manager.Renew. On
+// success the trust deadline moves to sent_at + TTL − SafetyMargin. When
+// the database refuses (expired or taken over) the lease's context is
+// cancelled with ErrLost and the error matches ErrLost. Other errors
+// (timeouts, network) change nothing: the trust timer still fires on time,
+// and a retry reports the true state. Renewing a lease that has ended
+// returns its cause.
+func (l *Lease) Renew(ctx context.Context) (Renewal, error) {
 	if err := l.Err(); err != nil {
-		return err
+		return Renewal{}, err
 	}
 	r, err := l.m.renewOne(ctx, l.key, l.runID)
 	switch {
 	case err == nil:
 		l.extend(time.Time{}, r.TrustDeadline, r.ExpiresAt)
-		return nil
 	case errors.Is(err, ErrLost):
 		l.end(ErrLost)
 	}
-	return err
+	return r, err
 }
 
 // Release cancels the lease's context (cause ErrReleased) and then releases
@@ -235,12 +236,12 @@ func (l *Lease) end(cause error) bool {
 	switch {
 	case errors.Is(cause, ErrReleased):
 	case errors.Is(cause, ErrTrustExpired):
-		mcause, delay = CauseTrustDeadline, cancelled.Sub(l.trust)
+		mcause, delay = instrument.CauseTrustDeadline, cancelled.Sub(l.trust)
 		if l.failed {
-			mcause = CauseDatabaseError
+			mcause = instrument.CauseDatabaseError
 		}
 	default:
-		mcause, delay = CauseRenewalRejected, cancelled.Sub(detected)
+		mcause, delay = instrument.CauseRenewalRejected, cancelled.Sub(detected)
 	}
 	l.cause = mcause
 	l.mu.Unlock()

@@ -115,6 +115,9 @@ func waitFor(t *testing.T, d time.Duration, what string, cond func() bool) {
 	}
 }
 
+// errOf drops a call's first result, for asserting on its error.
+func errOf[T any](_ T, err error) error { return err }
+
 func uniqueKey(t *testing.T) lease.Key {
 	return lease.Key{AccountID: "acct-" + t.Name(), SessionID: uuid.NewString()}
 }

@@ -9,45 +9,16 @@ import (
 	"go.opentelemetry.io/otel/metric"
 
 	"github.com/fencekit/fencekit/internal/obs"
+	"github.com/fencekit/fencekit/lease/internal/instrument"
 )
 
-// Instrument names of the lease package. docs/operations.md documents them
-// with their units and attributes. No attribute carries an account id, a
-// session id, a run id or a token: every attribute value comes from a small
-// fixed set.
+// Names still referenced by the token-floor and janitor code; the names of
+// every instrument and attribute value are exported by package leaseops.
 const (
-	MetricAcquired       = "fencekit.lease.acquired"
-	MetricRefused        = "fencekit.lease.refused"
-	MetricLost           = "fencekit.lease.lost"
-	MetricReleased       = "fencekit.lease.released"
-	MetricHeld           = "fencekit.lease.held"
-	MetricRenewDuration  = "fencekit.lease.renewal.duration"
-	MetricRenewTTLFrac   = "fencekit.lease.renewal.ttl_fraction"
-	MetricCancelDelay    = "fencekit.lease.loss.cancel_delay"
-	MetricRunOverrun     = "fencekit.lease.run.overrun"
-	MetricJanitorDeleted = "fencekit.lease.janitor.deleted"
-)
-
-// Values of the "reason" attribute of MetricRefused.
-const (
-	ReasonHeld         = "held"
-	ReasonUnauthorized = "unauthorized"
-	ReasonError        = "error"
-	ReasonTokenFloor   = "token_floor"
-)
-
-// Values of the "cause" attribute of MetricLost, MetricCancelDelay and
-// MetricRunOverrun.
-const (
-	// CauseRenewalRejected: the database refused a renewal (ErrLost).
-	CauseRenewalRejected = "renewal_rejected"
-	// CauseTrustDeadline: the trust deadline passed and no renewal statement
-	// had failed since the last success — the renewer was late (process
-	// pause, overloaded host) or a statement was still in flight.
-	CauseTrustDeadline = "trust_deadline"
-	// CauseDatabaseError: the trust deadline passed after at least one
-	// renewal statement failed (database down, partition, timeout).
-	CauseDatabaseError = "database_error"
+	// MetricJanitorDeleted is leaseops.MetricJanitorDeleted.
+	MetricJanitorDeleted = instrument.JanitorDeleted
+	// ReasonTokenFloor is leaseops.ReasonTokenFloor.
+	ReasonTokenFloor = instrument.ReasonTokenFloor
 )
 
 // metrics holds a Manager's instruments. Built from a nil MeterProvider it
@@ -76,38 +47,38 @@ func newMetrics(mp metric.MeterProvider, ttl time.Duration) (*metrics, error) {
 		}
 	}
 	var err error
-	x.acquired, err = m.Int64Counter(MetricAcquired, metric.WithUnit("{lease}"),
+	x.acquired, err = m.Int64Counter(instrument.Acquired, metric.WithUnit("{lease}"),
 		metric.WithDescription("Leases granted."))
 	add(err)
-	x.refused, err = m.Int64Counter(MetricRefused, metric.WithUnit("{attempt}"),
+	x.refused, err = m.Int64Counter(instrument.Refused, metric.WithUnit("{attempt}"),
 		metric.WithDescription("Acquire attempts that did not grant a lease, by reason."))
 	add(err)
-	x.lost, err = m.Int64Counter(MetricLost, metric.WithUnit("{lease}"),
+	x.lost, err = m.Int64Counter(instrument.Lost, metric.WithUnit("{lease}"),
 		metric.WithDescription("Leases that ended without Release or Close, by cause."))
 	add(err)
-	x.released, err = m.Int64Counter(MetricReleased, metric.WithUnit("{call}"),
+	x.released, err = m.Int64Counter(instrument.Released, metric.WithUnit("{call}"),
 		metric.WithDescription("Release statements, by result."))
 	add(err)
-	x.renewDur, err = m.Float64Histogram(MetricRenewDuration, metric.WithUnit("s"),
+	x.renewDur, err = m.Float64Histogram(instrument.RenewDuration, metric.WithUnit("s"),
 		metric.WithDescription("Round trip of each renewal statement (batched or single), by outcome."),
 		metric.WithExplicitBucketBoundaries(latencyBuckets...))
 	add(err)
-	x.renewFrac, err = m.Float64Histogram(MetricRenewTTLFrac, metric.WithUnit("1"),
+	x.renewFrac, err = m.Float64Histogram(instrument.RenewTTLFrac, metric.WithUnit("1"),
 		metric.WithDescription("Renewal round trip divided by the TTL."),
 		metric.WithExplicitBucketBoundaries(0.001, 0.01, 0.05, 0.1, 0.2, 0.33, 0.5, 0.8, 1))
 	add(err)
-	x.cancelDelay, err = m.Float64Histogram(MetricCancelDelay, metric.WithUnit("s"),
+	x.cancelDelay, err = m.Float64Histogram(instrument.CancelDelay, metric.WithUnit("s"),
 		metric.WithDescription("From the trust deadline (or the refused renewal's reply) to the lease context being cancelled."),
 		metric.WithExplicitBucketBoundaries(latencyBuckets...))
 	add(err)
-	x.overrun, err = m.Float64Histogram(MetricRunOverrun, metric.WithUnit("s"),
+	x.overrun, err = m.Float64Histogram(instrument.RunOverrun, metric.WithUnit("s"),
 		metric.WithDescription("How long Run's fn kept running after its lease ended by loss."),
 		metric.WithExplicitBucketBoundaries(latencyBuckets...))
 	add(err)
 	// An up-down counter rather than an observable gauge: several Managers
 	// sharing one MeterProvider then add up instead of overwriting each
 	// other's observation.
-	x.held, err = m.Int64UpDownCounter(MetricHeld, metric.WithUnit("{lease}"),
+	x.held, err = m.Int64UpDownCounter(instrument.Held, metric.WithUnit("{lease}"),
 		metric.WithDescription("Leases held now (granted and not yet ended)."))
 	add(err)
 	return x, errors.Join(errs...)

@@ -43,16 +43,16 @@ func TestMetricsAndLogsHappyPath(t *testing.T) {
 	require.ErrorIs(t, err, lease.ErrHeld)
 	_, err = denied.Acquire(bg(), uniqueKey(t))
 	require.ErrorIs(t, err, lease.ErrUnauthorized)
-	require.NoError(t, ls[1].Renew(bg()))
+	require.NoError(t, errOf(ls[1].Renew(bg())))
 
 	pts := mt.Collect()
-	require.EqualValues(t, 3, obstest.Value(pts, lease.MetricAcquired, nil))
-	require.EqualValues(t, 1, obstest.Value(pts, lease.MetricRefused, map[string]string{"reason": lease.ReasonHeld}))
-	require.EqualValues(t, 1, obstest.Value(pts, lease.MetricRefused, map[string]string{"reason": lease.ReasonUnauthorized}))
-	require.EqualValues(t, 3, obstest.Value(pts, lease.MetricHeld, nil), "held gauge (both Managers)")
+	require.EqualValues(t, 3, obstest.Value(pts, leaseops.MetricAcquired, nil))
+	require.EqualValues(t, 1, obstest.Value(pts, leaseops.MetricRefused, map[string]string{"reason": leaseops.ReasonHeld}))
+	require.EqualValues(t, 1, obstest.Value(pts, leaseops.MetricRefused, map[string]string{"reason": leaseops.ReasonUnauthorized}))
+	require.EqualValues(t, 3, obstest.Value(pts, leaseops.MetricHeld, nil), "held gauge (both Managers)")
 	ok := map[string]string{"outcome": "ok"}
-	require.GreaterOrEqual(t, obstest.Count(pts, lease.MetricRenewDuration, ok), uint64(1))
-	for _, p := range obstest.Find(pts, lease.MetricRenewTTLFrac, ok) {
+	require.GreaterOrEqual(t, obstest.Count(pts, leaseops.MetricRenewDuration, ok), uint64(1))
+	for _, p := range obstest.Find(pts, leaseops.MetricRenewTTLFrac, ok) {
 		require.Greater(t, p.Min, 0.0)
 		require.Less(t, p.Max, 1.0, "a renewal round trip took longer than the TTL")
 	}
@@ -60,12 +60,12 @@ func TestMetricsAndLogsHappyPath(t *testing.T) {
 	for _, l := range ls {
 		res, err := l.Release(bg())
 		require.NoError(t, err)
-		require.Equal(t, lease.Released, res)
+		require.Equal(t, lease.ReleaseDone, res)
 	}
 	pts = mt.Collect()
-	require.EqualValues(t, 0, obstest.Value(pts, lease.MetricHeld, nil))
-	require.EqualValues(t, 3, obstest.Value(pts, lease.MetricReleased, map[string]string{"result": "released"}))
-	require.Empty(t, obstest.Find(pts, lease.MetricLost, nil), "no lease was lost")
+	require.EqualValues(t, 0, obstest.Value(pts, leaseops.MetricHeld, nil))
+	require.EqualValues(t, 3, obstest.Value(pts, leaseops.MetricReleased, map[string]string{"result": "released"}))
+	require.Empty(t, obstest.Find(pts, leaseops.MetricLost, nil), "no lease was lost")
 
 	require.Empty(t, logs.AtLeast(slog.LevelInfo), "the happy path logs at Debug only")
 	require.Len(t, logs.Messages("lease acquired"), 3)
@@ -88,9 +88,9 @@ func TestMetricsLossCauses(t *testing.T) {
 		l, err := m.Acquire(bg(), uniqueKey(t))
 		require.NoError(t, err)
 		e.expire(l.Key())
-		require.ErrorIs(t, l.Renew(bg()), lease.ErrLost)
-		assertLoss(t, mt, logs, lease.CauseRenewalRejected)
-		require.EqualValues(t, 1, obstest.Count(mt.Collect(), lease.MetricRenewDuration, map[string]string{"outcome": "rejected"}))
+		require.ErrorIs(t, errOf(l.Renew(bg())), lease.ErrLost)
+		assertLoss(t, mt, logs, leaseops.CauseRenewalRejected)
+		require.EqualValues(t, 1, obstest.Count(mt.Collect(), leaseops.MetricRenewDuration, map[string]string{"outcome": "rejected"}))
 	})
 	t.Run("database_error", func(t *testing.T) {
 		e := newEnv(t)
@@ -104,8 +104,8 @@ func TestMetricsLossCauses(t *testing.T) {
 		proxy.Cut() // renewals fail at once
 		<-l.Done()
 		require.ErrorIs(t, l.Err(), lease.ErrTrustExpired)
-		assertLoss(t, mt, logs, lease.CauseDatabaseError)
-		require.Positive(t, obstest.Count(mt.Collect(), lease.MetricRenewDuration, map[string]string{"outcome": "error"}))
+		assertLoss(t, mt, logs, leaseops.CauseDatabaseError)
+		require.Positive(t, obstest.Count(mt.Collect(), leaseops.MetricRenewDuration, map[string]string{"outcome": "error"}))
 		require.NotEmpty(t, logs.Messages("lease renewal failed; leases stay trusted until their deadlines"))
 	})
 	t.Run("trust_deadline", func(t *testing.T) {
@@ -122,7 +122,7 @@ func TestMetricsLossCauses(t *testing.T) {
 		proxy.Blackhole()
 		<-l.Done()
 		require.ErrorIs(t, l.Err(), lease.ErrTrustExpired)
-		assertLoss(t, mt, logs, lease.CauseTrustDeadline)
+		assertLoss(t, mt, logs, leaseops.CauseTrustDeadline)
 	})
 }
 
@@ -133,14 +133,14 @@ func assertLoss(t *testing.T, mt *obstest.Meter, logs *obstest.Logs, cause strin
 	// by the same goroutine: wait for the log record.
 	waitFor(t, 5*time.Second, "the loss log", func() bool { return len(logs.Messages("lease lost")) > 0 })
 	pts := mt.Collect()
-	require.EqualValues(t, 1, obstest.Value(pts, lease.MetricLost, nil), "exactly one loss")
-	require.EqualValues(t, 1, obstest.Value(pts, lease.MetricLost, c))
-	hs := obstest.Find(pts, lease.MetricCancelDelay, c)
+	require.EqualValues(t, 1, obstest.Value(pts, leaseops.MetricLost, nil), "exactly one loss")
+	require.EqualValues(t, 1, obstest.Value(pts, leaseops.MetricLost, c))
+	hs := obstest.Find(pts, leaseops.MetricCancelDelay, c)
 	require.Len(t, hs, 1)
 	require.EqualValues(t, 1, hs[0].Count)
 	require.GreaterOrEqual(t, hs[0].Min, 0.0)
 	require.Less(t, hs[0].Max, 0.5, "context ended %.3fs after the loss", hs[0].Max)
-	require.EqualValues(t, 0, obstest.Value(pts, lease.MetricHeld, nil))
+	require.EqualValues(t, 0, obstest.Value(pts, leaseops.MetricHeld, nil))
 	warns := logs.Messages("lease lost")
 	require.Len(t, warns, 1)
 	require.Equal(t, slog.LevelWarn, warns[0].Level)
@@ -156,12 +156,12 @@ func TestMetricRunOverrun(t *testing.T) {
 	k := uniqueKey(t)
 	err := m.Run(bg(), k, func(ctx context.Context, l *lease.Lease) error {
 		e.expire(k) //nolint:contextcheck // test helper on its own context
-		require.ErrorIs(t, l.Renew(ctx), lease.ErrLost)
+		require.ErrorIs(t, errOf(l.Renew(ctx)), lease.ErrLost)
 		<-ctx.Done()
 		return ctx.Err()
 	})
 	require.ErrorIs(t, err, lease.ErrLost)
-	hs := obstest.Find(mt.Collect(), lease.MetricRunOverrun, map[string]string{"cause": lease.CauseRenewalRejected})
+	hs := obstest.Find(mt.Collect(), leaseops.MetricRunOverrun, map[string]string{"cause": leaseops.CauseRenewalRejected})
 	require.Len(t, hs, 1)
 	require.EqualValues(t, 1, hs[0].Count)
 	require.GreaterOrEqual(t, hs[0].Min, 0.0)
@@ -198,7 +198,7 @@ func TestMetricAttributesCarryNoIdentifiers(t *testing.T) {
 			if _, err := m.Acquire(ctx, k); !errors.Is(err, lease.ErrHeld) {
 				return fmt.Errorf("second acquire: %w", err)
 			}
-			if err := l.Renew(ctx); err != nil {
+			if _, err := l.Renew(ctx); err != nil {
 				return err
 			}
 			if err := g.Fence(ctx, resource, l.Token()+1, func(context.Context) error { return nil }); err != nil {
@@ -209,7 +209,7 @@ func TestMetricAttributesCarryNoIdentifiers(t *testing.T) {
 			}
 			if i == 0 { // one loss
 				e.expire(k) //nolint:contextcheck // test helper on its own context
-				if err := l.Renew(ctx); !errors.Is(err, lease.ErrLost) {
+				if _, err := l.Renew(ctx); !errors.Is(err, lease.ErrLost) {
 					return fmt.Errorf("renew after expiry: %w", err)
 				}
 			}
@@ -236,9 +236,9 @@ func TestMetricAttributesCarryNoIdentifiers(t *testing.T) {
 			require.False(t, secret[v], "metric %s attribute %s=%q carries an identifier", p.Name, k, v)
 		}
 	}
-	for _, n := range []string{lease.MetricAcquired, lease.MetricRefused, lease.MetricLost, lease.MetricReleased,
-		lease.MetricHeld, lease.MetricRenewDuration, lease.MetricRenewTTLFrac, lease.MetricCancelDelay,
-		lease.MetricRunOverrun, lease.MetricJanitorDeleted, "fencekit.guard.accepted", "fencekit.guard.stale", "fencekit.guard.token_gap"} {
+	for _, n := range []string{leaseops.MetricAcquired, leaseops.MetricRefused, leaseops.MetricLost, leaseops.MetricReleased,
+		leaseops.MetricHeld, leaseops.MetricRenewDuration, leaseops.MetricRenewTTLFrac, leaseops.MetricCancelDelay,
+		leaseops.MetricRunOverrun, leaseops.MetricJanitorDeleted, "fencekit.guard.accepted", "fencekit.guard.stale", "fencekit.guard.token_gap"} {
 		require.True(t, names[n], "workload produced no %s", n)
 	}
 	require.EqualValues(t, 5, obstest.Value(pts, "fencekit.guard.stale", map[string]string{"guard": "memory"}))
@@ -253,12 +253,12 @@ func TestMetricAttributesCarryNoIdentifiers(t *testing.T) {
 func TestHeldAndStatusHandler(t *testing.T) {
 	e := newEnv(t)
 	m := e.manager(lease.Config{})
-	require.Empty(t, m.Held())
+	require.Empty(t, m.Leases())
 	a, err := m.Acquire(bg(), lease.Key{AccountID: "a-" + uuid.NewString(), SessionID: "s"})
 	require.NoError(t, err)
 	b, err := m.Acquire(bg(), lease.Key{AccountID: "b-" + uuid.NewString(), SessionID: "s"})
 	require.NoError(t, err)
-	held := m.Held()
+	held := m.Leases()
 	require.Len(t, held, 2)
 	require.Equal(t, a.Key(), held[0].Key, "sorted by key")
 	require.Equal(t, a.RunID(), held[0].RunID)
@@ -269,18 +269,18 @@ func TestHeldAndStatusHandler(t *testing.T) {
 
 	_, err = b.Release(bg())
 	require.NoError(t, err)
-	held = m.Held()
+	held = m.Leases()
 	require.Len(t, held, 1)
 	require.Equal(t, a.RunID(), held[0].RunID)
 
-	srv := httptest.NewServer(m.StatusHandler())
+	srv := httptest.NewServer(leaseops.StatusHandler(m))
 	defer srv.Close()
 	resp, err := http.Get(srv.URL)
 	require.NoError(t, err)
 	defer resp.Body.Close()
 	require.Equal(t, http.StatusOK, resp.StatusCode)
 	require.Equal(t, "application/json", resp.Header.Get("Content-Type"))
-	var rep lease.StatusReport
+	var rep leaseops.StatusReport
 	require.NoError(t, json.NewDecoder(resp.Body).Decode(&rep))
 	require.InDelta(t, m.TTL().Seconds(), rep.TTLSeconds, 1e-9)
 	require.Len(t, rep.Leases, 1)

@@ -127,7 +127,7 @@ func TestProcessLossSIGKILL(t *testing.T) {
 	waitFor(t, ttl+10*time.Second, "database expiry of the dead child's lease", func() bool {
 		st, err := other.Inspect(bg(), k)
 		require.NoError(t, err)
-		return st.Status == lease.StatusExpired
+		return st.State == lease.StateExpired
 	})
 	l, err := other.Acquire(bg(), k)
 	require.NoError(t, err)

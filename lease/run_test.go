@@ -27,7 +27,7 @@ func TestRunHoldsAndReleases(t *testing.T) {
 		require.Equal(t, l.Token(), tok)
 		st, err := m.Inspect(ctx, k)
 		require.NoError(t, err)
-		require.Equal(t, lease.StatusHeld, st.Status)
+		require.Equal(t, lease.StateHeld, st.State)
 		require.Equal(t, l.RunID(), st.RunID)
 		runID = l.RunID()
 		return nil
@@ -35,7 +35,7 @@ func TestRunHoldsAndReleases(t *testing.T) {
 	require.NoError(t, err)
 	st, err := m.Inspect(bg(), k)
 	require.NoError(t, err)
-	require.Equal(t, lease.StatusReleased, st.Status)
+	require.Equal(t, lease.StateReleased, st.State)
 	require.Equal(t, runID, st.RunID)
 
 	// fn's error is returned as is, and the lease is still released.
@@ -44,7 +44,7 @@ func TestRunHoldsAndReleases(t *testing.T) {
 	require.ErrorIs(t, err, boom)
 	require.NotErrorIs(t, err, lease.ErrLost)
 	st, _ = m.Inspect(bg(), k)
-	require.Equal(t, lease.StatusReleased, st.Status)
+	require.Equal(t, lease.StateReleased, st.State)
 
 	// Held by someone else: Run fails with ErrHeld and fn does not run.
 	other := e.manager(lease.Config{})
@@ -106,7 +106,7 @@ func TestRunCallerCancel(t *testing.T) {
 	require.NotErrorIs(t, err, lease.ErrLost)
 	st, err := m.Inspect(bg(), k)
 	require.NoError(t, err)
-	require.Equal(t, lease.StatusReleased, st.Status)
+	require.Equal(t, lease.StateReleased, st.State)
 }
 
 // TestCloseCancelsAndReleases: Close cancels every held lease (ErrClosed),

@@ -42,7 +42,7 @@ func TestCloseDuringTraffic(t *testing.T) {
 					case 0:
 						var l *lease.Lease
 						if l, err = m.Acquire(ctx, k(i)); err == nil {
-							if err = l.Renew(ctx); err == nil {
+							if _, err = l.Renew(ctx); err == nil {
 								_, err = l.Release(ctx)
 							}
 						}

@@ -95,7 +95,7 @@ func TestAcquireWaitWokenByRelease(t *testing.T) {
 	start := time.Now()
 	res, err := hl.Release(bg())
 	require.NoError(t, err)
-	require.Equal(t, lease.Released, res)
+	require.Equal(t, lease.ReleaseDone, res)
 
 	var r waitResult
 	select {

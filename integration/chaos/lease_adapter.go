@@ -61,7 +61,7 @@ func (h pkgHeld) Context() context.Context { return h.l.Context() }
 func (h pkgHeld) TrustDeadline() time.Time { return h.l.TrustDeadline() }
 
 func (h pkgHeld) Renew(ctx context.Context) error {
-	err := h.l.Renew(ctx)
+	_, err := h.l.Renew(ctx)
 	switch {
 	case err == nil:
 		return nil

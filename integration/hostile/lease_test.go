@@ -163,7 +163,8 @@ func TestLeastPrivilegeLease(t *testing.T) {
 	require.NoError(t, err)
 	assert.True(t, st.Held())
 	assert.Equal(t, l.Token(), st.Token)
-	require.NoError(t, l.Renew(ctx))
+	_, err = l.Renew(ctx)
+	require.NoError(t, err)
 	_, err = m.Renew(ctx, k, l.RunID())
 	require.NoError(t, err)
 
@@ -187,7 +188,7 @@ func TestLeastPrivilegeLease(t *testing.T) {
 	}()
 	res, err := l.Release(ctx)
 	require.NoError(t, err)
-	assert.Equal(t, lease.Released, res)
+	assert.Equal(t, lease.ReleaseDone, res)
 	w := <-woke
 	require.NoError(t, w.err)
 	assert.Greater(t, w.l.Token(), l.Token())
@@ -203,7 +204,8 @@ func TestLeastPrivilegeLease(t *testing.T) {
 	ran := false
 	require.NoError(t, m.Run(ctx, k, func(ctx context.Context, l *lease.Lease) error {
 		ran = true
-		return l.Renew(ctx)
+		_, err := l.Renew(ctx)
+		return err
 	}))
 	assert.True(t, ran)
 }

@@ -186,8 +186,8 @@ func (o *output) print(w io.Writer, asJSON bool) {
 }
 
 func stateOutput(st lease.Ownership) *output {
-	o := (&output{}).add("status", st.Status.String())
-	if st.Status != lease.StateAbsent {
+	o := (&output{}).add("status", st.State.String())
+	if st.State != lease.StateNotFound {
 		o.add("run_id", st.RunID.String()).add("token", int64(st.Token)).
 			add("acquired_at", st.AcquiredAt.Format(time.RFC3339Nano)).
 			add("expires_at", st.ExpiresAt.Format(time.RFC3339Nano))

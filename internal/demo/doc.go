@@ -27,7 +27,7 @@
 //     unchanged).
 //  5. The network heals. A's held requests arrive: both guards refuse them
 //     as stale (presented N, highest M). A's late renewal (lease.ErrLost) and
-//     late release (lease.NotHolder) change nothing.
+//     late release (lease.ReleaseNotHolder) change nothing.
 //  6. Both clients Inspect the session and reconcile their UI with the
 //     server's answer; B releases.
 //  7. The end state is checked: the object and the table hold B's write

@@ -381,7 +381,7 @@ func (s *scenario) run(ctx context.Context) (*Result, error) {
 		Detail: fmt.Sprintf("lease granted to run %s, trusted for %v (TTL − safety margin)", short(la.RunID()), s.mgrA.TrustWindow())})
 	rec.Emit(Event{Actor: ActorA, Kind: KindWork, Outcome: Note, Token: int64(ta), RunID: la.RunID().String(),
 		Detail: fmt.Sprintf("tool call write_report starts: s3://%s/%s and a row in %s", s.bucket, s.s3Key, s.table)})
-	if err := la.Renew(ctx); err != nil {
+	if _, err := la.Renew(ctx); err != nil {
 		return res, fmt.Errorf("run A: renew: %w", err)
 	}
 	rec.Emit(Event{Actor: ActorA, Kind: KindRenew, Outcome: OK, Token: int64(ta), RunID: la.RunID().String(),
@@ -426,12 +426,12 @@ func (s *scenario) run(ctx context.Context) (*Result, error) {
 	if err != nil {
 		return res, fmt.Errorf("run B: inspect: %w", err)
 	}
-	ie := Event{Actor: ActorB, Kind: KindInspect, Outcome: Note, Token: int64(st.Token), RunID: st.RunID.String(), Status: st.Status.String()}
+	ie := Event{Actor: ActorB, Kind: KindInspect, Outcome: Note, Token: int64(st.Token), RunID: st.RunID.String(), Status: st.State.String()}
 	if st.Held() {
 		ie.Until = rec.Since(time.Now().Add(st.Remaining))
 		ie.Detail = fmt.Sprintf("server: held by run %s for %v more on the database clock, but no longer renewed", short(st.RunID), st.Remaining.Round(time.Millisecond))
 	} else {
-		ie.Detail = fmt.Sprintf("server: %s (last run %s)", st.Status, short(st.RunID))
+		ie.Detail = fmt.Sprintf("server: %s (last run %s)", st.State, short(st.RunID))
 	}
 	rec.Emit(ie)
 	lb, err := s.takeOver(ctx, st)
@@ -548,12 +548,12 @@ func (s *scenario) run(ctx context.Context) (*Result, error) {
 	if errA != nil || errB != nil {
 		return res, fmt.Errorf("reconcile: inspect: %w", errors.Join(errA, errB))
 	}
-	rec.Emit(Event{Actor: ActorA, Kind: KindReconcile, Outcome: OK, Token: int64(stA.Token), RunID: stA.RunID.String(), Status: stA.Status.String(),
-		Detail: fmt.Sprintf("server: %s by run %s, not ours → desktop shows \"continued in another window\", composer read-only, discards run A's draft", stA.Status, short(stA.RunID))})
-	rec.Emit(Event{Actor: ActorB, Kind: KindReconcile, Outcome: OK, Token: int64(stB.Token), RunID: stB.RunID.String(), Status: stB.Status.String(),
-		Detail: fmt.Sprintf("server: %s by run %s, ours → browser shows the run as live here", stB.Status, short(stB.RunID))})
+	rec.Emit(Event{Actor: ActorA, Kind: KindReconcile, Outcome: OK, Token: int64(stA.Token), RunID: stA.RunID.String(), Status: stA.State.String(),
+		Detail: fmt.Sprintf("server: %s by run %s, not ours → desktop shows \"continued in another window\", composer read-only, discards run A's draft", stA.State, short(stA.RunID))})
+	rec.Emit(Event{Actor: ActorB, Kind: KindReconcile, Outcome: OK, Token: int64(stB.Token), RunID: stB.RunID.String(), Status: stB.State.String(),
+		Detail: fmt.Sprintf("server: %s by run %s, ours → browser shows the run as live here", stB.State, short(stB.RunID))})
 	s.check("both clients see B as the owner", stA.Held() && stA.RunID == lb.RunID() && stA.Token == tb && stB.RunID == lb.RunID(),
-		"desktop sees %s run %s token %d; browser sees %s run %s", stA.Status, short(stA.RunID), stA.Token, stB.Status, short(stB.RunID))
+		"desktop sees %s run %s token %d; browser sees %s run %s", stA.State, short(stA.RunID), stA.Token, stB.State, short(stB.RunID))
 
 	// 10. B's tool call ends; B releases.
 	rb, err := lb.Release(ctx)
@@ -600,8 +600,8 @@ func (s *scenario) takeOver(ctx context.Context, st lease.Ownership) (*lease.Lea
 		if st, err = s.mgrB.Inspect(ctx, s.key); err != nil {
 			return nil, err
 		}
-		s.rec.Emit(Event{Actor: ActorB, Kind: KindInspect, Outcome: Note, Token: int64(st.Token), RunID: st.RunID.String(), Status: st.Status.String(),
-			Detail: fmt.Sprintf("server: %s (run %s stopped renewing) → the browser offers to continue here", st.Status, short(st.RunID))})
+		s.rec.Emit(Event{Actor: ActorB, Kind: KindInspect, Outcome: Note, Token: int64(st.Token), RunID: st.RunID.String(), Status: st.State.String(),
+			Detail: fmt.Sprintf("server: %s (run %s stopped renewing) → the browser offers to continue here", st.State, short(st.RunID))})
 	}
 	l, err := s.mgrB.Acquire(ctx, s.key)
 	if errors.Is(err, lease.ErrHeld) {
@@ -642,6 +642,6 @@ func (s *scenario) checkEnd(ctx context.Context, res *Result) {
 	want := fmt.Sprintf("%s/%s/%d", ActorB, short(res.RunB), tb)
 	s.check("the table holds exactly B's row", err == nil && len(got) == 1 && got[0] == want, "rows [%s], want [%s]%s", strings.Join(got, " "), want, errSuffix(err))
 	st, err := s.mgrB.Inspect(ctx, s.key)
-	s.check("the lease was last granted to B and released", err == nil && st.RunID == res.RunB && st.Token == tb && st.Status == lease.StateReleased,
-		"%s, run %s, token %d%s", st.Status, short(st.RunID), st.Token, errSuffix(err))
+	s.check("the lease was last granted to B and released", err == nil && st.RunID == res.RunB && st.Token == tb && st.State == lease.StateReleased,
+		"%s, run %s, token %d%s", st.State, short(st.RunID), st.Token, errSuffix(err))
 }

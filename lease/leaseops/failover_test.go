@@ -64,8 +64,9 @@ func TestGrantsFailClosedOnUncheckedNode(t *testing.T) {
 	}
 	require.Equal(t, rows, e.rowCount(), "refused grants write no row")
 	require.False(t, e.hasRow(lease.Key{AccountID: "x", SessionID: "y"}))
-	require.NoError(t, held.Renew(bg()), "renewals issue no token and go on")
-	require.EqualValues(t, 2, obstest.Value(mt.Collect(), lease.MetricRefused, map[string]string{"reason": lease.ReasonFailoverUnchecked}))
+	_, err = held.Renew(bg())
+	require.NoError(t, err, "renewals issue no token and go on")
+	require.EqualValues(t, 2, obstest.Value(mt.Collect(), leaseops.MetricRefused, map[string]string{"reason": lease.ReasonFailoverUnchecked}))
 	errs := logs.AtLeast(slog.LevelError)
 	require.NotEmpty(t, errs)
 	require.Contains(t, errs[len(errs)-1].Message, "not checked on this database node")

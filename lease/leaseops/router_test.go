@@ -1,4 +1,4 @@
-package lease_test
+package leaseops_test
 
 import (
 	"fmt"
@@ -10,6 +10,7 @@ import (
 
 	"github.com/fencekit/fencekit/internal/testsvc"
 	"github.com/fencekit/fencekit/lease"
+	"github.com/fencekit/fencekit/lease/leaseops"
 	"github.com/fencekit/fencekit/sql/migrations"
 )
 
@@ -46,7 +47,7 @@ func TestRouterTwoDatabases(t *testing.T) {
 		t.Cleanup(func() { _ = m.Close() })
 		parts = append(parts, m)
 	}
-	r, err := lease.NewRouter(lease.RouterConfig{Partitions: parts})
+	r, err := leaseops.NewRouter(leaseops.RouterConfig{Partitions: parts})
 	require.NoError(t, err)
 
 	count := func(p *pgxpool.Pool, k lease.Key) int {
@@ -74,7 +75,7 @@ func TestRouterTwoDatabases(t *testing.T) {
 			require.Equal(t, l1.RunID(), st.RunID)
 			res, err := r.Release(bg(), k, l1.RunID())
 			require.NoError(t, err)
-			require.Equal(t, lease.Released, res)
+			require.Equal(t, lease.ReleaseDone, res)
 			l2, err := r.Acquire(bg(), k)
 			require.NoError(t, err)
 			require.Greater(t, l2.Token(), l1.Token(), "per-key order within the partition")
@@ -88,13 +89,13 @@ func TestRouterTwoDatabases(t *testing.T) {
 		}
 	}
 	require.Len(t, used, 2, "16 accounts spread over both databases")
-	require.Len(t, r.Held(), 32)
+	require.Len(t, r.Leases(), 32)
 
-	_, err = lease.NewRouter(lease.RouterConfig{})
+	_, err = leaseops.NewRouter(leaseops.RouterConfig{})
 	require.ErrorIs(t, err, lease.ErrInvalidConfig)
-	_, err = lease.NewRouter(lease.RouterConfig{Partitions: []*lease.Manager{parts[0], nil}})
+	_, err = leaseops.NewRouter(leaseops.RouterConfig{Partitions: []*lease.Manager{parts[0], nil}})
 	require.ErrorIs(t, err, lease.ErrInvalidConfig)
-	bad, err := lease.NewRouter(lease.RouterConfig{Partitions: parts, Partition: func(lease.Key) int { return 2 }})
+	bad, err := leaseops.NewRouter(leaseops.RouterConfig{Partitions: parts, Partition: func(lease.Key) int { return 2 }})
 	require.NoError(t, err)
 	_, err = bad.Acquire(bg(), uniqueKey(t))
 	require.Error(t, err)

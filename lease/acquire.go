@@ -1,0 +1,119 @@
+package lease
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/google/uuid"
+	"github.com/jackc/pgx/v5"
+
+	"github.com/fencekit/fencekit/fence"
+	"github.com/fencekit/fencekit/lease/internal/instrument"
+)
+
+// Acquire takes the lease for key if it is free (never acquired, released or
+// expired on the database clock), in one statement. Before that, the
+// Authorizer runs; a refusal returns an error matching ErrUnauthorized and
+// sends nothing. A held lease returns a *HeldError (matching ErrHeld). The
+// returned Lease is renewed in the background until it is released, lost,
+// or the Manager is closed.
+//
+// ctx bounds the call only. The lease's Context keeps ctx's values (user
+// id, trace span, logger) but not its cancellation or deadline
+// (context.WithoutCancel): the lease lives until it is released or lost.
+// Use Run to tie the work to a caller's ctx.
+func (m *Manager) Acquire(ctx context.Context, key Key) (*Lease, error) {
+	if err := key.Validate(); err != nil {
+		return nil, err
+	}
+	if m.isClosed() {
+		return nil, ErrClosed
+	}
+	if err := m.authorize(ctx, key); err != nil {
+		return nil, err
+	}
+	return m.tryAcquire(ctx, key)
+}
+
+func (m *Manager) tryAcquire(ctx context.Context, key Key) (*Lease, error) {
+	runID, err := uuid.NewRandom()
+	if err != nil {
+		return nil, fmt.Errorf("lease: new run_id: %w", err)
+	}
+	cctx, cancel := m.call(ctx)
+	defer cancel()
+	sentAt := time.Now() // before the request leaves: the trust window starts here
+	var (
+		won          bool
+		rid          uuid.UUID
+		token        int64
+		expires, now time.Time
+		contended    bool // holder's row already asks its release to NOTIFY
+	)
+	err = m.pool.QueryRow(cctx, m.st.acquire, key.AccountID, key.SessionID, runID, m.ttlMicros()).
+		Scan(&won, &rid, &token, &expires, &now, &contended)
+	switch {
+	case errors.Is(err, pgx.ErrNoRows):
+		// Refused, and the holder's row was committed after our snapshot.
+		held := &HeldError{Key: key}
+		if st, ierr := m.inspect(ctx, key); ierr == nil && st.State == StateHeld {
+			held.RunID, held.Token, held.ExpiresAt, held.Remaining = st.RunID, st.Token, st.ExpiresAt, st.Remaining
+		}
+		m.obs.held(key, held.Remaining)
+		m.met.onRefused(ctx, instrument.ReasonHeld)
+		return nil, held
+	case grantRefusal(err) != nil:
+		// The database refused the grant (token floor or unchecked node,
+		// migration 0004): the statement failed as a whole, no row written.
+		m.obs.acquireFailed(key, err)
+		return nil, m.grantRefused(ctx, key, grantRefusal(err))
+	case err != nil:
+		// The statement may have committed with the reply lost: free the
+		// row of this run_id if we can (it expires by TTL otherwise).
+		m.releaseOrphan(key, runID) //nolint:contextcheck // runs after the caller's ctx may be gone; bounded by CallTimeout under the Manager's context
+		m.obs.acquireFailed(key, err)
+		m.met.onRefused(ctx, instrument.ReasonError)
+		m.log.Debug("lease acquire failed", "key", key.String(), "err", err)
+		return nil, fmt.Errorf("lease: acquire %s: %w", key, err)
+	case !won:
+		held := &HeldError{Key: key, RunID: rid, Token: fence.Token(token), ExpiresAt: expires, Remaining: max(expires.Sub(now), 0), contended: contended}
+		m.obs.held(key, held.Remaining)
+		m.met.onRefused(ctx, instrument.ReasonHeld)
+		return nil, held
+	}
+	l := m.newLease(ctx, key, runID, fence.Token(token), expires, sentAt)
+	if l == nil { // closed while acquiring
+		rctx, rcancel := context.WithTimeout(context.WithoutCancel(ctx), m.cfg.CallTimeout)
+		defer rcancel()
+		_, _ = m.release(rctx, key, runID)
+		return nil, ErrClosed
+	}
+	m.obs.acquired(key, token, time.Since(sentAt))
+	m.met.onAcquired(ctx)
+	m.met.onHeld(ctx, 1) // the -1 (end or Close) may come first; the sum is right once both are in
+	m.log.Debug("lease acquired", "key", key.String(), "run_id", runID, "token", token)
+	return l, nil
+}
+
+// releaseOrphan releases the row of a run whose acquire reply was lost, in
+// the background, bounded by CallTimeout; it gives up when the Manager closes.
+func (m *Manager) releaseOrphan(key Key, runID uuid.UUID) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if m.closed {
+		return
+	}
+	m.wg.Add(1)
+	go func() {
+		defer m.wg.Done()
+		ctx, cancel := m.call(m.root)
+		defer cancel()
+		if res, err := m.release(ctx, key, runID); err != nil {
+			m.log.Debug("orphan release failed; the row expires by TTL", "key", key.String(), "run_id", runID, "err", err)
+		} else {
+			m.log.Debug("orphan release", "key", key.String(), "run_id", runID, "result", res.String())
+		}
+	}()
+}

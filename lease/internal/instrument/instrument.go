@@ -1,0 +1,35 @@
+// Package instrument names the lease package's OpenTelemetry instruments
+// and the values of their attributes, in one place: lease records them and
+// leaseops exports them for dashboards and alerts. No attribute value
+// carries an account id, a session id, a run id or a token.
+package instrument
+
+// Instrument names.
+const (
+	Acquired       = "fencekit.lease.acquired"
+	Refused        = "fencekit.lease.refused"
+	Lost           = "fencekit.lease.lost"
+	Released       = "fencekit.lease.released"
+	Held           = "fencekit.lease.held"
+	RenewDuration  = "fencekit.lease.renewal.duration"
+	RenewTTLFrac   = "fencekit.lease.renewal.ttl_fraction"
+	CancelDelay    = "fencekit.lease.loss.cancel_delay"
+	RunOverrun     = "fencekit.lease.run.overrun"
+	JanitorDeleted = "fencekit.lease.janitor.deleted"
+)
+
+// Values of the "reason" attribute of Refused.
+const (
+	ReasonHeld              = "held"
+	ReasonUnauthorized      = "unauthorized"
+	ReasonError             = "error"
+	ReasonTokenFloor        = "token_floor"
+	ReasonFailoverUnchecked = "failover_unchecked"
+)
+
+// Values of the "cause" attribute of Lost, CancelDelay and RunOverrun.
+const (
+	CauseRenewalRejected = "renewal_rejected"
+	CauseTrustDeadline   = "trust_deadline"
+	CauseDatabaseError   = "database_error"
+)

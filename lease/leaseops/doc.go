@@ -1,0 +1,22 @@
+// Package leaseops holds the operating procedures around package lease:
+// what an operator runs or mounts beside the Managers, not what a program
+// needs to hold a lease.
+//
+//   - StatusHandler serves a Manager's local leases (lease.Manager.Leases)
+//     as JSON for an operator port.
+//   - Router spreads keys over one lease.Manager per database, by account.
+//   - The Metric*, Reason* and Cause* constants name the instruments a
+//     Manager records and the values of their attributes.
+//   - The token-floor procedures detect and repair a token sequence left
+//     behind by a restore or failover; the Janitor deletes old rows.
+//
+// Guaranteed: nothing here changes how a lease is granted or renewed, and
+// none of it holds a lease. Everything that runs in the background follows
+// the lease package's lifecycle: New starts it, Close stops it.
+//
+// Not guaranteed: Router keeps tokens ordered per key only (a key lives in
+// one partition); tokens of different partitions are unrelated, so a
+// guarded resource must be written under leases of one partition only.
+// StatusHandler's document names account and session ids: mount it behind
+// authentication. docs/operations.md describes each procedure.
+package leaseops

@@ -1,0 +1,50 @@
+package leaseops
+
+import "github.com/fencekit/fencekit/lease/internal/instrument"
+
+// Names of the OpenTelemetry instruments a lease.Manager (and the Janitor)
+// record, through the MeterProvider of their Config. docs/operations.md
+// documents each with its unit and attributes. No attribute carries an
+// account id, a session id, a run id or a token: every attribute value comes
+// from the small fixed sets below.
+const (
+	MetricAcquired       = instrument.Acquired
+	MetricRefused        = instrument.Refused
+	MetricLost           = instrument.Lost
+	MetricReleased       = instrument.Released
+	MetricHeld           = instrument.Held
+	MetricRenewDuration  = instrument.RenewDuration
+	MetricRenewTTLFrac   = instrument.RenewTTLFrac
+	MetricCancelDelay    = instrument.CancelDelay
+	MetricRunOverrun     = instrument.RunOverrun
+	MetricJanitorDeleted = instrument.JanitorDeleted
+)
+
+// Values of the "reason" attribute of MetricRefused.
+const (
+	// ReasonHeld: another run holds the key.
+	ReasonHeld = instrument.ReasonHeld
+	// ReasonUnauthorized: the Authorizer refused; no statement was sent.
+	ReasonUnauthorized = instrument.ReasonUnauthorized
+	// ReasonError: the statement failed (network, timeout, server error).
+	ReasonError = instrument.ReasonError
+	// ReasonTokenFloor: the database refused the drawn token (token floor).
+	ReasonTokenFloor = instrument.ReasonTokenFloor
+	// ReasonFailoverUnchecked: the token floor was not checked on this
+	// database node since a failover or restore.
+	ReasonFailoverUnchecked = instrument.ReasonFailoverUnchecked
+)
+
+// Values of the "cause" attribute of MetricLost, MetricCancelDelay and
+// MetricRunOverrun.
+const (
+	// CauseRenewalRejected: the database refused a renewal (lease.ErrLost).
+	CauseRenewalRejected = instrument.CauseRenewalRejected
+	// CauseTrustDeadline: the trust deadline passed and no renewal statement
+	// had failed since the last success — the renewer was late (process
+	// pause, overloaded host) or a statement was still in flight.
+	CauseTrustDeadline = instrument.CauseTrustDeadline
+	// CauseDatabaseError: the trust deadline passed after at least one
+	// renewal statement failed (database down, partition, timeout).
+	CauseDatabaseError = instrument.CauseDatabaseError
+)

@@ -1,0 +1,135 @@
+package lease
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/google/uuid"
+)
+
+// ReleaseResult is the benign outcome of a release. Every value means the
+// run does not hold the lease afterwards.
+type ReleaseResult uint8
+
+const (
+	// ReleaseDone means this call released the run's unexpired lease.
+	ReleaseDone ReleaseResult = iota + 1
+	// ReleaseAlreadyDone means the run had released it before (e.g. a retry after
+	// a lost reply).
+	ReleaseAlreadyDone
+	// ReleaseExpired means the run's lease had expired; nobody holds it now.
+	ReleaseExpired
+	// ReleaseNotHolder means another run has acquired the key since.
+	ReleaseNotHolder
+	// ReleaseNotFound means the key has no row.
+	ReleaseNotFound
+)
+
+func (r ReleaseResult) String() string {
+	switch r {
+	case ReleaseDone:
+		return "released"
+	case ReleaseAlreadyDone:
+		return "already-released"
+	case ReleaseExpired:
+		return "expired"
+	case ReleaseNotHolder:
+		return "not-holder"
+	case ReleaseNotFound:
+		return "not-found"
+	}
+	return fmt.Sprintf("ReleaseResult(%d)", r)
+}
+
+// Release releases the lease of (key, runID) in one statement, keeping the
+// row (released_at and expires_at set to the database's now) so per-key
+// token order survives, and notifies waiters (pg_notify, delivered at
+// commit). It never fails because the run no longer holds the lease: that
+// is a ReleaseResult, and a retry reports the true state (ReleaseAlreadyDone
+// after a release whose reply was lost). A Lease of this Manager with that
+// run_id is cancelled (cause ErrReleased) before the statement is sent.
+func (m *Manager) Release(ctx context.Context, key Key, runID uuid.UUID) (ReleaseResult, error) {
+	if err := key.Validate(); err != nil {
+		return 0, err
+	}
+	if runID == uuid.Nil {
+		return 0, ErrInvalidRunID
+	}
+	if m.isClosed() {
+		return 0, ErrClosed
+	}
+	if l := m.lookup(key, runID); l != nil {
+		l.end(ErrReleased)
+	}
+	return m.release(ctx, key, runID)
+}
+
+func (m *Manager) release(ctx context.Context, key Key, runID uuid.UUID) (ReleaseResult, error) {
+	cctx, cancel := m.call(ctx)
+	defer cancel()
+	var (
+		n        int64
+		rid      *uuid.UUID
+		rel, exp *time.Time
+		now      time.Time
+	)
+	err := m.pool.QueryRow(cctx, m.st.release, key.AccountID, key.SessionID, runID, m.st.channel, keyPayload(key)).
+		Scan(&n, &rid, &rel, &exp, &now)
+	if err != nil {
+		err = fmt.Errorf("lease: release %s: %w", key, err)
+		m.obs.released(key, 0, err)
+		m.met.onReleased(ctx, 0, err)
+		m.log.Debug("lease release failed", "key", key.String(), "run_id", runID, "err", err)
+		return 0, err
+	}
+	var res ReleaseResult
+	switch {
+	case n > 0:
+		res = ReleaseDone
+	case rid == nil:
+		res = ReleaseNotFound
+	case *rid != runID:
+		res = ReleaseNotHolder
+	case rel != nil:
+		res = ReleaseAlreadyDone
+	case !exp.After(now):
+		res = ReleaseExpired
+	default:
+		// Ours and live in the snapshot, yet not updated: changed
+		// concurrently. Read the committed state once.
+		st, ierr := m.inspect(ctx, key)
+		switch {
+		case ierr != nil:
+			return 0, ierr
+		case st.RunID != runID:
+			res = ReleaseNotHolder
+		case st.State == StateReleased:
+			res = ReleaseAlreadyDone
+		default:
+			res = ReleaseExpired
+		}
+	}
+	m.obs.released(key, res, nil)
+	m.met.onReleased(ctx, res, nil)
+	m.log.Debug("lease released", "key", key.String(), "run_id", runID, "result", res.String())
+	return res, nil
+}
+
+func (m *Manager) releaseBatch(ctx context.Context, leases []*Lease) error {
+	var errs []error
+	for start := 0; start < len(leases); start += MaxBatch {
+		chunk := leases[start:min(start+MaxBatch, len(leases))]
+		accts, sess, runs, payloads := make([]string, len(chunk)), make([]string, len(chunk)), make([]uuid.UUID, len(chunk)), make([]string, len(chunk))
+		for i, l := range chunk {
+			accts[i], sess[i], runs[i], payloads[i] = l.key.AccountID, l.key.SessionID, l.runID, keyPayload(l.key)
+		}
+		if _, err := m.pool.Exec(ctx, m.st.releaseBatch, accts, sess, runs, m.st.channel, payloads); err != nil {
+			errs = append(errs, fmt.Errorf("lease: release %d leases at close: %w", len(chunk), err))
+		}
+	}
+	return errors.Join(errs...)
+}
+
+// lookup returns this Manager's held lease of (key, runID), if any.
