@@ -1,0 +1,49 @@
+package leaseops_test
+
+import (
+	"context"
+	"errors"
+	"time"
+
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/fencekit/fencekit/guards/pgguard"
+	"github.com/fencekit/fencekit/lease"
+	"github.com/fencekit/fencekit/lease/leaseops"
+)
+
+// After a failover or restore (grants are refused with
+// lease.ErrFailoverUnchecked meanwhile): check the sequence against the
+// highest token the guards accepted and advance it when behind; grants
+// resume at once.
+func ExampleTokenFloor() {
+	ctx := context.Background()
+	pool, err := pgxpool.New(ctx, "postgres://postgres@127.0.0.1:5432/test")
+	if err != nil {
+		panic(err)
+	}
+	defer pool.Close()
+	marks, err := pgguard.NewMarks(pgguard.MarksConfig{DB: pool, Schema: "app"})
+	if err != nil {
+		panic(err)
+	}
+	const operatorFloor = 0 // e.g. the highest token your monitoring recorded
+	floor, _ := leaseops.NewTokenFloor(leaseops.TokenFloorConfig{Pool: pool, Schema: "app",
+		Source: leaseops.MaxFloor(marks.Highest, leaseops.StaticFloor(operatorFloor))})
+	if _, err := floor.Check(ctx); errors.Is(err, lease.ErrTokenFloor) {
+		_, err = floor.Advance(ctx, 0) // the source floor is included
+	}
+}
+
+// Housekeeping: delete rows released or expired more than a day ago, in the
+// background, until shutdown.
+func ExampleJanitor() {
+	pool, err := pgxpool.New(context.Background(), "postgres://postgres@127.0.0.1:5432/test")
+	if err != nil {
+		panic(err)
+	}
+	defer pool.Close()
+	j, _ := leaseops.NewJanitor(leaseops.JanitorConfig{Pool: pool, Schema: "app",
+		Retention: 24 * time.Hour, StatementBound: 5 * time.Second})
+	defer j.Close() // NewJanitor starts it: a sweep every Interval (10 min)
+}
