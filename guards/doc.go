@@ -2,14 +2,21 @@
 // It has no code of its own.
 //
 // A guard keeps, for each resource, the highest fencing token it has
-// accepted (its mark) and refuses writes presenting a lower one, in the same
-// atomic step as the write (package fence states the decision rule and the
-// fence.Guard contract):
+// accepted (its mark, with the run identity that set it) and refuses, in the
+// same atomic step as the write, writes presenting a lower token (stale) or
+// the same token from a different run (reused). Package fence states the
+// decision rule, the claim a write presents and the fence.Guard contract.
+// Every guard has a ctx-first form that takes the claim from the context
+// (refusing a context without one with fence.ErrNoToken) beside its
+// explicit-token form, and once the context has ended it reports an error
+// matching the context's error and cause, never fence.ErrBusy.
 //
 //   - guards/memguard: resources inside one process (and tests).
 //   - guards/pgguard: PostgreSQL tables, checked inside the caller's own
 //     transaction.
 //   - guards/s3guard: S3 / MinIO objects, via conditional PUTs.
+//   - guards/gcsguard: Google Cloud Storage objects, via generation
+//     preconditions.
 //   - guards/httpguard: HTTP services that perform side effects (server
 //     middleware over any fence.Guard, and a client RoundTripper).
 //   - guards/guardtest: the conformance kit every guard above passes against

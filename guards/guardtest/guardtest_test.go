@@ -207,9 +207,15 @@ func TestReferenceGuardPassesEveryCheck(t *testing.T) {
 	assert.Len(t, res, len(guardtest.Checks()))
 }
 
-func TestRunPassesReferenceGuard(t *testing.T) {
+// newMySubject is the Subject of the conformance snippet in docs/guards.md.
+func newMySubject(*testing.T) guardtest.Subject {
+	return guardtest.FromGuard(newRef(), guardtest.NewMapStore())
+}
+
+// TestConformance is Run over the reference guard, as docs/guards.md shows.
+func TestConformance(t *testing.T) {
 	guardtest.Run(t, guardtest.Config{
-		New: func(*testing.T) guardtest.Subject { return guardtest.FromGuard(newRef(), guardtest.NewMapStore()) },
+		New: func(t *testing.T) guardtest.Subject { return newMySubject(t) },
 	})
 }
 

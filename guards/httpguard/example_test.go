@@ -2,9 +2,12 @@ package httpguard_test
 
 import (
 	"context"
+	"errors"
 	"fmt"
+	"io"
 	"net/http"
 	"net/http/httptest"
+	"strings"
 
 	"github.com/fencekit/fencekit/fence"
 	"github.com/fencekit/fencekit/guards/httpguard"
@@ -55,4 +58,75 @@ func Example() {
 	// B: 204, err=<nil>
 	// A: 409, stale: token 7 < 8
 	// written under token 8
+}
+
+// serveReports mounts reportHandler behind the middleware (the server side
+// of the snippet in docs/guards.md).
+func serveReports(guard fence.Guard, mux *http.ServeMux, reportHandler http.Handler) error {
+	fenced, err := httpguard.Middleware(guard, httpguard.Config{})
+	if err != nil {
+		return err
+	}
+	mux.Handle("PUT /reports/", fenced(reportHandler))
+	return nil
+}
+
+// putReport sends body to url fenced on "reports/q3" under the claim ctx
+// carries (the client side of the snippet in docs/guards.md).
+func putReport(ctx context.Context, url string, body io.Reader) error {
+	client := &http.Client{Transport: &httpguard.Transport{}}
+	// ctx is the lease's context: the Transport sends its claim (token and run).
+	req, err := http.NewRequestWithContext(httpguard.WithResource(ctx, "reports/q3"), http.MethodPut, url, body)
+	if err != nil {
+		return err
+	}
+	resp, err := client.Do(req)
+	if err != nil {
+		return err // fence.ErrNoToken, or the lease's cause once ctx ended
+	}
+	defer resp.Body.Close()
+	if err := httpguard.ErrorFromResponse(resp); err != nil {
+		return err // *fence.StaleError or *fence.ReusedError on 409
+	}
+	return nil
+}
+
+// The client and server of docs/guards.md: run A (token 8) writes; the
+// same token from run B is refused as a reuse, a context without a claim
+// sends nothing, and an ended context reports its cause.
+func Example_claims() {
+	g, err := memguard.New(memguard.Config{})
+	if err != nil {
+		panic(err)
+	}
+	mux := http.NewServeMux()
+	if err := serveReports(g, mux, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		c, _ := fence.ClaimFromContext(r.Context())
+		fmt.Printf("handler: token %d, run %s\n", c.Token, c.Run)
+	})); err != nil {
+		panic(err)
+	}
+	srv := httptest.NewServer(mux)
+	defer srv.Close()
+	defer http.DefaultTransport.(*http.Transport).CloseIdleConnections()
+	url := srv.URL + "/reports/q3"
+
+	runA := fence.WithClaim(context.Background(), fence.Claim{Token: 8, Run: "run-a"})
+	fmt.Println("A:", putReport(runA, url, strings.NewReader("A's report")))
+	runB := fence.WithClaim(context.Background(), fence.Claim{Token: 8, Run: "run-b"})
+	err = putReport(runB, url, strings.NewReader("B's report"))
+	if re, ok := fence.IsReused(err); ok {
+		fmt.Printf("B: token %d reused (mark set by %s)\n", re.Token, re.MarkRun)
+	}
+	fmt.Println("no claim:", errors.Is(putReport(context.Background(), url, nil), fence.ErrNoToken))
+	lost := errors.New("lease lost")
+	ended, cancel := context.WithCancelCause(runA)
+	cancel(lost)
+	fmt.Println("ended:", errors.Is(putReport(ended, url, nil), lost))
+	// Output:
+	// handler: token 8, run run-a
+	// A: <nil>
+	// B: token 8 reused (mark set by run-a)
+	// no claim: true
+	// ended: true
 }
