@@ -18,7 +18,7 @@ var (
 	flagDuration = flag.Duration("chaos.duration", 0, "duration of each TestChaos run (default 10s)")
 	flagFaults   = flag.String("chaos.faults", "default", "faults to inject: comma list, default, all, none, -name")
 	flagLease    = flag.String("chaos.lease", "", "lease implementation: lease, reference (default: DefaultLease)")
-	flagRestart  = flag.Bool("chaos.pgrestart", false, "also restart the local PostgreSQL cluster during runs (shared server: opt-in)")
+	flagRestart  = flag.Bool("chaos.pgrestart", false, "also crash and restart PostgreSQL during TestChaos runs (on a private cluster per run)")
 	flagProcs    = flag.Int("chaos.procs", 0, "child processes (default 2)")
 )
 
@@ -94,6 +94,20 @@ func TestChaosCatchesBrokenLease(t *testing.T) {
 	first := res.Report.Violations[0].String()
 	assert.True(t, strings.HasPrefix(first, "VIOLATION "), first)
 	t.Logf("first violation, as a failing run prints it:\n%s", first)
+}
+
+// TestChaosPGRestart: a bounded run whose database is a private cluster
+// that crashes (stop -m immediate) and restarts, among connection cuts, with
+// the history checked as in every run.
+func TestChaosPGRestart(t *testing.T) {
+	if testing.Short() {
+		t.Skip("chaos runs need PostgreSQL and MinIO")
+	}
+	res := runAndCheck(t, Config{Seed: 11, Duration: 12 * time.Second, Faults: NewFaultSet(FaultPGRestart, FaultPGCut, FaultPause),
+		Lease: *flagLease, Procs: *flagProcs, Logf: t.Logf})
+	s := res.Report.Stats
+	assert.Positive(t, s.Grants, "no lease was granted")
+	assert.Positive(t, s.FaultsByKind[string(FaultPGRestart)], "no restart was injected")
 }
 
 func TestParseFaults(t *testing.T) {

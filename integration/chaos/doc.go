@@ -6,7 +6,8 @@
 // (MinIO) and HTTP guards to shared resources. Faults are injected at random
 // from a seed: holder pauses beyond the TTL, SIGSTOP and SIGKILL of child
 // processes, PostgreSQL and MinIO connections cut, held or slowed through
-// internal/netproxy, lost replies, and (opt-in) a PostgreSQL restart. Every
+// internal/netproxy, lost replies, and a PostgreSQL crash and restart (on a
+// private cluster from internal/pgcluster). Every
 // acquisition, renewal, loss, work step and guarded write is recorded in a
 // history (package integration/history), the final state of every resource
 // is read back, and the history is checked.
@@ -25,8 +26,8 @@
 //   - The interleaving of goroutines and processes is not reproducible: a
 //     replay repeats the schedule, not the exact history.
 //   - The checker judges what was recorded; see package history.
-//   - The PostgreSQL restart fault restarts the shared local cluster and is
-//     only enabled on request.
+//   - The PostgreSQL restart fault needs the Debian PostgreSQL tools; it
+//     never restarts the shared server.
 //
 // docs/testing.md describes the faults, the CI pass, the soak (make chaos)
 // and how to replay a seed.

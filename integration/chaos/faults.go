@@ -39,13 +39,16 @@ const (
 	FaultS3Cut Fault = "s3-cut"
 	// FaultS3Slow: MinIO traffic is delayed for a while.
 	FaultS3Slow Fault = "s3-slow"
-	// FaultPGRestart: the local PostgreSQL cluster is restarted while
-	// leases are being renewed. Opt-in only: other tests share the server.
+	// FaultPGRestart: PostgreSQL crashes (stop -m immediate) and restarts
+	// while leases are being renewed. The run then uses a private cluster
+	// (internal/pgcluster), never the shared server. The soak (make chaos)
+	// enables it unless CHAOS_FAULTS removes it; the bounded pass runs it in
+	// TestChaosPGRestart.
 	FaultPGRestart Fault = "pg-restart"
 )
 
 // AllFaults lists every fault; DefaultFaults is AllFaults without
-// FaultPGRestart.
+// FaultPGRestart (which needs a private cluster per run).
 var (
 	AllFaults     = []Fault{FaultPause, FaultLostReply, FaultSIGKILL, FaultSIGSTOP, FaultPGCut, FaultPGHold, FaultPGSlow, FaultS3Cut, FaultS3Slow, FaultPGRestart}
 	DefaultFaults = AllFaults[:len(AllFaults)-1]

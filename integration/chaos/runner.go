@@ -22,6 +22,7 @@ import (
 
 	"github.com/fencekit/fencekit/integration/history"
 	"github.com/fencekit/fencekit/internal/netproxy"
+	"github.com/fencekit/fencekit/internal/pgcluster"
 	"github.com/fencekit/fencekit/internal/testsvc"
 	"github.com/fencekit/fencekit/sql/migrations"
 )
@@ -210,15 +211,14 @@ func Run(t testing.TB, cfg Config) *Result {
 	t.Helper()
 	cfg.fill()
 	ctx := context.Background()
-	schema := testsvc.Schema(t, migrations.Lease, migrations.Guard)
-	direct := testsvc.Pool(t)
+	dbURL, schema, direct, restart := database(t, cfg.Faults[FaultPGRestart])
 	if err := CreateDataTable(ctx, direct, schema); err != nil {
 		t.Fatalf("create data table: %v", err)
 	}
 	mc, bucket := testsvc.MinIO(t)
 	s3env, _ := testsvc.MinIOEnv()
 
-	pgAddr, err := hostPort(testsvc.DatabaseURL())
+	pgAddr, err := hostPort(dbURL)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -232,7 +232,7 @@ func Run(t testing.TB, cfg Config) *Result {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { _ = s3Proxy.Close() })
-	pgURL, err := proxiedURL(testsvc.DatabaseURL(), pgProxy.Addr())
+	pgURL, err := proxiedURL(dbURL, pgProxy.Addr())
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -277,7 +277,7 @@ func Run(t testing.TB, cfg Config) *Result {
 	defer pr.close()
 
 	kids := &children{cfg: cfg, base: base, rec: rec, res: res, logf: cfg.Logf}
-	sched := &scheduler{cfg: cfg, rng: rand.New(rand.NewPCG(cfg.Seed, 0x5eed)), rec: rec, pg: pgProxy, s3: s3Proxy, kids: kids, logf: cfg.Logf}
+	sched := &scheduler{cfg: cfg, rng: rand.New(rand.NewPCG(cfg.Seed, 0x5eed)), rec: rec, pg: pgProxy, s3: s3Proxy, kids: kids, restart: restart, logf: cfg.Logf}
 
 	cfg.Logf("chaos: seed=%d lease=%s duration=%s goroutines=%d procs=%dx%d sessions=%d faults=%s",
 		cfg.Seed, cfg.Lease, cfg.Duration, cfg.Goroutines, cfg.Procs, cfg.ProcExecs, cfg.Sessions, cfg.Faults)
@@ -459,7 +459,10 @@ type scheduler struct {
 	pg   *netproxy.Proxy
 	s3   *netproxy.Proxy
 	kids *children
-	logf func(string, ...any)
+	// restart crashes and restarts the run's private PostgreSQL cluster
+	// (nil unless FaultPGRestart is enabled).
+	restart func(context.Context) error
+	logf    func(string, ...any)
 }
 
 func (s *scheduler) record(f Fault, detail string) {
@@ -533,27 +536,38 @@ func (s *scheduler) run(ctx context.Context) {
 				_ = cmd.Process.Signal(syscall.SIGCONT)
 			}
 		case FaultPGRestart:
-			s.record(f, "pg_ctlcluster restart")
-			// A fixed program; the version comes from /etc/postgresql.
+			if s.restart == nil {
+				continue
+			}
+			s.record(f, "pg_ctlcluster stop -m immediate; start (private cluster)")
 			rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), time.Minute)
-			restart := exec.CommandContext(rctx, "pg_ctlcluster", "--skip-systemctl-redirect", pgVersion(), "main", "restart") //nolint:gosec // see above
-			out, err := restart.CombinedOutput()
+			err := s.restart(rctx)
 			cancel()
 			if err != nil {
-				s.logf("chaos: pg restart failed: %v: %s", err, out)
+				s.logf("chaos: pg restart failed: %v", err)
 			}
 		}
 	}
 }
 
-// pgVersion returns the local cluster's major version (the only directory
-// under /etc/postgresql), default "15".
-func pgVersion() string {
-	entries, err := os.ReadDir("/etc/postgresql")
-	if err == nil && len(entries) == 1 {
-		return entries[0].Name()
+// database returns the run's database URL, a private migrated schema, a
+// direct pool and, when restart is wanted, a function that crashes and
+// restarts the server. With restart the database is a private cluster made
+// by internal/pgcluster (dropped at the end), never the shared server.
+func database(t testing.TB, restart bool) (url, schema string, direct *pgxpool.Pool, restartFn func(context.Context) error) {
+	t.Helper()
+	if !restart {
+		return testsvc.DatabaseURL(), testsvc.Schema(t, migrations.Lease, migrations.Guard), testsvc.Pool(t), nil
 	}
-	return "15"
+	c := pgcluster.New(t, pgcluster.Options{Settings: []string{"max_connections = 200"}})
+	direct = c.Pool("postgres")
+	schema = testsvc.RandomName("fk_chaos_")
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	if _, err := migrations.Migrate(ctx, direct, migrations.Options{Schema: schema}, migrations.Lease, migrations.Guard); err != nil {
+		t.Fatalf("migrate private cluster: %v", err)
+	}
+	return c.URL("postgres"), schema, direct, c.Restart
 }
 
 // heal ends every fault of p.

@@ -8,6 +8,7 @@ package chaos
 import (
 	"flag"
 	"fmt"
+	"strings"
 	"testing"
 	"time"
 
@@ -24,7 +25,11 @@ func TestChaosSoak(t *testing.T) {
 	if seed == 0 {
 		seed = uint64(time.Now().UnixNano())
 	}
-	res := runAndCheck(t, Config{Seed: seed, Duration: *flagSoak, Faults: faultsFromFlags(t), Lease: *flagLease, Procs: *flagProcs, Logf: t.Logf})
+	faults := faultsFromFlags(t)
+	if !strings.Contains(*flagFaults, "-"+string(FaultPGRestart)) {
+		faults[FaultPGRestart] = true // on a private cluster: on by default in the soak
+	}
+	res := runAndCheck(t, Config{Seed: seed, Duration: *flagSoak, Faults: faults, Lease: *flagLease, Procs: *flagProcs, Logf: t.Logf})
 	fmt.Printf("\n=== chaos soak summary\n%s\n", res.Summary())
 	require.Positive(t, res.Report.Stats.Grants)
 }

@@ -355,3 +355,16 @@ func (c *Cluster) Restore(path, db string) {
 		c.t.Fatalf("pgcluster: %v", err)
 	}
 }
+
+// Restart stops the cluster with -m immediate (a crash: no shutdown
+// checkpoint, connections dropped) and starts it again. Unlike the other
+// methods it returns its error instead of failing the test, so that it may
+// run outside the test's goroutine.
+func (c *Cluster) Restart(ctx context.Context) error {
+	for _, args := range [][]string{{"stop", "-m", "immediate"}, {"start"}} {
+		if _, err := run(ctx, "pg_ctlcluster", append([]string{"--skip-systemctl-redirect", Version, c.Name}, args...)...); err != nil {
+			return err
+		}
+	}
+	return nil
+}
