@@ -64,10 +64,10 @@ func tripPool(t *testing.T) (*pgxpool.Pool, *trips) {
 	return pool, c
 }
 
-// BeginFenced is one round trip on every path: fresh resource, higher,
+// Begin is one round trip on every path: fresh resource, higher,
 // equal, and stale (then one more for the rollback); a refused token
 // returns no transaction and releases the connection.
-func TestBeginFencedOneRoundTrip(t *testing.T) {
+func TestBeginOneRoundTrip(t *testing.T) {
 	schema := setupSchema(t)
 	pool, c := tripPool(t)
 	for _, lt := range []time.Duration{0, -1} { // with and without SET LOCAL lock_timeout
@@ -110,9 +110,9 @@ func TestFenceBeginsAndFencesInOneRoundTrip(t *testing.T) {
 	assert.Zero(t, pool.Stat().AcquiredConns())
 }
 
-// A refused BeginFenced leaves the mark and the data as they were, and the
+// A refused Begin leaves the mark and the data as they were, and the
 // transaction's statements are rolled back.
-func TestBeginFencedWritesOnlyWhenAdmitted(t *testing.T) {
+func TestBeginWritesOnlyWhenAdmitted(t *testing.T) {
 	schema := setupSchema(t)
 	pool := testsvc.Pool(t)
 	g := newGuard(t, pgguard.Config{Schema: schema, DB: pool})
@@ -134,7 +134,7 @@ func TestBeginFencedWritesOnlyWhenAdmitted(t *testing.T) {
 	assertState(t, g, pool, schema, "r", 7, "", false)
 }
 
-func TestBeginFencedBadInput(t *testing.T) {
+func TestBeginBadInput(t *testing.T) {
 	schema := setupSchema(t)
 	pool, c := tripPool(t)
 	g := newGuard(t, pgguard.Config{Schema: schema})
@@ -160,7 +160,7 @@ func TestBeginFencedBadInput(t *testing.T) {
 // ErrBusy with 55P03; a ctx deadline during the wait is DeadlineExceeded,
 // not ErrBusy. Either way the connection is released and nothing
 // changes.
-func TestBeginFencedBusy(t *testing.T) {
+func TestBeginBusy(t *testing.T) {
 	schema := setupSchema(t)
 	holder, waiter := testsvc.Pool(t), testsvc.Pool(t)
 	g := newGuard(t, pgguard.Config{Schema: schema, LockTimeout: 50 * time.Millisecond})
