@@ -193,11 +193,8 @@ func CheckContextForm(ctx context.Context, s Subject, cfg Config) error {
 	if !ok {
 		return &UnsupportedError{Interface: InterfaceContextWriter}
 	}
-	with := func(tok fence.Token, run string) context.Context {
-		return fence.WithClaim(ctx, fence.Claim{Token: tok, Run: run})
-	}
 	accept := func(r string, tok fence.Token, v string) error {
-		if err := cw.WriteContext(with(tok, ""), r, v); err != nil {
+		if err := cw.WriteContext(fence.WithClaim(ctx, fence.Claim{Token: tok}), r, v); err != nil {
 			return fmt.Errorf("WriteContext(%q) under token %d refused, want accepted: %w", r, tok, err)
 		}
 		return expectState(ctx, s, r, found(v, tok), fmt.Sprintf("after WriteContext under token %d", tok))
@@ -211,7 +208,7 @@ func CheckContextForm(ctx context.Context, s Subject, cfg Config) error {
 			return err
 		}
 	}
-	if err := checkStaleErr(cw.WriteContext(with(11, ""), r, "eleven"), r, 11, 12); err != nil {
+	if err := checkStaleErr(cw.WriteContext(fence.WithClaim(ctx, fence.Claim{Token: 11}), r, "eleven"), r, 11, 12); err != nil {
 		return fmt.Errorf("WriteContext: %w", err)
 	}
 	if err := expectState(ctx, s, r, found("twelve", 12), "after a stale WriteContext"); err != nil {
@@ -221,7 +218,7 @@ func CheckContextForm(ctx context.Context, s Subject, cfg Config) error {
 	if err := mustAccept(ctx, s, r, 20, "twenty"); err != nil {
 		return err
 	}
-	if err := checkStaleErr(cw.WriteContext(with(19, ""), r, "nineteen"), r, 19, 20); err != nil {
+	if err := checkStaleErr(cw.WriteContext(fence.WithClaim(ctx, fence.Claim{Token: 19}), r, "nineteen"), r, 19, 20); err != nil {
 		return fmt.Errorf("WriteContext after Write: %w", err)
 	}
 	if err := accept(r, 21, "twenty-one"); err != nil {
@@ -239,12 +236,12 @@ func CheckContextForm(ctx context.Context, s Subject, cfg Config) error {
 		{fence.Claim{Token: 30, Run: "bad run"}, fence.ErrInvalidRun}} {
 		err := cw.WriteContext(fence.WithClaim(ctx, bad.c), r, "bad")
 		if !errors.Is(err, bad.want) {
-			errs = append(errs, fmt.Errorf("WriteContext(%q) under claim %+v: error %v, want %v", r, bad.c, err, bad.want))
+			errs = append(errs, fmt.Errorf("WriteContext(%q) under claim %+v: error %s, want %s", r, bad.c, errText(err), errText(bad.want)))
 		}
 	}
 	for _, name := range InvalidResources() {
-		if err := cw.WriteContext(with(30, ""), name, "bad"); !errors.Is(err, fence.ErrInvalidResource) {
-			errs = append(errs, fmt.Errorf("WriteContext(%q): error %v, want fence.ErrInvalidResource", name, err))
+		if err := cw.WriteContext(fence.WithClaim(ctx, fence.Claim{Token: 30}), name, "bad"); !errors.Is(err, fence.ErrInvalidResource) {
+			errs = append(errs, fmt.Errorf("WriteContext(%q): error %s, want fence.ErrInvalidResource", name, errText(err)))
 		}
 	}
 	if err := expectState(ctx, s, r, found("twenty-one", 21), "after bad WriteContext input"); err != nil {
@@ -253,9 +250,9 @@ func CheckContextForm(ctx context.Context, s Subject, cfg Config) error {
 	// Reuse through the context: run A sets the mark, run B's equal token
 	// is refused.
 	r2 := resourceName(cfg, "ctxform", 1)
-	if err := cw.WriteContext(with(7, runA), r2, "a"); err != nil {
+	if err := cw.WriteContext(fence.WithClaim(ctx, fence.Claim{Token: 7, Run: runA}), r2, "a"); err != nil {
 		errs = append(errs, fmt.Errorf("WriteContext(%q) under token 7 of run A refused: %w", r2, err))
-	} else if err := checkReusedErr(cw.WriteContext(with(7, runB), r2, "b"), r2, 7, runB, runA); err != nil {
+	} else if err := checkReusedErr(cw.WriteContext(fence.WithClaim(ctx, fence.Claim{Token: 7, Run: runB}), r2, "b"), r2, 7, runB, runA); err != nil {
 		errs = append(errs, fmt.Errorf("WriteContext: %w", err))
 	}
 	if err := expectState(ctx, s, r2, found("a", 7), "after a reused token through WriteContext"); err != nil {
@@ -349,7 +346,7 @@ func CheckTokenReuse(ctx context.Context, s Subject, cfg Config) error {
 		for _, res := range []string{r, fresh} {
 			err := cw.WriteClaim(ctx, res, claim(T+5, bad), "bad run")
 			if !errors.Is(err, fence.ErrInvalidRun) {
-				errs = append(errs, fmt.Errorf("WriteClaim(%q) with run %q: error %v, want fence.ErrInvalidRun", res, bad, err))
+				errs = append(errs, fmt.Errorf("WriteClaim(%q) with run %q: error %s, want fence.ErrInvalidRun", res, bad, errText(err)))
 			}
 		}
 	}
@@ -363,4 +360,12 @@ func CheckTokenReuse(ctx context.Context, s Subject, cfg Config) error {
 		errs = append(errs, fmt.Errorf("mark raised by a malformed run: %w", err))
 	}
 	return errors.Join(errs...)
+}
+
+// errText formats an error that a check reports without wrapping it.
+func errText(err error) string {
+	if err == nil {
+		return "nil"
+	}
+	return fmt.Sprintf("%q", err.Error())
 }
