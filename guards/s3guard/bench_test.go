@@ -37,7 +37,7 @@ func BenchmarkPut(b *testing.B) {
 		}
 		guarded := func(s *Store) func(string) {
 			return func(key string) {
-				if _, err := s.PutBytes(ctx, key, 1, body, PutOptions{}); err != nil {
+				if _, err := s.PutBytesWithToken(ctx, key, 1, body, PutOptions{}); err != nil {
 					b.Fatal(err)
 				}
 			}
@@ -80,10 +80,10 @@ func BenchmarkGet(b *testing.B) {
 		s := e.store(b, nil, nil)
 		_, err := e.client.Put(ctx, e.bucket, "plain", bytes.NewReader(body), int64(len(body)), s3client.PutOptions{})
 		require.NoError(b, err)
-		_, err = s.PutBytes(ctx, "guarded", 1, body, PutOptions{})
+		_, err = s.PutBytesWithToken(ctx, "guarded", 1, body, PutOptions{})
 		require.NoError(b, err)
 		inl := e.store(b, nil, func(c *Config) { c.InlineMax = len(body) })
-		_, err = inl.PutBytes(ctx, "inline", 1, body, PutOptions{})
+		_, err = inl.PutBytesWithToken(ctx, "inline", 1, body, PutOptions{})
 		require.NoError(b, err)
 		b.Run("plain", func(b *testing.B) {
 			b.SetBytes(int64(len(body)))
@@ -165,7 +165,7 @@ func BenchmarkPutPaired(b *testing.B) {
 					return err
 				}
 				guarded := func(key string) error {
-					_, err := s.PutBytes(ctx, key, 1, body, PutOptions{})
+					_, err := s.PutBytesWithToken(ctx, key, 1, body, PutOptions{})
 					return err
 				}
 				if bc.floor {

@@ -225,13 +225,13 @@ func TestPointerCacheStale(t *testing.T) {
 			b := e.store(t, e.newClient(t, nil), nil)
 			_, err := put(t, a, key, 5, "a5")
 			require.NoError(t, err)
-			_, err = b.Delete(testCtx(t), key, 6)
+			_, err = b.DeleteWithToken(testCtx(t), key, 6)
 			require.NoError(t, err)
 			_, err = put(t, a, key, 5, "late")
 			se, ok := fence.IsStale(err)
 			require.True(t, ok, "want stale, got %v", err)
 			assert.Equal(t, fence.Token(6), se.Highest)
-			_, err = a.Delete(testCtx(t), key, 5)
+			_, err = a.DeleteWithToken(testCtx(t), key, 5)
 			assert.ErrorIs(t, err, fence.ErrStale)
 			assert.Equal(t, []string{key}, e.keysOf(t, key), "only the tombstone")
 			_, err = put(t, a, key, 6, "a6")
@@ -367,7 +367,7 @@ func TestPointerCacheRestamp(t *testing.T) {
 		const key = "restamp"
 		s := e.store(t, nil, func(c *Config) { c.InlineMax = 64 })
 		ctx := testCtx(t)
-		_, err := s.PutBytes(ctx, key, 1, []byte("inline bytes"), PutOptions{ContentType: "text/plain", Metadata: map[string]string{"k": "v"}})
+		_, err := s.PutBytesWithToken(ctx, key, 1, []byte("inline bytes"), PutOptions{ContentType: "text/plain", Metadata: map[string]string{"k": "v"}})
 		require.NoError(t, err)
 		cur, ok := s.cache.get(key)
 		require.True(t, ok)
@@ -375,7 +375,7 @@ func TestPointerCacheRestamp(t *testing.T) {
 		assert.Nil(t, cur.p.Inline)
 		// The cache path, as Put and Delete take it, with a write that stages
 		// nothing (unreachable through Put; Fence itself never uses the cache).
-		info, err := s.fence(ctx, key, 2, func(context.Context) error { return nil }, true)
+		info, err := s.fence(ctx, key, fence.Claim{Token: 2}, func(context.Context) error { return nil }, true)
 		require.NoError(t, err)
 		assert.Equal(t, fence.Token(2), info.Token)
 		got, gi := content(t, s, key)

@@ -3,6 +3,7 @@ package s3guard
 import (
 	"errors"
 	"fmt"
+	"log/slog"
 	"strings"
 	"time"
 
@@ -72,11 +73,16 @@ type Config struct {
 	// negative disables the cache (every write GETs the pointer first).
 	PointerCacheSize int
 	// MeterProvider records fencekit.guard.accepted (committed fenced
-	// writes), fencekit.guard.stale, fencekit.guard.token_gap and
+	// writes), fencekit.guard.stale, fencekit.guard.token_gap,
+	// fencekit.guard.reused (writes refused as *fence.ReusedError) and
 	// fencekit.guard.s3.retries (conditional pointer writes retried after a
 	// 412/404/409, including the retry after a stale pointer cache entry)
 	// with guard="s3" (see docs/operations.md). Nil records nothing.
 	MeterProvider metric.MeterProvider
+	// Logger receives one Error record per write refused because its token
+	// was reused by another run (*fence.ReusedError), with the key, the
+	// token and both run identities. Nil discards.
+	Logger *slog.Logger
 }
 
 // Store is a fenced object store over one bucket. It is safe for concurrent
@@ -92,6 +98,7 @@ type Store struct {
 	inline  int
 	cache   *pointerCache // nil: disabled
 	met     *obs.Guard
+	log     *slog.Logger
 
 	// afterRead, when set (tests only), runs after every pointer read or
 	// pointer cache hit of the fenced write path, before the decision.
@@ -149,8 +156,13 @@ func New(cfg Config) (*Store, error) {
 	if err != nil {
 		return nil, fmt.Errorf("%w: MeterProvider: %w", ErrInvalidConfig, err)
 	}
+	log := cfg.Logger
+	if log == nil {
+		log = slog.New(slog.DiscardHandler)
+	}
 	return &Store{
 		met:     met,
+		log:     log,
 		cache:   newPointerCache(cfg.PointerCacheSize),
 		client:  cfg.Client,
 		bucket:  cfg.Bucket,

@@ -25,10 +25,28 @@ func (s *subject) pick() *Store { return s.stores[s.next.Add(1)%uint64(len(s.sto
 func (s *subject) Write(ctx context.Context, resource string, token fence.Token, value string) error {
 	st := s.pick()
 	if !s.viaFence {
-		_, err := st.PutBytes(ctx, resource, token, []byte(value), PutOptions{ContentType: "text/plain"})
+		_, err := st.PutBytesWithToken(ctx, resource, token, []byte(value), PutOptions{ContentType: "text/plain"})
 		return err
 	}
 	return st.Fence(ctx, resource, token, func(ctx context.Context) error {
+		return Stage(ctx, strings.NewReader(value), int64(len(value)), PutOptions{})
+	})
+}
+
+// WriteClaim presents c explicitly: the token as the argument, the run
+// through the ctx (fence.ClaimFor pairs them).
+func (s *subject) WriteClaim(ctx context.Context, resource string, c fence.Claim, value string) error {
+	return s.Write(fence.WithClaim(ctx, c), resource, c.Token, value)
+}
+
+// WriteContext drives the ctx-first form: PutBytes, or Do + Stage.
+func (s *subject) WriteContext(ctx context.Context, resource, value string) error {
+	st := s.pick()
+	if !s.viaFence {
+		_, err := st.PutBytes(ctx, resource, []byte(value), PutOptions{ContentType: "text/plain"})
+		return err
+	}
+	return st.Do(ctx, resource, func(ctx context.Context) error {
 		return Stage(ctx, strings.NewReader(value), int64(len(value)), PutOptions{})
 	})
 }

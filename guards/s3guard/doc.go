@@ -35,11 +35,19 @@
 //
 // # Writing
 //
-// Put, Delete and Fence (the fence.Guard method) all run the same steps:
+// The fenced writes are one family in two forms. Put, PutBytes, Delete and Do
+// present the claim their ctx carries (a lease context's token and run
+// identity, or fence.WithClaim / fence.WithToken); without one they return an
+// error matching fence.ErrNoToken and touch nothing. PutWithToken,
+// PutBytesWithToken, DeleteWithToken and Fence (the fence.Guard method) take
+// the token as an argument and present fence.ClaimFor(ctx, token). All run
+// the same steps:
 //
-//  1. GET the pointer; fence.Decide the presented token against the pointer's.
-//     A token stale against it is refused (*fence.StaleError) before anything
-//     is uploaded.
+//  1. GET the pointer; fence.DecideClaim the presented claim against the
+//     pointer's token and run. A token stale against it is refused
+//     (*fence.StaleError), the pointer's token presented by a different run
+//     is refused (*fence.ReusedError, counted and logged at Error), both
+//     before anything is uploaded.
 //     Put and Delete skip the GET when the Store's pointer cache holds the
 //     key (see below).
 //  2. Upload new content (Put, or Stage inside a Fence write callback) to a
@@ -90,23 +98,20 @@
 // Requests per steady-state overwrite with the cache: PUT data, conditional
 // PUT pointer, DELETE superseded data (not with KeepSuperseded); with inline
 // content one conditional PUT. A first write to a key the Store has not seen
-// adds a GET of the pointer. Measured 2026-12-02 with
-//
-//	go test -run '^$' -bench BenchmarkPutPaired -benchtime 2s -count 3 ./guards/s3guard/
-//
-// (plain PutObject and guarded Put alternating in one run; the full table is
-// in docs/guards-s3.md), guarded / plain: 4 KiB inline overwrite 1.06x;
-// 4 KiB overwrite 2.26-2.30x (1.80-1.91x with KeepSuperseded, 2.62-2.69x
-// without the cache), against 1.97-1.99x for two plain PUTs of the same
-// sizes, the floor of a layout that needs two durable writes; 1 MiB
-// overwrite 1.39-1.56x (1.25-1.32x with KeepSuperseded); first write to a
-// fresh 4 KiB key 2.35-2.62x, inline 1.32-1.43x.
+// adds a GET of the pointer. docs/guards-s3.md has the measured figures and a
+// choice of layout by object size.
 //
 // # What is guaranteed
 //
 //   - Among writers going through s3guard, no write with a token below an
 //     accepted one is accepted afterwards (the pointer is compared and swapped
-//     atomically by the store); an equal token is accepted. This holds with
+//     atomically by the store); an equal token is accepted, unless both it
+//     and the pointer carry a run identity and they differ (the pointer stores
+//     fence.NextMark's run with its token; pointers without one follow the
+//     token-only rule).
+//   - Once ctx has ended, every error matches ctx.Err() and
+//     context.Cause(ctx) (a lost lease reports its cause), never
+//     fence.ErrBusy; a call on an ended ctx sends nothing. This holds with
 //     the pointer cache on or off: every acceptance is verified by the
 //     conditional pointer PUT, never by the cache.
 //   - Get returns the content of one pointer together with the token and

@@ -23,6 +23,9 @@ func fuzzPointerSeeds() [][]byte {
 			ETag: "d41d8cd98f00b204e9800998ecf8427e", Size: 3, ContentType: "text/plain", Metadata: map[string]string{"a": "b"}},
 		{Format: PointerFormat, Token: 9, WriteID: fuzzWriteID, Deleted: true},
 		{Format: PointerFormat, Token: 5, WriteID: fuzzWriteID, Inline: []byte("inline\x00"), Size: 7, ContentType: "text/plain"},
+		{Format: PointerFormat, Token: 7, Run: "0b5f3c1e-8d2a-4f6b-9c7e-1a2b3c4d5e6f", WriteID: fuzzWriteID,
+			Data: dataKey(DefaultDataPrefix, key, 7, fuzzWriteID), ETag: "d41d8cd98f00b204e9800998ecf8427e", Size: 3},
+		{Format: PointerFormat, Token: 9, Run: "run-a", WriteID: fuzzWriteID, Deleted: true},
 	}
 	var out [][]byte
 	for _, p := range good {
@@ -39,6 +42,8 @@ func fuzzPointerSeeds() [][]byte {
 		[]byte(`{"fencekit":"s3guard/v1","token":1,"write_id":"`+fuzzWriteID+`","deleted":true} {}`),
 		[]byte(`{"fencekit":"s3guard/v1","token":1,"write_id":"`+fuzzWriteID+`","deleted":true,"extra":1}`),
 		[]byte(`{"fencekit":"s3guard/v1","token":"7","write_id":"`+fuzzWriteID+`","deleted":true}`),
+		[]byte(`{"fencekit":"s3guard/v1","token":"7","run":"bad run","write_id":"`+fuzzWriteID+`","deleted":true}`),
+		[]byte(`{"fencekit":"s3guard/v1","token":"7","run":"","write_id":"`+fuzzWriteID+`","deleted":true}`),
 	)
 }
 
@@ -64,7 +69,7 @@ func FuzzDecodePointer(f *testing.F) {
 			}
 			return
 		}
-		if p.Format != PointerFormat || !p.Token.Valid() || !isWriteID(p.WriteID) || p.Size < 0 {
+		if p.Format != PointerFormat || !p.Token.Valid() || fence.ValidateRun(p.Run) != nil || !isWriteID(p.WriteID) || p.Size < 0 {
 			t.Fatalf("accepted an invalid pointer: %+v", p)
 		}
 		if p.inline() && (int64(len(p.Inline)) != p.Size || p.Size > MaxInline || p.ETag != "") {

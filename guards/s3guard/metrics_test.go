@@ -19,13 +19,13 @@ func TestStoreMetrics(t *testing.T) {
 		a := e.store(t, nil, func(c *Config) { c.MeterProvider = mt.Provider })
 		b := e.store(t, e.newClient(t, nil), nil) // another process, no metrics
 		const key = "doc/secret-name"
-		_, err := a.PutBytes(ctx, key, 5, []byte("a1"), PutOptions{}) // caches the pointer
+		_, err := a.PutBytesWithToken(ctx, key, 5, []byte("a1"), PutOptions{}) // caches the pointer
 		require.NoError(t, err)
-		_, err = b.PutBytes(ctx, key, 6, []byte("b1"), PutOptions{})
+		_, err = b.PutBytesWithToken(ctx, key, 6, []byte("b1"), PutOptions{})
 		require.NoError(t, err)
-		_, err = a.PutBytes(ctx, key, 7, []byte("a2"), PutOptions{}) // stale cache → 412 → re-read → retry
+		_, err = a.PutBytesWithToken(ctx, key, 7, []byte("a2"), PutOptions{}) // stale cache → 412 → re-read → retry
 		require.NoError(t, err)
-		_, err = a.PutBytes(ctx, key, 3, []byte("old"), PutOptions{})
+		_, err = a.PutBytesWithToken(ctx, key, 3, []byte("old"), PutOptions{})
 		require.Error(t, err)
 
 		pts := mt.Collect()

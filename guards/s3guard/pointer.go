@@ -56,6 +56,7 @@ const (
 type pointer struct {
 	Format      string            `json:"fencekit"`
 	Token       fence.Token       `json:"token"`
+	Run         string            `json:"run,omitempty"`
 	WriteID     string            `json:"write_id"`
 	Deleted     bool              `json:"deleted"`
 	Data        string            `json:"data,omitempty"`
@@ -102,6 +103,8 @@ func decodePointer(dataPrefix, key string, body []byte) (*pointer, error) {
 		return nil, bad("format %q, want %q", truncate(p.Format), PointerFormat)
 	case !p.Token.Valid():
 		return nil, bad("missing or invalid token")
+	case p.Run != "" && fence.ValidateRun(p.Run) != nil:
+		return nil, bad("invalid run")
 	case !isWriteID(p.WriteID):
 		return nil, bad("invalid write_id")
 	case p.Size < 0:

@@ -17,6 +17,9 @@ type Info struct {
 	// Token is the key's high-water mark: the token of the accepted write
 	// that stored the current pointer.
 	Token fence.Token
+	// Run is the run identity stored with the mark (fence.NextMark): the
+	// run of the write that set it, or empty when that write had none.
+	Run string
 	// WriteID identifies that write (32 hex characters, unique).
 	WriteID string
 	// Deleted is true for a tombstone.
@@ -35,7 +38,7 @@ type Info struct {
 
 func (s *Store) info(key string, p *pointer) Info {
 	in := Info{
-		Key: key, Token: p.Token, WriteID: p.WriteID, Deleted: p.Deleted, Inline: p.inline(),
+		Key: key, Token: p.Token, Run: p.Run, WriteID: p.WriteID, Deleted: p.Deleted, Inline: p.inline(),
 		DataKey: p.Data, ETag: p.ETag, Size: p.Size, ContentType: p.ContentType,
 	}
 	if len(p.Metadata) > 0 {
@@ -61,6 +64,13 @@ func (c current) token() fence.Token {
 		return 0
 	}
 	return c.p.Token
+}
+
+func (c current) run() string {
+	if c.p == nil {
+		return ""
+	}
+	return c.p.Run
 }
 
 // readPointer GETs and decodes the pointer at key and records what it found
@@ -98,7 +108,8 @@ func (s *Store) getPointer(ctx context.Context, key string) (current, error) {
 
 // Mark returns the key's high-water mark: the token of its current pointer
 // (content or tombstone), or 0 when the key has none.
-func (s *Store) Mark(ctx context.Context, key string) (fence.Token, error) {
+func (s *Store) Mark(ctx context.Context, key string) (_ fence.Token, err error) {
+	defer func() { err = contextErr(ctx, err) }()
 	if err := checkKey(s.prefix, key); err != nil {
 		return 0, err
 	}
@@ -114,7 +125,8 @@ func (s *Store) Mark(ctx context.Context, key string) (fence.Token, error) {
 // close. A key without pointer or with a tombstone yields *NotFoundError.
 // If the data object was removed between the pointer read and the data
 // read (a newer write superseded it), Get reads the pointer again.
-func (s *Store) Get(ctx context.Context, key string) (io.ReadCloser, Info, error) {
+func (s *Store) Get(ctx context.Context, key string) (_ io.ReadCloser, _ Info, err error) {
+	defer func() { err = contextErr(ctx, err) }()
 	if err := checkKey(s.prefix, key); err != nil {
 		return nil, Info{}, err
 	}
@@ -158,7 +170,8 @@ func (s *Store) Get(ctx context.Context, key string) (io.ReadCloser, Info, error
 }
 
 // GetBytes is Get reading the whole content into memory.
-func (s *Store) GetBytes(ctx context.Context, key string) ([]byte, Info, error) {
+func (s *Store) GetBytes(ctx context.Context, key string) (_ []byte, _ Info, err error) {
+	defer func() { err = contextErr(ctx, err) }()
 	rc, info, err := s.Get(ctx, key)
 	if err != nil {
 		return nil, info, err

@@ -17,7 +17,7 @@ type stagerKey struct{}
 type stager struct {
 	s       *Store
 	key     string
-	token   fence.Token
+	claim   fence.Claim
 	writeID string
 
 	mu     sync.Mutex
@@ -97,10 +97,10 @@ func Stage(ctx context.Context, r io.Reader, size int64, opts PutOptions) error 
 		st.ch.data = &staged{size: size, opts: opts, inline: b}
 		return nil
 	}
-	dk := dataKey(st.s.prefix, st.key, st.token, st.writeID)
+	dk := dataKey(st.s.prefix, st.key, st.claim.Token, st.writeID)
 	po := s3client.PutOptions{
 		ContentType: opts.ContentType,
-		Metadata:    writeMetadata(st.token, st.writeID),
+		Metadata:    writeMetadata(st.claim.Token, st.claim.Run, st.writeID),
 		IfNoneMatch: true,
 	}
 	info, err := st.s.client.Put(ctx, st.s.bucket, dk, r, size, po)
@@ -126,11 +126,16 @@ func Stage(ctx context.Context, r io.Reader, size int64, opts PutOptions) error 
 // the guard except to recognise its own data object after a lost reply.
 const (
 	metaToken   = "fencekit-token"
+	metaRun     = "fencekit-run"
 	metaWriteID = "fencekit-write-id"
 )
 
-func writeMetadata(token fence.Token, writeID string) map[string]string {
-	return map[string]string{metaToken: token.String(), metaWriteID: writeID}
+func writeMetadata(token fence.Token, run, writeID string) map[string]string {
+	m := map[string]string{metaToken: token.String(), metaWriteID: writeID}
+	if run != "" {
+		m[metaRun] = run
+	}
+	return m
 }
 
 // StageDelete makes the running Fence call commit a tombstone instead of

@@ -14,7 +14,8 @@ import (
 // alone: a writer holding that token may still commit them. Sweep needs no
 // clock and is safe to run at any time, concurrently with writers. It
 // returns how many objects it removed.
-func (s *Store) Sweep(ctx context.Context, key string) (int, error) {
+func (s *Store) Sweep(ctx context.Context, key string) (_ int, err error) {
+	defer func() { err = contextErr(ctx, err) }()
 	if err := checkKey(s.prefix, key); err != nil {
 		return 0, err
 	}

@@ -5,98 +5,28 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"io"
 	"time"
 
 	"github.com/fencekit/fencekit/fence"
 	"github.com/fencekit/fencekit/guards/s3guard/s3client"
 )
 
-// PutOptions describe staged content.
-type PutOptions struct {
-	// ContentType is stored in the pointer and on the data object.
-	// At most 256 printable ASCII bytes.
-	ContentType string
-	// Metadata is stored in the pointer body only (not as x-amz-meta-*
-	// headers). Keys: 1..128 of [A-Za-z0-9-_]; values: UTF-8 without
-	// control characters; MaxMetadataSize bytes in total.
-	Metadata map[string]string
-}
-
-// Put stores size bytes from r at key under token. size may be -1 for a
-// stream of unknown length (multipart upload). It is Fence with a write
-// that calls Stage; on success it returns the new state.
-//
-// A stale token yields *fence.StaleError and uploads nothing when the
-// staleness is visible before the upload; a token that becomes stale while
-// the upload runs, or whose staleness the Store's pointer cache did not yet
-// know (another Store raised the mark since this one last saw the key),
-// yields *fence.StaleError and the upload is removed.
-func (s *Store) Put(ctx context.Context, key string, token fence.Token, r io.Reader, size int64, opts PutOptions) (Info, error) {
-	if err := checkOptions(opts); err != nil {
-		return Info{}, err
-	}
-	if size < -1 {
-		return Info{}, fmt.Errorf("%w: size %d", ErrInvalidOptions, size)
-	}
-	return s.fence(ctx, key, token, func(ctx context.Context) error {
-		return Stage(ctx, r, size, opts)
-	}, true)
-}
-
-// PutBytes is Put for content held in memory.
-func (s *Store) PutBytes(ctx context.Context, key string, token fence.Token, b []byte, opts PutOptions) (Info, error) {
-	return s.Put(ctx, key, token, bytes.NewReader(b), int64(len(b)), opts)
-}
-
-// Delete stores a tombstone at key under token: a fenced write through the
-// same conditional path as Put (never a conditional DeleteObject, which
-// MinIO does not honour). Afterwards Get reports *NotFoundError with
-// Deleted and Token set, and writes below token are refused. Deleting a key
-// that has no content still writes the tombstone, raising the mark.
-func (s *Store) Delete(ctx context.Context, key string, token fence.Token) (Info, error) {
-	return s.fence(ctx, key, token, StageDelete, true)
-}
-
-// Fence implements fence.Guard for the object at key resource.
-//
-// It reads the pointer (Fence never decides on the pointer cache, since
-// write may have effects of its own) and refuses a stale token
-// (*fence.StaleError) without calling write. Otherwise it calls write with a
-// context that carries token (fence.FromContext) and a stager: write may call Stage to
-// upload new content or StageDelete to stage a tombstone. Staged data is
-// stored under a fresh data key and stays invisible to Get until the
-// conditional pointer write after write returns nil succeeds; that write is
-// the commit point. If write stages nothing, the commit re-stamps the
-// current content (or a tombstone, if there is none) with token, so the mark
-// is raised all the same.
-//
-// When write fails, its error is returned, the mark is unchanged and staged
-// data is removed. A nil write yields ErrNilWrite (after the key and token
-// checks) and does nothing.
-func (s *Store) Fence(ctx context.Context, resource string, token fence.Token, write func(ctx context.Context) error) error {
-	if write == nil {
-		if err := checkKey(s.prefix, resource); err != nil {
-			return err
-		}
-		if err := token.Validate(); err != nil {
-			return err
-		}
-		return ErrNilWrite
-	}
-	_, err := s.fence(ctx, resource, token, write, false)
-	return err
-}
-
-// fence runs a fenced write. With useCache, a cached pointer stands in for
-// the pointer GET (Put and Delete: their write only stages).
-func (s *Store) fence(ctx context.Context, key string, token fence.Token, write func(ctx context.Context) error, useCache bool) (_ Info, err error) {
-	defer func() { s.met.Decision(ctx, err) }() // counts commits and stale refusals only
+// fence runs a fenced write under claim c. With useCache, a cached pointer
+// stands in for the pointer GET (Put and Delete: their write only stages).
+// Every error it returns passes through s.fail.
+func (s *Store) fence(ctx context.Context, key string, c fence.Claim, write func(ctx context.Context) error, useCache bool) (_ Info, err error) {
+	defer func() { err = s.fail(ctx, key, err) }()
 	if err := checkKey(s.prefix, key); err != nil {
 		return Info{}, err
 	}
-	if err := token.Validate(); err != nil {
+	if err := c.Validate(); err != nil {
 		return Info{}, err
+	}
+	if write == nil {
+		return Info{}, ErrNilWrite
+	}
+	if err := fence.ContextError(ctx); err != nil {
+		return Info{}, err // ended before anything was read or written
 	}
 	cur, hit := current{}, false
 	if useCache {
@@ -104,7 +34,7 @@ func (s *Store) fence(ctx context.Context, key string, token fence.Token, write 
 	}
 	var derr error
 	if hit {
-		derr = s.decide(key, token, cur)
+		derr = s.decide(key, c, cur)
 	}
 	if !hit || (derr != nil && cur.cached) {
 		// No cache entry, or a refusal decided on one: refusing on the cache
@@ -112,13 +42,13 @@ func (s *Store) fence(ctx context.Context, key string, token fence.Token, write 
 		// least the cached one), but the real mark may be higher
 		// (StaleError.Highest) or have been erased outside the guard:
 		// confirm with a read. Only refusals pay for it.
-		cur, _, derr = s.readDecide(ctx, key, token, "")
+		cur, _, derr = s.readDecide(ctx, key, c, "")
 	}
 	if derr != nil {
 		return Info{}, derr
 	}
-	st := &stager{s: s, key: key, token: token, writeID: newWriteID()}
-	werr := write(context.WithValue(fence.WithToken(ctx, token), stagerKey{}, st))
+	st := &stager{s: s, key: key, claim: c, writeID: newWriteID()}
+	werr := write(context.WithValue(fence.WithClaim(ctx, c), stagerKey{}, st))
 	ch := st.close()
 	if werr != nil {
 		if ch.data != nil && ch.data.key != "" {
@@ -126,34 +56,67 @@ func (s *Store) fence(ctx context.Context, key string, token fence.Token, write 
 		}
 		return Info{}, werr
 	}
-	return s.commit(ctx, key, token, st.writeID, ch, cur)
+	return s.commit(ctx, key, c, st.writeID, ch, cur)
+}
+
+// fail finishes every error of the write path: it records the decision in
+// the metrics (commits, stale and reused refusals), logs a token reuse at
+// Error, and, once ctx has ended, makes err match ctx.Err() and
+// context.Cause(ctx) (fence.WrapContext). A write that gave up after ctx
+// ended is reported as the context's end, never as fence.ErrBusy.
+func (s *Store) fail(ctx context.Context, key string, err error) error {
+	s.met.Decision(ctx, err)
+	if re, ok := fence.IsReused(err); ok {
+		s.log.ErrorContext(ctx, "s3guard: token reused by a different run; write refused",
+			"key", key, "token", int64(re.Token), "run", re.Run, "mark_run", re.MarkRun)
+	}
+	return contextErr(ctx, err)
+}
+
+// contextErr is fence.WrapContext, except that an ErrBusy seen after ctx
+// ended is replaced by the context's error: the retries stopped because the
+// context ended, and a retry with the same context cannot succeed.
+func contextErr(ctx context.Context, err error) error {
+	if err == nil {
+		return nil
+	}
+	cerr := fence.ContextError(ctx)
+	if cerr == nil {
+		return err
+	}
+	if errors.Is(err, fence.ErrBusy) {
+		return fmt.Errorf("s3guard: gave up after the context ended (%s): %w", err.Error(), cerr)
+	}
+	return fence.WrapContext(ctx, err)
 }
 
 // decide is the fenced write path's decision on the pointer state cur (read
 // or taken from the cache): the test hook afterRead runs first.
-func (s *Store) decide(key string, token fence.Token, cur current) error {
+func (s *Store) decide(key string, c fence.Claim, cur current) error {
 	if s.afterRead != nil {
 		s.afterRead(key)
 	}
-	return fence.Decide(key, token, cur.token())
+	return fence.DecideClaim(key, c, cur.token(), cur.run())
 }
 
-// readDecide reads the pointer of key afresh and decides token against it.
+// readDecide reads the pointer of key afresh and decides c against it.
 // When writeID is set and the pointer carries it, an earlier attempt of this
 // write landed: landed is true and nothing is decided.
-func (s *Store) readDecide(ctx context.Context, key string, token fence.Token, writeID string) (cur current, landed bool, err error) {
+func (s *Store) readDecide(ctx context.Context, key string, c fence.Claim, writeID string) (cur current, landed bool, err error) {
 	if cur, err = s.readPointer(ctx, key); err != nil {
 		return current{}, false, err
 	}
 	if writeID != "" && cur.p != nil && cur.p.WriteID == writeID {
 		return cur, true, nil
 	}
-	return cur, false, s.decide(key, token, cur)
+	return cur, false, s.decide(key, c, cur)
 }
 
-// next builds the pointer that commits ch over cur.
-func (ch change) next(token fence.Token, writeID string, cur current) *pointer {
-	p := &pointer{Format: PointerFormat, Token: token, WriteID: writeID}
+// next builds the pointer that commits ch over cur under claim c: its mark
+// is fence.NextMark's.
+func (ch change) next(c fence.Claim, writeID string, cur current) *pointer {
+	tok, run := fence.NextMark(c, cur.token(), cur.run())
+	p := &pointer{Format: PointerFormat, Token: tok, Run: run, WriteID: writeID}
 	switch {
 	case ch.data != nil:
 		d := ch.data
@@ -175,25 +138,25 @@ func (ch change) keeps() bool { return ch.data == nil && !ch.deleted }
 // commit runs the conditional pointer write loop. cur may come from the
 // pointer cache: then a 412 or 404 only means the cache was stale, and that
 // first failed write does not count against MaxAttempts.
-func (s *Store) commit(ctx context.Context, key string, token fence.Token, writeID string, ch change, cur current) (Info, error) {
+func (s *Store) commit(ctx context.Context, key string, c fence.Claim, writeID string, ch change, cur current) (Info, error) {
 	var conflicts, lost int
 	for {
 		if ch.keeps() && cur.partial {
 			// A cache entry lacks the inline content and metadata that
 			// re-stamping copies: read the full pointer. Nothing is staged.
 			var err error
-			if cur, _, err = s.readDecide(ctx, key, token, ""); err != nil {
+			if cur, _, err = s.readDecide(ctx, key, c, ""); err != nil {
 				return Info{}, err
 			}
 		}
-		next := ch.next(token, writeID, cur)
+		next := ch.next(c, writeID, cur)
 		body, err := next.encode()
 		if err != nil {
 			return Info{}, fmt.Errorf("s3guard: encode pointer: %w", err)
 		}
 		opts := s3client.PutOptions{
 			ContentType: PointerContentType,
-			Metadata:    writeMetadata(token, writeID),
+			Metadata:    writeMetadata(next.Token, next.Run, writeID),
 			IfMatch:     cur.etag,
 			IfNoneMatch: cur.p == nil,
 		}
@@ -226,7 +189,7 @@ func (s *Store) commit(ctx context.Context, key string, token fence.Token, write
 		}
 		prev := cur
 		var landed bool
-		cur, landed, err = s.readDecide(ctx, key, token, writeID)
+		cur, landed, err = s.readDecide(ctx, key, c, writeID)
 		switch {
 		case landed:
 			// Our attempt landed; the reply was lost.

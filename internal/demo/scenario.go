@@ -308,7 +308,7 @@ func (s *scenario) body(a Actor, run uuid.UUID, t fence.Token) string {
 
 // writeS3 stores the report object through s3guard.
 func (s *scenario) writeS3(ctx context.Context, st *s3guard.Store, a Actor, run uuid.UUID, t fence.Token) Event {
-	info, err := st.PutBytes(ctx, s.s3Key, t, []byte(s.body(a, run, t)), s3guard.PutOptions{
+	info, err := st.PutBytesWithToken(ctx, s.s3Key, t, []byte(s.body(a, run, t)), s3guard.PutOptions{
 		ContentType: "text/plain",
 		Metadata:    map[string]string{"writer": string(a), "run_id": run.String()},
 	})

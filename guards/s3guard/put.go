@@ -1,0 +1,140 @@
+package s3guard
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+	"io"
+
+	"github.com/fencekit/fencekit/fence"
+)
+
+// PutOptions describe staged content.
+type PutOptions struct {
+	// ContentType is stored in the pointer and on the data object.
+	// At most 256 printable ASCII bytes.
+	ContentType string
+	// Metadata is stored in the pointer body only (not as x-amz-meta-*
+	// headers). Keys: 1..128 of [A-Za-z0-9-_]; values: UTF-8 without
+	// control characters; MaxMetadataSize bytes in total.
+	Metadata map[string]string
+}
+
+// The fenced writes come in one family of two forms. The ctx-first form
+// (Put, PutBytes, Delete, Do) presents the claim that ctx carries: a lease
+// context's token and run identity, or one set with fence.WithClaim or
+// fence.WithToken. A ctx without a claim is refused with an error matching
+// fence.ErrNoToken and nothing is read or written. The explicit form
+// (PutWithToken, PutBytesWithToken, DeleteWithToken, Fence) takes the token
+// as an argument, for tokens from other sources, and presents
+// fence.ClaimFor(ctx, token): the token, with ctx's run identity when ctx's
+// claim is for the same token.
+
+// Put stores size bytes from r at key under the claim ctx carries. size may
+// be -1 for a stream of unknown length (multipart upload). It is Do with a
+// write that calls Stage; on success it returns the new state.
+//
+// A stale token yields *fence.StaleError and uploads nothing when the
+// staleness is visible before the upload; a token that becomes stale while
+// the upload runs, or whose staleness the Store's pointer cache did not yet
+// know (another Store raised the mark since this one last saw the key),
+// yields *fence.StaleError and the upload is removed. A token equal to the
+// mark but presented by another run than the one that set it yields
+// *fence.ReusedError.
+func (s *Store) Put(ctx context.Context, key string, r io.Reader, size int64, opts PutOptions) (Info, error) {
+	c, err := claimFrom(ctx, key)
+	if err != nil {
+		return Info{}, err
+	}
+	return s.put(ctx, key, c, r, size, opts)
+}
+
+// PutBytes is Put for content held in memory.
+func (s *Store) PutBytes(ctx context.Context, key string, b []byte, opts PutOptions) (Info, error) {
+	return s.Put(ctx, key, bytes.NewReader(b), int64(len(b)), opts)
+}
+
+// Delete stores a tombstone at key under the claim ctx carries: a fenced
+// write through the same conditional path as Put (never a conditional
+// DeleteObject, which MinIO does not honour). Afterwards Get reports
+// *NotFoundError with Deleted and Token set, and writes below the token are
+// refused. Deleting a key that has no content still writes the tombstone,
+// raising the mark.
+func (s *Store) Delete(ctx context.Context, key string) (Info, error) {
+	c, err := claimFrom(ctx, key)
+	if err != nil {
+		return Info{}, err
+	}
+	return s.fence(ctx, key, c, StageDelete, true)
+}
+
+// Do runs write as a fenced write of the object at key under the claim ctx
+// carries, exactly as Fence does under an explicit token.
+func (s *Store) Do(ctx context.Context, key string, write func(ctx context.Context) error) error {
+	c, err := claimFrom(ctx, key)
+	if err != nil {
+		return err
+	}
+	_, err = s.fence(ctx, key, c, write, false)
+	return err
+}
+
+// PutWithToken is Put under an explicit token (see the form notes above).
+func (s *Store) PutWithToken(ctx context.Context, key string, token fence.Token, r io.Reader, size int64, opts PutOptions) (Info, error) {
+	return s.put(ctx, key, fence.ClaimFor(ctx, token), r, size, opts)
+}
+
+// PutBytesWithToken is PutBytes under an explicit token.
+func (s *Store) PutBytesWithToken(ctx context.Context, key string, token fence.Token, b []byte, opts PutOptions) (Info, error) {
+	return s.PutWithToken(ctx, key, token, bytes.NewReader(b), int64(len(b)), opts)
+}
+
+// DeleteWithToken is Delete under an explicit token.
+func (s *Store) DeleteWithToken(ctx context.Context, key string, token fence.Token) (Info, error) {
+	return s.fence(ctx, key, fence.ClaimFor(ctx, token), StageDelete, true)
+}
+
+// Fence implements fence.Guard for the object at key resource, under
+// fence.ClaimFor(ctx, token).
+//
+// It reads the pointer (Fence never decides on the pointer cache, since
+// write may have effects of its own) and refuses a stale token
+// (*fence.StaleError) or a reused one (*fence.ReusedError) without calling
+// write. Otherwise it calls write with a context that carries the claim
+// (fence.ClaimFromContext) and a stager: write may call Stage to upload new
+// content or StageDelete to stage a tombstone. Staged data is stored under a
+// fresh data key and stays invisible to Get until the conditional pointer
+// write after write returns nil succeeds; that write is the commit point. If
+// write stages nothing, the commit re-stamps the current content (or a
+// tombstone, if there is none) with the token, so the mark is raised all the
+// same.
+//
+// When write fails, its error is returned, the mark is unchanged and staged
+// data is removed. A nil write yields ErrNilWrite (after the key and token
+// checks) and does nothing. Once ctx has ended, every error matches ctx.Err()
+// and context.Cause(ctx), and never fence.ErrBusy.
+func (s *Store) Fence(ctx context.Context, resource string, token fence.Token, write func(ctx context.Context) error) error {
+	_, err := s.fence(ctx, resource, fence.ClaimFor(ctx, token), write, false)
+	return err
+}
+
+func (s *Store) put(ctx context.Context, key string, c fence.Claim, r io.Reader, size int64, opts PutOptions) (Info, error) {
+	if err := checkOptions(opts); err != nil {
+		return Info{}, err
+	}
+	if size < -1 {
+		return Info{}, fmt.Errorf("%w: size %d", ErrInvalidOptions, size)
+	}
+	return s.fence(ctx, key, c, func(ctx context.Context) error {
+		return Stage(ctx, r, size, opts)
+	}, true)
+}
+
+// claimFrom is fence.ClaimFromContext for a ctx-first call on key.
+func claimFrom(ctx context.Context, key string) (fence.Claim, error) {
+	c, err := fence.ClaimFromContext(ctx)
+	if err != nil {
+		return fence.Claim{}, fmt.Errorf("s3guard: %q: %w", truncate(key), err)
+	}
+	return c, nil
+}
