@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
 	"time"
 
 	"github.com/google/uuid"
@@ -23,9 +24,13 @@ import (
 // ctx bounds the call only. The lease's Context keeps ctx's values (user
 // id, trace span, logger) but not its cancellation or deadline
 // (context.WithoutCancel): the lease lives until it is released or lost.
-// Use Run to tie the work to a caller's ctx.
-func (m *Manager) Acquire(ctx context.Context, key Key) (*Lease, error) {
+// Use Run to tie the work to a caller's ctx. WithHolder labels the grant.
+func (m *Manager) Acquire(ctx context.Context, key Key, opts ...Option) (*Lease, error) {
 	if err := key.Validate(); err != nil {
+		return nil, err
+	}
+	o, err := grantOpts(opts)
+	if err != nil {
 		return nil, err
 	}
 	if m.isClosed() {
@@ -34,10 +39,10 @@ func (m *Manager) Acquire(ctx context.Context, key Key) (*Lease, error) {
 	if err := m.authorize(ctx, key); err != nil {
 		return nil, err
 	}
-	return m.tryAcquire(ctx, key)
+	return m.tryAcquire(ctx, key, o)
 }
 
-func (m *Manager) tryAcquire(ctx context.Context, key Key) (*Lease, error) {
+func (m *Manager) tryAcquire(ctx context.Context, key Key, o grantOptions) (*Lease, error) {
 	runID, err := uuid.NewRandom()
 	if err != nil {
 		return nil, fmt.Errorf("lease: new run_id: %w", err)
@@ -51,15 +56,16 @@ func (m *Manager) tryAcquire(ctx context.Context, key Key) (*Lease, error) {
 		token        int64
 		expires, now time.Time
 		contended    bool // holder's row already asks its release to NOTIFY
+		holder       *string
 	)
-	err = m.pool.QueryRow(cctx, m.st.acquire, key.AccountID, key.SessionID, runID, m.ttlMicros()).
-		Scan(&won, &rid, &token, &expires, &now, &contended)
+	err = m.pool.QueryRow(cctx, m.st.acquire, key.AccountID, key.SessionID, runID, m.ttlMicros(), nullable(o.holder)).
+		Scan(&won, &rid, &token, &expires, &now, &contended, &holder)
 	switch {
 	case errors.Is(err, pgx.ErrNoRows):
 		// Refused, and the holder's row was committed after our snapshot.
 		held := &HeldError{Key: key}
 		if st, ierr := m.inspect(ctx, key); ierr == nil && st.State == StateHeld {
-			held.RunID, held.Token, held.ExpiresAt, held.Remaining = st.RunID, st.Token, st.ExpiresAt, st.Remaining
+			held.RunID, held.Token, held.ExpiresAt, held.Remaining, held.Holder = st.RunID, st.Token, st.ExpiresAt, st.Remaining, st.Holder
 		}
 		m.obs.held(key, held.Remaining)
 		m.met.onRefused(ctx, instrument.ReasonHeld)
@@ -79,11 +85,14 @@ func (m *Manager) tryAcquire(ctx context.Context, key Key) (*Lease, error) {
 		return nil, fmt.Errorf("lease: acquire %s: %w", key, err)
 	case !won:
 		held := &HeldError{Key: key, RunID: rid, Token: fence.Token(token), ExpiresAt: expires, Remaining: max(expires.Sub(now), 0), contended: contended}
+		if holder != nil {
+			held.Holder = *holder
+		}
 		m.obs.held(key, held.Remaining)
 		m.met.onRefused(ctx, instrument.ReasonHeld)
 		return nil, held
 	}
-	l := m.newLease(ctx, key, runID, fence.Token(token), expires, sentAt)
+	l := m.newLease(ctx, key, runID, fence.Token(token), o.holder, expires, sentAt)
 	if l == nil { // closed while acquiring
 		rctx, rcancel := context.WithTimeout(context.WithoutCancel(ctx), m.cfg.CallTimeout)
 		defer rcancel()
@@ -93,7 +102,9 @@ func (m *Manager) tryAcquire(ctx context.Context, key Key) (*Lease, error) {
 	m.obs.acquired(key, token, time.Since(sentAt))
 	m.met.onAcquired(ctx)
 	m.met.onHeld(ctx, 1) // the -1 (end or Close) may come first; the sum is right once both are in
-	m.log.Debug("lease acquired", "key", key.String(), "run_id", runID, "token", token)
+	if m.log.Enabled(ctx, slog.LevelDebug) {
+		m.log.Debug("lease acquired", "key", key.String(), "run_id", runID, "token", token)
+	}
 	return l, nil
 }
 

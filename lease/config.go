@@ -39,8 +39,9 @@ func (f AuthorizerFunc) Authorize(ctx context.Context, key Key) error { return f
 // Config configures a Manager. Zero fields take the documented defaults.
 type Config struct {
 	// Pool is the database (required). The Manager never closes it; close it
-	// after Manager.Close. AcquireWait takes one connection out of it
-	// (pgxpool Hijack) for LISTEN for the Manager's lifetime.
+	// after Manager.Close. From the first grant or AcquireWait until Close
+	// the Manager also holds one connection of its own for LISTEN, opened
+	// with the pool's connection settings (outside the pool's MaxConns).
 	Pool *pgxpool.Pool
 	// Schema holding fencekit_leases and fencekit_token_seq (migration set
 	// migrations.Lease). Default "public". Must pass migrations.ValidateIdentifier.

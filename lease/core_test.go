@@ -194,8 +194,11 @@ func TestTokenDrawnUnderRowLockAfterStall(t *testing.T) {
 	// its VALUES-side token by then).
 	waitFor(t, 10*time.Second, "acquire blocked on the row lock", func() bool {
 		var n int
+		// pg_stat_activity keeps the first track_activity_query_size bytes
+		// (1024 by default) of the statement: match its beginning.
 		require.NoError(t, e.raw.QueryRow(bg(), `SELECT count(*) FROM pg_stat_activity
-			WHERE wait_event_type = 'Lock' AND query LIKE '%fencekit_token_seq%' AND query LIKE '%ON CONFLICT%'`).Scan(&n))
+			WHERE wait_event_type = 'Lock' AND query LIKE 'WITH now_db%' AND query LIKE '%' || $1 || '%fencekit_token_seq%'`,
+			e.schema).Scan(&n))
 		return n > 0
 	})
 	stalledDrew, called := e.seq()

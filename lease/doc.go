@@ -5,7 +5,9 @@
 // A Manager (New with a Config) works in one schema migrated with
 // migrations.Lease. Acquire grants a *Lease in one statement, on the
 // database clock, or returns a *HeldError naming the holder; AcquireWait
-// waits for the key; Run wraps acquire → work → release; Inspect tells a
+// waits for the key; Takeover grants it even while another run holds it
+// ("continue here" on another device) and cancels that run with
+// ErrTakenOver; Run wraps acquire → work → release; Inspect tells a
 // client who owns a key now, so its UI can reconcile with the server. A
 // Lease has a run_id (which execution), a fence.Token (which order) and a
 // Context that keeps the caller's values, carries the claim (token and
@@ -56,12 +58,16 @@
 //	        (same run_id)            v
 //	                              expired ──Acquire──> held
 //
-// Every grant sets a new run_id and a larger token. Renew of a released or
+//	held (run A) ──Takeover──> held (run B, larger token); A's context ends
+//	                           with ErrTakenOver, its Renew and Release are refused
+//
+// Every grant (Acquire or Takeover, optionally labelled WithHolder) sets a
+// new run_id and a larger token. Renew of a released or
 // expired lease is refused (ErrLost); Release of an expired one changes
 // nothing (ReleaseExpired); Release or Renew by another run_id changes
 // nothing (ReleaseNotHolder).
 //
 // On the holder's side a Lease goes from held to ended exactly once; the
-// cause of its context is ErrLost, ErrTrustExpired, ErrReleased or
-// ErrClosed.
+// cause of its context is ErrLost, ErrTrustExpired, ErrTakenOver,
+// ErrReleased or ErrClosed.
 package lease

@@ -30,6 +30,10 @@ var (
 	// (sent_at + TTL − SafetyMargin, monotonic clock) passed without a
 	// successful renewal — for instance because the database is unreachable.
 	ErrTrustExpired = errors.New("lease: trust deadline passed without renewal")
+	// ErrTakenOver is the context cause when another run took the key over
+	// with Manager.Takeover while this run held it. The old run's renewals
+	// are refused (ErrLost) and its release reports ReleaseNotHolder.
+	ErrTakenOver = errors.New("lease: taken over by another run")
 	// ErrReleased is the context cause after the holder released the lease.
 	ErrReleased = errors.New("lease: released")
 	// ErrClosed is returned by a closed Manager and is the context cause of
@@ -77,6 +81,7 @@ type HeldError struct {
 	Token     fence.Token
 	ExpiresAt time.Time     // database time
 	Remaining time.Duration // ExpiresAt minus the database's now, as seen by the statement
+	Holder    string        // the holder's label (WithHolder), "" when none
 
 	contended bool // the row already asks its release to NOTIFY (migration 0003)
 }
@@ -84,6 +89,9 @@ type HeldError struct {
 func (e *HeldError) Error() string {
 	if e.RunID == uuid.Nil {
 		return fmt.Sprintf("lease: %s held by another run", e.Key)
+	}
+	if e.Holder != "" {
+		return fmt.Sprintf("lease: %s held by %q, run %s (token %d) for %s more", e.Key, e.Holder, e.RunID, e.Token, e.Remaining.Round(time.Millisecond))
 	}
 	return fmt.Sprintf("lease: %s held by run %s (token %d) for %s more", e.Key, e.RunID, e.Token, e.Remaining.Round(time.Millisecond))
 }

@@ -51,6 +51,7 @@ type Ownership struct {
 	RenewedAt  time.Time
 	ExpiresAt  time.Time
 	ReleasedAt time.Time // zero unless released
+	Holder     string    // last grant's holder label (WithHolder), "" when none
 	DBNow      time.Time
 	Remaining  time.Duration
 }
@@ -78,9 +79,10 @@ func (m *Manager) inspect(ctx context.Context, key Key) (Ownership, error) {
 		token              *int64
 		acq, ren, exp, rel *time.Time
 		now                time.Time
+		holder             *string
 	)
 	if err := m.pool.QueryRow(cctx, m.st.inspect, key.AccountID, key.SessionID).
-		Scan(&rid, &token, &acq, &ren, &exp, &rel, &now); err != nil {
+		Scan(&rid, &token, &acq, &ren, &exp, &rel, &now, &holder); err != nil {
 		return Ownership{}, fmt.Errorf("lease: inspect %s: %w", key, err)
 	}
 	st := Ownership{Key: key, DBNow: now}
@@ -88,6 +90,9 @@ func (m *Manager) inspect(ctx context.Context, key Key) (Ownership, error) {
 		return st, nil
 	}
 	st.RunID, st.Token, st.AcquiredAt, st.RenewedAt, st.ExpiresAt = *rid, fence.Token(*token), *acq, *ren, *exp
+	if holder != nil {
+		st.Holder = *holder
+	}
 	switch {
 	case rel != nil:
 		st.State, st.ReleasedAt = StateReleased, *rel

@@ -19,6 +19,7 @@ import (
 //   - ErrLost: a renewal was rejected by the database;
 //   - ErrTrustExpired: the local trust deadline passed without a successful
 //     renewal (the database may be unreachable; no reply is needed);
+//   - ErrTakenOver: another run took the key over (Manager.Takeover);
 //   - ErrReleased: Release was called;
 //   - ErrClosed: the Manager was closed.
 //
@@ -28,6 +29,7 @@ type Lease struct {
 	key    Key
 	runID  uuid.UUID
 	token  fence.Token
+	holder string
 	ctx    context.Context
 	cancel context.CancelCauseFunc
 
@@ -46,11 +48,11 @@ type Lease struct {
 // newLease registers a granted lease; nil if the Manager closed meanwhile.
 // The lease's context keeps the values of parent (the caller's ctx) but not
 // its cancellation or deadline, and carries the claim (token and run_id).
-func (m *Manager) newLease(parent context.Context, key Key, runID uuid.UUID, token fence.Token, expires, sentAt time.Time) *Lease {
+func (m *Manager) newLease(parent context.Context, key Key, runID uuid.UUID, token fence.Token, holder string, expires, sentAt time.Time) *Lease {
 	claim := fence.Claim{Token: token, Run: runID.String()}
 	ctx, cancel := context.WithCancelCause(fence.WithClaim(context.WithoutCancel(parent), claim))
 	l := &Lease{
-		m: m, key: key, runID: runID, token: token, ctx: ctx, cancel: cancel,
+		m: m, key: key, runID: runID, token: token, holder: holder, ctx: ctx, cancel: cancel,
 		expires: expires,
 		trust:   sentAt.Add(m.cfg.TTL - m.cfg.SafetyMargin),
 		due:     sentAt.Add(m.cfg.RenewEvery),
@@ -67,6 +69,7 @@ func (m *Manager) newLease(parent context.Context, key Key, runID uuid.UUID, tok
 	}
 	m.leases[runID] = l
 	m.mu.Unlock()
+	m.startListener() // tells the holder of a takeover
 	return l
 }
 
@@ -75,6 +78,9 @@ func (l *Lease) claim() fence.Claim {
 	c, _ := fence.ClaimFromContext(l.ctx)
 	return c
 }
+
+// Holder is the grant's holder label (WithHolder), "" when none.
+func (l *Lease) Holder() string { return l.holder }
 
 // Key is the lease's key.
 func (l *Lease) Key() Key { return l.key }
@@ -106,7 +112,7 @@ func (l *Lease) Context() context.Context { return l.ctx }
 func (l *Lease) Done() <-chan struct{} { return l.ctx.Done() }
 
 // Err is nil while the lease is held, else the cause (ErrLost,
-// ErrTrustExpired, ErrReleased or ErrClosed).
+// ErrTrustExpired, ErrTakenOver, ErrReleased or ErrClosed).
 func (l *Lease) Err() error {
 	if l.ctx.Err() == nil {
 		return nil
@@ -133,8 +139,9 @@ func (l *Lease) Remaining() time.Duration {
 
 // Renew renews the lease now, in one statement, like Manager.Renew. On
 // success the trust deadline moves to sent_at + TTL − SafetyMargin. When
-// the database refuses (expired or taken over) the lease's context is
-// cancelled with ErrLost and the error matches ErrLost. Other errors
+// the database refuses, the error matches ErrLost and the lease's context
+// is cancelled with ErrLost, or with ErrTakenOver (which the error then
+// matches too) when a Takeover displaced the run. Other errors
 // (timeouts, network) change nothing: the trust timer still fires on time,
 // and a retry reports the true state. Renewing a lease that has ended
 // returns its cause.
@@ -147,7 +154,7 @@ func (l *Lease) Renew(ctx context.Context) (Renewal, error) {
 	case err == nil:
 		l.extend(time.Time{}, r.TrustDeadline, r.ExpiresAt)
 	case errors.Is(err, ErrLost):
-		l.end(ErrLost)
+		l.end(lossCause(err))
 	}
 	return r, err
 }
@@ -235,6 +242,8 @@ func (l *Lease) end(cause error) bool {
 	var delay time.Duration
 	switch {
 	case errors.Is(cause, ErrReleased):
+	case errors.Is(cause, ErrTakenOver):
+		mcause, delay = instrument.CauseTakenOver, cancelled.Sub(detected)
 	case errors.Is(cause, ErrTrustExpired):
 		mcause, delay = instrument.CauseTrustDeadline, cancelled.Sub(l.trust)
 		if l.failed {

@@ -15,6 +15,8 @@ type LeaseInfo struct {
 	Key   Key
 	RunID uuid.UUID
 	Token fence.Token
+	// Holder is the grant's holder label (WithHolder), "" when none.
+	Holder string
 	// TrustDeadline is the local monotonic trust deadline (sent_at + TTL −
 	// SafetyMargin of the last grant or renewal).
 	TrustDeadline time.Time
@@ -46,7 +48,7 @@ func (m *Manager) Leases() []LeaseInfo {
 		}
 		rem := max(trust.Sub(now), 0)
 		out = append(out, LeaseInfo{
-			Key: l.key, RunID: l.runID, Token: l.token,
+			Key: l.key, RunID: l.runID, Token: l.token, Holder: l.holder,
 			TrustDeadline: trust, Remaining: rem, ExpiresAt: exp,
 		})
 	}

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"log/slog"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/google/uuid"
@@ -14,9 +15,11 @@ import (
 )
 
 // Manager acquires, renews and releases leases in one schema. It runs one
-// background renewer for all the leases it holds and, once AcquireWait is
-// first used, one LISTEN connection. Its methods are safe for concurrent use.
-// Close stops everything it started.
+// background renewer for all the leases it holds and, from its first grant
+// or waiter until Close, one LISTEN connection (its own, opened with the
+// pool's connection settings) that
+// wakes waiters and tells holders of a takeover. Its methods are safe for
+// concurrent use. Close stops everything it started.
 type Manager struct {
 	cfg  resolved
 	pool *pgxpool.Pool
@@ -33,15 +36,14 @@ type Manager struct {
 	closed bool
 	leases map[uuid.UUID]*Lease // held leases by run_id
 
-	lmu        sync.Mutex // listener and waiters
-	lstarted   bool
-	lready     chan struct{} // closed while the LISTEN connection is up
-	waiters    map[string]map[*waiter]struct{}
+	fan        *fanout     // the listener's notifications, by key (listener.go)
+	listening  atomic.Bool // the listener was started
 	closeOnce  sync.Once
 	closeError error
 }
 
-// New validates cfg, fills defaults and starts the renewer.
+// New validates cfg, fills defaults and starts the renewer. It sends no
+// statement.
 func New(cfg Config) (*Manager, error) { return newManager(cfg, noopObserver{}) }
 
 // newManager builds the Manager. Its goroutines run on a context the
@@ -63,8 +65,7 @@ func newManager(cfg Config, obs observer) (*Manager, error) {
 		root:       root,
 		rootCancel: cancel,
 		leases:     make(map[uuid.UUID]*Lease),
-		lready:     make(chan struct{}),
-		waiters:    make(map[string]map[*waiter]struct{}),
+		fan:        newFanout(),
 	}
 	met, err := newMetrics(r.MeterProvider, r.TTL)
 	if err != nil {

@@ -27,8 +27,9 @@ type Renewal struct {
 // a *Lease (CLIs); a Lease of this Manager with that run_id has its trust
 // deadline extended too. Renewing is idempotent: a retry after a lost reply
 // succeeds again while the run holds the lease. When the run does not
-// (expired, released or taken over) the error matches ErrLost and nothing
-// changes; a Lease of this Manager with that run_id is then cancelled.
+// (expired, released or taken over) the error matches ErrLost, and also
+// ErrTakenOver when a Takeover displaced the run; nothing changes, and a
+// Lease of this Manager with that run_id is cancelled with that cause.
 func (m *Manager) Renew(ctx context.Context, key Key, runID uuid.UUID) (Renewal, error) {
 	if err := key.Validate(); err != nil {
 		return Renewal{}, err
@@ -45,7 +46,7 @@ func (m *Manager) Renew(ctx context.Context, key Key, runID uuid.UUID) (Renewal,
 		case err == nil:
 			l.extend(time.Time{}, r.TrustDeadline, r.ExpiresAt)
 		case errors.Is(err, ErrLost):
-			l.end(ErrLost)
+			l.end(lossCause(err))
 		}
 	}
 	return r, err
@@ -62,6 +63,9 @@ func (m *Manager) renewOne(ctx context.Context, key Key, runID uuid.UUID) (Renew
 	err := m.pool.QueryRow(cctx, m.st.renew, key.AccountID, key.SessionID, runID, m.ttlMicros()).Scan(&token, &exp, &now)
 	if errors.Is(err, pgx.ErrNoRows) {
 		err = fmt.Errorf("%w: %s run %s no longer holds an unexpired lease", ErrLost, key, runID)
+		if m.wasTakenOver(ctx, key, runID) {
+			err = errTakenOverRenew(key, runID)
+		}
 	} else if err != nil {
 		err = fmt.Errorf("lease: renew %s: %w", key, err)
 	}

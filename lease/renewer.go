@@ -151,15 +151,18 @@ func (m *Manager) renewChunk(chunk []*Lease) {
 		return
 	}
 	trust := sentAt.Add(m.cfg.TTL - m.cfg.SafetyMargin)
-	lost := 0
+	var refused []*Lease
 	for _, l := range chunk {
 		if exp, ok := renewed[l.runID]; ok {
 			l.extend(sentAt, trust, exp)
 			continue
 		}
-		lost++
+		refused = append(refused, l)
 		l.retryAt(time.Time{})
-		l.end(ErrLost)
 	}
+	for i, cause := range m.refusedCauses(ctx, refused) { // ErrLost or ErrTakenOver
+		refused[i].end(cause)
+	}
+	lost := len(refused)
 	m.obs.renewBatch(len(chunk), len(chunk)-lost, lost, time.Since(sentAt), nil)
 }

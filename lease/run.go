@@ -20,14 +20,16 @@ import (
 // (fence.ClaimFromContext).
 //
 // If the lease was lost while fn ran, Run returns an error wrapping the
-// loss cause (errors.Is ErrLost, ErrTrustExpired or ErrClosed) even when fn
+// loss cause (errors.Is ErrLost, ErrTrustExpired, ErrTakenOver or ErrClosed) even when fn
 // returned nil or ctx.Err(); fn's own error is wrapped too. Otherwise it
 // returns fn's error, or the release error if only that failed.
-func (m *Manager) Run(ctx context.Context, key Key, fn func(ctx context.Context, l *Lease) error) error {
+//
+// opts apply to the grant (WithHolder).
+func (m *Manager) Run(ctx context.Context, key Key, fn func(ctx context.Context, l *Lease) error, opts ...Option) error {
 	if fn == nil {
 		return errors.New("lease: Run with nil fn")
 	}
-	l, err := m.Acquire(ctx, key)
+	l, err := m.Acquire(ctx, key, opts...)
 	if err != nil {
 		return err
 	}

@@ -13,13 +13,15 @@ import (
 type statements struct {
 	acquire, renew, release, inspect, renewBatch, releaseBatch string
 	markContended                                              string // AcquireWait: ask the holder's release to notify
+	takeover, displaced                                        string // Takeover and the cause of a refused renewal
 	channel                                                    string // NOTIFY channel for releases
 }
 
 func newStatements(qSchema, schema string) statements {
 	r := strings.NewReplacer("$S", qSchema)
 	st := statements{
-		// $1 account, $2 session, $3 run_id, $4 ttl in microseconds.
+		// $1 account, $2 session, $3 run_id, $4 ttl in microseconds, $5
+		// holder label or NULL (migration 0005).
 		//
 		// The gate (migration 0004) reads the floor row and the node this
 		// statement runs on (system identifier and database oid cached per
@@ -54,11 +56,11 @@ gate AS MATERIALIZED (
          nextval('$S.fencekit_token_seq') AS v),
 ins AS (
   INSERT INTO $S.fencekit_leases AS held
-    (account_id, session_id, run_id, fence_token, acquired_at, renewed_at, expires_at, released_at)
+    (account_id, session_id, run_id, fence_token, acquired_at, renewed_at, expires_at, released_at, holder)
   SELECT $1::text, $2::text, $3::uuid,
          CASE WHEN g.checked = g.node AND g.v > g.floor THEN g.v
               ELSE $S.fencekit_refuse_grant(g.v, g.floor, g.checked, g.node) END,
-         n.t, n.t, n.t + $4::bigint * interval '1 microsecond', NULL
+         n.t, n.t, n.t + $4::bigint * interval '1 microsecond', NULL, $5::text
     FROM now_db n, gate g
   ON CONFLICT (account_id, session_id) DO UPDATE SET
     run_id      = EXCLUDED.run_id,
@@ -66,13 +68,14 @@ ins AS (
     acquired_at = EXCLUDED.acquired_at,
     renewed_at  = EXCLUDED.renewed_at,
     expires_at  = EXCLUDED.expires_at,
-    released_at = NULL
+    released_at = NULL,
+    holder      = EXCLUDED.holder
   WHERE held.expires_at <= EXCLUDED.acquired_at
   RETURNING held.run_id, held.fence_token, held.expires_at
 )
-SELECT true, i.run_id, i.fence_token, i.expires_at, n.t, false FROM ins i, now_db n
+SELECT true, i.run_id, i.fence_token, i.expires_at, n.t, false, NULL::text FROM ins i, now_db n
 UNION ALL
-SELECT false, l.run_id, l.fence_token, l.expires_at, n.t, l.contended
+SELECT false, l.run_id, l.fence_token, l.expires_at, n.t, l.contended, l.holder
   FROM $S.fencekit_leases l, now_db n
  WHERE l.account_id = $1::text AND l.session_id = $2::text
    AND l.released_at IS NULL AND l.expires_at > n.t
@@ -139,9 +142,57 @@ RETURNING CASE WHEN l.contended THEN pg_notify($4::text, q.payload) END`),
 RETURNING true`),
 
 		// $1 account, $2 session.
-		inspect: r.Replace(`SELECT l.run_id, l.fence_token, l.acquired_at, l.renewed_at, l.expires_at, l.released_at, n.t
+		inspect: r.Replace(`SELECT l.run_id, l.fence_token, l.acquired_at, l.renewed_at, l.expires_at, l.released_at, n.t, l.holder
   FROM (SELECT clock_timestamp() AS t) n
   LEFT JOIN $S.fencekit_leases l ON l.account_id = $1::text AND l.session_id = $2::text`),
+
+		// $1 account, $2 session, $3 run_id, $4 ttl µs, $5 holder or NULL,
+		// $6 channel, $7 payload. A grant whether or not the key is held:
+		// the same gate as acquire (the INSERT's values, token floor and
+		// node check, are computed before the conflict is detected), the
+		// token drawn again under the row lock in DO UPDATE SET, and no
+		// WHERE. The run it displaced while that run still held the key is
+		// recorded (displaced_run_id, migration 0005) and notified on the
+		// channel ("<payload>:taken:<run_id>", at commit), so that its
+		// Manager cancels it at once.
+		takeover: r.Replace(`WITH now_db AS MATERIALIZED (SELECT clock_timestamp() AS t),
+gate AS MATERIALIZED (
+  SELECT (SELECT f.floor FROM $S.fencekit_token_floor f WHERE f.id) AS floor,
+         (SELECT f.checked_node FROM $S.fencekit_token_floor f WHERE f.id) AS checked,
+         coalesce(nullif(current_setting('fencekit.system', true), ''), $S.fencekit_system())
+           || '/' || left(pg_walfile_name(pg_current_wal_lsn()), 8) AS node,
+         nextval('$S.fencekit_token_seq') AS v),
+ins AS (
+  INSERT INTO $S.fencekit_leases AS held
+    (account_id, session_id, run_id, fence_token, acquired_at, renewed_at, expires_at, released_at, holder, displaced_run_id)
+  SELECT $1::text, $2::text, $3::uuid,
+         CASE WHEN g.checked = g.node AND g.v > g.floor THEN g.v
+              ELSE $S.fencekit_refuse_grant(g.v, g.floor, g.checked, g.node) END,
+         n.t, n.t, n.t + $4::bigint * interval '1 microsecond', NULL, $5::text, NULL
+    FROM now_db n, gate g
+  ON CONFLICT (account_id, session_id) DO UPDATE SET
+    run_id      = EXCLUDED.run_id,
+    fence_token = nextval('$S.fencekit_token_seq'),
+    acquired_at = EXCLUDED.acquired_at,
+    renewed_at  = EXCLUDED.renewed_at,
+    expires_at  = EXCLUDED.expires_at,
+    released_at = NULL,
+    holder      = EXCLUDED.holder,
+    displaced_run_id = CASE WHEN held.released_at IS NULL AND held.expires_at > EXCLUDED.acquired_at
+                            THEN held.run_id END
+  RETURNING held.fence_token, held.expires_at, held.displaced_run_id,
+            CASE WHEN held.displaced_run_id IS NOT NULL
+                 THEN pg_notify($6::text, $7::text || ':taken:' || held.displaced_run_id::text) END AS notified
+)
+SELECT i.fence_token, i.expires_at, i.displaced_run_id, n.t FROM ins i, now_db n`),
+
+		// $1 accounts, $2 sessions, $3 run_ids. Of the given runs, those a
+		// takeover displaced while they held their key (asked after a
+		// refused renewal, to report ErrTakenOver rather than ErrLost).
+		displaced: r.Replace(`SELECT q.run_id
+  FROM unnest($1::text[], $2::text[], $3::uuid[]) AS q(account_id, session_id, run_id)
+  JOIN $S.fencekit_leases l ON l.account_id = q.account_id AND l.session_id = q.session_id
+ WHERE l.displaced_run_id = q.run_id`),
 
 		channel: channelName(schema),
 	}

@@ -47,4 +47,6 @@ const (
 	// CauseDatabaseError: the trust deadline passed after at least one
 	// renewal statement failed (database down, partition, timeout).
 	CauseDatabaseError = instrument.CauseDatabaseError
+	// CauseTakenOver: another run took the key over (lease.ErrTakenOver).
+	CauseTakenOver = instrument.CauseTakenOver
 )

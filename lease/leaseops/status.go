@@ -16,6 +16,7 @@ type StatusEntry struct {
 	SessionID        string    `json:"session_id"`
 	RunID            uuid.UUID `json:"run_id"`
 	Token            int64     `json:"token"`
+	Holder           string    `json:"holder,omitempty"`
 	ExpiresAt        time.Time `json:"expires_at"`
 	RemainingSeconds float64   `json:"remaining_seconds"`
 }
@@ -30,7 +31,10 @@ type StatusReport struct {
 // StatusHandler serves m.Leases() as JSON (GET and HEAD only; 405 otherwise):
 //
 //	{"ttl_seconds":15,"trust_window_seconds":12,"leases":[{"account_id":"a",
-//	 "session_id":"s","run_id":"…","token":42,"expires_at":"…","remaining_seconds":9.7}]}
+//	 "session_id":"s","run_id":"…","token":42,"holder":"desktop","expires_at":"…",
+//	 "remaining_seconds":9.7}]}
+//
+// holder is omitted for grants without a label.
 //
 // The document names account and session ids: mount it on an operator
 // port or behind authentication, never on the public API.
@@ -50,7 +54,7 @@ func StatusHandler(m *lease.Manager) http.Handler {
 		for i, h := range held {
 			rep.Leases[i] = StatusEntry{
 				AccountID: h.Key.AccountID, SessionID: h.Key.SessionID, RunID: h.RunID,
-				Token: int64(h.Token), ExpiresAt: h.ExpiresAt, RemainingSeconds: h.Remaining.Seconds(),
+				Token: int64(h.Token), Holder: h.Holder, ExpiresAt: h.ExpiresAt, RemainingSeconds: h.Remaining.Seconds(),
 			}
 		}
 		w.Header().Set("Content-Type", "application/json")

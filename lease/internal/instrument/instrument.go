@@ -32,4 +32,5 @@ const (
 	CauseRenewalRejected = "renewal_rejected"
 	CauseTrustDeadline   = "trust_deadline"
 	CauseDatabaseError   = "database_error"
+	CauseTakenOver       = "taken_over"
 )

@@ -1,0 +1,153 @@
+package lease
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"time"
+
+	"github.com/google/uuid"
+
+	"github.com/fencekit/fencekit/fence"
+	"github.com/fencekit/fencekit/lease/internal/instrument"
+)
+
+// Takeover grants the lease for key even though another run may hold it
+// ("continue here" when the user switches device while the old run is still
+// alive), in one statement, after the Authorizer. The grant is like
+// Acquire's: a new run_id and a token larger than every earlier grant's,
+// drawn under the row lock, under the same token-floor checks.
+//
+// The run it displaced, if any still held the key, is told at once: the
+// statement notifies its Manager's listener, which cancels that Lease's
+// context with cause ErrTakenOver (a Lease of this Manager is cancelled
+// before Takeover returns). From then on the old run's renewals are refused
+// and its release changes nothing (ReleaseNotHolder); guards refuse its
+// writes once the new holder has written with the larger token. Work the
+// old run has in flight is not stopped by the database: only its context
+// and the guards stop it.
+//
+// ctx bounds the call and gives its values to the lease, as with Acquire;
+// opts apply to the grant (WithHolder).
+func (m *Manager) Takeover(ctx context.Context, key Key, opts ...Option) (*Lease, error) {
+	if err := key.Validate(); err != nil {
+		return nil, err
+	}
+	o, err := grantOpts(opts)
+	if err != nil {
+		return nil, err
+	}
+	if m.isClosed() {
+		return nil, ErrClosed
+	}
+	if err := m.authorize(ctx, key); err != nil {
+		return nil, err
+	}
+	runID, err := uuid.NewRandom()
+	if err != nil {
+		return nil, fmt.Errorf("lease: new run_id: %w", err)
+	}
+	m.startListener()
+	cctx, cancel := m.call(ctx)
+	defer cancel()
+	sentAt := time.Now()
+	var (
+		token        int64
+		expires, now time.Time
+		displaced    *uuid.UUID
+	)
+	err = m.pool.QueryRow(cctx, m.st.takeover, key.AccountID, key.SessionID, runID, m.ttlMicros(),
+		nullable(o.holder), m.st.channel, keyPayload(key)).Scan(&token, &expires, &displaced, &now)
+	switch {
+	case grantRefusal(err) != nil:
+		m.obs.acquireFailed(key, err)
+		return nil, m.grantRefused(ctx, key, grantRefusal(err))
+	case err != nil:
+		m.releaseOrphan(key, runID) //nolint:contextcheck // runs after the caller's ctx may be gone; bounded by CallTimeout under the Manager's context
+		m.obs.acquireFailed(key, err)
+		m.met.onRefused(ctx, instrument.ReasonError)
+		return nil, fmt.Errorf("lease: takeover %s: %w", key, err)
+	}
+	if displaced != nil {
+		if old := m.lookup(key, *displaced); old != nil {
+			old.end(ErrTakenOver)
+		}
+	}
+	l := m.newLease(ctx, key, runID, fence.Token(token), o.holder, expires, sentAt)
+	if l == nil { // closed meanwhile
+		rctx, rcancel := context.WithTimeout(context.WithoutCancel(ctx), m.cfg.CallTimeout)
+		defer rcancel()
+		_, _ = m.release(rctx, key, runID)
+		return nil, ErrClosed
+	}
+	m.obs.acquired(key, token, time.Since(sentAt))
+	m.met.onAcquired(ctx)
+	m.met.onHeld(ctx, 1)
+	if m.log.Enabled(ctx, slog.LevelDebug) {
+		var old string
+		if displaced != nil {
+			old = displaced.String()
+		}
+		m.log.Debug("lease taken over", "key", key.String(), "run_id", runID, "token", token, "displaced_run_id", old)
+	}
+	return l, nil
+}
+
+// refusedCauses returns, for leases whose renewal the database refused, the
+// cause to end each with: ErrTakenOver for a run a takeover displaced,
+// ErrLost otherwise (also when the question cannot be answered).
+func (m *Manager) refusedCauses(ctx context.Context, refused []*Lease) []error {
+	causes := make([]error, len(refused))
+	for i := range causes {
+		causes[i] = ErrLost
+	}
+	if len(refused) == 0 {
+		return causes
+	}
+	accts, sess, runs := make([]string, len(refused)), make([]string, len(refused)), make([]uuid.UUID, len(refused))
+	for i, l := range refused {
+		accts[i], sess[i], runs[i] = l.key.AccountID, l.key.SessionID, l.runID
+	}
+	cctx, cancel := m.call(ctx)
+	defer cancel()
+	rows, err := m.pool.Query(cctx, m.st.displaced, accts, sess, runs)
+	if err != nil {
+		return causes
+	}
+	taken := make(map[uuid.UUID]bool)
+	for rows.Next() {
+		var id uuid.UUID
+		if rows.Scan(&id) == nil {
+			taken[id] = true
+		}
+	}
+	rows.Close()
+	for i, l := range refused {
+		if taken[l.runID] {
+			causes[i] = ErrTakenOver
+		}
+	}
+	return causes
+}
+
+// errTakenOverRenew is the error of a renewal refused because a takeover
+// displaced the run: it matches ErrLost (the renewal was refused) and
+// ErrTakenOver (why).
+func errTakenOverRenew(key Key, runID uuid.UUID) error {
+	return fmt.Errorf("%w: %s run %s was taken over by another run (%w)", ErrLost, key, runID, ErrTakenOver)
+}
+
+// wasTakenOver reports whether a takeover displaced run while it held key.
+func (m *Manager) wasTakenOver(ctx context.Context, key Key, run uuid.UUID) bool {
+	l := &Lease{key: key, runID: run}
+	return errors.Is(m.refusedCauses(ctx, []*Lease{l})[0], ErrTakenOver)
+}
+
+// lossCause is the context cause for a refused renewal's error.
+func lossCause(err error) error {
+	if errors.Is(err, ErrTakenOver) {
+		return ErrTakenOver
+	}
+	return ErrLost
+}

@@ -1,0 +1,166 @@
+package lease_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/fencekit/fencekit/fence"
+	"github.com/fencekit/fencekit/guards/memguard"
+	"github.com/fencekit/fencekit/internal/obs/obstest"
+	"github.com/fencekit/fencekit/lease"
+	"github.com/fencekit/fencekit/lease/leaseops"
+)
+
+// TestTakeoverDisplacesLiveHolder: the browser takes over while the desktop
+// still holds the key. The desktop's context is cancelled with ErrTakenOver
+// by the notification, long before its next renewal would have noticed; its
+// renewal and release are refused; the new grant carries a larger token and
+// the browser's label, which Inspect, a refused caller's HeldError and the
+// status document report; a guard refuses the desktop's late write once the
+// browser wrote.
+func TestTakeoverDisplacesLiveHolder(t *testing.T) {
+	e := newEnv(t)
+	mt := obstest.NewMeter(t)
+	desktop := e.manager(lease.Config{TTL: time.Hour, RenewEvery: 30 * time.Minute, MeterProvider: mt.Provider})
+	browser := e.manager(lease.Config{TTL: time.Hour})
+	k := uniqueKey(t)
+
+	la, err := desktop.Acquire(bg(), k, lease.WithHolder("desktop"))
+	require.NoError(t, err)
+	require.Equal(t, "desktop", la.Holder())
+	g, err := memguard.New(memguard.Config{})
+	require.NoError(t, err)
+	res := fence.JoinResource("reports", k.AccountID, k.SessionID)
+	require.NoError(t, g.Do(la.Context(), res, func(context.Context) error { return nil }))
+
+	_, err = browser.Acquire(bg(), k)
+	held, ok := isHeld(err)
+	require.True(t, ok, "plain acquire of a held key: %v", err)
+	require.Equal(t, "desktop", held.Holder)
+	require.Contains(t, err.Error(), `"desktop"`)
+
+	lb, err := browser.Takeover(bg(), k, lease.WithHolder("browser"))
+	require.NoError(t, err)
+	require.Greater(t, lb.Token(), la.Token())
+	require.Equal(t, "browser", lb.Holder())
+
+	select {
+	case <-la.Done():
+	case <-time.After(10 * time.Second):
+		t.Fatal("the displaced holder's context was not cancelled (renewal is 30 minutes away)")
+	}
+	require.ErrorIs(t, context.Cause(la.Context()), lease.ErrTakenOver)
+	require.NotErrorIs(t, context.Cause(la.Context()), lease.ErrLost, "a takeover is its own cause")
+	require.NoError(t, lb.Err(), "the new holder keeps its lease")
+
+	_, err = la.Renew(bg())
+	require.ErrorIs(t, err, lease.ErrTakenOver)
+	// The run_id-addressed form asks the database: refused, and it says why.
+	_, err = browser.Renew(bg(), k, la.RunID())
+	require.ErrorIs(t, err, lease.ErrLost)
+	require.ErrorIs(t, err, lease.ErrTakenOver)
+	rr, err := la.Release(bg())
+	require.NoError(t, err)
+	require.Equal(t, lease.ReleaseNotHolder, rr)
+
+	own, err := desktop.Inspect(bg(), k)
+	require.NoError(t, err)
+	require.Equal(t, lease.StateHeld, own.State)
+	require.Equal(t, lb.RunID(), own.RunID)
+	require.Equal(t, "browser", own.Holder)
+	infos := browser.Leases()
+	require.Len(t, infos, 1)
+	require.Equal(t, "browser", infos[0].Holder)
+
+	// The guard: the browser writes, then the desktop's late write (its
+	// token, from a context that was not cancelled) is refused as stale.
+	require.NoError(t, g.Do(lb.Context(), res, func(context.Context) error { return nil }))
+	late := fence.WithToken(bg(), la.Token())
+	err = g.Do(late, res, func(context.Context) error { t.Error("late write ran"); return nil })
+	se, stale := fence.IsStale(err)
+	require.True(t, stale, "late write: %v", err)
+	require.Equal(t, lb.Token(), se.Highest)
+
+	require.EqualValues(t, 1, obstest.Value(mt.Collect(), leaseops.MetricLost, map[string]string{"cause": leaseops.CauseTakenOver}))
+}
+
+// TestTakeoverOfFreeKeyAndOwnLease: Takeover of a free key is a grant; a
+// takeover of a lease held by the same Manager ends that lease before
+// Takeover returns.
+func TestTakeoverOfFreeKeyAndOwnLease(t *testing.T) {
+	e := newEnv(t)
+	m := e.manager(lease.Config{})
+	k := uniqueKey(t)
+	l1, err := m.Takeover(bg(), k)
+	require.NoError(t, err)
+	require.Empty(t, l1.Holder())
+	own, err := m.Inspect(bg(), k)
+	require.NoError(t, err)
+	require.Equal(t, l1.RunID(), own.RunID)
+	require.Empty(t, own.Holder)
+
+	l2, err := m.Takeover(bg(), k)
+	require.NoError(t, err)
+	require.ErrorIs(t, l1.Err(), lease.ErrTakenOver, "ended before Takeover returned")
+	require.Greater(t, l2.Token(), l1.Token())
+
+	// A released key is free: no run is displaced, nothing is notified.
+	_, err = l2.Release(bg())
+	require.NoError(t, err)
+	l3, err := m.Takeover(bg(), k)
+	require.NoError(t, err)
+	require.Greater(t, l3.Token(), l2.Token())
+	require.ErrorIs(t, l2.Err(), lease.ErrReleased)
+}
+
+// TestTakeoverBadInputChangesNothing: an invalid key or holder label, or an
+// Authorizer refusal, sends nothing: no row, no token drawn.
+func TestTakeoverBadInputChangesNothing(t *testing.T) {
+	e := newEnv(t)
+	deny := errors.New("not this user")
+	m := e.manager(lease.Config{Authorizer: lease.AuthorizerFunc(func(_ context.Context, k lease.Key) error {
+		if k.SessionID == "denied" {
+			return deny
+		}
+		return nil
+	})})
+	k := uniqueKey(t)
+	seq0, called0 := e.seq()
+	for _, label := range []string{"desk\ntop", strings.Repeat("x", lease.MaxHolderLen+1), "\xff"} {
+		_, err := m.Takeover(bg(), k, lease.WithHolder(label))
+		require.ErrorIs(t, err, lease.ErrInvalidHolder, "label %q", label)
+		_, err = m.Acquire(bg(), k, lease.WithHolder(label))
+		require.ErrorIs(t, err, lease.ErrInvalidHolder, "label %q", label)
+	}
+	_, err := m.Takeover(bg(), lease.Key{AccountID: "a"})
+	require.ErrorIs(t, err, lease.ErrInvalidKey)
+	_, err = m.Takeover(bg(), lease.Key{AccountID: k.AccountID, SessionID: "denied"})
+	require.ErrorIs(t, err, lease.ErrUnauthorized)
+	require.ErrorIs(t, err, deny)
+	require.Zero(t, e.rowCount())
+	seq1, called1 := e.seq()
+	require.Equal(t, seq0, seq1)
+	require.Equal(t, called0, called1)
+
+	require.NoError(t, lease.ValidateHolder(""))
+	require.NoError(t, lease.ValidateHolder("desktop ✓"))
+}
+
+// TestTakeoverRefusedOnUncheckedNode: Takeover passes the same token-floor
+// gate as Acquire: on a node whose floor was not checked it is refused and
+// writes nothing.
+func TestTakeoverRefusedOnUncheckedNode(t *testing.T) {
+	e := newEnv(t)
+	m := e.manager(lease.Config{})
+	_, err := e.raw.Exec(bg(), fmt.Sprintf(`UPDATE %q.fencekit_token_floor SET checked_node = 'elsewhere' WHERE id`, e.schema))
+	require.NoError(t, err)
+	_, err = m.Takeover(bg(), uniqueKey(t))
+	require.ErrorIs(t, err, lease.ErrFailoverUnchecked)
+	require.Zero(t, e.rowCount())
+}

@@ -1,0 +1,16 @@
+-- fencekit lease schema, version 5: takeover and holder labels.
+-- Plain SQL: goose / golang-migrate users may apply this file directly, with
+-- search_path set to the lease schema.
+--
+-- holder is an optional label of the grant's holder ("desktop", "browser"),
+-- validated by the Go side (lease.ValidateHolder) and bounded here too; it
+-- belongs to the grant of run_id and is replaced by every grant.
+-- displaced_run_id is the run a takeover (lease.Manager.Takeover) displaced
+-- while it still held the key, so that the displaced run's refused renewal
+-- can report lease.ErrTakenOver rather than a plain loss. Neither column is
+-- indexed: grants and renewals stay HOT updates.
+ALTER TABLE fencekit_leases ADD COLUMN IF NOT EXISTS holder text;
+ALTER TABLE fencekit_leases ADD COLUMN IF NOT EXISTS displaced_run_id uuid;
+ALTER TABLE fencekit_leases DROP CONSTRAINT IF EXISTS fencekit_leases_holder_len;
+ALTER TABLE fencekit_leases ADD CONSTRAINT fencekit_leases_holder_len
+    CHECK (holder IS NULL OR octet_length(holder) BETWEEN 1 AND 64);
