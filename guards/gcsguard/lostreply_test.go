@@ -1,0 +1,159 @@
+package gcsguard
+
+import (
+	"context"
+	"errors"
+	"net/http"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"cloud.google.com/go/storage"
+	"github.com/fsouza/fake-gcs-server/fakestorage"
+
+	"github.com/fencekit/fencekit/fence"
+)
+
+// loseFirstUpload makes the emulator apply the next upload and answer 503
+// instead of its reply (after runs before the 503 is sent); it counts the
+// uploads from then on. Each test writes one key.
+func loseFirstUpload(e *emulator, after func()) *int {
+	var mu sync.Mutex
+	n := new(int)
+	e.setFault(func(r *http.Request) bool {
+		if !strings.HasPrefix(r.URL.Path, "/upload/") {
+			return false
+		}
+		mu.Lock()
+		defer mu.Unlock()
+		*n++
+		if *n == 1 && after != nil {
+			defer after()
+		}
+		return *n == 1
+	})
+	return n
+}
+
+// TestLostReplyRetried: the upload lands, its reply is lost (503), the
+// client library retries the conditional write, which meets 412 because the
+// first attempt landed. The Store must recognise its own write id and
+// report success.
+func TestLostReplyRetried(t *testing.T) {
+	ctx := context.Background()
+	e := newEmulator(t)
+	s := e.store(t, "", Config{})
+	const key = "lost/retried"
+	for _, tok := range []fence.Token{3, 4} { // first write (DoesNotExist) and an overwrite (GenerationMatch)
+		uploads := loseFirstUpload(e, nil)
+		info, err := s.PutToken(ctx, key, tok, strings.NewReader("v"), PutOptions{})
+		e.setFault(nil)
+		if err != nil {
+			t.Fatalf("token %d: write whose reply was lost: %v", tok, err)
+		}
+		// Two: the lost one and the library's retry that met 412. A third
+		// would mean the Store did not recognise its own write and wrote
+		// again.
+		if *uploads != 2 {
+			t.Fatalf("token %d: %d uploads, want 2 (the lost one and the library's retry)", tok, *uploads)
+		}
+		got, err := s.Stat(ctx, key)
+		if err != nil || got.WriteID != info.WriteID || got.Token != tok {
+			t.Fatalf("token %d: stored %+v (%v), reported %+v", tok, got, err, info)
+		}
+	}
+}
+
+// TestLostReplyNoLibraryRetry: with the library's retries off, the lost
+// reply is an error of unknown outcome; the Store settles it by reading and
+// reports success because the object is its own.
+func TestLostReplyNoLibraryRetry(t *testing.T) {
+	ctx := context.Background()
+	e := newEmulator(t)
+	c := e.client(t)
+	c.SetRetry(storage.WithPolicy(storage.RetryNever))
+	s := e.store(t, "", Config{Client: c})
+	const key = "lost/noretry"
+	uploads := loseFirstUpload(e, nil)
+	info, err := s.PutToken(ctx, key, 6, strings.NewReader("v"), PutOptions{})
+	e.setFault(nil)
+	if err != nil {
+		t.Fatalf("write whose reply was lost: %v", err)
+	}
+	if *uploads != 1 {
+		t.Fatalf("%d uploads, want 1 (no library retry)", *uploads)
+	}
+	if got, _ := s.Stat(ctx, key); got.WriteID != info.WriteID {
+		t.Fatalf("stored write id %s, reported %s", got.WriteID, info.WriteID)
+	}
+}
+
+// TestLostReplyOvertaken: the reply is lost and, before the library's
+// retry, a newer holder writes. The retry meets 412 caused by someone else:
+// the Store must not report success; it reports the write as stale.
+func TestLostReplyOvertaken(t *testing.T) {
+	ctx := context.Background()
+	e := newEmulator(t)
+	s := e.store(t, "", Config{})
+	const key = "lost/overtaken"
+	if _, err := s.PutToken(ctx, key, 7, strings.NewReader("seven"), PutOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	uploads := loseFirstUpload(e, func() {
+		// The newer holder's write, applied before the 503 goes out.
+		for now := time.Now().UnixMicro(); time.Now().UnixMicro() <= now; {
+			// spin: the emulator's generations are microseconds
+		}
+		e.srv.CreateObject(fakestorage.Object{
+			ObjectAttrs: fakestorage.ObjectAttrs{BucketName: s.Bucket(), Name: key,
+				Metadata: map[string]string{MetaToken: "9", MetaWriteID: strings.Repeat("ab", 16)}},
+			Content: []byte("nine"),
+		})
+	})
+	_, err := s.PutToken(ctx, key, 8, strings.NewReader("eight"), PutOptions{})
+	e.setFault(nil)
+	se, ok := fence.IsStale(err)
+	if !ok || se.Presented != 8 || se.Highest != 9 {
+		t.Fatalf("overtaken lost reply: %v (uploads %d), want StaleError{8, 9}", err, *uploads)
+	}
+	b, info, err := s.GetBytes(ctx, key)
+	if err != nil || string(b) != "nine" || info.Token != 9 {
+		t.Fatalf("final: %q %+v %v", b, info, err)
+	}
+}
+
+// TestUnknownOutcomeNotLanded: a write that fails with an error the
+// library does not retry, and that did not land, reports that error: not
+// success, not stale, not busy.
+func TestUnknownOutcomeNotLanded(t *testing.T) {
+	ctx := context.Background()
+	e := newEmulator(t)
+	c := e.client(t)
+	c.SetRetry(storage.WithPolicy(storage.RetryNever))
+	s := e.store(t, "", Config{Client: c})
+	const key = "lost/notlanded"
+	if _, err := s.PutToken(ctx, key, 2, strings.NewReader("two"), PutOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	e.setFault(func(r *http.Request) bool {
+		if strings.HasPrefix(r.URL.Path, "/upload/") {
+			q := r.URL.Query()
+			q.Set("ifGenerationMatch", "1") // make the upload fail inside the emulator
+			r.URL.RawQuery = q.Encode()
+		}
+		return strings.HasPrefix(r.URL.Path, "/upload/")
+	})
+	_, err := s.PutToken(ctx, key, 3, strings.NewReader("three"), PutOptions{})
+	e.setFault(nil)
+	if err == nil || errors.Is(err, fence.ErrStale) || errors.Is(err, fence.ErrBusy) {
+		t.Fatalf("unknown outcome: %v, want the store error", err)
+	}
+	if !strings.Contains(err.Error(), "outcome unknown") {
+		t.Fatalf("error %q does not say the outcome is unknown", err)
+	}
+	b, info, err := s.GetBytes(ctx, key)
+	if err != nil || string(b) != "two" || info.Token != 2 {
+		t.Fatalf("after a failed write: %q %+v %v", b, info, err)
+	}
+}
