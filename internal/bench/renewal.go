@@ -23,7 +23,7 @@ const renewMatch = "unnest($1::text[], $2::text[], $3::uuid[])"
 // renewal periods measured in steady state.
 func (e *Env) renewalScale() (leases, periods int) {
 	if e.Quick {
-		return 10000, 1
+		return 5000, 1
 	}
 	return 100000, 3
 }
@@ -117,7 +117,7 @@ func Renewal(e *Env) error {
 	e.Report.Add(Metric{Key: "renew_statement_us_per_lease", Value: batchPerLease / 1e3, Unit: "µs", Note: "summed statement time per lease renewed"})
 
 	// Take one lease over behind the Manager's back: another run now holds it.
-	victim := leases[4242]
+	victim := leases[n/2]
 	q := pgx.Identifier{schema}.Sanitize()
 	if _, err := pool.Exec(ctx, `UPDATE `+q+`.fencekit_leases SET run_id = $3, fence_token = nextval('`+q+`.fencekit_token_seq')
 WHERE account_id = $1 AND session_id = $2`, "r", victim.Key().SessionID, uuid.New()); err != nil {
@@ -150,7 +150,7 @@ WHERE account_id = $1 AND session_id = $2`, "r", victim.Key().SessionID, uuid.Ne
 	}
 	ts := time.Now()
 	for i := range k {
-		if i == 4242 {
+		if i == n/2 {
 			continue
 		}
 		if _, err := leases[i].Renew(ctx); err != nil {
