@@ -82,7 +82,7 @@ func (m *Manager) tryAcquire(ctx context.Context, key Key, o grantOptions) (*Lea
 		m.obs.acquireFailed(key, err)
 		m.met.onRefused(ctx, instrument.ReasonError)
 		m.log.Debug("lease acquire failed", "key", key.String(), "err", err)
-		return nil, fmt.Errorf("lease: acquire %s: %w", key, err)
+		return nil, fmt.Errorf("lease: acquire %s: %w", key, classify(err))
 	case !won:
 		held := &HeldError{Key: key, RunID: rid, Token: fence.Token(token), ExpiresAt: expires, Remaining: max(expires.Sub(now), 0), contended: contended}
 		if holder != nil {

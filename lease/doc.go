@@ -33,6 +33,9 @@
 //     database says (a ReleaseResult) instead of failing.
 //   - Every statement is bounded by CallTimeout. The Authorizer runs before
 //     any statement: a refused caller consumes no row and no token.
+//   - A statement the database aborted for concurrency (serialization
+//     failure, deadlock, lock timeout) returns an error matching ErrBusy
+//     and changed nothing; AcquireWait retries it.
 //
 // # Not guaranteed
 //

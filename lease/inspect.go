@@ -83,7 +83,7 @@ func (m *Manager) inspect(ctx context.Context, key Key) (Ownership, error) {
 	)
 	if err := m.pool.QueryRow(cctx, m.st.inspect, key.AccountID, key.SessionID).
 		Scan(&rid, &token, &acq, &ren, &exp, &rel, &now, &holder); err != nil {
-		return Ownership{}, fmt.Errorf("lease: inspect %s: %w", key, err)
+		return Ownership{}, fmt.Errorf("lease: inspect %s: %w", key, classify(err))
 	}
 	st := Ownership{Key: key, DBNow: now}
 	if rid == nil {

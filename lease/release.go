@@ -78,7 +78,7 @@ func (m *Manager) release(ctx context.Context, key Key, runID uuid.UUID) (Releas
 	err := m.pool.QueryRow(cctx, m.st.release, key.AccountID, key.SessionID, runID, m.st.channel, keyPayload(key)).
 		Scan(&n, &rid, &rel, &exp, &now)
 	if err != nil {
-		err = fmt.Errorf("lease: release %s: %w", key, err)
+		err = fmt.Errorf("lease: release %s: %w", key, classify(err))
 		m.obs.released(key, 0, err)
 		m.met.onReleased(ctx, 0, err)
 		m.log.Debug("lease release failed", "key", key.String(), "run_id", runID, "err", err)

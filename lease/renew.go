@@ -67,7 +67,7 @@ func (m *Manager) renewOne(ctx context.Context, key Key, runID uuid.UUID) (Renew
 			err = errTakenOverRenew(key, runID)
 		}
 	} else if err != nil {
-		err = fmt.Errorf("lease: renew %s: %w", key, err)
+		err = fmt.Errorf("lease: renew %s: %w", key, classify(err))
 	}
 	m.met.onRenew(ctx, time.Since(sentAt), err)
 	if err != nil {

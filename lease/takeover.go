@@ -67,7 +67,7 @@ func (m *Manager) Takeover(ctx context.Context, key Key, opts ...Option) (*Lease
 		m.releaseOrphan(key, runID) //nolint:contextcheck // runs after the caller's ctx may be gone; bounded by CallTimeout under the Manager's context
 		m.obs.acquireFailed(key, err)
 		m.met.onRefused(ctx, instrument.ReasonError)
-		return nil, fmt.Errorf("lease: takeover %s: %w", key, err)
+		return nil, fmt.Errorf("lease: takeover %s: %w", key, classify(err))
 	}
 	if displaced != nil {
 		if old := m.lookup(key, *displaced); old != nil {

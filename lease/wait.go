@@ -107,6 +107,11 @@ func (m *Manager) AcquireWait(ctx context.Context, key Key, opts ...Option) (got
 			}
 		case errors.Is(err, ErrClosed):
 			return nil, err
+		case errors.Is(err, ErrBusy):
+			// Aborted for concurrency (serialization failure, deadlock,
+			// lock timeout): retry soon, bounded by the poll.
+			m.log.Debug("lease: acquire attempt aborted for concurrency while waiting; retrying", "key", key.String(), "err", err)
+			expiry.Reset(min(m.cfg.WaitPoll, 50*time.Millisecond))
 		case ctx.Err() != nil:
 			return nil, context.Cause(ctx)
 		case errors.As(err, &pgErr):

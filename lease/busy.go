@@ -1,0 +1,38 @@
+package lease
+
+import (
+	"errors"
+	"fmt"
+)
+
+// ErrBusy is matched by the error of a statement the database aborted
+// because of concurrency: serialization failure (SQLSTATE 40001, e.g. on a
+// database whose default_transaction_isolation is serializable or repeatable
+// read), deadlock (40P01) or lock timeout (55P03, a role's lock_timeout).
+// The statement changed nothing (a refused acquire may have consumed a
+// sequence value); retrying is the right answer. AcquireWait retries such
+// attempts itself.
+var ErrBusy = errors.New("lease: database busy, retry")
+
+// busyCodes are the SQLSTATEs that mean ErrBusy.
+var busyCodes = map[string]string{
+	"40001": "serialization failure",
+	"40P01": "deadlock",
+	"55P03": "lock timeout",
+}
+
+// sqlState is implemented by *pgconn.PgError.
+type sqlState interface{ SQLState() string }
+
+// classify wraps err with ErrBusy when the database aborted the statement
+// for concurrency; other errors are returned as they are.
+func classify(err error) error {
+	var st sqlState
+	if err == nil || !errors.As(err, &st) {
+		return err
+	}
+	if what, ok := busyCodes[st.SQLState()]; ok {
+		return fmt.Errorf("%w (%s): %w", ErrBusy, what, err)
+	}
+	return err
+}
