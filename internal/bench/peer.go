@@ -37,7 +37,7 @@ func StartPeer(ctx context.Context, dir, dbURL, table string, workers int) (*Pee
 		return nil, err
 	}
 	bin := filepath.Join(tmp, "pglockpeer")
-	build := exec.CommandContext(ctx, "go", "build", "-o", bin, ".")
+	build := exec.CommandContext(ctx, "go", "build", "-o", bin, ".") //nolint:gosec // bin is a fresh temporary path; dir is the operator's -peer flag
 	build.Dir = dir
 	if out, err := build.CombinedOutput(); err != nil {
 		_ = os.RemoveAll(tmp)
@@ -60,9 +60,13 @@ func StartPeer(ctx context.Context, dir, dbURL, table string, workers int) (*Pee
 		_ = os.RemoveAll(tmp)
 		return nil, err
 	}
-	if line, err := p.readLine(); err != nil || line != "ready" {
+	line, err := p.readLine()
+	if err == nil && line != "ready" {
+		err = fmt.Errorf("unexpected first line %q", line)
+	}
+	if err != nil {
 		_ = p.Close()
-		return nil, fmt.Errorf("pglock peer did not start (%q, %v): %s", line, err, strings.TrimSpace(p.errs.String()))
+		return nil, fmt.Errorf("pglock peer did not start: %w: %s", err, strings.TrimSpace(p.errs.String()))
 	}
 	return p, nil
 }

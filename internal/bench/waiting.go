@@ -105,7 +105,7 @@ func Handover(e *Env) error {
 	return nil
 }
 
-// Contention: 64 contenders (AcquireWait) on one key, each holding briefly;
+// Contention measures 64 contenders (AcquireWait) on one key, each holding briefly;
 // statements per successful acquisition, transactions per acquisition and
 // PostgreSQL CPU.
 func Contention(e *Env) error {
