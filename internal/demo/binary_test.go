@@ -48,7 +48,7 @@ func binary(t *testing.T) string {
 		cmd := exec.Command("go", "build", "-o", binPath, "./cmd/fence-demo")
 		cmd.Dir = root
 		if out, err := cmd.CombinedOutput(); err != nil {
-			buildErr = fmt.Errorf("go build: %v\n%s", err, out)
+			buildErr = fmt.Errorf("go build: %w\n%s", err, out)
 		}
 	})
 	require.NoError(t, buildErr)

@@ -10,8 +10,8 @@
 //
 //  1. Run A passes the lease Authorizer, acquires the session lease (token N)
 //     and starts a tool call that writes a report object to MinIO (s3guard)
-//     and a row to a PostgreSQL table (pgguard.FenceTx in the row's own
-//     transaction).
+//     and a row to a PostgreSQL table (pgguard.InTx: the fence and the row in
+//     one transaction), both with the claim the lease's context carries.
 //  2. Run A reaches both stores through internal/netproxy proxies. The
 //     scenario blackholes them, with A's writes already sent: nothing gets
 //     through and nothing errors, as in a network stall. A's background
@@ -34,7 +34,8 @@
 //     only, both marks hold M, the lease was last granted to B. Any failed
 //     check makes RunScenario return a *CheckError and the program exit 1.
 //
-// Every step is an Event (actor, token, kind, outcome, details), printed as
+// The story (the fencekit calls, in order) is story.go; how each step is
+// told is tell.go. Every step is an Event (actor, token, kind, outcome, details), printed as
 // a timeline line (TextPrinter, colour only on a terminal and never with
 // NO_COLOR), as JSON Lines (JSONPrinter), and drawn by RenderSVG. Tests
 // assert outcomes from the events' fields, not their wording.

@@ -1,0 +1,249 @@
+package demo
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/google/uuid"
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/fencekit/fencekit/fence"
+	"github.com/fencekit/fencekit/guards/pgguard"
+	"github.com/fencekit/fencekit/guards/s3guard"
+	"github.com/fencekit/fencekit/lease"
+)
+
+// This file is the story: the fencekit calls of the two-devices scenario, in
+// the order docs/walkthrough.md tells them. How each step is told (events,
+// the text and SVG timelines) is in tell.go; connections, proxies and
+// teardown in scenario.go.
+
+// device is one client's view of fencekit: a Manager (its Authorizer is the
+// user signed in there), a pool and the guards it writes through.
+type device struct {
+	actor Actor
+	name  string // "desktop", "browser"
+	run   string // "run A", "run B"
+	mgr   *lease.Manager
+	pool  *pgxpool.Pool
+	s3    *s3guard.Store
+	pg    *pgguard.Guard
+}
+
+// report is the tool call's output: one object and one row, both named after
+// the session key so that other sessions' reports are other resources.
+type report struct {
+	object   string // s3guard key
+	resource string // pgguard resource
+	table    string // quoted schema.table
+}
+
+// putObject is the tool call's MinIO half: the report object, one conditional
+// pointer swap at the end; the claim (token and run) comes from work.
+func (r report) putObject(work context.Context, s3 *s3guard.Store, body string, meta map[string]string) (s3guard.Info, error) {
+	return s3.PutBytes(work, r.object, []byte(body), s3guard.PutOptions{ContentType: "text/plain", Metadata: meta})
+}
+
+// insertRow is the tool call's PostgreSQL half: the mark and the row in ONE
+// transaction; the claim comes from work.
+func (r report) insertRow(work context.Context, pg *pgguard.Guard, pool *pgxpool.Pool, writer Actor, body string) error {
+	claim, err := fence.ClaimFromContext(work)
+	if err != nil {
+		return err
+	}
+	return pg.InTx(work, pool, r.resource, func(ctx context.Context, tx pgx.Tx) error {
+		_, err := tx.Exec(ctx, `INSERT INTO `+r.table+` (resource, token, run_id, writer, body) VALUES ($1, $2, $3, $4, $5)`,
+			r.resource, int64(claim.Token), claim.Run, string(writer), body)
+		return err // stale, reused or any error: InTx rolls back; nothing commits
+	})
+}
+
+// story runs the scenario's steps; every outcome is told as it happens, and
+// an error means a step could not proceed.
+//
+//nolint:contextcheck // the lease contexts (work, workB) derive from ctx's values; the linter cannot see it
+func (s *scenario) story(ctx context.Context, res *Result) error {
+	key, tell := s.key, s.tell
+	desktop, browser := s.desktop, s.browser
+	tell.opening()
+
+	// 1. Run A authorises and acquires.
+	l, err := desktop.mgr.Acquire(ctx, key) // the Authorizer runs first; then one conditional UPSERT
+	if err != nil {
+		return fmt.Errorf("run A: acquire: %w", err)
+	}
+	work := l.Context() // cancelled when the lease is lost; carries the claim
+	res.RunA, res.TokenA = l.RunID(), l.Token()
+	tell.acquired(desktop, l)
+	if _, err := l.Renew(ctx); err != nil { // the background renewer does this every RenewEvery
+		return fmt.Errorf("run A: renew: %w", err)
+	}
+	tell.renewed(l)
+
+	// 2. The tool call writes through the guards, and the network to both
+	// stores stalls with the writes on the wire. A request that has left
+	// cannot be recalled by cancelling a context: the in-flight writes carry
+	// the lease's claim but not its cancellation.
+	stall := s.stall()
+	onWire, recall := context.WithCancel(context.WithoutCancel(work))
+	late := newInflight(2, recall, s.restore)
+	defer late.wait()
+	tell.sending(l)
+	late.send(func() Event { return tell.wrote(s.writeS3(onWire, desktop)) })
+	late.send(func() Event { return tell.wrote(s.writePG(onWire, desktop)) })
+
+	// 3. A's renewals get no reply; its lease ends on its own clock.
+	select {
+	case <-l.Done():
+		cause := context.Cause(work) //nolint:contextcheck // ErrTrustExpired, ErrLost, ErrTakenOver, ErrReleased or ErrClosed
+		tell.leaseEnded(l, cause)
+	case <-ctx.Done():
+		return fmt.Errorf("run A's lease never ended: %w", ctx.Err())
+	}
+
+	// 4. The browser's run B looks, waits for the expiry, takes over.
+	st, err := browser.mgr.Inspect(ctx, key) // the database's answer: State, RunID, Token, Remaining
+	if err != nil {
+		return fmt.Errorf("run B: inspect: %w", err)
+	}
+	tell.inspected(st)
+	lb, err := s.continueHere(ctx, browser, st)
+	if err != nil {
+		return fmt.Errorf("run B: acquire: %w", err)
+	}
+	res.RunB, res.TokenB = lb.RunID(), lb.Token()
+	tell.tookOver(l, lb)
+	// B's writes run under B's lease context: they stop if B loses the lease.
+	workB := lb.Context()
+	tell.wroteB(tell.wrote(s.writeS3(workB, browser)), tell.wrote(s.writePG(workB, browser))) //nolint:contextcheck // B's lease context keeps ctx's values
+
+	// 5. Refused before any write: a second holder and an outsider.
+	_, err = s.retry.mgr.Acquire(ctx, key)
+	var held *lease.HeldError
+	if errors.As(err, &held) { // matches lease.ErrHeld
+		tell.refusedHeld(held, err, lb) // held.RunID, held.Token, held.Remaining: show "running on another device"
+	} else {
+		tell.notHeld(err)
+	}
+	before, err := s.tokenSeq(ctx)
+	if err != nil {
+		return err
+	}
+	_, err = s.intruder.mgr.Acquire(ctx, key)
+	after, serr := s.tokenSeq(ctx)
+	if serr != nil {
+		return serr
+	}
+	if errors.Is(err, lease.ErrUnauthorized) {
+		tell.refusedOutsider(err, before, after) // the Authorizer said no; no statement was sent, no token drawn
+	} else {
+		tell.notRefused(err)
+	}
+
+	// 6. The network heals after 1.25 × TTL: A's late writes are refused.
+	if err := s.until(ctx, stall.Add(s.cfg.TTL+s.cfg.TTL/4)); err != nil {
+		return err
+	}
+	tell.stillInFlight(late)
+	s.restore()
+	heal := tell.healed(stall)
+	answers, err := late.answers(ctx, 2)
+	if err != nil {
+		return fmt.Errorf("run A's writes never returned: %w", err)
+	}
+	for _, e := range answers {
+		tell.lateWriteRefused(e, l, lb, heal)
+	}
+
+	// 7. A's late renewal and release change nothing.
+	runA := l.RunID()
+	_, rerr := desktop.mgr.Renew(ctx, key, runA)    // errors.Is(err, lease.ErrLost): no revival of an expired lease
+	rr, lerr := desktop.mgr.Release(ctx, key, runA) // lease.ReleaseNotHolder: matches A's run_id only; B is untouched
+	tell.lateRenewRelease(l, rerr, rr, lerr)
+
+	// 8. Both clients reconcile with the server; B's tool call ends.
+	stA, errA := desktop.mgr.Inspect(ctx, key)
+	stB, errB := browser.mgr.Inspect(ctx, key)
+	if errA != nil || errB != nil {
+		return fmt.Errorf("reconcile: inspect: %w", errors.Join(errA, errB))
+	}
+	tell.reconciled(desktop, stA, view(stA, l.RunID()))
+	tell.reconciled(browser, stB, view(stB, lb.RunID()))
+	tell.bothSee(stA, stB, lb)
+	rb, err := lb.Release(ctx)
+	if err != nil {
+		return fmt.Errorf("run B: release: %w", err)
+	}
+	tell.released(lb, rb)
+	return nil
+}
+
+// ui is what a client shows, decided by the server's answer.
+type ui uint8
+
+const (
+	uiLive      ui = iota + 1 // the run is live here: the composer is enabled
+	uiElsewhere               // continued on another device: read-only, show who
+	uiFree                    // nobody holds it: offer to continue here
+)
+
+// view decides a client's UI from the server's answer st and the run the
+// client started (uuid.Nil if none). The UI is a view; the server decides.
+func view(st lease.Ownership, myRunID uuid.UUID) ui {
+	switch {
+	case st.Held() && st.RunID == myRunID: // live here
+		return uiLive
+	case st.Held(): // continued elsewhere: read-only, show who
+		return uiElsewhere
+	default: // free: offer to continue
+		return uiFree
+	}
+}
+
+// continueHere is run B's acquisition. While the server says the lease is
+// held (A's last renewal has not expired on the database clock yet), B waits
+// for the expiry the server reported and looks again, then acquires.
+// Acquire is a single conditional statement: if B were early after all, it
+// gets ErrHeld, and AcquireWait finishes the job.
+func (s *scenario) continueHere(ctx context.Context, browser *device, st lease.Ownership) (*lease.Lease, error) {
+	for i := 0; st.Held() && i < 3; i++ {
+		if err := s.until(ctx, time.Now().Add(st.Remaining+time.Millisecond)); err != nil {
+			return nil, err
+		}
+		var err error
+		if st, err = browser.mgr.Inspect(ctx, s.key); err != nil {
+			return nil, err
+		}
+		s.tell.expired(st)
+	}
+	lb, err := browser.mgr.Acquire(ctx, s.key)
+	if errors.Is(err, lease.ErrHeld) {
+		wait, cancel := context.WithTimeout(ctx, 5*s.cfg.TTL)
+		defer cancel()
+		return browser.mgr.AcquireWait(wait, s.key) // blocks until it is free
+	}
+	return lb, err
+}
+
+// writeS3 is the tool call's object write by d under work's claim.
+func (s *scenario) writeS3(work context.Context, d *device) Event {
+	c, _ := fence.ClaimFromContext(work)
+	body := s.body(d.actor, c)
+	info, err := s.report.putObject(work, d.s3, body, map[string]string{"writer": string(d.actor), "run_id": c.Run})
+	return s.tell.s3Write(d, c, info, err)
+}
+
+// writePG is the tool call's row write by d under work's claim.
+func (s *scenario) writePG(work context.Context, d *device) Event {
+	c, _ := fence.ClaimFromContext(work)
+	err := s.report.insertRow(work, d.pg, d.pool, d.actor, s.body(d.actor, c))
+	return s.tell.pgWrite(d, c, err)
+}
+
+// body is the report's content as written by actor a under claim c.
+func (s *scenario) body(a Actor, c fence.Claim) string {
+	return fmt.Sprintf("report for %s written by %s run %s with token %d\n", s.key, a, c.Run, c.Token)
+}
