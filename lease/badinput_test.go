@@ -10,6 +10,7 @@ import (
 	"github.com/google/uuid"
 	"github.com/stretchr/testify/require"
 
+	"github.com/fencekit/fencekit/fence"
 	"github.com/fencekit/fencekit/internal/testsvc"
 	"github.com/fencekit/fencekit/lease"
 	"github.com/fencekit/fencekit/sql/migrations"
@@ -121,4 +122,34 @@ func TestConfigValidation(t *testing.T) {
 	m, err = lease.New(lease.Config{Pool: pool, TTL: time.Second, SafetyMargin: 900 * time.Millisecond})
 	require.NoError(t, err)
 	require.NoError(t, m.Close())
+}
+
+// TestKeyResource: Key.Resource scopes a name to a key unambiguously: ids
+// or names holding '/' cannot make two different (key, name) triples
+// collide, and the result is a valid resource name for the guards.
+func TestKeyResource(t *testing.T) {
+	cases := []struct {
+		k    lease.Key
+		name string
+	}{
+		{lease.Key{AccountID: "a/b", SessionID: "c"}, "reports"},
+		{lease.Key{AccountID: "a", SessionID: "b/c"}, "reports"},
+		{lease.Key{AccountID: "a", SessionID: "b"}, "c/reports"},
+		{lease.Key{AccountID: "a", SessionID: "b/c/reports"}, ""},
+		{lease.Key{AccountID: "a", SessionID: "b"}, "reports"},
+		{lease.Key{AccountID: "a", SessionID: "b"}, "reports/"},
+		{lease.Key{AccountID: "a%2Fb", SessionID: "c"}, "reports"},
+		{lease.Key{AccountID: "..", SessionID: "."}, "reports"},
+	}
+	seen := map[string]int{}
+	for i, c := range cases {
+		r := c.k.Resource(c.name)
+		require.NoError(t, fence.ValidateResource(r), "case %d: %q", i, r)
+		if j, dup := seen[r]; dup {
+			t.Fatalf("cases %d and %d collide: %q", j, i, r)
+		}
+		seen[r] = i
+		require.Equal(t, r, c.k.Resource(c.name), "deterministic")
+	}
+	require.Equal(t, "acct-1/conversation-42/reports", lease.Key{AccountID: "acct-1", SessionID: "conversation-42"}.Resource("reports"))
 }

@@ -198,3 +198,61 @@ func ExampleManager_Release() {
 	// released
 	// already-released
 }
+
+// Resource gives each conversation its own guarded resources: a guard keeps
+// one token mark per resource, so a resource shared by several keys would
+// refuse one key's valid writes after another key's larger token.
+func ExampleKey_Resource() {
+	a := lease.Key{AccountID: "acct-1", SessionID: "conversation-42"}
+	b := lease.Key{AccountID: "acct-1", SessionID: "conversation-43"}
+	fmt.Println(a.Resource("reports"))
+	fmt.Println(b.Resource("reports"))
+	// Ids holding '/' cannot collide with other ids.
+	fmt.Println(lease.Key{AccountID: "a/b", SessionID: "c"}.Resource("r") != lease.Key{AccountID: "a", SessionID: "b/c"}.Resource("r"))
+	// Output:
+	// acct-1/conversation-42/reports
+	// acct-1/conversation-43/reports
+	// true
+}
+
+// Takeover is "continue here": the browser takes the conversation over
+// while the desktop's run is still alive; the desktop's context ends with
+// ErrTakenOver.
+func ExampleManager_Takeover() {
+	ctx := context.Background()
+	desktop, pool := exampleManager(ctx)
+	defer pool.Close()
+	defer desktop.Close()
+	browser, pool2 := exampleManager(ctx)
+	defer pool2.Close()
+	defer browser.Close()
+
+	key := conversation()
+	old, err := desktop.Acquire(ctx, key, lease.WithHolder("desktop"))
+	if err != nil {
+		log.Fatal(err)
+	}
+	_, err = browser.Acquire(ctx, key)
+	var held *lease.HeldError
+	if errors.As(err, &held) {
+		fmt.Println("held by", held.Holder)
+	}
+	l, err := browser.Takeover(ctx, key, lease.WithHolder("browser"))
+	if err != nil {
+		log.Fatal(err)
+	}
+	defer func() { _, _ = l.Release(context.WithoutCancel(ctx)) }()
+	<-old.Done() // the desktop's Manager is notified at once
+	fmt.Println("desktop:", context.Cause(old.Context()))
+	fmt.Println("larger token:", l.Token() > old.Token())
+	own, err := desktop.Inspect(ctx, key)
+	if err != nil {
+		log.Fatal(err)
+	}
+	fmt.Println("now held by", own.Holder)
+	// Output:
+	// held by desktop
+	// desktop: lease: taken over by another run
+	// larger token: true
+	// now held by browser
+}

@@ -4,6 +4,8 @@ import (
 	"strconv"
 	"unicode"
 	"unicode/utf8"
+
+	"github.com/fencekit/fencekit/fence"
 )
 
 // MaxIDLen is the longest AccountID or SessionID, in bytes.
@@ -18,6 +20,19 @@ type Key struct {
 // String renders the key for logs and errors.
 func (k Key) String() string {
 	return strconv.Quote(k.AccountID) + "/" + strconv.Quote(k.SessionID)
+}
+
+// Resource scopes the resource name to the key: fence.JoinResource of
+// AccountID, SessionID and name, each part escaped so that different
+// (key, name) triples never give the same resource, e.g. ("a/b", "c") and
+// ("a", "b/c"). Guards keep one token mark per resource and refuse a lower
+// token: a resource written under the leases of several keys (one table
+// shared by every conversation) would refuse one key's valid writes after
+// another key's larger token. Give each key its own resources with
+// Resource. The result can be up to three times longer than its parts;
+// guards check its length (fence.ValidateResource).
+func (k Key) Resource(name string) string {
+	return fence.JoinResource(k.AccountID, k.SessionID, name)
 }
 
 // Validate checks both ids: non-empty, at most MaxIDLen bytes, valid UTF-8,

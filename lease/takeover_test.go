@@ -36,7 +36,7 @@ func TestTakeoverDisplacesLiveHolder(t *testing.T) {
 	require.Equal(t, "desktop", la.Holder())
 	g, err := memguard.New(memguard.Config{})
 	require.NoError(t, err)
-	res := fence.JoinResource("reports", k.AccountID, k.SessionID)
+	res := k.Resource("reports")
 	require.NoError(t, g.Do(la.Context(), res, func(context.Context) error { return nil }))
 
 	_, err = browser.Acquire(bg(), k)
