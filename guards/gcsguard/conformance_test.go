@@ -15,7 +15,7 @@ import (
 type subject struct{ s *Store }
 
 func (a subject) Write(ctx context.Context, r string, tok fence.Token, v string) error {
-	_, err := a.s.PutToken(ctx, r, tok, strings.NewReader(v), PutOptions{ContentType: "text/plain"})
+	_, err := a.s.PutWithToken(ctx, r, tok, strings.NewReader(v), PutOptions{ContentType: "text/plain"})
 	return err
 }
 

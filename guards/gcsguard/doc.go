@@ -31,11 +31,12 @@
 // A fenced delete writes a tombstone rather than removing the object: a
 // removed object has no mark, so a stale writer could create it again.
 //
-// Every call has a ctx-first form (Put, PutBytes, Delete) taking the claim
-// from ctx (fence.ClaimFromContext: a lease's context carries its token and
-// run identity; no claim: fence.ErrNoToken, nothing written), and
-// explicit-token and explicit-claim forms (PutToken, PutClaim,
-// DeleteToken, DeleteClaim). Fence implements fence.Guard.
+// Every write has a ctx-first form (Put, PutBytes, Delete, Do) taking the
+// claim from ctx (fence.ClaimFromContext: a lease's context carries its
+// token and run identity; no claim: fence.ErrNoToken, nothing written), and
+// explicit forms (PutWithToken, PutBytesWithToken, DeleteWithToken, Fence
+// with a token; PutClaim, DeleteClaim with a whole claim). Fence implements
+// fence.Guard.
 //
 // # What is guaranteed
 //

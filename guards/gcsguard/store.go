@@ -203,10 +203,15 @@ func (s *Store) PutBytes(ctx context.Context, key string, b []byte, opts PutOpti
 	return s.Put(ctx, key, bytes.NewReader(b), opts)
 }
 
-// PutToken is Put with an explicit token: the claim is
+// PutBytesWithToken is PutWithToken for content held in memory.
+func (s *Store) PutBytesWithToken(ctx context.Context, key string, token fence.Token, b []byte, opts PutOptions) (Info, error) {
+	return s.PutWithToken(ctx, key, token, bytes.NewReader(b), opts)
+}
+
+// PutWithToken is Put with an explicit token: the claim is
 // fence.ClaimFor(ctx, token) (ctx's run identity only if ctx carries the same
 // token).
-func (s *Store) PutToken(ctx context.Context, key string, token fence.Token, r io.Reader, opts PutOptions) (Info, error) {
+func (s *Store) PutWithToken(ctx context.Context, key string, token fence.Token, r io.Reader, opts PutOptions) (Info, error) {
 	return s.PutClaim(ctx, key, fence.ClaimFor(ctx, token), r, opts)
 }
 
@@ -251,8 +256,8 @@ func (s *Store) Delete(ctx context.Context, key string) (Info, error) {
 	return s.DeleteClaim(ctx, key, c)
 }
 
-// DeleteToken is Delete with an explicit token (see PutToken).
-func (s *Store) DeleteToken(ctx context.Context, key string, token fence.Token) (Info, error) {
+// DeleteWithToken is Delete with an explicit token (see PutWithToken).
+func (s *Store) DeleteWithToken(ctx context.Context, key string, token fence.Token) (Info, error) {
 	return s.DeleteClaim(ctx, key, fence.ClaimFor(ctx, token))
 }
 
@@ -266,6 +271,17 @@ func (s *Store) DeleteClaim(ctx context.Context, key string, c fence.Claim) (Inf
 		return Info{}, err
 	}
 	return s.commit(ctx, key, c, newWriteID(), &change{deleted: true}, cur)
+}
+
+// Do is Fence under the claim ctx carries (fence.ClaimFromContext): with no
+// claim in ctx it returns an error matching fence.ErrNoToken, calls nothing
+// and writes nothing.
+func (s *Store) Do(ctx context.Context, key string, write func(ctx context.Context) error) error {
+	c, err := fence.ClaimFromContext(ctx)
+	if err != nil {
+		return err
+	}
+	return s.fence(ctx, key, c, write)
 }
 
 // Fence implements fence.Guard for the object at key resource, under
@@ -284,7 +300,10 @@ func (s *Store) DeleteClaim(ctx context.Context, key string, c fence.Claim) (Inf
 // When write fails, its error is returned and nothing is written. A nil
 // write yields ErrNilWrite (after the key and token checks).
 func (s *Store) Fence(ctx context.Context, resource string, token fence.Token, write func(ctx context.Context) error) error {
-	c := fence.ClaimFor(ctx, token)
+	return s.fence(ctx, resource, fence.ClaimFor(ctx, token), write)
+}
+
+func (s *Store) fence(ctx context.Context, resource string, c fence.Claim, write func(ctx context.Context) error) error {
 	if err := checkArgs(ctx, resource, c); err != nil {
 		return err
 	}

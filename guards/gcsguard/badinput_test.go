@@ -1,0 +1,248 @@
+package gcsguard
+
+import (
+	"context"
+	"errors"
+	"io"
+	"strings"
+	"testing"
+
+	"github.com/fsouza/fake-gcs-server/fakestorage"
+
+	"github.com/fencekit/fencekit/fence"
+)
+
+func objectCount(t *testing.T, e *emulator, bucket string) int {
+	t.Helper()
+	objs, _, err := e.srv.ListObjects(bucket, "", "", false)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return len(objs)
+}
+
+func TestNewConfig(t *testing.T) {
+	e := newEmulator(t)
+	c := e.client(t)
+	for _, cfg := range []Config{
+		{Bucket: "b"},
+		{Client: c},
+		{Client: c, Bucket: "b", MaxAttempts: -1},
+		{Client: c, Bucket: "b", ChunkSize: 1000},
+		{Client: c, Bucket: "b", ChunkSize: -256 << 10},
+	} {
+		if _, err := New(cfg); !errors.Is(err, ErrInvalidConfig) {
+			t.Errorf("New(%+v): %v, want ErrInvalidConfig", cfg, err)
+		}
+	}
+}
+
+// TestBadInputWritesNothing: every refused call leaves the bucket empty.
+func TestBadInputWritesNothing(t *testing.T) {
+	ctx := context.Background()
+	e := newEmulator(t)
+	s := e.store(t, "", Config{})
+	ok := fence.Claim{Token: 5}
+	cases := []struct {
+		name string
+		call func() error
+		want error
+	}{
+		{"no token in ctx", func() error { _, err := s.PutBytes(ctx, "k", []byte("x"), PutOptions{}); return err }, fence.ErrNoToken},
+		{"no token in ctx, delete", func() error { _, err := s.Delete(ctx, "k"); return err }, fence.ErrNoToken},
+		{"token 0", func() error { _, err := s.PutWithToken(ctx, "k", 0, strings.NewReader("x"), PutOptions{}); return err }, fence.ErrInvalidToken},
+		{"bad run", func() error {
+			_, err := s.PutClaim(ctx, "k", fence.Claim{Token: 5, Run: "a b"}, strings.NewReader("x"), PutOptions{})
+			return err
+		}, fence.ErrInvalidRun},
+		{"only spaces", func() error { _, err := s.PutClaim(ctx, "   ", ok, strings.NewReader("x"), PutOptions{}); return err }, fence.ErrInvalidResource},
+		{"dot", func() error { _, err := s.DeleteClaim(ctx, ".", ok); return err }, fence.ErrInvalidResource},
+		{"newline", func() error { _, err := s.PutClaim(ctx, "a\nb", ok, strings.NewReader("x"), PutOptions{}); return err }, fence.ErrInvalidResource},
+		{"acme", func() error {
+			_, err := s.PutClaim(ctx, ".well-known/acme-challenge/t", ok, strings.NewReader("x"), PutOptions{})
+			return err
+		}, fence.ErrInvalidResource},
+		{"reserved metadata key", func() error {
+			_, err := s.PutClaim(ctx, "k", ok, strings.NewReader("x"), PutOptions{Metadata: map[string]string{"Fencekit-Token": "9"}})
+			return err
+		}, ErrInvalidOptions},
+		{"metadata key charset", func() error {
+			_, err := s.PutClaim(ctx, "k", ok, strings.NewReader("x"), PutOptions{Metadata: map[string]string{"a b": "v"}})
+			return err
+		}, ErrInvalidOptions},
+		{"metadata value control", func() error {
+			_, err := s.PutClaim(ctx, "k", ok, strings.NewReader("x"), PutOptions{Metadata: map[string]string{"k": "a\nb"}})
+			return err
+		}, ErrInvalidOptions},
+		{"metadata too large", func() error {
+			_, err := s.PutClaim(ctx, "k", ok, strings.NewReader("x"), PutOptions{Metadata: map[string]string{"k": strings.Repeat("v", MaxMetadataSize)}})
+			return err
+		}, ErrInvalidOptions},
+		{"content type control", func() error {
+			_, err := s.PutClaim(ctx, "k", ok, strings.NewReader("x"), PutOptions{ContentType: "text/plain\r\nX: y"})
+			return err
+		}, ErrInvalidOptions},
+		{"nil reader", func() error { _, err := s.PutClaim(ctx, "k", ok, nil, PutOptions{}); return err }, ErrInvalidOptions},
+		{"nil write", func() error { return s.Fence(ctx, "k", 5, nil) }, ErrNilWrite},
+		{"Do without a claim", func() error {
+			return s.Do(ctx, "k", func(context.Context) error { t.Error("Do called write without a claim"); return nil })
+		}, fence.ErrNoToken},
+		{"failing reader", func() error {
+			_, err := s.PutClaim(ctx, "k", ok, io.MultiReader(strings.NewReader("part"), errReader{}), PutOptions{})
+			return err
+		}, errBroken},
+	}
+	for _, c := range cases {
+		err := c.call()
+		if !errors.Is(err, c.want) {
+			t.Errorf("%s: %v, want %v", c.name, err, c.want)
+		}
+		if errors.Is(err, fence.ErrStale) || errors.Is(err, fence.ErrBusy) {
+			t.Errorf("%s: %v also matches stale or busy", c.name, err)
+		}
+	}
+	if n := objectCount(t, e, s.Bucket()); n != 0 {
+		t.Fatalf("%d objects after refused calls", n)
+	}
+}
+
+var errBroken = errors.New("broken reader")
+
+type errReader struct{}
+
+func (errReader) Read([]byte) (int, error) { return 0, errBroken }
+
+// TestFailingSeekerWritesNothing: a streamed body that fails midway
+// aborts the upload: nothing is committed, the mark is not raised.
+func TestFailingSeekerWritesNothing(t *testing.T) {
+	ctx := context.Background()
+	e := newEmulator(t)
+	s := e.store(t, "", Config{})
+	big := strings.Repeat("x", 3*DefaultChunkSize)
+	r := &failAt{r: strings.NewReader(big), at: 2 * DefaultChunkSize}
+	_, err := s.PutWithToken(ctx, "stream", 4, r, PutOptions{})
+	if !errors.Is(err, errBroken) {
+		t.Fatalf("failing stream: %v", err)
+	}
+	if n := objectCount(t, e, s.Bucket()); n != 0 {
+		t.Fatalf("%d objects after a failed stream", n)
+	}
+}
+
+type failAt struct {
+	r  *strings.Reader
+	at int64
+}
+
+func (f *failAt) Read(p []byte) (int, error) {
+	pos, _ := f.r.Seek(0, io.SeekCurrent)
+	if pos >= f.at {
+		return 0, errBroken
+	}
+	return f.r.Read(p[:min(int64(len(p)), f.at-pos)])
+}
+
+func (f *failAt) Seek(off int64, whence int) (int64, error) { return f.r.Seek(off, whence) }
+
+// TestForeignObjects: objects at a key that gcsguard did not write (or
+// whose metadata is garbage) are refused by every call and never
+// overwritten.
+func TestForeignObjects(t *testing.T) {
+	ctx := context.Background()
+	e := newEmulator(t)
+	s := e.store(t, "", Config{})
+	id := strings.Repeat("0f", 16)
+	cases := map[string]map[string]string{
+		"plain":         nil,
+		"token garbage": {MetaToken: "abc", MetaWriteID: id},
+		"token zero":    {MetaToken: "0", MetaWriteID: id},
+		"token sign":    {MetaToken: "-3", MetaWriteID: id},
+		"token padded":  {MetaToken: "007", MetaWriteID: id},
+		"run garbage":   {MetaToken: "3", MetaRun: "a b", MetaWriteID: id},
+		"run empty":     {MetaToken: "3", MetaRun: "", MetaWriteID: id},
+		"no write id":   {MetaToken: "3"},
+		"bad write id":  {MetaToken: "3", MetaWriteID: "xyz"},
+		"deleted maybe": {MetaToken: "3", MetaWriteID: id, MetaDeleted: "yes"},
+	}
+	for name, md := range cases {
+		key := "foreign/" + strings.ReplaceAll(name, " ", "-")
+		e.srv.CreateObject(fakestorage.Object{ObjectAttrs: fakestorage.ObjectAttrs{BucketName: s.Bucket(), Name: key, Metadata: md}, Content: []byte("theirs")})
+		before, err := e.srv.GetObject(s.Bucket(), key)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var errs []error
+		_, err = s.PutWithToken(ctx, key, 99, strings.NewReader("ours"), PutOptions{})
+		errs = append(errs, err)
+		_, err = s.DeleteWithToken(ctx, key, 99)
+		errs = append(errs, err)
+		errs = append(errs, s.Fence(ctx, key, 99, func(context.Context) error { return nil }))
+		_, _, err = s.GetBytes(ctx, key)
+		errs = append(errs, err)
+		_, err = s.Mark(ctx, key)
+		errs = append(errs, err)
+		for i, err := range errs {
+			var oe *ObjectError
+			if !errors.As(err, &oe) || !errors.Is(err, ErrForeignObject) || oe.Key != key {
+				t.Errorf("%s: call %d: %v, want *ObjectError", name, i, err)
+			}
+		}
+		after, err := e.srv.GetObject(s.Bucket(), key)
+		if err != nil || after.Generation != before.Generation || string(after.Content) != "theirs" {
+			t.Errorf("%s: object changed: generation %d -> %d, %q", name, before.Generation, after.Generation, after.Content)
+		}
+	}
+}
+
+// TestEndedContext: a call under an ended context returns the cause and
+// never ErrBusy, and writes nothing.
+func TestEndedContext(t *testing.T) {
+	e := newEmulator(t)
+	s := e.store(t, "", Config{})
+	cause := errors.New("lease lost (test)")
+	ctx, cancel := context.WithCancelCause(fence.WithClaim(context.Background(), fence.Claim{Token: 3}))
+	cancel(cause)
+	_, err1 := s.PutBytes(ctx, "ended", []byte("x"), PutOptions{})
+	_, err2 := s.Delete(ctx, "ended")
+	_, _, err3 := s.GetBytes(ctx, "ended")
+	for i, err := range []error{err1, err2, err3} {
+		if !errors.Is(err, context.Canceled) || !errors.Is(err, cause) || errors.Is(err, fence.ErrBusy) {
+			t.Errorf("call %d: %v, want context.Canceled and the cause", i, err)
+		}
+	}
+	if n := objectCount(t, e, s.Bucket()); n != 0 {
+		t.Fatalf("%d objects written under an ended context", n)
+	}
+}
+
+func TestStageMisuse(t *testing.T) {
+	ctx := context.Background()
+	e := newEmulator(t)
+	s := e.store(t, "", Config{})
+	if err := StageBytes(ctx, nil, PutOptions{}); !errors.Is(err, ErrNoStager) {
+		t.Fatalf("Stage outside Fence: %v", err)
+	}
+	var kept context.Context
+	err := s.Fence(ctx, "stage", 2, func(ctx context.Context) error {
+		kept = ctx
+		if err := StageBytes(ctx, []byte("one"), PutOptions{}); err != nil {
+			return err
+		}
+		if err := StageDelete(ctx); !errors.Is(err, ErrAlreadyStaged) {
+			t.Errorf("second Stage: %v", err)
+		}
+		if c, err := fence.ClaimFromContext(ctx); err != nil || c.Token != 2 {
+			t.Errorf("claim in the write's ctx: %+v %v", c, err)
+		}
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := StageBytes(kept, []byte("late"), PutOptions{}); !errors.Is(err, ErrStageClosed) {
+		t.Fatalf("Stage after Fence returned: %v", err)
+	}
+	if b, _, err := s.GetBytes(ctx, "stage"); err != nil || string(b) != "one" {
+		t.Fatalf("staged content: %q %v", b, err)
+	}
+}
