@@ -3,14 +3,16 @@
 // TEST_MINIO_ACCESS_KEY and TEST_MINIO_SECRET_KEY.
 //
 // When a service is missing, a test fails under CI (CI=true) and is skipped
-// otherwise, with a message naming the variable and `make services`.
+// otherwise, with a message naming the variable and `make services`. The
+// helpers users get too (Missing, DatabaseURL, Schema, MinIO) are those of
+// the public kit fencetest; this package adds what only fencekit's own tests
+// need.
 package testsvc
 
 import (
 	"context"
 	"crypto/rand"
 	"encoding/hex"
-	"fmt"
 	"os"
 	"strings"
 	"testing"
@@ -18,13 +20,13 @@ import (
 
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/minio/minio-go/v7"
-	"github.com/minio/minio-go/v7/pkg/credentials"
 
+	"github.com/fencekit/fencekit/fencetest"
 	"github.com/fencekit/fencekit/sql/migrations"
 )
 
 // DefaultDatabaseURL is used when TEST_DATABASE_URL is unset.
-const DefaultDatabaseURL = "postgres://postgres@127.0.0.1:5432/test?sslmode=disable"
+const DefaultDatabaseURL = fencetest.DefaultDatabaseURL
 
 // InCI reports whether CI=true (or 1) is set.
 func InCI() bool {
@@ -32,23 +34,14 @@ func InCI() bool {
 	return v == "true" || v == "1"
 }
 
-// Missing fails the test under CI and skips it otherwise.
+// Missing fails the test under CI and skips it otherwise (fencetest.Missing).
 func Missing(t testing.TB, format string, args ...any) {
 	t.Helper()
-	msg := fmt.Sprintf(format, args...) + " (run `make services` and export what it prints)"
-	if InCI() {
-		t.Fatalf("required service missing under CI: %s", msg)
-	}
-	t.Skip(msg)
+	fencetest.Missing(t, format, args...)
 }
 
 // DatabaseURL returns TEST_DATABASE_URL or DefaultDatabaseURL.
-func DatabaseURL() string {
-	if u := os.Getenv("TEST_DATABASE_URL"); u != "" {
-		return u
-	}
-	return DefaultDatabaseURL
-}
+func DatabaseURL() string { return fencetest.DatabaseURL() }
 
 // Pool opens a new, independent pool to the test database and closes it when
 // the test ends. Each call returns a separate pool with its own connections.
@@ -92,24 +85,10 @@ func RandomName(prefix string) string {
 }
 
 // Schema creates a private schema, applies the given migration sets (both
-// when none are given) and drops it when the test ends. It returns the name.
+// when none are given) and drops it when the test ends (fencetest.Schema).
 func Schema(t testing.TB, sets ...migrations.Set) string {
 	t.Helper()
-	pool := Pool(t)
-	name := RandomName("fk_test_")
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-	defer cancel()
-	if _, err := migrations.Migrate(ctx, pool, migrations.Options{Schema: name}, sets...); err != nil {
-		t.Fatalf("migrate schema %s: %v", name, err)
-	}
-	t.Cleanup(func() {
-		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-		defer cancel()
-		if err := migrations.DropSchema(ctx, pool, name); err != nil {
-			t.Errorf("drop schema %s: %v", name, err)
-		}
-	})
-	return name
+	return fencetest.Schema(t, sets...)
 }
 
 // MinIOConfig is the connection info from the TEST_MINIO_* variables.
@@ -129,38 +108,8 @@ func MinIOEnv() (MinIOConfig, bool) {
 }
 
 // MinIO returns a client for the test MinIO and a fresh bucket that is
-// emptied and removed when the test ends.
+// emptied and removed when the test ends (fencetest.Bucket).
 func MinIO(t testing.TB) (*minio.Client, string) {
 	t.Helper()
-	c, ok := MinIOEnv()
-	if !ok {
-		Missing(t, "TEST_MINIO_ENDPOINT is not set")
-	}
-	client, err := minio.New(c.Endpoint, &minio.Options{
-		Creds:  credentials.NewStaticV4(c.AccessKey, c.SecretKey, ""),
-		Secure: false,
-	})
-	if err != nil {
-		t.Fatalf("minio client: %v", err)
-	}
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-	defer cancel()
-	bucket := strings.ReplaceAll(RandomName("fk-test-"), "_", "-")
-	if err := client.MakeBucket(ctx, bucket, minio.MakeBucketOptions{}); err != nil {
-		Missing(t, "MinIO at %s unusable: %v", c.Endpoint, err)
-	}
-	t.Cleanup(func() {
-		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-		defer cancel()
-		for obj := range client.ListObjects(ctx, bucket, minio.ListObjectsOptions{Recursive: true, WithVersions: true}) {
-			if obj.Err != nil {
-				continue
-			}
-			_ = client.RemoveObject(ctx, bucket, obj.Key, minio.RemoveObjectOptions{VersionID: obj.VersionID})
-		}
-		if err := client.RemoveBucket(ctx, bucket); err != nil {
-			t.Logf("remove bucket %s: %v", bucket, err)
-		}
-	})
-	return client, bucket
+	return fencetest.Bucket(t)
 }
