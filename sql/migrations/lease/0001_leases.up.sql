@@ -1,5 +1,5 @@
 -- fencekit lease schema, version 1.
--- Plain SQL: goose / golang-migrate users may apply this file directly. Names
+-- Plain SQL (goose / golang-migrate: use the generated ../goose, ../golang-migrate files). Names
 -- are unqualified; fencekit's Migrate sets search_path to the chosen schema.
 
 -- One token source for every lease key in this schema. CACHE 1 keeps values

@@ -1,5 +1,5 @@
 -- fencekit lease schema, version 2: the token floor.
--- Plain SQL: goose / golang-migrate users may apply this file directly, with
+-- Plain SQL (goose / golang-migrate: use the generated ../goose, ../golang-migrate files), run with
 -- search_path set to the lease schema (the functions below capture it).
 
 -- One row: every fencing token written to fencekit_leases must be greater

@@ -1,7 +1,7 @@
 -- fencekit lease schema, version 4: grants fail closed on a node whose token
 -- floor was never checked, and the floor is enforced by the acquire
 -- statement instead of a trigger.
--- Plain SQL: goose / golang-migrate users may apply this file directly, with
+-- Plain SQL (goose / golang-migrate: use the generated ../goose, ../golang-migrate files), run with
 -- search_path set to the lease schema, on the primary.
 --
 -- A node is the database's identity: the cluster's system identifier, the

@@ -1,5 +1,5 @@
 -- fencekit lease schema, version 5: takeover and holder labels.
--- Plain SQL: goose / golang-migrate users may apply this file directly, with
+-- Plain SQL (goose / golang-migrate: use the generated ../goose, ../golang-migrate files), run with
 -- search_path set to the lease schema.
 --
 -- holder is an optional label of the grant's holder ("desktop", "browser"),
