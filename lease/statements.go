@@ -49,11 +49,11 @@ func newStatements(qSchema, schema string) statements {
 		// details name the snapshot's holder.
 		acquire: r.Replace(`WITH now_db AS MATERIALIZED (SELECT clock_timestamp() AS t),
 gate AS MATERIALIZED (
-  SELECT (SELECT f.floor FROM $S.fencekit_token_floor f WHERE f.id) AS floor,
-         (SELECT f.checked_node FROM $S.fencekit_token_floor f WHERE f.id) AS checked,
+  SELECT f.floor, f.checked_node AS checked,
          coalesce(nullif(current_setting('fencekit.system', true), ''), $S.fencekit_system())
            || '/' || left(pg_walfile_name(pg_current_wal_lsn()), 8) AS node,
-         nextval('$S.fencekit_token_seq') AS v),
+         nextval('$S.fencekit_token_seq') AS v
+    FROM (SELECT) one LEFT JOIN $S.fencekit_token_floor f ON f.id),
 ins AS (
   INSERT INTO $S.fencekit_leases AS held
     (account_id, session_id, run_id, fence_token, acquired_at, renewed_at, expires_at, released_at, holder)
@@ -106,8 +106,11 @@ RETURNING l.account_id, l.session_id, l.run_id, l.expires_at`),
 		// expires_at moved to now. The NOTIFY is sent (at commit) from the
 		// RETURNING of the data-modifying CTE, so it fires exactly when a
 		// release happened, and only if a waiter has ever marked the key
-		// contended (migration 0003; the flag is sticky, see there). The outer SELECT reads the statement's snapshot
-		// (before this statement's own update) to explain a zero-row outcome.
+		// contended (migration 0003; the flag is sticky, see there). Only when
+		// nothing was released does the second branch read the key's row (in
+		// the statement's snapshot, before this statement's own update) to
+		// explain the outcome; a release reads no row beyond the one it
+		// updates.
 		release: r.Replace(`WITH now_db AS MATERIALIZED (SELECT clock_timestamp() AS t),
 rel AS (
   UPDATE $S.fencekit_leases l SET released_at = n.t, expires_at = n.t
@@ -116,9 +119,12 @@ rel AS (
      AND l.released_at IS NULL AND l.expires_at > n.t
   RETURNING CASE WHEN l.contended THEN pg_notify($4::text, $5::text) END AS notified
 )
-SELECT (SELECT count(*) FROM rel), c.run_id, c.released_at, c.expires_at, n.t
+SELECT 1::bigint, NULL::uuid, NULL::timestamptz, NULL::timestamptz, n.t FROM rel, now_db n
+UNION ALL
+SELECT 0::bigint, c.run_id, c.released_at, c.expires_at, n.t
   FROM now_db n
-  LEFT JOIN $S.fencekit_leases c ON c.account_id = $1::text AND c.session_id = $2::text`),
+  LEFT JOIN $S.fencekit_leases c ON c.account_id = $1::text AND c.session_id = $2::text
+ WHERE NOT EXISTS (SELECT 1 FROM rel)`),
 
 		// $1 accounts, $2 sessions, $3 run_ids, $4 channel, $5 payloads.
 		releaseBatch: r.Replace(`WITH now_db AS MATERIALIZED (SELECT clock_timestamp() AS t),
@@ -157,11 +163,11 @@ RETURNING true`),
 		// Manager cancels it at once.
 		takeover: r.Replace(`WITH now_db AS MATERIALIZED (SELECT clock_timestamp() AS t),
 gate AS MATERIALIZED (
-  SELECT (SELECT f.floor FROM $S.fencekit_token_floor f WHERE f.id) AS floor,
-         (SELECT f.checked_node FROM $S.fencekit_token_floor f WHERE f.id) AS checked,
+  SELECT f.floor, f.checked_node AS checked,
          coalesce(nullif(current_setting('fencekit.system', true), ''), $S.fencekit_system())
            || '/' || left(pg_walfile_name(pg_current_wal_lsn()), 8) AS node,
-         nextval('$S.fencekit_token_seq') AS v),
+         nextval('$S.fencekit_token_seq') AS v
+    FROM (SELECT) one LEFT JOIN $S.fencekit_token_floor f ON f.id),
 ins AS (
   INSERT INTO $S.fencekit_leases AS held
     (account_id, session_id, run_id, fence_token, acquired_at, renewed_at, expires_at, released_at, holder, displaced_run_id)
