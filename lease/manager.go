@@ -37,6 +37,7 @@ type Manager struct {
 	leases map[uuid.UUID]*Lease // held leases by run_id
 
 	fan        *fanout     // the listener's notifications, by key (listener.go)
+	watches    watches     // Watch's shared readers, by key (watch.go)
 	listening  atomic.Bool // the listener was started
 	closeOnce  sync.Once
 	closeError error
