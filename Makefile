@@ -60,3 +60,7 @@ bench: ## run cmd/fence-bench against the real services (BENCH_QUICK=1: under 60
 .PHONY: migrations
 migrations: ## regenerate the goose and golang-migrate files of sql/migrations
 	$(GO) generate ./sql/migrations
+
+.PHONY: model
+model: ## spin: exhaustive check of the protocol model, and a counterexample from every broken variant (docs/model.md)
+	@scripts/install-spin.sh; model/check.sh

@@ -1,0 +1,89 @@
+#!/usr/bin/env bash
+# Exhaustively check model/fencekit.pml with spin for every shipped
+# configuration (must find no error) and every broken variant (must find a
+# counterexample, and the right one: the property named below). Build
+# products and trails go to model/.build/<name>/ (git-ignored).
+#
+#   model/check.sh            all configurations
+#   model/check.sh NAME...    only those (names as printed)
+#
+# Exit status 0 only if every shipped configuration is clean and every broken
+# variant produced its counterexample. docs/model.md explains the output.
+set -euo pipefail
+cd "$(dirname "$0")"
+command -v spin >/dev/null || { echo "spin not found: run scripts/install-spin.sh" >&2; exit 1; }
+CC=${CC:-gcc}
+DEPTH=${MODEL_DEPTH:-10000}
+
+# name | spin -D flags | expected: "ok" or the text of the assertion that must fail
+configs=(
+  "mem|-DGUARD_MEM|ok"
+  "pg|-DGUARD_PG|ok"
+  "s3|-DGUARD_S3|ok"
+  "takeover-pg|-DGUARD_PG -DTAKEOVER -DMAXTOK=5|ok"
+  "broken-draw-before-lock|-DGUARD_MEM -DBROKEN_DRAW_BEFORE_LOCK|(tok>last_grant)"
+  "broken-check-then-write-pg|-DGUARD_PG -DBROKEN_CHECK_THEN_WRITE|(tok>=hi)"
+  "broken-check-then-write-mem|-DGUARD_MEM -DBROKEN_CHECK_THEN_WRITE|(tok>=hi)"
+  "broken-s3-metadata|-DGUARD_S3 -DBROKEN_S3_METADATA|(tok>=hi)"
+  "broken-revive|-DGUARD_MEM -DBROKEN_REVIVE| !(lapsed[c])"
+  "broken-no-trust|-DGUARD_MEM -DBROKEN_NO_TRUST|(now<gexp[c])"
+  "broken-drift|-DGUARD_MEM -DBROKEN_DRIFT|(now<gexp[c])"
+  "broken-short-retention|-DGUARD_MEM -DBROKEN_SHORT_RETENTION|(tok>last_grant)"
+)
+
+want=("$@")
+selected() {
+  [ ${#want[@]} -eq 0 ] && return 0
+  local w; for w in "${want[@]}"; do [ "$w" = "$1" ] && return 0; done
+  return 1
+}
+
+printf '%-28s %-8s %12s %7s %9s  %s\n' config result states depth seconds note
+failed=0
+total_start=$(date +%s.%N)
+for entry in "${configs[@]}"; do
+  IFS='|' read -r name flags expect <<<"$entry"
+  selected "$name" || continue
+  dir=.build/$name
+  rm -rf "$dir"; mkdir -p "$dir"
+  cp fencekit.pml "$dir/"
+  # the clean configurations search millions of states: optimise; the
+  # broken ones stop at their first counterexample: compile fast
+  opt=-O1; [ "$expect" = ok ] || opt=-O0
+  # shellcheck disable=SC2086
+  if ! (cd "$dir" && spin $flags -a fencekit.pml >spin.log 2>&1 &&
+        $CC "$opt" -w -DSAFETY -DMEMLIM=4096 -o pan pan.c >cc.log 2>&1); then
+    printf '%-28s %-8s  (build failed, see model/%s/)\n' "$name" FAIL "$dir"
+    failed=1; continue
+  fi
+  start=$(date +%s.%N)
+  (cd "$dir" && ./pan -m"$DEPTH" -w24 >pan.out 2>&1) || true
+  secs=$(echo "$(date +%s.%N) - $start" | bc)
+  out=$dir/pan.out
+  errors=$(sed -n 's/.*errors: \([0-9]*\).*/\1/p' "$out" | tail -n 1)
+  states=$(awk '/states, stored/{print $1; exit}' "$out")
+  depth=$(sed -n 's/.*depth reached \([0-9]*\).*/\1/p' "$out" | tail -n 1)
+  violated=$(sed -n 's/^pan:1: assertion violated \(.*\) (at depth.*/\1/p' "$out" | head -n 1)
+  result=FAIL note=""
+  if [ -z "$errors" ] || [ -z "$states" ]; then
+    note="pan produced no verdict (model/$dir/pan.out)"
+  elif grep -q 'max search depth too small' "$out"; then
+    note="depth limit $DEPTH reached: search not exhaustive"
+  elif [ "$expect" = ok ]; then
+    if [ "$errors" = 0 ]; then result=ok; note="no errors, exhaustive"
+    else note="errors: $errors ${violated:-$(grep -m1 -E 'invalid end state|violated' "$out" || true)}"; fi
+  else
+    if [ "$errors" != 0 ] && [ "$violated" = "$expect" ]; then
+      result=ok; note="counterexample: assert$violated, trail model/$dir/fencekit.pml.trail"
+    elif [ "$errors" = 0 ]; then note="no counterexample (expected assert$expect)"
+    else note="wrong counterexample: ${violated:-see model/$dir/pan.out} (expected $expect)"; fi
+  fi
+  [ "$result" = ok ] || failed=1
+  printf '%-28s %-8s %12s %7s %9.2f  %s\n' "$name" "$result" "$states" "$depth" "$secs" "$note"
+done
+printf 'total %.1f s\n' "$(echo "$(date +%s.%N) - $total_start" | bc)"
+if [ "$failed" != 0 ]; then
+  echo "model check FAILED" >&2
+  exit 1
+fi
+echo "model check passed: shipped configurations clean, every broken variant refuted"
