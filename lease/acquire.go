@@ -42,7 +42,15 @@ func (m *Manager) Acquire(ctx context.Context, key Key, opts ...Option) (*Lease,
 	return m.tryAcquire(ctx, key, o)
 }
 
+// tryAcquire runs one acquire statement and records its round trip.
 func (m *Manager) tryAcquire(ctx context.Context, key Key, o grantOptions) (*Lease, error) {
+	start := time.Now()
+	l, err := m.acquireOnce(ctx, key, o)
+	m.met.onAcquireDone(ctx, time.Since(start), err)
+	return l, err
+}
+
+func (m *Manager) acquireOnce(ctx context.Context, key Key, o grantOptions) (*Lease, error) {
 	runID, err := uuid.NewRandom()
 	if err != nil {
 		return nil, fmt.Errorf("lease: new run_id: %w", err)

@@ -232,29 +232,36 @@ func (l *Lease) end(cause error) bool {
 	if !l.stop() {
 		return false
 	}
-	l.cancel(cause)
-	cancelled := time.Now()
-	l.m.remove(l)
-	l.m.met.onHeld(l.ctx, -1)
+	// The cause and time of the end are recorded before the context is
+	// cancelled, so that whoever wakes on Done (Run's overrun metric) reads
+	// them.
 	l.mu.Lock()
-	l.endedAt = cancelled
 	var mcause string
-	var delay time.Duration
 	switch {
 	case errors.Is(cause, ErrReleased):
 	case errors.Is(cause, ErrTakenOver):
-		mcause, delay = instrument.CauseTakenOver, cancelled.Sub(detected)
+		mcause = instrument.CauseTakenOver
 	case errors.Is(cause, ErrTrustExpired):
-		mcause, delay = instrument.CauseTrustDeadline, cancelled.Sub(l.trust)
+		mcause = instrument.CauseTrustDeadline
 		if l.failed {
 			mcause = instrument.CauseDatabaseError
 		}
 	default:
-		mcause, delay = instrument.CauseRenewalRejected, cancelled.Sub(detected)
+		mcause = instrument.CauseRenewalRejected
 	}
 	l.cause = mcause
+	l.endedAt = time.Now()
+	trust := l.trust
 	l.mu.Unlock()
+	l.cancel(cause)
+	cancelled := time.Now()
+	l.m.remove(l)
+	l.m.met.onHeld(l.ctx, -1)
 	if mcause != "" {
+		delay := cancelled.Sub(detected)
+		if errors.Is(cause, ErrTrustExpired) {
+			delay = cancelled.Sub(trust)
+		}
 		l.m.obs.lost(l.key, cause)
 		l.m.met.onLost(l.ctx, mcause, delay)
 		l.m.log.Warn("lease lost", "key", l.key.String(), "run_id", l.runID, "token", int64(l.token),

@@ -25,6 +25,7 @@ const (
 // records into the OpenTelemetry no-op implementation.
 type metrics struct {
 	acquired, refused, lost, released metric.Int64Counter
+	acquireDur, waitDur               metric.Float64Histogram
 	renewDur, renewFrac               metric.Float64Histogram
 	cancelDelay, overrun              metric.Float64Histogram
 	held                              metric.Int64UpDownCounter
@@ -32,6 +33,9 @@ type metrics struct {
 }
 
 var latencyBuckets = []float64{0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10}
+
+// waitBuckets reach further: a waiter may wait for a holder's whole run.
+var waitBuckets = []float64{0.001, 0.01, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 300, 900}
 
 func attrs(kv ...attribute.KeyValue) metric.MeasurementOption {
 	return metric.WithAttributeSet(attribute.NewSet(kv...))
@@ -59,6 +63,14 @@ func newMetrics(mp metric.MeterProvider, ttl time.Duration) (*metrics, error) {
 	x.released, err = m.Int64Counter(instrument.Released, metric.WithUnit("{call}"),
 		metric.WithDescription("Release statements, by result."))
 	add(err)
+	x.acquireDur, err = m.Float64Histogram(instrument.AcquireDuration, metric.WithUnit("s"),
+		metric.WithDescription("Round trip of each acquire or takeover statement (AcquireWait: each attempt); error.type when it granted nothing."),
+		metric.WithExplicitBucketBoundaries(latencyBuckets...))
+	add(err)
+	x.waitDur, err = m.Float64Histogram(instrument.WaitDuration, metric.WithUnit("s"),
+		metric.WithDescription("How long each AcquireWait call took, to the grant or the error; error.type when it failed."),
+		metric.WithExplicitBucketBoundaries(waitBuckets...))
+	add(err)
 	x.renewDur, err = m.Float64Histogram(instrument.RenewDuration, metric.WithUnit("s"),
 		metric.WithDescription("Round trip of each renewal statement (batched or single), by outcome."),
 		metric.WithExplicitBucketBoundaries(latencyBuckets...))
@@ -82,6 +94,47 @@ func newMetrics(mp metric.MeterProvider, ttl time.Duration) (*metrics, error) {
 		metric.WithDescription("Leases held now (granted and not yet ended)."))
 	add(err)
 	return x, errors.Join(errs...)
+}
+
+// errorType is the error.type attribute value of a failed call.
+func errorType(err error) string {
+	switch {
+	case errors.Is(err, ErrHeld):
+		return instrument.ErrorHeld
+	case errors.Is(err, ErrUnauthorized):
+		return instrument.ErrorUnauthorized
+	case errors.Is(err, ErrBusy):
+		return instrument.ErrorBusy
+	case errors.Is(err, ErrTokenFloor):
+		return instrument.ErrorTokenFloor
+	case errors.Is(err, ErrFailoverUnchecked):
+		return instrument.ErrorFailoverUnchecked
+	case errors.Is(err, ErrClosed):
+		return instrument.ErrorClosed
+	case errors.Is(err, context.DeadlineExceeded):
+		return instrument.ErrorDeadlineExceeded
+	case errors.Is(err, context.Canceled):
+		return instrument.ErrorCanceled
+	}
+	return instrument.ErrorOther
+}
+
+// record records d into h, with error.type when err is not nil; the happy
+// path builds no attribute set.
+func record(ctx context.Context, h metric.Float64Histogram, d time.Duration, err error) {
+	if err == nil {
+		h.Record(ctx, d.Seconds())
+		return
+	}
+	h.Record(ctx, d.Seconds(), attrs(attribute.String("error.type", errorType(err))))
+}
+
+func (x *metrics) onAcquireDone(ctx context.Context, d time.Duration, err error) {
+	record(ctx, x.acquireDur, d, err)
+}
+
+func (x *metrics) onWaitDone(ctx context.Context, d time.Duration, err error) {
+	record(ctx, x.waitDur, d, err)
 }
 
 func (x *metrics) onHeld(ctx context.Context, delta int) { x.held.Add(ctx, int64(delta)) }

@@ -226,7 +226,27 @@ func TestMetricAttributesCarryNoIdentifiers(t *testing.T) {
 	_, err = j.Sweep(bg())
 	require.NoError(t, err)
 
-	allowed := map[string]bool{"reason": true, "cause": true, "outcome": true, "result": true, "guard": true, "table": true}
+	// AcquireWait: one grant, one that gives up; a takeover.
+	wk := lease.Key{AccountID: "acct-" + uuid.NewString(), SessionID: "sess-" + uuid.NewString()}
+	note(wk.AccountID)
+	note(wk.SessionID)
+	note(wk.String())
+	lw, err := m.AcquireWait(bg(), wk)
+	require.NoError(t, err)
+	note(lw.RunID().String())
+	note(strconv.FormatInt(int64(lw.Token()), 10))
+	wctx, cancel := context.WithTimeout(bg(), 100*time.Millisecond)
+	_, err = m.AcquireWait(wctx, wk)
+	cancel()
+	require.ErrorIs(t, err, context.DeadlineExceeded)
+	lt, err := m.Takeover(bg(), wk, lease.WithHolder("desktop"))
+	require.NoError(t, err)
+	note(lt.RunID().String())
+	note(strconv.FormatInt(int64(lt.Token()), 10))
+	_, err = lt.Release(bg())
+	require.NoError(t, err)
+
+	allowed := map[string]bool{"reason": true, "cause": true, "outcome": true, "result": true, "guard": true, "table": true, "error.type": true}
 	pts := mt.Collect()
 	names := map[string]bool{}
 	for _, p := range pts {
@@ -238,10 +258,17 @@ func TestMetricAttributesCarryNoIdentifiers(t *testing.T) {
 	}
 	for _, n := range []string{leaseops.MetricAcquired, leaseops.MetricRefused, leaseops.MetricLost, leaseops.MetricReleased,
 		leaseops.MetricHeld, leaseops.MetricRenewDuration, leaseops.MetricRenewTTLFrac, leaseops.MetricCancelDelay,
-		leaseops.MetricRunOverrun, leaseops.MetricJanitorDeleted, "fencekit.guard.accepted", "fencekit.guard.stale", "fencekit.guard.token_gap"} {
+		leaseops.MetricRunOverrun, leaseops.MetricJanitorDeleted, leaseops.MetricAcquireDuration, leaseops.MetricWaitDuration, "fencekit.guard.accepted", "fencekit.guard.stale", "fencekit.guard.token_gap"} {
 		require.True(t, names[n], "workload produced no %s", n)
 	}
 	require.EqualValues(t, 5, obstest.Value(pts, "fencekit.guard.stale", map[string]string{"guard": "memory"}))
+	require.Positive(t, obstest.Count(pts, leaseops.MetricAcquireDuration, map[string]string{"error.type": leaseops.ErrorTypeHeld}))
+	require.Positive(t, obstest.Count(pts, leaseops.MetricWaitDuration, map[string]string{"error.type": leaseops.ErrorTypeDeadlineExceeded}))
+	for _, p := range obstest.Find(pts, leaseops.MetricWaitDuration, nil) {
+		if _, failed := p.Attrs["error.type"]; !failed {
+			require.EqualValues(t, 1, p.Count, "one AcquireWait granted")
+		}
+	}
 	gap := obstest.Find(pts, "fencekit.guard.token_gap", map[string]string{"guard": "memory"})
 	require.Len(t, gap, 1)
 	require.EqualValues(t, 1, gap[0].Min, "gap = highest − presented")

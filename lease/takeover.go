@@ -31,6 +31,15 @@ import (
 // ctx bounds the call and gives its values to the lease, as with Acquire;
 // opts apply to the grant (WithHolder).
 func (m *Manager) Takeover(ctx context.Context, key Key, opts ...Option) (*Lease, error) {
+	start := time.Now()
+	l, err := m.takeover(ctx, key, opts)
+	if !errors.Is(err, ErrInvalidKey) && !errors.Is(err, ErrInvalidHolder) {
+		m.met.onAcquireDone(ctx, time.Since(start), err)
+	}
+	return l, err
+}
+
+func (m *Manager) takeover(ctx context.Context, key Key, opts []Option) (*Lease, error) {
 	if err := key.Validate(); err != nil {
 		return nil, err
 	}

@@ -35,6 +35,8 @@ func (m *Manager) AcquireWait(ctx context.Context, key Key, opts ...Option) (got
 	if err != nil {
 		return nil, err
 	}
+	start := time.Now()
+	defer func() { m.met.onWaitDone(ctx, time.Since(start), err) }()
 	if m.isClosed() {
 		return nil, ErrClosed
 	}

@@ -8,16 +8,20 @@ import "github.com/fencekit/fencekit/lease/internal/instrument"
 // account id, a session id, a run id or a token: every attribute value comes
 // from the small fixed sets below.
 const (
-	MetricAcquired       = instrument.Acquired
-	MetricRefused        = instrument.Refused
-	MetricLost           = instrument.Lost
-	MetricReleased       = instrument.Released
-	MetricHeld           = instrument.Held
-	MetricRenewDuration  = instrument.RenewDuration
-	MetricRenewTTLFrac   = instrument.RenewTTLFrac
-	MetricCancelDelay    = instrument.CancelDelay
-	MetricRunOverrun     = instrument.RunOverrun
-	MetricJanitorDeleted = instrument.JanitorDeleted
+	MetricAcquired = instrument.Acquired
+	MetricRefused  = instrument.Refused
+	MetricLost     = instrument.Lost
+	MetricReleased = instrument.Released
+	MetricHeld     = instrument.Held
+	// MetricAcquireDuration and MetricWaitDuration carry "error.type"
+	// (ErrorType* values) when the call failed, and no attribute otherwise.
+	MetricAcquireDuration = instrument.AcquireDuration
+	MetricWaitDuration    = instrument.WaitDuration
+	MetricRenewDuration   = instrument.RenewDuration
+	MetricRenewTTLFrac    = instrument.RenewTTLFrac
+	MetricCancelDelay     = instrument.CancelDelay
+	MetricRunOverrun      = instrument.RunOverrun
+	MetricJanitorDeleted  = instrument.JanitorDeleted
 )
 
 // Values of the "reason" attribute of MetricRefused.
@@ -33,6 +37,21 @@ const (
 	// ReasonFailoverUnchecked: the token floor was not checked on this
 	// database node since a failover or restore.
 	ReasonFailoverUnchecked = instrument.ReasonFailoverUnchecked
+)
+
+// Values of the "error.type" attribute of MetricAcquireDuration and
+// MetricWaitDuration.
+const (
+	ErrorTypeHeld              = instrument.ErrorHeld
+	ErrorTypeUnauthorized      = instrument.ErrorUnauthorized
+	ErrorTypeBusy              = instrument.ErrorBusy
+	ErrorTypeTokenFloor        = instrument.ErrorTokenFloor
+	ErrorTypeFailoverUnchecked = instrument.ErrorFailoverUnchecked
+	ErrorTypeClosed            = instrument.ErrorClosed
+	ErrorTypeCanceled          = instrument.ErrorCanceled
+	ErrorTypeDeadlineExceeded  = instrument.ErrorDeadlineExceeded
+	// ErrorTypeOther: any other failure (network, server error).
+	ErrorTypeOther = instrument.ErrorOther
 )
 
 // Values of the "cause" attribute of MetricLost, MetricCancelDelay and

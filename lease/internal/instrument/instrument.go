@@ -6,16 +6,18 @@ package instrument
 
 // Instrument names.
 const (
-	Acquired       = "fencekit.lease.acquired"
-	Refused        = "fencekit.lease.refused"
-	Lost           = "fencekit.lease.lost"
-	Released       = "fencekit.lease.released"
-	Held           = "fencekit.lease.held"
-	RenewDuration  = "fencekit.lease.renewal.duration"
-	RenewTTLFrac   = "fencekit.lease.renewal.ttl_fraction"
-	CancelDelay    = "fencekit.lease.loss.cancel_delay"
-	RunOverrun     = "fencekit.lease.run.overrun"
-	JanitorDeleted = "fencekit.lease.janitor.deleted"
+	Acquired        = "fencekit.lease.acquired"
+	Refused         = "fencekit.lease.refused"
+	Lost            = "fencekit.lease.lost"
+	Released        = "fencekit.lease.released"
+	Held            = "fencekit.lease.held"
+	AcquireDuration = "fencekit.lease.acquire.duration"
+	WaitDuration    = "fencekit.lease.wait.duration"
+	RenewDuration   = "fencekit.lease.renewal.duration"
+	RenewTTLFrac    = "fencekit.lease.renewal.ttl_fraction"
+	CancelDelay     = "fencekit.lease.loss.cancel_delay"
+	RunOverrun      = "fencekit.lease.run.overrun"
+	JanitorDeleted  = "fencekit.lease.janitor.deleted"
 )
 
 // Values of the "reason" attribute of Refused.
@@ -25,6 +27,20 @@ const (
 	ReasonError             = "error"
 	ReasonTokenFloor        = "token_floor"
 	ReasonFailoverUnchecked = "failover_unchecked"
+)
+
+// Values of the "error.type" attribute of AcquireDuration and WaitDuration,
+// present only when the call failed (OpenTelemetry's convention).
+const (
+	ErrorHeld              = "held"
+	ErrorUnauthorized      = "unauthorized"
+	ErrorBusy              = "busy"
+	ErrorTokenFloor        = "token_floor"
+	ErrorFailoverUnchecked = "failover_unchecked"
+	ErrorClosed            = "closed"
+	ErrorCanceled          = "canceled"
+	ErrorDeadlineExceeded  = "deadline_exceeded"
+	ErrorOther             = "_OTHER"
 )
 
 // Values of the "cause" attribute of Lost, CancelDelay and RunOverrun.
