@@ -37,7 +37,8 @@
 #define SB      1   /* statement bound (statement_timeout), ticks */
 #ifdef BROKEN_SHORT_RETENTION
 #define RET     0
-#else
+#endif
+#ifndef RET
 #define RET     2   /* janitor retention; the code requires >= 100 x SB */
 #endif
 #ifdef BROKEN_DRIFT
@@ -248,7 +249,9 @@ hold:
 #else
 			:: row_exists && row_run == rid && !row_rel && row_exp > now ->
 #endif
+#ifndef NO_P5
 				assert(!lapsed[c]);   /* P5: an expired lease stays expired */
+#endif
 				row_exp = now + TTL; gexp[c] = row_exp;
 				if
 				:: trusted ->     /* reply: extend (a stale reply never shortens) */
