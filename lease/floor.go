@@ -9,6 +9,7 @@ import (
 	"github.com/jackc/pgx/v5/pgconn"
 
 	"github.com/fencekit/fencekit/fence"
+	"github.com/fencekit/fencekit/lease/internal/instrument"
 )
 
 // ErrTokenFloor is matched by *TokenFloorError: the token sequence is not
@@ -24,10 +25,6 @@ var ErrTokenFloor = errors.New("lease: token sequence not above the token floor"
 // Grants stay refused, for every process, until the floor check of package
 // leaseops passes on the new node.
 var ErrFailoverUnchecked = errors.New("lease: token floor not checked since failover or restore")
-
-// ReasonFailoverUnchecked is the MetricRefused reason of a grant refused
-// with ErrFailoverUnchecked.
-const ReasonFailoverUnchecked = "failover_unchecked"
 
 // TokenFloorError reports a sequence that is not above the floor. It
 // matches ErrTokenFloor.
@@ -108,11 +105,11 @@ func grantRefusal(err error) error {
 func (m *Manager) grantRefused(ctx context.Context, key Key, refusal error) error {
 	switch e := refusal.(type) {
 	case *TokenFloorError:
-		m.met.onRefused(ctx, ReasonTokenFloor)
+		m.met.onRefused(ctx, instrument.ReasonTokenFloor)
 		m.log.Warn("lease acquire refused: the token sequence is not above the token floor (restore or failover?)",
 			"key", key.String(), "token", int64(e.Token), "floor", int64(e.Floor))
 	case *FailoverError:
-		m.met.onRefused(ctx, ReasonFailoverUnchecked)
+		m.met.onRefused(ctx, instrument.ReasonFailoverUnchecked)
 		m.log.Error("lease acquire refused: the token floor was not checked on this database node (failover or restore?); run the floor check",
 			"key", key.String(), "checked_node", e.Checked, "node", e.Node)
 	}

@@ -12,14 +12,8 @@ import (
 	"github.com/fencekit/fencekit/lease/internal/instrument"
 )
 
-// Names still referenced by the token-floor and janitor code; the names of
-// every instrument and attribute value are exported by package leaseops.
-const (
-	// MetricJanitorDeleted is leaseops.MetricJanitorDeleted.
-	MetricJanitorDeleted = instrument.JanitorDeleted
-	// ReasonTokenFloor is leaseops.ReasonTokenFloor.
-	ReasonTokenFloor = instrument.ReasonTokenFloor
-)
+// The names of every instrument and attribute value are in
+// lease/internal/instrument, exported by package leaseops.
 
 // metrics holds a Manager's instruments. Built from a nil MeterProvider it
 // records into the OpenTelemetry no-op implementation.

@@ -148,7 +148,7 @@ func TestTokenFloorAfterRestore(t *testing.T) {
 	st, err := m.Inspect(bg(), old)
 	require.NoError(t, err)
 	require.Equal(t, lo.RunID(), st.RunID, "the old key's row is untouched")
-	require.EqualValues(t, 2, obstest.Value(mt.Collect(), leaseops.MetricRefused, map[string]string{"reason": lease.ReasonTokenFloor}))
+	require.EqualValues(t, 2, obstest.Value(mt.Collect(), leaseops.MetricRefused, map[string]string{"reason": leaseops.ReasonTokenFloor}))
 	warns := logs.AtLeast(slog.LevelWarn)
 	require.NotEmpty(t, warns)
 	require.Contains(t, warns[len(warns)-1].Message, "token floor")

@@ -64,7 +64,7 @@ type JanitorConfig struct {
 	// Logger receives Debug logs of each sweep and Warn logs of failed
 	// ones. Nil discards them.
 	Logger *slog.Logger
-	// MeterProvider records lease.MetricJanitorDeleted (table="leases").
+	// MeterProvider records MetricJanitorDeleted (table="leases").
 	// Nil records nothing.
 	MeterProvider metric.MeterProvider
 }
@@ -172,7 +172,7 @@ func NewJanitor(cfg JanitorConfig) (*Janitor, error) {
 	if log == nil {
 		log = slog.New(slog.NewTextHandler(io.Discard, nil))
 	}
-	deleted, err := obs.Meter(cfg.MeterProvider).Int64Counter(lease.MetricJanitorDeleted, metric.WithUnit("{row}"),
+	deleted, err := obs.Meter(cfg.MeterProvider).Int64Counter(MetricJanitorDeleted, metric.WithUnit("{row}"),
 		metric.WithDescription("Rows deleted by housekeeping, by table."))
 	if err != nil {
 		return nil, &ConfigError{Field: "MeterProvider", Reason: err.Error(), Err: err}

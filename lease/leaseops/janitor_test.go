@@ -74,7 +74,7 @@ func TestJanitorSweep(t *testing.T) {
 		require.True(t, e.hasRow(l.Key()), "row %s deleted", l.Key())
 	}
 	require.NoError(t, held.Err(), "the held lease is untouched")
-	require.EqualValues(t, 5, obstest.Value(mt.Collect(), lease.MetricJanitorDeleted, map[string]string{"table": "leases"}))
+	require.EqualValues(t, 5, obstest.Value(mt.Collect(), leaseops.MetricJanitorDeleted, map[string]string{"table": "leases"}))
 
 	// The next sweep takes the row that was locked.
 	res, err = j.Sweep(bg())
