@@ -20,7 +20,7 @@ configs=(
   "mem|-DGUARD_MEM|ok"
   "pg|-DGUARD_PG|ok"
   "s3|-DGUARD_S3|ok"
-  "takeover-pg|-DGUARD_PG -DTAKEOVER -DMAXTOK=5|ok"
+  "takeover-pg|-DGUARD_PG -DTAKEOVER -DMAXTOK=4|ok"
   "broken-draw-before-lock|-DGUARD_MEM -DBROKEN_DRAW_BEFORE_LOCK|(tok>last_grant)"
   "broken-check-then-write-pg|-DGUARD_PG -DBROKEN_CHECK_THEN_WRITE|(tok>=hi)"
   "broken-check-then-write-mem|-DGUARD_MEM -DBROKEN_CHECK_THEN_WRITE|(tok>=hi)"
