@@ -86,7 +86,7 @@ func (m *Manager) acquireOnce(ctx context.Context, key Key, o grantOptions) (*Le
 	case err != nil:
 		// The statement may have committed with the reply lost: free the
 		// row of this run_id if we can (it expires by TTL otherwise).
-		m.releaseOrphan(key, runID) //nolint:contextcheck // runs after the caller's ctx may be gone; bounded by CallTimeout under the Manager's context
+		m.releaseOrphan(ctx, key, runID)
 		m.obs.acquireFailed(key, err)
 		m.met.onRefused(ctx, instrument.ReasonError)
 		m.log.Debug("lease acquire failed", "key", key.String(), "err", err)
@@ -117,8 +117,10 @@ func (m *Manager) acquireOnce(ctx context.Context, key Key, o grantOptions) (*Le
 }
 
 // releaseOrphan releases the row of a run whose acquire reply was lost, in
-// the background, bounded by CallTimeout; it gives up when the Manager closes.
-func (m *Manager) releaseOrphan(key Key, runID uuid.UUID) {
+// the background, with ctx's values but not its cancellation (the caller's
+// ctx may be gone already), bounded by CallTimeout; it gives up when the
+// Manager closes.
+func (m *Manager) releaseOrphan(ctx context.Context, key Key, runID uuid.UUID) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	if m.closed {
@@ -127,8 +129,9 @@ func (m *Manager) releaseOrphan(key Key, runID uuid.UUID) {
 	m.wg.Add(1)
 	go func() {
 		defer m.wg.Done()
-		ctx, cancel := m.call(m.root)
+		ctx, cancel := m.call(context.WithoutCancel(ctx))
 		defer cancel()
+		defer m.whenClosed(cancel)()
 		if res, err := m.release(ctx, key, runID); err != nil {
 			m.log.Debug("orphan release failed; the row expires by TTL", "key", key.String(), "run_id", runID, "err", err)
 		} else {

@@ -108,6 +108,12 @@ func (l *Lease) ExpiresAt() time.Time {
 // (fence.ClaimFromContext, fence.FromContext).
 func (l *Lease) Context() context.Context { return l.ctx }
 
+// whenEnded calls f with the lease's cause once it ends, in a goroutine of
+// its own; the returned stop prevents that if it has not run yet.
+func (l *Lease) whenEnded(f func(cause error)) (stop func() bool) {
+	return context.AfterFunc(l.ctx, func() { f(context.Cause(l.ctx)) })
+}
+
 // Done is closed when Context is cancelled.
 func (l *Lease) Done() <-chan struct{} { return l.ctx.Done() }
 

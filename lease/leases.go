@@ -10,8 +10,8 @@ import (
 	"github.com/fencekit/fencekit/fence"
 )
 
-// LeaseInfo describes one lease a Manager holds, as seen locally.
-type LeaseInfo struct {
+// LocalLease describes one lease a Manager holds, as seen locally.
+type LocalLease struct {
 	Key   Key
 	RunID uuid.UUID
 	Token fence.Token
@@ -30,7 +30,7 @@ type LeaseInfo struct {
 // Leases lists the leases this Manager holds now (not ended), sorted by key,
 // with their remaining trust. It reads local state only and sends nothing;
 // Inspect asks the database.
-func (m *Manager) Leases() []LeaseInfo {
+func (m *Manager) Leases() []LocalLease {
 	m.mu.Lock()
 	ls := make([]*Lease, 0, len(m.leases))
 	for _, l := range m.leases {
@@ -38,7 +38,7 @@ func (m *Manager) Leases() []LeaseInfo {
 	}
 	m.mu.Unlock()
 	now := time.Now()
-	out := make([]LeaseInfo, 0, len(ls))
+	out := make([]LocalLease, 0, len(ls))
 	for _, l := range ls {
 		l.mu.Lock()
 		done, trust, exp := l.done, l.trust, l.expires
@@ -47,12 +47,12 @@ func (m *Manager) Leases() []LeaseInfo {
 			continue
 		}
 		rem := max(trust.Sub(now), 0)
-		out = append(out, LeaseInfo{
+		out = append(out, LocalLease{
 			Key: l.key, RunID: l.runID, Token: l.token, Holder: l.holder,
 			TrustDeadline: trust, Remaining: rem, ExpiresAt: exp,
 		})
 	}
-	slices.SortFunc(out, func(a, b LeaseInfo) int {
+	slices.SortFunc(out, func(a, b LocalLease) int {
 		return cmp.Or(cmp.Compare(a.Key.AccountID, b.Key.AccountID), cmp.Compare(a.Key.SessionID, b.Key.SessionID))
 	})
 	return out

@@ -192,12 +192,13 @@ func (m *Manager) startListener() {
 	}
 	m.listening.Store(true)
 	m.wg.Add(1)
-	go m.listenLoop()
+	go m.listenLoop(m.root)
 }
 
-// listenLoop keeps one LISTEN connection up until the Manager closes,
-// reconnecting with exponential backoff (50ms to 5s).
-func (m *Manager) listenLoop() {
+// listenLoop keeps one LISTEN connection up until ctx (the Manager's root,
+// cancelled by Close) ends, reconnecting with exponential backoff (50ms to
+// 5s).
+func (m *Manager) listenLoop(ctx context.Context) {
 	defer m.wg.Done()
 	const minBackoff, maxBackoff = 50 * time.Millisecond, 5 * time.Second
 	backoff := minBackoff
@@ -205,9 +206,9 @@ func (m *Manager) listenLoop() {
 	<-timer.C
 	defer timer.Stop()
 	for {
-		connected, err := m.listenOnce()
+		connected, err := m.listenOnce(ctx)
 		m.fan.setReady(false)
-		if m.root.Err() != nil {
+		if ctx.Err() != nil {
 			return
 		}
 		m.obs.listener(false, err)
@@ -217,7 +218,7 @@ func (m *Manager) listenLoop() {
 		}
 		timer.Reset(backoff)
 		select {
-		case <-m.root.Done():
+		case <-ctx.Done():
 			return
 		case <-timer.C:
 		}
@@ -228,8 +229,7 @@ func (m *Manager) listenLoop() {
 // listenOnce runs one LISTEN connection until it fails or the Manager
 // closes. While idle it checks the connection every WaitPoll with a bounded
 // ping, so a silent partition is detected.
-func (m *Manager) listenOnce() (connected bool, err error) {
-	ctx := m.root
+func (m *Manager) listenOnce(ctx context.Context) (connected bool, err error) {
 	cctx, cancel := m.call(ctx)
 	// A connection of its own, with the pool's settings: taking one out of
 	// the pool would shrink it and drop that connection's prepared
@@ -240,7 +240,7 @@ func (m *Manager) listenOnce() (connected bool, err error) {
 		return false, fmt.Errorf("listen connection: %w", err)
 	}
 	defer func() {
-		closeCtx, c := context.WithTimeout(context.Background(), time.Second)
+		closeCtx, c := context.WithTimeout(context.WithoutCancel(ctx), time.Second)
 		_ = conn.Close(closeCtx)
 		c()
 	}()

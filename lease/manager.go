@@ -79,6 +79,12 @@ func newManager(cfg Config, obs observer) (*Manager, error) {
 	return m, nil
 }
 
+// whenClosed calls f (in a goroutine of its own) when Close runs; the
+// returned stop prevents that if it has not run yet.
+func (m *Manager) whenClosed(f func()) (stop func() bool) {
+	return context.AfterFunc(m.root, f)
+}
+
 // TTL is the configured lease length.
 func (m *Manager) TTL() time.Duration { return m.cfg.TTL }
 

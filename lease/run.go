@@ -34,7 +34,7 @@ func (m *Manager) Run(ctx context.Context, key Key, fn func(ctx context.Context,
 		return err
 	}
 	work, cancel := context.WithCancelCause(fence.WithClaim(ctx, l.claim()))
-	stop := context.AfterFunc(l.ctx, func() { cancel(context.Cause(l.ctx)) })
+	stop := l.whenEnded(cancel)
 	ferr := fn(work, l)
 	returned := time.Now()
 	stop()

@@ -73,7 +73,7 @@ func (m *Manager) takeover(ctx context.Context, key Key, opts []Option) (*Lease,
 		m.obs.acquireFailed(key, err)
 		return nil, m.grantRefused(ctx, key, grantRefusal(err))
 	case err != nil:
-		m.releaseOrphan(key, runID) //nolint:contextcheck // runs after the caller's ctx may be gone; bounded by CallTimeout under the Manager's context
+		m.releaseOrphan(ctx, key, runID)
 		m.obs.acquireFailed(key, err)
 		m.met.onRefused(ctx, instrument.ReasonError)
 		return nil, fmt.Errorf("lease: takeover %s: %w", key, classify(err))

@@ -104,13 +104,13 @@ func (r *Router) Run(ctx context.Context, key lease.Key, fn func(ctx context.Con
 	return m.Run(ctx, key, fn)
 }
 
-// Held is the leases held through every partition, sorted by key.
-func (r *Router) Leases() []lease.LeaseInfo {
-	var out []lease.LeaseInfo
+// Leases is the leases held through every partition, sorted by key.
+func (r *Router) Leases() []lease.LocalLease {
+	var out []lease.LocalLease
 	for _, m := range r.parts {
 		out = append(out, m.Leases()...)
 	}
-	slices.SortFunc(out, func(a, b lease.LeaseInfo) int { return compareKeys(a.Key, b.Key) })
+	slices.SortFunc(out, func(a, b lease.LocalLease) int { return compareKeys(a.Key, b.Key) })
 	return out
 }
 
