@@ -1,0 +1,13 @@
+-- fencekit lease schema, version 6: the key, run and token CHECK constraints
+-- of version 1 are dropped. Each acquire and release evaluated all of them;
+-- together they cost about a tenth of the lease cycle's throughput
+-- (docs/performance.md). fencekit's statements never write a value they
+-- would refuse: keys and run ids are validated by the Go side before any
+-- statement is sent, and every token comes from the sequence and is above
+-- the floor (>= 0) by migration 0004's check in the acquire statement.
+-- Rows written by other SQL are no longer checked for empty or oversized ids,
+-- the zero run id or a non-positive token.
+ALTER TABLE fencekit_leases DROP CONSTRAINT IF EXISTS fencekit_leases_token_positive;
+ALTER TABLE fencekit_leases DROP CONSTRAINT IF EXISTS fencekit_leases_account_len;
+ALTER TABLE fencekit_leases DROP CONSTRAINT IF EXISTS fencekit_leases_session_len;
+ALTER TABLE fencekit_leases DROP CONSTRAINT IF EXISTS fencekit_leases_run_nonzero;
