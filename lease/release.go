@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
 	"time"
 
 	"github.com/google/uuid"
@@ -113,7 +114,9 @@ func (m *Manager) release(ctx context.Context, key Key, runID uuid.UUID) (Releas
 	}
 	m.obs.released(key, res, nil)
 	m.met.onReleased(ctx, res, nil)
-	m.log.Debug("lease released", "key", key.String(), "run_id", runID, "result", res.String())
+	if m.log.Enabled(ctx, slog.LevelDebug) {
+		m.log.Debug("lease released", "key", key.String(), "run_id", runID, "result", res.String())
+	}
 	return res, nil
 }
 

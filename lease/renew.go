@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
 	"time"
 
 	"github.com/google/uuid"
@@ -74,7 +75,9 @@ func (m *Manager) renewOne(ctx context.Context, key Key, runID uuid.UUID) (Renew
 		m.log.Debug("lease renew failed", "key", key.String(), "run_id", runID, "err", err)
 		return Renewal{}, err
 	}
-	m.log.Debug("lease renewed", "key", key.String(), "run_id", runID)
+	if m.log.Enabled(ctx, slog.LevelDebug) {
+		m.log.Debug("lease renewed", "key", key.String(), "run_id", runID)
+	}
 	return Renewal{
 		Token: fence.Token(token), ExpiresAt: exp, DBNow: now,
 		TrustDeadline: sentAt.Add(m.cfg.TTL - m.cfg.SafetyMargin),
