@@ -275,9 +275,9 @@ func TestMetricAttributesCarryNoIdentifiers(t *testing.T) {
 	require.EqualValues(t, 1, gap[0].Max)
 }
 
-// TestHeldAndStatusHandler: Held lists exactly the live leases with their
+// TestLeasesAndStatusHandler: Manager.Leases lists exactly the live leases with their
 // remaining trust; the handler serves them as JSON.
-func TestHeldAndStatusHandler(t *testing.T) {
+func TestLeasesAndStatusHandler(t *testing.T) {
 	e := newEnv(t)
 	m := e.manager(lease.Config{})
 	require.Empty(t, m.Leases())
