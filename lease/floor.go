@@ -103,15 +103,19 @@ func grantRefusal(err error) error {
 // (refusal from grantRefusal): the statement failed as a whole, no row was
 // written.
 func (m *Manager) grantRefused(ctx context.Context, key Key, refusal error) error {
-	switch e := refusal.(type) {
-	case *TokenFloorError:
+	var (
+		fe *TokenFloorError
+		fo *FailoverError
+	)
+	switch {
+	case errors.As(refusal, &fe):
 		m.met.onRefused(ctx, instrument.ReasonTokenFloor)
 		m.log.Warn("lease acquire refused: the token sequence is not above the token floor (restore or failover?)",
-			"key", key.String(), "token", int64(e.Token), "floor", int64(e.Floor))
-	case *FailoverError:
+			"key", key.String(), "token", int64(fe.Token), "floor", int64(fe.Floor))
+	case errors.As(refusal, &fo):
 		m.met.onRefused(ctx, instrument.ReasonFailoverUnchecked)
 		m.log.Error("lease acquire refused: the token floor was not checked on this database node (failover or restore?); run the floor check",
-			"key", key.String(), "checked_node", e.Checked, "node", e.Node)
+			"key", key.String(), "checked_node", fo.Checked, "node", fo.Node)
 	}
 	return fmt.Errorf("lease: acquire %s: %w", key, refusal)
 }

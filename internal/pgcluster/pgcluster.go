@@ -90,7 +90,8 @@ func run(ctx context.Context, name string, args ...string) (string, error) {
 }
 
 func freePort() (int, error) {
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	var lc net.ListenConfig
+	ln, err := lc.Listen(context.Background(), "tcp", "127.0.0.1:0")
 	if err != nil {
 		return 0, err
 	}
@@ -219,7 +220,7 @@ func (c *Cluster) configure(settings []string) {
 func (c *Cluster) Set(lines ...string) {
 	c.t.Helper()
 	path := filepath.Join(c.confDir(), "conf.d", "fencekit_test.conf")
-	f, err := os.OpenFile(path, os.O_APPEND|os.O_WRONLY, 0o644)
+	f, err := os.OpenFile(path, os.O_APPEND|os.O_WRONLY, 0o644) //nolint:gosec // read by the postgres user
 	if err == nil {
 		_, err = f.WriteString(strings.Join(lines, "\n") + "\n")
 		if cerr := f.Close(); err == nil {
@@ -325,7 +326,7 @@ func (c *Cluster) Replica(host string, port int, opts Options) *Cluster {
 		if _, err := run(ctx, "chown", "-R", "postgres:postgres", dir); err != nil {
 			return err
 		}
-		return os.Chmod(dir, 0o700)
+		return os.Chmod(dir, 0o700) //nolint:gosec // a data directory: PostgreSQL requires 0700 or 0750
 	})
 	r.configure(opts.Settings)
 	r.Start()

@@ -31,7 +31,9 @@ func ExampleTokenFloor() {
 	floor, _ := leaseops.NewTokenFloor(leaseops.TokenFloorConfig{Pool: pool, Schema: "app",
 		Source: leaseops.MaxFloor(marks.Highest, leaseops.StaticFloor(operatorFloor))})
 	if _, err := floor.Check(ctx); errors.Is(err, lease.ErrTokenFloor) {
-		_, err = floor.Advance(ctx, 0) // the source floor is included
+		if _, err := floor.Advance(ctx, 0); err != nil { // the source floor is included
+			panic(err)
+		}
 	}
 }
 
