@@ -85,3 +85,7 @@ func (e *Events) Mu() *sync.Mutex { return &e.mu }
 
 // ReleaseChannel is the NOTIFY channel releases in schema use.
 func ReleaseChannel(schema string) string { return channelName(schema) }
+
+// MuteTakeoverNotify makes m's takeovers notify a channel nobody listens on,
+// as if every other Manager's listener were down. Call it right after New.
+func MuteTakeoverNotify(m *Manager) { m.st.channel = "fencekit_muted_for_test" }

@@ -164,3 +164,26 @@ func TestTakeoverRefusedOnUncheckedNode(t *testing.T) {
 	require.ErrorIs(t, err, lease.ErrFailoverUnchecked)
 	require.Zero(t, e.rowCount())
 }
+
+// TestTakeoverMissedNotificationStillSaysTakenOver: when the displaced
+// holder's Manager misses the notification, its next background renewal is
+// refused and the Manager asks the database why: the cause is still
+// ErrTakenOver, not a plain loss.
+func TestTakeoverMissedNotificationStillSaysTakenOver(t *testing.T) {
+	e := newEnv(t)
+	desktop := e.manager(lease.Config{TTL: 3 * time.Second})
+	browser := e.manager(lease.Config{TTL: 3 * time.Second})
+	lease.MuteTakeoverNotify(browser)
+	k := uniqueKey(t)
+	la, err := desktop.Acquire(bg(), k)
+	require.NoError(t, err)
+	lb, err := browser.Takeover(bg(), k)
+	require.NoError(t, err)
+	select {
+	case <-la.Done():
+	case <-time.After(10 * time.Second):
+		t.Fatal("the displaced holder's renewal did not end it")
+	}
+	require.ErrorIs(t, context.Cause(la.Context()), lease.ErrTakenOver)
+	require.NoError(t, lb.Err())
+}
