@@ -30,6 +30,7 @@ func commands() []command {
 		{"release", "--session S --run-id ID [flags]", "release a lease by run_id", releaseCmd},
 		{"inspect", "--session S [flags]", "ask the server who owns a session", inspectCmd},
 		{"put", "--session S --token N [flags]", "a guarded write of the session's report (S3 and/or PostgreSQL)", putCmd},
+		{"serve", "[--addr HOST:PORT] [flags]", "serve the story as a web page: the conversation in two browser tabs", serveCmd},
 	}
 }
 
