@@ -43,7 +43,8 @@
 // # Subcommands
 //
 // acquire, renew, release, inspect and put (see Main) explore a session by
-// hand across terminals. acquire exits without releasing: the lease lasts its
+// hand across terminals. serve (serve.go, pages in web/) shows the story in
+// two browser tabs that follow the owner through lease/leasehttp. acquire exits without releasing: the lease lasts its
 // TTL. The lease package has no call to detach a held lease, so the command
 // closes its pool before its Manager, whose release at Close then fails and
 // leaves the lease to its TTL.
