@@ -14,11 +14,11 @@ import (
 
 func objectCount(t *testing.T, e *emulator, bucket string) int {
 	t.Helper()
-	objs, _, err := e.srv.ListObjects(bucket, "", "", false)
+	res, err := e.srv.ListObjectsWithOptionsPaginated(bucket, fakestorage.ListOptions{}) // no MaxResults: one page
 	if err != nil {
 		t.Fatal(err)
 	}
-	return len(objs)
+	return len(res.Objects)
 }
 
 func TestNewConfig(t *testing.T) {

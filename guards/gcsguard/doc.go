@@ -38,6 +38,15 @@
 // with a token; PutClaim, DeleteClaim with a whole claim). Fence implements
 // fence.Guard.
 //
+// # Metrics and logs
+//
+// With Config.MeterProvider set, a Store counts committed writes, stale
+// refusals (with their token gap), reuse refusals and conditional writes
+// retried after a lost race, under the same instrument names as
+// fencekit's other guards and the attribute guard="gcs"; no attribute
+// names a key or a run. Each reuse refusal is also logged at Error on
+// Config.Logger with the key, the token and both run identities.
+//
 // # What is guaranteed
 //
 //   - Among writers going through gcsguard, no write with a token below an

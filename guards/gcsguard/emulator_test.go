@@ -152,7 +152,7 @@ func TestEmulatorDeletePrecondition(t *testing.T) {
 	}
 	// This is the documented result for the pinned emulator version: if it
 	// changes, docs/guards-gcs.md must change with it.
-	if !(err == nil && gone) {
+	if err != nil || !gone {
 		t.Errorf("emulator behaviour changed: conditional delete is now enforced; update docs/guards-gcs.md")
 	}
 }

@@ -158,7 +158,7 @@ func checkOptions(o PutOptions) error {
 		}
 		for i := 0; i < len(k); i++ {
 			c := k[i]
-			if !(c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9' || c == '-' || c == '_') {
+			if !metaKeyByte(c) {
 				return fmt.Errorf("%w: metadata key %q has byte %#x", ErrInvalidOptions, truncate(k), c)
 			}
 		}
@@ -241,4 +241,9 @@ func objectMetadata(user map[string]string, token fence.Token, run, writeID stri
 		m[MetaDeleted] = tombstoneMarker
 	}
 	return m
+}
+
+// metaKeyByte reports whether c may appear in a user metadata key.
+func metaKeyByte(c byte) bool {
+	return c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9' || c == '-' || c == '_'
 }

@@ -6,10 +6,12 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"log/slog"
 	"net/http"
 	"time"
 
 	"cloud.google.com/go/storage"
+	"go.opentelemetry.io/otel/metric"
 	"google.golang.org/api/googleapi"
 
 	"github.com/fencekit/fencekit/fence"
@@ -42,6 +44,18 @@ type Config struct {
 	// multiple of 256 KiB. Each upload holds a buffer of this size.
 	// Default DefaultChunkSize.
 	ChunkSize int
+	// MeterProvider records, with the attribute guard="gcs",
+	// fencekit.guard.accepted (committed fenced writes),
+	// fencekit.guard.stale and fencekit.guard.token_gap (stale refusals and
+	// their gap), fencekit.guard.reused (writes refused as
+	// *fence.ReusedError) and fencekit.guard.gcs.retries (conditional
+	// writes retried after losing a race to another writer). No attribute
+	// names a key or a run. Nil records nothing.
+	MeterProvider metric.MeterProvider
+	// Logger receives one Error record per write refused because its token
+	// was reused by another run (*fence.ReusedError), with the key, the
+	// token and both run identities. Nil discards.
+	Logger *slog.Logger
 }
 
 // Store is a fenced view of one GCS bucket. It is safe for concurrent use,
@@ -51,6 +65,8 @@ type Store struct {
 	name   string
 	max    int
 	chunk  int
+	met    *metrics
+	log    *slog.Logger
 
 	// afterRead, when set (tests only), runs after every read of the
 	// fenced write path, before the decision.
@@ -79,7 +95,17 @@ func New(cfg Config) (*Store, error) {
 	case cfg.ChunkSize < 0 || cfg.ChunkSize%(256<<10) != 0:
 		return nil, fmt.Errorf("%w: ChunkSize %d is not a positive multiple of 256 KiB", ErrInvalidConfig, cfg.ChunkSize)
 	}
-	return &Store{bucket: cfg.Client.Bucket(cfg.Bucket), name: cfg.Bucket, max: cfg.MaxAttempts, chunk: cfg.ChunkSize}, nil
+	met, err := newMetrics(cfg.MeterProvider)
+	if err != nil {
+		return nil, fmt.Errorf("%w: MeterProvider: %w", ErrInvalidConfig, err)
+	}
+	if cfg.Logger == nil {
+		cfg.Logger = discardLogger()
+	}
+	return &Store{
+		bucket: cfg.Client.Bucket(cfg.Bucket), name: cfg.Bucket, max: cfg.MaxAttempts, chunk: cfg.ChunkSize,
+		met: met, log: cfg.Logger,
+	}, nil
 }
 
 // Bucket returns the name of the Store's bucket.
@@ -236,9 +262,10 @@ func (s *Store) PutClaim(ctx context.Context, key string, c fence.Claim, r io.Re
 	}
 	cur, err := s.readDecide(ctx, key, c)
 	if err != nil {
-		return Info{}, err
+		return Info{}, s.finish(ctx, key, err)
 	}
-	return s.commit(ctx, key, c, newWriteID(), &change{body: b, opts: opts}, cur)
+	info, err := s.commit(ctx, key, c, newWriteID(), &change{body: b, opts: opts}, cur)
+	return info, s.finish(ctx, key, err)
 }
 
 // Delete stores a tombstone at key under the claim ctx carries: a
@@ -268,9 +295,10 @@ func (s *Store) DeleteClaim(ctx context.Context, key string, c fence.Claim) (Inf
 	}
 	cur, err := s.readDecide(ctx, key, c)
 	if err != nil {
-		return Info{}, err
+		return Info{}, s.finish(ctx, key, err)
 	}
-	return s.commit(ctx, key, c, newWriteID(), &change{deleted: true}, cur)
+	info, err := s.commit(ctx, key, c, newWriteID(), &change{deleted: true}, cur)
+	return info, s.finish(ctx, key, err)
 }
 
 // Do is Fence under the claim ctx carries (fence.ClaimFromContext): with no
@@ -312,7 +340,7 @@ func (s *Store) fence(ctx context.Context, resource string, c fence.Claim, write
 	}
 	cur, err := s.readDecide(ctx, resource, c)
 	if err != nil {
-		return err
+		return s.finish(ctx, resource, err)
 	}
 	st := &stager{}
 	werr := write(context.WithValue(fence.WithClaim(ctx, c), stagerKey{}, st))
@@ -324,7 +352,7 @@ func (s *Store) fence(ctx context.Context, resource string, c fence.Claim, write
 		return err
 	}
 	_, err = s.commit(ctx, resource, c, newWriteID(), ch, cur)
-	return err
+	return s.finish(ctx, resource, err)
 }
 
 func checkArgs(ctx context.Context, key string, c fence.Claim) error {
@@ -399,6 +427,7 @@ func (s *Store) commit(ctx context.Context, key string, c fence.Claim, writeID s
 		if err := fence.ContextError(ctx); err != nil {
 			return Info{}, err
 		}
+		s.met.retried(ctx)
 	}
 }
 
