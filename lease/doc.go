@@ -33,6 +33,11 @@
 //     database says (a ReleaseResult) instead of failing.
 //   - Every statement is bounded by CallTimeout. The Authorizer runs before
 //     any statement: a refused caller consumes no row and no token.
+//   - Fail closed on a new database node: after a promotion (a new
+//     timeline) or a restore into another database or cluster, every grant
+//     is refused with ErrFailoverUnchecked, by the acquire statement itself
+//     and for every process, until the token floor check (package leaseops)
+//     has passed on that node. Renewals and releases are not refused.
 //   - A statement the database aborted for concurrency (serialization
 //     failure, deadlock, lock timeout) returns an error matching ErrBusy
 //     and changed nothing; AcquireWait retries it.

@@ -8,7 +8,9 @@
 //   - The Metric*, Reason* and Cause* constants name the instruments a
 //     Manager records and the values of their attributes.
 //   - The token-floor procedures detect and repair a token sequence left
-//     behind by a restore or failover; the Janitor deletes old rows.
+//     behind by a restore or failover, and record the node they checked,
+//     which ends the refusal of grants with lease.ErrFailoverUnchecked
+//     there; the Janitor deletes old rows.
 //
 // Guaranteed: nothing here changes how a lease is granted or renewed, and
 // none of it holds a lease. Everything that runs in the background follows
