@@ -9,6 +9,7 @@ import (
 	"net/http/httptest"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -41,6 +42,8 @@ func TestMain(m *testing.M) {
 type emulator struct {
 	srv *fakestorage.Server
 	ts  *httptest.Server
+
+	requests atomic.Int64 // HTTP requests served
 
 	upload sync.Mutex // serialises uploads, see ServeHTTP
 	last   int64      // UnixMicro after the previous upload
@@ -81,6 +84,7 @@ func newEmulator(t testing.TB) *emulator {
 // (docs/guards-gcs.md). Serialising them changes nothing else: the
 // emulator applies uploads one at a time under a lock anyway.
 func (e *emulator) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	e.requests.Add(1)
 	e.mu.Lock()
 	fault := e.fault
 	e.mu.Unlock()
