@@ -157,7 +157,7 @@ func TestTokenIncreasesAcrossReleaseReacquire(t *testing.T) {
 	}
 }
 
-// TestTokenDrawnUnderRowLockAfterStall reproduces protocol.md §2: an
+// TestTokenDrawnUnderRowLockAfterStall reproduces the stalled-draw hazard (docs/lease.md, "Token order"): an
 // acquire statement draws its VALUES-side nextval() and then stalls on the
 // key's row (an uncommitted insert by another connection); meanwhile that
 // connection records a grant with a later token that is then released.

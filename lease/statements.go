@@ -36,7 +36,7 @@ func newStatements(qSchema, schema string) statements {
 		// statement before any row is written. On conflict the token is
 		// drawn again in DO UPDATE SET, under the row lock: a statement that
 		// drew its first value and then stalled still gets a value larger
-		// than every grant committed while it waited (protocol.md §2), and
+		// than every grant committed while it waited (docs/lease.md, "Token order"), and
 		// larger than the first value, hence above the floor too. The second
 		// branch of the UNION returns the holder when the WHERE refused the
 		// takeover; it reads the statement's snapshot, so it may not show

@@ -12,7 +12,7 @@ import (
 	"github.com/fencekit/fencekit/fence"
 )
 
-// TestIdenticalBytesABA is the identical-bytes case of protocol.md §5: token
+// TestIdenticalBytesABA is the identical-bytes case (docs/guards-s3.md): token
 // 7 writes X, token 8 writes the same bytes X, and a writer still holding
 // token 7 must be refused — both when it starts after 8's write and when it
 // read the pointer before 8's write (the ABA interleaving, driven by a hook).

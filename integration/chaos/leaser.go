@@ -58,7 +58,7 @@ var (
 )
 
 // refLeaser is a small lease over the fencekit lease schema that follows
-// protocol.md §1–§3: one conditional upsert per acquisition with the token
+// the lease design (docs/lease.md): one conditional upsert per acquisition with the token
 // drawn under the row lock, rows kept on release, renew and release by
 // run_id, a local trust deadline sent_at + ttl - margin on the monotonic
 // clock. It lets the harness run without package lease and, with

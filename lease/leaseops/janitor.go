@@ -73,7 +73,7 @@ type JanitorConfig struct {
 // bounded batches: every Interval in a background goroutine that
 // NewJanitor starts and Close stops, and on demand with Sweep.
 //
-// Why rows are kept at all (protocol.md §2): the acquire statement draws a
+// Why rows are kept at all (docs/lease.md, "Token order"): the acquire statement draws a
 // token for its INSERT before it holds any row lock, and uses it only when
 // no row exists for the key. While the key's row exists, a statement that
 // drew a value and then stalled takes the ON CONFLICT path and draws a new
