@@ -2,7 +2,7 @@ package lease
 
 import "time"
 
-// observer is the seam for metrics and tracing (issue 7). Every method is
+// observer is the seam for metrics and tracing. Every method is
 // called synchronously from the Manager's goroutines and must not block.
 // The default is noopObserver; tests install a recording one.
 type observer interface {
