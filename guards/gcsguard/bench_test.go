@@ -2,7 +2,6 @@ package gcsguard
 
 import (
 	"bytes"
-	"context"
 	"testing"
 	"time"
 )
@@ -25,7 +24,6 @@ import (
 //     library's default chunk size (16 MiB: one request, but a 16 MiB
 //     buffer allocated per Writer), the Store at its default.
 func BenchmarkPutPaired(b *testing.B) {
-	ctx := context.Background()
 	e := newEmulator(b)
 	bucket := e.bucket(b)
 	plainBucket := e.client(b).Bucket(bucket)
@@ -45,6 +43,7 @@ func BenchmarkPutPaired(b *testing.B) {
 		b.Run(bc.name, func(b *testing.B) {
 			body := bytes.Repeat([]byte("x"), bc.size)
 			s := e.store(b, bucket, Config{ChunkSize: bc.storeChunk})
+			ctx := b.Context()
 			plainKey, guardedKey := "paired/"+bc.name+"/plain", "paired/"+bc.name+"/guarded"
 			plain := func() error {
 				w := plainBucket.Object(plainKey).NewWriter(ctx)
