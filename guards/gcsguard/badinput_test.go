@@ -215,6 +215,65 @@ func TestEndedContext(t *testing.T) {
 	}
 }
 
+// TestContextEndsDuringWrite: the context ends while a write is deciding
+// (after a read), once on the first decision and once while the last
+// allowed attempt is being retried after a lost race; the write reports the
+// context's end with its cause, never ErrBusy, and the stale refusal keeps
+// matching ErrStale.
+func TestContextEndsDuringWrite(t *testing.T) {
+	e := newEmulator(t)
+	bucket := e.bucket(t)
+	other := e.store(t, bucket, Config{})
+	cause := errors.New("lease lost (test)")
+	seed := func(t *testing.T, key string, tok fence.Token) {
+		t.Helper()
+		if _, err := other.PutBytesWithToken(context.Background(), key, tok, []byte("seed"), PutOptions{}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	check := func(t *testing.T, err error, alsoStale bool) {
+		t.Helper()
+		if !errors.Is(err, context.Canceled) || !errors.Is(err, cause) || errors.Is(err, fence.ErrBusy) {
+			t.Errorf("%v, want context.Canceled and the cause, not ErrBusy", err)
+		}
+		if alsoStale != errors.Is(err, fence.ErrStale) {
+			t.Errorf("%v: matches ErrStale %v, want %v", err, !alsoStale, alsoStale)
+		}
+	}
+
+	t.Run("lost race on the last attempt", func(t *testing.T) {
+		const key = "ends/busy"
+		seed(t, key, 1)
+		s := e.store(t, bucket, Config{MaxAttempts: 1})
+		ctx, cancel := context.WithCancelCause(context.Background())
+		defer cancel(nil)
+		reads := 0
+		s.afterRead = func(string) {
+			switch reads++; reads {
+			case 1: // another writer wins the race: our write meets 412
+				seed(t, key, 2)
+			case 2: // the re-read admits us again; the context ends now
+				cancel(cause)
+			}
+		}
+		_, err := s.PutBytesWithToken(ctx, key, 3, []byte("x"), PutOptions{})
+		if reads != 2 {
+			t.Fatalf("%d reads, want 2", reads)
+		}
+		check(t, err, false)
+	})
+	t.Run("stale decision", func(t *testing.T) {
+		const key = "ends/stale"
+		seed(t, key, 5)
+		s := e.store(t, bucket, Config{})
+		ctx, cancel := context.WithCancelCause(context.Background())
+		defer cancel(nil)
+		s.afterRead = func(string) { cancel(cause) }
+		_, err := s.PutBytesWithToken(ctx, key, 4, []byte("x"), PutOptions{})
+		check(t, err, true)
+	})
+}
+
 func TestStageMisuse(t *testing.T) {
 	ctx := context.Background()
 	e := newEmulator(t)

@@ -3,6 +3,7 @@ package gcsguard
 import (
 	"context"
 	"errors"
+	"fmt"
 	"log/slog"
 
 	"go.opentelemetry.io/otel/attribute"
@@ -85,15 +86,33 @@ func (g *metrics) retried(ctx context.Context) {
 	}
 }
 
-// finish records the outcome err of a fenced write of key in the metrics
-// and logs a token reuse at Error. It returns err unchanged.
+// finish ends every fenced write of key that got past the argument checks:
+// it records the outcome err in the metrics, logs a token reuse at Error,
+// and returns err through contextErr.
 func (s *Store) finish(ctx context.Context, key string, err error) error {
 	s.met.decision(ctx, err)
 	if re, ok := fence.IsReused(err); ok {
 		s.log.ErrorContext(ctx, "gcsguard: token reused by a different run; write refused",
 			"key", key, "token", int64(re.Token), "run", re.Run, "mark_run", re.MarkRun)
 	}
-	return err
+	return contextErr(ctx, err)
+}
+
+// contextErr is fence.WrapContext, except that an fence.ErrBusy seen after
+// ctx ended is replaced by the context's error: the retries stopped because
+// the context ended, and a retry with the same context cannot succeed.
+func contextErr(ctx context.Context, err error) error {
+	if err == nil {
+		return nil
+	}
+	cerr := fence.ContextError(ctx)
+	if cerr == nil {
+		return err
+	}
+	if errors.Is(err, fence.ErrBusy) {
+		return fmt.Errorf("gcsguard: gave up after the context ended (%s): %w", err.Error(), cerr)
+	}
+	return fence.WrapContext(ctx, err)
 }
 
 // discardLogger is the Logger of a Store configured without one.

@@ -194,7 +194,7 @@ func (s *Store) Get(ctx context.Context, key string) (io.ReadCloser, Info, error
 		}
 		return rc, st.info(key), nil
 	}
-	return nil, Info{}, fmt.Errorf("gcsguard: %q: replaced during each of %d reads: %w", key, s.max, fence.ErrBusy)
+	return nil, Info{}, contextErr(ctx, fmt.Errorf("gcsguard: %q: replaced during each of %d reads: %w", key, s.max, fence.ErrBusy))
 }
 
 // GetBytes is Get reading the whole content into memory.
@@ -346,7 +346,7 @@ func (s *Store) fence(ctx context.Context, resource string, c fence.Claim, write
 	werr := write(context.WithValue(fence.WithClaim(ctx, c), stagerKey{}, st))
 	ch := st.close()
 	if werr != nil {
-		return werr
+		return contextErr(ctx, werr) // the callback's error, not a decision
 	}
 	if err := fence.ContextError(ctx); err != nil {
 		return err
