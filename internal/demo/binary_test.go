@@ -101,7 +101,7 @@ func written(t *testing.T, c demo.Conn) (marks, rows, reports int) {
 	for obj := range cl.ListObjects(ctx, c.Bucket, minio.ListObjectsOptions{Recursive: true}) {
 		require.NoError(t, obj.Err)
 		all++
-		if strings.HasPrefix(obj.Key, "reports/") {
+		if strings.HasSuffix(obj.Key, "/report.txt") { // S3Key
 			reports++
 		}
 	}

@@ -198,7 +198,11 @@ func summarize(w io.Writer, res *Result, err error, took time.Duration, timeline
 	}
 	fmt.Fprintf(w, "\n%d/%d checks held in %v", ok, len(res.Checks), took.Round(time.Millisecond))
 	if res.TokenA != 0 {
-		fmt.Fprintf(w, ": run A (token %d) was fenced off, run B (token %d) owns %s", res.TokenA, res.TokenB, res.Key)
+		fmt.Fprintf(w, ": in %s run A (token %d) was fenced off by run B (token %d)", res.Key, res.TokenA, res.TokenB)
+	}
+	if res.TokenD != 0 {
+		fmt.Fprintf(w, "; run C (token %d) was taken over while alive by run D (token %d), its context ended %v after Takeover returned",
+			res.TokenC, res.TokenD, res.TakeoverNotice.Round(10*time.Microsecond))
 	}
 	fmt.Fprintln(w)
 	if timeline != "" {

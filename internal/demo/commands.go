@@ -27,15 +27,13 @@ import (
 const DefaultCLITTL = 30 * time.Second
 
 // S3Key and PGResource name the report a session's runs write, in the
-// scenario and in the put subcommand. Both encode the key unambiguously
-// (fence.JoinResource): sessions ("a/b", "c") and ("a", "b/c") get different
+// scenario and in the put subcommand: the session's own resources
+// (lease.Key.Resource), encoding the key unambiguously: sessions ("a/b", "c") and ("a", "b/c") get different
 // names, and no id can produce a "." or ".." segment.
-func S3Key(k lease.Key) string {
-	return fence.JoinResource("reports", k.AccountID, k.SessionID) + ".txt"
-}
+func S3Key(k lease.Key) string { return k.Resource("report.txt") }
 
 // PGResource is the pgguard resource of a session's report row.
-func PGResource(k lease.Key) string { return fence.JoinResource("report", k.AccountID, k.SessionID) }
+func PGResource(k lease.Key) string { return k.Resource("report") }
 
 // checkNames validates every name derived from k before anything is written,
 // so that a key whose report names are unusable is a usage error with

@@ -13,6 +13,8 @@ type Actor string
 const (
 	ActorA       Actor = "desktop/A"     // the desktop client's run A
 	ActorB       Actor = "browser/B"     // the browser client's run B
+	ActorC       Actor = "desktop/C"     // the desktop's run C (second scene), displaced while alive
+	ActorD       Actor = "browser/D"     // the browser's run D (second scene), which takes C over
 	ActorRetry   Actor = "desktop/retry" // a plain second acquisition while B holds
 	ActorIntrude Actor = "intruder"      // a client not authorised for the account
 	ActorNet     Actor = "network"       // the simulated stall (netproxy)
@@ -33,6 +35,7 @@ const (
 	KindStall     Kind = "stall"      // the network to run A was blackholed
 	KindHeal      Kind = "heal"       // the network to run A was restored
 	KindLeaseEnd  Kind = "lease-end"  // a lease's context ended (with its cause)
+	KindTakeover  Kind = "takeover"   // Manager.Takeover returned
 	KindInspect   Kind = "inspect"    // Manager.Inspect answered
 	KindWriteSent Kind = "write-sent" // a guarded write left the client
 	KindWrite     Kind = "write"      // a guarded write returned

@@ -97,9 +97,9 @@ func (p TextPrinter) paint(code, s string) string {
 
 func actorColor(a Actor) string {
 	switch a {
-	case ActorA:
+	case ActorA, ActorC:
 		return ansiCyan
-	case ActorB:
+	case ActorB, ActorD:
 		return ansiPurple
 	case ActorNet:
 		return ansiYellow

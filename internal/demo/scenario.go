@@ -62,6 +62,12 @@ type Result struct {
 	TTL            time.Duration // the leases' TTL
 	RunA, RunB     uuid.UUID
 	TokenA, TokenB fence.Token
+	// The second scene: run C (desktop) is taken over while alive by run D
+	// (browser); TakeoverNotice is the time from Takeover returning to C's
+	// context ending (negative if it ended first).
+	RunC, RunD     uuid.UUID
+	TokenC, TokenD fence.Token
+	TakeoverNotice time.Duration
 	S3Key          string // the report object
 	PGResource     string // the guarded PostgreSQL resource
 	Events         []Event
@@ -82,7 +88,7 @@ func (e *NotMemberError) Error() string {
 // to. It records every decision as an event.
 type member struct {
 	rec      *Recorder
-	actor    Actor
+	actor    *Actor // the device's current run (device.as)
 	user     string
 	accounts []string
 }
@@ -90,13 +96,13 @@ type member struct {
 func (m member) Authorize(_ context.Context, key lease.Key) error {
 	for _, a := range m.accounts {
 		if a == key.AccountID {
-			m.rec.Emit(Event{Actor: m.actor, Kind: KindAuthorize, Outcome: OK,
+			m.rec.Emit(Event{Actor: *m.actor, Kind: KindAuthorize, Outcome: OK,
 				Detail: fmt.Sprintf("%s is a member of %q: may compete for the session", m.user, key.AccountID)})
 			return nil
 		}
 	}
 	err := &NotMemberError{User: m.user, Account: key.AccountID}
-	m.rec.Emit(Event{Actor: m.actor, Kind: KindAuthorize, Outcome: Unauthorized, Cause: err.Error(),
+	m.rec.Emit(Event{Actor: *m.actor, Kind: KindAuthorize, Outcome: Unauthorized, Cause: err.Error(),
 		Detail: "refused before any statement: " + err.Error()})
 	return err
 }
@@ -183,6 +189,9 @@ func (s *scenario) run(ctx context.Context) (*Result, error) {
 	if err := s.story(ctx, res); err != nil {
 		return res, err
 	}
+	if err := s.continueWhileRunning(ctx, res); err != nil {
+		return res, err
+	}
 	if s.cfg.beforeEnd != nil {
 		if err := s.cfg.beforeEnd(ctx, s.poolB, s.report.table, res); err != nil {
 			return res, err
@@ -252,15 +261,17 @@ func (s *scenario) setup(ctx context.Context) (err error) {
 // devices are built once the Recorder exists (their Authorizers record).
 func (s *scenario) devices() error {
 	mk := func(a Actor, name, run string, pool *pgxpool.Pool, st *s3guard.Store, user string, accounts ...string) (*device, error) {
+		d := &device{actor: a, name: name, run: run, pool: pool, s3: st, pg: s.guard}
 		mgr, err := lease.New(lease.Config{
-			Pool: pool, Schema: s.cfg.Conn.Schema, TTL: s.cfg.TTL,
+			Pool: pool, Schema: s.cfg.Conn.Schema, TTL: s.cfg.TTL, RenewEvery: s.renewEvery(),
 			CallTimeout: max(s.cfg.TTL, 500*time.Millisecond),
-			Authorizer:  member{rec: s.tell.rec, actor: a, user: user, accounts: accounts},
+			Authorizer:  member{rec: s.tell.rec, actor: &d.actor, user: user, accounts: accounts},
 		})
 		if err != nil {
 			return nil, err
 		}
-		return &device{actor: a, name: name, run: run, mgr: mgr, pool: pool, s3: st, pg: s.guard}, nil
+		d.mgr = mgr
+		return d, nil
 	}
 	var err error
 	if s.desktop, err = mk(ActorA, "desktop", "run A", s.poolA, s.storeA, User, s.key.AccountID); err != nil {
@@ -298,6 +309,11 @@ func (s *scenario) teardown() {
 		}
 	}
 }
+
+// renewEvery is the devices' renewal period (lease.Config.RenewEvery): the
+// lease default for the scenario's TTL, set explicitly so that the second
+// scene can tell a notification from a renewal.
+func (s *scenario) renewEvery() time.Duration { return s.cfg.TTL / 3 }
 
 // stall blackholes run A's proxies to both stores and returns when.
 func (s *scenario) stall() time.Time {
@@ -339,17 +355,18 @@ func (s *scenario) tokenSeq(ctx context.Context) (int64, error) {
 	return v, nil
 }
 
-// checkEnd reads the stores and the lease back and checks the end state.
+// checkEnd reads the stores and the lease back and checks the end state:
+// the last writer is D (second scene); B's row from the first scene stays.
 func (s *scenario) checkEnd(ctx context.Context, res *Result) {
-	tb, check := res.TokenB, s.tell.check
-	wantBody := s.body(ActorB, fence.Claim{Token: tb, Run: res.RunB.String()})
+	td, check := res.TokenD, s.tell.check
+	wantBody := s.body(ActorD, fence.Claim{Token: td, Run: res.RunD.String()})
 	b, info, err := s.storeB.GetBytes(ctx, s.report.object)
-	check("the report object holds B's write", err == nil && string(b) == wantBody && info.Token == tb && info.Metadata["run_id"] == res.RunB.String(),
+	check("the report object holds D's write", err == nil && string(b) == wantBody && info.Token == td && info.Metadata["run_id"] == res.RunD.String(),
 		"token %d, run_id %s, %d bytes%s", info.Token, short8(info.Metadata["run_id"]), len(b), errSuffix(err))
 	m3, err3 := s.storeB.Mark(ctx, s.report.object)
 	mp, errp := s.marks.Mark(ctx, s.report.resource)
-	check("both marks hold B's token", err3 == nil && errp == nil && m3 == tb && mp == tb, "s3 %d, pg %d (want %d)%s",
-		m3, mp, tb, errSuffix(errors.Join(err3, errp)))
+	check("both marks hold D's token", err3 == nil && errp == nil && m3 == td && mp == td, "s3 %d, pg %d (want %d)%s",
+		m3, mp, td, errSuffix(errors.Join(err3, errp)))
 	rows, err := s.poolB.Query(ctx, `SELECT token, run_id, writer FROM `+s.report.table+` WHERE resource = $1 ORDER BY id`, s.report.resource)
 	var got []string
 	if err == nil {
@@ -367,9 +384,10 @@ func (s *scenario) checkEnd(ctx context.Context, res *Result) {
 			err = rows.Err()
 		}
 	}
-	want := fmt.Sprintf("%s/%s/%d", ActorB, short(res.RunB), tb)
-	check("the table holds exactly B's row", err == nil && len(got) == 1 && got[0] == want, "rows [%s], want [%s]%s", strings.Join(got, " "), want, errSuffix(err))
+	want := []string{fmt.Sprintf("%s/%s/%d", ActorB, short(res.RunB), res.TokenB), fmt.Sprintf("%s/%s/%d", ActorD, short(res.RunD), td)}
+	check("the table holds exactly B's and D's rows", err == nil && strings.Join(got, " ") == strings.Join(want, " "),
+		"rows [%s], want [%s]%s", strings.Join(got, " "), strings.Join(want, " "), errSuffix(err))
 	st, err := s.browser.mgr.Inspect(ctx, s.key)
-	check("the lease was last granted to B and released", err == nil && st.RunID == res.RunB && st.Token == tb && st.State == lease.StateReleased,
+	check("the lease was last granted to D and released", err == nil && st.RunID == res.RunD && st.Token == td && st.State == lease.StateReleased,
 		"%s, run %s, token %d%s", st.State, short(st.RunID), st.Token, errSuffix(err))
 }

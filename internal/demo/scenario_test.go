@@ -49,7 +49,7 @@ func TestScenarioEndToEnd(t *testing.T) {
 	for _, c := range res.Checks {
 		require.True(t, c.OK, "check %q: %s", c.Name, c.Detail)
 	}
-	require.GreaterOrEqual(t, len(res.Checks), 10)
+	require.GreaterOrEqual(t, len(res.Checks), 20)
 	ev := res.Events
 	ta, tb := int64(res.TokenA), int64(res.TokenB)
 	require.Greater(t, tb, ta)
@@ -67,7 +67,7 @@ func TestScenarioEndToEnd(t *testing.T) {
 	ttl := demo.DefaultTTL
 	require.Greater(t, heal.At-stall.At, ttl, "A stalls longer than its TTL")
 
-	end := one(t, ev, "A's lease ends", func(e demo.Event) bool { return e.Kind == demo.KindLeaseEnd })
+	end := one(t, ev, "A's lease ends", func(e demo.Event) bool { return e.Kind == demo.KindLeaseEnd && e.Actor == demo.ActorA })
 	require.Equal(t, demo.ActorA, end.Actor)
 	require.Equal(t, demo.Lost, end.Outcome)
 	require.Greater(t, end.At, stall.At)
@@ -133,6 +133,47 @@ func TestScenarioEndToEnd(t *testing.T) {
 	}
 	relB := one(t, ev, "B releases", func(e demo.Event) bool { return e.Actor == demo.ActorB && e.Kind == demo.KindRelease })
 	require.Equal(t, "released", relB.Status)
+
+	// Scene 2: the browser's run D takes over the desktop's live run C.
+	tc, td := int64(res.TokenC), int64(res.TokenD)
+	require.Greater(t, tc, tb)
+	require.Greater(t, td, tc)
+	acqC := one(t, ev, "C acquires", func(e demo.Event) bool { return e.Actor == demo.ActorC && e.Kind == demo.KindAcquire })
+	require.Equal(t, demo.OK, acqC.Outcome)
+	require.Equal(t, tc, acqC.Token)
+	require.Greater(t, acqC.At, relB.At)
+	tko := one(t, ev, "D takes over", func(e demo.Event) bool { return e.Actor == demo.ActorD && e.Kind == demo.KindTakeover })
+	require.Equal(t, demo.OK, tko.Outcome)
+	require.Equal(t, td, tko.Token)
+	require.Equal(t, res.RunD.String(), tko.RunID)
+	endC := one(t, ev, "C's lease ends", func(e demo.Event) bool { return e.Actor == demo.ActorC && e.Kind == demo.KindLeaseEnd })
+	require.Equal(t, demo.Lost, endC.Outcome)
+	require.Equal(t, "lease: taken over by another run", endC.Cause)
+	for _, store := range []string{"s3", "pg"} {
+		wd := one(t, ev, "D writes "+store, func(e demo.Event) bool {
+			return e.Actor == demo.ActorD && e.Kind == demo.KindWrite && e.Store == store
+		})
+		require.Equal(t, demo.OK, wd.Outcome)
+		require.Equal(t, td, wd.Token)
+		wc := one(t, ev, "C's write "+store, func(e demo.Event) bool {
+			return e.Actor == demo.ActorC && e.Kind == demo.KindWrite && e.Store == store
+		})
+		require.Equal(t, demo.Stale, wc.Outcome, wc.Cause)
+		require.Equal(t, tc, wc.Presented)
+		require.Equal(t, td, wc.Highest)
+		require.Greater(t, wc.At, wd.At, "refused after D's accepted write")
+		require.Greater(t, wc.At, endC.At, "sent after C's context ended: it kept the claim, not the cancellation")
+	}
+	renC := one(t, ev, "C's renewal", func(e demo.Event) bool { return e.Actor == demo.ActorC && e.Kind == demo.KindRenew && e.At > tko.At })
+	require.Equal(t, demo.Lost, renC.Outcome)
+	relC := one(t, ev, "C's release", func(e demo.Event) bool { return e.Actor == demo.ActorC && e.Kind == demo.KindRelease })
+	require.Equal(t, "not-holder", relC.Status)
+	for _, a := range []demo.Actor{demo.ActorC, demo.ActorD} {
+		rc := one(t, ev, "reconcile", func(e demo.Event) bool { return e.Actor == a && e.Kind == demo.KindReconcile })
+		require.Equal(t, res.RunD.String(), rc.RunID, "%s sees D as the owner", a)
+	}
+	relD := one(t, ev, "D releases", func(e demo.Event) bool { return e.Actor == demo.ActorD && e.Kind == demo.KindRelease })
+	require.Equal(t, "released", relD.Status)
 	require.Empty(t, find(ev, func(e demo.Event) bool { return e.Outcome == demo.Failed }))
 
 	// --json: one object per event and line, reading back to the events.
@@ -225,7 +266,7 @@ func TestScenarioCheckFails(t *testing.T) {
 			failed = append(failed, c.Name)
 		}
 	}
-	require.Equal(t, []string{"the table holds exactly B's row"}, failed)
+	require.Equal(t, []string{"the table holds exactly B's and D's rows"}, failed)
 	require.Len(t, ce.Failed, 1)
 	last := find(res.Events, func(e demo.Event) bool { return e.Kind == demo.KindCheck && e.Outcome == demo.Failed })
 	require.Len(t, last, 1, "the failed check is an event too")

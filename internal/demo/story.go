@@ -81,7 +81,7 @@ func (s *scenario) story(ctx context.Context, res *Result) error {
 	if _, err := l.Renew(ctx); err != nil { // the background renewer does this every RenewEvery
 		return fmt.Errorf("run A: renew: %w", err)
 	}
-	tell.renewed(l)
+	tell.renewed(desktop, l)
 
 	// 2. The tool call writes through the guards, and the network to both
 	// stores stalls with the writes on the wire. A request that has left
@@ -177,8 +177,102 @@ func (s *scenario) story(ctx context.Context, res *Result) error {
 	if err != nil {
 		return fmt.Errorf("run B: release: %w", err)
 	}
-	tell.released(lb, rb)
+	tell.released(browser, lb, rb)
 	return nil
+}
+
+// continueWhileRunning is the second scene: the user goes back to the
+// desktop (run C), then continues in the browser while the desktop is still
+// running: the browser's run D takes the live lease over.
+func (s *scenario) continueWhileRunning(ctx context.Context, res *Result) error {
+	key, tell := s.key, s.tell
+	desktop, browser := s.desktop.as(ActorC, "run C"), s.browser.as(ActorD, "run D")
+	tell.sceneTwo()
+
+	// 9. Run C acquires and is alive: its renewer runs, nothing stalls.
+	lc, err := desktop.mgr.Acquire(ctx, key, lease.WithHolder("desktop"))
+	if err != nil {
+		return fmt.Errorf("run C: acquire: %w", err)
+	}
+	workC := lc.Context()
+	res.RunC, res.TokenC = lc.RunID(), lc.Token()
+	tell.acquired(desktop, lc)
+	renewed := time.Now() // the next background renewal is sent no earlier than 3/4 RenewEvery from here
+	if _, err := lc.Renew(ctx); err != nil {
+		return fmt.Errorf("run C: renew: %w", err)
+	}
+	tell.renewed(desktop, lc)
+	ended := endedAt(lc)
+	// The tool call's result, computed under C's claim: it will be sent
+	// whatever happens to C's lease (the claim, not the cancellation).
+	result := context.WithoutCancel(workC)
+
+	// 10. "Continue here" in the browser while C is still running.
+	ld, err := browser.mgr.Takeover(ctx, key, lease.WithHolder("browser")) // after the Authorizer: a larger token, though C holds the key
+	if err != nil {
+		return fmt.Errorf("run D: takeover: %w", err)
+	}
+	took := time.Now()
+	res.RunD, res.TokenD = ld.RunID(), ld.Token()
+	tell.tookOverLive(lc, ld)
+
+	// 11. The desktop is told at once: the takeover's notification ends C's
+	// context with cause ErrTakenOver, long before C's next renewal.
+	select {
+	case at := <-ended:
+		res.TakeoverNotice = at.Sub(took)
+		cause := context.Cause(workC) //nolint:contextcheck // lease.ErrTakenOver; workC is C's lease context, which keeps ctx's values
+		tell.takenOver(lc, cause, res.TakeoverNotice, renewed.Add(s.renewEvery()*3/4).Sub(at))
+	case <-ctx.Done():
+		return fmt.Errorf("run C's lease never ended: %w", ctx.Err())
+	}
+
+	// 12. The browser writes; then the desktop's result arrives, and both
+	// guards refuse it.
+	workD := ld.Context()
+	tell.wroteD(tell.wrote(s.writeS3(workD, browser)), tell.wrote(s.writePG(workD, browser))) //nolint:contextcheck // D's lease context keeps ctx's values
+	for _, e := range []Event{s.writeS3(result, desktop), s.writePG(result, desktop)} {       //nolint:contextcheck // C's claim without its cancellation: a result already sent
+		tell.takenOverWriteRefused(tell.wrote(e), lc, ld)
+	}
+
+	// 13. C's renewal and release are refused: the database says why.
+	runC := lc.RunID()
+	_, rerr := desktop.mgr.Renew(ctx, key, runC)    // errors.Is(err, lease.ErrTakenOver) and lease.ErrLost
+	rr, lerr := desktop.mgr.Release(ctx, key, runC) // lease.ReleaseNotHolder: D is untouched
+	tell.takenOverRenewRelease(lc, rerr, rr, lerr)
+
+	// 14. Both clients reconcile: the browser's grant, labelled "browser".
+	stC, errC := desktop.mgr.Inspect(ctx, key)
+	stD, errD := browser.mgr.Inspect(ctx, key)
+	if errC != nil || errD != nil {
+		return fmt.Errorf("reconcile: inspect: %w", errors.Join(errC, errD))
+	}
+	tell.reconciled(desktop, stC, view(stC, lc.RunID()))
+	tell.reconciled(browser, stD, view(stD, ld.RunID()))
+	tell.bothSeeD(stC, stD, ld)
+	rd, err := ld.Release(ctx)
+	if err != nil {
+		return fmt.Errorf("run D: release: %w", err)
+	}
+	tell.released(browser, ld, rd)
+	return nil
+}
+
+// as is d for another run of the same client: the same Manager, pool and
+// guards, told as actor.
+func (d *device) as(actor Actor, run string) *device {
+	d.actor, d.run = actor, run // the Authorizer reads d.actor
+	return d
+}
+
+// endedAt reports when l's context ends.
+func endedAt(l *lease.Lease) <-chan time.Time {
+	ch := make(chan time.Time, 1)
+	go func() {
+		<-l.Done()
+		ch <- time.Now()
+	}()
+	return ch
 }
 
 // ui is what a client shows, decided by the server's answer.

@@ -151,6 +151,9 @@ func facts(evs []Event) timelineFacts {
 	f := timelineFacts{sent: map[string]*Event{}}
 	for i := range evs {
 		e := &evs[i]
+		if e.Actor == ActorC || e.Actor == ActorD {
+			break // the picture is of the first scene
+		}
 		f.last = max(f.last, e.At)
 		switch {
 		case e.Kind == KindAcquire && e.Actor == ActorA && e.Outcome == OK && f.acqA == nil:
@@ -227,8 +230,11 @@ func RenderSVG(res *Result) ([]byte, error) {
 		}
 	}
 	d.text(24, 38, 22, colInk, "start", "bold", "One conversation, two devices: a stalled run is fenced off")
-	d.text(24, 64, 13, colMuted, "start", "normal", fmt.Sprintf("session %s · TTL %v · run A token %d refused everywhere after run B (token %d) took over · %d/%d end-state checks held",
-		res.Key, res.TTL, res.TokenA, res.TokenB, ok, len(res.Checks)))
+	sub := fmt.Sprintf("session %s · TTL %v · run A (token %d) refused everywhere after run B (token %d) took over", res.Key, res.TTL, res.TokenA, res.TokenB)
+	if res.TokenD != 0 { // the second scene is told in text only
+		sub += fmt.Sprintf(" · scene 2: run C (%d) taken over live by D (%d)", res.TokenC, res.TokenD)
+	}
+	d.text(24, 64, 13, colMuted, "start", "normal", fmt.Sprintf("%s · %d/%d checks held", sub, ok, len(res.Checks)))
 
 	// Grid and axis.
 	for t := time.Duration(0); t <= span; t += step {

@@ -47,15 +47,15 @@ func (t *teller) opening() {
 
 func (t *teller) acquired(d *device, l *lease.Lease) {
 	s, ta, run := t.s, int64(l.Token()), l.RunID().String()
-	t.emit(Event{Actor: ActorA, Kind: KindAcquire, Outcome: OK, Token: ta, RunID: run,
+	t.emit(Event{Actor: d.actor, Kind: KindAcquire, Outcome: OK, Token: ta, RunID: run,
 		Until:  t.rec.Since(l.TrustDeadline()),
-		Detail: fmt.Sprintf("lease granted to run %s, trusted for %v (TTL − safety margin)", short(l.RunID()), d.mgr.TrustWindow())})
-	t.emit(Event{Actor: ActorA, Kind: KindWork, Outcome: Note, Token: ta, RunID: run,
+		Detail: fmt.Sprintf("lease granted to run %s, trusted for %v (TTL − safety margin)%s", short(l.RunID()), d.mgr.TrustWindow(), holderSuffix(l.Holder()))})
+	t.emit(Event{Actor: d.actor, Kind: KindWork, Outcome: Note, Token: ta, RunID: run,
 		Detail: fmt.Sprintf("tool call write_report starts: s3://%s/%s and a row in %s", s.bucket, s.report.object, s.report.table)})
 }
 
-func (t *teller) renewed(l *lease.Lease) {
-	t.emit(Event{Actor: ActorA, Kind: KindRenew, Outcome: OK, Token: int64(l.Token()), RunID: l.RunID().String(),
+func (t *teller) renewed(d *device, l *lease.Lease) {
+	t.emit(Event{Actor: d.actor, Kind: KindRenew, Outcome: OK, Token: int64(l.Token()), RunID: l.RunID().String(),
 		Until: t.rec.Since(l.TrustDeadline()), Detail: "heartbeat: trust deadline moved forward (the background renewer keeps doing this)"})
 }
 
@@ -109,6 +109,10 @@ func (t *teller) wrote(e Event) Event { return t.emit(e) }
 
 func (t *teller) wroteB(s3, pg Event) {
 	t.check("B's writes were accepted", s3.Outcome == OK && pg.Outcome == OK, "s3 %s, pg %s", s3.Outcome, pg.Outcome)
+}
+
+func (t *teller) wroteD(s3, pg Event) {
+	t.check("D's writes were accepted", s3.Outcome == OK && pg.Outcome == OK, "s3 %s, pg %s", s3.Outcome, pg.Outcome)
 }
 
 // s3Write describes the answer of d's object write (not yet emitted: A's
@@ -234,9 +238,73 @@ func (t *teller) bothSee(stA, stB lease.Ownership, lb *lease.Lease) {
 		"desktop sees %s run %s token %d; browser sees %s run %s", stA.State, short(stA.RunID), stA.Token, stB.State, short(stB.RunID))
 }
 
-func (t *teller) released(lb *lease.Lease, rb lease.ReleaseResult) {
-	t.emit(Event{Actor: ActorB, Kind: KindRelease, Outcome: OK, Token: int64(lb.Token()), RunID: lb.RunID().String(), Status: rb.String(),
+func (t *teller) released(d *device, lb *lease.Lease, rb lease.ReleaseResult) {
+	t.emit(Event{Actor: d.actor, Kind: KindRelease, Outcome: OK, Token: int64(lb.Token()), RunID: lb.RunID().String(), Status: rb.String(),
 		Detail: fmt.Sprintf("tool call done; release: %s", rb)})
+}
+
+func (t *teller) sceneTwo() {
+	t.emit(Event{Actor: ActorDemo, Kind: KindInfo, Outcome: Note, Detail: fmt.Sprintf(
+		"scene 2: continue here while the desktop is still running — the desktop runs %s again (run C, renewing every %v, nothing stalls), then the user continues in the browser",
+		t.s.key, t.s.renewEvery().Round(time.Millisecond))})
+}
+
+func (t *teller) tookOverLive(lc, ld *lease.Lease) {
+	tc, td := lc.Token(), ld.Token()
+	t.emit(Event{Actor: ActorD, Kind: KindTakeover, Outcome: OK, Token: int64(td), RunID: ld.RunID().String(),
+		Until: t.rec.Since(ld.TrustDeadline()),
+		Detail: fmt.Sprintf("Takeover: granted to run %s (token %d > %d)%s while run %s still holds the key",
+			short(ld.RunID()), td, tc, holderSuffix(ld.Holder()), short(lc.RunID()))})
+	t.check("D's token is larger than C's, labelled browser", td > tc && ld.Holder() == "browser", "C %d, D %d, holder %q", tc, td, ld.Holder())
+}
+
+// takenOver tells how C's context ended: notice is the time from Takeover
+// returning to C's context ending, margin how long before C's next
+// background renewal could have been sent.
+func (t *teller) takenOver(lc *lease.Lease, cause error, notice, margin time.Duration) {
+	t.emit(Event{Actor: ActorC, Kind: KindLeaseEnd, Outcome: Lost, Token: int64(lc.Token()), RunID: lc.RunID().String(), Cause: cause.Error(),
+		Detail: fmt.Sprintf("lease context cancelled %v after Takeover returned: %v (the LISTEN notification; C's next renewal was %v away)",
+			notice.Round(10*time.Microsecond), cause, margin.Round(time.Millisecond))})
+	t.check("C's context ended promptly with ErrTakenOver, by the notification", errors.Is(cause, lease.ErrTakenOver) && margin > 0,
+		"cause %q, %v after Takeover returned, %v before C's next renewal could have told it", cause, notice.Round(10*time.Microsecond), margin.Round(time.Millisecond))
+}
+
+func (t *teller) takenOverWriteRefused(e Event, lc, ld *lease.Lease) {
+	t.check("C's late "+e.Store+" write was refused as stale",
+		e.Outcome == Stale && e.Presented == int64(lc.Token()) && e.Highest == int64(ld.Token()),
+		"outcome %s, presented %d, highest %d", e.Outcome, e.Presented, e.Highest)
+}
+
+func (t *teller) takenOverRenewRelease(lc *lease.Lease, rerr error, rr lease.ReleaseResult, lerr error) {
+	tc, run := int64(lc.Token()), lc.RunID().String()
+	renewOK := errors.Is(rerr, lease.ErrTakenOver) && errors.Is(rerr, lease.ErrLost)
+	o := Lost
+	if !renewOK {
+		o = Failed
+	}
+	t.emit(Event{Actor: ActorC, Kind: KindRenew, Outcome: o, Token: tc, RunID: run, Cause: fmt.Sprint(rerr),
+		Detail: "renewal by run_id: the database refuses (ErrLost) and says why (ErrTakenOver)"})
+	o = Lost
+	if lerr != nil || rr != lease.ReleaseNotHolder {
+		o = Failed
+	}
+	t.emit(Event{Actor: ActorC, Kind: KindRelease, Outcome: o, Token: tc, RunID: run, Status: rr.String(), Cause: fmt.Sprint(lerr),
+		Detail: fmt.Sprintf("release: %s — D's lease is untouched", rr)})
+	t.check("C's renewal and release were refused", renewOK && lerr == nil && rr == lease.ReleaseNotHolder,
+		"renew: %v; release: %s%s", errText(rerr), rr, errSuffix(lerr))
+}
+
+func (t *teller) bothSeeD(stC, stD lease.Ownership, ld *lease.Lease) {
+	t.check("both clients see D as the owner, labelled browser",
+		stC.Held() && stC.RunID == ld.RunID() && stC.Token == ld.Token() && stC.Holder == "browser" && stD.RunID == ld.RunID(),
+		"desktop sees %s run %s token %d holder %q; browser sees %s run %s", stC.State, short(stC.RunID), stC.Token, stC.Holder, stD.State, short(stD.RunID))
+}
+
+func holderSuffix(h string) string {
+	if h == "" {
+		return ""
+	}
+	return fmt.Sprintf(", holder %q", h)
 }
 
 // inflight holds run A's writes that left before the stall: each runs in a
