@@ -30,9 +30,23 @@
 //     late release (lease.ReleaseNotHolder) change nothing.
 //  6. Both clients Inspect the session and reconcile their UI with the
 //     server's answer; B releases.
-//  7. The end state is checked: the object and the table hold B's write
-//     only, both marks hold M, the lease was last granted to B. Any failed
-//     check makes RunScenario return a *CheckError and the program exit 1.
+//
+// A second scene, "continue here while the desktop is still running":
+//
+//  7. The desktop's run C acquires again (holder label "desktop") and is
+//     alive: it renews, nothing stalls. The browser's run D calls
+//     lease.Manager.Takeover (holder "browser") and gets token P > C's.
+//  8. C's lease context ends with cause lease.ErrTakenOver, told by the
+//     takeover's notification: a check requires it before C's next
+//     background renewal could have been sent, and the time from Takeover
+//     returning is printed (Result.TakeoverNotice).
+//  9. D writes; C's result, sent with C's claim but not its cancellation,
+//     is refused by both guards as stale. C's renewal (lease.ErrLost and
+//     lease.ErrTakenOver) and release (lease.ReleaseNotHolder) are refused.
+//  10. The end state is checked: the object holds D's write, both marks
+//     hold P, the table holds exactly B's and D's rows, the lease was last
+//     granted to D and released. Any failed check makes RunScenario return
+//     a *CheckError and the program exit 1.
 //
 // The story (the fencekit calls, in order) is story.go; how each step is
 // told is tell.go. Every step is an Event (actor, token, kind, outcome, details), printed as

@@ -270,7 +270,8 @@ func (s *server) write(w http.ResponseWriter, r *http.Request) {
 		reply(w, http.StatusConflict, map[string]any{"error": "this device holds no lease for the conversation"})
 		return
 	}
-	work := l.Context()
+	work, stop := underLease(r.Context(), l)
+	defer stop()
 	stalled := r.URL.Query().Get("stall") == "1"
 	if stalled {
 		work = context.WithoutCancel(work)
@@ -283,11 +284,26 @@ func (s *server) write(w http.ResponseWriter, r *http.Request) {
 		}
 	}
 	rep := report{object: S3Key(k), resource: PGResource(k), table: s.table}
-	c, _ := fence.ClaimFromContext(work) //nolint:contextcheck // reads the lease's claim
+	c, _ := fence.ClaimFromContext(work)
 	body := fmt.Sprintf("report for %s written by %s run %s with token %d\n", k, dev, c.Run, c.Token)
-	_, serr := rep.putObject(work, s.store, body, map[string]string{"writer": dev, "run_id": c.Run}) //nolint:contextcheck // the lease's context: its claim, not the request's
-	perr := rep.insertRow(work, s.guard, s.sess.pool, serveDevices[dev], body)                       //nolint:contextcheck // as above
+	_, serr := rep.putObject(work, s.store, body, map[string]string{"writer": dev, "run_id": c.Run})
+	perr := rep.insertRow(work, s.guard, s.sess.pool, serveDevices[dev], body)
 	reply(w, http.StatusOK, map[string]any{"token": int64(c.Token), "stalled": stalled, "s3": outcome(serr), "pg": outcome(perr)})
+}
+
+// underLease is the request's context for a tool call under l: it keeps
+// ctx's values and cancellation, carries l's claim, and ends with l's cause
+// (lease.ErrTakenOver, ErrTrustExpired, ...) as soon as l's context does.
+// stop releases it.
+func underLease(ctx context.Context, l *lease.Lease) (context.Context, context.CancelFunc) {
+	lc := l.Context()
+	c, _ := fence.ClaimFromContext(lc)
+	work, cancel := context.WithCancelCause(fence.WithClaim(ctx, c))
+	unhook := context.AfterFunc(lc, func() { cancel(context.Cause(lc)) })
+	return work, func() {
+		unhook()
+		cancel(context.Canceled)
+	}
 }
 
 // outcome describes a guarded write's answer for the page.
