@@ -59,18 +59,14 @@ func (m *Manager) acquireOnce(ctx context.Context, key Key, o grantOptions) (*Le
 	defer cancel()
 	sentAt := time.Now() // before the request leaves: the trust window starts here
 	var (
-		won          bool
-		rid          uuid.UUID
-		token        int64
-		expires, now time.Time
-		contended    bool // holder's row already asks its release to NOTIFY
-		holder       *string
+		token   int64
+		expires time.Time
 	)
 	err = m.pool.QueryRow(cctx, m.st.acquire, key.AccountID, key.SessionID, runID, m.ttlMicros(), nullable(o.holder)).
-		Scan(&won, &rid, &token, &expires, &now, &contended, &holder)
+		Scan(&token, &expires)
 	switch {
 	case errors.Is(err, pgx.ErrNoRows):
-		// Refused, and the holder's row was committed after our snapshot.
+		// Refused: the key is held. Read the holder (committed state).
 		held := &HeldError{Key: key}
 		if st, ierr := m.inspect(ctx, key); ierr == nil && st.State == StateHeld {
 			held.RunID, held.Token, held.ExpiresAt, held.Remaining, held.Holder = st.RunID, st.Token, st.ExpiresAt, st.Remaining, st.Holder
@@ -91,14 +87,6 @@ func (m *Manager) acquireOnce(ctx context.Context, key Key, o grantOptions) (*Le
 		m.met.onRefused(ctx, instrument.ReasonError)
 		m.log.Debug("lease acquire failed", "key", key.String(), "err", err)
 		return nil, fmt.Errorf("lease: acquire %s: %w", key, classify(err))
-	case !won:
-		held := &HeldError{Key: key, RunID: rid, Token: fence.Token(token), ExpiresAt: expires, Remaining: max(expires.Sub(now), 0), contended: contended}
-		if holder != nil {
-			held.Holder = *holder
-		}
-		m.obs.held(key, held.Remaining)
-		m.met.onRefused(ctx, instrument.ReasonHeld)
-		return nil, held
 	}
 	l := m.newLease(ctx, key, runID, fence.Token(token), o.holder, expires, sentAt)
 	if l == nil { // closed while acquiring

@@ -197,7 +197,7 @@ func TestTokenDrawnUnderRowLockAfterStall(t *testing.T) {
 		// pg_stat_activity keeps the first track_activity_query_size bytes
 		// (1024 by default) of the statement: match its beginning.
 		require.NoError(t, e.raw.QueryRow(bg(), `SELECT count(*) FROM pg_stat_activity
-			WHERE wait_event_type = 'Lock' AND query LIKE 'WITH now_db%' AND query LIKE '%' || $1 || '%fencekit_token_seq%'`,
+			WHERE wait_event_type = 'Lock' AND query LIKE 'INSERT INTO %fencekit_leases%' AND query LIKE '%' || $1 || '%fencekit_token_seq%'`,
 			e.schema).Scan(&n))
 		return n > 0
 	})

@@ -5,9 +5,9 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"time"
 
 	"github.com/google/uuid"
+	"github.com/jackc/pgx/v5"
 )
 
 // ReleaseResult is the benign outcome of a release. Every value means the
@@ -70,40 +70,25 @@ func (m *Manager) Release(ctx context.Context, key Key, runID uuid.UUID) (Releas
 func (m *Manager) release(ctx context.Context, key Key, runID uuid.UUID) (ReleaseResult, error) {
 	cctx, cancel := m.call(ctx)
 	defer cancel()
-	var (
-		n        int64
-		rid      *uuid.UUID
-		rel, exp *time.Time
-		now      time.Time
-	)
+	var notified bool
 	err := m.pool.QueryRow(cctx, m.st.release, key.AccountID, key.SessionID, runID, m.st.channel, keyPayload(key)).
-		Scan(&n, &rid, &rel, &exp, &now)
-	if err != nil {
+		Scan(&notified)
+	if err != nil && !errors.Is(err, pgx.ErrNoRows) {
 		err = fmt.Errorf("lease: release %s: %w", key, classify(err))
 		m.obs.released(key, 0, err)
 		m.met.onReleased(ctx, 0, err)
 		m.log.Debug("lease release failed", "key", key.String(), "run_id", runID, "err", err)
 		return 0, err
 	}
-	var res ReleaseResult
-	switch {
-	case n > 0:
-		res = ReleaseDone
-	case rid == nil:
-		res = ReleaseNotFound
-	case *rid != runID:
-		res = ReleaseNotHolder
-	case rel != nil:
-		res = ReleaseAlreadyDone
-	case !exp.After(now):
-		res = ReleaseExpired
-	default:
-		// Ours and live in the snapshot, yet not updated: changed
-		// concurrently. Read the committed state once.
+	res := ReleaseDone
+	if err != nil {
+		// Nothing released: read the committed state once to say why.
 		st, ierr := m.inspect(ctx, key)
 		switch {
 		case ierr != nil:
 			return 0, ierr
+		case st.State == StateNotFound:
+			res = ReleaseNotFound
 		case st.RunID != runID:
 			res = ReleaseNotHolder
 		case st.State == StateReleased:

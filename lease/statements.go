@@ -36,32 +36,23 @@ func newStatements(qSchema, schema string) statements {
 		// statement before any row is written. On conflict the token is
 		// drawn again in DO UPDATE SET, under the row lock: a statement that
 		// drew its first value and then stalled still gets a value larger
-		// than every grant committed while it waited (docs/lease.md, "Token order"), and
-		// larger than the first value, hence above the floor too. The second
-		// branch of the UNION returns the holder when the WHERE refused the
-		// takeover; it reads the statement's snapshot, so it may not show
-		// the row that refused us: a holder committed concurrently is
-		// invisible, and a snapshot row that was released or expired is not
-		// the holder. Such rows are filtered out; then no row comes back and
-		// the caller reads the holder with one extra statement (the rare,
-		// contended path only). In a narrow race (the snapshot's holder
-		// released and another run acquired, both during this statement) the
-		// details name the snapshot's holder.
-		acquire: r.Replace(`WITH now_db AS MATERIALIZED (SELECT clock_timestamp() AS t),
-gate AS MATERIALIZED (
-  SELECT f.floor, f.checked_node AS checked,
-         coalesce(nullif(current_setting('fencekit.system', true), ''), $S.fencekit_system())
-           || '/' || left(pg_walfile_name(pg_current_wal_lsn()), 8) AS node,
-         nextval('$S.fencekit_token_seq') AS v
-    FROM (SELECT) one LEFT JOIN $S.fencekit_token_floor f ON f.id),
-ins AS (
-  INSERT INTO $S.fencekit_leases AS held
+		// than every grant committed while it waited (docs/lease.md, "Token
+		// order"), and larger than the first value, hence above the floor
+		// too. The clock is statement_timestamp(): one value per statement,
+		// taken when it starts. A refusal returns no row; the caller then
+		// reads the holder with the inspect statement (committed state).
+		acquire: r.Replace(`INSERT INTO $S.fencekit_leases AS held
     (account_id, session_id, run_id, fence_token, acquired_at, renewed_at, expires_at, released_at, holder)
   SELECT $1::text, $2::text, $3::uuid,
          CASE WHEN g.checked = g.node AND g.v > g.floor THEN g.v
               ELSE $S.fencekit_refuse_grant(g.v, g.floor, g.checked, g.node) END,
-         n.t, n.t, n.t + $4::bigint * interval '1 microsecond', NULL, $5::text
-    FROM now_db n, gate g
+         statement_timestamp(), statement_timestamp(),
+         statement_timestamp() + $4::bigint * interval '1 microsecond', NULL, $5::text
+    FROM (SELECT f.floor, f.checked_node AS checked,
+                 coalesce(nullif(current_setting('fencekit.system', true), ''), $S.fencekit_system())
+                   || '/' || left(pg_walfile_name(pg_current_wal_lsn()), 8) AS node,
+                 nextval('$S.fencekit_token_seq') AS v
+            FROM (SELECT) one LEFT JOIN $S.fencekit_token_floor f ON f.id) g
   ON CONFLICT (account_id, session_id) DO UPDATE SET
     run_id      = EXCLUDED.run_id,
     fence_token = nextval('$S.fencekit_token_seq'),
@@ -71,15 +62,7 @@ ins AS (
     released_at = NULL,
     holder      = EXCLUDED.holder
   WHERE held.expires_at <= EXCLUDED.acquired_at
-  RETURNING held.run_id, held.fence_token, held.expires_at
-)
-SELECT true, i.run_id, i.fence_token, i.expires_at, n.t, false, NULL::text FROM ins i, now_db n
-UNION ALL
-SELECT false, l.run_id, l.fence_token, l.expires_at, n.t, l.contended, l.holder
-  FROM $S.fencekit_leases l, now_db n
- WHERE l.account_id = $1::text AND l.session_id = $2::text
-   AND l.released_at IS NULL AND l.expires_at > n.t
-   AND NOT EXISTS (SELECT 1 FROM ins)`),
+RETURNING held.fence_token, held.expires_at`),
 
 		// $1 account, $2 session, $3 run_id, $4 ttl µs.
 		renew: r.Replace(`WITH now_db AS MATERIALIZED (SELECT clock_timestamp() AS t)
@@ -103,28 +86,18 @@ RETURNING l.account_id, l.session_id, l.run_id, l.expires_at`),
 
 		// $1 account, $2 session, $3 run_id, $4 channel, $5 payload.
 		// Releases only an unexpired lease of this run; the row is kept, with
-		// expires_at moved to now. The NOTIFY is sent (at commit) from the
-		// RETURNING of the data-modifying CTE, so it fires exactly when a
-		// release happened, and only if a waiter has ever marked the key
-		// contended (migration 0003; the flag is sticky, see there). Only when
-		// nothing was released does the second branch read the key's row (in
-		// the statement's snapshot, before this statement's own update) to
-		// explain the outcome; a release reads no row beyond the one it
-		// updates.
-		release: r.Replace(`WITH now_db AS MATERIALIZED (SELECT clock_timestamp() AS t),
-rel AS (
-  UPDATE $S.fencekit_leases l SET released_at = n.t, expires_at = n.t
-    FROM now_db n
-   WHERE l.account_id = $1::text AND l.session_id = $2::text AND l.run_id = $3::uuid
-     AND l.released_at IS NULL AND l.expires_at > n.t
-  RETURNING CASE WHEN l.contended THEN pg_notify($4::text, $5::text) END AS notified
-)
-SELECT 1::bigint, NULL::uuid, NULL::timestamptz, NULL::timestamptz, n.t FROM rel, now_db n
-UNION ALL
-SELECT 0::bigint, c.run_id, c.released_at, c.expires_at, n.t
-  FROM now_db n
-  LEFT JOIN $S.fencekit_leases c ON c.account_id = $1::text AND c.session_id = $2::text
- WHERE NOT EXISTS (SELECT 1 FROM rel)`),
+		// expires_at moved to now (statement_timestamp(): one value per
+		// statement). The NOTIFY is sent (at commit) from the RETURNING, so
+		// it fires exactly when a release happened, and only if a waiter has
+		// ever marked the key contended (migration 0003; the flag is sticky,
+		// see there). When nothing was released no row comes back and the
+		// caller reads the key's row with the inspect statement to explain
+		// the outcome; a release reads no row beyond the one it updates.
+		release: r.Replace(`UPDATE $S.fencekit_leases l
+   SET released_at = statement_timestamp(), expires_at = statement_timestamp()
+ WHERE l.account_id = $1::text AND l.session_id = $2::text AND l.run_id = $3::uuid
+   AND l.released_at IS NULL AND l.expires_at > statement_timestamp()
+RETURNING CASE WHEN l.contended THEN pg_notify($4::text, $5::text) END IS NULL`),
 
 		// $1 accounts, $2 sessions, $3 run_ids, $4 channel, $5 payloads.
 		releaseBatch: r.Replace(`WITH now_db AS MATERIALIZED (SELECT clock_timestamp() AS t),
