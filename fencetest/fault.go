@@ -37,7 +37,7 @@ func FaultyPool(t testing.TB) (*pgxpool.Pool, *Fault) {
 	t.Cleanup(func() { _ = p.Close() })
 	cfg.ConnConfig.Host, cfg.ConnConfig.Port = p.Host(), p.Port()
 	cfg.ConnConfig.Fallbacks = nil
-	return open(t, cfg), &Fault{p: p}
+	return PoolFor(t, cfg), &Fault{p: p}
 }
 
 // Cut resets every connection and refuses new ones until Restore: the

@@ -47,10 +47,14 @@ func Pool(t testing.TB) *pgxpool.Pool {
 	if err != nil {
 		t.Fatalf("fencetest: bad TEST_DATABASE_URL: %v", err)
 	}
-	return open(t, cfg)
+	return PoolFor(t, cfg)
 }
 
-func open(t testing.TB, cfg *pgxpool.Config) *pgxpool.Pool {
+// PoolFor opens a pool from cfg (for example Pool's configuration with
+// another role, database or pool size), pings it, and closes it when the test
+// ends. An unreachable server fails the test under CI and skips it otherwise,
+// as Missing does.
+func PoolFor(t testing.TB, cfg *pgxpool.Config) *pgxpool.Pool {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()

@@ -10,13 +10,11 @@
 package testsvc
 
 import (
-	"context"
 	"crypto/rand"
 	"encoding/hex"
 	"os"
 	"strings"
 	"testing"
-	"time"
 
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/minio/minio-go/v7"
@@ -60,20 +58,7 @@ func PoolWith(t testing.TB, url string, configure func(*pgxpool.Config)) *pgxpoo
 	if configure != nil {
 		configure(cfg)
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-	defer cancel()
-	pool, err := pgxpool.NewWithConfig(ctx, cfg)
-	if err == nil {
-		err = pool.Ping(ctx)
-	}
-	if err != nil {
-		if pool != nil {
-			pool.Close()
-		}
-		Missing(t, "PostgreSQL at TEST_DATABASE_URL unreachable: %v", err)
-	}
-	t.Cleanup(pool.Close)
-	return pool
+	return fencetest.PoolFor(t, cfg)
 }
 
 // RandomName returns prefix followed by 12 random hex characters, usable as
