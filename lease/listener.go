@@ -32,7 +32,9 @@ import (
 //     takeover notification ends the displaced run's Lease, found by run_id
 //     among the Manager's leases, with ErrTakenOver.
 //   - after every (re)connect all subscribers get signalReconnect, since
-//     notifications sent while the connection was down are lost.
+//     notifications sent while the connection was down are lost, and the
+//     Manager asks the database once which of its leases a takeover
+//     displaced meanwhile (endDisplaced).
 
 // signal is what a subscription is woken with.
 type signal uint8
@@ -251,6 +253,7 @@ func (m *Manager) listenOnce(ctx context.Context) (connected bool, err error) {
 	}
 	m.fan.setReady(true)
 	m.obs.listener(true, nil)
+	m.endDisplaced(ctx)
 	for {
 		wctx, wcancel := context.WithTimeout(ctx, m.cfg.WaitPoll)
 		n, err := conn.WaitForNotification(wctx)

@@ -108,36 +108,70 @@ func (m *Manager) takeover(ctx context.Context, key Key, opts []Option) (*Lease,
 // ErrLost otherwise (also when the question cannot be answered).
 func (m *Manager) refusedCauses(ctx context.Context, refused []*Lease) []error {
 	causes := make([]error, len(refused))
-	for i := range causes {
-		causes[i] = ErrLost
-	}
-	if len(refused) == 0 {
-		return causes
-	}
-	accts, sess, runs := make([]string, len(refused)), make([]string, len(refused)), make([]uuid.UUID, len(refused))
+	taken, _ := m.displacedRuns(ctx, refused)
 	for i, l := range refused {
+		causes[i] = ErrLost
+		if taken[l.runID] {
+			causes[i] = ErrTakenOver
+		}
+	}
+	return causes
+}
+
+// endDisplaced ends, with ErrTakenOver, every lease of this Manager that a
+// takeover displaced. The listener calls it each time its LISTEN is in
+// place, because a takeover notification sent before that (the listener
+// starts with the first grant, and reconnects after a failure) is lost;
+// without it such a lease would only learn at its next renewal.
+func (m *Manager) endDisplaced(ctx context.Context) {
+	m.mu.Lock()
+	held := make([]*Lease, 0, len(m.leases))
+	for _, l := range m.leases {
+		held = append(held, l)
+	}
+	m.mu.Unlock()
+	for len(held) > 0 {
+		n := min(len(held), MaxBatch)
+		taken, err := m.displacedRuns(ctx, held[:n])
+		if err != nil {
+			m.log.Warn("lease: checking for takeovers after the listener connected", "err", err)
+			return
+		}
+		for _, l := range held[:n] {
+			if taken[l.runID] {
+				l.end(ErrTakenOver)
+			}
+		}
+		held = held[n:]
+	}
+}
+
+// displacedRuns asks the database which of ls a takeover displaced, in one
+// statement.
+func (m *Manager) displacedRuns(ctx context.Context, ls []*Lease) (map[uuid.UUID]bool, error) {
+	if len(ls) == 0 {
+		return nil, nil
+	}
+	accts, sess, runs := make([]string, len(ls)), make([]string, len(ls)), make([]uuid.UUID, len(ls))
+	for i, l := range ls {
 		accts[i], sess[i], runs[i] = l.key.AccountID, l.key.SessionID, l.runID
 	}
 	cctx, cancel := m.call(ctx)
 	defer cancel()
 	rows, err := m.pool.Query(cctx, m.st.displaced, accts, sess, runs)
 	if err != nil {
-		return causes
+		return nil, err
 	}
+	defer rows.Close()
 	taken := make(map[uuid.UUID]bool)
 	for rows.Next() {
 		var id uuid.UUID
-		if rows.Scan(&id) == nil {
-			taken[id] = true
+		if err := rows.Scan(&id); err != nil {
+			return nil, err
 		}
+		taken[id] = true
 	}
-	rows.Close()
-	for i, l := range refused {
-		if taken[l.runID] {
-			causes[i] = ErrTakenOver
-		}
-	}
-	return causes
+	return taken, rows.Err()
 }
 
 // errTakenOverRenew is the error of a renewal refused because a takeover

@@ -11,6 +11,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/fencekit/fencekit/fence"
+	"github.com/fencekit/fencekit/fencetest"
 	"github.com/fencekit/fencekit/guards/memguard"
 	"github.com/fencekit/fencekit/internal/obs/obstest"
 	"github.com/fencekit/fencekit/lease"
@@ -186,4 +187,57 @@ func TestTakeoverMissedNotificationStillSaysTakenOver(t *testing.T) {
 	}
 	require.ErrorIs(t, context.Cause(la.Context()), lease.ErrTakenOver)
 	require.NoError(t, lb.Err())
+}
+
+// TestTakeoverWhileListenerDownIsLearnedOnReconnect: a takeover notification
+// sent while the displaced run's Manager is not listening (its listener just
+// started, or is reconnecting) is lost. The Manager asks the database which
+// of its leases were displaced as soon as its listener is up again, so the
+// lease ends with ErrTakenOver then, not at its next renewal (here half an
+// hour away).
+func TestTakeoverWhileListenerDownIsLearnedOnReconnect(t *testing.T) {
+	e := newEnv(t)
+	pool, fault := fencetest.FaultyPool(t)
+	desktop, ev, err := lease.NewObserved(lease.Config{Pool: pool, Schema: e.schema, TTL: time.Hour,
+		RenewEvery: 30 * time.Minute, CallTimeout: time.Second, WaitPoll: 200 * time.Millisecond})
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = desktop.Close() })
+	browser := e.manager(lease.Config{TTL: time.Hour})
+	k := uniqueKey(t)
+
+	la, err := desktop.Acquire(bg(), k)
+	require.NoError(t, err)
+	waitListener(t, ev, true)
+
+	fault.Cut() // the desktop's listener (and pool) lose the database
+	waitListener(t, ev, false)
+	lb, err := browser.Takeover(bg(), k)
+	require.NoError(t, err)
+	require.Greater(t, lb.Token(), la.Token())
+	require.NoError(t, la.Err(), "nothing can have told the desktop yet")
+
+	fault.Restore()
+	select {
+	case <-la.Done():
+	case <-time.After(10 * time.Second):
+		t.Fatal("the displaced lease did not end after the listener reconnected (renewal is 30 minutes away)")
+	}
+	require.ErrorIs(t, context.Cause(la.Context()), lease.ErrTakenOver)
+	require.NoError(t, lb.Err())
+}
+
+// waitListener waits for the desktop listener's next connect (up) or loss.
+func waitListener(t *testing.T, ev *lease.Events, up bool) {
+	t.Helper()
+	deadline := time.After(10 * time.Second)
+	for {
+		select {
+		case got := <-ev.Listener():
+			if got == up {
+				return
+			}
+		case <-deadline:
+			t.Fatalf("listener never reported up=%v", up)
+		}
+	}
 }
