@@ -253,7 +253,7 @@ func (m *Manager) listenOnce(ctx context.Context) (connected bool, err error) {
 	}
 	m.fan.setReady(true)
 	m.obs.listener(true, nil)
-	m.endDisplaced(ctx)
+	m.endDisplaced(ctx, conn)
 	for {
 		wctx, wcancel := context.WithTimeout(ctx, m.cfg.WaitPoll)
 		n, err := conn.WaitForNotification(wctx)

@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/google/uuid"
+	"github.com/jackc/pgx/v5"
 
 	"github.com/fencekit/fencekit/fence"
 	"github.com/fencekit/fencekit/lease/internal/instrument"
@@ -108,7 +109,7 @@ func (m *Manager) takeover(ctx context.Context, key Key, opts []Option) (*Lease,
 // ErrLost otherwise (also when the question cannot be answered).
 func (m *Manager) refusedCauses(ctx context.Context, refused []*Lease) []error {
 	causes := make([]error, len(refused))
-	taken, _ := m.displacedRuns(ctx, refused)
+	taken, _ := m.displacedRuns(ctx, m.pool, refused)
 	for i, l := range refused {
 		causes[i] = ErrLost
 		if taken[l.runID] {
@@ -122,8 +123,10 @@ func (m *Manager) refusedCauses(ctx context.Context, refused []*Lease) []error {
 // takeover displaced. The listener calls it each time its LISTEN is in
 // place, because a takeover notification sent before that (the listener
 // starts with the first grant, and reconnects after a failure) is lost;
-// without it such a lease would only learn at its next renewal.
-func (m *Manager) endDisplaced(ctx context.Context) {
+// without it such a lease would only learn at its next renewal. It asks on
+// the listener's own connection (q), which is idle then, so it never takes
+// a pool connection from the Manager's statements.
+func (m *Manager) endDisplaced(ctx context.Context, q querier) {
 	m.mu.Lock()
 	held := make([]*Lease, 0, len(m.leases))
 	for _, l := range m.leases {
@@ -132,7 +135,7 @@ func (m *Manager) endDisplaced(ctx context.Context) {
 	m.mu.Unlock()
 	for len(held) > 0 {
 		n := min(len(held), MaxBatch)
-		taken, err := m.displacedRuns(ctx, held[:n])
+		taken, err := m.displacedRuns(ctx, q, held[:n])
 		if err != nil {
 			m.log.Warn("lease: checking for takeovers after the listener connected", "err", err)
 			return
@@ -146,9 +149,15 @@ func (m *Manager) endDisplaced(ctx context.Context) {
 	}
 }
 
+// querier is what displacedRuns sends its statement through: the pool, or
+// the listener's connection.
+type querier interface {
+	Query(ctx context.Context, sql string, args ...any) (pgx.Rows, error)
+}
+
 // displacedRuns asks the database which of ls a takeover displaced, in one
 // statement.
-func (m *Manager) displacedRuns(ctx context.Context, ls []*Lease) (map[uuid.UUID]bool, error) {
+func (m *Manager) displacedRuns(ctx context.Context, q querier, ls []*Lease) (map[uuid.UUID]bool, error) {
 	if len(ls) == 0 {
 		return nil, nil
 	}
@@ -158,7 +167,7 @@ func (m *Manager) displacedRuns(ctx context.Context, ls []*Lease) (map[uuid.UUID
 	}
 	cctx, cancel := m.call(ctx)
 	defer cancel()
-	rows, err := m.pool.Query(cctx, m.st.displaced, accts, sess, runs)
+	rows, err := q.Query(cctx, m.st.displaced, accts, sess, runs)
 	if err != nil {
 		return nil, err
 	}
