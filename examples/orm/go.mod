@@ -5,7 +5,7 @@ go 1.26.0
 replace github.com/fencekit/fencekit => ../..
 
 require (
-	github.com/fencekit/fencekit v0.0.0-00010101000000-000000000000
+	github.com/fencekit/fencekit v0.1.0
 	github.com/jackc/pgx/v5 v5.12.0
 	gorm.io/driver/postgres v1.6.3
 	gorm.io/gorm v1.31.2

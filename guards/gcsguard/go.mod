@@ -6,7 +6,7 @@ replace github.com/fencekit/fencekit => ../..
 
 require (
 	cloud.google.com/go/storage v1.71.0
-	github.com/fencekit/fencekit v0.0.0-00010101000000-000000000000
+	github.com/fencekit/fencekit v0.1.0
 	github.com/fsouza/fake-gcs-server v1.56.1
 	go.opentelemetry.io/otel v1.47.0
 	go.opentelemetry.io/otel/metric v1.47.0
