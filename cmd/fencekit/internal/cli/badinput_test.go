@@ -117,7 +117,8 @@ func TestBadInputChangesNothing(t *testing.T) {
 }
 
 // TestUnreachableDatabase: a database that cannot be reached fails every
-// command with exit 1 and the cause; the floor commands retry until their
+// command with exit 1 and the cause, and so does a schema never migrated
+// (the message asks whether it is); the floor commands retry until their
 // deadline, printing each wait, and then fail with the last cause.
 func TestUnreachableDatabase(t *testing.T) {
 	var lc net.ListenConfig
@@ -136,6 +137,13 @@ func TestUnreachableDatabase(t *testing.T) {
 		require.Contains(t, r.stderr, "connection refused", "%s", r)
 		require.Contains(t, r.stderr, fmt.Sprintf("127.0.0.1:%d", port), "%s", r)
 		require.Equal(t, 1, strings.Count(r.stderr, "\n"), "one line: %s", r)
+	}
+	// A schema that was never migrated: exit 1, and the message says so.
+	w := newWorld(t)
+	for _, args := range [][]string{{"leases", "list"}, {"floor", "status"}, {"janitor", "sweep"}} {
+		r := fk(t, w.env, append([]string{"--schema", "fk_never_migrated"}, args...)...)
+		require.Equal(t, 1, r.code, "%s", r)
+		require.Contains(t, r.stderr, `is schema "fk_never_migrated" migrated?`, "%s", r)
 	}
 	for _, cmd := range []string{"check", "advance"} {
 		start := time.Now()

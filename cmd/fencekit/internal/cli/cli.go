@@ -226,6 +226,9 @@ func runCommand(ctx context.Context, c command, args []string, env Env, fail fun
 	if cause := context.Cause(ctx); err != nil && errors.Is(cause, errTimedOut) && !errors.Is(err, errTimedOut) {
 		err = fmt.Errorf("%w: %w", cause, err)
 	}
+	if err != nil && migrations.IsUndefinedTable(err) {
+		err = fmt.Errorf("%w (is schema %q migrated? see 'fencekit migrate status --schema %s')", err, r.g.schemaName(), r.g.schemaName())
+	}
 	if err != nil {
 		return fail(prefix, err)
 	}
