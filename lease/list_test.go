@@ -13,11 +13,11 @@ import (
 // pages continued with After concatenate to the whole list; bad options
 // are refused before any statement.
 func TestList(t *testing.T) {
-	for _, mode := range execModes {
+	for _, mode := range everyExecMode {
 		t.Run(mode.String(), func(t *testing.T) {
 			e := newEnv(t)
 			holder := e.manager(lease.Config{})
-			op := e.manager(lease.Config{Pool: modePool(t, mode)})
+			op := e.manager(lease.Config{Pool: poolInMode(t, mode)})
 			k := func(a, s string) lease.Key { return lease.Key{AccountID: a, SessionID: s} }
 			held := []lease.Key{k("acme", "s1"), k("acme", "s4"), k("beta", "s2")}
 			for _, key := range held {

@@ -16,16 +16,16 @@ import (
 	"github.com/fencekit/fencekit/lease"
 )
 
-// execModes are pgx's query execution modes; every statement must work in
+// everyExecMode are pgx's query execution modes; every statement must work in
 // each of them (and behind PgBouncer's transaction pooling, which rules out
 // the cached-statement modes' server-side state only).
-var execModes = []pgx.QueryExecMode{
+var everyExecMode = []pgx.QueryExecMode{
 	pgx.QueryExecModeCacheStatement, pgx.QueryExecModeCacheDescribe,
 	pgx.QueryExecModeDescribeExec, pgx.QueryExecModeExec, pgx.QueryExecModeSimpleProtocol,
 }
 
-// modePool opens an independent pool whose statements use mode.
-func modePool(t *testing.T, mode pgx.QueryExecMode) *pgxpool.Pool {
+// poolInMode opens an independent pool whose statements use mode.
+func poolInMode(t *testing.T, mode pgx.QueryExecMode) *pgxpool.Pool {
 	t.Helper()
 	return testsvc.PoolWith(t, testsvc.DatabaseURL(), func(c *pgxpool.Config) { c.ConnConfig.DefaultQueryExecMode = mode })
 }
@@ -37,11 +37,11 @@ func modePool(t *testing.T, mode pgx.QueryExecMode) *pgxpool.Pool {
 // released, expired, or held by another run than the one named) changes
 // nothing and reports the state.
 func TestRevoke(t *testing.T) {
-	for _, mode := range execModes {
+	for _, mode := range everyExecMode {
 		t.Run(mode.String(), func(t *testing.T) {
 			e := newEnv(t)
 			holder := e.manager(lease.Config{})
-			op := e.manager(lease.Config{Pool: modePool(t, mode)})
+			op := e.manager(lease.Config{Pool: poolInMode(t, mode)})
 			k := uniqueKey(t)
 			l, err := holder.Acquire(bg(), k, lease.WithHolder("desktop"))
 			require.NoError(t, err)
