@@ -8,7 +8,8 @@
 // waits for the key; Takeover grants it even while another run holds it
 // ("continue here" on another device) and cancels that run with
 // ErrTakenOver; Run wraps acquire → work → release; Inspect tells a
-// client who owns a key now, so its UI can reconcile with the server. A
+// client who owns a key now, so its UI can reconcile with the server;
+// List reads many keys and Revoke ends a stuck grant (operator calls). A
 // Lease has a run_id (which execution), a fence.Token (which order) and a
 // Context that keeps the caller's values, carries the claim (token and
 // run_id, fence.ClaimFromContext) and is cancelled with a cause when
@@ -73,7 +74,7 @@
 // new run_id and a larger token. Renew of a released or
 // expired lease is refused (ErrLost); Release of an expired one changes
 // nothing (ReleaseExpired); Release or Renew by another run_id changes
-// nothing (ReleaseNotHolder).
+// nothing (ReleaseNotHolder). Revoke moves a held key to expired at once.
 //
 // On the holder's side a Lease goes from held to ended exactly once; the
 // cause of its context is ErrLost, ErrTrustExpired, ErrTakenOver,

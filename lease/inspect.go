@@ -85,21 +85,8 @@ func (m *Manager) inspect(ctx context.Context, key Key) (Ownership, error) {
 		Scan(&rid, &token, &acq, &ren, &exp, &rel, &now, &holder); err != nil {
 		return Ownership{}, fmt.Errorf("lease: inspect %s: %w", key, classify(err))
 	}
-	st := Ownership{Key: key, DBNow: now}
 	if rid == nil {
-		return st, nil
+		return Ownership{Key: key, DBNow: now}, nil
 	}
-	st.RunID, st.Token, st.AcquiredAt, st.RenewedAt, st.ExpiresAt = *rid, fence.Token(*token), *acq, *ren, *exp
-	if holder != nil {
-		st.Holder = *holder
-	}
-	switch {
-	case rel != nil:
-		st.State, st.ReleasedAt = StateReleased, *rel
-	case exp.After(now):
-		st.State, st.Remaining = StateHeld, exp.Sub(now)
-	default:
-		st.State = StateExpired
-	}
-	return st, nil
+	return ownershipOf(key, *rid, fence.Token(*token), *acq, *ren, *exp, rel, holder, now), nil
 }

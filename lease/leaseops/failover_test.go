@@ -6,6 +6,7 @@ import (
 	"log/slog"
 	"testing"
 
+	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/stretchr/testify/require"
 
@@ -181,4 +182,64 @@ func TestTokenFloorConfig(t *testing.T) {
 		_, err := leaseops.NewTokenFloor(cfg)
 		require.ErrorIs(t, err, lease.ErrInvalidConfig, name)
 	}
+}
+
+// TestFloorStatus, in every exec mode: Status reports the stored floor, the
+// next token and both nodes, and the refusal the acquire statement would
+// raise — none on the checked node, ErrFailoverUnchecked on another,
+// ErrTokenFloor below the floor — without changing anything.
+func TestFloorStatus(t *testing.T) {
+	for _, mode := range []pgx.QueryExecMode{pgx.QueryExecModeCacheStatement, pgx.QueryExecModeCacheDescribe,
+		pgx.QueryExecModeDescribeExec, pgx.QueryExecModeExec, pgx.QueryExecModeSimpleProtocol} {
+		t.Run(mode.String(), func(t *testing.T) {
+			e := newEnv(t)
+			pool := testsvc.PoolWith(t, testsvc.DatabaseURL(), func(c *pgxpool.Config) { c.ConnConfig.DefaultQueryExecMode = mode })
+			tf, err := leaseops.NewTokenFloor(leaseops.TokenFloorConfig{Pool: pool, Schema: e.schema, Source: leaseops.StaticFloor(0)})
+			require.NoError(t, err)
+			node := e.checkedNode()
+			state := func() string {
+				var s string
+				require.NoError(t, e.raw.QueryRow(bg(), fmt.Sprintf(`SELECT row_to_json(f)::text || (SELECT format('%%s/%%s', last_value, is_called) FROM %q.fencekit_token_seq) FROM %q.fencekit_token_floor f`, e.schema, e.schema)).Scan(&s))
+				return s
+			}
+
+			st, err := tf.Status(bg())
+			require.NoError(t, err)
+			require.NoError(t, st.Refused())
+			require.Equal(t, node, st.Node)
+			require.Equal(t, node, st.CheckedNode)
+			require.False(t, st.InRecovery)
+			require.EqualValues(t, 1, st.Next)
+			require.Zero(t, st.Stored)
+			require.False(t, st.UpdatedAt.IsZero())
+
+			e.otherNode()
+			before := state()
+			st, err = tf.Status(bg())
+			require.NoError(t, err)
+			var fe *lease.FailoverError
+			require.ErrorAs(t, st.Refused(), &fe)
+			require.Equal(t, "1:1/00000001", fe.Checked)
+			require.Equal(t, node, fe.Node)
+			require.Equal(t, before, state(), "Status changes nothing")
+
+			_, err = e.floor(leaseops.StaticFloor(500)).Advance(bg(), 0)
+			require.NoError(t, err)
+			st, err = tf.Status(bg())
+			require.NoError(t, err)
+			require.NoError(t, st.Refused())
+			require.EqualValues(t, 500, st.Stored)
+			require.EqualValues(t, 501, st.Next)
+
+			_, err = e.floor(leaseops.StaticFloor(10_000)).Check(bg())
+			require.ErrorIs(t, err, lease.ErrTokenFloor)
+			st, err = tf.Status(bg())
+			require.NoError(t, err)
+			require.ErrorIs(t, st.Refused(), lease.ErrTokenFloor)
+			require.NotErrorIs(t, st.Refused(), lease.ErrFailoverUnchecked)
+			require.EqualValues(t, 10_000, st.Stored)
+		})
+	}
+	standby := leaseops.FloorStatus{InRecovery: true}
+	require.ErrorIs(t, standby.Refused(), leaseops.ErrStandby)
 }

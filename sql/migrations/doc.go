@@ -24,6 +24,11 @@
 // [Validate] is the startup check: it reports, as a *NotMigratedError, the
 // versions of each set that this build embeds and the schema has not
 // recorded, whichever of Migrate, goose or golang-migrate applied it.
+// [Status] lists, per set, the versions applied (with name and time), those
+// pending and those this build does not know. [Down] reverts a set to a
+// version by running the same down scripts the tool files carry, in one
+// transaction under Migrate's lock (the fencekit CLI's migrate commands are
+// these four calls).
 //
 // Guaranteed: Migrate is idempotent, and safe when several processes run it at
 // once (they serialise on the advisory lock; all but the first find nothing
@@ -32,7 +37,9 @@
 //
 // Not guaranteed: down migrations are provided for completeness and for
 // tests; running them destroys leases and marks, and with them the ordering
-// guarantees that rely on kept rows.
+// guarantees that rely on kept rows. Down refuses to revert versions it does
+// not embed (an *UnknownVersionError); it does not check that no process
+// still uses the schema.
 package migrations
 
 //go:generate go run ./internal/gentools

@@ -79,6 +79,13 @@ END $fencekit$;
 	return s
 }
 
+// downScript is the down script of m that every tool file carries and
+// Down runs: the removal of m's version row (and, at version 1, of the
+// emptied version table) followed by m's .down.sql body.
+func downScript(m Migration) string {
+	return recordDown(m) + "\n" + strings.TrimRight(m.Down, "\n") + "\n"
+}
+
 func header(m Migration) string {
 	return fmt.Sprintf("-- Code generated from %s/%04d_%s.{up,down}.sql by go generate ./sql/migrations; DO NOT EDIT.\n"+
 		"-- Apply with search_path set to the target schema; objects are unqualified.\n", m.Set, m.Version, m.Name)
@@ -99,7 +106,7 @@ func ToolFiles() (map[string][]byte, error) {
 		for _, m := range ms {
 			base := fmt.Sprintf("%04d_%s", m.Version, m.Name)
 			up := strings.TrimRight(m.Up, "\n") + "\n\n" + recordUp(m)
-			down := recordDown(m) + "\n" + strings.TrimRight(m.Down, "\n") + "\n"
+			down := downScript(m)
 			out[path.Join(string(GolangMigrate), string(set), base+".up.sql")] = []byte(header(m) + "\n" + up)
 			out[path.Join(string(GolangMigrate), string(set), base+".down.sql")] = []byte(header(m) + "\n" + down)
 			out[path.Join(string(Goose), string(set), base+".sql")] = []byte(header(m) +

@@ -1,0 +1,131 @@
+package lease
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strings"
+	"time"
+
+	"github.com/google/uuid"
+
+	"github.com/fencekit/fencekit/fence"
+)
+
+// DefaultListLimit is ListOptions.Limit's default.
+const DefaultListLimit = 100
+
+// ErrInvalidListOptions is matched by the error for ListOptions that fail
+// validation. Nothing was sent.
+var ErrInvalidListOptions = errors.New("lease: invalid list options")
+
+// ListOptions selects the keys List reads.
+type ListOptions struct {
+	// Account restricts the list to one account; "" lists every account.
+	// A non-empty value must be a valid AccountID.
+	Account string
+	// HeldOnly lists only keys held now (unexpired on the database clock
+	// and not released).
+	HeldOnly bool
+	// After continues a listing: only keys after this one in (AccountID,
+	// SessionID) order, as the database collates them. The zero Key starts
+	// from the first; otherwise it must be a valid Key (the last one of the
+	// previous page).
+	After Key
+	// Limit is the most keys returned, 1..MaxBatch. Default
+	// DefaultListLimit.
+	Limit int
+}
+
+// listSQL reads one page of keys in one statement. $1 account or NULL, $2
+// held only, $3/$4 the key to continue after or NULLs, $5 limit. One
+// clock reading for every row.
+func listSQL(qSchema string) string {
+	return strings.ReplaceAll(`SELECT l.account_id, l.session_id, l.run_id::text, l.fence_token, l.acquired_at, l.renewed_at,
+       l.expires_at, l.released_at, l.holder, n.t
+  FROM (SELECT clock_timestamp() AS t) n
+  JOIN $S.fencekit_leases l ON ($1::text IS NULL OR l.account_id = $1::text)
+   AND (NOT $2::boolean OR (l.released_at IS NULL AND l.expires_at > n.t))
+   AND ($3::text IS NULL OR (l.account_id, l.session_id) > ($3::text, $4::text))
+ ORDER BY l.account_id, l.session_id
+ LIMIT $5::integer`, "$S", qSchema)
+}
+
+// List reads the keys of the schema from the database in one statement, in
+// (AccountID, SessionID) order, with their state as Inspect reports it
+// (every row judged on one reading of the database clock). A full page
+// (Limit keys) may have more after it: call again with After set to its
+// last key. It reads only; released and expired rows are listed until
+// housekeeping deletes them (leaseops.Janitor).
+func (m *Manager) List(ctx context.Context, opts ListOptions) ([]Ownership, error) {
+	if opts.Limit == 0 {
+		opts.Limit = DefaultListLimit
+	}
+	if opts.Limit < 1 || opts.Limit > MaxBatch {
+		return nil, fmt.Errorf("%w: Limit %d must be in 1..%d", ErrInvalidListOptions, opts.Limit, MaxBatch)
+	}
+	var account, afterAccount, afterSession *string
+	if opts.Account != "" {
+		if err := validateID("AccountID", opts.Account); err != nil {
+			return nil, fmt.Errorf("%w: Account: %w", ErrInvalidListOptions, err)
+		}
+		account = &opts.Account
+	}
+	if opts.After != (Key{}) {
+		if err := opts.After.Validate(); err != nil {
+			return nil, fmt.Errorf("%w: After: %w", ErrInvalidListOptions, err)
+		}
+		afterAccount, afterSession = &opts.After.AccountID, &opts.After.SessionID
+	}
+	if m.isClosed() {
+		return nil, ErrClosed
+	}
+	cctx, cancel := m.call(ctx)
+	defer cancel()
+	rows, err := m.pool.Query(cctx, listSQL(m.cfg.qSchema), account, opts.HeldOnly, afterAccount, afterSession, opts.Limit)
+	if err != nil {
+		return nil, fmt.Errorf("lease: list: %w", classify(err))
+	}
+	defer rows.Close()
+	var out []Ownership
+	for rows.Next() {
+		var (
+			k                  Key
+			rid                string
+			token              int64
+			acq, ren, exp, now time.Time
+			rel                *time.Time
+			holder             *string
+		)
+		if err := rows.Scan(&k.AccountID, &k.SessionID, &rid, &token, &acq, &ren, &exp, &rel, &holder, &now); err != nil {
+			return nil, fmt.Errorf("lease: list: %w", err)
+		}
+		id, err := uuid.Parse(rid)
+		if err != nil {
+			return nil, fmt.Errorf("lease: list: run id %q from the database: %w", rid, err)
+		}
+		out = append(out, ownershipOf(k, id, fence.Token(token), acq, ren, exp, rel, holder, now))
+	}
+	if err := rows.Err(); err != nil {
+		return nil, fmt.Errorf("lease: list: %w", classify(err))
+	}
+	return out, nil
+}
+
+// ownershipOf is the state of a key's row at the database time now: the
+// one rule Inspect, List and Watch report states by.
+func ownershipOf(key Key, runID uuid.UUID, token fence.Token, acq, ren, exp time.Time, rel *time.Time, holder *string, now time.Time) Ownership {
+	st := Ownership{Key: key, DBNow: now, RunID: runID, Token: token, AcquiredAt: acq, RenewedAt: ren, ExpiresAt: exp}
+	if holder != nil {
+		st.Holder = *holder
+	}
+	switch {
+	case rel != nil:
+		st.State, st.ReleasedAt = StateReleased, *rel
+	case exp.After(now):
+		st.State, st.Remaining = StateHeld, exp.Sub(now)
+	default:
+		st.State = StateExpired
+	}
+	return st
+}

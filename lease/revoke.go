@@ -1,0 +1,124 @@
+package lease
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strings"
+	"time"
+
+	"github.com/google/uuid"
+	"github.com/jackc/pgx/v5"
+
+	"github.com/fencekit/fencekit/fence"
+)
+
+// Revocation is the outcome of Revoke.
+type Revocation struct {
+	// Revoked is true when this call ended a live grant.
+	Revoked bool
+	// RunID and Token name the grant this call ended (zero unless Revoked).
+	RunID uuid.UUID
+	Token fence.Token
+	// Ownership is the key's state after the call: StateExpired with the
+	// revoked grant's run and token when Revoked, otherwise the state that
+	// explains why nothing was revoked (not found, released, expired, or
+	// held by another run than the one asked for).
+	Ownership Ownership
+}
+
+// revokeSQL ends the live grant of a key in one statement. $1 account, $2
+// session, $3 the holder's run_id as text or NULL (whichever run holds it),
+// $4 channel, $5 payload. The row is kept with expires_at moved to the
+// statement's time, released_at left NULL (the grant expired, it was not
+// released): renewals, which need expires_at in the future, are refused;
+// the holder's release reports ReleaseExpired; the next grant takes the
+// ON CONFLICT path and draws its token under the row lock, larger than the
+// revoked one. Like a release it notifies the key's waiters and watchers
+// (only when the key was ever contended). It draws no token, so neither
+// the token floor nor the node check gates it. Values are bound as text,
+// booleans and strings only, so it runs in every QueryExecMode.
+func revokeSQL(qSchema string) string {
+	return strings.ReplaceAll(`UPDATE $S.fencekit_leases l
+   SET expires_at = statement_timestamp()
+ WHERE l.account_id = $1::text AND l.session_id = $2::text
+   AND ($3::text IS NULL OR l.run_id = $3::text::uuid)
+   AND l.released_at IS NULL AND l.expires_at > statement_timestamp()
+RETURNING l.run_id::text, l.fence_token, l.acquired_at, l.renewed_at, l.expires_at, l.holder, statement_timestamp(),
+          CASE WHEN l.contended THEN pg_notify($4::text, $5::text) END IS NULL`, "$S", qSchema)
+}
+
+// Revoke ends the current grant of key now, for an operator whose
+// conversation is stuck with a holder that no longer makes progress: in
+// one statement the grant is expired on the database clock. From its commit
+// the holder's renewals are refused (ErrLost, so its Manager cancels the
+// lease's context at the latest at its next renewal; a Lease of this
+// Manager is cancelled at once), its release changes nothing
+// (ReleaseExpired), and the next grant of the key carries a larger token,
+// which the guards prefer over the revoked one. Waiters and watchers of the
+// key are woken as by a release. Work the holder has in flight is not
+// stopped, and its writes stay acceptable to the guards until a later
+// grant has written with its larger token.
+//
+// runID, when not uuid.Nil, names the grant to end: a later grant of
+// another run is left alone (Revoked false). uuid.Nil ends whichever grant
+// is live. A key nobody holds (never acquired, released, expired) is not an
+// error: Revoked is false and Ownership says why. The Authorizer runs
+// first, as for Takeover.
+func (m *Manager) Revoke(ctx context.Context, key Key, runID uuid.UUID) (Revocation, error) {
+	if err := key.Validate(); err != nil {
+		return Revocation{}, err
+	}
+	if m.isClosed() {
+		return Revocation{}, ErrClosed
+	}
+	if err := m.authorize(ctx, key); err != nil {
+		return Revocation{}, err
+	}
+	var run *string
+	if runID != uuid.Nil {
+		s := runID.String()
+		run = &s
+	}
+	cctx, cancel := m.call(ctx)
+	defer cancel()
+	var (
+		rid           string
+		token         int64
+		acq, ren, exp time.Time
+		holder        *string
+		now           time.Time
+		notified      bool
+	)
+	err := m.pool.QueryRow(cctx, revokeSQL(m.cfg.qSchema), key.AccountID, key.SessionID, run, m.st.channel, keyPayload(key)).
+		Scan(&rid, &token, &acq, &ren, &exp, &holder, &now, &notified)
+	if errors.Is(err, pgx.ErrNoRows) {
+		st, ierr := m.inspect(ctx, key)
+		if ierr != nil {
+			return Revocation{}, ierr
+		}
+		return Revocation{Ownership: st}, nil
+	}
+	if err != nil {
+		return Revocation{}, fmt.Errorf("lease: revoke %s: %w", key, classify(err))
+	}
+	revoked, err := uuid.Parse(rid)
+	if err != nil {
+		return Revocation{}, fmt.Errorf("lease: revoke %s: run id %q from the database: %w", key, rid, err)
+	}
+	r := Revocation{
+		Revoked: true, RunID: revoked, Token: fence.Token(token),
+		Ownership: Ownership{
+			Key: key, State: StateExpired, RunID: revoked, Token: fence.Token(token),
+			AcquiredAt: acq, RenewedAt: ren, ExpiresAt: exp, DBNow: now,
+		},
+	}
+	if holder != nil {
+		r.Ownership.Holder = *holder
+	}
+	if l := m.lookup(key, revoked); l != nil {
+		l.end(ErrLost)
+	}
+	m.log.Info("lease revoked", "key", key.String(), "run_id", revoked, "token", token)
+	return r, nil
+}
