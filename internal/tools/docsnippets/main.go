@@ -1,5 +1,5 @@
 // Command docsnippets checks that every Go snippet in the repository's
-// Markdown (README.md, CONTRIBUTING.md, docs/*.md) is an excerpt of Go code
+// Markdown (README.md, CONTRIBUTING.md, docs/**/*.md) is an excerpt of Go code
 // that the build compiles: each fenced ```go block, split at elision lines
 // ("..." or "// ..."), must appear as a contiguous run of lines in some .go
 // file of the repository (compared line by line with surrounding whitespace
@@ -79,15 +79,15 @@ func markdownFiles(root string) ([]string, error) {
 			out = append(out, f)
 		}
 	}
-	m, err := filepath.Glob(filepath.Join(root, "docs", "*.md"))
-	if err != nil {
-		return nil, err
-	}
-	for _, f := range m {
+	err := filepath.WalkDir(filepath.Join(root, "docs"), func(f string, d fs.DirEntry, err error) error {
+		if err != nil || d.IsDir() || filepath.Ext(f) != ".md" {
+			return err
+		}
 		rel, _ := filepath.Rel(root, f)
 		out = append(out, rel)
-	}
-	return out, nil
+		return nil
+	})
+	return out, err
 }
 
 // extract returns the Go snippets of one Markdown file, each split into
