@@ -3,6 +3,8 @@ package lease
 import (
 	"errors"
 	"fmt"
+
+	"github.com/fencekit/fencekit/sql/migrations"
 )
 
 // ErrBusy is matched by the error of a statement the database aborted
@@ -25,7 +27,9 @@ var busyCodes = map[string]string{
 type sqlState interface{ SQLState() string }
 
 // classify wraps err with ErrBusy when the database aborted the statement
-// for concurrency; other errors are returned as they are.
+// for concurrency, and with a *migrations.NotMigratedError when the
+// statement names an object the schema lacks (the PostgreSQL error names the
+// schema-qualified object); other errors are returned as they are.
 func classify(err error) error {
 	var st sqlState
 	if err == nil || !errors.As(err, &st) {
@@ -34,5 +38,5 @@ func classify(err error) error {
 	if what, ok := busyCodes[st.SQLState()]; ok {
 		return fmt.Errorf("%w (%s): %w", ErrBusy, what, err)
 	}
-	return err
+	return migrations.NotMigrated("", err)
 }

@@ -12,10 +12,10 @@ import (
 
 // ErrInvalidVersion is matched by the error for a target version that is
 // not a version number (negative). Nothing changed.
-var ErrInvalidVersion = errors.New("fencekit/sql: invalid target version")
+var ErrInvalidVersion = errors.New("migrations: invalid target version")
 
 // ErrUnknownVersion is matched by *UnknownVersionError.
-var ErrUnknownVersion = errors.New("fencekit/sql: schema has versions this build does not embed")
+var ErrUnknownVersion = errors.New("migrations: schema has versions this build does not embed")
 
 // UnknownVersionError reports versions recorded in the schema that this
 // build does not embed (a newer build applied them): Down refuses to
@@ -33,7 +33,7 @@ func (e *UnknownVersionError) Error() string {
 	for i, v := range e.Versions {
 		vs[i] = fmt.Sprintf("%04d", v)
 	}
-	return fmt.Sprintf("fencekit/sql: schema %q has %s set versions %s that this build does not embed: revert them with the build that applied them",
+	return fmt.Sprintf("migrations: schema %q has %s set versions %s that this build does not embed: revert them with the build that applied them",
 		e.Schema, e.Set, strings.Join(vs, ", "))
 }
 
@@ -60,7 +60,7 @@ func (e *UnknownVersionError) Is(target error) bool { return target == ErrUnknow
 // processes use (see the package documentation).
 func Down(ctx context.Context, db Execer, opts Options, set Set, to int) ([]int, error) {
 	if db == nil {
-		return nil, errors.New("fencekit/sql: nil database handle")
+		return nil, errors.New("migrations: nil database handle")
 	}
 	schema, err := opts.schema()
 	if err != nil {
@@ -115,7 +115,7 @@ func Down(ctx context.Context, db Execer, opts Options, set Set, to int) ([]int,
 		for _, v := range recorded {
 			m := known[v]
 			if _, err := tx.Exec(ctx, downScript(m)); err != nil {
-				return fmt.Errorf("fencekit/sql: %s down migration %04d_%s: %w", set, m.Version, m.Name, err)
+				return fmt.Errorf("migrations: %s down migration %04d_%s: %w", set, m.Version, m.Name, err)
 			}
 			reverted = append(reverted, v)
 		}

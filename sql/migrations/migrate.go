@@ -33,7 +33,7 @@ const DefaultSchema = "public"
 
 // ErrInvalidIdentifier is matched by errors about a configurable SQL
 // identifier (such as a schema name) that fails validation.
-var ErrInvalidIdentifier = errors.New("fencekit/sql: invalid identifier")
+var ErrInvalidIdentifier = errors.New("migrations: invalid identifier")
 
 var identRE = regexp.MustCompile(`^[a-z_][a-z0-9_]{0,62}$`)
 
@@ -72,7 +72,7 @@ func Migrations(set Set) ([]Migration, error) {
 	dir := string(set)
 	entries, err := fs.ReadDir(files, dir)
 	if err != nil {
-		return nil, fmt.Errorf("fencekit/sql: unknown migration set %q", set)
+		return nil, fmt.Errorf("migrations: unknown migration set %q", set)
 	}
 	byVersion := map[int]*Migration{}
 	for _, e := range entries {
@@ -88,11 +88,11 @@ func Migrations(set Set) ([]Migration, error) {
 		}
 		num, rest, ok := strings.Cut(name, "_")
 		if !ok {
-			return nil, fmt.Errorf("fencekit/sql: bad migration file name %q", name)
+			return nil, fmt.Errorf("migrations: bad migration file name %q", name)
 		}
 		v, err := strconv.Atoi(num)
 		if err != nil {
-			return nil, fmt.Errorf("fencekit/sql: bad migration file name %q", name)
+			return nil, fmt.Errorf("migrations: bad migration file name %q", name)
 		}
 		body, err := fs.ReadFile(files, dir+"/"+name)
 		if err != nil {
@@ -146,10 +146,11 @@ const migrateLockKey int64 = 0x66656e63656b6974 // "fencekit"
 
 // Migrate applies every pending up migration of the given sets in one
 // transaction. It is idempotent and safe to run from several processes at
-// once. It returns the versions it applied, per set.
+// once. With no sets it applies both, Lease and Guard. It returns the
+// versions it applied, per set.
 func Migrate(ctx context.Context, db Execer, opts Options, sets ...Set) (map[Set][]int, error) {
 	if db == nil {
-		return nil, errors.New("fencekit/sql: nil database handle")
+		return nil, errors.New("migrations: nil database handle")
 	}
 	schema, err := opts.schema()
 	if err != nil {
@@ -196,7 +197,7 @@ func Migrate(ctx context.Context, db Execer, opts Options, sets ...Set) (map[Set
 					continue
 				}
 				if _, err := tx.Exec(ctx, m.Up); err != nil {
-					return fmt.Errorf("fencekit/sql: %s migration %04d_%s: %w", s, m.Version, m.Name, err)
+					return fmt.Errorf("migrations: %s migration %04d_%s: %w", s, m.Version, m.Name, err)
 				}
 				if _, err := tx.Exec(ctx, "INSERT INTO fencekit_schema_migrations (set_name, version, name) VALUES ($1, $2, $3)", string(s), m.Version, m.Name); err != nil {
 					return err
@@ -219,7 +220,7 @@ func DropSchema(ctx context.Context, db Execer, schema string) error {
 		return err
 	}
 	if schema == DefaultSchema {
-		return fmt.Errorf("fencekit/sql: refusing to drop schema %q", schema)
+		return fmt.Errorf("migrations: refusing to drop schema %q", schema)
 	}
 	return inTx(ctx, db, func(tx pgx.Tx) error {
 		_, err := tx.Exec(ctx, `DROP SCHEMA IF EXISTS "`+schema+`" CASCADE`)
@@ -241,6 +242,22 @@ func inTx(ctx context.Context, db Execer, fn func(pgx.Tx) error) (err error) {
 		return err
 	}
 	return tx.Commit(ctx)
+}
+
+// NotMigrated returns a *NotMigratedError wrapping err when err is the
+// database's refusal of a statement because an object it names does not
+// exist — a table (SQLSTATE 42P01), a column (42703) or a function (42883):
+// the sign that the schema was not migrated, or not to this build's version.
+// Any other error (nil included) is returned unchanged.
+func NotMigrated(schema string, err error) error {
+	var pe *pgconn.PgError
+	if errors.As(err, &pe) {
+		switch pe.Code {
+		case "42P01", "42703", "42883":
+			return &NotMigratedError{Schema: schema, Err: err}
+		}
+	}
+	return err
 }
 
 // IsUndefinedTable reports whether err is PostgreSQL's "relation does not

@@ -44,7 +44,7 @@ func (s SetStatus) Current() int {
 // returned in the order given.
 func Status(ctx context.Context, db Execer, opts Options, sets ...Set) ([]SetStatus, error) {
 	if db == nil {
-		return nil, errors.New("fencekit/sql: nil database handle")
+		return nil, errors.New("migrations: nil database handle")
 	}
 	schema, err := opts.schema()
 	if err != nil {
@@ -85,7 +85,7 @@ func Status(ctx context.Context, db Execer, opts Options, sets ...Set) ([]SetSta
 		return rows.Err()
 	})
 	if err != nil {
-		return nil, fmt.Errorf("fencekit/sql: status of schema %q: %w", schema, err)
+		return nil, fmt.Errorf("migrations: status of schema %q: %w", schema, err)
 	}
 	out := make([]SetStatus, 0, len(sets))
 	for _, s := range sets {

@@ -36,7 +36,7 @@ func ToolFS(tool Tool, set Set) (fs.FS, error) {
 	switch tool {
 	case Goose, GolangMigrate:
 	default:
-		return nil, fmt.Errorf("fencekit/sql: unknown migration tool %q", tool)
+		return nil, fmt.Errorf("migrations: unknown migration tool %q", tool)
 	}
 	if _, err := Migrations(set); err != nil {
 		return nil, err

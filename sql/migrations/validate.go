@@ -11,17 +11,30 @@ import (
 )
 
 // ErrNotMigrated is matched by a *NotMigratedError.
-var ErrNotMigrated = errors.New("fencekit/sql: schema is not at the expected version")
+var ErrNotMigrated = errors.New("migrations: schema is not at the expected version")
 
-// NotMigratedError reports, per set, the versions this build expects that
-// the schema has not recorded.
+// NotMigratedError reports that a schema lacks fencekit's objects: per set,
+// the versions this build expects that the schema has not recorded
+// (Validate), or the database's own refusal of a statement that needs them
+// (Err, from NotMigrated). The remedy is Migrate (or `fencekit migrate up`).
 type NotMigratedError struct {
 	Schema  string
 	Missing map[Set][]int // set → missing versions, ascending
+	Err     error         // the database error that showed it; nil from Validate
 }
+
+// Unwrap returns the database error, if any.
+func (e *NotMigratedError) Unwrap() error { return e.Err }
 
 // Error implements error.
 func (e *NotMigratedError) Error() string {
+	if len(e.Missing) == 0 {
+		what := "schema"
+		if e.Schema != "" {
+			what = fmt.Sprintf("schema %q", e.Schema)
+		}
+		return fmt.Sprintf("migrations: %s is not migrated (apply migrations.Migrate, or run `fencekit migrate up`): %v", what, e.Err)
+	}
 	sets := make([]string, 0, len(e.Missing))
 	for s := range e.Missing {
 		sets = append(sets, string(s))
@@ -35,7 +48,7 @@ func (e *NotMigratedError) Error() string {
 		}
 		parts = append(parts, fmt.Sprintf("%s set missing %s", s, strings.Join(vs, ", ")))
 	}
-	return fmt.Sprintf("fencekit/sql: schema %q is not migrated: %s", e.Schema, strings.Join(parts, "; "))
+	return fmt.Sprintf("migrations: schema %q is not migrated: %s", e.Schema, strings.Join(parts, "; "))
 }
 
 // Is reports whether target is ErrNotMigrated.
@@ -50,7 +63,7 @@ func (e *NotMigratedError) Is(target error) bool { return target == ErrNotMigrat
 // build knows are accepted (a newer build migrated first). It reads only.
 func Validate(ctx context.Context, db Execer, opts Options, sets ...Set) error {
 	if db == nil {
-		return errors.New("fencekit/sql: nil database handle")
+		return errors.New("migrations: nil database handle")
 	}
 	schema, err := opts.schema()
 	if err != nil {
@@ -95,7 +108,7 @@ func Validate(ctx context.Context, db Execer, opts Options, sets ...Set) error {
 		return rows.Err()
 	})
 	if err != nil {
-		return fmt.Errorf("fencekit/sql: validate schema %q: %w", schema, err)
+		return fmt.Errorf("migrations: validate schema %q: %w", schema, err)
 	}
 	missing := map[Set][]int{}
 	for _, s := range sets {
