@@ -4,4 +4,4 @@
 DELETE FROM fencekit_schema_migrations WHERE set_name = 'lease' AND version = 8;
 
 -- Reverts version 8: drops the floor check function.
-DROP FUNCTION IF EXISTS fencekit_check_floor(bigint);
+DROP FUNCTION IF EXISTS fencekit_check_floor(bigint, bigint);
