@@ -19,6 +19,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/jackc/pgx/v5"
+
 	"github.com/fencekit/fencekit/internal/netproxy"
 	"github.com/fencekit/fencekit/internal/testsvc"
 )
@@ -73,6 +75,11 @@ func Require(t testing.TB) {
 type Options struct {
 	// Sync turns on Patroni's synchronous_mode.
 	Sync bool
+	// HAProxy starts an HAProxy in front of both nodes that routes to the
+	// one whose Patroni REST API answers 200 on /primary (checked every
+	// 500 ms, down after 2 failures, up after 1 success); ProxyURL
+	// connects through it.
+	HAProxy bool
 }
 
 // Cluster is one etcd member and two Patroni nodes on loopback ports,
@@ -83,9 +90,12 @@ type Cluster struct {
 	Scope   string
 	etcdURL string
 	etcd    *proc
-	Nodes   []*Node
-	cred    *syscall.Credential // postgres when running as root
-	http    *http.Client
+	haproxy *proc
+	// HAProxyPort is HAProxy's client port (0 without Options.HAProxy).
+	HAProxyPort int
+	Nodes       []*Node
+	cred        *syscall.Credential // postgres when running as root
+	http        *http.Client
 }
 
 // Node is one Patroni member and its PostgreSQL.
@@ -177,7 +187,67 @@ func New(t testing.TB, opts Options) *Cluster {
 	if opts.Sync {
 		c.waitREST(c.Nodes[1], "/sync", 30*time.Second)
 	}
+	if opts.HAProxy {
+		c.startHAProxy()
+	}
 	return c
+}
+
+func (c *Cluster) startHAProxy() {
+	c.t.Helper()
+	var err error
+	if c.HAProxyPort, err = freePort(); err != nil {
+		c.t.Fatalf("ha: %v", err)
+	}
+	var servers strings.Builder
+	for _, n := range c.Nodes {
+		fmt.Fprintf(&servers, "    server %s 127.0.0.1:%d check port %d inter 500ms fall 2 rise 1 on-marked-down shutdown-sessions\n", n.Name, n.PGPort, n.APIPort)
+	}
+	conf := fmt.Sprintf(`global
+    maxconn 200
+defaults
+    mode tcp
+    timeout connect 2s
+    timeout client 30m
+    timeout server 30m
+    timeout check 1s
+listen postgres
+    bind 127.0.0.1:%d
+    option httpchk GET /primary
+    http-check expect status 200
+    default-server init-addr last,libc,none
+%s`, c.HAProxyPort, servers.String())
+	path := filepath.Join(c.Dir, "haproxy.cfg")
+	if err := os.WriteFile(path, []byte(conf), 0o600); err != nil {
+		c.t.Fatalf("ha: %v", err)
+	}
+	c.haproxy = c.start("haproxy", nil, false, filepath.Join(c.Dir, "haproxy.log"), "-db", "-f", path)
+	// Servers start up before their first check: wait until five
+	// connections in a row land on the primary.
+	c.waitFor(30*time.Second, "HAProxy to route to the primary only", func() bool {
+		for range 5 {
+			ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+			conn, err := pgx.Connect(ctx, c.ProxyURL())
+			if err != nil {
+				cancel()
+				return false
+			}
+			var rec bool
+			err = conn.QueryRow(ctx, "SELECT pg_is_in_recovery()").Scan(&rec)
+			_ = conn.Close(ctx)
+			cancel()
+			if err != nil || rec {
+				return false
+			}
+		}
+		return true
+	})
+}
+
+// ProxyURL is a client URL through HAProxy (Options.HAProxy), database
+// "postgres".
+func (c *Cluster) ProxyURL() string {
+	return fmt.Sprintf("postgres://postgres@127.0.0.1:%d/postgres?sslmode=disable&connect_timeout=2", c.HAProxyPort)
 }
 
 func (c *Cluster) start(name string, env []string, asPostgres bool, logPath string, args ...string) *proc {
@@ -491,7 +561,7 @@ func (c *Cluster) waitFor(d time.Duration, what string, cond func() bool) {
 
 // dumpLogs writes the tail of every log to the test output.
 func (c *Cluster) dumpLogs() {
-	for _, p := range append([]string{filepath.Join(c.Dir, "etcd.log")}, c.logPaths()...) {
+	for _, p := range append([]string{filepath.Join(c.Dir, "etcd.log"), filepath.Join(c.Dir, "haproxy.log")}, c.logPaths()...) {
 		b, err := os.ReadFile(p) //nolint:gosec // harness log
 		if err != nil {
 			continue
@@ -529,6 +599,7 @@ func (c *Cluster) cleanup() {
 			_ = n.Link.Close()
 		}
 	}
+	c.haproxy.kill()
 	c.etcd.kill()
 	killInDir(c.Dir)
 	if err := os.RemoveAll(c.Dir); err != nil {

@@ -96,7 +96,11 @@ func newWorld(t *testing.T, opts Options) *world {
 	w.guard, err = pgguard.New(pgguard.Config{Schema: w.gs})
 	require.NoError(t, err)
 
-	w.lease = testsvc.PoolWith(t, c.URL(), func(cfg *pgxpool.Config) {
+	url := c.URL()
+	if opts.HAProxy {
+		url = c.ProxyURL()
+	}
+	w.lease = testsvc.PoolWith(t, url, func(cfg *pgxpool.Config) {
 		cfg.MaxConns = 8
 		cfg.ConnConfig.ConnectTimeout = 2 * time.Second
 	})
@@ -117,7 +121,7 @@ func newWorld(t *testing.T, opts Options) *world {
 		_, err = w.lease.Exec(bg(), s)
 		require.NoError(t, err, s)
 	}
-	app := testsvc.PoolWith(t, c.URL(), func(cfg *pgxpool.Config) {
+	app := testsvc.PoolWith(t, url, func(cfg *pgxpool.Config) {
 		cfg.MaxConns = 8
 		cfg.ConnConfig.ConnectTimeout = 2 * time.Second
 		cfg.ConnConfig.User = role
@@ -476,6 +480,17 @@ func TestPatroni(t *testing.T) {
 		w.c.CrashPostmaster(w.c.Nodes[0])
 		r := w.measure("postmaster crash (Patroni restarts and promotes the same node)", at, old)
 		require.Equal(t, "node0", w.primaryName(), "the same node leads again")
+		w.verify(r)
+	})
+	t.Run("crash_haproxy", func(t *testing.T) {
+		w := newWorld(t, Options{HAProxy: true})
+		w.start()
+		w.waitGrants(2*keys, time.Minute)
+		old := w.oldNode()
+		at := time.Now()
+		w.c.CrashPostmaster(w.c.Nodes[0])
+		r := w.measure("postmaster crash, clients through HAProxy", at, old)
+		require.Equal(t, "node0", w.primaryName())
 		w.verify(r)
 	})
 	t.Run("switchover", func(t *testing.T) {
