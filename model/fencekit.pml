@@ -87,7 +87,7 @@ byte floor;               /* floor */
 bool failed;              /* the failover happened */
 byte draws;               /* nextval() calls so far: the token bound counts them */
 byte ctok[NC];            /* ghost: token of c's latest grant */
-#define SETCTOK(c, tk) ctok[c] = tk
+#define SETCTOK(c, tk) ctok[c] = tk;
 #define CANDRAW (draws < MAXTOK)
 #ifdef LOSS
 /* what the asynchronous replica has received (Replicate copies it) */
@@ -95,7 +95,7 @@ bool r_exists, r_rel;
 byte r_run, r_tok, r_exp, r_seq, r_floor, r_checked;
 #endif
 #else
-#define SETCTOK(c, tk) skip
+#define SETCTOK(c, tk)
 #define CANDRAW (seq < MAXTOK)
 #endif
 
@@ -157,7 +157,7 @@ inline granted(c, tk, exp) {
 	last_grant = tk;
 	gexp[c] = exp;
 	lapsed[c] = 0;
-	SETCTOK(c, tk);
+	SETCTOK(c, tk)
 	UNTAKE(c)
 }
 

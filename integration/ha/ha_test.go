@@ -310,6 +310,7 @@ func (w *world) waitGrants(n int, d time.Duration) {
 type result struct {
 	name          string
 	writableAt    time.Time     // first write the new primary accepted (probe)
+	outage        time.Duration // from the event to writableAt (Patroni's part)
 	firstGrant    time.Duration // from writableAt to the first grant after it
 	refused       int           // grants refused as unchecked or below the floor, from the event to the first grant
 	refusedAfterW int           // of them, after writableAt
@@ -393,6 +394,7 @@ func (w *world) measure(name string, evAt time.Time, oldNode string) result {
 		}
 	}
 	r.firstGrant = first.Sub(r.writableAt)
+	r.outage = r.writableAt.Sub(evAt)
 	for _, f := range w.failures {
 		if f.at.Before(evAt) || f.at.After(first) {
 			continue
@@ -427,8 +429,8 @@ func (w *world) measure(name string, evAt time.Time, oldNode string) result {
 // verify asserts the case's safety and liveness and logs its figures.
 func (w *world) verify(r result) {
 	w.t.Helper()
-	w.t.Logf("%s: timeline %s -> %s; first grant %s after the new primary accepted writes; grants refused (unchecked/floor) from the event to the first grant %d (%d after the primary accepted writes); other failed acquisitions %d; refused acquire statements (metric) %.0f; automatic checks %d (sequence advanced from %q to above floor %q); grants before the event %d (highest token %d), in all %d; tokens re-issued %d; writes accepted under a re-issued token %d",
-		r.name, r.oldTimeline, r.newTimeline, r.firstGrant.Round(time.Millisecond), r.refused, r.refusedAfterW, r.otherErrors,
+	w.t.Logf("%s: timeline %s -> %s; new primary accepted writes %s after the event; first grant %s after the new primary accepted writes; grants refused (unchecked/floor) from the event to the first grant %d (%d after the primary accepted writes); other failed acquisitions %d; refused acquire statements (metric) %.0f; automatic checks %d (sequence advanced from %q to above floor %q); grants before the event %d (highest token %d), in all %d; tokens re-issued %d; writes accepted under a re-issued token %d",
+		r.name, r.oldTimeline, r.newTimeline, r.outage.Round(time.Millisecond), r.firstGrant.Round(time.Millisecond), r.refused, r.refusedAfterW, r.otherErrors,
 		r.refusedStmts, r.checks, r.advancedFrom, r.floor, r.grantsBefore, r.maxBefore, len(w.grants), r.reissued, r.badWrites)
 	require.Zero(w.t, r.reissued, "tokens re-issued")
 	require.Zero(w.t, r.badWrites, "writes accepted under a re-issued token")
