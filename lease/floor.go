@@ -182,7 +182,7 @@ func newFloorChecker(r resolved) *floorChecker {
 // statement; when the check fails, *errp also carries its
 // *FloorCheckError.
 func (m *Manager) floorCheckAfter(ctx context.Context, errp *error) bool {
-	if m.floor == nil || !(errors.Is(*errp, ErrFailoverUnchecked) || errors.Is(*errp, ErrTokenFloor)) {
+	if m.floor == nil || (!errors.Is(*errp, ErrFailoverUnchecked) && !errors.Is(*errp, ErrTokenFloor)) {
 		return false
 	}
 	if err := m.floor.check(ctx); err != nil {

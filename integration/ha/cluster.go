@@ -121,15 +121,6 @@ type proc struct {
 	err  error
 }
 
-func (p *proc) running() bool {
-	select {
-	case <-p.done:
-		return false
-	default:
-		return true
-	}
-}
-
 // kill sends SIGKILL to the process group and waits for the leader to exit.
 func (p *proc) kill() {
 	if p == nil || p.cmd.Process == nil {
