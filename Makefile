@@ -61,6 +61,10 @@ bench: ## run cmd/fence-bench against the real services (BENCH_QUICK=1: under 60
 migrations: ## regenerate the goose and golang-migrate files of sql/migrations
 	$(GO) generate ./sql/migrations
 
+.PHONY: ha
+ha: ## Patroni + etcd + HAProxy harness (integration/ha; installs the Debian packages when missing)
+	@scripts/install-ha.sh; $(SERVICES); $(GO) test -race -count=1 -timeout 15m -v -run '^TestPatroni$$' ./integration/ha | grep -E '^(---|===|ok|FAIL|PASS)|ha_test.go'
+
 .PHONY: model
 model: ## spin: exhaustive check of the protocol model, and a counterexample from every broken variant (docs/model.md)
 	@scripts/install-spin.sh; model/check.sh

@@ -25,6 +25,12 @@ import (
 // id, trace span, logger) but not its cancellation or deadline
 // (context.WithoutCancel): the lease lives until it is released or lost.
 // Use Run to tie the work to a caller's ctx. WithHolder labels the grant.
+//
+// A grant refused by the token floor or node gate (ErrFailoverUnchecked
+// after a failover, switchover or restore; ErrTokenFloor) is followed,
+// when Config.Floor names a source, by the Manager's own floor check and
+// one more acquire statement: the call grants if the check passed. A
+// failed check returns the refusal with a *FloorCheckError.
 func (m *Manager) Acquire(ctx context.Context, key Key, opts ...Option) (*Lease, error) {
 	if err := key.Validate(); err != nil {
 		return nil, err
@@ -46,6 +52,9 @@ func (m *Manager) Acquire(ctx context.Context, key Key, opts ...Option) (*Lease,
 func (m *Manager) tryAcquire(ctx context.Context, key Key, o grantOptions) (*Lease, error) {
 	start := time.Now()
 	l, err := m.acquireOnce(ctx, key, o)
+	if err != nil && m.floorCheckAfter(ctx, &err) { // refused on an unchecked node: checked now
+		l, err = m.acquireOnce(ctx, key, o)
+	}
 	m.met.onAcquireDone(ctx, time.Since(start), err)
 	return l, err
 }

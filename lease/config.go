@@ -78,12 +78,22 @@ type Config struct {
 	// in the Metric* constants, documented in docs/operations.md). Nil
 	// records nothing (the no-op provider).
 	MeterProvider metric.MeterProvider
+	// Floor is where the Manager reads the token floor when a grant is
+	// refused because the floor was not checked on this database node
+	// (ErrFailoverUnchecked: after a promotion, switchover or restore) or
+	// because the sequence is not above the floor (ErrTokenFloor): the
+	// Manager then runs the schema's floor check itself and, when it
+	// passes, grants in the same call. The zero value configures no
+	// source: such grants stay refused until an operator runs the check
+	// (package leaseops). See FloorConfig.
+	Floor FloorConfig
 }
 
 // resolved is a validated Config with defaults filled in.
 type resolved struct {
 	Config
 	qSchema string // quoted schema
+	qMarks  string // quoted Floor.MarksSchema, when Floor.Marks is set
 }
 
 func (c Config) resolve() (resolved, error) {
@@ -138,6 +148,9 @@ func (c Config) resolve() (resolved, error) {
 	}
 	if r.Logger == nil {
 		r.Logger = slog.New(slog.NewTextHandler(io.Discard, nil))
+	}
+	if err := r.resolveFloor(); err != nil {
+		return r, err
 	}
 	return r, nil
 }

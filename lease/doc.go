@@ -37,8 +37,13 @@
 //   - Fail closed on a new database node: after a promotion (a new
 //     timeline) or a restore into another database or cluster, every grant
 //     is refused with ErrFailoverUnchecked, by the acquire statement itself
-//     and for every process, until the token floor check (package leaseops)
-//     has passed on that node. Renewals and releases are not refused.
+//     and for every process, until a token floor check has passed on that
+//     node. A Manager configured with a floor source (Config.Floor) runs
+//     the check itself when a grant is refused so, and grants in the same
+//     call once the check has shown the token sequence above the floor
+//     (moving the sequence forward when it was not); without a source the
+//     operator runs it (package leaseops). Renewals and releases are not
+//     refused.
 //   - A statement the database aborted for concurrency (serialization
 //     failure, deadlock, lock timeout) returns an error matching ErrBusy
 //     and changed nothing; AcquireWait retries it.

@@ -4,12 +4,18 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
 	"strings"
+	"sync"
+	"time"
 
 	"github.com/jackc/pgx/v5/pgconn"
+	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/fencekit/fencekit/fence"
+	"github.com/fencekit/fencekit/lease/internal/floorcheck"
 	"github.com/fencekit/fencekit/lease/internal/instrument"
+	"github.com/fencekit/fencekit/sql/migrations"
 )
 
 // ErrTokenFloor is matched by *TokenFloorError: the token sequence is not
@@ -22,9 +28,254 @@ var ErrTokenFloor = errors.New("lease: token sequence not above the token floor"
 // ErrFailoverUnchecked is matched by *FailoverError: the database refused a
 // grant because its token floor was last checked on another node (another
 // timeline after a promotion, another database or cluster after a restore).
-// Grants stay refused, for every process, until the floor check of package
-// leaseops passes on the new node.
+// Grants stay refused, for every process, until a floor check passes on the
+// new node: the automatic one of a Manager configured with a floor source
+// (Config.Floor), or the operator's (package leaseops).
 var ErrFailoverUnchecked = errors.New("lease: token floor not checked since failover or restore")
+
+// ErrFloorCheck is matched by *FloorCheckError: the automatic token floor
+// check of a Manager (Config.Floor) failed. The grant that triggered it
+// stays refused: the error returned also matches ErrFailoverUnchecked or
+// ErrTokenFloor. The next refused grant checks again.
+var ErrFloorCheck = errors.New("lease: automatic token floor check failed")
+
+// FloorCheckError reports a failed automatic token floor check: a floor
+// source that could not be read, or the check statement's error. It
+// matches ErrFloorCheck and unwraps to the cause.
+type FloorCheckError struct {
+	Err error
+}
+
+func (e *FloorCheckError) Error() string {
+	return "lease: automatic token floor check failed: " + e.Err.Error()
+}
+
+// Is reports whether target is ErrFloorCheck.
+func (e *FloorCheckError) Is(target error) bool { return target == ErrFloorCheck }
+
+// Unwrap returns the cause.
+func (e *FloorCheckError) Unwrap() error { return e.Err }
+
+// FloorConfig names the token floor sources a Manager reads when it checks
+// the floor by itself (Config.Floor). The floor is the largest value of the
+// configured sources. The check (lease migration 0008's SECURITY DEFINER
+// function fencekit_check_floor, which the Manager's role must be granted
+// EXECUTE on: docs/operations.md) raises the floor stored in the schema to
+// it, moves the token sequence past the stored floor when it is behind, and
+// records the node as checked; grants on that node resume at its commit.
+// A source that cannot be read fails the check and nothing is recorded.
+//
+// The zero value configures no source. A source must know every token a
+// guard may have accepted: a floor below one lets the sequence re-issue it.
+type FloorConfig struct {
+	// Marks is a pool to the database holding the PostgreSQL guard's marks
+	// (table fencekit_guard_marks, migration set migrations.Guard), read as
+	// the highest token any mark holds. It must be a database that survives
+	// the lease database's failover or restore (another cluster): marks kept
+	// in the lease database are replicated and restored with it, so they
+	// are as old as its sequence. New refuses the lease pool itself and a
+	// pool whose first host, port and database are the lease pool's. The
+	// Manager never closes it.
+	Marks *pgxpool.Pool
+	// MarksSchema is the schema of the marks table. Default "public"; must
+	// pass migrations.ValidateIdentifier; only with Marks.
+	MarksSchema string
+	// Operator is a floor kept outside the lease database, such as the
+	// highest token monitoring saw issued. 0: none.
+	Operator fence.Token
+	// Source is any other source, such as the highest token of guards that
+	// are not PostgreSQL tables. Its error, or a negative value, fails the
+	// check. Each call is bounded by CallTimeout.
+	Source func(ctx context.Context) (fence.Token, error)
+	// Gap, when positive, makes the first check after a node change move
+	// the token sequence forward by Gap (and the stored floor with it), past
+	// the tokens the old node may have issued that this node never
+	// received: grants lost by asynchronous replication, which no source
+	// knows until their holders write. Set it above the number of grants
+	// the lease database can lose in a failover (grant rate × the largest
+	// replication lag a failover accepts, such as Patroni's
+	// maximum_lag_on_failover). 0: the sources alone set the floor. Gap is
+	// not a source: with Gap alone no check runs.
+	Gap fence.Token
+}
+
+// configured reports whether any source is set.
+func (f FloorConfig) configured() bool {
+	return f.Marks != nil || f.Operator > 0 || f.Source != nil
+}
+
+// resolveFloor validates Config.Floor.
+func (r *resolved) resolveFloor() error {
+	f := r.Floor
+	if f.Operator < 0 {
+		return &ConfigError{Field: "Floor.Operator", Reason: fmt.Sprintf("negative: %d", f.Operator)}
+	}
+	if f.Gap < 0 {
+		return &ConfigError{Field: "Floor.Gap", Reason: fmt.Sprintf("negative: %d", f.Gap)}
+	}
+	if f.Gap > 0 && !f.configured() {
+		return &ConfigError{Field: "Floor.Gap", Reason: "set without a floor source (Marks, Operator or Source)"}
+	}
+	if f.Marks == nil {
+		if f.MarksSchema != "" {
+			return &ConfigError{Field: "Floor.MarksSchema", Reason: "set without Floor.Marks"}
+		}
+		return nil
+	}
+	if f.Marks == r.Pool || sameDatabase(f.Marks.Config(), r.Pool.Config()) {
+		return &ConfigError{Field: "Floor.Marks", Reason: "is the lease database: the marks must live in a database that survives the lease database's failover or restore"}
+	}
+	schema := f.MarksSchema
+	if schema == "" {
+		schema = migrations.DefaultSchema
+	}
+	q, err := migrations.QuoteIdentifier(schema)
+	if err != nil {
+		return &ConfigError{Field: "Floor.MarksSchema", Reason: err.Error(), Err: err}
+	}
+	r.Floor.MarksSchema, r.qMarks = schema, q
+	return nil
+}
+
+// sameDatabase reports whether two pools' first hosts, ports and database
+// names are equal (fallback hosts are not compared).
+func sameDatabase(a, b *pgxpool.Config) bool {
+	ca, cb := a.ConnConfig, b.ConnConfig
+	return ca.Host == cb.Host && ca.Port == cb.Port && ca.Database == cb.Database
+}
+
+// floorChecker runs a Manager's automatic token floor check: one at a time,
+// callers refused meanwhile wait for the running check's outcome.
+type floorChecker struct {
+	cfg      FloorConfig
+	pool     *pgxpool.Pool
+	schema   string
+	checkSQL string
+	marksSQL string
+	timeout  time.Duration
+	log      *slog.Logger
+	mu       sync.Mutex
+	inflight *floorRun
+}
+
+type floorRun struct {
+	done chan struct{}
+	err  error
+}
+
+// newFloorChecker returns nil when r configures no floor source.
+func newFloorChecker(r resolved) *floorChecker {
+	if !r.Floor.configured() {
+		return nil
+	}
+	c := &floorChecker{cfg: r.Floor, pool: r.Pool, schema: r.Schema, checkSQL: floorcheck.Statement(r.qSchema),
+		timeout: r.CallTimeout, log: r.Logger}
+	if r.Floor.Marks != nil {
+		c.marksSQL = floorcheck.MarksStatement(r.qMarks)
+	}
+	return c
+}
+
+// floorCheckAfter runs the automatic floor check when *errp is a grant
+// refused by the floor or node gate and a floor source is configured. It
+// reports whether the check passed, so that the grant is worth one more
+// statement; when the check fails, *errp also carries its
+// *FloorCheckError.
+func (m *Manager) floorCheckAfter(ctx context.Context, errp *error) bool {
+	if m.floor == nil || (!errors.Is(*errp, ErrFailoverUnchecked) && !errors.Is(*errp, ErrTokenFloor)) {
+		return false
+	}
+	if err := m.floor.check(ctx); err != nil {
+		*errp = fmt.Errorf("%w; %w", *errp, err)
+		return false
+	}
+	return true
+}
+
+// check runs the check, or waits for the one running.
+func (c *floorChecker) check(ctx context.Context) error {
+	c.mu.Lock()
+	if run := c.inflight; run != nil {
+		c.mu.Unlock()
+		select {
+		case <-run.done:
+			return run.err
+		case <-ctx.Done():
+			return &FloorCheckError{Err: context.Cause(ctx)}
+		}
+	}
+	run := &floorRun{done: make(chan struct{})}
+	c.inflight = run
+	c.mu.Unlock()
+	_, err := c.checkOnce(ctx)
+	c.mu.Lock()
+	c.inflight = nil
+	c.mu.Unlock()
+	run.err = err
+	close(run.done)
+	return err
+}
+
+// floorCheckAttempts bounds the retries of a check aborted for concurrency
+// (a concurrent check raised the floor, SQLSTATE 40001; a deadlock).
+const floorCheckAttempts = 3
+
+func (c *floorChecker) checkOnce(ctx context.Context) (floorcheck.Result, error) {
+	src, err := c.source(ctx)
+	if err != nil {
+		c.log.Error("lease: automatic token floor check failed: floor source unreadable; grants on this node stay refused", "err", err)
+		return floorcheck.Result{}, &FloorCheckError{Err: err}
+	}
+	var res floorcheck.Result
+	for attempt := 1; ; attempt++ {
+		cctx, cancel := context.WithTimeout(ctx, c.timeout)
+		res, err = floorcheck.Run(cctx, c.pool, c.checkSQL, int64(src), int64(c.cfg.Gap))
+		cancel()
+		if err == nil || attempt == floorCheckAttempts || !errors.Is(classify(err), ErrBusy) {
+			break
+		}
+	}
+	if err != nil {
+		err = floorcheck.Explain(err, c.schema)
+		c.log.Error("lease: automatic token floor check failed; grants on this node stay refused", "source_floor", int64(src), "err", err)
+		return res, &FloorCheckError{Err: err}
+	}
+	c.log.Info("lease: token floor checked automatically; grants resume on this node",
+		"node", res.Node, "checked_before", res.Before, "next", res.Next, "floor", res.Stored,
+		"source_floor", int64(src), "advanced_from", res.AdvancedFrom)
+	return res, nil
+}
+
+// source reads the configured sources; the floor is their largest value.
+func (c *floorChecker) source(ctx context.Context) (fence.Token, error) {
+	floor := c.cfg.Operator
+	if c.cfg.Marks != nil {
+		cctx, cancel := context.WithTimeout(ctx, c.timeout)
+		var h int64
+		err := c.cfg.Marks.QueryRow(cctx, c.marksSQL).Scan(&h)
+		cancel()
+		if err != nil {
+			if migrations.IsUndefinedTable(err) {
+				return 0, fmt.Errorf("guard marks in schema %s: no fencekit_guard_marks table (migrations.Guard): %w", c.cfg.MarksSchema, err)
+			}
+			return 0, fmt.Errorf("guard marks in schema %s: %w", c.cfg.MarksSchema, err)
+		}
+		floor = max(floor, fence.Token(h))
+	}
+	if c.cfg.Source != nil {
+		cctx, cancel := context.WithTimeout(ctx, c.timeout)
+		t, err := c.cfg.Source(cctx)
+		cancel()
+		if err != nil {
+			return 0, fmt.Errorf("floor source: %w", err)
+		}
+		if t < 0 {
+			return 0, fmt.Errorf("floor source: negative floor %d", t)
+		}
+		floor = max(floor, t)
+	}
+	return floor, nil
+}
 
 // TokenFloorError reports a sequence that is not above the floor. It
 // matches ErrTokenFloor.
@@ -112,6 +363,10 @@ func (m *Manager) grantRefused(ctx context.Context, key Key, refusal error) erro
 		m.met.onRefused(ctx, instrument.ReasonTokenFloor)
 		m.log.Warn("lease acquire refused: the token sequence is not above the token floor (restore or failover?)",
 			"key", key.String(), "token", int64(fe.Token), "floor", int64(fe.Floor))
+	case errors.As(refusal, &fo) && m.floor != nil:
+		m.met.onRefused(ctx, instrument.ReasonFailoverUnchecked)
+		m.log.Warn("lease acquire refused: the token floor was not checked on this database node (failover or restore?); checking it (Config.Floor)",
+			"key", key.String(), "checked_node", fo.Checked, "node", fo.Node)
 	case errors.As(refusal, &fo):
 		m.met.onRefused(ctx, instrument.ReasonFailoverUnchecked)
 		m.log.Error("lease acquire refused: the token floor was not checked on this database node (failover or restore?); run the floor check",

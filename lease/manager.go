@@ -28,6 +28,8 @@ type Manager struct {
 	obs  observer
 	met  *metrics
 
+	floor *floorChecker // the automatic token floor check (Config.Floor), nil without a source
+
 	root       context.Context // cancelled (cause ErrClosed) by Close
 	rootCancel context.CancelCauseFunc
 	wg         sync.WaitGroup
@@ -67,6 +69,7 @@ func newManager(cfg Config, obs observer) (*Manager, error) {
 		rootCancel: cancel,
 		leases:     make(map[uuid.UUID]*Lease),
 		fan:        newFanout(),
+		floor:      newFloorChecker(r),
 	}
 	met, err := newMetrics(r.MeterProvider, r.TTL)
 	if err != nil {

@@ -30,10 +30,15 @@ import (
 // and the guards stop it.
 //
 // ctx bounds the call and gives its values to the lease, as with Acquire;
-// opts apply to the grant (WithHolder).
+// opts apply to the grant (WithHolder). When the grant is refused on a node
+// whose token floor was not checked and Config.Floor names a source, the
+// Manager checks the floor and tries once more (the Authorizer runs again).
 func (m *Manager) Takeover(ctx context.Context, key Key, opts ...Option) (*Lease, error) {
 	start := time.Now()
 	l, err := m.takeover(ctx, key, opts)
+	if err != nil && m.floorCheckAfter(ctx, &err) { // refused on an unchecked node: checked now
+		l, err = m.takeover(ctx, key, opts)
+	}
 	if !errors.Is(err, ErrInvalidKey) && !errors.Is(err, ErrInvalidHolder) {
 		m.met.onAcquireDone(ctx, time.Since(start), err)
 	}

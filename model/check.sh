@@ -29,6 +29,10 @@ configs=(
   "broken-no-trust|-DGUARD_MEM -DBROKEN_NO_TRUST|(now<gexp[c])"
   "broken-drift|-DGUARD_MEM -DBROKEN_DRIFT|(now<gexp[c])"
   "broken-short-retention|-DGUARD_MEM -DBROKEN_SHORT_RETENTION|(tok>last_grant)"
+  "failover-pg|-DGUARD_PG -DFAILOVER -DMAXTOK=4|ok"
+  "failover-async-pg|-DGUARD_PG -DFAILOVER -DLOSS -DGAP=4 -DMAXTOK=4 -DNO_JANITOR -DTMAX=4|ok"
+  "broken-check-no-compare|-DGUARD_PG -DFAILOVER -DLOSS -DGAP=4 -DMAXTOK=4 -DNO_JANITOR -DTMAX=4 -DBROKEN_CHECK_NO_COMPARE|(tok>last_grant)"
+  "async-without-gap|-DGUARD_PG -DFAILOVER -DLOSS -DMAXTOK=4 -DNO_JANITOR -DTMAX=4|(tok>last_grant)"
 )
 
 want=("$@")

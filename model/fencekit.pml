@@ -7,7 +7,19 @@
  * Compile-time switches (spin -D...):
  *   guard under test (exactly one):  GUARD_PG  GUARD_S3  GUARD_MEM
  *   optional operations:             TAKEOVER (grant while held)
- *   bounds:                          NC, MAXTOK, TMAX (see below)
+ *                                    FAILOVER (the database moves to a new
+ *                                    node once; grants are gated on the
+ *                                    checked node and the floor, and a
+ *                                    refused client runs the automatic
+ *                                    floor check with the guard's mark as
+ *                                    the source)
+ *                                    LOSS (with FAILOVER: the new node has
+ *                                    the state an asynchronous replica last
+ *                                    received, possibly older)
+ *   bounds:                          NC, MAXTOK, TMAX, GAP (see below)
+ *   NO_JANITOR                       leave the janitor out (the failover
+ *                                    configurations: it touches nothing
+ *                                    the failover changes)
  *   broken variants (each must yield a counterexample):
  *     BROKEN_DRAW_BEFORE_LOCK  token drawn before the row lock (VALUES side)
  *                              on every path, and release DELETEs the row
@@ -20,6 +32,8 @@
  *     BROKEN_NO_TRUST          the holder trusts until told otherwise
  *     BROKEN_DRIFT             local clock drifts by more than the margin
  *     BROKEN_SHORT_RETENTION   janitor retention below the statement bound
+ *     BROKEN_CHECK_NO_COMPARE  the floor check records the node without
+ *                              comparing the sequence with the floor
  */
 
 /* ---- bounds ---------------------------------------------------------- */
@@ -50,6 +64,9 @@
 #if !defined(GUARD_PG) && !defined(GUARD_S3) && !defined(GUARD_MEM)
 #define GUARD_MEM
 #endif
+#ifndef GAP
+#define GAP     0   /* FloorConfig.Gap: jump of the sequence at a node change */
+#endif
 
 /* ---- the database clock ---------------------------------------------- */
 byte now;                 /* clock_timestamp(); one tick per Clock step */
@@ -62,13 +79,33 @@ byte row_exp;             /* expires_at */
 bool row_rel;             /* released_at IS NOT NULL */
 byte seq;                 /* fencekit_token_seq: last value handed out */
 
+#ifdef FAILOVER
+/* ---- the node and the floor row (fencekit_token_floor) ---------------- */
+byte node;                /* fencekit_node(): 0, then 1 after the failover */
+byte checked;             /* checked_node */
+byte floor;               /* floor */
+bool failed;              /* the failover happened */
+byte draws;               /* nextval() calls so far: the token bound counts them */
+byte ctok[NC];            /* ghost: token of c's latest grant */
+#define SETCTOK(c, tk) ctok[c] = tk;
+#define CANDRAW (draws < MAXTOK)
+#ifdef LOSS
+/* what the asynchronous replica has received (Replicate copies it) */
+bool r_exists, r_rel;
+byte r_run, r_tok, r_exp, r_seq, r_floor, r_checked;
+#endif
+#else
+#define SETCTOK(c, tk)
+#define CANDRAW (seq < MAXTOK)
+#endif
+
 /* ---- ghosts (never read by the protocol, only by assertions) ---------- */
 byte last_grant;          /* token of the latest grant of the key */
 byte gexp[NC];            /* expiry the database last committed for c's run */
 bool lapsed[NC];          /* c's current run has been expired in the database */
 
-#ifdef TAKEOVER
-bool taken[NC];           /* c's current run was taken over */
+#if defined(TAKEOVER) || defined(LOSS)
+bool taken[NC];           /* c's current run was taken over, or its grant lost in a failover */
 #define TAKEN(i) || taken[i]
 #define UNTAKE(c) taken[c] = 0
 #else
@@ -100,7 +137,10 @@ byte mem_mark;            /* entry.mark, guarded by entry.lock */
  * cut there; a failing statement is a behaviour of the real system too). */
 inline nextval(x) {
 	if
-	:: seq < MAXTOK -> seq++; x = seq
+	:: CANDRAW -> seq++; x = seq
+#ifdef FAILOVER
+		; draws++
+#endif
 	:: else -> x = 0
 	fi
 }
@@ -117,6 +157,7 @@ inline granted(c, tk, exp) {
 	last_grant = tk;
 	gexp[c] = exp;
 	lapsed[c] = 0;
+	SETCTOK(c, tk)
 	UNTAKE(c)
 }
 
@@ -155,12 +196,73 @@ end:	do
  * statement; FOR UPDATE SKIP LOCKED plus PostgreSQL's re-check makes it
  * atomic with respect to the lease statements, which are single steps at
  * the row. */
+#ifndef NO_JANITOR
 active proctype Janitor() {
 end:	do
 	:: atomic { row_exists && row_exp + RET < now ->
 		row_exists = 0; row_run = 0; row_tok = 0; row_exp = 0; row_rel = 0 }
 	od
 }
+#endif
+
+#ifdef FAILOVER
+/* The database moves to a new node once (promotion: a new timeline). With
+ * LOSS the new node has what the replica last received: the row, the
+ * sequence and the floor row as Replicate last copied them. The guard's
+ * marks live in another database and survive. A grant the new node does
+ * not have (nor its latest renewal) is no longer a database holder (taken:
+ * P3 does not count it; the guards must stop it), and a restored row of
+ * an older run of a client belongs to another run id than the client's
+ * current one (run ids are fresh UUIDs in the code). */
+active proctype Failover() {
+	byte i;
+	atomic { !failed ->
+		failed = 1; node = 1;
+#ifdef LOSS
+		row_exists = r_exists; row_run = r_run; row_tok = r_tok; row_exp = r_exp; row_rel = r_rel;
+		seq = r_seq; floor = r_floor; checked = r_checked;
+		for (i : 0 .. NC-1) {
+			if
+			:: row_exists && row_run == i+1 && row_tok != ctok[i] -> row_run = NC+1
+			:: else -> skip
+			fi;
+			/* i's grant or latest renewal is not on the new node: the
+			 * database no longer counts i as holding until gexp[i] */
+			if
+			:: !(row_exists && row_run == i+1 && row_exp == gexp[i]) -> taken[i] = 1
+			:: else -> skip
+			fi
+		};
+		r_exists = 0; r_rel = 0; r_run = 0; r_tok = 0; r_exp = 0; r_seq = 0; r_floor = 0; r_checked = 0;
+#endif
+		i = 0
+	}
+}
+
+#ifdef LOSS
+/* Asynchronous streaming: at any time before the failover the replica
+ * catches up with everything committed so far. */
+active proctype Replicate() {
+end:	do
+	:: atomic { !failed && (r_exists != row_exists || r_run != row_run || r_tok != row_tok ||
+	            r_exp != row_exp || r_rel != row_rel || r_seq != seq || r_floor != floor || r_checked != checked) ->
+		r_exists = row_exists; r_run = row_run; r_tok = row_tok; r_exp = row_exp; r_rel = row_rel;
+		r_seq = seq; r_floor = floor; r_checked = checked }
+	od
+}
+#endif
+#endif
+
+/* the floor source of the automatic check: the guard's committed mark */
+#ifdef GUARD_PG
+#define MARK pg_mark
+#endif
+#ifdef GUARD_MEM
+#define MARK mem_mark
+#endif
+#ifdef GUARD_S3
+#define MARK s3_tok
+#endif
 
 /* local trust check: Lease.Context() not cancelled. The holder's clock may
  * under-measure elapsed time by up to DRIFT ticks. */
@@ -173,10 +275,19 @@ end:	do
 #define rid (c+1)
 #define WID (c+1)   /* S3 write id: fresh per lease (see docs/model.md) */
 /* back to idle, forgetting the ended lease (so equal futures merge) */
+#ifdef FAILOVER
+#define GOIDLE { tok = 0; trust[c] = 0; rsent[c] = 0; t = 0; v = 0; lapsed[c] = 0; gok = 0; snode = 0; src = 0; goto end_idle }
+#else
 #define GOIDLE { tok = 0; trust[c] = 0; rsent[c] = 0; t = 0; v = 0; lapsed[c] = 0; goto end_idle }
+#endif
 
 proctype Client(byte c) {
 	byte tok, t, v, i;
+#ifdef FAILOVER
+	bool gok;                 /* the acquire statement's gate passed */
+	byte snode;               /* the node the statement started on */
+	byte src;                 /* the floor source's value, as read */
+#endif
 #ifdef GUARD_S3
 	byte etag;
 	bool landed;
@@ -193,7 +304,13 @@ proctype Client(byte c) {
 	/* A1: the statement starts: now_db sampled (also sent_at: the request
 	 * leaves no earlier), VALUES-side nextval() drawn before any row lock. */
 end_idle:
-	atomic { seq < MAXTOK -> t = now; nextval(v) };
+#ifdef FAILOVER
+	/* the gate (migration 0004) is read in the statement's snapshot, with
+	 * the VALUES-side token */
+	atomic { CANDRAW -> t = now; nextval(v); snode = node; gok = (checked == node && v > floor) };
+#else
+	atomic { CANDRAW -> t = now; nextval(v) };
+#endif
 	/* A stall may happen here (the statement is bounded by SB). */
 	/* A2: speculative insert; on conflict the row lock and DO UPDATE. */
 	atomic {
@@ -201,6 +318,13 @@ end_idle:
 		:: now > t + SB -> GOIDLE  /* statement_timeout */
 		:: else -> skip
 		fi;
+#ifdef FAILOVER
+		if
+		:: node != snode -> GOIDLE   /* the old primary died with the statement */
+		:: node == snode && !gok -> goto check  /* FK002 / FK001: nothing written */
+		:: else -> skip
+		fi;
+#endif
 		if
 		:: !row_exists ->
 			row_exists = 1; row_run = rid; row_tok = v;
@@ -232,6 +356,37 @@ end_idle:
 			trust[c] = t + TTL - MARGIN; t = 0
 		fi
 	};
+
+#ifdef FAILOVER
+	goto hold;
+	/* ---- Manager.floorCheckAfter: the automatic floor check ----------- */
+	/* the Manager reads its floor source (the guard's marks, in the
+	 * database that survives), then calls fencekit_check_floor: one step
+	 * (its advance runs under LOCK TABLE fencekit_leases; a statement whose
+	 * snapshot precedes its commit reads the old checked_node). Then the
+	 * Manager tries the grant again (back to idle: the next acquire). */
+check:
+	atomic { src = MARK };
+	atomic {
+		i = floor;
+		if :: src > i -> i = src :: else -> skip fi;
+#ifdef BROKEN_CHECK_NO_COMPARE
+		checked = node;
+#else
+		if
+		:: GAP > 0 && checked != node && seq + GAP > i -> i = seq + GAP
+		:: else -> skip
+		fi;
+		if
+		:: seq + 1 <= i -> seq = i     /* setval(seq, floor, true) */
+		:: else -> skip
+		fi;
+		floor = i; checked = node;
+#endif
+		i = 0;
+		GOIDLE
+	};
+#endif
 
 	/* ---- holding: writes, renewals, release, stalls -------------------- */
 hold:

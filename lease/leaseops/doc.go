@@ -10,7 +10,10 @@
 //   - The token-floor procedures detect and repair a token sequence left
 //     behind by a restore or failover, and record the node they checked,
 //     which ends the refusal of grants with lease.ErrFailoverUnchecked
-//     there; the Janitor deletes old rows.
+//     there: CheckFloor (any role granted EXECUTE on the schema's
+//     fencekit_check_floor; the check a Manager with lease.Config.Floor
+//     runs by itself), TokenFloor.Check and TokenFloor.Advance (the schema
+//     owner's). The Janitor deletes old rows.
 //
 // Guaranteed: nothing here changes how a lease is granted or renewed, and
 // none of it holds a lease. Everything that runs in the background follows

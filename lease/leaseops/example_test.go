@@ -3,6 +3,7 @@ package leaseops_test
 import (
 	"context"
 	"errors"
+	"fmt"
 	"time"
 
 	"github.com/jackc/pgx/v5/pgxpool"
@@ -35,6 +36,32 @@ func ExampleTokenFloor() {
 			panic(err)
 		}
 	}
+}
+
+// The floor check as an operator runs it (an operator CLI, a deploy hook),
+// with any role granted EXECUTE on fencekit_check_floor: it advances the
+// sequence past the floor if needed and records the node; grants refused
+// with lease.ErrFailoverUnchecked there resume.
+func ExampleCheckFloor() {
+	ctx := context.Background()
+	pool, err := pgxpool.New(ctx, "postgres://postgres@127.0.0.1:5432/test")
+	if err != nil {
+		panic(err)
+	}
+	defer pool.Close()
+	marks, err := pgguard.NewMarks(pgguard.MarksConfig{DB: pool, Schema: "app"})
+	if err != nil {
+		panic(err)
+	}
+	const operatorFloor = 0 // e.g. the highest token your monitoring recorded
+	rep, err := leaseops.CheckFloor(ctx, pool, "app",
+		leaseops.MaxFloor(marks.Highest, leaseops.StaticFloor(operatorFloor)),
+		leaseops.WithNodeChangeGap(1_000_000))
+	if err != nil {
+		panic(err)
+	}
+	fmt.Printf("next token %d above floor %d on %s (was %s; advanced from %d)\n",
+		rep.Next, rep.Floor(), rep.Node, rep.CheckedBefore, rep.AdvancedFrom)
 }
 
 // Housekeeping: delete rows released or expired more than a day ago, in the

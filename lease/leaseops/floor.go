@@ -15,6 +15,7 @@ import (
 
 	"github.com/fencekit/fencekit/fence"
 	"github.com/fencekit/fencekit/lease"
+	"github.com/fencekit/fencekit/lease/internal/floorcheck"
 	"github.com/fencekit/fencekit/sql/migrations"
 )
 
@@ -117,6 +118,12 @@ type FloorReport struct {
 	// CheckedNode is the node the floor is recorded as checked on after the
 	// call: Node when the call succeeded.
 	CheckedNode string
+	// CheckedBefore is the node the floor was recorded as checked on before
+	// the call ("" if never). Set by CheckFloor only.
+	CheckedBefore string
+	// AdvancedFrom is the sequence's next value before CheckFloor moved it
+	// past the floor; 0 when it was not moved. Set by CheckFloor only.
+	AdvancedFrom fence.Token
 }
 
 // Floor is the larger of Stored and Source.
@@ -313,4 +320,98 @@ func (f *TokenFloor) dbError(op string, err error) error {
 func isUndefinedFunction(err error) bool {
 	var pe *pgconn.PgError
 	return errors.As(err, &pe) && pe.Code == "42883"
+}
+
+// CheckOption adjusts CheckFloor.
+type CheckOption func(*checkOptions)
+
+type checkOptions struct{ gap fence.Token }
+
+// WithNodeChangeGap makes CheckFloor, when the node changed since the last
+// check, move the token sequence forward by gap past its current value (as
+// lease.FloorConfig.Gap does for a Manager's automatic check).
+func WithNodeChangeGap(gap fence.Token) CheckOption {
+	return func(o *checkOptions) { o.gap = gap }
+}
+
+// DB is what CheckFloor needs: *pgxpool.Pool, *pgx.Conn and pgx.Tx
+// implement it.
+type DB interface {
+	QueryRow(ctx context.Context, sql string, args ...any) pgx.Row
+}
+
+// CheckFloor runs the token floor check of the lease schema through its
+// SECURITY DEFINER function fencekit_check_floor (lease migration 0008),
+// with source's value as the floor; it is what a lease.Manager configured
+// with lease.Config.Floor runs by itself. In one statement the function
+// raises the stored floor to the source's value (never lowering it); if
+// the token sequence's next value is not above the resulting floor, it
+// takes LOCK TABLE fencekit_leases IN EXCLUSIVE MODE (as
+// TokenFloor.Advance does) and moves the sequence past it; then it records
+// the node it runs on as checked. WithNodeChangeGap adds a jump of the
+// sequence on the first check after a node change. Grants refused with
+// lease.ErrFailoverUnchecked or lease.ErrTokenFloor on that node resume at
+// its commit, above every token the source knows. It never moves the floor
+// or the sequence backwards.
+//
+// The role only needs EXECUTE on the function and USAGE on the schema (the
+// function runs with its owner's rights): the application role can run it
+// once granted (docs/operations.md, "Least-privilege role"). A check
+// aborted because a concurrent one raised the floor (SQLSTATE 40001) is
+// retried twice. ctx bounds the call.
+//
+// Bad arguments (nil db or source, an invalid schema) return an error
+// matching ErrInvalidArgument; a source that fails or returns a negative
+// value returns its error. In both cases nothing is sent to the lease
+// database and nothing changes. The report's Floor() and OK() read as
+// Check's; on success OK() is true.
+func CheckFloor(ctx context.Context, db DB, schema string, source FloorSource, opts ...CheckOption) (FloorReport, error) {
+	var o checkOptions
+	for _, opt := range opts {
+		opt(&o)
+	}
+	if o.gap < 0 {
+		return FloorReport{}, fmt.Errorf("%w: check token floor: negative node change gap %d", ErrInvalidArgument, o.gap)
+	}
+	if db == nil {
+		return FloorReport{}, fmt.Errorf("%w: check token floor: nil database", ErrInvalidArgument)
+	}
+	if source == nil {
+		return FloorReport{}, fmt.Errorf("%w: check token floor: nil source (StaticFloor(0) checks against the stored floor only)", ErrInvalidArgument)
+	}
+	if schema == "" {
+		schema = migrations.DefaultSchema
+	}
+	q, err := migrations.QuoteIdentifier(schema)
+	if err != nil {
+		return FloorReport{}, fmt.Errorf("%w: check token floor: schema: %w", ErrInvalidArgument, err)
+	}
+	src, err := source(ctx)
+	if err != nil {
+		return FloorReport{}, fmt.Errorf("leaseops: check token floor: source: %w", err)
+	}
+	if src < 0 {
+		return FloorReport{}, fmt.Errorf("leaseops: check token floor: source returned a negative floor %d", src)
+	}
+	stmt := floorcheck.Statement(q)
+	var res floorcheck.Result
+	for attempt := 1; ; attempt++ {
+		res, err = floorcheck.Run(ctx, db, stmt, int64(src), int64(o.gap))
+		if err == nil || attempt == 3 || !isSerializationFailure(err) {
+			break
+		}
+	}
+	if err != nil {
+		return FloorReport{Source: src}, fmt.Errorf("leaseops: check token floor: %w", floorcheck.Explain(err, schema))
+	}
+	return FloorReport{
+		Next: fence.Token(res.Next), Stored: fence.Token(res.Stored), Source: src,
+		Node: res.Node, CheckedNode: res.Node, CheckedBefore: res.Before,
+		AdvancedFrom: fence.Token(res.AdvancedFrom),
+	}, nil
+}
+
+func isSerializationFailure(err error) bool {
+	var pe *pgconn.PgError
+	return errors.As(err, &pe) && (pe.Code == "40001" || pe.Code == "40P01")
 }

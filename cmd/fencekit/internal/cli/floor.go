@@ -278,11 +278,15 @@ func (j skippedJSON) text(w io.Writer) {
 }
 
 // floorCall is the one library call behind "floor check" and "floor
-// advance". The rest of the command (flags, sources, retries while the
-// database does not accept writes, output) does not depend on it.
-func floorCall(ctx context.Context, tf *leaseops.TokenFloor, advance bool, floor fence.Token) (leaseops.FloorReport, error) {
+// advance". check is TokenFloor.Check: it records the node only when the
+// sequence is already above the floor, and changes nothing otherwise.
+// advance is leaseops.CheckFloor, the privilege-safe function a Manager
+// with lease.Config.Floor runs by itself: it raises the floor to the
+// sources' value, moves the sequence past it when behind and records the
+// node; any role with EXECUTE on fencekit_check_floor may run it.
+func floorCall(ctx context.Context, tf *leaseops.TokenFloor, pool *pgxpool.Pool, schema string, source leaseops.FloorSource, advance bool) (leaseops.FloorReport, error) {
 	if advance {
-		return tf.Advance(ctx, floor)
+		return leaseops.CheckFloor(ctx, pool, schema, source)
 	}
 	return tf.Check(ctx)
 }
@@ -302,7 +306,7 @@ func setupFloorRun(advance bool) func(fs *flag.FlagSet, r *runner) runFunc {
 			if !src.given() {
 				return usagef("name a floor source: --marks-url URL [--marks-schema S] (the guards' marks in a database that survived) and/or --floor N (0: the stored floor only)")
 			}
-			tf, _, _, err := src.tokenFloor(ctx, r)
+			tf, pool, marks, err := src.tokenFloor(ctx, r)
 			if err != nil {
 				return err
 			}
@@ -319,7 +323,7 @@ func setupFloorRun(advance bool) func(fs *flag.FlagSet, r *runner) runFunc {
 			backoff := 100 * time.Millisecond
 			for {
 				attempts++
-				rep, err = floorCall(ctx, tf, advance, src.floor.v)
+				rep, err = floorCall(ctx, tf, pool, r.g.schemaName(), src.source(marks), advance)
 				if err == nil || !retryable(err) || ctx.Err() != nil {
 					break
 				}
