@@ -112,9 +112,9 @@ func (m *Manager) renewDue(due []*Lease) {
 }
 
 func (m *Manager) renewChunk(chunk []*Lease) {
-	accts, sess, runs := make([]string, len(chunk)), make([]string, len(chunk)), make([]uuid.UUID, len(chunk))
+	accts, sess, runs := make([]string, len(chunk)), make([]string, len(chunk)), make([]string, len(chunk))
 	for i, l := range chunk {
-		accts[i], sess[i], runs[i] = l.key.AccountID, l.key.SessionID, l.runID
+		accts[i], sess[i], runs[i] = l.key.AccountID, l.key.SessionID, l.runID.String()
 	}
 	ctx, cancel := context.WithTimeout(m.root, m.cfg.CallTimeout)
 	defer cancel()

@@ -161,9 +161,9 @@ func (m *Manager) displacedRuns(ctx context.Context, q querier, ls []*Lease) (ma
 	if len(ls) == 0 {
 		return nil, nil
 	}
-	accts, sess, runs := make([]string, len(ls)), make([]string, len(ls)), make([]uuid.UUID, len(ls))
+	accts, sess, runs := make([]string, len(ls)), make([]string, len(ls)), make([]string, len(ls))
 	for i, l := range ls {
-		accts[i], sess[i], runs[i] = l.key.AccountID, l.key.SessionID, l.runID
+		accts[i], sess[i], runs[i] = l.key.AccountID, l.key.SessionID, l.runID.String()
 	}
 	cctx, cancel := m.call(ctx)
 	defer cancel()
