@@ -6,6 +6,7 @@ import (
 	"log/slog"
 	"time"
 
+	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 	"go.opentelemetry.io/otel/metric"
 
@@ -19,6 +20,8 @@ const (
 	MaxTTL             = 24 * time.Hour
 	DefaultCallTimeout = 5 * time.Second
 	DefaultWaitPoll    = 10 * time.Second
+	// DefaultFallbackPoll is Config.FallbackPoll's default.
+	DefaultFallbackPoll = time.Second
 	// MaxBatch is the largest number of leases one renewal or release
 	// statement carries.
 	MaxBatch = 1000
@@ -64,9 +67,26 @@ type Config struct {
 	// connections) and waits for a round's batches before the next tick, so
 	// one statement stuck for CallTimeout delays the next renewals by as much.
 	CallTimeout time.Duration
-	// WaitPoll is the safety-net poll interval of AcquireWait and the health
-	// check period of its LISTEN connection. Default 10s.
+	// WaitPoll is the safety-net poll interval of AcquireWait and the
+	// period of the LISTEN connection's delivery probe. Default 10s.
 	WaitPoll time.Duration
+	// ListenConnString, when set, is the connection string (pgx.ParseConfig
+	// syntax: URL or key=value) of the Manager's LISTEN connection, used
+	// instead of the pool's settings. Set it when Pool goes through a
+	// pooler in transaction mode (PgBouncer pool_mode=transaction, RDS
+	// Proxy, most hosted poolers), which cannot deliver notifications:
+	// point it at the database directly, or at a PgBouncer pool in session
+	// mode. The connection only LISTENs and sends the displaced-run check.
+	// A malformed string fails New with a *ConfigError and starts nothing.
+	ListenConnString string
+	// FallbackPoll is how often the Manager polls instead while its
+	// listener does not receive notifications (a probe NOTIFY sent through
+	// the pool did not come back within CallTimeout; see Health): each
+	// poll ends the leases a takeover displaced (one statement per 1,000
+	// leases held) and makes every AcquireWait and Watch re-read its key.
+	// It bounds how late a displaced holder, a waiter or a watcher learns
+	// of a change then. Default 1s.
+	FallbackPoll time.Duration
 	// Authorizer, if set, runs before every acquisition attempt.
 	Authorizer Authorizer
 	// Logger receives the Manager's logs. Nil discards them. The happy path
@@ -83,7 +103,8 @@ type Config struct {
 // resolved is a validated Config with defaults filled in.
 type resolved struct {
 	Config
-	qSchema string // quoted schema
+	qSchema string          // quoted schema
+	listen  *pgx.ConnConfig // parsed ListenConnString, nil when unset
 }
 
 func (c Config) resolve() (resolved, error) {
@@ -135,6 +156,21 @@ func (c Config) resolve() (resolved, error) {
 	}
 	if r.WaitPoll < 0 {
 		return r, &ConfigError{Field: "WaitPoll", Reason: "negative: " + r.WaitPoll.String()}
+	}
+	if r.FallbackPoll == 0 {
+		r.FallbackPoll = DefaultFallbackPoll
+	}
+	if r.FallbackPoll < 0 {
+		return r, &ConfigError{Field: "FallbackPoll", Reason: "negative: " + r.FallbackPoll.String()}
+	}
+	if r.ListenConnString != "" {
+		lc, err := pgx.ParseConfig(r.ListenConnString)
+		if err != nil {
+			// pgx's message quotes the string, and its password masking is
+			// best effort: neither the string nor that message is kept.
+			return r, &ConfigError{Field: "ListenConnString", Reason: "not a valid connection string (pgx.ParseConfig refused it; it is not repeated here since it may hold a password)"}
+		}
+		r.listen = lc
 	}
 	if r.Logger == nil {
 		r.Logger = slog.New(slog.NewTextHandler(io.Discard, nil))

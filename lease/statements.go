@@ -14,6 +14,7 @@ type statements struct {
 	acquire, renew, release, inspect, renewBatch, releaseBatch string
 	markContended                                              string // AcquireWait: ask the holder's release to notify
 	takeover, displaced                                        string // Takeover and the cause of a refused renewal
+	node                                                       string // Health: the node the floor was checked on, and this one
 	channel                                                    string // NOTIFY channel for releases
 }
 
@@ -178,6 +179,15 @@ SELECT i.fence_token, i.expires_at, i.displaced_run_id, n.t FROM ins i, now_db n
   FROM unnest($1::text[], $2::text[], $3::text[]::uuid[]) AS q(account_id, session_id, run_id)
   JOIN $S.fencekit_leases l ON l.account_id = q.account_id AND l.session_id = q.session_id
  WHERE l.displaced_run_id = q.run_id`),
+
+		// No parameters. The node the floor was last checked on (NULL if
+		// never) and the node this statement runs on, computed as the
+		// acquire statement's gate does; read-only (a standby fails it, as
+		// it fails every grant).
+		node: r.Replace(`SELECT f.checked_node,
+       coalesce(nullif(current_setting('fencekit.system', true), ''), $S.fencekit_system())
+         || '/' || left(pg_walfile_name(pg_current_wal_lsn()), 8)
+  FROM (SELECT) one LEFT JOIN $S.fencekit_token_floor f ON f.id`),
 
 		channel: channelName(schema),
 	}

@@ -92,6 +92,7 @@ func (m *Manager) takeover(ctx context.Context, key Key, opts []Option) (*Lease,
 		return nil, ErrClosed
 	}
 	m.obs.acquired(key, token, time.Since(sentAt))
+	m.refusals.checked(m)
 	m.met.onAcquired(ctx)
 	m.met.onHeld(ctx, 1)
 	if m.log.Enabled(ctx, slog.LevelDebug) {
