@@ -370,7 +370,7 @@ func (m *Manager) listenOnce(ctx context.Context) (connected bool, err error) {
 		}
 		if m.lh.polling() && !now.Before(fallbackDue) {
 			fallbackDue = now.Add(m.cfg.FallbackPoll)
-			m.fallbackPoll(ctx, conn)
+			m.fallbackPoll(ctx)
 		}
 	}
 }
@@ -416,10 +416,11 @@ func (m *Manager) probeLost() bool {
 }
 
 // fallbackPoll stands in for the notifications that are not delivered:
-// leases a takeover displaced are ended, and every waiter and watcher
-// re-reads its key.
-func (m *Manager) fallbackPoll(ctx context.Context, conn *pgx.Conn) {
-	m.endDisplaced(ctx, conn)
+// leases a takeover displaced are ended (asked through the pool: a
+// misdirected ListenConnString may not even reach the lease schema), and
+// every waiter and watcher re-reads its key.
+func (m *Manager) fallbackPoll(ctx context.Context) {
+	m.endDisplaced(ctx, m.pool)
 	m.fan.pokeAll(signalFallback)
 }
 

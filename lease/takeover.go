@@ -126,7 +126,8 @@ func (m *Manager) refusedCauses(ctx context.Context, refused []*Lease) []error {
 // starts with the first grant, and reconnects after a failure) is lost;
 // without it such a lease would only learn at its next renewal. It asks on
 // the listener's own connection (q), which is idle then, so it never takes
-// a pool connection from the Manager's statements.
+// a pool connection from the Manager's statements; the polling fallback
+// (listener.go) asks through the pool.
 func (m *Manager) endDisplaced(ctx context.Context, q querier) {
 	m.mu.Lock()
 	held := make([]*Lease, 0, len(m.leases))
