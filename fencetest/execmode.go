@@ -32,11 +32,18 @@ const ExecModeEnv = "TEST_PGX_EXEC_MODES"
 // "describe_exec", "exec", "simple_protocol").
 func ParseExecMode(name string) (pgx.QueryExecMode, error) {
 	for _, m := range ExecModes {
-		if m.String() == name {
+		if ExecModeName(m) == name {
 			return m, nil
 		}
 	}
 	return 0, fmt.Errorf("fencetest: unknown pgx exec mode %q (want one of cache_statement, cache_describe, describe_exec, exec, simple_protocol)", name)
+}
+
+// ExecModeName is mode's name in a connection string's
+// default_query_exec_mode ("simple_protocol"; pgx's String gives "simple
+// protocol").
+func ExecModeName(mode pgx.QueryExecMode) string {
+	return strings.ReplaceAll(mode.String(), " ", "_")
 }
 
 // ExecModesToTest returns the modes named in TEST_PGX_EXEC_MODES, or every
@@ -68,7 +75,7 @@ func URLWithExecMode(u string, mode pgx.QueryExecMode) (string, error) {
 		return "", fmt.Errorf("fencetest: %q is not a postgres:// URL", u)
 	}
 	q := p.Query()
-	q.Set("default_query_exec_mode", mode.String())
+	q.Set("default_query_exec_mode", ExecModeName(mode))
 	p.RawQuery = q.Encode()
 	return p.String(), nil
 }

@@ -19,7 +19,7 @@ import (
 func TestEveryStatementInEveryExecMode(t *testing.T) {
 	e := newEnv(t)
 	for _, mode := range fencetest.ExecModesToTest(t) {
-		t.Run(mode.String(), func(t *testing.T) {
+		t.Run(fencetest.ExecModeName(mode), func(t *testing.T) {
 			leasecheck.Statements(t, leasecheck.Setup{
 				Schema: e.schema,
 				Pool:   func(t testing.TB) *pgxpool.Pool { return fencetest.PoolInMode(t, mode) },

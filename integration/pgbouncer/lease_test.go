@@ -29,7 +29,7 @@ type row struct {
 }
 
 func (r row) name() string {
-	n := r.pool + "/" + r.exec.String()
+	n := r.pool + "/" + fencetest.ExecModeName(r.exec)
 	if r.listen {
 		n += "/direct-listen"
 	}
