@@ -43,8 +43,10 @@ func (f AuthorizerFunc) Authorize(ctx context.Context, key Key) error { return f
 type Config struct {
 	// Pool is the database (required). The Manager never closes it; close it
 	// after Manager.Close. From the first grant or AcquireWait until Close
-	// the Manager also holds one connection of its own for LISTEN, opened
-	// with the pool's connection settings (outside the pool's MaxConns).
+	// the Manager also holds two connections of its own, outside the pool's
+	// MaxConns: one for LISTEN (the pool's settings, or ListenConnString's)
+	// and one, with the pool's settings, that sends the listener's delivery
+	// probe every WaitPoll.
 	Pool *pgxpool.Pool
 	// Schema holding fencekit_leases and fencekit_token_seq (migration set
 	// migrations.Lease). Default "public". Must pass migrations.ValidateIdentifier.
@@ -80,8 +82,8 @@ type Config struct {
 	// A malformed string fails New with a *ConfigError and starts nothing.
 	ListenConnString string
 	// FallbackPoll is how often the Manager polls instead while its
-	// listener does not receive notifications (a probe NOTIFY sent through
-	// the pool did not come back within CallTimeout; see Health): each
+	// listener does not receive notifications (a probe NOTIFY sent with the
+	// pool's settings did not come back within CallTimeout; see Health): each
 	// poll ends the leases a takeover displaced (one statement per 1,000
 	// leases held) and makes every AcquireWait and Watch re-read its key.
 	// It bounds how late a displaced holder, a waiter or a watcher learns

@@ -47,10 +47,11 @@
 //     simple_protocol included, as connection poolers require) and behind
 //     PgBouncer in session or transaction pooling.
 //   - Notifications are checked, not assumed: the listener sends itself a
-//     probe through the pool after LISTEN and every WaitPoll. When probes
-//     do not come back (a pooler in transaction mode), the Manager says so
-//     once (Warn log, metric, Health) and polls every FallbackPoll instead;
-//     Config.ListenConnString gives it a connection that delivers.
+//     probe from another session (the pool's settings) after LISTEN and
+//     every WaitPoll. When probes do not come back (a pooler in
+//     transaction mode), the Manager says so once (Warn log, metric,
+//     Health) and polls every FallbackPoll instead; Config.ListenConnString
+//     gives it a connection that delivers.
 //
 // # Not guaranteed
 //

@@ -265,9 +265,10 @@ func (m *Manager) listenConfig() *pgx.ConnConfig {
 // closes.
 //
 // Delivery is verified, not assumed: right after LISTEN and then every
-// WaitPoll the listener sends a probe NOTIFY through the pool — the path
-// every release and takeover notification takes — on a channel only this
-// connection listens on, and waits up to CallTimeout for it. A probe that
+// WaitPoll the listener sends a probe NOTIFY from another session opened
+// with the pool's settings — the path every release and takeover
+// notification takes — on a channel only this connection listens on, and
+// waits up to CallTimeout for it. A probe that
 // comes back means notifications are delivered. One that does not, while
 // the connection still answers a bounded SELECT 1, means they are not (a
 // pooler in transaction mode hands LISTEN to a server connection other
@@ -308,6 +309,8 @@ func (m *Manager) listenOnce(ctx context.Context) (connected bool, err error) {
 	m.lh.set(ListenerUnverified)
 	m.endDisplaced(ctx, conn)
 
+	prober := &probeConn{m: m}
+	defer prober.close(ctx)
 	var (
 		probe        string    // payload of the probe in flight, "" when none
 		probeDue     time.Time // when to send the next probe
@@ -321,9 +324,9 @@ func (m *Manager) listenOnce(ctx context.Context) (connected bool, err error) {
 			probe = randomHex(8)
 			probeExpires = now.Add(m.cfg.CallTimeout)
 			probeDue = now.Add(m.cfg.WaitPoll)
-			if perr := m.sendProbe(ctx, probeChannel, probe); perr != nil {
-				// The pool cannot reach the database: nothing is learned
-				// about delivery. Check this connection as before.
+			if perr := prober.send(ctx, probeChannel, probe); perr != nil {
+				// The database cannot be reached that way: nothing is
+				// learned about delivery. Check this connection as before.
 				probe = ""
 				if err := m.pingListen(ctx, conn); err != nil {
 					return true, err
@@ -375,12 +378,42 @@ func (m *Manager) listenOnce(ctx context.Context) (connected bool, err error) {
 	}
 }
 
-// sendProbe sends the probe NOTIFY through the pool, as statements notify.
-func (m *Manager) sendProbe(ctx context.Context, channel, payload string) error {
-	cctx, cancel := m.call(ctx)
+// probeConn sends the listener's probes on a connection of its own, opened
+// with the pool's settings (so through the same pooler, if any, as every
+// statement that notifies) but outside the pool: a probe never waits for,
+// nor holds, a connection the Manager's statements need. It is opened on
+// the first probe, reopened after a failure, and closed with the listener.
+type probeConn struct {
+	m    *Manager
+	conn *pgx.Conn
+}
+
+// send sends one probe NOTIFY, bounded by CallTimeout.
+func (p *probeConn) send(ctx context.Context, channel, payload string) error {
+	cctx, cancel := p.m.call(ctx)
 	defer cancel()
-	_, err := m.pool.Exec(cctx, "SELECT pg_notify($1::text, $2::text)", channel, payload)
-	return err
+	if p.conn == nil {
+		c, err := pgx.ConnectConfig(cctx, p.m.pool.Config().ConnConfig)
+		if err != nil {
+			return fmt.Errorf("probe connection: %w", err)
+		}
+		p.conn = c
+	}
+	if _, err := p.conn.Exec(cctx, "SELECT pg_notify($1::text, $2::text)", channel, payload); err != nil {
+		p.close(ctx)
+		return err
+	}
+	return nil
+}
+
+func (p *probeConn) close(ctx context.Context) {
+	if p.conn == nil {
+		return
+	}
+	closeCtx, c := context.WithTimeout(context.WithoutCancel(ctx), time.Second)
+	_ = p.conn.Close(closeCtx)
+	c()
+	p.conn = nil
 }
 
 // pingListen checks the LISTEN connection with a bounded SELECT 1.

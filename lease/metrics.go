@@ -90,7 +90,7 @@ func newMetrics(mp metric.MeterProvider, ttl time.Duration) (*metrics, error) {
 		metric.WithDescription("Leases held now (granted and not yet ended)."))
 	add(err)
 	x.probesLost, err = m.Int64Counter(instrument.ListenerProbesLost, metric.WithUnit("{probe}"),
-		metric.WithDescription("Listener probes (a NOTIFY sent through the pool to the Manager's own LISTEN connection) that did not come back within CallTimeout."))
+		metric.WithDescription("Listener probes (a NOTIFY sent from another session, with the pool's settings, to the Manager's own LISTEN connection) that did not come back within CallTimeout."))
 	add(err)
 	x.fallback, err = m.Int64UpDownCounter(instrument.ListenerFallback, metric.WithUnit("{manager}"),
 		metric.WithDescription("Managers whose listener does not receive notifications and that poll every FallbackPoll instead."))
