@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	mrand "math/rand/v2"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -50,7 +51,9 @@ type deployment struct {
 // notification latency (the Takeover call to the displaced Lease's Done),
 // the AcquireWait handover latency (the holder's Release call to the
 // waiter's grant) and the grant throughput (8 workers, Acquire+Release on
-// distinct keys), the latter alternating rows round by round. Each row's
+// distinct keys), the latter alternating rows round by round. Each latency
+// sample starts after a random pause below FallbackPoll, so that the polled
+// rows are sampled at random phases of the poll. Each row's
 // PgBouncer is private, started and stopped by the case
 // (internal/pgbouncer); the Managers use the defaults (TTL 15 s, WaitPoll
 // 10 s, FallbackPoll 1 s).
@@ -226,6 +229,7 @@ func (d *deployment) latencies(ctx context.Context, n int) (take, hand []time.Du
 		if err != nil {
 			return nil, nil, err
 		}
+		jitter()
 		t0 := time.Now()
 		nl, err := d.other.Takeover(ctx, k)
 		if err != nil {
@@ -266,6 +270,7 @@ func (d *deployment) latencies(ctx context.Context, n int) (take, hand []time.Du
 			cancel()
 			return nil, nil, err
 		}
+		jitter()
 		t0 = time.Now()
 		if _, err := hl.Release(ctx); err != nil {
 			cancel()
@@ -282,6 +287,13 @@ func (d *deployment) latencies(ctx context.Context, n int) (take, hand []time.Du
 		}
 	}
 	return take, hand, nil
+}
+
+// jitter sleeps a random time below lease.DefaultFallbackPoll, so that the
+// samples fall at random phases of the Managers' polling (which otherwise
+// line up with the measurement loop and bias the polled rows).
+func jitter() {
+	time.Sleep(time.Duration(mrand.Int64N(int64(lease.DefaultFallbackPoll))))
 }
 
 // waitContended waits until AcquireWait has flagged the key's row so that
