@@ -347,10 +347,10 @@ func (m *Manager) listenOnce(ctx context.Context) (connected bool, err error) {
 		switch {
 		case err == nil:
 			if n.Channel == probeChannel {
-				if n.Payload == probe {
-					probe = ""
-					m.probeDelivered()
-				}
+				// Only this listener's probes use the channel: even one
+				// that arrives after it was counted lost shows delivery.
+				probe = ""
+				m.probeDelivered()
 				continue
 			}
 			m.onNotification(n.Payload)
