@@ -16,20 +16,20 @@ import (
 type ListenerState uint8
 
 const (
-	// ListenerIdle: not started yet (no grant, waiter or watch so far).
+	// ListenerIdle means not started yet (no grant, waiter or watch so far).
 	ListenerIdle ListenerState = iota
-	// ListenerConnecting: connecting, or reconnecting after a failure.
+	// ListenerConnecting means connecting, or reconnecting after a failure.
 	ListenerConnecting
-	// ListenerUnverified: listening; the first probe has not come back yet.
+	// ListenerUnverified means listening; the first probe has not come back yet.
 	ListenerUnverified
-	// ListenerDelivering: the last probe came back, so notifications sent
+	// ListenerDelivering means the last probe came back, so notifications sent
 	// by other sessions reach the Manager.
 	ListenerDelivering
-	// ListenerNotDelivering: a probe did not come back although the
+	// ListenerNotDelivering means a probe did not come back although the
 	// connection answered (a pooler in transaction mode). The Manager polls
 	// every FallbackPoll instead, until a probe comes back.
 	ListenerNotDelivering
-	// ListenerStopped: the Manager is closed.
+	// ListenerStopped means the Manager is closed.
 	ListenerStopped
 )
 

@@ -9,8 +9,8 @@ import (
 	"testing"
 
 	"github.com/jackc/pgx/v5"
-	_ "github.com/jackc/pgx/v5/stdlib" // database/sql driver "pgx"
 	"github.com/jackc/pgx/v5/pgxpool"
+	_ "github.com/jackc/pgx/v5/stdlib" // database/sql driver "pgx"
 	"github.com/stretchr/testify/require"
 
 	"github.com/fencekit/fencekit/fence"
@@ -145,7 +145,10 @@ func TestGuardConformanceThroughPgBouncer(t *testing.T) {
 					write: func(ctx context.Context, r string, cl *fence.Claim, fn func(func(context.Context, string, ...any) error) error) error {
 						db := dbs[next.Add(1)%uint64(len(dbs))]
 						body := func(ctx context.Context, tx *sql.Tx) error {
-							return fn(func(ctx context.Context, q string, args ...any) error { _, err := tx.ExecContext(ctx, q, args...); return err })
+							return fn(func(ctx context.Context, q string, args ...any) error {
+								_, err := tx.ExecContext(ctx, q, args...)
+								return err
+							})
 						}
 						if cl == nil {
 							return g.InSQLTx(ctx, db, r, body)

@@ -40,7 +40,6 @@ type deployment struct {
 	schema          string
 	holder, other   *lease.Manager
 	grant           *lease.Manager // 8 workers' Manager for throughput
-	health          lease.Health
 	stop            func()
 	listenerVerdict lease.ListenerState
 }
@@ -241,8 +240,8 @@ func (d *deployment) latencies(ctx context.Context, n int) (take, hand []time.Du
 		case <-time.After(30 * time.Second):
 			return nil, nil, errors.New("displaced lease not ended within 30 s")
 		}
-		if !errors.Is(context.Cause(old.Context()), lease.ErrTakenOver) {
-			return nil, nil, fmt.Errorf("displaced lease ended with %v", context.Cause(old.Context()))
+		if cause := old.Err(); !errors.Is(cause, lease.ErrTakenOver) {
+			return nil, nil, fmt.Errorf("displaced lease ended with %w", cause)
 		}
 		if _, err := nl.Release(ctx); err != nil {
 			return nil, nil, err

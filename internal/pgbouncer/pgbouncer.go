@@ -114,7 +114,7 @@ func Start(ctx context.Context, cfg Config, db string) (*Server, error) {
 }
 
 func start(ctx context.Context, bin string, cfg Config, db string) (*Server, error) {
-	port, err := freePort()
+	port, err := freePort(ctx)
 	if err != nil {
 		return nil, err
 	}
@@ -155,7 +155,8 @@ log_disconnections = 0
 			return nil, err
 		}
 	}
-	cmd := exec.Command(bin, filepath.Join(dir, "pgbouncer.ini")) //nolint:gosec // bin comes from Bin
+	// Not CommandContext: the process outlives Start's ctx; Stop ends it.
+	cmd := exec.Command(bin, filepath.Join(dir, "pgbouncer.ini")) //nolint:gosec,noctx // bin comes from Bin
 	attr := &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGTERM}
 	if os.Geteuid() == 0 {
 		cred, err := postgresCredential()
@@ -199,7 +200,7 @@ func (s *Server) waitReady(ctx context.Context, user, db string) error {
 		conn, err := pgx.ConnectConfig(ctx, cc)
 		if err == nil {
 			_, err = conn.Exec(ctx, "SELECT 1")
-			_ = conn.Close(context.Background())
+			_ = conn.Close(ctx)
 			if err == nil {
 				return nil
 			}
@@ -254,8 +255,8 @@ func postgresCredential() (*syscall.Credential, error) {
 	return &syscall.Credential{Uid: uint32(uid), Gid: uint32(gid), NoSetGroups: true}, nil
 }
 
-func freePort() (uint16, error) {
-	l, err := net.Listen("tcp", "127.0.0.1:0")
+func freePort(ctx context.Context) (uint16, error) {
+	l, err := (&net.ListenConfig{}).Listen(ctx, "tcp", "127.0.0.1:0")
 	if err != nil {
 		return 0, err
 	}
