@@ -7,7 +7,8 @@
 // Guaranteed: Stop ends the process (SIGTERM, then SIGKILL) and removes
 // its directory; the process also gets SIGTERM when the process that
 // started it dies (Linux parent-death signal), so a crashed test leaves no
-// PgBouncer behind. Not guaranteed: TLS, authentication other than trust,
+// PgBouncer behind, and the next Start removes the directories such
+// processes left. Not guaranteed: TLS, authentication other than trust,
 // or a port that stays free between choosing it and PgBouncer binding it
 // (Start retries on another port when binding fails).
 package pgbouncer
@@ -118,7 +119,8 @@ func start(ctx context.Context, bin string, cfg Config, db string) (*Server, err
 	if err != nil {
 		return nil, err
 	}
-	dir, err := os.MkdirTemp("", "fencekit-pgbouncer-")
+	sweep()
+	dir, err := os.MkdirTemp("", fmt.Sprintf("%s%d-", dirPrefix, os.Getpid()))
 	if err != nil {
 		return nil, err
 	}
@@ -239,6 +241,26 @@ func (s *Server) Stop() error {
 		s.stopErr = os.RemoveAll(s.dir)
 	})
 	return s.stopErr
+}
+
+// dirPrefix starts the name of every directory Start creates, followed by
+// the creating process's id.
+const dirPrefix = "fencekit-pgbouncer-"
+
+// sweep removes the directories of processes that are gone (a test killed
+// before its cleanup ran; its PgBouncer got the parent-death signal).
+func sweep() {
+	dirs, _ := filepath.Glob(filepath.Join(os.TempDir(), dirPrefix+"*"))
+	for _, d := range dirs {
+		pidText, _, ok := strings.Cut(strings.TrimPrefix(filepath.Base(d), dirPrefix), "-")
+		pid, err := strconv.Atoi(pidText)
+		if !ok || err != nil || pid <= 0 {
+			continue
+		}
+		if err := syscall.Kill(pid, 0); errors.Is(err, syscall.ESRCH) {
+			_ = os.RemoveAll(d)
+		}
+	}
 }
 
 // postgresCredential is the postgres user's uid and gid.
