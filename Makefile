@@ -22,9 +22,33 @@ services: ## start PostgreSQL/MinIO if missing; prints export lines
 	@scripts/services.sh
 
 .PHONY: test
-test: ## run every test (race detector on) against real PostgreSQL and MinIO
+test: ## run every test (race detector on) against real PostgreSQL, MinIO and PgBouncer, then the exec-mode matrix
+	@scripts/install-pgbouncer.sh
 	@$(SERVICES); $(GO) test $(TESTFLAGS) $(PKGS); \
 	for m in $(NESTED); do echo "== $$m"; (cd $$m && $(GO) test $(TESTFLAGS) ./...); done
+	@$(MAKE) --no-print-directory test/execmodes
+
+# The exec-mode matrix: TEST_DATABASE_URL gets default_query_exec_mode, so
+# every pool and database/sql handle the tests open uses that mode. The text
+# modes (exec, simple_protocol) run the lease core subset and pgguard's
+# conformance and lock tests; the describe modes run pgguard's. Every lease
+# statement runs in every mode in the main suite (TestEveryStatementInEveryExecMode).
+EXECMODES_TEXT   ?= exec simple_protocol
+EXECMODES_OTHER  ?= cache_describe describe_exec
+LEASE_CORE_RUN   := TestEveryStatement|TestUnrelatedKeys|TestHeldRejection|TestTokenIncreases|TestTokenDrawnUnderRowLock|TestExpiredTakeover|TestRenewalRejected|TestBatchedRenewal|TestTakeover|TestAcquireWait|TestRelease|TestRun|TestWatch|TestLostReply|TestListener|TestHealth
+PGGUARD_RUN      := TestConformance|TestWriteAndMarkCommitTogether|TestStaleRollsBackCallerTx|TestConcurrentHolderSerialises|TestFenceContextCancelWhileWaiting|TestLockTimeoutIsBusy|TestDeadlockIsBusy|TestRows
+
+.PHONY: test/execmodes
+test/execmodes: ## lease core and pgguard conformance in pgx's other exec modes (exec, simple_protocol, describe modes)
+	@$(SERVICES); \
+	for mode in $(EXECMODES_TEXT); do echo "== exec mode $$mode"; \
+	  TEST_DATABASE_URL="$$TEST_DATABASE_URL$$(case $$TEST_DATABASE_URL in *\?*) echo '&';; *) echo '?';; esac)default_query_exec_mode=$$mode" \
+	  $(GO) test $(TESTFLAGS) -run '$(LEASE_CORE_RUN)' ./lease && \
+	  TEST_DATABASE_URL="$$TEST_DATABASE_URL$$(case $$TEST_DATABASE_URL in *\?*) echo '&';; *) echo '?';; esac)default_query_exec_mode=$$mode" \
+	  $(GO) test $(TESTFLAGS) -run '$(PGGUARD_RUN)' ./guards/pgguard || exit 1; done; \
+	for mode in $(EXECMODES_OTHER); do echo "== exec mode $$mode"; \
+	  TEST_DATABASE_URL="$$TEST_DATABASE_URL$$(case $$TEST_DATABASE_URL in *\?*) echo '&';; *) echo '?';; esac)default_query_exec_mode=$$mode" \
+	  $(GO) test $(TESTFLAGS) -run '$(PGGUARD_RUN)' ./guards/pgguard || exit 1; done
 
 .PHONY: test/short
 test/short: ## unit tests that need no service
@@ -55,6 +79,7 @@ chaos: ## chaos soak: CHAOS_DURATION=10m (default 5m), CHAOS_SEED=, CHAOS_FAULTS
 
 .PHONY: bench
 bench: ## run cmd/fence-bench against the real services (BENCH_QUICK=1: under 60 s; BENCHFLAGS=-only=lease_cycle); chart in out/bench.svg
+	@scripts/install-pgbouncer.sh
 	@$(SERVICES); mkdir -p out; $(GO) run ./cmd/fence-bench -chart out/bench.svg $(BENCHFLAGS)
 
 .PHONY: migrations

@@ -105,6 +105,7 @@ func (m *Manager) acquireOnce(ctx context.Context, key Key, o grantOptions) (*Le
 		return nil, ErrClosed
 	}
 	m.obs.acquired(key, token, time.Since(sentAt))
+	m.refusals.checked(m)
 	m.met.onAcquired(ctx)
 	m.met.onHeld(ctx, 1) // the -1 (end or Close) may come first; the sum is right once both are in
 	if m.log.Enabled(ctx, slog.LevelDebug) {

@@ -6,6 +6,7 @@ import (
 	"log/slog"
 	"time"
 
+	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 	"go.opentelemetry.io/otel/metric"
 
@@ -19,6 +20,8 @@ const (
 	MaxTTL             = 24 * time.Hour
 	DefaultCallTimeout = 5 * time.Second
 	DefaultWaitPoll    = 10 * time.Second
+	// DefaultFallbackPoll is Config.FallbackPoll's default.
+	DefaultFallbackPoll = time.Second
 	// MaxBatch is the largest number of leases one renewal or release
 	// statement carries.
 	MaxBatch = 1000
@@ -40,8 +43,10 @@ func (f AuthorizerFunc) Authorize(ctx context.Context, key Key) error { return f
 type Config struct {
 	// Pool is the database (required). The Manager never closes it; close it
 	// after Manager.Close. From the first grant or AcquireWait until Close
-	// the Manager also holds one connection of its own for LISTEN, opened
-	// with the pool's connection settings (outside the pool's MaxConns).
+	// the Manager also holds two connections of its own, outside the pool's
+	// MaxConns: one for LISTEN (the pool's settings, or ListenConnString's)
+	// and one, with the pool's settings, that sends the listener's delivery
+	// probe every WaitPoll.
 	Pool *pgxpool.Pool
 	// Schema holding fencekit_leases and fencekit_token_seq (migration set
 	// migrations.Lease). Default "public". Must pass migrations.ValidateIdentifier.
@@ -64,9 +69,26 @@ type Config struct {
 	// connections) and waits for a round's batches before the next tick, so
 	// one statement stuck for CallTimeout delays the next renewals by as much.
 	CallTimeout time.Duration
-	// WaitPoll is the safety-net poll interval of AcquireWait and the health
-	// check period of its LISTEN connection. Default 10s.
+	// WaitPoll is the safety-net poll interval of AcquireWait and the
+	// period of the LISTEN connection's delivery probe. Default 10s.
 	WaitPoll time.Duration
+	// ListenConnString, when set, is the connection string (pgx.ParseConfig
+	// syntax: URL or key=value) of the Manager's LISTEN connection, used
+	// instead of the pool's settings. Set it when Pool goes through a
+	// pooler in transaction mode (PgBouncer pool_mode=transaction, RDS
+	// Proxy, most hosted poolers), which cannot deliver notifications:
+	// point it at the database directly, or at a PgBouncer pool in session
+	// mode. The connection only LISTENs and sends the displaced-run check.
+	// A malformed string fails New with a *ConfigError and starts nothing.
+	ListenConnString string
+	// FallbackPoll is how often the Manager polls instead while its
+	// listener does not receive notifications (a probe NOTIFY sent with the
+	// pool's settings did not come back within CallTimeout; see Health): each
+	// poll ends the leases a takeover displaced (one statement per 1,000
+	// leases held) and makes every AcquireWait and Watch re-read its key.
+	// It bounds how late a displaced holder, a waiter or a watcher learns
+	// of a change then. Default 1s.
+	FallbackPoll time.Duration
 	// Authorizer, if set, runs before every acquisition attempt.
 	Authorizer Authorizer
 	// Logger receives the Manager's logs. Nil discards them. The happy path
@@ -92,8 +114,9 @@ type Config struct {
 // resolved is a validated Config with defaults filled in.
 type resolved struct {
 	Config
-	qSchema string // quoted schema
-	qMarks  string // quoted Floor.MarksSchema, when Floor.Marks is set
+	qSchema string          // quoted schema
+	qMarks  string          // quoted Floor.MarksSchema, when Floor.Marks is set
+	listen  *pgx.ConnConfig // parsed ListenConnString, nil when unset
 }
 
 func (c Config) resolve() (resolved, error) {
@@ -145,6 +168,21 @@ func (c Config) resolve() (resolved, error) {
 	}
 	if r.WaitPoll < 0 {
 		return r, &ConfigError{Field: "WaitPoll", Reason: "negative: " + r.WaitPoll.String()}
+	}
+	if r.FallbackPoll == 0 {
+		r.FallbackPoll = DefaultFallbackPoll
+	}
+	if r.FallbackPoll < 0 {
+		return r, &ConfigError{Field: "FallbackPoll", Reason: "negative: " + r.FallbackPoll.String()}
+	}
+	if r.ListenConnString != "" {
+		lc, err := pgx.ParseConfig(r.ListenConnString)
+		if err != nil {
+			// pgx's message quotes the string, and its password masking is
+			// best effort: neither the string nor that message is kept.
+			return r, &ConfigError{Field: "ListenConnString", Reason: "not a valid connection string (pgx.ParseConfig refused it; it is not repeated here since it may hold a password)"}
+		}
+		r.listen = lc
 	}
 	if r.Logger == nil {
 		r.Logger = slog.New(slog.NewTextHandler(io.Discard, nil))

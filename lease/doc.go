@@ -46,7 +46,18 @@
 //     refused.
 //   - A statement the database aborted for concurrency (serialization
 //     failure, deadlock, lock timeout) returns an error matching ErrBusy
-//     and changed nothing; AcquireWait retries it.
+//     and changed nothing; AcquireWait retries it, and also retries a
+//     read-only or restarting server and refused grants until its ctx
+//     ends.
+//   - Every statement works in each pgx QueryExecMode (exec and
+//     simple_protocol included, as connection poolers require) and behind
+//     PgBouncer in session or transaction pooling.
+//   - Notifications are checked, not assumed: the listener sends itself a
+//     probe from another session (the pool's settings) after LISTEN and
+//     every WaitPoll. When probes do not come back (a pooler in
+//     transaction mode), the Manager says so once (Warn log, metric,
+//     Health) and polls every FallbackPoll instead; Config.ListenConnString
+//     gives it a connection that delivers.
 //
 // # Not guaranteed
 //
@@ -57,6 +68,9 @@
 //   - Tokens never going backwards after a restore or failover to a stale
 //     replica, beyond what the token floor (package leaseops) detects.
 //   - Fairness: AcquireWait callers race; there is no queue.
+//   - Latency behind a pooler in transaction mode without ListenConnString:
+//     takeovers, releases and watch events are then seen within
+//     FallbackPoll, not within milliseconds.
 //   - Consecutive tokens: refused attempts consume sequence values too.
 //   - Survival of the Manager: when the process dies its leases are not
 //     renewed and expire after at most TTL.

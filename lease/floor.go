@@ -352,7 +352,10 @@ func grantRefusal(err error) error {
 
 // grantRefused records and returns a grant refused by the database
 // (refusal from grantRefusal): the statement failed as a whole, no row was
-// written.
+// written. Metrics count every refusal; the log gets one Error record when
+// refusals start or their reason changes, then at most one per
+// refusalSummaryEvery with the count (refusalLog), since every waiter of
+// every Manager retries while the floor check is pending.
 func (m *Manager) grantRefused(ctx context.Context, key Key, refusal error) error {
 	var (
 		fe *TokenFloorError
@@ -361,16 +364,32 @@ func (m *Manager) grantRefused(ctx context.Context, key Key, refusal error) erro
 	switch {
 	case errors.As(refusal, &fe):
 		m.met.onRefused(ctx, instrument.ReasonTokenFloor)
-		m.log.Warn("lease acquire refused: the token sequence is not above the token floor (restore or failover?)",
-			"key", key.String(), "token", int64(fe.Token), "floor", int64(fe.Floor))
+		full, summary, n, since := m.refusals.refused("token_floor")
+		switch {
+		case full:
+			m.log.Error("lease acquire refused: the token sequence is not above the token floor (restore or failover?); advance it with leaseops.CheckFloor or fencekit floor advance",
+				"key", key.String(), "token", int64(fe.Token), "floor", int64(fe.Floor))
+		case summary:
+			m.log.Error("lease acquire still refused: token sequence not above the token floor",
+				"refusals", n, "refused_since", since, "token", int64(fe.Token), "floor", int64(fe.Floor))
+		}
 	case errors.As(refusal, &fo) && m.floor != nil:
 		m.met.onRefused(ctx, instrument.ReasonFailoverUnchecked)
-		m.log.Warn("lease acquire refused: the token floor was not checked on this database node (failover or restore?); checking it (Config.Floor)",
-			"key", key.String(), "checked_node", fo.Checked, "node", fo.Node)
+		if full, _, _, _ := m.refusals.refused("failover_unchecked_auto " + fo.Checked + " " + fo.Node); full {
+			m.log.Warn("lease acquire refused: the token floor was not checked on this database node (failover or restore?); checking it (Config.Floor)",
+				"key", key.String(), "checked_node", fo.Checked, "node", fo.Node)
+		}
 	case errors.As(refusal, &fo):
 		m.met.onRefused(ctx, instrument.ReasonFailoverUnchecked)
-		m.log.Error("lease acquire refused: the token floor was not checked on this database node (failover or restore?); run the floor check",
-			"key", key.String(), "checked_node", fo.Checked, "node", fo.Node)
+		full, summary, n, since := m.refusals.refused("failover_unchecked " + fo.Checked + " " + fo.Node)
+		switch {
+		case full:
+			m.log.Error("lease acquire refused: the token floor was not checked on this database node (failover or restore?); run the floor check",
+				"key", key.String(), "checked_node", fo.Checked, "node", fo.Node)
+		case summary:
+			m.log.Error("lease acquire still refused: token floor not checked on this database node",
+				"refusals", n, "refused_since", since, "checked_node", fo.Checked, "node", fo.Node)
+		}
 	}
 	return fmt.Errorf("lease: acquire %s: %w", key, refusal)
 }

@@ -2,6 +2,8 @@ package lease
 
 import (
 	"context"
+	"crypto/rand"
+	"encoding/hex"
 	"errors"
 	"fmt"
 	"strings"
@@ -42,6 +44,7 @@ type signal uint8
 const (
 	signalNotify    signal = iota + 1 // a notification for the key
 	signalReconnect                   // the listener (re)connected: notifications may have been missed
+	signalFallback                    // notifications are not delivered: re-read now (every FallbackPoll)
 )
 
 // subscription is one consumer of a key's notifications.
@@ -138,6 +141,17 @@ func (f *fanout) wakeOneLocked(payload string) {
 	}
 }
 
+// pokeAll wakes every subscriber with sig.
+func (f *fanout) pokeAll(sig signal) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	for _, set := range f.subs {
+		for s := range set {
+			s.poke(sig)
+		}
+	}
+}
+
 // setReady records the listener's state; on connect every subscriber is
 // poked, since notifications sent while it was down are lost.
 func (f *fanout) setReady(up bool) {
@@ -208,9 +222,11 @@ func (m *Manager) listenLoop(ctx context.Context) {
 	<-timer.C
 	defer timer.Stop()
 	for {
+		m.lh.set(ListenerConnecting)
 		connected, err := m.listenOnce(ctx)
 		m.fan.setReady(false)
 		if ctx.Err() != nil {
+			m.stopListenHealth()
 			return
 		}
 		m.obs.listener(false, err)
@@ -221,6 +237,7 @@ func (m *Manager) listenLoop(ctx context.Context) {
 		timer.Reset(backoff)
 		select {
 		case <-ctx.Done():
+			m.stopListenHealth()
 			return
 		case <-timer.C:
 		}
@@ -228,15 +245,44 @@ func (m *Manager) listenLoop(ctx context.Context) {
 	}
 }
 
+// stopListenHealth records the listener's end.
+func (m *Manager) stopListenHealth() {
+	if m.lh.set(ListenerStopped) {
+		m.met.onListenerFallback(m.root, -1)
+	}
+}
+
+// listenConfig is the LISTEN connection's configuration: ListenConnString's
+// when set, else the pool's.
+func (m *Manager) listenConfig() *pgx.ConnConfig {
+	if m.cfg.listen != nil {
+		return m.cfg.listen.Copy()
+	}
+	return m.pool.Config().ConnConfig
+}
+
 // listenOnce runs one LISTEN connection until it fails or the Manager
-// closes. While idle it checks the connection every WaitPoll with a bounded
-// ping, so a silent partition is detected.
+// closes.
+//
+// Delivery is verified, not assumed: right after LISTEN and then every
+// WaitPoll the listener sends a probe NOTIFY from another session opened
+// with the pool's settings — the path every release and takeover
+// notification takes — on a channel only this connection listens on, and
+// waits up to CallTimeout for it. A probe that
+// comes back means notifications are delivered. One that does not, while
+// the connection still answers a bounded SELECT 1, means they are not (a
+// pooler in transaction mode hands LISTEN to a server connection other
+// clients then use): the Manager logs that once, counts it and reports it
+// in Health, and falls back to polling every FallbackPoll (endDisplaced and
+// a re-read by every waiter and watcher) until a probe comes back. A
+// connection that does not answer is dropped and reconnected, which also
+// detects a silent partition.
 func (m *Manager) listenOnce(ctx context.Context) (connected bool, err error) {
 	cctx, cancel := m.call(ctx)
-	// A connection of its own, with the pool's settings: taking one out of
-	// the pool would shrink it and drop that connection's prepared
-	// statements from the pool's use.
-	conn, err := pgx.ConnectConfig(cctx, m.pool.Config().ConnConfig)
+	// A connection of its own, with the pool's settings (or
+	// ListenConnString's): taking one out of the pool would shrink it and
+	// drop that connection's prepared statements from the pool's use.
+	conn, err := pgx.ConnectConfig(cctx, m.listenConfig())
 	if err != nil {
 		cancel()
 		return false, fmt.Errorf("listen connection: %w", err)
@@ -246,20 +292,67 @@ func (m *Manager) listenOnce(ctx context.Context) (connected bool, err error) {
 		_ = conn.Close(closeCtx)
 		c()
 	}()
-	_, err = conn.Exec(cctx, "LISTEN "+pgx.Identifier{m.st.channel}.Sanitize())
+	// The probe channel first and the shared channel last: the connection's
+	// last statement then reads "LISTEN <shared channel>" in
+	// pg_stat_activity.
+	probeChannel := "fencekit_probe_" + randomHex(12)
+	_, err = conn.Exec(cctx, "LISTEN "+pgx.Identifier{probeChannel}.Sanitize())
+	if err == nil {
+		_, err = conn.Exec(cctx, "LISTEN "+pgx.Identifier{m.st.channel}.Sanitize())
+	}
 	cancel()
 	if err != nil {
 		return false, fmt.Errorf("listen: %w", err)
 	}
 	m.fan.setReady(true)
 	m.obs.listener(true, nil)
+	m.lh.set(ListenerUnverified)
 	m.endDisplaced(ctx, conn)
+
+	prober := &probeConn{m: m}
+	defer prober.close(ctx)
+	var (
+		probe        string    // payload of the probe in flight, "" when none
+		probeDue     time.Time // when to send the next probe
+		probeExpires time.Time // when the probe in flight counts as lost
+		fallbackDue  time.Time // next fallback poll while not delivering
+	)
+	probeDue = time.Now()
 	for {
-		wctx, wcancel := context.WithTimeout(ctx, m.cfg.WaitPoll)
+		now := time.Now()
+		if probe == "" && !now.Before(probeDue) {
+			probe = randomHex(8)
+			probeExpires = now.Add(m.cfg.CallTimeout)
+			probeDue = now.Add(m.cfg.WaitPoll)
+			if perr := prober.send(ctx, probeChannel, probe); perr != nil {
+				// The database cannot be reached that way: nothing is
+				// learned about delivery. Check this connection as before.
+				probe = ""
+				if err := m.pingListen(ctx, conn); err != nil {
+					return true, err
+				}
+				m.log.Debug("lease: listener probe not sent", "err", perr)
+			}
+		}
+		next := probeDue
+		if probe != "" {
+			next = probeExpires
+		}
+		if m.lh.polling() && fallbackDue.Before(next) {
+			next = fallbackDue
+		}
+		wctx, wcancel := context.WithDeadline(ctx, next)
 		n, err := conn.WaitForNotification(wctx)
 		wcancel()
 		switch {
 		case err == nil:
+			if n.Channel == probeChannel {
+				// Only this listener's probes use the channel: even one
+				// that arrives after it was counted lost shows delivery.
+				probe = ""
+				m.probeDelivered()
+				continue
+			}
 			m.onNotification(n.Payload)
 			continue
 		case ctx.Err() != nil:
@@ -267,11 +360,106 @@ func (m *Manager) listenOnce(ctx context.Context) (connected bool, err error) {
 		case !errors.Is(err, context.DeadlineExceeded) && !pgconn.Timeout(err):
 			return true, err
 		}
-		pctx, pcancel := m.call(ctx)
-		_, err = conn.Exec(pctx, "SELECT 1")
-		pcancel()
-		if err != nil {
-			return true, fmt.Errorf("listen connection health check: %w", err)
+		now = time.Now()
+		if probe != "" && !now.Before(probeExpires) {
+			probe = ""
+			// Lost, or this connection is gone: tell which.
+			if err := m.pingListen(ctx, conn); err != nil {
+				return true, err
+			}
+			if m.probeLost() {
+				fallbackDue = now
+			}
+		}
+		if m.lh.polling() && !now.Before(fallbackDue) {
+			fallbackDue = now.Add(m.cfg.FallbackPoll)
+			m.fallbackPoll(ctx)
 		}
 	}
+}
+
+// probeConn sends the listener's probes on a connection of its own, opened
+// with the pool's settings (so through the same pooler, if any, as every
+// statement that notifies) but outside the pool: a probe never waits for,
+// nor holds, a connection the Manager's statements need. It is opened on
+// the first probe, reopened after a failure, and closed with the listener.
+type probeConn struct {
+	m    *Manager
+	conn *pgx.Conn
+}
+
+// send sends one probe NOTIFY, bounded by CallTimeout.
+func (p *probeConn) send(ctx context.Context, channel, payload string) error {
+	cctx, cancel := p.m.call(ctx)
+	defer cancel()
+	if p.conn == nil {
+		c, err := pgx.ConnectConfig(cctx, p.m.pool.Config().ConnConfig)
+		if err != nil {
+			return fmt.Errorf("probe connection: %w", err)
+		}
+		p.conn = c
+	}
+	if _, err := p.conn.Exec(cctx, "SELECT pg_notify($1::text, $2::text)", channel, payload); err != nil {
+		p.close(ctx)
+		return err
+	}
+	return nil
+}
+
+func (p *probeConn) close(ctx context.Context) {
+	if p.conn == nil {
+		return
+	}
+	closeCtx, c := context.WithTimeout(context.WithoutCancel(ctx), time.Second)
+	_ = p.conn.Close(closeCtx)
+	c()
+	p.conn = nil
+}
+
+// pingListen checks the LISTEN connection with a bounded SELECT 1.
+func (m *Manager) pingListen(ctx context.Context, conn *pgx.Conn) error {
+	pctx, pcancel := m.call(ctx)
+	defer pcancel()
+	if _, err := conn.Exec(pctx, "SELECT 1"); err != nil {
+		return fmt.Errorf("listen connection health check: %w", err)
+	}
+	return nil
+}
+
+// probeDelivered records a probe that came back.
+func (m *Manager) probeDelivered() {
+	if m.lh.delivered() {
+		m.met.onListenerFallback(m.root, -1)
+		m.log.Info("lease: listener delivers notifications again; polling fallback off")
+	}
+}
+
+// probeLost records a probe that did not come back on a connection that
+// answers; true when that starts the polling fallback.
+func (m *Manager) probeLost() bool {
+	m.met.onProbeLost(m.root)
+	if !m.lh.probeLost() {
+		return false
+	}
+	m.met.onListenerFallback(m.root, 1)
+	m.log.Warn("lease: the LISTEN connection does not receive notifications (a pooler in transaction mode?); "+
+		"falling back to polling — set Config.ListenConnString to a direct or session-mode connection",
+		"fallback_poll", m.cfg.FallbackPoll, "probe_wait", m.cfg.CallTimeout)
+	return true
+}
+
+// fallbackPoll stands in for the notifications that are not delivered:
+// leases a takeover displaced are ended (asked through the pool: a
+// misdirected ListenConnString may not even reach the lease schema), and
+// every waiter and watcher re-reads its key.
+func (m *Manager) fallbackPoll(ctx context.Context) {
+	m.endDisplaced(ctx, m.pool)
+	m.fan.pokeAll(signalFallback)
+}
+
+// randomHex returns 2n random hex characters.
+func randomHex(n int) string {
+	b := make([]byte, n)
+	_, _ = rand.Read(b)
+	return hex.EncodeToString(b)
 }

@@ -17,9 +17,10 @@ import (
 // Manager acquires, renews and releases leases in one schema. It runs one
 // background renewer for all the leases it holds and, from its first grant
 // or waiter until Close, one LISTEN connection (its own, opened with the
-// pool's connection settings) that
-// wakes waiters and tells holders of a takeover. Its methods are safe for
-// concurrent use. Close stops everything it started.
+// pool's connection settings or Config.ListenConnString) that wakes waiters
+// and tells holders of a takeover, and that checks that notifications
+// actually reach it (Health). Its methods are safe for concurrent use.
+// Close stops everything it started.
 type Manager struct {
 	cfg  resolved
 	pool *pgxpool.Pool
@@ -41,6 +42,9 @@ type Manager struct {
 	fan        *fanout     // the listener's notifications, by key (listener.go)
 	watches    watches     // Watch's shared readers, by key (watch.go)
 	listening  atomic.Bool // the listener was started
+	lh         listenHealth
+	lastRound  atomic.Int64 // unix ns: end of the last renewal round without a failed statement
+	refusals   refusalLog
 	closeOnce  sync.Once
 	closeError error
 }
@@ -77,6 +81,7 @@ func newManager(cfg Config, obs observer) (*Manager, error) {
 		return nil, &ConfigError{Field: "MeterProvider", Reason: "creating instruments: " + err.Error(), Err: err}
 	}
 	m.met = met
+	m.lastRound.Store(time.Now().UnixNano())
 	m.wg.Add(1)
 	go m.renewLoop()
 	return m, nil

@@ -23,6 +23,8 @@ type metrics struct {
 	renewDur, renewFrac               metric.Float64Histogram
 	cancelDelay, overrun              metric.Float64Histogram
 	held                              metric.Int64UpDownCounter
+	probesLost                        metric.Int64Counter
+	fallback                          metric.Int64UpDownCounter
 	ttl                               time.Duration
 }
 
@@ -87,14 +89,21 @@ func newMetrics(mp metric.MeterProvider, ttl time.Duration) (*metrics, error) {
 	x.held, err = m.Int64UpDownCounter(instrument.Held, metric.WithUnit("{lease}"),
 		metric.WithDescription("Leases held now (granted and not yet ended)."))
 	add(err)
+	x.probesLost, err = m.Int64Counter(instrument.ListenerProbesLost, metric.WithUnit("{probe}"),
+		metric.WithDescription("Listener probes (a NOTIFY sent from another session, with the pool's settings, to the Manager's own LISTEN connection) that did not come back within CallTimeout."))
+	add(err)
+	x.fallback, err = m.Int64UpDownCounter(instrument.ListenerFallback, metric.WithUnit("{manager}"),
+		metric.WithDescription("Managers whose listener does not receive notifications and that poll every FallbackPoll instead."))
+	add(err)
 	return x, errors.Join(errs...)
 }
 
 // errorType is the error.type attribute value of a failed call.
 func errorType(err error) string {
+	// An AcquireWait whose ctx ended while the key was held matches ErrHeld
+	// too; it is typed by the context error, as before, so ErrHeld comes
+	// last. A refusal (floor, unchecked node) is named even then.
 	switch {
-	case errors.Is(err, ErrHeld):
-		return instrument.ErrorHeld
 	case errors.Is(err, ErrUnauthorized):
 		return instrument.ErrorUnauthorized
 	case errors.Is(err, ErrBusy):
@@ -109,6 +118,8 @@ func errorType(err error) string {
 		return instrument.ErrorDeadlineExceeded
 	case errors.Is(err, context.Canceled):
 		return instrument.ErrorCanceled
+	case errors.Is(err, ErrHeld):
+		return instrument.ErrorHeld
 	}
 	return instrument.ErrorOther
 }
@@ -168,4 +179,10 @@ func (x *metrics) onReleased(ctx context.Context, res ReleaseResult, err error) 
 		r = "error"
 	}
 	x.released.Add(ctx, 1, attrs(attribute.String("result", r)))
+}
+
+func (x *metrics) onProbeLost(ctx context.Context) { x.probesLost.Add(ctx, 1) }
+
+func (x *metrics) onListenerFallback(ctx context.Context, delta int) {
+	x.fallback.Add(ctx, int64(delta))
 }

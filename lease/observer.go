@@ -37,6 +37,7 @@ const (
 	wakeExpiry                          // the holder's known expiry passed
 	wakePoll                            // the slow safety-net poll
 	wakeReconnect                       // the listener (re)connected: notifications may have been missed
+	wakeFallback                        // the listener receives no notifications: polling every FallbackPoll
 )
 
 func (r wakeReason) String() string {
@@ -49,6 +50,8 @@ func (r wakeReason) String() string {
 		return "poll"
 	case wakeReconnect:
 		return "reconnect"
+	case wakeFallback:
+		return "fallback"
 	}
 	return "unknown"
 }

@@ -109,9 +109,9 @@ func (m *Manager) releaseBatch(ctx context.Context, leases []*Lease) error {
 	var errs []error
 	for start := 0; start < len(leases); start += MaxBatch {
 		chunk := leases[start:min(start+MaxBatch, len(leases))]
-		accts, sess, runs, payloads := make([]string, len(chunk)), make([]string, len(chunk)), make([]uuid.UUID, len(chunk)), make([]string, len(chunk))
+		accts, sess, runs, payloads := make([]string, len(chunk)), make([]string, len(chunk)), make([]string, len(chunk)), make([]string, len(chunk))
 		for i, l := range chunk {
-			accts[i], sess[i], runs[i], payloads[i] = l.key.AccountID, l.key.SessionID, l.runID, keyPayload(l.key)
+			accts[i], sess[i], runs[i], payloads[i] = l.key.AccountID, l.key.SessionID, l.runID.String(), keyPayload(l.key)
 		}
 		if _, err := m.pool.Exec(ctx, m.st.releaseBatch, accts, sess, runs, m.st.channel, payloads); err != nil {
 			errs = append(errs, fmt.Errorf("lease: release %d leases at close: %w", len(chunk), err))

@@ -34,8 +34,9 @@ func (m *Manager) renewLoop() {
 			return
 		case <-ticker.C:
 		}
-		if due := m.collectDue(time.Now().Add(tick)); len(due) > 0 {
-			m.renewDue(due)
+		due := m.collectDue(time.Now().Add(tick))
+		if len(due) == 0 || m.renewDue(due) {
+			m.lastRound.Store(time.Now().UnixNano())
 		}
 	}
 }
@@ -74,26 +75,30 @@ func (m *Manager) renewWorkers() int {
 // into consecutive, disjoint batches, each of which locks its rows in key
 // order, so batches in flight at the same time (here or in another Manager)
 // cannot deadlock. Batches are balanced in size and handed to at most
-// renewWorkers goroutines; renewDue returns when all are done.
-func (m *Manager) renewDue(due []*Lease) {
+// renewWorkers goroutines; renewDue returns when all are done, reporting
+// whether every statement succeeded.
+func (m *Manager) renewDue(due []*Lease) bool {
 	slices.SortFunc(due, func(a, b *Lease) int {
 		return cmp.Or(cmp.Compare(a.key.AccountID, b.key.AccountID), cmp.Compare(a.key.SessionID, b.key.SessionID))
 	})
 	if len(due) == 0 {
-		return
+		return true
 	}
 	size := int(renewBatchSize.Load())
 	n := (len(due) + size - 1) / size // batches
 	size = (len(due) + n - 1) / n     // balanced: n batches of at most MaxBatch
 	workers := min(m.renewWorkers(), n)
+	var failed atomic.Bool
 	if workers == 1 {
 		for start := 0; start < len(due); start += size {
 			if m.root.Err() != nil {
-				return
+				return false
 			}
-			m.renewChunk(due[start:min(start+size, len(due))])
+			if !m.renewChunk(due[start:min(start+size, len(due))]) {
+				failed.Store(true)
+			}
 		}
-		return
+		return !failed.Load()
 	}
 	var next atomic.Int64
 	var wg sync.WaitGroup
@@ -104,17 +109,21 @@ func (m *Manager) renewDue(due []*Lease) {
 				if i >= n || m.root.Err() != nil {
 					return
 				}
-				m.renewChunk(due[i*size : min((i+1)*size, len(due))])
+				if !m.renewChunk(due[i*size : min((i+1)*size, len(due))]) {
+					failed.Store(true)
+				}
 			}
 		})
 	}
 	wg.Wait()
+	return !failed.Load() && m.root.Err() == nil
 }
 
-func (m *Manager) renewChunk(chunk []*Lease) {
-	accts, sess, runs := make([]string, len(chunk)), make([]string, len(chunk)), make([]uuid.UUID, len(chunk))
+// renewChunk renews one batch; false when its statement failed.
+func (m *Manager) renewChunk(chunk []*Lease) bool {
+	accts, sess, runs := make([]string, len(chunk)), make([]string, len(chunk)), make([]string, len(chunk))
 	for i, l := range chunk {
-		accts[i], sess[i], runs[i] = l.key.AccountID, l.key.SessionID, l.runID
+		accts[i], sess[i], runs[i] = l.key.AccountID, l.key.SessionID, l.runID.String()
 	}
 	ctx, cancel := context.WithTimeout(m.root, m.cfg.CallTimeout)
 	defer cancel()
@@ -148,7 +157,7 @@ func (m *Manager) renewChunk(chunk []*Lease) {
 		if m.root.Err() == nil {
 			m.log.Warn("lease renewal failed; leases stay trusted until their deadlines", "leases", len(chunk), "err", err)
 		}
-		return
+		return false
 	}
 	trust := sentAt.Add(m.cfg.TTL - m.cfg.SafetyMargin)
 	var refused []*Lease
@@ -165,4 +174,5 @@ func (m *Manager) renewChunk(chunk []*Lease) {
 	}
 	lost := len(refused)
 	m.obs.renewBatch(len(chunk), len(chunk)-lost, lost, time.Since(sentAt), nil)
+	return true
 }

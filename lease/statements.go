@@ -14,6 +14,7 @@ type statements struct {
 	acquire, renew, release, inspect, renewBatch, releaseBatch string
 	markContended                                              string // AcquireWait: ask the holder's release to notify
 	takeover, displaced                                        string // Takeover and the cause of a refused renewal
+	node                                                       string // Health: the node the floor was checked on, and this one
 	channel                                                    string // NOTIFY channel for releases
 }
 
@@ -73,10 +74,14 @@ UPDATE $S.fencekit_leases l
    AND l.released_at IS NULL AND l.expires_at > n.t
 RETURNING l.fence_token, l.expires_at, n.t`),
 
-		// $1 accounts, $2 sessions, $3 run_ids, $4 ttl µs. Rows are locked in
-		// key order (the caller sorts), so two batches cannot deadlock.
+		// $1 accounts, $2 sessions, $3 run_ids (text), $4 ttl µs. Rows are
+		// locked in key order (the caller sorts), so two batches cannot
+		// deadlock. Arrays are bound as text[] and cast here: pgx has no
+		// text-format encoder for []uuid.UUID, and the exec and
+		// simple_protocol modes (what poolers require) send every
+		// parameter as text.
 		renewBatch: r.Replace(`WITH now_db AS MATERIALIZED (SELECT clock_timestamp() AS t),
-req AS (SELECT * FROM unnest($1::text[], $2::text[], $3::uuid[]) AS q(account_id, session_id, run_id))
+req AS (SELECT * FROM unnest($1::text[], $2::text[], $3::text[]::uuid[]) AS q(account_id, session_id, run_id))
 UPDATE $S.fencekit_leases l
    SET renewed_at = n.t, expires_at = n.t + $4::bigint * interval '1 microsecond'
   FROM now_db n, req q
@@ -99,9 +104,10 @@ RETURNING l.account_id, l.session_id, l.run_id, l.expires_at`),
    AND l.released_at IS NULL AND l.expires_at > statement_timestamp()
 RETURNING CASE WHEN l.contended THEN pg_notify($4::text, $5::text) END IS NULL`),
 
-		// $1 accounts, $2 sessions, $3 run_ids, $4 channel, $5 payloads.
+		// $1 accounts, $2 sessions, $3 run_ids (text, as in renewBatch), $4
+		// channel, $5 payloads.
 		releaseBatch: r.Replace(`WITH now_db AS MATERIALIZED (SELECT clock_timestamp() AS t),
-req AS (SELECT * FROM unnest($1::text[], $2::text[], $3::uuid[], $5::text[]) AS q(account_id, session_id, run_id, payload))
+req AS (SELECT * FROM unnest($1::text[], $2::text[], $3::text[]::uuid[], $5::text[]) AS q(account_id, session_id, run_id, payload))
 UPDATE $S.fencekit_leases l SET released_at = n.t, expires_at = n.t
   FROM now_db n, req q
  WHERE l.account_id = q.account_id AND l.session_id = q.session_id AND l.run_id = q.run_id
@@ -165,13 +171,23 @@ ins AS (
 )
 SELECT i.fence_token, i.expires_at, i.displaced_run_id, n.t FROM ins i, now_db n`),
 
-		// $1 accounts, $2 sessions, $3 run_ids. Of the given runs, those a
+		// $1 accounts, $2 sessions, $3 run_ids (text, as in renewBatch). Of
+		// the given runs, those a
 		// takeover displaced while they held their key (asked after a
 		// refused renewal, to report ErrTakenOver rather than ErrLost).
 		displaced: r.Replace(`SELECT q.run_id
-  FROM unnest($1::text[], $2::text[], $3::uuid[]) AS q(account_id, session_id, run_id)
+  FROM unnest($1::text[], $2::text[], $3::text[]::uuid[]) AS q(account_id, session_id, run_id)
   JOIN $S.fencekit_leases l ON l.account_id = q.account_id AND l.session_id = q.session_id
  WHERE l.displaced_run_id = q.run_id`),
+
+		// No parameters. The node the floor was last checked on (NULL if
+		// never) and the node this statement runs on, computed as the
+		// acquire statement's gate does; read-only (a standby fails it, as
+		// it fails every grant).
+		node: r.Replace(`SELECT f.checked_node,
+       coalesce(nullif(current_setting('fencekit.system', true), ''), $S.fencekit_system())
+         || '/' || left(pg_walfile_name(pg_current_wal_lsn()), 8)
+  FROM (SELECT) one LEFT JOIN $S.fencekit_token_floor f ON f.id`),
 
 		channel: channelName(schema),
 	}

@@ -97,6 +97,7 @@ func (m *Manager) takeover(ctx context.Context, key Key, opts []Option) (*Lease,
 		return nil, ErrClosed
 	}
 	m.obs.acquired(key, token, time.Since(sentAt))
+	m.refusals.checked(m)
 	m.met.onAcquired(ctx)
 	m.met.onHeld(ctx, 1)
 	if m.log.Enabled(ctx, slog.LevelDebug) {
@@ -130,7 +131,8 @@ func (m *Manager) refusedCauses(ctx context.Context, refused []*Lease) []error {
 // starts with the first grant, and reconnects after a failure) is lost;
 // without it such a lease would only learn at its next renewal. It asks on
 // the listener's own connection (q), which is idle then, so it never takes
-// a pool connection from the Manager's statements.
+// a pool connection from the Manager's statements; the polling fallback
+// (listener.go) asks through the pool.
 func (m *Manager) endDisplaced(ctx context.Context, q querier) {
 	m.mu.Lock()
 	held := make([]*Lease, 0, len(m.leases))
@@ -166,9 +168,9 @@ func (m *Manager) displacedRuns(ctx context.Context, q querier, ls []*Lease) (ma
 	if len(ls) == 0 {
 		return nil, nil
 	}
-	accts, sess, runs := make([]string, len(ls)), make([]string, len(ls)), make([]uuid.UUID, len(ls))
+	accts, sess, runs := make([]string, len(ls)), make([]string, len(ls)), make([]string, len(ls))
 	for i, l := range ls {
-		accts[i], sess[i], runs[i] = l.key.AccountID, l.key.SessionID, l.runID
+		accts[i], sess[i], runs[i] = l.key.AccountID, l.key.SessionID, l.runID.String()
 	}
 	cctx, cancel := m.call(ctx)
 	defer cancel()

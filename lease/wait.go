@@ -3,6 +3,8 @@ package lease
 import (
 	"context"
 	"errors"
+	"fmt"
+	"strings"
 	"time"
 
 	"github.com/google/uuid"
@@ -22,11 +24,23 @@ import (
 //     local monotonic timer;
 //   - the safety-net poll (Config.WaitPoll).
 //
-// The Authorizer runs before every attempt. Network errors are retried
-// after a short pause; errors reported by the server (for instance a
-// missing table), authorization refusals and invalid keys are returned.
-// A cancelled ctx returns context.Cause(ctx). ctx's values go to the lease
-// as with Acquire; opts apply to the grant (WithHolder).
+// The Authorizer runs before every attempt. Transient failures are retried
+// with a backoff (50ms doubling to 1s, at most WaitPoll) until ctx ends:
+// network errors and lost connections, the server shutting down or
+// starting up (SQLSTATE 57P01, 57P02, 57P03, class 08), a read-only node
+// during a switchover (25006), a database busy (ErrBusy), and grants the
+// database refuses until the token floor is checked on a new node
+// (ErrFailoverUnchecked) or the sequence is above the floor
+// (ErrTokenFloor). Other errors reported by the server (for instance a
+// missing table), authorization refusals and invalid keys are returned at
+// once.
+//
+// When ctx ends, the error matches ctx.Err() and context.Cause(ctx), and
+// also the last attempt's error when there was one (errors.Is ErrHeld with
+// a *HeldError while the key was held; errors.As *FailoverError while the
+// node was unchecked; the server's *pgconn.PgError; ...), so a caller that
+// gives up can tell why. ctx's values go to the lease as with Acquire;
+// opts apply to the grant (WithHolder).
 func (m *Manager) AcquireWait(ctx context.Context, key Key, opts ...Option) (got *Lease, err error) {
 	if err := key.Validate(); err != nil {
 		return nil, err
@@ -73,6 +87,8 @@ func (m *Manager) AcquireWait(ctx context.Context, key Key, opts ...Option) (got
 	expiry := time.NewTimer(time.Hour)
 	expiry.Stop()
 	defer expiry.Stop()
+	var last error // the last attempt's error, reported with ctx's when ctx ends
+	backoff := time.Duration(0)
 	for {
 		if err := m.authorize(ctx, key); err != nil {
 			return nil, err
@@ -85,8 +101,14 @@ func (m *Manager) AcquireWait(ctx context.Context, key Key, opts ...Option) (got
 		if !errors.As(err, new(*HeldError)) {
 			immediate = 0
 		}
+		if ctx.Err() == nil || last == nil {
+			last = err
+		}
 		var held *HeldError
 		var pgErr *pgconn.PgError
+		if !transient(err) {
+			backoff = 0
+		}
 		switch {
 		case errors.As(err, &held):
 			// Ask the holder's release to NOTIFY (releases of uncontended
@@ -115,11 +137,18 @@ func (m *Manager) AcquireWait(ctx context.Context, key Key, opts ...Option) (got
 			m.log.Debug("lease: acquire attempt aborted for concurrency while waiting; retrying", "key", key.String(), "err", err)
 			expiry.Reset(min(m.cfg.WaitPoll, 50*time.Millisecond))
 		case ctx.Err() != nil:
-			return nil, context.Cause(ctx)
+			return nil, waitEnded(ctx, key, last)
+		case transient(err):
+			// A switchover, restart, lost connection or unchecked node:
+			// retry with a backoff until ctx ends. Refusals are logged by
+			// grantRefused (once per state change, then counts).
+			backoff = min(max(2*backoff, 50*time.Millisecond), time.Second, m.cfg.WaitPoll)
+			m.log.Debug("lease: acquire attempt failed while waiting; retrying", "key", key.String(), "err", err, "retry_in", backoff)
+			expiry.Reset(backoff)
 		case errors.As(err, &pgErr):
 			return nil, err
 		default:
-			// Network trouble: retry soon, bounded by the poll.
+			// Any other client-side failure: retry soon, bounded by the poll.
 			m.log.Debug("lease: acquire attempt failed while waiting", "key", key.String(), "err", err)
 			expiry.Reset(min(m.cfg.WaitPoll, time.Second))
 		}
@@ -127,9 +156,13 @@ func (m *Manager) AcquireWait(ctx context.Context, key Key, opts ...Option) (got
 		var reason wakeReason
 		select {
 		case sig := <-w.ch:
-			reason = wakeNotify
-			if sig == signalReconnect {
+			switch sig {
+			case signalReconnect:
 				reason = wakeReconnect
+			case signalFallback:
+				reason = wakeFallback
+			default:
+				reason = wakeNotify
 			}
 		case <-expiry.C:
 			reason = wakeExpiry
@@ -137,7 +170,7 @@ func (m *Manager) AcquireWait(ctx context.Context, key Key, opts ...Option) (got
 			reason = wakePoll
 			poll.Reset(m.cfg.WaitPoll)
 		case <-ctx.Done():
-			return nil, context.Cause(ctx)
+			return nil, waitEnded(ctx, key, last)
 		case <-m.root.Done():
 			return nil, ErrClosed
 		}
@@ -162,4 +195,47 @@ func (m *Manager) markContended(ctx context.Context, key Key, holder uuid.UUID) 
 		return true, nil
 	}
 	return false, err
+}
+
+// transientStates are the SQLSTATEs after which AcquireWait retries: the
+// server is read-only (a demoted primary during a switchover), shutting
+// down or starting up. Class 08 (connection exceptions) is retried too.
+var transientStates = map[string]bool{
+	"25006": true, // read_only_sql_transaction
+	"57P01": true, // admin_shutdown
+	"57P02": true, // crash_shutdown
+	"57P03": true, // cannot_connect_now
+}
+
+// transient reports whether an acquire attempt's error is worth retrying
+// until the caller's ctx ends: a grant refused until the floor check passes
+// or the sequence is advanced, a server error of transientStates or class
+// 08, or a failure without a server error (network, lost connection,
+// timeout of the attempt).
+func transient(err error) bool {
+	if errors.Is(err, ErrFailoverUnchecked) || errors.Is(err, ErrTokenFloor) {
+		return true
+	}
+	var pgErr *pgconn.PgError
+	if errors.As(err, &pgErr) {
+		return transientStates[pgErr.Code] || strings.HasPrefix(pgErr.Code, "08")
+	}
+	return !errors.Is(err, ErrHeld) && !errors.Is(err, ErrBusy) && !errors.Is(err, ErrClosed) &&
+		!errors.Is(err, ErrUnauthorized) && !errors.Is(err, ErrInvalidKey)
+}
+
+// waitEnded is AcquireWait's error once ctx has ended: it matches ctx.Err(),
+// context.Cause(ctx) and, when an attempt failed, that attempt's error.
+func waitEnded(ctx context.Context, key Key, last error) error {
+	cause := context.Cause(ctx)
+	if last == nil {
+		if errors.Is(cause, ctx.Err()) {
+			return cause
+		}
+		return fmt.Errorf("%w: %w", ctx.Err(), cause)
+	}
+	if errors.Is(cause, ctx.Err()) {
+		return fmt.Errorf("lease: acquire wait %s: %w (last attempt: %w)", key, cause, last)
+	}
+	return fmt.Errorf("lease: acquire wait %s: %w: %w (last attempt: %w)", key, ctx.Err(), cause, last)
 }

@@ -506,14 +506,15 @@ func TestFenceContextCancelWhileWaiting(t *testing.T) {
 	go func() {
 		res <- g.Fence(ctx, "r", 4, func(context.Context) error { called = true; return nil })
 	}()
-	// Wait until some backend of the waiter pool waits on the lock.
+	// Wait until some backend of the waiter pool waits on the lock (in the
+	// simple_protocol exec mode the batch is one query text, BEGIN first).
 	deadline := time.Now().Add(15 * time.Second)
 	tick := time.NewTicker(2 * time.Millisecond)
 	defer tick.Stop()
 	for {
 		var n int
 		require.NoError(t, observer.QueryRow(bg(), `SELECT count(*) FROM pg_stat_activity
-WHERE wait_event_type = 'Lock' AND query LIKE 'INSERT INTO%' AND strpos(query, $1) > 0`, schema).Scan(&n))
+WHERE wait_event_type = 'Lock' AND query LIKE '%INSERT INTO%' AND strpos(query, $1) > 0`, schema).Scan(&n))
 		if n > 0 {
 			break
 		}

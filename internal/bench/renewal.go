@@ -17,7 +17,7 @@ import (
 )
 
 // renewMatch singles out the renewer's batch statements in a Counter.
-const renewMatch = "unnest($1::text[], $2::text[], $3::uuid[])"
+const renewMatch = "unnest($1::text[], $2::text[], $3::text[]::uuid[])"
 
 // renewalScale is the number of leases held by one Manager and the
 // renewal periods measured in steady state.

@@ -3,7 +3,8 @@
 // needs to hold a lease.
 //
 //   - StatusHandler serves a Manager's local leases (lease.Manager.Leases)
-//     as JSON for an operator port.
+//     as JSON for an operator port; HealthHandler answers readiness probes
+//     from lease.Manager.Health (200 or 503, no identifiers).
 //   - Router spreads keys over one lease.Manager per database, by account.
 //   - The Metric*, Reason* and Cause* constants name the instruments a
 //     Manager records and the values of their attributes.

@@ -22,6 +22,13 @@ const (
 	MetricCancelDelay     = instrument.CancelDelay
 	MetricRunOverrun      = instrument.RunOverrun
 	MetricJanitorDeleted  = instrument.JanitorDeleted
+	// MetricListenerProbesLost counts delivery probes of a Manager's
+	// listener that did not come back; MetricListenerFallback is the number
+	// of Managers polling because their listener receives no notifications
+	// (behind a pooler in transaction mode without
+	// lease.Config.ListenConnString). Neither has attributes.
+	MetricListenerProbesLost = instrument.ListenerProbesLost
+	MetricListenerFallback   = instrument.ListenerFallback
 )
 
 // Values of the "reason" attribute of MetricRefused.

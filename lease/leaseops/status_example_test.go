@@ -7,6 +7,7 @@ import (
 	"log"
 	"net/http/httptest"
 	"os"
+	"time"
 
 	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5/pgxpool"
@@ -60,6 +61,25 @@ func ExampleStatusHandler() {
 	// Output:
 	// 200 application/json
 	// 1 lease held by desktop with token true
+}
+
+// HealthHandler answers readiness probes: 200 while the Manager can grant
+// and keep leases, 503 with the problems otherwise.
+func ExampleHealthHandler() {
+	ctx := context.Background()
+	m, pool := opsManager(ctx)
+	defer pool.Close()
+	defer m.Close()
+
+	rec := httptest.NewRecorder()
+	leaseops.HealthHandler(m, 2*time.Second).ServeHTTP(rec, httptest.NewRequest("GET", "/ready", nil))
+	var rep leaseops.HealthReport
+	if err := json.NewDecoder(rec.Body).Decode(&rep); err != nil {
+		log.Fatal(err)
+	}
+	fmt.Println(rec.Code, rep.Ready, rep.SchemaMigrated, rep.Listener)
+	// Output:
+	// 200 true true idle
 }
 
 // Router sends every key of an account to the same partition's Manager.

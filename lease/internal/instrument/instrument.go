@@ -18,6 +18,11 @@ const (
 	CancelDelay     = "fencekit.lease.loss.cancel_delay"
 	RunOverrun      = "fencekit.lease.run.overrun"
 	JanitorDeleted  = "fencekit.lease.janitor.deleted"
+	// ListenerProbesLost counts delivery probes that did not come back.
+	ListenerProbesLost = "fencekit.lease.listener.probes_lost"
+	// ListenerFallback is the number of Managers polling because their
+	// listener does not receive notifications.
+	ListenerFallback = "fencekit.lease.listener.fallback"
 )
 
 // Values of the "reason" attribute of Refused.

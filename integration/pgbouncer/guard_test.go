@@ -1,0 +1,162 @@
+package pgbouncer
+
+import (
+	"context"
+	"database/sql"
+	"errors"
+	"fmt"
+	"sync/atomic"
+	"testing"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+	_ "github.com/jackc/pgx/v5/stdlib" // database/sql driver "pgx"
+	"github.com/stretchr/testify/require"
+
+	"github.com/fencekit/fencekit/fence"
+	"github.com/fencekit/fencekit/fencetest"
+	"github.com/fencekit/fencekit/guards/guardtest"
+	"github.com/fencekit/fencekit/guards/pgguard"
+	"github.com/fencekit/fencekit/sql/migrations"
+)
+
+var errInjected = errors.New("injected failure after the write")
+
+// guardSubject drives pgguard through PgBouncer: each write goes through
+// one of several independent pools (pgx: InTx/InTxClaim; database/sql:
+// InSQLTx/InSQLTxClaim), and reads use another.
+type guardSubject struct {
+	g      *pgguard.Guard
+	schema string
+	write  func(ctx context.Context, r string, c *fence.Claim, fn func(exec func(ctx context.Context, sql string, args ...any) error) error) error
+	read   *pgxpool.Pool
+}
+
+func (s *guardSubject) do(ctx context.Context, r string, c *fence.Claim, v string, fail bool) error {
+	tok := int64(0)
+	if c != nil {
+		tok = int64(c.Token)
+	} else if cc, err := fence.ClaimFromContext(ctx); err == nil {
+		tok = int64(cc.Token)
+	}
+	return s.write(ctx, r, c, func(exec func(ctx context.Context, sql string, args ...any) error) error {
+		if err := exec(ctx, fmt.Sprintf(`INSERT INTO %q.guarded (resource, value, token) VALUES ($1, $2, $3)
+ON CONFLICT (resource) DO UPDATE SET value = EXCLUDED.value, token = EXCLUDED.token`, s.schema), r, v, tok); err != nil {
+			return err
+		}
+		if fail {
+			return errInjected
+		}
+		return nil
+	})
+}
+
+func (s *guardSubject) Write(ctx context.Context, r string, tok fence.Token, v string) error {
+	c := fence.ClaimFor(ctx, tok)
+	return s.do(ctx, r, &c, v, false)
+}
+
+func (s *guardSubject) WriteClaim(ctx context.Context, r string, c fence.Claim, v string) error {
+	return s.do(ctx, r, &c, v, false)
+}
+
+func (s *guardSubject) WriteContext(ctx context.Context, r, v string) error {
+	return s.do(ctx, r, nil, v, false)
+}
+
+func (s *guardSubject) WriteFailing(ctx context.Context, r string, tok fence.Token) error {
+	c := fence.ClaimFor(ctx, tok)
+	return s.do(ctx, r, &c, "failing", true)
+}
+
+func (s *guardSubject) Read(ctx context.Context, r string) (string, fence.Token, bool, error) {
+	var v string
+	var tok int64
+	err := s.read.QueryRow(ctx, fmt.Sprintf(`SELECT value, token FROM %q.guarded WHERE resource = $1`, s.schema), r).Scan(&v, &tok)
+	if errors.Is(err, pgx.ErrNoRows) {
+		return "", 0, false, nil
+	}
+	return v, fence.Token(tok), err == nil, err
+}
+
+var (
+	_ guardtest.ClaimWriter   = (*guardSubject)(nil)
+	_ guardtest.ContextWriter = (*guardSubject)(nil)
+	_ guardtest.FailingWriter = (*guardSubject)(nil)
+)
+
+func guardSchema(t *testing.T) string {
+	schema := fencetest.Schema(t, migrations.Guard)
+	_, err := fencetest.Pool(t).Exec(context.Background(), fmt.Sprintf(
+		`CREATE TABLE %q.guarded (resource text PRIMARY KEY, value text NOT NULL, token bigint NOT NULL)`, schema))
+	require.NoError(t, err)
+	return schema
+}
+
+// TestGuardConformanceThroughPgBouncer runs the guard conformance kit on
+// pgguard through PgBouncer in session and transaction pooling, with pgx
+// pools (InTx, one batch per fence) and with database/sql (InSQLTx), in the
+// exec modes each pooling mode allows.
+func TestGuardConformanceThroughPgBouncer(t *testing.T) {
+	cases := []struct {
+		pool string
+		exec pgx.QueryExecMode
+	}{
+		{fencetest.PgBouncerSession, pgx.QueryExecModeCacheStatement},
+		{fencetest.PgBouncerTransaction, pgx.QueryExecModeExec},
+		{fencetest.PgBouncerTransaction, pgx.QueryExecModeSimpleProtocol},
+	}
+	for _, c := range cases {
+		t.Run(c.pool+"/"+fencetest.ExecModeName(c.exec), func(t *testing.T) {
+			url := fencetest.PgBouncer(t, c.pool)
+			schema := guardSchema(t)
+			g, err := pgguard.New(pgguard.Config{Schema: schema})
+			require.NoError(t, err)
+			read := fencetest.PoolAt(t, url, c.exec)
+
+			t.Run("pgx", func(t *testing.T) {
+				pools := []*pgxpool.Pool{fencetest.PoolAt(t, url, c.exec), fencetest.PoolAt(t, url, c.exec), fencetest.PoolAt(t, url, c.exec)}
+				var next atomic.Uint64
+				s := &guardSubject{g: g, schema: schema, read: read,
+					write: func(ctx context.Context, r string, cl *fence.Claim, fn func(func(context.Context, string, ...any) error) error) error {
+						db := pools[next.Add(1)%uint64(len(pools))]
+						body := func(ctx context.Context, tx pgx.Tx) error {
+							return fn(func(ctx context.Context, q string, args ...any) error { _, err := tx.Exec(ctx, q, args...); return err })
+						}
+						if cl == nil {
+							return g.InTx(ctx, db, r, body)
+						}
+						return g.InTxClaim(ctx, db, r, *cl, body)
+					}}
+				guardtest.Run(t, guardtest.Config{New: func(*testing.T) guardtest.Subject { return s }})
+			})
+			t.Run("database-sql", func(t *testing.T) {
+				dsn, err := fencetest.URLWithExecMode(url, c.exec)
+				require.NoError(t, err)
+				var dbs []*sql.DB
+				for range 3 {
+					db, err := sql.Open("pgx", dsn)
+					require.NoError(t, err)
+					t.Cleanup(func() { _ = db.Close() })
+					dbs = append(dbs, db)
+				}
+				var next atomic.Uint64
+				s := &guardSubject{g: g, schema: schema, read: read,
+					write: func(ctx context.Context, r string, cl *fence.Claim, fn func(func(context.Context, string, ...any) error) error) error {
+						db := dbs[next.Add(1)%uint64(len(dbs))]
+						body := func(ctx context.Context, tx *sql.Tx) error {
+							return fn(func(ctx context.Context, q string, args ...any) error {
+								_, err := tx.ExecContext(ctx, q, args...)
+								return err
+							})
+						}
+						if cl == nil {
+							return g.InSQLTx(ctx, db, r, body)
+						}
+						return g.InSQLTxClaim(ctx, db, r, *cl, body)
+					}}
+				guardtest.Run(t, guardtest.Config{New: func(*testing.T) guardtest.Subject { return s }, Prefix: "sql/"})
+			})
+		})
+	}
+}

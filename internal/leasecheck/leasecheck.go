@@ -1,0 +1,208 @@
+// Package leasecheck drives every statement a lease.Manager sends (acquire,
+// inspect, renew, the batched background renewal, markContended and the
+// release NOTIFY that wakes AcquireWait, takeover and its notification, the
+// displaced-run check, watch, and the batched release at Close) through
+// pools the caller provides, and fails the test when any of them does not
+// work. fencekit's tests run it in every pgx QueryExecMode and through
+// PgBouncer.
+package leasecheck
+
+import (
+	"context"
+	"errors"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/fencekit/fencekit/lease"
+	"github.com/fencekit/fencekit/sql/migrations"
+)
+
+// Setup says where the Managers of Statements work.
+type Setup struct {
+	// Pool returns a new, independent pool for one Manager.
+	Pool func(t testing.TB) *pgxpool.Pool
+	// Schema holds the lease migrations.
+	Schema string
+	// Config, when set, adjusts each Manager's config (for example
+	// ListenConnString) before New.
+	Config func(cfg *lease.Config)
+}
+
+// wait bounds each step that waits for a background event.
+const wait = 20 * time.Second
+
+// Statements runs the scenario. Every Manager it builds is closed before it
+// returns.
+func Statements(t *testing.T, s Setup) {
+	t.Helper()
+	ctx := context.Background()
+	newManager := func(ttl time.Duration) *lease.Manager {
+		t.Helper()
+		cfg := lease.Config{Pool: s.Pool(t), Schema: s.Schema, TTL: ttl, WaitPoll: time.Minute}
+		if s.Config != nil {
+			s.Config(&cfg)
+		}
+		m, err := lease.New(cfg)
+		if err != nil {
+			t.Fatalf("lease.New: %v", err)
+		}
+		t.Cleanup(func() { _ = m.Close() })
+		return m
+	}
+	must := func(what string, err error) {
+		t.Helper()
+		if err != nil {
+			t.Fatalf("%s: %v", what, err)
+		}
+	}
+	key := func(name string) lease.Key {
+		return lease.Key{AccountID: "leasecheck", SessionID: name + "-" + time.Now().Format("150405.000000000")}
+	}
+
+	// Background (batched) renewal: a short TTL, so a failing renewal ends
+	// the lease at its trust deadline (well under a second).
+	short := newManager(time.Second)
+	k1 := key("renew")
+	l1, err := short.Acquire(ctx, k1)
+	must("acquire", err)
+	first := l1.TrustDeadline()
+	deadline := time.Now().Add(wait)
+	for !l1.TrustDeadline().After(first) {
+		select {
+		case <-l1.Done():
+			t.Fatalf("batched renewal: lease ended before any background renewal succeeded: %v", context.Cause(l1.Context()))
+		case <-time.After(5 * time.Millisecond):
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("batched renewal: no background renewal within the wait")
+		}
+	}
+	_, err = l1.Renew(ctx) // the single-lease renew statement
+	must("renew", err)
+
+	// Holder with a long TTL: a waiter can only get the key in time through
+	// the release's NOTIFY (markContended, release, listener).
+	holder := newManager(time.Minute)
+	raw := s.Pool(t)
+	waiter := newManager(time.Minute)
+	k2 := key("wait")
+	l2, err := holder.Acquire(ctx, k2, lease.WithHolder("leasecheck holder"))
+	must("acquire for wait", err)
+	_, err = waiter.Acquire(ctx, k2)
+	var held *lease.HeldError
+	if !errors.As(err, &held) || held.RunID != l2.RunID() || held.Holder != "leasecheck holder" {
+		t.Fatalf("acquire of a held key: got %v, want a *HeldError naming run %s", err, l2.RunID())
+	}
+	st, err := waiter.Inspect(ctx, k2)
+	must("inspect", err)
+	if st.State != lease.StateHeld || st.RunID != l2.RunID() || st.Token != l2.Token() {
+		t.Fatalf("inspect: got %+v, want held by %s token %d", st, l2.RunID(), l2.Token())
+	}
+	type res struct {
+		l   *lease.Lease
+		err error
+	}
+	got := make(chan res, 1)
+	go func() {
+		wctx, cancel := context.WithTimeout(ctx, wait)
+		defer cancel()
+		l, err := waiter.AcquireWait(wctx, k2)
+		got <- res{l, err}
+	}()
+	// Release once the waiter has flagged the row contended, so that the
+	// release notifies.
+	waitContended(t, raw, s.Schema, k2)
+	rr, err := l2.Release(ctx)
+	must("release", err)
+	if rr != lease.ReleaseDone {
+		t.Fatalf("release: %s, want released", rr)
+	}
+	r := <-got
+	must("AcquireWait woken by the release", r.err)
+	if r.l.Token() <= l2.Token() {
+		t.Fatalf("AcquireWait: token %d not above the released %d", r.l.Token(), l2.Token())
+	}
+	rr, err = holder.Release(ctx, k2, l2.RunID())
+	must("second release", err)
+	if rr != lease.ReleaseNotHolder {
+		t.Fatalf("release after the waiter's grant: %s, want not-holder", rr)
+	}
+
+	// Takeover: its notification ends the displaced holder's lease at once;
+	// the old run's renewal is refused as taken over (displaced-run check).
+	k3 := key("takeover")
+	old, err := holder.Acquire(ctx, k3)
+	must("acquire for takeover", err)
+	w, err := waiter.Watch(ctx, k3)
+	must("watch", err)
+	ev, err := w.Next(ctx)
+	must("watch next", err)
+	if ev.Kind != lease.WatchCurrent || ev.RunID != old.RunID() {
+		t.Fatalf("watch: first event %+v, want current state held by %s", ev, old.RunID())
+	}
+	w.Close()
+	nl, err := waiter.Takeover(ctx, k3)
+	must("takeover", err)
+	select {
+	case <-old.Done():
+		if c := context.Cause(old.Context()); !errors.Is(c, lease.ErrTakenOver) {
+			t.Fatalf("displaced lease ended with %v, want ErrTakenOver", c)
+		}
+	case <-time.After(wait):
+		t.Fatal("displaced lease not ended by the takeover notification")
+	}
+	_, err = holder.Renew(ctx, k3, old.RunID())
+	if !errors.Is(err, lease.ErrLost) || !errors.Is(err, lease.ErrTakenOver) {
+		t.Fatalf("renew of the displaced run: %v, want ErrLost and ErrTakenOver", err)
+	}
+
+	// The batched release at Close.
+	closing := newManager(time.Minute)
+	k4, k5 := key("close-a"), key("close-b")
+	_, err = closing.Acquire(ctx, k4)
+	must("acquire for close", err)
+	_, err = closing.Acquire(ctx, k5)
+	must("acquire for close", err)
+	must("close (batched release)", closing.Close())
+	for _, k := range []lease.Key{k4, k5} {
+		st, err := waiter.Inspect(ctx, k)
+		must("inspect after close", err)
+		if st.State != lease.StateReleased {
+			t.Fatalf("after Close, %s is %s, want released", k, st.State)
+		}
+	}
+	must("release of the takeover's lease", errOnly(nl.Release(ctx)))
+	must("release of the waiter's lease", errOnly(r.l.Release(ctx)))
+	must("release of the renewed lease", errOnly(l1.Release(ctx)))
+}
+
+func errOnly[T any](_ T, err error) error { return err }
+
+// waitContended waits until AcquireWait's markContended has flagged k's
+// row, reading it on raw.
+func waitContended(t *testing.T, raw *pgxpool.Pool, schema string, k lease.Key) {
+	t.Helper()
+	q, err := migrations.QuoteIdentifier(schema)
+	if err != nil {
+		t.Fatal(err)
+	}
+	deadline := time.Now().Add(wait)
+	for {
+		var ok bool
+		err := raw.QueryRow(context.Background(),
+			`SELECT contended FROM `+q+`.fencekit_leases WHERE account_id = $1 AND session_id = $2`,
+			k.AccountID, k.SessionID).Scan(&ok)
+		if err != nil {
+			t.Fatalf("reading the contended flag: %v", err)
+		}
+		if ok {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("AcquireWait did not mark the key contended")
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+}

@@ -1,0 +1,29 @@
+package lease_test
+
+import (
+	"testing"
+
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/fencekit/fencekit/fencetest"
+	"github.com/fencekit/fencekit/internal/leasecheck"
+)
+
+// TestEveryStatementInEveryExecMode runs every statement the Manager sends
+// (leasecheck.Statements: acquire, inspect, renew, batched renewal,
+// markContended and the release NOTIFY, takeover and the displaced-run
+// check, watch, the batched release at Close) on pools in each pgx
+// QueryExecMode, including exec and simple_protocol, in which every
+// parameter travels in text format (what connection poolers require).
+// TEST_PGX_EXEC_MODES narrows the modes.
+func TestEveryStatementInEveryExecMode(t *testing.T) {
+	e := newEnv(t)
+	for _, mode := range fencetest.ExecModesToTest(t) {
+		t.Run(fencetest.ExecModeName(mode), func(t *testing.T) {
+			leasecheck.Statements(t, leasecheck.Setup{
+				Schema: e.schema,
+				Pool:   func(t testing.TB) *pgxpool.Pool { return fencetest.PoolInMode(t, mode) },
+			})
+		})
+	}
+}
