@@ -37,7 +37,7 @@ const (
 // UnsupportedError is returned by a check that needs an optional interface
 // the Subject does not implement. It matches ErrUnsupported.
 type UnsupportedError struct {
-	Interface string // "FailingWriter", "ClaimWriter" or "ContextWriter"
+	Interface string // "FailingWriter", "ClaimWriter", "ContextWriter", "OutcomeWriter" or "StrictWriter"
 }
 
 func (e *UnsupportedError) Error() string {
@@ -55,7 +55,7 @@ func (cfg Config) required(err error) (iface string, req bool) {
 		return "", false
 	}
 	switch ue.Interface {
-	case InterfaceClaimWriter, InterfaceContextWriter:
+	case InterfaceClaimWriter, InterfaceContextWriter, InterfaceStrictWriter:
 		return ue.Interface, !slices.Contains(cfg.Pending, ue.Interface)
 	}
 	return ue.Interface, false
@@ -88,6 +88,8 @@ func checkEndedErr(err, cause error, what string) error {
 		return fmt.Errorf("%s under a cancelled context: error %q does not match the context's cause (context.Cause)", what, err.Error())
 	case errors.Is(err, fence.ErrStale):
 		return fmt.Errorf("%s under a cancelled context: error %q matches fence.ErrStale", what, err.Error())
+	case errors.Is(err, fence.ErrOutcomeUnknown):
+		return fmt.Errorf("%s under a context cancelled before the call: error %q matches fence.ErrOutcomeUnknown, but nothing can have been sent", what, err.Error())
 	}
 	return nil
 }
