@@ -161,7 +161,9 @@ func marksSubject(t *testing.T, cfg pgguard.Config, write func(g *pgguard.Guard,
 
 // held returns k's subject with the outcome-unknown check, whose held write
 // is made by held.
-func (k *marksKit) held(held heldFunc) *heldSubject { return &heldSubject{subject: k.subject, held: held} }
+func (k *marksKit) held(held heldFunc) *heldSubject {
+	return &heldSubject{subject: k.subject, held: held}
+}
 
 // InTx and InTxClaim: the guard begins (one batch with the fence), runs the
 // callback and commits.
