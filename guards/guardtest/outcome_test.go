@@ -77,7 +77,7 @@ func (s *remoteSubject) WriteHeld(ctx context.Context, r string, tok fence.Token
 	case reportNothing:
 		return fence.ContextError(ctx)
 	case reportNoCause:
-		return fence.OutcomeUnknown(context.Background(), "remote: commit", r, ctx.Err())
+		return fence.OutcomeUnknown(context.WithoutCancel(ctx), "remote: commit", r, ctx.Err())
 	}
 	return fence.OutcomeUnknown(ctx, "remote: commit", r, ctx.Err())
 }

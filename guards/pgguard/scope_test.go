@@ -19,6 +19,7 @@ import (
 // With Strict it is refused with a *fence.ScopeError, nothing is written,
 // and A keeps writing.
 func TestStrictRefusesAnotherKeysResource(t *testing.T) {
+	loose, strict := setupSchema(t), setupSchema(t)
 	ctx := testCtx(t)
 	resA := fence.JoinResource("acme", "conv-1", "notes")
 	claimA := fence.Claim{Token: 7, Run: "run-a", Scope: fence.JoinResource("acme", "conv-1")}
@@ -30,7 +31,7 @@ func TestStrictRefusesAnotherKeysResource(t *testing.T) {
 	}
 
 	t.Run("not strict: the hazard", func(t *testing.T) {
-		schema := setupSchema(t)
+		schema := loose
 		g := newGuard(t, pgguard.Config{Schema: schema})
 		require.NoError(t, write(g, schema, claimA, "a1"))
 		require.NoError(t, write(g, schema, claimB, "b"), "another key's claim raises this key's mark")
@@ -38,7 +39,7 @@ func TestStrictRefusesAnotherKeysResource(t *testing.T) {
 	})
 
 	t.Run("strict", func(t *testing.T) {
-		schema := setupSchema(t)
+		schema := strict
 		g := newGuard(t, pgguard.Config{Schema: schema, DB: testsvc.Pool(t), Strict: true})
 		require.NoError(t, write(g, schema, claimA, "a1"))
 		err := write(g, schema, claimB, "b")
