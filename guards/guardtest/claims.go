@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"slices"
+	"strings"
 
 	"github.com/fencekit/fencekit/fence"
 )
@@ -90,6 +91,15 @@ func checkEndedErr(err, cause error, what string) error {
 		return fmt.Errorf("%s under a cancelled context: error %q matches fence.ErrStale", what, err.Error())
 	case errors.Is(err, fence.ErrOutcomeUnknown):
 		return fmt.Errorf("%s under a context cancelled before the call: error %q matches fence.ErrOutcomeUnknown, but nothing can have been sent", what, err.Error())
+	}
+	return checkNamedOnce(err, what)
+}
+
+// checkNamedOnce verifies that an error names the context's end at most
+// once (fence.WrapContext over fence.ContextError must not repeat it).
+func checkNamedOnce(err error, what string) error {
+	if n := strings.Count(err.Error(), "fence: context ended"); n > 1 {
+		return fmt.Errorf("%s: error %q names the context's end %d times", what, err.Error(), n)
 	}
 	return nil
 }

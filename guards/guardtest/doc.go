@@ -63,7 +63,8 @@
 //     returns an error matching fence.ErrOutcomeUnknown, context.Canceled
 //     and the cause; a retry under the same token is then accepted; a write
 //     under a context that ended before the call never reports an unknown
-//     outcome (nothing can have been sent);
+//     outcome (nothing can have been sent); these errors name the context's
+//     end ("fence: context ended") at most once;
 //   - in strict mode (StrictWriter), a claim scoped to one key is accepted
 //     inside its scope; another key's claim, a claim without a scope, a
 //     mere text-prefix scope and the scope itself as a resource are refused

@@ -86,6 +86,10 @@ func checkHeld(ctx context.Context, s Subject, ow OutcomeWriter, r string, tok f
 		errs = append(errs, fmt.Errorf("%s: outcome-unknown error %q does not match context.Canceled and the context's cause", what, err.Error()))
 	case errors.Is(err, fence.ErrBusy), errors.Is(err, fence.ErrStale):
 		errs = append(errs, fmt.Errorf("%s: outcome-unknown error %q also matches fence.ErrBusy or fence.ErrStale", what, err.Error()))
+	default:
+		if err := checkNamedOnce(err, what); err != nil {
+			errs = append(errs, err)
+		}
 	}
 	if err := expectState(ctx, s, r, found(v, tok), "after a write whose commit was applied while its reply was held"); err != nil {
 		errs = append(errs, err)

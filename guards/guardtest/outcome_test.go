@@ -3,6 +3,7 @@ package guardtest_test
 import (
 	"context"
 	"errors"
+	"fmt"
 	"testing"
 
 	"github.com/stretchr/testify/assert"
@@ -29,6 +30,7 @@ const (
 	reportNoCause  = "outcome unknown without the cause"  // drops the context's cause
 	reportLie      = "success without a read"             // claims success; the hold applied nothing
 	reportNoSignal = "hold never reports the commit sent" // the subject's hold is broken
+	reportTwice    = "the context's end named twice"      // a message that repeats "fence: context ended"
 )
 
 // remoteSubject models a guard whose commit is a request to a server: the
@@ -78,6 +80,8 @@ func (s *remoteSubject) WriteHeld(ctx context.Context, r string, tok fence.Token
 		return fence.ContextError(ctx)
 	case reportNoCause:
 		return fence.OutcomeUnknown(context.WithoutCancel(ctx), "remote: commit", r, ctx.Err())
+	case reportTwice:
+		return fmt.Errorf("%w: %w", fence.ContextError(ctx), fence.OutcomeUnknown(ctx, "remote: commit", r, ctx.Err()))
 	}
 	return fence.OutcomeUnknown(ctx, "remote: commit", r, ctx.Err())
 }
@@ -91,6 +95,7 @@ func TestOutcomeCheck(t *testing.T) {
 		reportNoCause:  "does not match context.Canceled and the context's cause",
 		reportLie:      `= not found, want {value "held-3", token 3}`,
 		reportNoSignal: "without reporting its commit applied",
+		reportTwice:    "names the context's end 2 times",
 	} {
 		t.Run(report, func(t *testing.T) {
 			err := guardtest.CheckOutcomeUnknown(context.Background(), newRemote(report), cfg)
