@@ -24,21 +24,29 @@ var ErrInvalidRun = errors.New("fence: invalid run identity")
 var ErrTokenReused = errors.New("fence: token reused by a different run")
 
 // Claim is what a write presents to a guard: a token and, optionally, the
-// identity of the run that was granted it. Run is empty for tokens from
-// sources that have no run identity; such claims follow the token-only rule.
+// identity of the run that was granted it and the scope of the lease key it
+// was granted for. Run is empty for tokens from sources that have no run
+// identity; such claims follow the token-only rule. Scope is empty unless
+// the claim's source knows its key (a lease sets it to lease.Key.Scope);
+// only a strict guard looks at it (see [CheckScope]).
 type Claim struct {
 	Token Token
 	Run   string
+	Scope string
 }
 
-// Validate reports whether c is well formed: a positive token, and a run
+// Validate reports whether c is well formed: a positive token, a run
 // identity that is empty or 1..MaxRunLen bytes of ASCII letters, digits and
-// '.', '_', ':', '-'.
+// '.', '_', ':', '-', and a scope that is empty or a valid resource name
+// ([ValidateScope]).
 func (c Claim) Validate() error {
 	if err := c.Token.Validate(); err != nil {
 		return err
 	}
-	return ValidateRun(c.Run)
+	if err := ValidateRun(c.Run); err != nil {
+		return err
+	}
+	return ValidateScope(c.Scope)
 }
 
 // ValidateRun checks a run identity: empty (none), or 1..MaxRunLen bytes of

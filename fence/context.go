@@ -3,7 +3,6 @@ package fence
 import (
 	"context"
 	"errors"
-	"fmt"
 )
 
 type ctxKey struct{}
@@ -44,9 +43,9 @@ func ClaimFromContext(ctx context.Context) (Claim, error) {
 }
 
 // ClaimFor returns the claim for an explicitly passed token: token, with the
-// run identity that ctx carries if ctx's claim is for the same token, and no
-// run identity otherwise (a token from another source is never paired with a
-// run it was not granted to).
+// run identity and scope that ctx carries if ctx's claim is for the same
+// token, and neither otherwise (a token from another source is never paired
+// with a run or a key it was not granted to).
 func ClaimFor(ctx context.Context, token Token) Claim {
 	if c, ok := ctx.Value(ctxKey{}).(Claim); ok && c.Token == token && c.Token.Valid() {
 		return c
@@ -74,29 +73,65 @@ func ContextError(ctx context.Context) error {
 // WrapContext returns err unchanged while ctx is live. Once ctx has ended it
 // returns an error that matches err, ctx.Err() and context.Cause(ctx): guards
 // use it on every error path so that a store error caused by cancellation is
-// reported as the cancellation (with its cause), not as ErrBusy.
+// reported as the cancellation (with its cause), not as ErrBusy. An err that
+// already matches both (one built with ContextError, say) is returned as is,
+// so wrapping twice never repeats the context's part of the message.
 func WrapContext(ctx context.Context, err error) error {
 	if err == nil {
 		return nil
 	}
-	cerr := ContextError(ctx)
-	if cerr == nil || errors.Is(err, cerr) {
+	cerr := ctx.Err()
+	if cerr == nil {
 		return err
 	}
-	return &ContextEndedError{Err: cerr, Cause: err}
+	cause := context.Cause(ctx)
+	if cause != nil && errors.Is(cause, cerr) {
+		cause = nil // a plain cancellation: the cause says nothing more
+	}
+	if errors.Is(err, cerr) && (cause == nil || errors.Is(err, cause)) {
+		return err
+	}
+	return &ContextEndedError{Err: cerr, Cause: cause, Store: err}
 }
 
 // ContextEndedError reports a guarded call that stopped because its context
-// ended. It matches both Err (the context's error) and Cause (why it ended,
-// or the store error seen when it did).
+// ended. It matches Err (the context's error), Cause (why it ended, when the
+// context was cancelled with a cause of its own) and Store (the store's
+// error seen when it did, when there was one).
 type ContextEndedError struct {
 	Err   error // ctx.Err(): context.Canceled or context.DeadlineExceeded
-	Cause error // context.Cause(ctx), or the store's error
+	Cause error // context.Cause(ctx) when it differs from Err; nil otherwise
+	Store error // the store error WrapContext wrapped; nil from ContextError
 }
 
+// Error formats the context's part once, then the store's error:
+// "fence: context ended: context canceled (lease: taken over): pgguard: ...".
 func (e *ContextEndedError) Error() string {
-	return fmt.Sprintf("fence: context ended: %v (%v)", e.Err, e.Cause)
+	s := "fence: context ended: " + errString(e.Err)
+	if e.Cause != nil {
+		s += " (" + e.Cause.Error() + ")"
+	}
+	if e.Store != nil {
+		s += ": " + e.Store.Error()
+	}
+	return s
 }
 
-// Unwrap returns both errors, so errors.Is matches either.
-func (e *ContextEndedError) Unwrap() []error { return []error{e.Err, e.Cause} }
+// Unwrap returns the errors set among Err, Cause and Store, so errors.Is
+// matches any of them.
+func (e *ContextEndedError) Unwrap() []error {
+	out := make([]error, 0, 3)
+	for _, err := range []error{e.Err, e.Cause, e.Store} {
+		if err != nil {
+			out = append(out, err)
+		}
+	}
+	return out
+}
+
+func errString(err error) string {
+	if err == nil {
+		return "<nil>"
+	}
+	return err.Error()
+}

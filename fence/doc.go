@@ -29,11 +29,30 @@
 // from elsewhere, and [ClaimFromContext] reads it ([ErrNoToken] if absent).
 // Every guard has a ctx-first form that takes the claim from the context.
 //
-// # Cancellation
+// # Cancellation and unknown outcomes
 //
-// A guard whose context has ended returns an error matching both the
-// context's error and its cause ([ContextError], [WrapContext]), so a write
-// refused because its lease was lost reports why, and never [ErrBusy].
+// A guard whose context has ended before its write could take effect
+// returns an error matching both the context's error and its cause
+// ([ContextError], [WrapContext]), so a write refused because its lease was
+// lost reports why, and never [ErrBusy]: nothing was written.
+//
+// A guard whose committing request (a COMMIT, a conditional PUT, an HTTP
+// request) was sent but got no reply cannot say that: the store may have
+// applied it. It returns an *[OutcomeUnknownError] ([ErrOutcomeUnknown]),
+// which also matches the context's error and cause when the context ended
+// meanwhile ([OutcomeUnknown]). A guard that settles the outcome afterwards
+// (a read, with a fresh bounded context, that finds its own write) reports
+// what it found instead: success when the write was applied.
+//
+// # Scopes
+//
+// A claim may carry the scope of the lease key it was granted for
+// (Claim.Scope: lease.Key.Scope, the prefix of every lease.Key.Resource
+// name). A guard configured as strict refuses, before any I/O, a write whose
+// resource is outside its claim's scope, or whose claim has none, with a
+// *[ScopeError] ([ErrOutOfScope], [CheckScope]), so a claim for one key
+// cannot raise the mark of another key's resource. Guards that are not
+// strict ignore scopes.
 //
 // # What is guaranteed
 //
@@ -41,9 +60,11 @@
 //     leading zero, no spaces, no more than 19 digits, value in 1..MaxInt64.
 //     Every rejected input yields an error matching [ErrInvalidToken].
 //   - [StaleError] matches [ErrStale] with errors.Is and carries both tokens;
-//     [ReusedError] matches [ErrTokenReused] and carries both run identities.
-//     It is distinct from [ErrBusy] (the resource could not decide now; retry)
-//     and from infrastructure errors (anything else).
+//     [ReusedError] matches [ErrTokenReused] and carries both run identities;
+//     [ScopeError] matches [ErrOutOfScope]. They are distinct from [ErrBusy]
+//     (the resource could not decide now; retry), from [ErrOutcomeUnknown]
+//     (the write may have been applied) and from infrastructure errors
+//     (anything else).
 //   - A [Guard] implementation runs the caller's write only when the decision
 //     rule admits the token, and raises the mark if and only if the write
 //     succeeds, atomically with respect to every other Fence call on the same
@@ -54,6 +75,8 @@
 //
 //   - Reuse is detected only when both the mark and the write carry a run
 //     identity; a re-issued token presented without one is admitted.
+//   - Scopes are checked only by strict guards; a guard that is not strict
+//     lets a claim for one key raise the mark of another key's resource.
 //   - [JoinResource] makes names unambiguous; it does not make two sessions'
 //     resources independent unless each session's writes use its own name.
 //   - A token says nothing about whether its lease is still held. A guard only

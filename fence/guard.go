@@ -19,7 +19,11 @@ import (
 // publishes what write staged through a conditional write, the in-process
 // guard holds a per-resource lock while write runs. A refused call returns an
 // error matching ErrStale and does not call write. If write fails, Fence
-// returns its error (wrapped or as is) and the mark is unchanged.
+// returns its error (wrapped or as is) and the mark is unchanged. If the
+// request that commits (a COMMIT, a conditional write) was sent and no
+// answer came back, Fence returns an error matching ErrOutcomeUnknown
+// (unless it settled the outcome): write's effects and the raised mark may
+// have been applied together, or neither.
 type Guard interface {
 	Fence(ctx context.Context, resource string, token Token, write func(ctx context.Context) error) error
 }

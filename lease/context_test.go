@@ -22,12 +22,18 @@ func TestLeaseContextKeepsCallerValues(t *testing.T) {
 	e := newEnv(t)
 	m := e.manager(lease.Config{})
 	ctx, cancel := context.WithCancel(context.WithValue(bg(), ctxKey{}, "user-7"))
-	l, err := m.Acquire(ctx, uniqueKey(t))
+	key := uniqueKey(t)
+	l, err := m.Acquire(ctx, key)
 	require.NoError(t, err)
 	require.Equal(t, "user-7", l.Context().Value(ctxKey{}))
 	c, err := fence.ClaimFromContext(l.Context())
 	require.NoError(t, err)
-	require.Equal(t, fence.Claim{Token: l.Token(), Run: l.RunID().String()}, c)
+	require.Equal(t, fence.Claim{Token: l.Token(), Run: l.RunID().String(), Scope: key.Scope()}, c)
+	// The claim's scope holds the key's resources and no other key's: a
+	// strict guard refuses it for those (fence.CheckScope).
+	require.NoError(t, fence.CheckScope(key.Resource("notes"), c))
+	other := lease.Key{AccountID: key.AccountID, SessionID: key.SessionID + "-other"}
+	require.ErrorIs(t, fence.CheckScope(other.Resource("notes"), c), fence.ErrOutOfScope)
 
 	cancel() // the call is over: the lease keeps the values, not the cancellation
 	require.NoError(t, l.Context().Err())

@@ -11,8 +11,8 @@
 // client who owns a key now, so its UI can reconcile with the server;
 // List reads many keys and Revoke ends a stuck grant (operator calls). A
 // Lease has a run_id (which execution), a fence.Token (which order) and a
-// Context that keeps the caller's values, carries the claim (token and
-// run_id, fence.ClaimFromContext) and is cancelled with a cause when
+// Context that keeps the caller's values, carries the claim (token, run_id
+// and Key.Scope, fence.ClaimFromContext) and is cancelled with a cause when
 // ownership ends. The Manager renews its leases in the background from New
 // until Close; docs/lease.md explains the design.
 //

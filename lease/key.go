@@ -35,6 +35,14 @@ func (k Key) Resource(name string) string {
 	return fence.JoinResource(k.AccountID, k.SessionID, name)
 }
 
+// Scope is the prefix of every name Resource builds for k
+// (fence.JoinResource of AccountID and SessionID), and the Scope of the
+// claim a lease of k carries: a strict guard refuses that claim for any
+// resource outside it (fence.CheckScope), such as another key's Resource.
+func (k Key) Scope() string {
+	return fence.JoinResource(k.AccountID, k.SessionID)
+}
+
 // Validate checks both ids: non-empty, at most MaxIDLen bytes, valid UTF-8,
 // no NUL or other control characters. The error is a *KeyError matching
 // ErrInvalidKey.

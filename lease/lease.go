@@ -49,7 +49,7 @@ type Lease struct {
 // The lease's context keeps the values of parent (the caller's ctx) but not
 // its cancellation or deadline, and carries the claim (token and run_id).
 func (m *Manager) newLease(parent context.Context, key Key, runID uuid.UUID, token fence.Token, holder string, expires, sentAt time.Time) *Lease {
-	claim := fence.Claim{Token: token, Run: runID.String()}
+	claim := fence.Claim{Token: token, Run: runID.String(), Scope: key.Scope()}
 	ctx, cancel := context.WithCancelCause(fence.WithClaim(context.WithoutCancel(parent), claim))
 	l := &Lease{
 		m: m, key: key, runID: runID, token: token, holder: holder, ctx: ctx, cancel: cancel,
@@ -104,8 +104,8 @@ func (l *Lease) ExpiresAt() time.Time {
 // Context is cancelled when the lease is lost, released or its Manager
 // closed; context.Cause tells which. It carries the values of the ctx given
 // to Acquire (not its cancellation or deadline: that ctx bounds the call
-// only) and the claim fence.Claim{Token, Run: RunID().String()}
-// (fence.ClaimFromContext, fence.FromContext).
+// only) and the claim fence.Claim{Token, Run: RunID().String(), Scope:
+// Key().Scope()} (fence.ClaimFromContext, fence.FromContext).
 func (l *Lease) Context() context.Context { return l.ctx }
 
 // whenEnded calls f with the lease's cause once it ends, in a goroutine of

@@ -3,33 +3,85 @@ package gcsguard
 import (
 	"context"
 	"errors"
+	"io"
+	"net/http"
 	"strings"
+	"sync"
 	"testing"
 
 	"github.com/fencekit/fencekit/fence"
 	"github.com/fencekit/fencekit/guards/guardtest"
 )
 
-// subject adapts a Store to the conformance kit: the value is the object's
-// bytes, the token its metadata's.
-type subject struct{ s *Store }
+// subject adapts Stores over one bucket to the conformance kit: the value
+// is the object's bytes, the token its metadata's. Writes go through s
+// (Put, or Fence + Stage with viaFence); WriteStrict through a Store with
+// Config.Strict; WriteHeld through a Store whose client holds the upload's
+// reply until the write's context ends.
+type subject struct {
+	s, strict, held *Store
+	hold            *holdTransport
+	viaFence        bool
+}
 
-func (a subject) Write(ctx context.Context, r string, tok fence.Token, v string) error {
-	_, err := a.s.PutWithToken(ctx, r, tok, strings.NewReader(v), PutOptions{ContentType: "text/plain"})
+var (
+	_ guardtest.ClaimWriter   = (*subject)(nil)
+	_ guardtest.ContextWriter = (*subject)(nil)
+	_ guardtest.FailingWriter = (*subject)(nil)
+	_ guardtest.StrictWriter  = (*subject)(nil)
+	_ guardtest.OutcomeWriter = (*subject)(nil)
+)
+
+func newSubject(t *testing.T, e *emulator, bucket string, viaFence bool) *subject {
+	h := &holdTransport{}
+	held := e.clientVia(t, func(rt http.RoundTripper) http.RoundTripper { h.next = rt; return h })
+	return &subject{
+		s:        e.store(t, bucket, Config{}),
+		strict:   e.store(t, bucket, Config{Strict: true}),
+		held:     e.store(t, bucket, Config{Client: held}),
+		hold:     h,
+		viaFence: viaFence,
+	}
+}
+
+// write is one guarded write of v to r through st under c.
+func (a *subject) write(ctx context.Context, st *Store, r string, c fence.Claim, v string) error {
+	if a.viaFence {
+		return st.Fence(fence.WithClaim(ctx, c), r, c.Token, func(ctx context.Context) error {
+			return StageBytes(ctx, []byte(v), PutOptions{})
+		})
+	}
+	_, err := st.PutClaim(ctx, r, c, strings.NewReader(v), PutOptions{ContentType: "text/plain"})
 	return err
 }
 
-func (a subject) WriteClaim(ctx context.Context, r string, c fence.Claim, v string) error {
-	_, err := a.s.PutClaim(ctx, r, c, strings.NewReader(v), PutOptions{})
-	return err
+func (a *subject) Write(ctx context.Context, r string, tok fence.Token, v string) error {
+	return a.write(ctx, a.s, r, fence.ClaimFor(ctx, tok), v)
 }
 
-func (a subject) WriteContext(ctx context.Context, r, v string) error {
+func (a *subject) WriteClaim(ctx context.Context, r string, c fence.Claim, v string) error {
+	return a.write(ctx, a.s, r, c, v)
+}
+
+func (a *subject) WriteStrict(ctx context.Context, r string, c fence.Claim, v string) error {
+	return a.write(ctx, a.strict, r, c, v)
+}
+
+func (a *subject) WriteHeld(ctx context.Context, r string, tok fence.Token, v string, applied func()) error {
+	a.hold.arm(r, applied)
+	defer a.hold.arm("", nil)
+	return a.write(ctx, a.held, r, fence.ClaimFor(ctx, tok), v)
+}
+
+func (a *subject) WriteContext(ctx context.Context, r, v string) error {
+	if a.viaFence {
+		return a.s.Do(ctx, r, func(ctx context.Context) error { return StageBytes(ctx, []byte(v), PutOptions{}) })
+	}
 	_, err := a.s.PutBytes(ctx, r, []byte(v), PutOptions{})
 	return err
 }
 
-func (a subject) WriteFailing(ctx context.Context, r string, tok fence.Token) error {
+func (a *subject) WriteFailing(ctx context.Context, r string, tok fence.Token) error {
 	return a.s.Fence(ctx, r, tok, func(ctx context.Context) error {
 		if err := StageBytes(ctx, []byte("never"), PutOptions{}); err != nil {
 			return err
@@ -38,7 +90,7 @@ func (a subject) WriteFailing(ctx context.Context, r string, tok fence.Token) er
 	})
 }
 
-func (a subject) Read(ctx context.Context, r string) (string, fence.Token, bool, error) {
+func (a *subject) Read(ctx context.Context, r string) (string, fence.Token, bool, error) {
 	b, info, err := a.s.GetBytes(ctx, r)
 	if errors.Is(err, ErrNotFound) {
 		return "", 0, false, nil
@@ -49,14 +101,58 @@ func (a subject) Read(ctx context.Context, r string) (string, fence.Token, bool,
 	return string(b), info.Token, true, nil
 }
 
+// holdTransport forwards every request to next. While armed for a key,
+// the upload that writes that key (the commit point) is forwarded under a
+// context that does not end with the caller's, so the emulator applies
+// it; the transport then calls applied and keeps the reply from the client
+// library until the request's context ends, and fails it with the
+// context's error, as a transport whose caller gave up waiting does.
+type holdTransport struct {
+	next    http.RoundTripper
+	mu      sync.Mutex
+	key     string
+	applied func()
+}
+
+func (h *holdTransport) arm(key string, applied func()) {
+	h.mu.Lock()
+	h.key, h.applied = key, applied
+	h.mu.Unlock()
+}
+
+func (h *holdTransport) RoundTrip(req *http.Request) (*http.Response, error) {
+	h.mu.Lock()
+	held := h.key != "" && strings.HasPrefix(req.URL.Path, "/upload/") && req.URL.Query().Get("name") == h.key
+	applied := h.applied
+	if held {
+		h.key, h.applied = "", nil // the first attempt only
+	}
+	h.mu.Unlock()
+	if !held {
+		return h.next.RoundTrip(req)
+	}
+	ctx := req.Context()
+	resp, err := h.next.RoundTrip(req.WithContext(context.WithoutCancel(ctx)))
+	if err != nil {
+		return nil, err
+	}
+	_, _ = io.Copy(io.Discard, resp.Body)
+	_ = resp.Body.Close()
+	if resp.StatusCode/100 == 2 {
+		applied()
+	}
+	<-ctx.Done() // the reply is held until the caller's context ends
+	return nil, ctx.Err()
+}
+
 var kitResources = []string{".", "..", ".well-known/acme-challenge/x", " ", "\u00a0\u2003"}
 
 func TestConformance(t *testing.T) {
 	e := newEmulator(t)
 	bucket := e.bucket(t)
 	guardtest.Run(t, guardtest.Config{
-		// Every check gets a Store on its own client (own connections).
-		New:          func(t *testing.T) guardtest.Subject { return subject{e.store(t, bucket, Config{})} },
+		// Every check gets Stores on clients of their own (own connections).
+		New:          func(t *testing.T) guardtest.Subject { return newSubject(t, e, bucket, false) },
 		BadResources: kitResources,
 	})
 }
@@ -67,16 +163,8 @@ func TestConformanceFence(t *testing.T) {
 	e := newEmulator(t)
 	bucket := e.bucket(t)
 	guardtest.Run(t, guardtest.Config{
-		New:          func(t *testing.T) guardtest.Subject { return fenceSubject{subject{e.store(t, bucket, Config{})}} },
+		New:          func(t *testing.T) guardtest.Subject { return newSubject(t, e, bucket, true) },
 		BadResources: kitResources,
 		Rounds:       10,
-	})
-}
-
-type fenceSubject struct{ subject }
-
-func (a fenceSubject) Write(ctx context.Context, r string, tok fence.Token, v string) error {
-	return a.s.Fence(ctx, r, tok, func(ctx context.Context) error {
-		return StageBytes(ctx, []byte(v), PutOptions{})
 	})
 }

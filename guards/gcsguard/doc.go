@@ -63,6 +63,19 @@
 //     metadata (*ObjectError) is neither read through nor overwritten.
 //   - Once ctx has ended, calls return an error matching both ctx.Err()
 //     and context.Cause(ctx) (fence.ContextError), never fence.ErrBusy.
+//   - An upload that was sent and got no answer (ctx ended while it waited,
+//     or the client library gave up) is settled by a read of the object's
+//     metadata with a context of its own (ctx's values, not its end; at
+//     most 10s): when the object carries the write's id, the write landed
+//     and is reported as done, with a nil error, even though ctx has ended
+//     (it was ordered before any newer token's write). Otherwise the error
+//     is a *fence.OutcomeUnknownError (fence.ErrOutcomeUnknown, and ctx's
+//     error and cause when it ended): the upload may still complete. A ctx
+//     that ends before the upload is sent is reported as the context's end:
+//     nothing was written.
+//   - With Config.Strict, a key outside the claim's scope, or a claim
+//     without a scope, is refused with a *fence.ScopeError
+//     (fence.ErrOutOfScope) before anything is read or written.
 //
 // # What is not guaranteed
 //
@@ -71,11 +84,12 @@
 //     whose metadata it cannot read as *ObjectError), and a plain delete
 //     erases it.
 //   - When a write's reply is lost and, before the retry, a newer holder's
-//     write lands, the write is reported as stale although it was briefly
-//     visible; the final state is that of the highest token.
-//   - A write that fails with an error the client library does not retry
-//     has an unknown outcome: the Store reads once and reports success if
-//     the object is its own, otherwise the error (not stale, not busy).
+//     write lands, the write is reported as stale (or, once ctx has ended,
+//     as the context's end) although it was briefly visible; the final
+//     state is that of the highest token.
+//   - An unknown outcome that the settling read cannot resolve stays
+//     unknown: read the key back, or retry with the same claim (an equal
+//     token is admitted).
 //   - The tests run against an emulator (fake-gcs-server); the
 //     preconditions relied on here were checked there, not on GCS itself.
 //   - Fencing orders writers by token; it does not say whether a lease is

@@ -149,11 +149,77 @@ func TestUnknownOutcomeNotLanded(t *testing.T) {
 	if err == nil || errors.Is(err, fence.ErrStale) || errors.Is(err, fence.ErrBusy) {
 		t.Fatalf("unknown outcome: %v, want the store error", err)
 	}
-	if !strings.Contains(err.Error(), "outcome unknown") {
-		t.Fatalf("error %q does not say the outcome is unknown", err)
+	if !strings.Contains(err.Error(), "outcome unknown") || !errors.Is(err, fence.ErrOutcomeUnknown) {
+		t.Fatalf("error %q does not say the outcome is unknown (fence.ErrOutcomeUnknown)", err)
 	}
 	b, info, err := s.GetBytes(ctx, key)
 	if err != nil || string(b) != "two" || info.Token != 2 {
 		t.Fatalf("after a failed write: %q %+v %v", b, info, err)
+	}
+}
+
+// hangTransport never sends an upload: it waits for the request's context
+// to end (an upload stuck on its way), and tells started when it begins.
+type hangTransport struct {
+	next    http.RoundTripper
+	started chan struct{}
+}
+
+func (h *hangTransport) RoundTrip(req *http.Request) (*http.Response, error) {
+	if !strings.HasPrefix(req.URL.Path, "/upload/") {
+		return h.next.RoundTrip(req)
+	}
+	if req.Body != nil {
+		_ = req.Body.Close()
+	}
+	close(h.started)
+	<-req.Context().Done()
+	return nil, req.Context().Err()
+}
+
+// TestContextEndedDuringUploadNotLanded: the context ends (a lost lease)
+// while the upload is in flight, and the settling read, made with a
+// context of its own, does not find it: the outcome is unknown (the upload
+// might still complete), never "nothing written", and the error matches the
+// context's end and its cause as well.
+func TestContextEndedDuringUploadNotLanded(t *testing.T) {
+	e := newEmulator(t)
+	ht := &hangTransport{started: make(chan struct{})}
+	s := e.store(t, "", Config{Client: e.clientVia(t, func(rt http.RoundTripper) http.RoundTripper { ht.next = rt; return ht })})
+	cause := errors.New("test: lease lost")
+	ctx, cancel := context.WithCancelCause(context.Background())
+	go func() {
+		<-ht.started
+		cancel(cause)
+	}()
+	_, err := s.PutWithToken(ctx, "ended/upload", 2, strings.NewReader("two"), PutOptions{})
+	if !errors.Is(err, fence.ErrOutcomeUnknown) || !errors.Is(err, context.Canceled) || !errors.Is(err, cause) {
+		t.Fatalf("error %v: want an unknown outcome matching the context's end and its cause", err)
+	}
+	if _, _, err := s.GetBytes(context.Background(), "ended/upload"); !errors.Is(err, ErrNotFound) {
+		t.Fatalf("after the write that did not land: %v, want not found", err)
+	}
+}
+
+// TestContextEndedBeforeUploadIsNothingWritten: a context that ends inside
+// Fence's write callback, before the upload is sent: "nothing written".
+func TestContextEndedBeforeUploadIsNothingWritten(t *testing.T) {
+	e := newEmulator(t)
+	s := e.store(t, "", Config{})
+	cause := errors.New("test: lease lost")
+	ctx, cancel := context.WithCancelCause(context.Background())
+	before := e.requests.Load()
+	err := s.Fence(ctx, "ended/before", 2, func(ctx context.Context) error {
+		if err := StageBytes(ctx, []byte("two"), PutOptions{}); err != nil {
+			return err
+		}
+		cancel(cause)
+		return nil
+	})
+	if !errors.Is(err, context.Canceled) || !errors.Is(err, cause) || errors.Is(err, fence.ErrOutcomeUnknown) {
+		t.Fatalf("error %v: want the context's end with its cause, and no unknown outcome", err)
+	}
+	if n := e.requests.Load() - before; n != 1 {
+		t.Fatalf("%d requests, want 1 (the metadata read): nothing may be sent after the context ended", n)
 	}
 }

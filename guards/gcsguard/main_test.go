@@ -119,10 +119,21 @@ func (e *emulator) setFault(f func(r *http.Request) bool) {
 // connections) talking to the emulator.
 func (e *emulator) client(t testing.TB, opts ...option.ClientOption) *storage.Client {
 	t.Helper()
+	return e.clientVia(t, nil, opts...)
+}
+
+// clientVia is client with wrap (when not nil) around the client's own
+// transport.
+func (e *emulator) clientVia(t testing.TB, wrap func(http.RoundTripper) http.RoundTripper, opts ...option.ClientOption) *storage.Client {
+	t.Helper()
 	tr := &http.Transport{}
+	var rt http.RoundTripper = tr
+	if wrap != nil {
+		rt = wrap(tr)
+	}
 	opts = append([]option.ClientOption{
 		option.WithEndpoint(e.ts.URL + "/storage/v1/"),
-		option.WithHTTPClient(&http.Client{Transport: tr}),
+		option.WithHTTPClient(&http.Client{Transport: rt}),
 	}, opts...)
 	c, err := storage.NewClient(context.Background(), opts...)
 	if err != nil {

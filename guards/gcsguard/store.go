@@ -56,6 +56,13 @@ type Config struct {
 	// was reused by another run (*fence.ReusedError), with the key, the
 	// token and both run identities. Nil discards.
 	Logger *slog.Logger
+	// Strict refuses, before anything is read or written, every write
+	// whose key lies outside its claim's scope (fence.CheckScope: a lease's
+	// claim is scoped to its key, lease.Key.Scope, the prefix of every
+	// lease.Key.Resource), and every write whose claim has no scope, with
+	// a *fence.ScopeError (fence.ErrOutOfScope). Off by default: scopes
+	// are ignored.
+	Strict bool
 }
 
 // Store is a fenced view of one GCS bucket. It is safe for concurrent use,
@@ -67,6 +74,7 @@ type Store struct {
 	chunk  int
 	met    *metrics
 	log    *slog.Logger
+	strict bool
 
 	// afterRead, when set (tests only), runs after every read of the
 	// fenced write path, before the decision.
@@ -104,7 +112,7 @@ func New(cfg Config) (*Store, error) {
 	}
 	return &Store{
 		bucket: cfg.Client.Bucket(cfg.Bucket), name: cfg.Bucket, max: cfg.MaxAttempts, chunk: cfg.ChunkSize,
-		met: met, log: cfg.Logger,
+		met: met, log: cfg.Logger, strict: cfg.Strict,
 	}, nil
 }
 
@@ -253,7 +261,7 @@ func (s *Store) PutClaim(ctx context.Context, key string, c fence.Claim, r io.Re
 	if r == nil {
 		return Info{}, fmt.Errorf("%w: nil reader", ErrInvalidOptions)
 	}
-	if err := checkArgs(ctx, key, c); err != nil {
+	if err := s.checkArgs(ctx, key, c); err != nil {
 		return Info{}, err
 	}
 	b, err := newBody(ctx, r)
@@ -290,7 +298,7 @@ func (s *Store) DeleteWithToken(ctx context.Context, key string, token fence.Tok
 
 // DeleteClaim is Delete with an explicit claim (see PutClaim).
 func (s *Store) DeleteClaim(ctx context.Context, key string, c fence.Claim) (Info, error) {
-	if err := checkArgs(ctx, key, c); err != nil {
+	if err := s.checkArgs(ctx, key, c); err != nil {
 		return Info{}, err
 	}
 	cur, err := s.readDecide(ctx, key, c)
@@ -332,7 +340,7 @@ func (s *Store) Fence(ctx context.Context, resource string, token fence.Token, w
 }
 
 func (s *Store) fence(ctx context.Context, resource string, c fence.Claim, write func(ctx context.Context) error) error {
-	if err := checkArgs(ctx, resource, c); err != nil {
+	if err := s.checkArgs(ctx, resource, c); err != nil {
 		return err
 	}
 	if write == nil {
@@ -355,12 +363,17 @@ func (s *Store) fence(ctx context.Context, resource string, c fence.Claim, write
 	return s.finish(ctx, resource, err)
 }
 
-func checkArgs(ctx context.Context, key string, c fence.Claim) error {
+func (s *Store) checkArgs(ctx context.Context, key string, c fence.Claim) error {
 	if err := checkKey(key); err != nil {
 		return err
 	}
 	if err := c.Validate(); err != nil {
 		return err
+	}
+	if s.strict {
+		if err := fence.CheckScope(key, c); err != nil {
+			return err
+		}
 	}
 	return fence.ContextError(ctx)
 }
@@ -383,6 +396,9 @@ func (s *Store) readDecide(ctx context.Context, key string, c fence.Claim) (stat
 // commit runs the conditional write loop over cur.
 func (s *Store) commit(ctx context.Context, key string, c fence.Claim, writeID string, ch *change, cur state) (Info, error) {
 	for lost := 0; ; {
+		if err := fence.ContextError(ctx); err != nil {
+			return Info{}, fmt.Errorf("gcsguard: write %q: not sent: %w", key, err)
+		}
 		attrs, err := s.attempt(ctx, key, c, writeID, ch, cur)
 		if err == nil {
 			st, derr := decode(key, attrs)
@@ -399,15 +415,27 @@ func (s *Store) commit(ctx context.Context, key string, c fence.Claim, writeID s
 			// Someone else's write, or our own earlier attempt whose reply
 			// was lost and that the client library retried: the read tells.
 		default:
-			// Outcome unknown: the object may have been written. Settle it
-			// with a read that survives the caller's cancellation.
-			rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), readBackTimeout)
-			got, rerr := s.read(rctx, key)
-			cancel()
-			if rerr == nil && got.writeID == writeID {
+			// Sent, and no answer came back (ctx ended while the upload
+			// waited, or the client library gave up): the object may have
+			// been written. Settle it with a read that survives the
+			// caller's cancellation: our write id means it was written, and
+			// the write is reported as done even if ctx has ended (it was
+			// ordered before any newer token's write). Anything else leaves
+			// the outcome unknown: the upload may still complete, or
+			// completed and was replaced.
+			if got, rerr := s.settleRead(ctx, key); rerr == nil && got.writeID == writeID {
 				return got.info(key), nil
 			}
-			return Info{}, fence.WrapContext(ctx, fmt.Errorf("gcsguard: write %q (write id %s), outcome unknown: %w", key, writeID, err))
+			return Info{}, fence.OutcomeUnknown(ctx, "gcsguard: write", key, fmt.Errorf("write id %s: %w", writeID, err))
+		}
+		if fence.ContextError(ctx) != nil {
+			// The 412 may answer the client library's retry of an attempt
+			// of ours that landed; ctx can no longer read, a bounded read
+			// of its own can.
+			if got, rerr := s.settleRead(ctx, key); rerr == nil && got.writeID == writeID {
+				return got.info(key), nil
+			}
+			return Info{}, fmt.Errorf("gcsguard: write %q: precondition failed: %w", key, fence.ContextError(ctx))
 		}
 		if cur, err = s.read(ctx, key); err != nil {
 			return Info{}, err
@@ -429,6 +457,14 @@ func (s *Store) commit(ctx context.Context, key string, c fence.Claim, writeID s
 		}
 		s.met.retried(ctx)
 	}
+}
+
+// settleRead reads key with a context of its own, bounded by
+// readBackTimeout, that keeps ctx's values but not its end.
+func (s *Store) settleRead(ctx context.Context, key string) (state, error) {
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), readBackTimeout)
+	defer cancel()
+	return s.read(ctx, key)
 }
 
 // attempt makes one conditional write of ch over cur.

@@ -75,6 +75,43 @@ func (s *guardSubject) WriteFailing(ctx context.Context, resource string, token 
 	return s.g.Fence(ctx, resource, token, func(context.Context) error { return ErrInjected })
 }
 
+// FromGuardStrict is FromGuard(g, store) plus a StrictWriter: WriteStrict
+// runs store.Put inside strict.Fence(fence.WithClaim(ctx, c), resource,
+// c.Token, ...). strict is a guard of the same kind as g configured to be
+// strict (for example memguard.New(memguard.Config{Strict: true})); it may
+// keep marks of its own.
+func FromGuardStrict(g, strict fence.Guard, store Store) Subject {
+	s := FromGuard(g, store)
+	if cs, ok := s.(*contextGuardSubject); ok {
+		return &strictContextSubject{contextGuardSubject: cs, strict: strict}
+	}
+	return &strictSubject{guardSubject: s.(*guardSubject), strict: strict}
+}
+
+type strictSubject struct {
+	*guardSubject
+	strict fence.Guard
+}
+
+func (s *strictSubject) WriteStrict(ctx context.Context, resource string, c fence.Claim, value string) error {
+	return writeStrict(ctx, s.strict, s.store, resource, c, value)
+}
+
+type strictContextSubject struct {
+	*contextGuardSubject
+	strict fence.Guard
+}
+
+func (s *strictContextSubject) WriteStrict(ctx context.Context, resource string, c fence.Claim, value string) error {
+	return writeStrict(ctx, s.strict, s.store, resource, c, value)
+}
+
+func writeStrict(ctx context.Context, g fence.Guard, store Store, resource string, c fence.Claim, value string) error {
+	return g.Fence(fence.WithClaim(ctx, c), resource, c.Token, func(ctx context.Context) error {
+		return store.Put(ctx, resource, c.Token, value)
+	})
+}
+
 type contextGuardSubject struct {
 	*guardSubject
 	cg ContextGuard

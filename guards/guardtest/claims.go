@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"slices"
+	"strings"
 
 	"github.com/fencekit/fencekit/fence"
 )
@@ -37,7 +38,7 @@ const (
 // UnsupportedError is returned by a check that needs an optional interface
 // the Subject does not implement. It matches ErrUnsupported.
 type UnsupportedError struct {
-	Interface string // "FailingWriter", "ClaimWriter" or "ContextWriter"
+	Interface string // "FailingWriter", "ClaimWriter", "ContextWriter", "OutcomeWriter" or "StrictWriter"
 }
 
 func (e *UnsupportedError) Error() string {
@@ -55,7 +56,7 @@ func (cfg Config) required(err error) (iface string, req bool) {
 		return "", false
 	}
 	switch ue.Interface {
-	case InterfaceClaimWriter, InterfaceContextWriter:
+	case InterfaceClaimWriter, InterfaceContextWriter, InterfaceStrictWriter:
 		return ue.Interface, !slices.Contains(cfg.Pending, ue.Interface)
 	}
 	return ue.Interface, false
@@ -88,6 +89,17 @@ func checkEndedErr(err, cause error, what string) error {
 		return fmt.Errorf("%s under a cancelled context: error %q does not match the context's cause (context.Cause)", what, err.Error())
 	case errors.Is(err, fence.ErrStale):
 		return fmt.Errorf("%s under a cancelled context: error %q matches fence.ErrStale", what, err.Error())
+	case errors.Is(err, fence.ErrOutcomeUnknown):
+		return fmt.Errorf("%s under a context cancelled before the call: error %q matches fence.ErrOutcomeUnknown, but nothing can have been sent", what, err.Error())
+	}
+	return checkNamedOnce(err, what)
+}
+
+// checkNamedOnce verifies that an error names the context's end at most
+// once (fence.WrapContext over fence.ContextError must not repeat it).
+func checkNamedOnce(err error, what string) error {
+	if n := strings.Count(err.Error(), "fence: context ended"); n > 1 {
+		return fmt.Errorf("%s: error %q names the context's end %d times", what, err.Error(), n)
 	}
 	return nil
 }

@@ -188,6 +188,8 @@ func TestClaimChecksNeedTheirInterfaces(t *testing.T) {
 		"ContextFormMatchesWrite":        guardtest.InterfaceContextWriter,
 		"TokenReuseRefused":              guardtest.InterfaceClaimWriter,
 		"FailedWriteKeepsMark":           "FailingWriter",
+		"OutcomeUnknownReported":         guardtest.InterfaceOutcomeWriter,
+		"StrictScopeRefused":             guardtest.InterfaceStrictWriter,
 	}
 	s := fenceOnlySubject{guardtest.FromGuard(fenceOnly{newRef()}, guardtest.NewMapStore())}
 	for _, c := range guardtest.Checks() {
@@ -206,8 +208,8 @@ func TestClaimChecksNeedTheirInterfaces(t *testing.T) {
 	assert.ErrorIs(t, err, guardtest.ErrInvalidConfig)
 }
 
-// Run fails a Subject that lacks ClaimWriter or ContextWriter unless they
-// are listed in Config.Pending; then it skips exactly those checks and logs
+// Run fails a Subject that lacks ClaimWriter, ContextWriter or StrictWriter
+// unless they are listed in Config.Pending; then it skips exactly those checks and logs
 // which and why. The test runs the kit in a child process of the test binary
 // (this same test, with GUARDTEST_POLICY_HELPER set), whose failure is the
 // expected outcome in one mode.
@@ -217,7 +219,7 @@ func TestRunRequiresOptionalInterfaces(t *testing.T) {
 			return fenceOnlySubject{guardtest.FromGuard(fenceOnly{newRef()}, guardtest.NewMapStore())}
 		}}
 		if mode == "pending" {
-			cfg.Pending = []string{guardtest.InterfaceClaimWriter, guardtest.InterfaceContextWriter}
+			cfg.Pending = []string{guardtest.InterfaceClaimWriter, guardtest.InterfaceContextWriter, guardtest.InterfaceStrictWriter}
 		}
 		guardtest.Run(t, cfg)
 		return
@@ -230,7 +232,7 @@ func TestRunRequiresOptionalInterfaces(t *testing.T) {
 	}
 	out, err := child("required")
 	require.Error(t, err, "Run passed a subject without ClaimWriter and ContextWriter:\n%s", out)
-	for _, name := range []string{"EndedContextRefusedContextForm", "NoTokenRefused", "ContextFormMatchesWrite", "TokenReuseRefused"} {
+	for _, name := range []string{"EndedContextRefusedContextForm", "NoTokenRefused", "ContextFormMatchesWrite", "TokenReuseRefused", "StrictScopeRefused"} {
 		assert.Contains(t, out, "--- FAIL: TestRunRequiresOptionalInterfaces/"+name, out)
 	}
 	assert.Contains(t, out, `list "ContextWriter" in Config.Pending`)
@@ -238,10 +240,12 @@ func TestRunRequiresOptionalInterfaces(t *testing.T) {
 
 	out, err = child("pending")
 	require.NoError(t, err, "Run with Pending failed:\n%s", out)
-	for _, name := range []string{"EndedContextRefusedContextForm", "NoTokenRefused", "ContextFormMatchesWrite", "TokenReuseRefused", "FailedWriteKeepsMark"} {
+	for _, name := range []string{"EndedContextRefusedContextForm", "NoTokenRefused", "ContextFormMatchesWrite", "TokenReuseRefused",
+		"FailedWriteKeepsMark", "OutcomeUnknownReported", "StrictScopeRefused"} {
 		assert.Contains(t, out, "--- SKIP: TestRunRequiresOptionalInterfaces/"+name, out)
 	}
-	assert.Contains(t, out, "guardtest: 5 check(s) skipped: ")
+	assert.Contains(t, out, "guardtest: 7 check(s) skipped: ")
+	assert.Contains(t, out, "OutcomeUnknownReported (no guardtest.OutcomeWriter: not implemented)")
 	assert.Contains(t, out, "TokenReuseRefused (no guardtest.ClaimWriter: listed in Config.Pending)")
 	assert.Contains(t, out, "FailedWriteKeepsMark (no guardtest.FailingWriter: not implemented)")
 	assert.Contains(t, out, "--- PASS: TestRunRequiresOptionalInterfaces/EndedContextRefused ")

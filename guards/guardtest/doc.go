@@ -6,17 +6,27 @@
 // [Run]. [FromGuard] builds a Subject from any fence.Guard plus a [Store];
 // [MapStore] is an in-memory Store for guards that protect nothing else.
 //
-// Two further interfaces are required by default: [ClaimWriter] (a write
-// presenting a token with a run identity) and [ContextWriter] (the guard's
-// ctx-first form, taking the claim from ctx). FromGuard provides the first
-// for any guard and the second for a [ContextGuard]. A Subject that does not
-// implement one yet lists it in [Config.Pending]: Run then skips only the
-// checks that need it and logs which checks it skipped and why.
+// Three further interfaces are required by default: [ClaimWriter] (a write
+// presenting a token with a run identity), [ContextWriter] (the guard's
+// ctx-first form, taking the claim from ctx) and [StrictWriter] (a write
+// through the guard in its strict mode, which refuses resources outside the
+// claim's scope). FromGuard provides the first for any guard and the second
+// for a [ContextGuard]; [FromGuardStrict] adds the third from a second,
+// strict guard. A Subject that does not implement one yet lists it in
+// [Config.Pending]: Run then skips only the checks that need it and logs
+// which checks it skipped and why.
+//
+// Two are optional (their checks are skipped, and logged, without them):
+// [FailingWriter], and [OutcomeWriter], which holds back the store's reply
+// to the request that commits a write until the write's context ends.
+// Every guard whose commit crosses a network should implement the latter
+// (with a TCP proxy such as a test's, an http.RoundTripper, or the server
+// itself holding the reply); an in-process guard cannot.
 //
 //	func TestConformance(t *testing.T) {
 //		guardtest.Run(t, guardtest.Config{
 //			New: func(t *testing.T) guardtest.Subject {
-//				return guardtest.FromGuard(myguard.New(...), guardtest.NewMapStore())
+//				return guardtest.FromGuardStrict(myguard.New(...), myguard.New(strict...), guardtest.NewMapStore())
 //			},
 //		})
 //	}
@@ -47,6 +57,20 @@
 //     from A, and T with no run, are accepted; a run-less write keeps A's
 //     identity; T+1 from B is accepted; a malformed run is refused with
 //     fence.ErrInvalidRun and writes nothing;
+//   - a write whose context ends while its committing request is in flight,
+//     after the store applied it (OutcomeWriter), is never reported as
+//     "nothing written": the guard settles it (nil, and Read returns it) or
+//     returns an error matching fence.ErrOutcomeUnknown, context.Canceled
+//     and the cause; a retry under the same token is then accepted; a write
+//     under a context that ended before the call never reports an unknown
+//     outcome (nothing can have been sent); these errors name the context's
+//     end ("fence: context ended") at most once;
+//   - in strict mode (StrictWriter), a claim scoped to one key is accepted
+//     inside its scope; another key's claim, a claim without a scope, a
+//     mere text-prefix scope and the scope itself as a resource are refused
+//     with a *fence.ScopeError (neither stale nor busy), changing neither
+//     value nor mark; a malformed scope is refused with
+//     fence.ErrInvalidScope, strict or not;
 //   - many concurrent writers with shuffled, interleaved tokens on several
 //     resources: from the recorded history of every attempt (invocation and
 //     completion order, outcome) [CheckHistory] verifies that no write was
@@ -63,7 +87,7 @@
 // The history check is over real time as observed by the test process; it
 // cannot see effects a guard performs outside Write and Read, and a passing
 // run is evidence, not proof: an atomicity bug may need many rounds to show.
-// Raise [Config.Rounds] when hunting one. The kit does not test behaviour
-// under store failures (lost replies, crashes); adapters test those
-// themselves.
+// Raise [Config.Rounds] when hunting one. Apart from the held reply of
+// OutcomeWriter, the kit does not test behaviour under store failures
+// (lost replies, crashes); adapters test those themselves.
 package guardtest

@@ -10,6 +10,7 @@ import (
 
 // The checks are plain functions, so they can be run outside a test too.
 // In a test, call guardtest.Run(t, guardtest.Config{New: ...}) instead.
+// memguard sends nothing over a network, so it has no OutcomeWriter.
 func ExampleChecks() {
 	cfg, err := guardtest.Config{Writers: 4, Rounds: 10}.WithDefaults()
 	if err != nil {
@@ -17,7 +18,8 @@ func ExampleChecks() {
 	}
 	for _, c := range guardtest.Checks() {
 		g, _ := memguard.New(memguard.Config{})
-		s := guardtest.FromGuard(g, guardtest.NewMapStore())
+		strict, _ := memguard.New(memguard.Config{Strict: true})
+		s := guardtest.FromGuardStrict(g, strict, guardtest.NewMapStore())
 		fmt.Printf("%-30s %v\n", c.Name, c.Func(context.Background(), s, cfg))
 	}
 	// Output:
@@ -34,4 +36,6 @@ func ExampleChecks() {
 	// NoTokenRefused                 <nil>
 	// ContextFormMatchesWrite        <nil>
 	// TokenReuseRefused              <nil>
+	// OutcomeUnknownReported         guardtest: subject does not implement guardtest.OutcomeWriter
+	// StrictScopeRefused             <nil>
 }

@@ -75,12 +75,13 @@ type Config struct {
 	// t.Logf when nil.
 	Logf func(format string, args ...any)
 	// Pending lists optional interfaces (InterfaceClaimWriter,
-	// InterfaceContextWriter) that the Subject does not implement yet. Run
-	// skips the checks needing a listed interface the Subject lacks, and
-	// logs each skipped check and the reason; every other check still
-	// runs. By default both interfaces are required: a Subject lacking one
-	// fails the checks that need it. (FailingWriter stays optional: its
-	// check is skipped, and logged, when the Subject lacks it.)
+	// InterfaceContextWriter, InterfaceStrictWriter) that the Subject does
+	// not implement yet. Run skips the checks needing a listed interface
+	// the Subject lacks, and logs each skipped check and the reason; every
+	// other check still runs. By default these interfaces are required: a
+	// Subject lacking one fails the checks that need it. (FailingWriter
+	// and OutcomeWriter stay optional: their checks are skipped, and
+	// logged, when the Subject lacks them.)
 	Pending []string
 }
 
@@ -133,8 +134,9 @@ func (cfg Config) WithDefaults() (Config, error) {
 		return cfg, fmt.Errorf("%w: Prefix %q does not make valid resource names", ErrInvalidConfig, cfg.Prefix)
 	}
 	for _, p := range cfg.Pending {
-		if p != InterfaceClaimWriter && p != InterfaceContextWriter {
-			return cfg, fmt.Errorf("%w: Pending %q is not %q or %q", ErrInvalidConfig, p, InterfaceClaimWriter, InterfaceContextWriter)
+		if p != InterfaceClaimWriter && p != InterfaceContextWriter && p != InterfaceStrictWriter {
+			return cfg, fmt.Errorf("%w: Pending %q is not %q, %q or %q", ErrInvalidConfig, p,
+				InterfaceClaimWriter, InterfaceContextWriter, InterfaceStrictWriter)
 		}
 	}
 	return cfg, nil
@@ -164,6 +166,8 @@ func Checks() []Check {
 		{"NoTokenRefused", CheckNoToken},
 		{"ContextFormMatchesWrite", CheckContextForm},
 		{"TokenReuseRefused", CheckTokenReuse},
+		{"OutcomeUnknownReported", CheckOutcomeUnknown},
+		{"StrictScopeRefused", CheckStrictScope},
 	}
 }
 

@@ -22,12 +22,21 @@ func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
 // with run identities (fence.DecideClaim, fence.NextMark) and a ctx-first
 // form (Do).
 type refGuard struct {
-	mu    sync.Mutex
-	marks map[string]fence.Token
-	runs  map[string]string
+	mu     sync.Mutex
+	marks  map[string]fence.Token
+	runs   map[string]string
+	strict bool // refuse resources outside the claim's scope (fence.CheckScope)
 }
 
 func newRef() *refGuard { return &refGuard{marks: map[string]fence.Token{}, runs: map[string]string{}} }
+
+func newRefStrict() *refGuard { g := newRef(); g.strict = true; return g }
+
+// newRefSubject is the reference Subject: the reference guard, a strict
+// one for the scope check, over one store.
+func newRefSubject() guardtest.Subject {
+	return guardtest.FromGuardStrict(newRef(), newRefStrict(), guardtest.NewMapStore())
+}
 
 func (g *refGuard) Fence(ctx context.Context, r string, tok fence.Token, write func(context.Context) error) error {
 	return g.fenceClaim(ctx, r, fence.ClaimFor(ctx, tok), write)
@@ -42,11 +51,16 @@ func (g *refGuard) Do(ctx context.Context, r string, write func(context.Context)
 }
 
 func (g *refGuard) fenceClaim(ctx context.Context, r string, c fence.Claim, write func(context.Context) error) error {
-	if err := fence.CheckArgs(r, c.Token); err != nil {
+	if err := fence.ValidateResource(r); err != nil {
 		return err
 	}
-	if err := fence.ValidateRun(c.Run); err != nil {
+	if err := c.Validate(); err != nil {
 		return err
+	}
+	if g.strict {
+		if err := fence.CheckScope(r, c); err != nil {
+			return err
+		}
 	}
 	if err := fence.ContextError(ctx); err != nil {
 		return err
@@ -199,7 +213,7 @@ func results(t *testing.T, cfg guardtest.Config, mk func() guardtest.Subject) ma
 
 func TestReferenceGuardPassesEveryCheck(t *testing.T) {
 	res := results(t, defaults(t), func() guardtest.Subject {
-		return guardtest.FromGuard(newRef(), guardtest.NewMapStore())
+		return newRemote(reportUnknown)
 	})
 	for name, err := range res {
 		assert.NoError(t, err, name)
@@ -209,7 +223,7 @@ func TestReferenceGuardPassesEveryCheck(t *testing.T) {
 
 // newMySubject is the Subject of the conformance snippet in docs/guards.md.
 func newMySubject(*testing.T) guardtest.Subject {
-	return guardtest.FromGuard(newRef(), guardtest.NewMapStore())
+	return guardtest.FromGuardStrict(newRef(), newRefStrict(), guardtest.NewMapStore())
 }
 
 // TestConformance is Run over the reference guard, as docs/guards.md shows.

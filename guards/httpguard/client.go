@@ -4,6 +4,8 @@ import (
 	"context"
 	"errors"
 	"net/http"
+	"net/http/httptrace"
+	"sync/atomic"
 
 	"github.com/fencekit/fencekit/fence"
 )
@@ -42,12 +44,23 @@ func ResourceFromContext(ctx context.Context) (string, bool) {
 // a lease's loss cause) without sending, and an error of Base seen after the
 // context ended is wrapped with fence.WrapContext, so it matches the cause
 // too.
+//
+// A fenced request (one that carries a token) that Base fails after it may
+// have been sent — its context ended while the reply was awaited, or the
+// connection broke — returns a *fence.OutcomeUnknownError
+// (fence.ErrOutcomeUnknown, plus ctx.Err() and context.Cause(ctx) when the
+// context ended): the service may have applied it. "May have been sent" is
+// decided with net/http's client trace when Base is an *http.Transport (or
+// nil): no connection obtained means nothing was sent. With any other Base,
+// whose sending RoundTrip cannot see, every such failure counts as an
+// unknown outcome.
 type Transport struct {
 	// Base sends the request. Default http.DefaultTransport.
 	Base http.RoundTripper
-	// TokenHeader, RunHeader and ResourceHeader name the headers. Defaults
-	// DefaultTokenHeader, DefaultRunHeader and DefaultResourceHeader.
-	TokenHeader, RunHeader, ResourceHeader string
+	// TokenHeader, RunHeader, ScopeHeader and ResourceHeader name the
+	// headers. Defaults DefaultTokenHeader, DefaultRunHeader,
+	// DefaultScopeHeader and DefaultResourceHeader.
+	TokenHeader, RunHeader, ScopeHeader, ResourceHeader string
 }
 
 // RoundTrip implements http.RoundTripper. It does not modify req.
@@ -78,35 +91,46 @@ func (t *Transport) RoundTrip(req *http.Request) (*http.Response, error) {
 	}
 	hasToken := claim.Token.Valid()
 	if !hasToken && !hasResource {
-		return t.send(ctx, base, req)
+		resp, err := base.RoundTrip(req)
+		return resp, fence.WrapContext(ctx, err)
 	}
 	if hasResource {
 		if err := fence.ValidateResource(resource); err != nil {
 			return fail(err)
 		}
 	}
-	out := req.Clone(ctx)
+	var sent atomic.Bool
+	tctx := httptrace.WithClientTrace(ctx, &httptrace.ClientTrace{GotConn: func(httptrace.GotConnInfo) { sent.Store(true) }})
+	out := req.Clone(tctx)
 	if hasToken {
 		out.Header.Set(orDefault(t.TokenHeader, DefaultTokenHeader), claim.Token.String())
-		runHeader := orDefault(t.RunHeader, DefaultRunHeader)
-		if claim.Run != "" {
-			out.Header.Set(runHeader, claim.Run)
-		} else {
-			out.Header.Del(runHeader)
+		for _, h := range []struct{ name, v string }{
+			{orDefault(t.RunHeader, DefaultRunHeader), claim.Run},
+			{orDefault(t.ScopeHeader, DefaultScopeHeader), claim.Scope},
+		} {
+			if h.v != "" {
+				out.Header.Set(h.name, h.v)
+			} else {
+				out.Header.Del(h.name)
+			}
 		}
 	}
 	if hasResource {
 		out.Header.Set(orDefault(t.ResourceHeader, DefaultResourceHeader), resource)
 	}
-	return t.send(ctx, base, out)
-}
-
-func (t *Transport) send(ctx context.Context, base http.RoundTripper, req *http.Request) (*http.Response, error) {
-	resp, err := base.RoundTrip(req)
-	if err != nil {
-		return resp, fence.WrapContext(ctx, err)
+	resp, err := base.RoundTrip(out)
+	if err == nil {
+		return resp, nil
 	}
-	return resp, nil
+	if _, traced := base.(*http.Transport); hasToken && (sent.Load() || !traced) {
+		// The request may have reached the service: its effect is unknown.
+		what := resource
+		if !hasResource {
+			what = req.URL.Redacted()
+		}
+		return resp, fence.OutcomeUnknown(ctx, "httpguard: "+req.Method, what, err)
+	}
+	return resp, fence.WrapContext(ctx, err)
 }
 
 func orDefault(s, def string) string {

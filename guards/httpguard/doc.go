@@ -13,18 +13,25 @@
 //	Fencing-Resource: the resource name, verbatim (fence.ValidateResource rules)
 //	Fencing-Run:      optional: the run identity of the token's holder (a lease's run id),
 //	                  1..64 bytes of ASCII letters, digits and . _ : - (fence.ValidateRun)
+//	Fencing-Scope:    optional: the claim's scope (a lease's lease.Key.Scope), a resource
+//	                  name not ending in / (fence.ValidateScope)
 //
 // Config.Resource may derive the resource from the request (its path, say)
 // instead of the header. Token and resource must appear exactly once, the
-// run at most once. The middleware answers:
+// run and the scope at most once. The middleware answers:
 //
 //	400 invalid-token     token header missing, repeated or malformed       (guard not called)
 //	400 invalid-run       run header repeated, empty or malformed           (guard not called)
+//	400 invalid-scope     scope header repeated, empty or malformed         (guard not called)
 //	400 invalid-resource  resource missing, repeated or invalid             (guard not called)
+//	403 out-of-scope      Config.Strict, and the resource is outside the claim's scope or the
+//	                      claim has none (guard not called); or a strict guard refused it
 //	409 stale-token       the token is below the resource's mark
 //	409 token-reused      the token equals the mark but the run differs from the run that set it
 //	503 busy              the guard could not decide now (fence.ErrBusy), or the request's own
 //	                      context ended before it decided; Retry-After set, nothing written
+//	500 outcome-unknown   the guard's commit was sent and no answer came back
+//	                      (fence.ErrOutcomeUnknown): the write may have been applied
 //	500 internal          any other guard failure (details only to Config.ErrorLog)
 //	otherwise             the handler's own response, relayed unchanged
 //
@@ -32,7 +39,7 @@
 // with type, title, status and detail; the stale-token 409 also carries the
 // extension members resource, presented_token and highest_token (decimal
 // strings), the token-reused 409 resource, presented_token, run and
-// mark_run:
+// mark_run, the out-of-scope 403 resource and scope:
 //
 //	HTTP/1.1 409 Conflict
 //	Content-Type: application/problem+json
@@ -70,11 +77,21 @@
 //     and resource; a fenced request (resource in ctx) without a valid claim
 //     fails with fence.ErrNoToken (or the claim's validation error) before
 //     anything is sent; once the context has ended it fails with an error
-//     matching ctx.Err() and context.Cause(ctx), never fence.ErrBusy.
+//     matching ctx.Err() and context.Cause(ctx), never fence.ErrBusy. A
+//     request with a token that fails after it may have been sent (the
+//     context ended while the reply was awaited, the connection broke)
+//     fails with a *fence.OutcomeUnknownError (fence.ErrOutcomeUnknown),
+//     never as "nothing written"; with an *http.Transport as Base, a
+//     request for which no connection was obtained counts as not sent.
 //     ErrorFromResponse turns a stale-token 409 back into the
-//     *fence.StaleError, a token-reused 409 into the *fence.ReusedError, a
-//     503 into an error matching fence.ErrBusy, and parses strictly: a
-//     malformed body is a *ResponseError, never a panic or a guessed token.
+//     *fence.StaleError, a token-reused 409 into the *fence.ReusedError, an
+//     out-of-scope 403 into the *fence.ScopeError, a 503 into an error
+//     matching fence.ErrBusy, an outcome-unknown 500 into one matching
+//     fence.ErrOutcomeUnknown, and parses strictly: a malformed body is a
+//     *ResponseError, never a panic or a guessed token.
+//   - With Config.Strict, a request whose resource lies outside its claim's
+//     scope (Fencing-Scope), or that carries no scope, is answered 403
+//     out-of-scope and changes nothing.
 //
 // # Metrics
 //
@@ -98,9 +115,12 @@
 //     values (RFC 9110 §5.5), so "Fencing-Token:  7 " on the wire is the
 //     value "7". Everything else that is not canonical is refused.
 //   - A response lost on its way to the client leaves the client unsure
-//     whether the write committed; retrying with the same token is safe for
-//     the guard (equal tokens are accepted), so handlers should make their
-//     writes idempotent per token.
+//     whether the write committed (fence.ErrOutcomeUnknown); retrying with
+//     the same token is safe for the guard (equal tokens are accepted), so
+//     handlers should make their writes idempotent per token.
+//   - The scope header is the client's statement, like the token: strict
+//     mode catches a client that presents one key's claim for another key's
+//     resource by mistake, not a client forging headers.
 //   - The middleware fences every request it wraps; mount it only on routes
 //     with side effects.
 package httpguard

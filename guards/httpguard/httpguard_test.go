@@ -10,6 +10,7 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -22,6 +23,7 @@ import (
 	"github.com/fencekit/fencekit/guards/guardtest"
 	"github.com/fencekit/fencekit/guards/httpguard"
 	"github.com/fencekit/fencekit/guards/memguard"
+	"github.com/fencekit/fencekit/internal/netproxy"
 )
 
 func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
@@ -115,14 +117,19 @@ func (s *httpSubject) do(ctx context.Context, r string, tok fence.Token, v strin
 // send posts v under the claim and resource that ctx carries (Transport
 // sets the headers).
 func (s *httpSubject) send(ctx context.Context, v string, fail bool) error {
-	req, err := http.NewRequestWithContext(ctx, http.MethodPost, s.url, strings.NewReader(v))
+	return post(ctx, s.client, s.url, v, fail)
+}
+
+// post posts v to url with client; "X-Fail: 500" when fail.
+func post(ctx context.Context, client *http.Client, url, v string, fail bool) error {
+	req, err := http.NewRequestWithContext(ctx, http.MethodPost, url, strings.NewReader(v))
 	if err != nil {
 		return err
 	}
 	if fail {
 		req.Header.Set("X-Fail", "500")
 	}
-	resp, err := s.client.Do(req)
+	resp, err := client.Do(req)
 	if err != nil {
 		return err
 	}
@@ -160,9 +167,65 @@ func (s *httpSubject) Read(ctx context.Context, r string) (string, fence.Token, 
 
 func TestConformanceMemguard(t *testing.T) {
 	store := guardtest.NewMapStore()
-	srv, client := server(t, mustMiddleware(t, newMem(t), httpguard.Config{})(storeHandler(store)))
-	s := &httpSubject{url: srv.URL, client: client, read: store.Get}
+	s := newKitSubject(t, newMem(t), storeHandler(store), store.Get)
 	guardtest.Run(t, guardtest.Config{New: func(*testing.T) guardtest.Subject { return s }})
+}
+
+// kitSubject is an httpSubject with every interface of the conformance
+// kit: WriteStrict posts to the same handler and guard behind a strict
+// middleware (Config.Strict); WriteHeld posts through a TCP proxy that
+// holds the service's reply until the request's context ends, with a
+// client whose Base is an *http.Transport.
+type kitSubject struct {
+	*httpSubject
+	strictURL string
+	proxy     *netproxy.Proxy
+	held      *http.Client
+	heldURL   string
+}
+
+var (
+	_ guardtest.StrictWriter  = (*kitSubject)(nil)
+	_ guardtest.OutcomeWriter = (*kitSubject)(nil)
+	_ guardtest.ClaimWriter   = (*kitSubject)(nil)
+	_ guardtest.ContextWriter = (*kitSubject)(nil)
+)
+
+func newKitSubject(t *testing.T, g fence.Guard, h http.Handler, read func(ctx context.Context, r string) (string, fence.Token, bool, error)) *kitSubject {
+	t.Helper()
+	mux := http.NewServeMux()
+	mux.Handle("/", mustMiddleware(t, g, httpguard.Config{})(h))
+	mux.Handle("/strict", mustMiddleware(t, g, httpguard.Config{Strict: true})(h))
+	srv, client := server(t, mux)
+	p, err := netproxy.New(srv.Listener.Addr().String())
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = p.Close() })
+	base := &http.Transport{}
+	t.Cleanup(base.CloseIdleConnections)
+	return &kitSubject{
+		httpSubject: &httpSubject{url: srv.URL, client: client, read: read},
+		strictURL:   srv.URL + "/strict",
+		proxy:       p,
+		held:        &http.Client{Transport: &httpguard.Transport{Base: base}},
+		heldURL:     "http://" + p.Addr() + "/",
+	}
+}
+
+func (s *kitSubject) WriteStrict(ctx context.Context, r string, c fence.Claim, v string) error {
+	return post(httpguard.WithResource(fence.WithClaim(ctx, c), r), s.client, s.strictURL, v, false)
+}
+
+// WriteHeld: the service's reply is held by the proxy; the first reply
+// bytes reaching it mean the handler ran and the guard committed.
+func (s *kitSubject) WriteHeld(ctx context.Context, r string, tok fence.Token, v string, applied func()) error {
+	var once sync.Once
+	s.proxy.OnHold(func(netproxy.Direction) { once.Do(applied) })
+	s.proxy.Pause(netproxy.Downstream)
+	defer func() {
+		s.proxy.OnHold(nil)
+		s.proxy.Restore()
+	}()
+	return post(httpguard.WithResource(fence.WithToken(ctx, tok), r), s.held, s.heldURL, v, false)
 }
 
 func get(t *testing.T, client *http.Client, url string, ctx context.Context, hdr map[string][]string) *http.Response {

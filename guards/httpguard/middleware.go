@@ -22,6 +22,7 @@ const (
 	DefaultTokenHeader    = "Fencing-Token"
 	DefaultResourceHeader = "Fencing-Resource"
 	DefaultRunHeader      = "Fencing-Run"
+	DefaultScopeHeader    = "Fencing-Scope"
 )
 
 // Defaults of Config.
@@ -38,6 +39,16 @@ type Config struct {
 	// RunHeader carries the optional run identity of the token's holder
 	// (fence.ValidateRun rules, non-empty). Default "Fencing-Run".
 	RunHeader string
+	// ScopeHeader carries the optional scope of the claim (the lease key's
+	// scope, fence.ValidateScope rules, non-empty). Default "Fencing-Scope".
+	ScopeHeader string
+	// Strict answers 403 out-of-scope, without calling the guard, to every
+	// request whose resource lies outside its claim's scope, or whose
+	// claim has no scope (fence.CheckScope): a claim for one lease key can
+	// then never raise the mark of another key's resource. Off by default:
+	// the scope is passed on to the guard (which may itself be strict) and
+	// otherwise ignored.
+	Strict bool
 	// ResourceHeader carries the resource name (fence.ValidateResource
 	// rules, verbatim, no encoding). Default "Fencing-Resource". Ignored
 	// when Resource is set.
@@ -104,6 +115,9 @@ func (cfg Config) withDefaults() (Config, error) {
 	if cfg.RunHeader == "" {
 		cfg.RunHeader = DefaultRunHeader
 	}
+	if cfg.ScopeHeader == "" {
+		cfg.ScopeHeader = DefaultScopeHeader
+	}
 	if cfg.RetryAfter == 0 {
 		cfg.RetryAfter = DefaultRetryAfter
 	}
@@ -122,6 +136,12 @@ func (cfg Config) withDefaults() (Config, error) {
 	case http.CanonicalHeaderKey(cfg.RunHeader) == http.CanonicalHeaderKey(cfg.TokenHeader),
 		http.CanonicalHeaderKey(cfg.RunHeader) == http.CanonicalHeaderKey(cfg.ResourceHeader):
 		return cfg, fmt.Errorf("%w: RunHeader %q is also the token or resource header", ErrInvalidConfig, cfg.RunHeader)
+	case !validHeaderName(cfg.ScopeHeader):
+		return cfg, fmt.Errorf("%w: ScopeHeader %q is not a header field name", ErrInvalidConfig, cfg.ScopeHeader)
+	case http.CanonicalHeaderKey(cfg.ScopeHeader) == http.CanonicalHeaderKey(cfg.TokenHeader),
+		http.CanonicalHeaderKey(cfg.ScopeHeader) == http.CanonicalHeaderKey(cfg.ResourceHeader),
+		http.CanonicalHeaderKey(cfg.ScopeHeader) == http.CanonicalHeaderKey(cfg.RunHeader):
+		return cfg, fmt.Errorf("%w: ScopeHeader %q is also the token, resource or run header", ErrInvalidConfig, cfg.ScopeHeader)
 	case cfg.RetryAfter < 0:
 		return cfg, fmt.Errorf("%w: negative RetryAfter", ErrInvalidConfig)
 	case cfg.MaxResponseBytes < 0:
@@ -130,6 +150,7 @@ func (cfg Config) withDefaults() (Config, error) {
 	cfg.TokenHeader = http.CanonicalHeaderKey(cfg.TokenHeader)
 	cfg.ResourceHeader = http.CanonicalHeaderKey(cfg.ResourceHeader)
 	cfg.RunHeader = http.CanonicalHeaderKey(cfg.RunHeader)
+	cfg.ScopeHeader = http.CanonicalHeaderKey(cfg.ScopeHeader)
 	return cfg, nil
 }
 
@@ -216,7 +237,21 @@ func (m *middleware) serve(w http.ResponseWriter, r *http.Request, next http.Han
 		m.badRequest(w, TypeInvalidRun, "Invalid run identity", "header "+m.cfg.RunHeader+" given more than once")
 		return
 	}
-	claim := fence.Claim{Token: token, Run: run}
+	var scope string
+	switch vs := r.Header.Values(m.cfg.ScopeHeader); len(vs) {
+	case 0:
+	case 1:
+		scope = vs[0]
+		if scope == "" || fence.ValidateScope(scope) != nil {
+			m.badRequest(w, TypeInvalidScope, "Invalid claim scope",
+				fmt.Sprintf("header %s must be 1-%d bytes of UTF-8 without control characters, not ending in /", m.cfg.ScopeHeader, fence.MaxResourceLen))
+			return
+		}
+	default:
+		m.badRequest(w, TypeInvalidScope, "Invalid claim scope", "header "+m.cfg.ScopeHeader+" given more than once")
+		return
+	}
+	claim := fence.Claim{Token: token, Run: run, Scope: scope}
 	var resource string
 	if m.cfg.Resource != nil {
 		resource, err = m.cfg.Resource(r)
@@ -234,6 +269,12 @@ func (m *middleware) serve(w http.ResponseWriter, r *http.Request, next http.Han
 	if err := fence.ValidateResource(resource); err != nil {
 		m.badRequest(w, TypeInvalidResource, "Invalid fencing resource", "resource name must be 1-512 bytes of UTF-8 without control characters")
 		return
+	}
+	if m.cfg.Strict {
+		if err := fence.CheckScope(resource, claim); err != nil {
+			m.guardError(w, r, resource, token, err)
+			return
+		}
 	}
 
 	var rec *bufferedResponse
@@ -299,7 +340,27 @@ func (m *middleware) guardError(w http.ResponseWriter, r *http.Request, resource
 		})
 		return
 	}
+	if se, ok := fence.IsOutOfScope(err); ok {
+		writeProblem(w, Problem{
+			Type:     TypeOutOfScope,
+			Title:    "Resource outside the claim's scope",
+			Status:   http.StatusForbidden,
+			Detail:   se.Error(),
+			Resource: resource,
+			Scope:    se.Scope,
+		})
+		return
+	}
 	switch {
+	case errors.Is(err, fence.ErrOutcomeUnknown):
+		// Before the context-ended case: the guard's commit may have been
+		// applied, so "nothing was written" would be false.
+		if m.cfg.ErrorLog != nil {
+			m.cfg.ErrorLog(r, err)
+		}
+		writeProblem(w, Problem{Type: TypeOutcomeUnknown, Title: "Outcome unknown", Status: http.StatusInternalServerError,
+			Detail:   "the guard's commit was sent and no answer came back: the write may have been applied; read it back, or retry with the same token",
+			Resource: resource})
 	case errors.Is(err, fence.ErrBusy):
 		w.Header().Set("Retry-After", m.retryAfter)
 		writeProblem(w, Problem{Type: TypeBusy, Title: "Resource busy", Status: http.StatusServiceUnavailable,
@@ -315,6 +376,8 @@ func (m *middleware) guardError(w http.ResponseWriter, r *http.Request, resource
 		m.badRequest(w, TypeInvalidToken, "Invalid fencing token", "the guard refused the token")
 	case errors.Is(err, fence.ErrInvalidRun):
 		m.badRequest(w, TypeInvalidRun, "Invalid run identity", "the guard refused the run identity")
+	case errors.Is(err, fence.ErrInvalidScope):
+		m.badRequest(w, TypeInvalidScope, "Invalid claim scope", "the guard refused the claim's scope")
 	case errors.Is(err, fence.ErrInvalidResource):
 		writeProblem(w, Problem{Type: TypeInvalidResource, Title: "Invalid fencing resource", Status: http.StatusBadRequest,
 			Detail: "the guard refused the resource name"})

@@ -78,8 +78,7 @@ func (s *pgService) read(ctx context.Context, r string) (string, fence.Token, bo
 
 func TestConformancePgguard(t *testing.T) {
 	svc := newPGService(t)
-	srv, client := server(t, mustMiddleware(t, svc.guard, httpguard.Config{})(svc))
-	s := &httpSubject{url: srv.URL, client: client, read: svc.read}
+	s := newKitSubject(t, svc.guard, svc, svc.read)
 	guardtest.Run(t, guardtest.Config{New: func(*testing.T) guardtest.Subject { return s }})
 }
 

@@ -38,6 +38,17 @@ const (
 	TypeBusy = typeBase + "busy"
 	// TypeInternal: 500, the guard failed; details are not disclosed.
 	TypeInternal = typeBase + "internal"
+	// TypeOutcomeUnknown: 500, the guard's commit was sent and no answer
+	// came back (fence.ErrOutcomeUnknown): the write may have been
+	// applied. Read it back, or retry with the same token.
+	TypeOutcomeUnknown = typeBase + "outcome-unknown"
+	// TypeOutOfScope: 403, the resource lies outside the scope of the
+	// request's claim (or the claim has none) and the guard is strict
+	// (fence.ErrOutOfScope). Retrying cannot succeed.
+	TypeOutOfScope = typeBase + "out-of-scope"
+	// TypeInvalidScope: 400, the scope header is repeated, empty or not a
+	// valid scope (fence.ValidateScope).
+	TypeInvalidScope = typeBase + "invalid-scope"
 )
 
 // Problem is an RFC 9457 problem details object, with the extension
@@ -53,6 +64,7 @@ type Problem struct {
 	HighestToken   string `json:"highest_token,omitempty"`
 	Run            string `json:"run,omitempty"`
 	MarkRun        string `json:"mark_run,omitempty"`
+	Scope          string `json:"scope,omitempty"`
 }
 
 func writeProblem(w http.ResponseWriter, p Problem) {
@@ -91,9 +103,10 @@ func (e *ResponseError) Error() string {
 func (e *ResponseError) Is(target error) bool { return target == ErrUnexpectedResponse }
 
 // ProblemError is a well-formed problem response other than a stale or
-// reused token. It unwraps to fence.ErrBusy, fence.ErrInvalidToken,
-// fence.ErrInvalidRun or fence.ErrInvalidResource for the middleware's types
-// of those names.
+// reused token or an out-of-scope resource. It unwraps to fence.ErrBusy,
+// fence.ErrInvalidToken, fence.ErrInvalidRun, fence.ErrInvalidResource,
+// fence.ErrInvalidScope or fence.ErrOutcomeUnknown for the middleware's
+// types of those names.
 type ProblemError struct {
 	StatusCode int
 	Problem    Problem
@@ -119,6 +132,10 @@ func (e *ProblemError) Unwrap() error {
 		return fence.ErrInvalidResource
 	case TypeInvalidRun:
 		return fence.ErrInvalidRun
+	case TypeInvalidScope:
+		return fence.ErrInvalidScope
+	case TypeOutcomeUnknown:
+		return fence.ErrOutcomeUnknown
 	}
 	return nil
 }
@@ -133,9 +150,11 @@ const MaxProblemBytes = 64 << 10
 //     resource and both tokens;
 //   - 409 with a token-reused problem: a *fence.ReusedError with the
 //     resource, the token and both run identities;
+//   - 403 with an out-of-scope problem: a *fence.ScopeError with the
+//     resource and the claim's scope (empty when it had none);
 //   - any other well-formed problem: a *ProblemError (matching fence.ErrBusy,
-//     fence.ErrInvalidToken, fence.ErrInvalidRun or fence.ErrInvalidResource
-//     for those types);
+//     fence.ErrInvalidToken, fence.ErrInvalidRun, fence.ErrInvalidResource,
+//     fence.ErrInvalidScope or fence.ErrOutcomeUnknown for those types);
 //   - anything else (not problem+json, malformed JSON, duplicate or mistyped
 //     members, status mismatch, invalid tokens, a body over
 //     MaxProblemBytes): a *ResponseError.
@@ -176,6 +195,9 @@ func ErrorFromResponse(resp *http.Response) error {
 	}
 	if p.Type == TypeTokenReused {
 		return reusedFromProblem(p, bad)
+	}
+	if p.Type == TypeOutOfScope {
+		return scopeFromProblem(p, bad)
 	}
 	if p.Type != TypeStaleToken {
 		return &ProblemError{StatusCode: resp.StatusCode, Problem: p}
@@ -225,6 +247,24 @@ func reusedFromProblem(p Problem, bad func(format string, args ...any) error) er
 		return bad("resource: %v", err)
 	}
 	return &fence.ReusedError{Resource: p.Resource, Token: tok, Run: p.Run, MarkRun: p.MarkRun}
+}
+
+// scopeFromProblem turns an out-of-scope problem into a *fence.ScopeError,
+// or a *ResponseError (through bad) when a member is missing or malformed.
+func scopeFromProblem(p Problem, bad func(format string, args ...any) error) error {
+	if p.Status != http.StatusForbidden {
+		return bad("out-of-scope problem with status %d", p.Status)
+	}
+	if err := fence.ValidateResource(p.Resource); err != nil {
+		return bad("resource: %v", err)
+	}
+	if err := fence.ValidateScope(p.Scope); err != nil {
+		return bad("scope: %v", err)
+	}
+	if fence.InScope(p.Scope, p.Resource) {
+		return bad("resource %q is inside scope %q", p.Resource, p.Scope)
+	}
+	return &fence.ScopeError{Resource: p.Resource, Scope: p.Scope}
 }
 
 // parseProblem decodes one JSON object strictly: no duplicate members, no
@@ -286,6 +326,7 @@ func parseProblem(body []byte) (Problem, error) {
 		{"type", &p.Type, true}, {"title", &p.Title, true}, {"detail", &p.Detail, false},
 		{"resource", &p.Resource, false}, {"presented_token", &p.PresentedToken, false},
 		{"highest_token", &p.HighestToken, false}, {"run", &p.Run, false}, {"mark_run", &p.MarkRun, false},
+		{"scope", &p.Scope, false},
 	} {
 		if err := str(f.name, f.dst, f.required); err != nil {
 			return p, err

@@ -1,6 +1,7 @@
 package httpguard_test
 
 import (
+	"fmt"
 	"io"
 	"net/http"
 	"strings"
@@ -177,5 +178,44 @@ func TestErrorFromResponseReused(t *testing.T) {
 			_, stale := fence.IsStale(err)
 			assert.False(t, stale)
 		})
+	}
+}
+
+// Out-of-scope problems decode to *fence.ScopeError, strictly.
+func TestErrorFromResponseOutOfScope(t *testing.T) {
+	pj := httpguard.ProblemContentType
+	scope := func(status int, resource, scope string) string {
+		return fmt.Sprintf(`{"type":"%s","title":"t","status":%d,"resource":%q,"scope":%q}`, httpguard.TypeOutOfScope, status, resource, scope)
+	}
+	err := httpguard.ErrorFromResponse(response(403, pj, scope(403, "acme/conv-1/notes", "acme/conv-2")))
+	se, ok := fence.IsOutOfScope(err)
+	require.True(t, ok, "%v", err)
+	assert.Equal(t, fence.ScopeError{Resource: "acme/conv-1/notes", Scope: "acme/conv-2"}, *se)
+	err = httpguard.ErrorFromResponse(response(403, pj, `{"type":"`+httpguard.TypeOutOfScope+`","title":"t","status":403,"resource":"r"}`))
+	se, ok = fence.IsOutOfScope(err)
+	require.True(t, ok, "a claim without a scope: %v", err)
+	assert.Equal(t, "", se.Scope)
+	for name, body := range map[string]string{
+		"status 409":      scope(409, "acme/conv-1/notes", "acme/conv-2"),
+		"no resource":     scope(403, "", "acme/conv-2"),
+		"bad scope":       scope(403, "acme/conv-1/notes", "acme/conv-2/"),
+		"inside scope":    scope(403, "acme/conv-1/notes", "acme/conv-1"),
+		"scope not str":   `{"type":"` + httpguard.TypeOutOfScope + `","title":"t","status":403,"resource":"r","scope":3}`,
+		"control in scop": scope(403, "r", "a\nb"),
+	} {
+		status := 403
+		if name == "status 409" {
+			status = 409
+		}
+		err := httpguard.ErrorFromResponse(response(status, pj, body))
+		assert.ErrorIs(t, err, httpguard.ErrUnexpectedResponse, name)
+		assert.NotErrorIs(t, err, fence.ErrOutOfScope, name)
+	}
+	for typ, want := range map[string]error{
+		httpguard.TypeInvalidScope:   fence.ErrInvalidScope,
+		httpguard.TypeOutcomeUnknown: fence.ErrOutcomeUnknown,
+	} {
+		err := httpguard.ErrorFromResponse(response(400, pj, `{"type":"`+typ+`","title":"t","status":400}`))
+		assert.ErrorIs(t, err, want, typ)
 	}
 }

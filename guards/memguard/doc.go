@@ -17,13 +17,16 @@
 //     write with a lower token is admitted once a higher one has been
 //     accepted, and two admitted writes never run at the same time on one
 //     resource. Different resources do not block each other.
-//   - A refused call (stale token, reused token, invalid token, run or
-//     resource name, no claim in ctx for Do, ctx done before the lock was
+//   - A refused call (stale token, reused token, invalid token, run, scope
+//     or resource name, no claim in ctx for Do, ctx done before the lock was
 //     taken) does not call write and changes nothing.
 //   - A token equal to the mark from a different run (both runs known) is
 //     refused with a *fence.ReusedError (fence.ErrTokenReused), counted and
 //     logged at Error; a write without a run follows the token-only rule
 //     and keeps the mark's run.
+//   - With Config.Strict, a write whose resource lies outside its claim's
+//     scope, or whose claim has no scope, is refused with a
+//     *fence.ScopeError (fence.ErrOutOfScope) and changes nothing.
 //   - A write that fails or panics leaves the mark unchanged and releases the
 //     lock (a panic propagates to the caller).
 //   - A ctx that has ended, before or while the call waits for the lock,
@@ -36,8 +39,7 @@
 // Config.MeterProvider (OpenTelemetry; nil records nothing) receives
 // fencekit.guard.accepted (writes that succeeded under an admitted token),
 // fencekit.guard.stale, fencekit.guard.token_gap and fencekit.guard.reused,
-// attribute
-// guard="memory" only — never the resource name. See docs/operations.md.
+// attribute guard="memory" only — never the resource name. See docs/operations.md.
 //
 // # What is not guaranteed
 //

@@ -28,6 +28,11 @@ type Config struct {
 	// was reused by another run (with the resource, token and both runs).
 	// Nil discards.
 	Logger *slog.Logger
+	// Strict refuses every write whose resource lies outside its claim's
+	// scope, or whose claim has no scope, with a *fence.ScopeError
+	// (fence.ErrOutOfScope; see fence.CheckScope) before write is called.
+	// Off by default: scopes are ignored.
+	Strict bool
 }
 
 // ErrInvalidConfig is returned by New when the MeterProvider cannot create
@@ -40,6 +45,7 @@ type Guard struct {
 	entries map[string]*entry
 	met     *obs.Guard
 	log     *slog.Logger
+	strict  bool
 }
 
 type entry struct {
@@ -60,7 +66,7 @@ func New(cfg Config) (*Guard, error) {
 	if log == nil {
 		log = slog.New(slog.NewTextHandler(io.Discard, nil))
 	}
-	return &Guard{entries: map[string]*entry{}, met: met, log: log}, nil
+	return &Guard{entries: map[string]*entry{}, met: met, log: log, strict: cfg.Strict}, nil
 }
 
 func (g *Guard) entry(resource string) *entry {
@@ -77,8 +83,8 @@ func (g *Guard) entry(resource string) *entry {
 // Do is the ctx-first form of Fence: it runs write under the claim ctx
 // carries (a lease context's, or one set with fence.WithClaim or
 // fence.WithToken). A ctx without a claim is refused with an error matching
-// fence.ErrNoToken, a malformed claim with one matching fence.ErrInvalidToken
-// or fence.ErrInvalidRun; write is not called. Otherwise Do behaves exactly
+// fence.ErrNoToken, a malformed claim with one matching fence.ErrInvalidToken,
+// fence.ErrInvalidRun or fence.ErrInvalidScope; write is not called. Otherwise Do behaves exactly
 // as Fence under the claim's token and run.
 func (g *Guard) Do(ctx context.Context, resource string, write func(ctx context.Context) error) error {
 	c, err := fence.ClaimFromContext(ctx)
@@ -105,6 +111,11 @@ func (g *Guard) fence(ctx context.Context, resource string, c fence.Claim, write
 	}
 	if err := c.Validate(); err != nil {
 		return err
+	}
+	if g.strict {
+		if err := fence.CheckScope(resource, c); err != nil {
+			return err
+		}
 	}
 	if write == nil {
 		return ErrNilWrite

@@ -26,18 +26,27 @@ func newGuard(t *testing.T) *memguard.Guard {
 	return g
 }
 
+func newStrict(t *testing.T) *memguard.Guard {
+	t.Helper()
+	g, err := memguard.New(memguard.Config{Strict: true})
+	require.NoError(t, err)
+	return g
+}
+
+// The kit over memguard; the strict checks through a second, strict Guard
+// over the same store. (No OutcomeWriter: nothing is sent anywhere.)
 func TestConformance(t *testing.T) {
-	g := newGuard(t)
+	g, strict := newGuard(t), newStrict(t)
 	store := guardtest.NewMapStore()
 	guardtest.Run(t, guardtest.Config{
-		New: func(*testing.T) guardtest.Subject { return guardtest.FromGuard(g, store) },
+		New: func(*testing.T) guardtest.Subject { return guardtest.FromGuardStrict(g, strict, store) },
 	})
 }
 
 func TestConformanceFreshGuardPerCheck(t *testing.T) {
 	guardtest.Run(t, guardtest.Config{
 		New: func(t *testing.T) guardtest.Subject {
-			return guardtest.FromGuard(newGuard(t), guardtest.NewMapStore())
+			return guardtest.FromGuardStrict(newGuard(t), newStrict(t), guardtest.NewMapStore())
 		},
 		Writers: 16, Rounds: 50, Resources: 2,
 	})

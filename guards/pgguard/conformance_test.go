@@ -26,17 +26,42 @@ type writeFunc func(ctx context.Context, r string, c *fence.Claim, v string, fai
 
 // subject adapts one entry point to every interface of the conformance kit:
 // Write and WriteFailing present fence.ClaimFor(ctx, token), WriteClaim an
-// explicit claim, WriteContext the claim in ctx.
+// explicit claim, WriteContext the claim in ctx, WriteStrict an explicit
+// claim to the same entry point of a strict guard (Config.Strict) over the
+// same marks.
 type subject struct {
-	write writeFunc
-	read  func(ctx context.Context, r string) (string, fence.Token, bool, error)
+	write  writeFunc
+	strict writeFunc
+	read   func(ctx context.Context, r string) (string, fence.Token, bool, error)
 }
 
 var (
 	_ guardtest.ClaimWriter   = (*subject)(nil)
 	_ guardtest.ContextWriter = (*subject)(nil)
 	_ guardtest.FailingWriter = (*subject)(nil)
+	_ guardtest.StrictWriter  = (*subject)(nil)
+	_ guardtest.OutcomeWriter = (*heldSubject)(nil)
 )
+
+func (s *subject) WriteStrict(ctx context.Context, r string, c fence.Claim, v string) error {
+	return s.strict(ctx, r, &c, v, false)
+}
+
+// heldFunc is a guarded write whose COMMIT (or autocommit statement) has
+// its reply held until ctx ends (guardtest.OutcomeWriter).
+type heldFunc func(ctx context.Context, r string, tok fence.Token, v string, applied func()) error
+
+// heldSubject is a subject whose entry point commits itself (InTx, Fence,
+// InSQLTx, in-row autocommit): it also runs the kit's outcome-unknown
+// check. Entry points whose COMMIT is the caller's (Begin, FenceTx) do not.
+type heldSubject struct {
+	*subject
+	held heldFunc
+}
+
+func (s *heldSubject) WriteHeld(ctx context.Context, r string, tok fence.Token, v string, applied func()) error {
+	return s.held(ctx, r, tok, v, applied)
+}
 
 func (s *subject) Write(ctx context.Context, r string, tok fence.Token, v string) error {
 	c := fence.ClaimFor(ctx, tok)
@@ -106,18 +131,38 @@ func runKit(t *testing.T, s guardtest.Subject) {
 	guardtest.Run(t, guardtest.Config{New: func(*testing.T) guardtest.Subject { return s }})
 }
 
-func marksSubject(t *testing.T, cfg pgguard.Config, write func(g *pgguard.Guard, rr *roundRobin, schema string) writeFunc) *subject {
+// marksKit is a marks-mode subject with its guards: g, and strict
+// (Config.Strict) over the same schema.
+type marksKit struct {
+	*subject
+	g, strictG *pgguard.Guard
+	schema     string
+}
+
+func marksSubject(t *testing.T, cfg pgguard.Config, write func(g *pgguard.Guard, rr *roundRobin, schema string) writeFunc) *marksKit {
 	schema := setupSchema(t)
 	rr := newRoundRobin(t, 4)
 	cfg.Schema = schema
 	g := newGuard(t, cfg)
+	cfg.Strict = true
+	strict := newGuard(t, cfg)
 	reader := testsvc.Pool(t)
-	return &subject{
-		write: write(g, rr, schema),
-		read: func(ctx context.Context, r string) (string, fence.Token, bool, error) {
-			return readRow(ctx, reader, schema, r)
+	return &marksKit{
+		subject: &subject{
+			write:  write(g, rr, schema),
+			strict: write(strict, rr, schema),
+			read: func(ctx context.Context, r string) (string, fence.Token, bool, error) {
+				return readRow(ctx, reader, schema, r)
+			},
 		},
+		g: g, strictG: strict, schema: schema,
 	}
+}
+
+// held returns k's subject with the outcome-unknown check, whose held write
+// is made by held.
+func (k *marksKit) held(held heldFunc) *heldSubject {
+	return &heldSubject{subject: k.subject, held: held}
 }
 
 // InTx and InTxClaim: the guard begins (one batch with the fence), runs the
@@ -135,7 +180,13 @@ func inTxWrite(g *pgguard.Guard, rr *roundRobin, schema string) writeFunc {
 func TestConformanceInTx(t *testing.T) {
 	for _, iso := range []pgx.TxIsoLevel{pgx.ReadCommitted, pgx.RepeatableRead, pgx.Serializable} {
 		t.Run(string(iso), func(t *testing.T) {
-			runKit(t, marksSubject(t, pgguard.Config{IsoLevel: iso}, inTxWrite))
+			k := marksSubject(t, pgguard.Config{IsoLevel: iso}, inTxWrite)
+			h := newReplyHold(t)
+			runKit(t, k.held(func(ctx context.Context, r string, tok fence.Token, v string, applied func()) error {
+				return h.run(applied, func(hold func()) error {
+					return k.g.InTxClaim(ctx, h.pool, r, fence.ClaimFor(ctx, tok), heldRowWriter(k.schema, r, v, tok, hold))
+				})
+			}))
 		})
 	}
 }
@@ -240,41 +291,70 @@ func TestConformanceFence(t *testing.T) {
 		t.Run(name, func(t *testing.T) {
 			schema := setupSchema(t)
 			rr := newRoundRobin(t, 4)
-			var guards []*pgguard.Guard
-			for _, p := range rr.pools {
-				var db pgguard.DB = p
+			dbOf := func(p *pgxpool.Pool) pgguard.DB {
 				if !batch {
-					db = plainDB{p}
+					return plainDB{p}
 				}
-				guards = append(guards, newGuard(t, pgguard.Config{Schema: schema, DB: db}))
+				return p
+			}
+			var guards, stricts []*pgguard.Guard
+			for _, p := range rr.pools {
+				guards = append(guards, newGuard(t, pgguard.Config{Schema: schema, DB: dbOf(p)}))
+				stricts = append(stricts, newGuard(t, pgguard.Config{Schema: schema, DB: dbOf(p), Strict: true}))
 			}
 			var next atomic.Uint64
-			reader := testsvc.Pool(t)
-			runKit(t, &subject{
-				write: func(ctx context.Context, r string, c *fence.Claim, v string, fail bool) error {
+			write := func(guards []*pgguard.Guard) writeFunc {
+				return func(ctx context.Context, r string, c *fence.Claim, v string, fail bool) error {
 					g := guards[next.Add(1)%uint64(len(guards))]
 					if c == nil {
 						return inTxWrite(g, rr, schema)(ctx, r, nil, v, fail)
 					}
-					if c.Run != "" {
-						ctx = fence.WithClaim(ctx, *c) // Fence takes the run from ctx's claim for its token
+					if c.Run != "" || c.Scope != "" {
+						ctx = fence.WithClaim(ctx, *c) // Fence takes the run and scope from ctx's claim for its token
 					}
-					return g.Fence(ctx, r, c.Token, func(ctx context.Context) error {
-						tx, ok := pgguard.TxFromContext(ctx)
-						if !ok {
-							return errors.New("no tx in ctx")
-						}
-						if got, ok := fence.FromContext(ctx); !ok || got != c.Token {
-							return errors.New("write's ctx lacks the token")
-						}
-						return rowWriter(schema, r, v, int64(c.Token), fail)(ctx, tx)
-					})
+					return g.Fence(ctx, r, c.Token, fenceRowWriter(schema, r, v, c.Token, fail, nil))
+				}
+			}
+			h := newReplyHold(t)
+			held := newGuard(t, pgguard.Config{Schema: schema, DB: dbOf(h.pool)})
+			reader := testsvc.Pool(t)
+			runKit(t, &heldSubject{
+				subject: &subject{
+					write:  write(guards),
+					strict: write(stricts),
+					read: func(ctx context.Context, r string) (string, fence.Token, bool, error) {
+						return readRow(ctx, reader, schema, r)
+					},
 				},
-				read: func(ctx context.Context, r string) (string, fence.Token, bool, error) {
-					return readRow(ctx, reader, schema, r)
+				held: func(ctx context.Context, r string, tok fence.Token, v string, applied func()) error {
+					return h.run(applied, func(hold func()) error {
+						return held.Fence(ctx, r, tok, fenceRowWriter(schema, r, v, tok, false, hold))
+					})
 				},
 			})
 		})
+	}
+}
+
+// fenceRowWriter is Guard.Fence's write callback: it checks the ctx it is
+// given, upserts the row, then starts the hold (if any) or fails (if
+// asked).
+func fenceRowWriter(schema, r, v string, tok fence.Token, fail bool, hold func()) func(context.Context) error {
+	return func(ctx context.Context) error {
+		tx, ok := pgguard.TxFromContext(ctx)
+		if !ok {
+			return errors.New("no tx in ctx")
+		}
+		if got, ok := fence.FromContext(ctx); !ok || got != tok {
+			return errors.New("write's ctx lacks the token")
+		}
+		if err := rowWriter(schema, r, v, int64(tok), fail)(ctx, tx); err != nil {
+			return err
+		}
+		if hold != nil {
+			hold()
+		}
+		return nil
 	}
 }
 
@@ -305,7 +385,7 @@ func TestConformanceInSQLTx(t *testing.T) {
 		t.Run(string(iso), func(t *testing.T) {
 			dbs := []*sql.DB{sqlDB(t), sqlDB(t), sqlDB(t), sqlDB(t)}
 			var next atomic.Uint64
-			runKit(t, marksSubject(t, pgguard.Config{IsoLevel: iso}, func(g *pgguard.Guard, _ *roundRobin, schema string) writeFunc {
+			k := marksSubject(t, pgguard.Config{IsoLevel: iso}, func(g *pgguard.Guard, _ *roundRobin, schema string) writeFunc {
 				return func(ctx context.Context, r string, c *fence.Claim, v string, fail bool) error {
 					db := dbs[next.Add(1)%uint64(len(dbs))]
 					fn := func(ctx context.Context, tx *sql.Tx) error {
@@ -316,6 +396,18 @@ func TestConformanceInSQLTx(t *testing.T) {
 					}
 					return g.InSQLTxClaim(ctx, db, r, *c, fn)
 				}
+			})
+			h := newReplyHold(t)
+			runKit(t, k.held(func(ctx context.Context, r string, tok fence.Token, v string, applied func()) error {
+				return h.run(applied, func(hold func()) error {
+					return k.g.InSQLTxClaim(ctx, h.db, r, fence.ClaimFor(ctx, tok), func(ctx context.Context, tx *sql.Tx) error {
+						if err := sqlUpsert(ctx, tx, k.schema, r, v, int64(tok), false); err != nil {
+							return err
+						}
+						hold() // the COMMIT's reply is held
+						return nil
+					})
+				})
 			}))
 		})
 	}

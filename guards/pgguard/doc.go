@@ -56,9 +56,22 @@
 //     (40P01) match fence.ErrBusy: nothing was written, retry the
 //     transaction. Once ctx has ended every error matches ctx.Err() and
 //     context.Cause(ctx) and none matches fence.ErrBusy.
+//   - A COMMIT the Guard sends (InTx, InSQLTx, Fence), and an in-row write
+//     outside a transaction (its own transaction), that fails after it was
+//     sent without an answer from the server (ctx ended while waiting, the
+//     connection broke) returns a *fence.OutcomeUnknownError
+//     (fence.ErrOutcomeUnknown; also ctx.Err() and context.Cause(ctx) when
+//     ctx ended): it may have committed. "Nothing written" (an error
+//     matching only the context's, or fence.ErrBusy) is reported only when
+//     the COMMIT was not sent or the server answered with an error. Read
+//     the data or the mark back, or retry with the same claim (an equal
+//     token is admitted).
+//   - With Config.Strict (RowsConfig.Strict) a write whose resource lies
+//     outside its claim's scope, or whose claim has no scope, is refused
+//     with a *fence.ScopeError (fence.ErrOutOfScope) before any I/O.
 //   - Transactions the Guard opens bound their lock waits by
 //     Config.LockTimeout (set by the fence statement itself) and by ctx.
-//   - Bad input (resource, token, run identity, missing claim, nil
+//   - Bad input (resource, token, run identity, scope, missing claim, nil
 //     arguments) is refused with a typed error before any I/O. The schema
 //     name is validated; values are bound parameters.
 //
@@ -72,8 +85,10 @@
 //   - Under REPEATABLE READ and SERIALIZABLE, a mark changed after the
 //     transaction's snapshot fails the fence with fence.ErrBusy even for a
 //     higher token; retry the transaction.
-//   - If COMMIT's reply is lost the outcome is unknown: read the mark or the
-//     data before assuming either.
+//   - The Guard does not settle an unknown outcome itself. Begin, FenceTx
+//     and FenceSQLTx leave the COMMIT to the caller, whose driver error
+//     says nothing about the outcome either: treat a COMMIT error without
+//     a server answer the same way.
 //   - Tokens of different lease keys are not comparable. Marks are never
 //     deleted by this package; deleting one re-admits older tokens.
 package pgguard

@@ -8,9 +8,11 @@ import (
 	"io"
 	"log/slog"
 	"strconv"
+	"strings"
 	"time"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
 	"go.opentelemetry.io/otel/metric"
 
 	"github.com/fencekit/fencekit/fence"
@@ -72,6 +74,13 @@ type Config struct {
 	// Logger receives an Error record for every write refused because its
 	// token was reused by another run. Nil discards.
 	Logger *slog.Logger
+	// Strict refuses, before any I/O, every write whose resource lies
+	// outside its claim's scope (fence.CheckScope: a lease's claim is
+	// scoped to its key, lease.Key.Scope), and every write whose claim has
+	// no scope, with a *fence.ScopeError (fence.ErrOutOfScope): a claim for
+	// one key can then never raise the mark of another key's resource.
+	// Off by default: scopes are ignored.
+	Strict bool
 }
 
 // DefaultLockTimeout is Config.LockTimeout's default.
@@ -101,6 +110,7 @@ type Guard struct {
 	readSQL  string
 	met      *obs.Guard
 	log      *slog.Logger
+	strict   bool
 }
 
 var _ fence.Guard = (*Guard)(nil)
@@ -145,6 +155,7 @@ func New(cfg Config) (*Guard, error) {
 		lockArg:  lockArg,
 		met:      met,
 		log:      cfg.Logger,
+		strict:   cfg.Strict,
 		fenceSQL: marksFenceSQL(table),
 		readSQL:  `SELECT highest_token, run FROM ` + table + ` WHERE resource = $1`,
 	}, nil
@@ -194,14 +205,19 @@ RETURNING m.highest_token, m.run`
 // Schema returns the schema the Guard's marks table lives in.
 func (g *Guard) Schema() string { return g.schema }
 
-// args checks a call's input before any I/O: resource, claim, and a ctx that
-// has not ended.
-func args(ctx context.Context, resource string, c fence.Claim) error {
+// args checks a call's input before any I/O: resource, claim, the claim's
+// scope when strict, and a ctx that has not ended.
+func args(ctx context.Context, resource string, c fence.Claim, strict bool) error {
 	if err := fence.ValidateResource(resource); err != nil {
 		return err
 	}
 	if err := c.Validate(); err != nil {
 		return err
+	}
+	if strict {
+		if err := fence.CheckScope(resource, c); err != nil {
+			return err
+		}
 	}
 	if err := fence.ContextError(ctx); err != nil {
 		return fmt.Errorf("pgguard: %q: %w", resource, err)
@@ -210,7 +226,7 @@ func args(ctx context.Context, resource string, c fence.Claim) error {
 }
 
 // ctxClaim returns the claim ctx carries, checked like args.
-func ctxClaim(ctx context.Context, resource string) (fence.Claim, error) {
+func ctxClaim(ctx context.Context, resource string, strict bool) (fence.Claim, error) {
 	if err := fence.ValidateResource(resource); err != nil {
 		return fence.Claim{}, err
 	}
@@ -218,7 +234,15 @@ func ctxClaim(ctx context.Context, resource string) (fence.Claim, error) {
 	if err != nil {
 		return fence.Claim{}, fmt.Errorf("pgguard: %q: %w", resource, err)
 	}
-	return c, args(ctx, resource, c)
+	return c, args(ctx, resource, c, strict)
+}
+
+func (g *Guard) args(ctx context.Context, resource string, c fence.Claim) error {
+	return args(ctx, resource, c, g.strict)
+}
+
+func (g *Guard) ctxClaim(ctx context.Context, resource string) (fence.Claim, error) {
+	return ctxClaim(ctx, resource, g.strict)
 }
 
 // decide turns the mark returned by a fence statement into the outcome, and
@@ -291,4 +315,61 @@ func dbError(ctx context.Context, schema, table, resource, op string, err error)
 
 func (g *Guard) dbError(ctx context.Context, resource, op string, err error) error {
 	return dbError(ctx, g.schema, MarksTable, resource, op, err)
+}
+
+// commitError maps the error of a request that commits: a COMMIT, or a
+// statement that is its own transaction. When err proves that nothing was
+// committed (notCommitted) it is a dbError; otherwise the request may have
+// committed and the error is a *fence.OutcomeUnknownError, which matches
+// ctx.Err() and context.Cause(ctx) too once ctx has ended.
+func commitError(ctx context.Context, schema, table, resource, op string, err error) error {
+	if notCommitted(err) {
+		return dbError(ctx, schema, table, resource, op, err)
+	}
+	return fence.OutcomeUnknown(ctx, "pgguard: "+op, resource, err)
+}
+
+// notCommitted reports whether err, returned for a committing request,
+// proves the request did not commit: it was never sent
+// (pgconn.SafeToRetry, except pgconn.ErrConnClosed: pgx also reports a
+// connection that the server closed while the client waited for the reply
+// as "conn closed", which claims SafeToRetry although the request was
+// sent; the transaction was already closed), or the server
+// answered with an error that ends the transaction (COMMIT answered
+// ROLLBACK, or any SQLSTATE error except a FATAL or PANIC one and those of
+// classes 08 connection exception, 57 operator intervention other than
+// 57014 query canceled, and XX internal error, after which the server may
+// have committed before it gave up on the session). Anything else (a
+// connection error, a context ended while waiting for the reply) may
+// follow a commit.
+func notCommitted(err error) bool {
+	switch {
+	case errors.Is(err, pgconn.ErrConnClosed):
+		return false
+	case pgconn.SafeToRetry(err), errors.Is(err, pgx.ErrTxClosed), errors.Is(err, sql.ErrTxDone),
+		errors.Is(err, pgx.ErrTxCommitRollback):
+		return true
+	}
+	var pe *pgconn.PgError
+	if errors.As(err, &pe) {
+		sev := pe.SeverityUnlocalized
+		if sev == "" {
+			sev = pe.Severity
+		}
+		if sev == "FATAL" || sev == "PANIC" {
+			return false
+		}
+	}
+	var st sqlState
+	if !errors.As(err, &st) {
+		return false
+	}
+	code := st.SQLState()
+	switch {
+	case code == "57014":
+		return true
+	case strings.HasPrefix(code, "08"), strings.HasPrefix(code, "57"), strings.HasPrefix(code, "XX"), code == "":
+		return false
+	}
+	return true
 }

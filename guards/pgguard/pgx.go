@@ -6,6 +6,7 @@ import (
 	"fmt"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
 
 	"github.com/fencekit/fencekit/fence"
 )
@@ -19,7 +20,8 @@ import (
 //
 // Errors: fence.ErrNoToken when ctx carries no claim, input errors
 // (fence.ErrInvalidResource, fence.ErrInvalidToken, fence.ErrInvalidRun,
-// ErrNilArgument), all before any I/O; *fence.StaleError and
+// fence.ErrInvalidScope, ErrNilArgument), all before any I/O;
+// *fence.ScopeError under Config.Strict, before any I/O; *fence.StaleError and
 // *fence.ReusedError from the fence statement; fence.ErrBusy for lock
 // timeout, serialization failure and deadlock (retry the transaction);
 // fn's error as is. Once ctx has ended every error matches ctx.Err() and
@@ -27,10 +29,14 @@ import (
 // none matches fence.ErrBusy. fn must not commit or roll back the
 // transaction, nor use it from other goroutines.
 //
-// If COMMIT's reply is lost, the outcome is unknown and InTx returns the
-// connection error; read the mark or the data before assuming either.
+// If COMMIT was sent and no answer came back (ctx ended while waiting, the
+// connection broke), InTx returns a *fence.OutcomeUnknownError
+// (fence.ErrOutcomeUnknown): the transaction may have committed. Read the
+// mark or the data back, or retry with the same claim. With Config.Strict,
+// a resource outside the claim's scope is refused with a *fence.ScopeError
+// before any I/O.
 func (g *Guard) InTx(ctx context.Context, db Batcher, resource string, fn func(ctx context.Context, tx pgx.Tx) error) error {
-	c, err := ctxClaim(ctx, resource)
+	c, err := g.ctxClaim(ctx, resource)
 	if err != nil {
 		return err
 	}
@@ -41,7 +47,7 @@ func (g *Guard) InTx(ctx context.Context, db Batcher, resource string, fn func(c
 // come in ctx: pass fence.ClaimFor(ctx, token) (the token, with ctx's run
 // identity only if it was granted that token) or a fence.Claim you hold.
 func (g *Guard) InTxClaim(ctx context.Context, db Batcher, resource string, c fence.Claim, fn func(ctx context.Context, tx pgx.Tx) error) error {
-	if err := args(ctx, resource, c); err != nil {
+	if err := g.args(ctx, resource, c); err != nil {
 		return err
 	}
 	return g.inTx(ctx, db, resource, c, fn)
@@ -59,14 +65,21 @@ func (g *Guard) inTx(ctx context.Context, db Batcher, resource string, c fence.C
 }
 
 // runAndCommit runs fn in the fenced tx and commits; any error or panic
-// rolls back.
+// rolls back. A COMMIT that was sent without a reply coming back (the
+// connection broke, or ctx ended while waiting) has an unknown outcome.
 func (g *Guard) runAndCommit(ctx context.Context, tx pgx.Tx, resource string, fn func() error) error {
 	defer rollback(ctx, tx) // no-op (ErrTxClosed) after Commit
 	if err := fn(); err != nil {
 		return fence.WrapContext(ctx, err)
 	}
+	if err := fence.ContextError(ctx); err != nil {
+		return fmt.Errorf("pgguard: %q: not committed: %w", resource, err) // the deferred rollback undoes it
+	}
+	if tx.Conn().IsClosed() {
+		return fence.WrapContext(ctx, fmt.Errorf("pgguard: commit %q: the connection closed before COMMIT was sent: not committed: %w", resource, pgconn.ErrConnClosed))
+	}
 	if err := tx.Commit(ctx); err != nil {
-		return g.dbError(ctx, resource, "commit", err)
+		return commitError(ctx, g.schema, MarksTable, resource, "commit", err)
 	}
 	return nil
 }
@@ -80,7 +93,7 @@ func (g *Guard) runAndCommit(ctx context.Context, tx pgx.Tx, resource string, fn
 // was rolled back and its connection released). db must not be inside a
 // transaction itself.
 func (g *Guard) Begin(ctx context.Context, db Batcher, resource string) (pgx.Tx, error) {
-	c, err := ctxClaim(ctx, resource)
+	c, err := g.ctxClaim(ctx, resource)
 	if err != nil {
 		return nil, err
 	}
@@ -89,7 +102,7 @@ func (g *Guard) Begin(ctx context.Context, db Batcher, resource string) (pgx.Tx,
 
 // BeginClaim is Begin for a claim passed explicitly (see InTxClaim).
 func (g *Guard) BeginClaim(ctx context.Context, db Batcher, resource string, c fence.Claim) (pgx.Tx, error) {
-	if err := args(ctx, resource, c); err != nil {
+	if err := g.args(ctx, resource, c); err != nil {
 		return nil, err
 	}
 	return g.beginChecked(ctx, db, resource, c)
@@ -153,7 +166,7 @@ func (g *Guard) begin(ctx context.Context, db Batcher, resource string, c fence.
 // the outermost transaction: rolling back a pgx savepoint transaction does
 // not undo its parent's work.
 func (g *Guard) FenceTx(ctx context.Context, tx pgx.Tx, resource string) error {
-	c, err := ctxClaim(ctx, resource)
+	c, err := g.ctxClaim(ctx, resource)
 	if err != nil {
 		return err
 	}
@@ -162,7 +175,7 @@ func (g *Guard) FenceTx(ctx context.Context, tx pgx.Tx, resource string) error {
 
 // FenceTxClaim is FenceTx for a claim passed explicitly (see InTxClaim).
 func (g *Guard) FenceTxClaim(ctx context.Context, tx pgx.Tx, resource string, c fence.Claim) error {
-	if err := args(ctx, resource, c); err != nil {
+	if err := g.args(ctx, resource, c); err != nil {
 		return err
 	}
 	return g.fenceTxChecked(ctx, tx, resource, c)
@@ -216,7 +229,7 @@ func TxFromContext(ctx context.Context) (pgx.Tx, bool) {
 // and commits. Errors and rollback are InTx's; ErrNoDB without Config.DB.
 func (g *Guard) Fence(ctx context.Context, resource string, token fence.Token, write func(ctx context.Context) error) error {
 	c := fence.ClaimFor(ctx, token)
-	if err := args(ctx, resource, c); err != nil {
+	if err := g.args(ctx, resource, c); err != nil {
 		return err
 	}
 	if write == nil {

@@ -50,6 +50,12 @@ type RowsConfig struct {
 	// MeterProvider and Logger as in Config (guard="postgres").
 	MeterProvider metric.MeterProvider
 	Logger        *slog.Logger
+	// Strict as in Config: a write whose row's resource name (see Upsert)
+	// lies outside its claim's scope, or whose claim has no scope, is
+	// refused with a *fence.ScopeError before any I/O. A three-column key
+	// (account id, session id, name) names its row lease.Key.Resource(name)
+	// of that lease key, inside the key's scope.
+	Strict bool
 }
 
 // DefaultTokenColumn is RowsConfig.TokenColumn's default.
@@ -81,6 +87,7 @@ type Rows struct {
 	log              *slog.Logger
 	argTok, argLock  int // positions (0-based) in the upsert's arguments
 	argRun, argCount int
+	strict           bool
 }
 
 // ErrKeyArity is matched by the error of a write whose key or value count
@@ -161,7 +168,7 @@ func NewRows(cfg RowsConfig) (*Rows, error) {
 	r := &Rows{
 		schema: cfg.Schema, table: cfg.Table,
 		nKey: len(keys), nCols: len(cols), withRun: run != nil,
-		lockArg: lockArg, met: met, log: cfg.Logger,
+		lockArg: lockArg, met: met, log: cfg.Logger, strict: cfg.Strict,
 	}
 	r.upsertSQL, r.readSQL = r.statements(schema+"."+table, keys, cols, tok[0], run)
 	return r, nil
@@ -247,7 +254,9 @@ func (r *Rows) resource(key []any) string {
 // q may be a pool or connection (the write is then its own transaction) or
 // a transaction (pgx.Tx), whose other writes then commit or roll back with
 // it; after a refusal or a database error such a transaction has been
-// rolled back, as with FenceTx. Errors are InTx's, plus ErrKeyArity. The
+// rolled back, as with FenceTx. Errors are InTx's, plus ErrKeyArity; outside
+// a transaction the statement is its own COMMIT, so a statement sent
+// without an answer coming back is a *fence.OutcomeUnknownError. The
 // resource named in errors is the key's value as text (fence.JoinResource
 // of the values for a composite key) and must pass fence.ValidateResource.
 func (r *Rows) Upsert(ctx context.Context, q Querier, key []any, values ...any) error {
@@ -300,7 +309,7 @@ func (r *Rows) ctxArgs(ctx context.Context, key, values []any) (string, fence.Cl
 	if err != nil {
 		return "", fence.Claim{}, err
 	}
-	c, err := ctxClaim(ctx, res)
+	c, err := ctxClaim(ctx, res, r.strict)
 	return res, c, err
 }
 
@@ -309,7 +318,7 @@ func (r *Rows) explicitArgs(ctx context.Context, c fence.Claim, key, values []an
 	if err != nil {
 		return "", err
 	}
-	return res, args(ctx, res, c)
+	return res, args(ctx, res, c, r.strict)
 }
 
 // upsertArgs lays out the statement's arguments.
@@ -333,7 +342,7 @@ func (r *Rows) upsertPgx(ctx context.Context, q Querier, res string, c fence.Cla
 	}
 	tx, inTx := q.(pgx.Tx)
 	a := r.upsertArgs(c, key, values, inTx)
-	err := r.attempts(ctx, res, c, func() (bool, error) {
+	err := r.attempts(ctx, res, c, inTx, func() (bool, error) {
 		tag, err := q.Exec(ctx, r.upsertSQL, a...)
 		return err == nil && tag.RowsAffected() == 1, err
 	}, func() (int64, string, error) {
@@ -359,7 +368,7 @@ func (r *Rows) upsertStd(ctx context.Context, q SQLQuerier, res string, c fence.
 	}
 	tx, inTx := q.(*sql.Tx)
 	a := r.upsertArgs(c, key, values, inTx)
-	err := r.attempts(ctx, res, c, func() (bool, error) {
+	err := r.attempts(ctx, res, c, inTx, func() (bool, error) {
 		sr, err := q.ExecContext(ctx, r.upsertSQL, a...)
 		if err != nil {
 			return false, err
@@ -386,12 +395,20 @@ func (r *Rows) upsertStd(ctx context.Context, q SQLQuerier, res string, c fence.
 // attempts runs the conditional write; when it changed no row, reads the
 // row's mark and decides. If the row no longer refuses the claim (deleted
 // or rewritten between the two statements), the write is tried again.
-func (r *Rows) attempts(ctx context.Context, res string, c fence.Claim,
+// Outside a transaction (inTx false) each write is its own transaction: one
+// sent without a reply coming back has an unknown outcome.
+func (r *Rows) attempts(ctx context.Context, res string, c fence.Claim, inTx bool,
 	write func() (bool, error), read func() (int64, string, error)) error {
 	for range refusedRetries {
+		if err := fence.ContextError(ctx); err != nil && !inTx {
+			return fmt.Errorf("pgguard: upsert %q: not sent: %w", res, err)
+		}
 		ok, err := write()
-		if err != nil {
-			return dbError(ctx, r.schema, r.table, res, "upsert", err)
+		switch {
+		case err != nil && inTx:
+			return dbError(ctx, r.schema, r.table, res, "upsert", err) // the transaction is rolled back
+		case err != nil:
+			return commitError(ctx, r.schema, r.table, res, "upsert", err)
 		}
 		if ok {
 			recordDecision(ctx, r.met, r.log, nil)

@@ -59,14 +59,16 @@ func readDoc(ctx context.Context, q interface {
 
 // rowsSubject: in-row mode through pgx. A plain write is one autocommit
 // statement on a pool; a failing write runs in a transaction that is
-// rolled back after the guarded upsert.
-func rowsSubject(t *testing.T) *subject {
+// rolled back after the guarded upsert. The held write is one autocommit
+// statement whose reply is held.
+func rowsSubject(t *testing.T) *heldSubject {
 	schema := setupRowsTable(t)
 	rows := newRows(t, schema, nil)
+	strict := newRows(t, schema, func(c *pgguard.RowsConfig) { c.Strict = true })
 	rr := newRoundRobin(t, 4)
 	reader := testsvc.Pool(t)
-	return &subject{
-		write: func(ctx context.Context, r string, c *fence.Claim, v string, fail bool) error {
+	write := func(rows *pgguard.Rows) writeFunc {
+		return func(ctx context.Context, r string, c *fence.Claim, v string, fail bool) error {
 			var q pgguard.Querier = rr.pool()
 			if fail {
 				tx, err := rr.pool().Begin(ctx)
@@ -86,9 +88,29 @@ func rowsSubject(t *testing.T) *subject {
 				return errInjected
 			}
 			return err
+		}
+	}
+	h := newReplyHold(t)
+	return &heldSubject{
+		subject: &subject{
+			write:  write(rows),
+			strict: write(strict),
+			read: func(ctx context.Context, r string) (string, fence.Token, bool, error) {
+				return readDoc(ctx, reader, schema, r)
+			},
 		},
-		read: func(ctx context.Context, r string) (string, fence.Token, bool, error) {
-			return readDoc(ctx, reader, schema, r)
+		held: func(ctx context.Context, r string, tok fence.Token, v string, applied func()) error {
+			// The connection is taken before the hold: the statement is
+			// then the only request whose reply the proxy holds.
+			conn, err := h.pool.Acquire(ctx)
+			if err != nil {
+				return err
+			}
+			defer conn.Release()
+			return h.run(applied, func(hold func()) error {
+				hold()
+				return rows.UpsertClaim(ctx, conn, fence.ClaimFor(ctx, tok), []any{r}, v)
+			})
 		},
 	}
 }
@@ -101,11 +123,12 @@ func TestConformanceRows(t *testing.T) {
 func TestConformanceRowsSQL(t *testing.T) {
 	schema := setupRowsTable(t)
 	rows := newRows(t, schema, nil)
+	strict := newRows(t, schema, func(c *pgguard.RowsConfig) { c.Strict = true })
 	dbs := []*sql.DB{sqlDB(t), sqlDB(t), sqlDB(t), sqlDB(t)}
 	var next atomic.Uint64
 	reader := testsvc.Pool(t)
-	runKit(t, &subject{
-		write: func(ctx context.Context, r string, c *fence.Claim, v string, fail bool) error {
+	write := func(rows *pgguard.Rows) writeFunc {
+		return func(ctx context.Context, r string, c *fence.Claim, v string, fail bool) error {
 			db := dbs[next.Add(1)%uint64(len(dbs))]
 			var q pgguard.SQLQuerier = db
 			if fail {
@@ -126,9 +149,27 @@ func TestConformanceRowsSQL(t *testing.T) {
 				return errInjected
 			}
 			return err
+		}
+	}
+	h := newReplyHold(t)
+	runKit(t, &heldSubject{
+		subject: &subject{
+			write:  write(rows),
+			strict: write(strict),
+			read: func(ctx context.Context, r string) (string, fence.Token, bool, error) {
+				return readDoc(ctx, reader, schema, r)
+			},
 		},
-		read: func(ctx context.Context, r string) (string, fence.Token, bool, error) {
-			return readDoc(ctx, reader, schema, r)
+		held: func(ctx context.Context, r string, tok fence.Token, v string, applied func()) error {
+			conn, err := h.db.Conn(ctx) // taken before the hold, as above
+			if err != nil {
+				return err
+			}
+			defer func() { _ = conn.Close() }()
+			return h.run(applied, func(hold func()) error {
+				hold()
+				return rows.UpsertSQLClaim(ctx, conn, fence.ClaimFor(ctx, tok), []any{r}, v)
+			})
 		},
 	})
 }

@@ -15,7 +15,7 @@ import (
 // transaction, and commits. database/sql sends BEGIN on its own, so this is
 // one round trip more than InTx. Errors and rollback are InTx's.
 func (g *Guard) InSQLTx(ctx context.Context, db SQLBeginner, resource string, fn func(ctx context.Context, tx *sql.Tx) error) error {
-	c, err := ctxClaim(ctx, resource)
+	c, err := g.ctxClaim(ctx, resource)
 	if err != nil {
 		return err
 	}
@@ -24,7 +24,7 @@ func (g *Guard) InSQLTx(ctx context.Context, db SQLBeginner, resource string, fn
 
 // InSQLTxClaim is InSQLTx for a claim passed explicitly (see InTxClaim).
 func (g *Guard) InSQLTxClaim(ctx context.Context, db SQLBeginner, resource string, c fence.Claim, fn func(ctx context.Context, tx *sql.Tx) error) error {
-	if err := args(ctx, resource, c); err != nil {
+	if err := g.args(ctx, resource, c); err != nil {
 		return err
 	}
 	return g.inSQLTx(ctx, db, resource, c, fn)
@@ -45,8 +45,13 @@ func (g *Guard) inSQLTx(ctx context.Context, db SQLBeginner, resource string, c 
 	if err := fn(ctx, tx); err != nil {
 		return fence.WrapContext(ctx, err)
 	}
+	if err := fence.ContextError(ctx); err != nil {
+		// database/sql would refuse the COMMIT with ctx's plain error,
+		// which a COMMIT cancelled in flight returns as well: decide here.
+		return fmt.Errorf("pgguard: %q: not committed: %w", resource, err)
+	}
 	if err := tx.Commit(); err != nil {
-		return g.dbError(ctx, resource, "commit", err)
+		return commitError(ctx, g.schema, MarksTable, resource, "commit", err)
 	}
 	return nil
 }
@@ -56,7 +61,7 @@ func (g *Guard) inSQLTx(ctx context.Context, db SQLBeginner, resource string, c 
 // carries; tx's settings are left as they are. After any error except the
 // input errors, tx has been rolled back.
 func (g *Guard) FenceSQLTx(ctx context.Context, tx *sql.Tx, resource string) error {
-	c, err := ctxClaim(ctx, resource)
+	c, err := g.ctxClaim(ctx, resource)
 	if err != nil {
 		return err
 	}
@@ -66,7 +71,7 @@ func (g *Guard) FenceSQLTx(ctx context.Context, tx *sql.Tx, resource string) err
 // FenceSQLTxClaim is FenceSQLTx for a claim passed explicitly (see
 // InTxClaim).
 func (g *Guard) FenceSQLTxClaim(ctx context.Context, tx *sql.Tx, resource string, c fence.Claim) error {
-	if err := args(ctx, resource, c); err != nil {
+	if err := g.args(ctx, resource, c); err != nil {
 		return err
 	}
 	return g.fenceSQLTxChecked(ctx, tx, resource, c)

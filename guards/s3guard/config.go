@@ -27,6 +27,10 @@ const DefaultConflictBackoff = 20 * time.Millisecond
 // object.
 const cleanupTimeout = 10 * time.Second
 
+// settleTimeout bounds the read that settles the outcome of a pointer write
+// sent without a reply; it runs even after the caller's ctx has ended.
+const settleTimeout = 10 * time.Second
+
 // Config configures a Store. Client and Bucket are required.
 type Config struct {
 	// Client talks to S3 or MinIO: the adapter of the SDK client the
@@ -83,6 +87,13 @@ type Config struct {
 	// was reused by another run (*fence.ReusedError), with the key, the
 	// token and both run identities. Nil discards.
 	Logger *slog.Logger
+	// Strict refuses, before anything is read or written, every write
+	// whose key lies outside its claim's scope (fence.CheckScope: a lease's
+	// claim is scoped to its key, lease.Key.Scope, the prefix of every
+	// lease.Key.Resource), and every write whose claim has no scope, with
+	// a *fence.ScopeError (fence.ErrOutOfScope). Off by default: scopes
+	// are ignored.
+	Strict bool
 }
 
 // Store is a fenced object store over one bucket. It is safe for concurrent
@@ -99,6 +110,7 @@ type Store struct {
 	cache   *pointerCache // nil: disabled
 	met     *obs.Guard
 	log     *slog.Logger
+	strict  bool
 
 	// afterRead, when set (tests only), runs after every pointer read or
 	// pointer cache hit of the fenced write path, before the decision.
@@ -171,5 +183,6 @@ func New(cfg Config) (*Store, error) {
 		backoff: cfg.ConflictBackoff,
 		keep:    cfg.KeepSuperseded,
 		inline:  cfg.InlineMax,
+		strict:  cfg.Strict,
 	}, nil
 }

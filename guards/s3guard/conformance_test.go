@@ -18,12 +18,19 @@ type subject struct {
 	stores   []*Store
 	next     atomic.Uint64
 	viaFence bool
+	strict   *Store         // Config.Strict, for WriteStrict
+	held     *Store         // its client holds pointer replies, for WriteHeld
+	hold     *holdTransport // held's transport
 }
 
 func (s *subject) pick() *Store { return s.stores[s.next.Add(1)%uint64(len(s.stores))] }
 
 func (s *subject) Write(ctx context.Context, resource string, token fence.Token, value string) error {
-	st := s.pick()
+	return s.write(ctx, s.pick(), resource, token, value)
+}
+
+// write is one guarded write through st: Put, or Fence + Stage.
+func (s *subject) write(ctx context.Context, st *Store, resource string, token fence.Token, value string) error {
 	if !s.viaFence {
 		_, err := st.PutBytesWithToken(ctx, resource, token, []byte(value), PutOptions{ContentType: "text/plain"})
 		return err
@@ -90,13 +97,10 @@ func TestConformance(t *testing.T) {
 			for _, cache := range cacheModes {
 				t.Run(name+"/"+cache.name, func(t *testing.T) {
 					e := newEnv(t, kind)
-					sub := &subject{viaFence: viaFence}
-					for range 4 {
-						sub.stores = append(sub.stores, e.store(t, e.newClient(t, nil), func(c *Config) {
-							c.MaxAttempts = 64
-							c.PointerCacheSize = cache.size
-						}))
-					}
+					sub := newSubject(t, e, viaFence, func(c *Config) {
+						c.MaxAttempts = 64
+						c.PointerCacheSize = cache.size
+					})
 					guardtest.Run(t, guardtest.Config{
 						New:          func(*testing.T) guardtest.Subject { return sub },
 						BadResources: s3BadResources,

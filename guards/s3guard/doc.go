@@ -114,6 +114,19 @@
 //     fence.ErrBusy; a call on an ended ctx sends nothing. This holds with
 //     the pointer cache on or off: every acceptance is verified by the
 //     conditional pointer PUT, never by the cache.
+//   - A pointer PUT that was sent and got no answer (ctx ended while the
+//     SDK waited, or the SDK gave up) is settled by a read of the pointer
+//     with a context of its own (the caller's values, not its end; at most
+//     10s): when the pointer carries the write's id, the write landed and
+//     is reported as done, with a nil error, even though ctx has ended (it
+//     was ordered before any newer token's write). Otherwise the error is
+//     a *fence.OutcomeUnknownError (fence.ErrOutcomeUnknown, and ctx's
+//     error and cause when it ended): the request may still land. A ctx
+//     that ends before the pointer PUT is sent is reported as the
+//     context's end (nothing written) and the staged data is removed.
+//   - With Config.Strict, a key outside the claim's scope, or a claim
+//     without a scope, is refused with a *fence.ScopeError
+//     (fence.ErrOutOfScope) before anything is read or written.
 //   - Get returns the content of one pointer together with the token and
 //     write id of the write that stored it; it never mixes the bytes of one
 //     write with the pointer of another (the data GET carries If-Match).
@@ -140,14 +153,15 @@
 //     data object already removed by a newer write; it must read the pointer
 //     again (Get does this).
 //   - When a write's reply is lost and, before the SDK's retry, a newer
-//     holder's write lands, the write is reported as stale although it was
-//     briefly visible; the final state is still that of the highest token.
+//     holder's write lands, the write is reported as stale (or, once ctx
+//     has ended, as the context's end) although it was briefly visible;
+//     the final state is still that of the highest token.
 //   - Versioned buckets work (conditions apply to the latest version), but
 //     removals only add delete markers: old pointers and data stay as
 //     noncurrent versions until a lifecycle rule expires them.
-//   - A pointer PUT that fails with an error the SDK does not retry has an
-//     unknown outcome: the guard re-reads once and reports success if the
-//     pointer is its own, otherwise the error (not stale, not busy).
+//   - An unknown outcome that the settling read cannot resolve stays
+//     unknown: read the key back, or retry with the same claim (an equal
+//     token is admitted).
 //   - Fencing orders writers by token; it does not say whether a lease is
 //     still held. Effects of a Fence write callback outside the Stage calls
 //     are not part of the commit.

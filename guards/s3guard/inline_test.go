@@ -92,14 +92,11 @@ func TestConformanceInline(t *testing.T) {
 		for _, cache := range cacheModes {
 			t.Run(cache.name, func(t *testing.T) {
 				e := newEnv(t, kind)
-				sub := &subject{}
-				for range 4 {
-					sub.stores = append(sub.stores, e.store(t, e.newClient(t, nil), func(c *Config) {
-						c.MaxAttempts = 64
-						c.InlineMax = MaxInline
-						c.PointerCacheSize = cache.size
-					}))
-				}
+				sub := newSubject(t, e, false, func(c *Config) {
+					c.MaxAttempts = 64
+					c.InlineMax = MaxInline
+					c.PointerCacheSize = cache.size
+				})
 				guardtest.Run(t, guardtest.Config{
 					New:          func(*testing.T) guardtest.Subject { return sub },
 					BadResources: s3BadResources,

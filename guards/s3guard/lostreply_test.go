@@ -327,6 +327,7 @@ func TestUnknownOutcome(t *testing.T) {
 			require.Error(t, err)
 			assert.NotErrorIs(t, err, fence.ErrStale)
 			assert.NotErrorIs(t, err, fence.ErrBusy)
+			assert.ErrorIs(t, err, fence.ErrOutcomeUnknown)
 			assert.Contains(t, err.Error(), "outcome unknown")
 			got, gi := content(t, s, key)
 			assert.Equal(t, "before", got)

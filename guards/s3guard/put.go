@@ -112,7 +112,10 @@ func (s *Store) DeleteWithToken(ctx context.Context, key string, token fence.Tok
 // When write fails, its error is returned, the mark is unchanged and staged
 // data is removed. A nil write yields ErrNilWrite (after the key and token
 // checks) and does nothing. Once ctx has ended, every error matches ctx.Err()
-// and context.Cause(ctx), and never fence.ErrBusy.
+// and context.Cause(ctx), and never fence.ErrBusy. A commit whose pointer PUT
+// was sent without an answer is settled by a read (see the package
+// documentation): success when it landed, otherwise a
+// *fence.OutcomeUnknownError.
 func (s *Store) Fence(ctx context.Context, resource string, token fence.Token, write func(ctx context.Context) error) error {
 	_, err := s.fence(ctx, resource, fence.ClaimFor(ctx, token), write, false)
 	return err

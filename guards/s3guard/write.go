@@ -22,6 +22,11 @@ func (s *Store) fence(ctx context.Context, key string, c fence.Claim, write func
 	if err := c.Validate(); err != nil {
 		return Info{}, err
 	}
+	if s.strict {
+		if err := fence.CheckScope(key, c); err != nil {
+			return Info{}, err
+		}
+	}
 	if write == nil {
 		return Info{}, ErrNilWrite
 	}
@@ -160,6 +165,11 @@ func (s *Store) commit(ctx context.Context, key string, c fence.Claim, writeID s
 			IfMatch:     cur.etag,
 			IfNoneMatch: cur.p == nil,
 		}
+		if err := fence.ContextError(ctx); err != nil {
+			// Not sent: nothing was written. The staged data goes.
+			s.dropUnreferenced(ctx, ch, cur)
+			return Info{}, fmt.Errorf("s3guard: write pointer %q: not sent: %w", key, err)
+		}
 		ui, err := s.client.Put(ctx, s.bucket, key, bytes.NewReader(body), int64(len(body)), opts)
 		if err == nil {
 			s.cache.put(key, current{p: next, etag: ui.ETag})
@@ -178,17 +188,37 @@ func (s *Store) commit(ctx context.Context, key string, c fence.Claim, writeID s
 				return Info{}, err
 			}
 		default:
-			// Outcome unknown: the pointer may have landed (or still land).
-			// Confirm if we can; never remove the staged data here.
+			// Sent, and no answer came back (the SDK gave up, or ctx ended
+			// while it waited): the pointer may have landed, or may still
+			// land. Settle it with a read that survives ctx: our write id
+			// means it landed, and the write is reported as done (even if
+			// ctx has ended: it was written, before any newer token's
+			// write). Anything else leaves the outcome unknown, because
+			// the request may still be applied, or was applied and then
+			// superseded. Never remove the staged data here.
 			s.cache.drop(key)
-			if c, rerr := s.readPointer(ctx, key); rerr == nil && c.p != nil && c.p.WriteID == writeID {
+			if c, rerr := s.settleRead(ctx, key); rerr == nil && c.p != nil && c.p.WriteID == writeID {
 				s.dropSuperseded(ctx, cur, c.p)
 				return s.info(key, c.p), nil
 			}
-			return Info{}, fmt.Errorf("s3guard: write pointer %q (write id %s), outcome unknown: %w", key, writeID, err)
+			return Info{}, fence.OutcomeUnknown(ctx, "s3guard: write pointer", key, fmt.Errorf("write id %s: %w", writeID, err))
 		}
 		prev := cur
 		var landed bool
+		if fence.ContextError(ctx) != nil {
+			// The 412 (or 404) may answer the SDK's retry of an attempt
+			// of ours that landed; ctx can no longer read, a bounded
+			// read of its own can.
+			got, rerr := s.settleRead(ctx, key)
+			if rerr == nil && got.p != nil && got.p.WriteID == writeID {
+				s.dropSuperseded(ctx, prev, got.p)
+				return s.info(key, got.p), nil
+			}
+			if rerr == nil {
+				s.dropUnreferenced(ctx, ch, got)
+			}
+			return Info{}, fmt.Errorf("s3guard: write pointer %q: precondition failed: %w", key, fence.ContextError(ctx))
+		}
 		cur, landed, err = s.readDecide(ctx, key, c, writeID)
 		switch {
 		case landed:
@@ -231,6 +261,15 @@ func (s *Store) dropUnreferenced(ctx context.Context, ch change, cur current) {
 		return
 	}
 	s.remove(ctx, ch.data.key)
+}
+
+// settleRead reads the pointer of key with a context of its own, bounded
+// by settleTimeout, that keeps ctx's values but not its end: it settles the
+// outcome of a pointer write sent without a reply.
+func (s *Store) settleRead(ctx context.Context, key string) (current, error) {
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), settleTimeout)
+	defer cancel()
+	return s.readPointer(ctx, key)
 }
 
 // remove deletes a data object, best effort, with its own short timeout

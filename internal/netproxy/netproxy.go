@@ -16,6 +16,12 @@
 //     which is how a "committed, but the reply was lost" case is made.
 //     Bytes read while paused are held, not dropped, and are delivered in
 //     order after Restore — as TCP would after a partition heals.
+//   - OnHold registers a function told each time bytes are held because
+//     their direction is paused: with Downstream paused, the moment the
+//     server's reply to a request has reached the proxy (so the server has
+//     processed the request) while the client still waits for it. A test
+//     can then end the client's context with the request applied and its
+//     reply in flight — the "outcome unknown" case.
 //   - SetLatency delays every chunk forwarded in a direction.
 //   - Restore undoes Cut and Pause.
 //
@@ -60,6 +66,7 @@ type Proxy struct {
 	cut      bool
 	paused   Direction
 	latency  [2]time.Duration // [0] upstream, [1] downstream
+	onHold   func(Direction)
 	conns    map[*pair]struct{}
 	accepted int
 
@@ -141,6 +148,16 @@ func (p *Proxy) Restore() {
 	p.cut = false
 	p.paused = 0
 	p.cond.Broadcast()
+	p.mu.Unlock()
+}
+
+// OnHold sets f (nil removes it) to be called each time a chunk of bytes
+// read in a paused direction is held, with that direction. f runs on the
+// proxy's forwarding goroutine of that connection before the chunk waits;
+// it must not block, and may call the Proxy's methods (Restore, say).
+func (p *Proxy) OnHold(f func(dir Direction)) {
+	p.mu.Lock()
+	p.onHold = f
 	p.mu.Unlock()
 }
 
@@ -276,6 +293,17 @@ func (p *Proxy) gate(dir Direction, pr *pair) (time.Duration, bool) {
 	}
 }
 
+// noteHold calls the OnHold function when dir is paused now.
+func (p *Proxy) noteHold(dir Direction) {
+	p.mu.Lock()
+	f := p.onHold
+	held := p.paused&dir != 0 && !p.closed && !p.cut
+	p.mu.Unlock()
+	if held && f != nil {
+		f(dir)
+	}
+}
+
 func (p *Proxy) pipe(pr *pair, src, dst net.Conn, dir Direction) {
 	defer p.wg.Done()
 	defer func() {
@@ -291,6 +319,7 @@ func (p *Proxy) pipe(pr *pair, src, dst net.Conn, dir Direction) {
 	for {
 		n, err := src.Read(buf)
 		if n > 0 {
+			p.noteHold(dir)
 			lat, ok := p.gate(dir, pr)
 			if !ok {
 				return

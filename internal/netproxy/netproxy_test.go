@@ -250,3 +250,38 @@ func TestCloseConns(t *testing.T) {
 	c2, r2 := dial(t, p)
 	require.Equal(t, "echo:b\n", roundTrip(t, c2, r2, "b"))
 }
+
+// TestOnHoldReportsHeldReply: with replies paused, OnHold is told once the
+// server's reply has reached the proxy (and only then), with the direction;
+// the client has not received it; Restore delivers it.
+func TestOnHoldReportsHeldReply(t *testing.T) {
+	s := newEcho(t)
+	p := newProxy(t, s.ln.Addr().String())
+	held := make(chan netproxy.Direction, 10)
+	p.OnHold(func(d netproxy.Direction) { held <- d })
+	c, r := dial(t, p)
+	require.Equal(t, "echo:a\n", roundTrip(t, c, r, "a"))
+	<-s.got
+	require.Empty(t, held, "nothing is held while nothing is paused")
+
+	p.Pause(netproxy.Downstream)
+	_, err := io.WriteString(c, "b\n")
+	require.NoError(t, err)
+	select {
+	case d := <-held:
+		require.Equal(t, netproxy.Downstream, d)
+	case <-time.After(5 * time.Second):
+		t.Fatal("the held reply was not reported")
+	}
+	s.mu.Lock()
+	received := s.received
+	s.mu.Unlock()
+	require.Equal(t, 2, received, "the server answered the request whose reply is held")
+	expectSilence(t, c, r, 50*time.Millisecond)
+	p.OnHold(nil)
+	p.Restore()
+	require.NoError(t, c.SetReadDeadline(time.Now().Add(5*time.Second)))
+	line, err := r.ReadString('\n')
+	require.NoError(t, err)
+	require.Equal(t, "echo:b\n", line)
+}
