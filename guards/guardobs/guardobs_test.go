@@ -19,7 +19,7 @@ import (
 // the kind of data (with histogram bounds).
 type descriptor struct {
 	Name, Unit, Description, Kind string
-	Bounds                    string
+	Bounds                        string
 }
 
 func describe(t *testing.T, record func(mp *sdkmetric.MeterProvider)) map[string]descriptor {
