@@ -18,11 +18,11 @@ help: ## list targets
 	@awk 'BEGIN{FS=":.*## "} /^[a-zA-Z_\/-]+:.*## /{printf "  %-14s %s\n", $$1, $$2}' $(MAKEFILE_LIST)
 
 .PHONY: services
-services: ## start PostgreSQL/MinIO if missing; prints export lines
+services: ## start PostgreSQL, MinIO, Redis, MariaDB, NATS if missing; prints export lines
 	@scripts/services.sh
 
 .PHONY: test
-test: ## run every test (race detector on) against real PostgreSQL and MinIO
+test: ## run every test (race detector on) against the real services (make services)
 	@$(SERVICES); $(GO) test $(TESTFLAGS) $(PKGS); \
 	for m in $(NESTED); do echo "== $$m"; (cd $$m && $(GO) test $(TESTFLAGS) ./...); done
 
