@@ -107,3 +107,29 @@ func TestConcurrentIndependentClients(t *testing.T) {
 		t.Fatal(err)
 	}
 }
+
+// TestCacheSeesOtherWriters: a Guard that remembers its last write to a
+// key still refuses a token below a mark another Guard set since, and
+// writes over a higher one correctly.
+func TestCacheSeesOtherWriters(t *testing.T) {
+	ctx := context.Background()
+	bucket := newBucket(t, jetstreamKV(0))
+	a, b := guard(t, bucket, Config{}), guard(t, bucket, Config{})
+	if err := a.PutClaim(ctx, "c", fence.Claim{Token: 5}, []byte("a5")); err != nil {
+		t.Fatal(err)
+	}
+	if err := b.PutClaim(ctx, "c", fence.Claim{Token: 9}, []byte("b9")); err != nil {
+		t.Fatal(err)
+	}
+	// a's cache says mark 5, revision 1: token 6 passes that decision, and
+	// the conditional write must fail and be decided again as stale.
+	if se, ok := fence.IsStale(a.PutClaim(ctx, "c", fence.Claim{Token: 6}, []byte("a6"))); !ok || se.Highest != 9 {
+		t.Fatalf("token 6 after another guard wrote 9: %v", se)
+	}
+	if err := a.PutClaim(ctx, "c", fence.Claim{Token: 10}, []byte("a10")); err != nil {
+		t.Fatal(err)
+	}
+	if v, info, err := b.Get(ctx, "c"); err != nil || string(v) != "a10" || info.Token != 10 || info.Revision != 3 {
+		t.Fatalf("final %q %+v %v", v, info, err)
+	}
+}

@@ -26,6 +26,13 @@
 // that one; otherwise (another writer won the race) the guard reads and
 // decides again, up to Config.MaxAttempts times (then fence.ErrBusy).
 //
+// A Guard remembers the revision and mark its own last write left on each
+// key (up to 4096 keys). The next write to such a key decides on that and
+// publishes at once, conditional on that revision: one request when no one
+// else wrote in between, which is exact, because the condition fails
+// otherwise and the guard then reads and decides again. Refusals are always
+// decided on a fresh read.
+//
 // History and markers: a KV Delete or Purge by another client leaves a
 // marker without a token. The guard treats a marker as a tombstone and
 // looks up the mark in the key's history (the newest guard record before

@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"sync"
 	"time"
 
 	"github.com/nats-io/nats.go"
@@ -95,6 +96,37 @@ type Guard struct {
 
 	beforePublish func()          // tests: runs before each publish
 	afterPublish  func(err error) // tests: runs after each publish returned
+
+	mu    sync.Mutex
+	cache map[string]state // key -> state after this Guard's last write to it
+}
+
+// cacheMax bounds the keys a Guard remembers; the cache is emptied when
+// full.
+const cacheMax = 4096
+
+// cached returns the state this Guard left key in, if it remembers it.
+func (g *Guard) cached(key string) (state, bool) {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	st, ok := g.cache[key]
+	return st, ok
+}
+
+// remember records the state a write of this Guard left key in.
+func (g *Guard) remember(key string, st state) {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	if len(g.cache) >= cacheMax {
+		clear(g.cache)
+	}
+	g.cache[key] = st
+}
+
+func (g *Guard) forget(key string) {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	delete(g.cache, key)
 }
 
 // New validates cfg, looks the bucket up (bounded by CheckTimeout) and
@@ -156,7 +188,7 @@ func New(cfg Config) (*Guard, error) {
 	}
 	return &Guard{
 		js: cfg.JS, kv: kv, stream: stream, bucket: cfg.Bucket, prefix: "$KV." + cfg.Bucket + ".",
-		settleTimeout: cfg.SettleTimeout, max: cfg.MaxAttempts, rec: rec,
+		settleTimeout: cfg.SettleTimeout, max: cfg.MaxAttempts, rec: rec, cache: map[string]state{},
 	}, nil
 }
 
@@ -382,39 +414,46 @@ const (
 	pubFailed                     // refused or not sent
 )
 
-func (g *Guard) publish(ctx context.Context, m *nats.Msg, expect uint64, id string) (pubResult, error) {
+func (g *Guard) publish(ctx context.Context, m *nats.Msg, expect uint64, id string) (pubResult, uint64, error) {
 	if g.beforePublish != nil {
 		g.beforePublish()
 	}
-	_, err := g.js.PublishMsg(ctx, m, jetstream.WithExpectLastSequencePerSubject(expect), jetstream.WithMsgID(id))
+	ack, err := g.js.PublishMsg(ctx, m, jetstream.WithExpectLastSequencePerSubject(expect), jetstream.WithMsgID(id))
 	if g.afterPublish != nil {
 		g.afterPublish(err)
 	}
 	var apiErr *jetstream.APIError
 	switch {
 	case err == nil:
-		return pubStored, nil
+		return pubStored, ack.Sequence, nil
 	case errors.As(err, &apiErr):
 		if apiErr.ErrorCode == jetstream.JSErrCodeStreamWrongLastSequence || apiErr.ErrorCode == jetstream.JSErrCodeStreamWrongLastSequenceConstant {
-			return pubConflict, err
+			return pubConflict, 0, err
 		}
-		return pubFailed, err
+		return pubFailed, 0, err
 	case errors.Is(err, jetstream.ErrNoStreamResponse), errors.Is(err, nats.ErrConnectionClosed),
 		errors.Is(err, nats.ErrBadSubject), errors.Is(err, nats.ErrMaxPayload), errors.Is(err, jetstream.ErrInvalidOption):
-		return pubFailed, err
+		return pubFailed, 0, err
 	}
-	return pubMaybeSent, err
+	return pubMaybeSent, 0, err
 }
 
 func (g *Guard) writeAttempts(ctx context.Context, resource string, c fence.Claim, o op, value []byte) error {
-	subject := g.prefix + Key(resource)
+	key := Key(resource)
+	subject := g.prefix + key
 	for attempt := 1; attempt <= g.max; attempt++ {
 		if attempt > 1 {
 			g.rec.Retried(ctx, 1)
 		}
-		st, err := g.read(ctx, resource)
-		if err != nil {
-			return err
+		// The state this Guard's last write left: deciding on it is exact
+		// if the key has not changed since, which the conditional write
+		// checks. Refusals and mark-only writes read the key first.
+		st, ok := g.cached(key)
+		if !ok || o == opMark || fence.DecideClaim(resource, c, st.info.Token, st.info.Run) != nil {
+			var err error
+			if st, err = g.read(ctx, resource); err != nil {
+				return err
+			}
 		}
 		if err := fence.DecideClaim(resource, c, st.info.Token, st.info.Run); err != nil {
 			return fence.WrapContext(ctx, err)
@@ -440,18 +479,25 @@ func (g *Guard) writeAttempts(ctx context.Context, resource string, c fence.Clai
 			}
 		}
 		id := newWriteID()
-		res, err := g.publish(ctx, m, st.seq, id)
+		res, seq, err := g.publish(ctx, m, st.seq, id)
 		if res == pubMaybeSent {
-			res, err = g.settle(ctx, m, st.seq, id)
+			res, seq, err = g.settle(ctx, m, st.seq, id)
 		}
 		switch res {
 		case pubStored:
+			next := state{seq: seq, info: Info{Token: tok, Run: run, WriteID: id, Revision: seq}}
+			next.deleted = m.Header.Get(HeaderDeleted) == "true"
+			next.present = !next.deleted
+			g.remember(key, next)
 			return nil
 		case pubConflict:
+			g.forget(key)
 			continue // another write came in between: read and decide again
 		case pubMaybeSent:
+			g.forget(key)
 			return outcomeUnknown(ctx, resource, err)
 		}
+		g.forget(key)
 		return fence.WrapContext(ctx, fmt.Errorf("natsguard: write %q: %w", resource, err))
 	}
 	return fence.WrapContext(ctx, fmt.Errorf("natsguard: write %q: lost the race in each of %d attempts: %w", resource, g.max, fence.ErrBusy))
@@ -463,18 +509,19 @@ func (g *Guard) writeAttempts(ctx context.Context, resource string, c fence.Clai
 // first copy was stored (within the bucket's duplicate window), stores it
 // now if nothing was, and refuses it as a conflict if another write came
 // in between; either way the first copy can no longer be stored later.
-func (g *Guard) settle(ctx context.Context, m *nats.Msg, expect uint64, id string) (pubResult, error) {
+func (g *Guard) settle(ctx context.Context, m *nats.Msg, expect uint64, id string) (pubResult, uint64, error) {
 	var (
 		res = pubMaybeSent
+		seq uint64
 		err error
 	)
 	for range 2 {
 		sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), g.settleTimeout)
-		res, err = g.publish(sctx, m, expect, id)
+		res, seq, err = g.publish(sctx, m, expect, id)
 		cancel()
 		if res != pubMaybeSent {
-			return res, err
+			return res, seq, err
 		}
 	}
-	return res, err
+	return res, seq, err
 }
