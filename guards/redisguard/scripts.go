@@ -29,14 +29,13 @@ end
 // says why). Nothing is written unless the code is "ok".
 var writeScript = redis.NewScript(markValid + `
 if redis.call('EXISTS', KEYS[3]) == 1 then return {'cancelled', '', ''} end
-local typ = redis.call('TYPE', KEYS[2])['ok']
-local mt, mr, mw = nil, '', ''
-if typ == 'hash' then
-  local m = redis.call('HMGET', KEYS[2], 't', 'r', 'w')
-  mt, mr, mw = m[1], m[2] or '', m[3] or ''
+local m = redis.pcall('HMGET', KEYS[2], 't', 'r', 'w')
+if m['err'] then return {'bad', '', 'mark key is not a hash'} end
+local mt, mr, mw = m[1], m[2] or '', m[3] or ''
+if mt or m[2] or m[3] then
   if badmark(mt, mr) then return {'bad', mt or '', 'malformed mark'} end
-elseif typ ~= 'none' then
-  return {'bad', '', 'mark key holds a ' .. typ}
+else
+  mt = nil
 end
 local tok, run = ARGV[1], ARGV[2]
 if mw == ARGV[3] then return {'dup', mt, mr} end
