@@ -13,8 +13,9 @@ import (
 )
 
 // TestCorruptMarks: a marks row or an in-row token/run the guard did not
-// write (token not positive, run not a valid identity) refuses every write
-// with a *MarkError, whatever the token, and nothing is written.
+// write refuses the write with a *MarkError and writes nothing: a token
+// below 1 refuses every write; a malformed run refuses writes at its token
+// (the only ones its run decides), while a higher token replaces it.
 func TestCorruptMarks(t *testing.T) {
 	ctx := context.Background()
 	f := newFixture(t)
@@ -33,7 +34,11 @@ func TestCorruptMarks(t *testing.T) {
 		if _, err := f.db.ExecContext(ctx, "INSERT INTO "+f.rows+" (resource, value, fence_token, fence_run) VALUES (?, 'old', ?, ?)", r, bad.tok, bad.run); err != nil {
 			t.Fatal(err)
 		}
-		for _, tok := range []fence.Token{1, 7, 1 << 62} {
+		toks := []fence.Token{1, 7, 1 << 62}
+		if bad.tok == 7 {
+			toks = []fence.Token{7} // below: stale; above: admitted over the bad run
+		}
+		for _, tok := range toks {
 			for name, w := range map[string]guardtestWriter{"marks": ms, "in-row": rs} {
 				err := w.WriteClaim(ctx, r, fence.Claim{Token: tok, Run: "run-a"}, "new")
 				var me *MarkError
@@ -50,6 +55,13 @@ func TestCorruptMarks(t *testing.T) {
 		}
 		if _, err := g.Mark(ctx, r); !errors.Is(err, ErrCorruptMark) {
 			t.Errorf("Mark over (%d, %q): %v", bad.tok, bad.run, err)
+		}
+		if bad.tok == 7 {
+			for name, w := range map[string]guardtestWriter{"marks": ms, "in-row": rs} {
+				if err := w.WriteClaim(ctx, r, fence.Claim{Token: 8, Run: "run-a"}, "eight"); err != nil {
+					t.Errorf("%s: token 8 over (7, %q): %v, want admitted", name, bad.run, err)
+				}
+			}
 		}
 	}
 }

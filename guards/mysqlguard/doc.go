@@ -35,7 +35,9 @@
 // stored token when refused, math.MinInt64 when the stored mark is not one
 // the guard writes. The OK reply carries that value, so an admitted or
 // stale write needs no second statement; only a refusal at the mark's own
-// token (a reuse) reads the mark's run. The statement therefore sets the
+// token (a reuse) reads the mark's run. The stored run is checked with a
+// regular expression only when the tokens are equal, so a write with a
+// higher token evaluates none. The statement therefore sets the
 // session's LAST_INSERT_ID(). The assignments read only columns assigned
 // after them, so they mean the same under left-to-right assignment
 // (MySQL, MariaDB) and under MariaDB's SIMULTANEOUS_ASSIGNMENT.
@@ -62,9 +64,10 @@
 //     the transaction to end: committed is reported as success, a mark
 //     still below the write's token as a definite error; otherwise the
 //     error matches ErrOutcomeUnknown.
-//   - A stored mark the guard did not write (a token below 1, a run that is
-//     not a valid identity) refuses the write with *MarkError; nothing is
-//     written. Bad input (resource, token, run, missing claim, nil
+//   - A stored mark the guard did not write refuses the write with
+//     *MarkError and nothing is written: a token below 1 refuses every
+//     write; a run that is not a valid identity refuses the writes at its
+//     token, the only ones it decides (a higher token replaces it). Bad input (resource, token, run, missing claim, nil
 //     arguments, key arity) is refused with a typed error before any I/O.
 //     Identifiers are validated; values are bound parameters.
 //

@@ -127,26 +127,23 @@ func New(cfg Config) (*Guard, error) {
 	}, nil
 }
 
-// validSQL holds when the stored mark is one this guard writes: a
-// positive token and (with a run column) a run identity as
-// fence.ValidateRun accepts.
-func validSQL(tok, run string) string {
-	if run == "" {
-		return "(" + tok + " >= 1)"
-	}
-	return "(" + tok + " >= 1 AND " + run + " REGEXP '^[0-9A-Za-z._:-]{0,64}$')"
-}
+// validSQL holds when the stored token is one this guard writes (positive).
+func validSQL(tok string) string { return "(" + tok + " >= 1)" }
 
 // admitSQL is the decision rule of fence.DecideClaim over the stored token
 // and run (columns tok, run; run "" when there is none) and the claim's
-// (VALUES of the same columns). A stored mark that is not valid admits
-// nothing.
+// (VALUES of the same columns). A stored token below 1 admits nothing. The
+// stored run matters only when the tokens are equal: only then is it
+// checked (REGEXP, as fence.ValidateRun) and compared, so the usual write
+// with a higher token evaluates no regular expression; a malformed run at
+// an equal token refuses the write, and the guard reports it as a
+// *MarkError after reading it.
 func admitSQL(tok, run string) string {
 	if run == "" {
-		return "(" + validSQL(tok, run) + " AND " + tok + " <= VALUES(" + tok + "))"
+		return "(" + validSQL(tok) + " AND " + tok + " <= VALUES(" + tok + "))"
 	}
-	return "(" + validSQL(tok, run) + " AND (" + tok + " < VALUES(" + tok + ") OR (" + tok + " = VALUES(" + tok + ") AND (VALUES(" + run +
-		") = '' OR " + run + " = '' OR " + run + " = VALUES(" + run + ")))))"
+	return "(" + validSQL(tok) + " AND (" + tok + " < VALUES(" + tok + ") OR (" + tok + " = VALUES(" + tok + ") AND " +
+		run + " REGEXP '^[0-9A-Za-z._:-]{0,64}$' AND (VALUES(" + run + ") = '' OR " + run + " = '' OR " + run + " = VALUES(" + run + ")))))"
 }
 
 // nextRunSQL is fence.NextMark's run.
@@ -161,13 +158,13 @@ const corruptInsertID = -1 << 63
 // refusedSQL assigns the token column: unchanged when the claim is
 // refused, the claim's token otherwise. As a side effect it sets the
 // statement's LAST_INSERT_ID to 0 when admitted, to minus the stored token
-// when refused, and to corruptInsertID when the stored mark is not valid,
+// when refused, and to corruptInsertID when the stored token is not valid,
 // so the OK reply says which, and the mark, without a second statement. An
 // inserted row never evaluates it: its insert id is 0 (or the table's
 // AUTO_INCREMENT value), never negative.
 func refusedSQL(tok, run string) string {
 	admit := admitSQL(tok, run)
-	return tok + " = IF(LAST_INSERT_ID(IF(" + admit + ", 0, IF(" + validSQL(tok, run) + ", -" + tok +
+	return tok + " = IF(LAST_INSERT_ID(IF(" + admit + ", 0, IF(" + validSQL(tok) + ", -" + tok +
 		", -9223372036854775807 - 1))) IS NULL, " + tok + ", IF(" + admit + ", VALUES(" + tok + "), " + tok + "))"
 }
 
@@ -411,6 +408,9 @@ func (g *Guard) fenceOnce(ctx context.Context, tx *sql.Tx, resource string, c fe
 	)
 	if err := tx.QueryRowContext(ctx, g.runSQL, resource).Scan(&tok, &run); err != nil {
 		return dbError(ctx, g.table, resource, "read mark", err)
+	}
+	if err := (fence.Claim{Token: fence.Token(tok), Run: run}).Validate(); err != nil {
+		return &MarkError{Resource: resource, Reason: fmt.Sprintf("token %d, run %q", tok, run)}
 	}
 	if derr := fence.DecideClaim(resource, c, fence.Token(tok), run); derr != nil {
 		return derr
