@@ -74,7 +74,7 @@ func FileGuard(e *Env) (err error) {
 		tok++
 		return g.PutClaim(ctx, "guarded/doc", fence.Claim{Token: tok, Run: run}, body)
 	}
-	n := 300
+	n := 1000
 	if e.Quick {
 		n = 60
 	}

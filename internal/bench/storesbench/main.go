@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"os"
 	"strings"
+	"time"
 
 	"github.com/fencekit/fencekit/internal/bench"
 )
@@ -52,10 +53,12 @@ func env(name, def string) string {
 	return def
 }
 
-// rounds is the number of interleaved rounds of a case.
-func rounds(e *bench.Env) int {
+// rounds is the number of interleaved rounds of a case whose operations
+// take about perOp: enough for a few seconds of each side (2000 rounds at
+// most, 100 in a quick run).
+func rounds(e *bench.Env, perOp time.Duration) int {
 	if e.Quick {
 		return 100
 	}
-	return 500
+	return int(min(2000, max(300, 4*time.Second/perOp)))
 }

@@ -96,7 +96,7 @@ func mysqlCase(e *bench.Env) error {
 			})
 		}},
 	}
-	in, err := bench.Interleave(ops, rounds(e), time.Time{})
+	in, err := bench.Interleave(ops, rounds(e, 4*time.Millisecond), time.Time{})
 	if err != nil {
 		return err
 	}

@@ -46,7 +46,7 @@ func natsCase(e *bench.Env) error {
 			tok++
 			return g.PutClaim(ctx, "guarded", fence.Claim{Token: tok, Run: run}, body)
 		}},
-	}, rounds(e), time.Time{})
+	}, rounds(e, 300*time.Microsecond), time.Time{})
 	if err != nil {
 		return err
 	}

@@ -35,7 +35,7 @@ func redisCase(e *bench.Env) error {
 			tok++
 			return g.PutClaim(ctx, guardKey, fence.Claim{Token: tok, Run: run}, body)
 		}},
-	}, rounds(e), time.Time{})
+	}, rounds(e, 300*time.Microsecond), time.Time{})
 	if err != nil {
 		return err
 	}
