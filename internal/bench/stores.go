@@ -64,7 +64,7 @@ func FileGuard(e *Env) (err error) {
 	}
 	body := bytes.Repeat([]byte("x"), 4<<10)
 	plainDir := filepath.Join(dir, "plain")
-	if err := os.MkdirAll(plainDir, 0o755); err != nil {
+	if err := os.MkdirAll(plainDir, 0o750); err != nil {
 		return err
 	}
 	plain := func(int) error { return durableWrite(filepath.Join(plainDir, "doc"), body) }
@@ -258,6 +258,6 @@ func StoreEnv(ctx context.Context, quick bool) *Env {
 // NullMissing sets every key of keys not yet reported to NaN with note.
 func (e *Env) NullMissing(keys []string, note string) { e.nullMissing(keys, note) }
 
-// BenchRun is the run identity of the bench's claims (a canonical UUID's
-// text, as a lease's context carries).
-func BenchRun() string { return benchRun() }
+// RunIdentity is a run identity for the bench's claims (a canonical
+// UUID's text, as a lease's context carries).
+func RunIdentity() string { return benchRun() }

@@ -49,7 +49,7 @@ func mysqlCase(e *bench.Env) error {
 			return err
 		}
 	}
-	defer db.ExecContext(context.Background(), "DROP TABLE "+docs+", "+data+", "+g.Table())
+	defer func() { _, _ = db.ExecContext(context.Background(), "DROP TABLE "+docs+", "+data+", "+g.Table()) }()
 	rows, err := mysqlguard.NewRows(mysqlguard.RowsConfig{Table: docs, Key: []string{"resource"}, Columns: []string{"value"}, RunColumn: "fence_run"})
 	if err != nil {
 		return err
@@ -58,7 +58,7 @@ func mysqlCase(e *bench.Env) error {
 		"ON DUPLICATE KEY UPDATE value = VALUES(value), fence_token = VALUES(fence_token), fence_run = VALUES(fence_run)"
 	upsertData := "INSERT INTO " + data + " (resource, value, token) VALUES (?, ?, ?) " +
 		"ON DUPLICATE KEY UPDATE value = VALUES(value), token = VALUES(token)"
-	run := bench.BenchRun()
+	run := bench.RunIdentity()
 	var tok fence.Token
 	claim := func() fence.Claim { tok++; return fence.Claim{Token: tok, Run: run} }
 	const (

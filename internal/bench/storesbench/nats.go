@@ -38,7 +38,7 @@ func natsCase(e *bench.Env) error {
 		return err
 	}
 	body := bytes.Repeat([]byte("x"), 1<<10)
-	run := bench.BenchRun()
+	run := bench.RunIdentity()
 	var tok fence.Token
 	in, err := bench.Interleave([]bench.Op{
 		{Name: "KV Put", Run: func(int) error { _, err := kv.Put(ctx, "plain", body); return err }},

@@ -25,9 +25,9 @@ func redisCase(e *bench.Env) error {
 		return err
 	}
 	plainKey, guardKey := prefix+"plain", prefix+"guarded"
-	defer c.Del(ctx, plainKey, guardKey, prefix+"mark:{"+guardKey+"}")
+	defer func() { _ = c.Del(ctx, plainKey, guardKey, prefix+"mark:{"+guardKey+"}").Err() }()
 	body := bytes.Repeat([]byte("x"), 1<<10)
-	run := bench.BenchRun()
+	run := bench.RunIdentity()
 	var tok fence.Token
 	in, err := bench.Interleave([]bench.Op{
 		{Name: "SET", Run: func(int) error { return c.Set(ctx, plainKey, body, 0).Err() }},
