@@ -18,12 +18,12 @@ help: ## list targets
 	@awk 'BEGIN{FS=":.*## "} /^[a-zA-Z_\/-]+:.*## /{printf "  %-14s %s\n", $$1, $$2}' $(MAKEFILE_LIST)
 
 .PHONY: services
-services: ## start PostgreSQL/MinIO if missing; prints export lines
+services: ## start PostgreSQL, MinIO, Redis, MariaDB, NATS if missing; prints export lines
 	@scripts/services.sh
 
 .PHONY: test
-test: ## run every test (race detector on) against real PostgreSQL, MinIO and PgBouncer, then the exec-mode matrix
-	@scripts/install-pgbouncer.sh
+test: ## run every test (race detector on) against the real services (make services) and PgBouncer, then the exec-mode matrix
+	@scripts/install-pgbouncer.sh; scripts/install-ha.sh
 	@$(SERVICES); $(GO) test $(TESTFLAGS) $(PKGS); \
 	for m in $(NESTED); do echo "== $$m"; (cd $$m && $(GO) test $(TESTFLAGS) ./...); done
 	@$(MAKE) --no-print-directory test/execmodes
@@ -79,7 +79,7 @@ chaos: ## chaos soak: CHAOS_DURATION=10m (default 5m), CHAOS_SEED=, CHAOS_FAULTS
 
 .PHONY: bench
 bench: ## run cmd/fence-bench against the real services (BENCH_QUICK=1: under 60 s; BENCHFLAGS=-only=lease_cycle); chart in out/bench.svg
-	@scripts/install-pgbouncer.sh
+	@scripts/install-pgbouncer.sh; scripts/install-ha.sh
 	@$(SERVICES); mkdir -p out; $(GO) run ./cmd/fence-bench -chart out/bench.svg $(BENCHFLAGS)
 
 .PHONY: migrations

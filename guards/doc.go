@@ -17,16 +17,25 @@
 //   - guards/s3guard: S3 / MinIO objects, via conditional PUTs.
 //   - guards/gcsguard: Google Cloud Storage objects, via generation
 //     preconditions.
+//   - guards/redisguard: Redis keys, via one Lua script (nested module).
+//   - guards/mysqlguard: MySQL and MariaDB tables, in the caller's own
+//     transaction or on the user's row (nested module).
+//   - guards/natsguard: NATS JetStream key-value buckets, via writes
+//     conditional on the key's revision (nested module).
+//   - guards/fileguard: files on a local file system, under a per-file lock
+//     with an atomic rename.
 //   - guards/httpguard: HTTP services that perform side effects (server
 //     middleware over any fence.Guard, and a client RoundTripper).
 //   - guards/guardtest: the conformance kit every guard above passes against
 //     its real store, and which a guard for any other store can run.
+//   - guards/guardobs: the instrument names and log record every guard
+//     reports with, for guards written outside fencekit too.
 //
 // What a guard does not do: it orders writers by token; it does not know
 // whether a lease is still held, and it cannot fence effects that bypass it.
 // docs/guards.md describes each guard's guarantees and limits.
 //
 // Guard packages import package fence (and package migrations for migrations and
-// identifier validation) only, never package lease, so they accept tokens
-// from any source.
+// identifier validation, and guards/guardobs for metrics and logs) only,
+// never package lease, so they accept tokens from any source.
 package guards

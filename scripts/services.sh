@@ -8,6 +8,9 @@
 # PostgreSQL: the machine's cluster on 127.0.0.1:5432 (started if stopped).
 # MinIO: a pinned server built with `go install`, cached outside the tree in
 # $FENCEKIT_CACHE (default ~/.cache/fencekit), data under .services/ (git-ignored).
+# Redis (127.0.0.1:6379), MariaDB (127.0.0.1:3306, root without password,
+# database test) and NATS with JetStream (127.0.0.1:4222): the machine's, from
+# Debian's packages (installed if missing), started if stopped.
 set -euo pipefail
 
 MINIO_VERSION=v0.0.0-20260212201848-7aac2a2c5b7c
@@ -67,9 +70,72 @@ if ! minio_live; then
 fi
 log "MinIO ready on $MINIO_ADDR"
 
+# --- Redis, MariaDB, NATS (the stores guards/redisguard, mysqlguard, natsguard
+# are tested against) ---------------------------------------------------------
+REDIS_ADDR=${TEST_REDIS_ADDR:-127.0.0.1:6379}
+MYSQL_DSN=${TEST_MYSQL_DSN:-root@tcp(127.0.0.1:3306)/test}
+NATS_URL=${TEST_NATS_URL:-nats://127.0.0.1:4222}
+apt_installed=
+need_pkg() { # need_pkg BINARY PACKAGE: install PACKAGE when BINARY is missing
+  command -v "$1" >/dev/null 2>&1 || [ -x "$1" ] && return 0
+  if [ -z "$apt_installed" ]; then
+    log "apt-get update"; DEBIAN_FRONTEND=noninteractive apt-get update -qq >&2; apt_installed=1
+  fi
+  log "installing $2"
+  DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "$2" >&2
+}
+tcp_up() { timeout 2 bash -c "exec 3<>/dev/tcp/127.0.0.1/$1" 2>/dev/null; }
+wait_for() { # wait_for NAME CHECK...
+  local name=$1; shift
+  for _ in $(seq 1 120); do "$@" && return 0; sleep 0.25; done
+  log "$name did not come up"; return 1
+}
+
+redis_up() { redis-cli -h 127.0.0.1 -p 6379 ping 2>/dev/null | grep -q PONG; }
+need_pkg redis-cli redis-server
+if ! redis_up; then
+  log "starting Redis on 127.0.0.1:6379"
+  mkdir -p /var/lib/redis /var/log/redis
+  redis-server --daemonize yes --bind 127.0.0.1 -::1 --port 6379 --save "" --appendonly no \
+    --dir /var/lib/redis --logfile /var/log/redis/ci.log >&2
+  wait_for Redis redis_up || exit 1
+fi
+log "Redis ready on 127.0.0.1:6379"
+
+mariadb_up() { mariadb-admin --protocol=tcp -h 127.0.0.1 -P 3306 -uroot ping >/dev/null 2>&1 || mariadb-admin ping >/dev/null 2>&1; }
+need_pkg /usr/sbin/mariadbd mariadb-server
+if ! mariadb_up; then
+  log "starting MariaDB on 127.0.0.1:3306"
+  mkdir -p /run/mysqld && chown mysql:mysql /run/mysqld 2>/dev/null || true
+  start-stop-daemon --start --oknodo --background --exec /usr/sbin/mariadbd >&2
+  wait_for MariaDB mariadb_up || exit 1
+fi
+if ! mariadb --protocol=tcp -h 127.0.0.1 -P 3306 -uroot -e 'SELECT 1' test >/dev/null 2>&1; then
+  # A fresh Debian install: root logs in through the socket only, and there is
+  # no database test. Let root in over loopback TCP without a password.
+  log "MariaDB: database test, root over 127.0.0.1"
+  mariadb -uroot -e "CREATE DATABASE IF NOT EXISTS test;
+    CREATE USER IF NOT EXISTS 'root'@'127.0.0.1' IDENTIFIED VIA mysql_native_password USING PASSWORD('');
+    GRANT ALL PRIVILEGES ON *.* TO 'root'@'127.0.0.1' WITH GRANT OPTION;" >&2
+fi
+log "MariaDB ready on 127.0.0.1:3306"
+
+need_pkg /usr/sbin/nats-server nats-server
+if ! tcp_up 4222; then
+  log "starting NATS (JetStream) on 127.0.0.1:4222"
+  mkdir -p /var/lib/nats-server
+  start-stop-daemon --start --oknodo --background --exec /usr/sbin/nats-server -- \
+    -a 127.0.0.1 -p 4222 -js -sd /var/lib/nats-server -l /var/log/nats-server.log >&2
+  wait_for NATS tcp_up 4222 || exit 1
+fi
+log "NATS ready on 127.0.0.1:4222"
+
 cat <<EOT
 export TEST_DATABASE_URL='$PG_URL'
 export TEST_MINIO_ENDPOINT='$MINIO_ADDR'
 export TEST_MINIO_ACCESS_KEY='$MINIO_USER'
 export TEST_MINIO_SECRET_KEY='$MINIO_PASS'
+export TEST_REDIS_ADDR='$REDIS_ADDR'
+export TEST_MYSQL_DSN='$MYSQL_DSN'
+export TEST_NATS_URL='$NATS_URL'
 EOT

@@ -28,14 +28,16 @@ func main() {
 	chart := flag.String("chart", "", "write the SVG chart to this path")
 	only := flag.String("only", "", "comma-separated cases to run (default all): "+caseNames())
 	peer := flag.String("peer", "internal/bench/pglockpeer", "directory of the pglock peer module (empty: no pglock side)")
+	stores := flag.String("stores", "internal/bench/storesbench", "directory of the store bench module (Redis, MySQL, NATS guard cases)")
 	flag.Parse()
 	e := &bench.Env{
-		Ctx:     context.Background(),
-		Quick:   *quick,
-		DBURL:   os.Getenv("TEST_DATABASE_URL"),
-		PeerDir: *peer,
-		Report:  &bench.Report{Info: map[string]any{}},
-		Log:     os.Stderr,
+		Ctx:       context.Background(),
+		Quick:     *quick,
+		DBURL:     os.Getenv("TEST_DATABASE_URL"),
+		PeerDir:   *peer,
+		StoresDir: *stores,
+		Report:    &bench.Report{Info: map[string]any{}},
+		Log:       os.Stderr,
 	}
 	if e.DBURL == "" {
 		e.DBURL = "postgres://postgres@127.0.0.1:5432/test?sslmode=disable"

@@ -29,9 +29,13 @@ type Env struct {
 	// PeerDir is the directory of the pglock peer module (built with
 	// `go build` when the lease cycle case starts); empty skips that side.
 	PeerDir string
-	Report  *Report
-	Series  []Series  // latency samples for the chart
-	Log     io.Writer // progress lines; nil discards them
+	// StoresDir is the directory of the store bench module (storesbench,
+	// run with `go run` by the Redis, MySQL and NATS guard cases); empty
+	// reports those cases as not measured.
+	StoresDir string
+	Report    *Report
+	Series    []Series  // latency samples for the chart
+	Log       io.Writer // progress lines; nil discards them
 }
 
 func (e *Env) logf(format string, args ...any) {
@@ -53,6 +57,10 @@ func Cases() []Case {
 	return []Case{
 		{"pg_guard", []string{"pg_guard_overhead_ratio"}, PGGuard},
 		{"s3_guard", []string{"s3_guard_overhead_ratio"}, S3Guard},
+		{"file_guard", FileGuardKeys, FileGuard},
+		StoreCase("redis_guard", "redis", RedisGuardKeys),
+		StoreCase("mysql_guard", "mysql", MySQLGuardKeys),
+		StoreCase("nats_guard", "nats", NATSGuardKeys),
 		{"lease_cycle", []string{"lease_cycle_ratio_vs_raw", "lease_cycle_ratio_vs_seed", "lease_cycle_ratio_vs_keep_row", "lease_cycle_ratio_vs_pglock"}, LeaseCycle},
 		{"handover", []string{"handover_p50_ms", "handover_p99_ms"}, Handover},
 		{"contention", nil, Contention},

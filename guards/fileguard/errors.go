@@ -1,0 +1,96 @@
+//go:build unix
+
+package fileguard
+
+import (
+	"context"
+	"errors"
+	"fmt"
+
+	"github.com/fencekit/fencekit/fence"
+)
+
+// ErrInvalidConfig is matched by every error New returns for a bad Config.
+var ErrInvalidConfig = errors.New("fileguard: invalid config")
+
+// ErrCorrupt is matched by a *FileError: the file at a resource's path is
+// not one this guard wrote (no header, or a malformed one). The guard
+// neither reads through it nor overwrites it.
+var ErrCorrupt = errors.New("fileguard: not a fileguard file")
+
+// ErrNotFound is matched by a *NotFoundError: the resource has no content.
+var ErrNotFound = errors.New("fileguard: not found")
+
+// ErrOutcomeUnknown is matched by the error of a write whose new content
+// was put in place (renamed over the old) but whose directory could not be
+// synced: it is visible now, yet may be lost, with the old content back,
+// if the machine crashes before the file system writes it out.
+var ErrOutcomeUnknown = errors.New("fileguard: outcome unknown")
+
+// ResourceError reports a resource name this guard refuses on top of
+// fence.ValidateResource. It matches fence.ErrInvalidResource.
+type ResourceError struct {
+	Resource string
+	Reason   string
+}
+
+// Error implements error.
+func (e *ResourceError) Error() string {
+	return fmt.Sprintf("fileguard: invalid resource %q: %s", e.Resource, e.Reason)
+}
+
+// Is reports whether target is fence.ErrInvalidResource.
+func (e *ResourceError) Is(target error) bool { return target == fence.ErrInvalidResource }
+
+// FileError reports a file the guard did not write. It matches ErrCorrupt.
+type FileError struct {
+	Resource string
+	Path     string
+	Reason   string
+}
+
+// Error implements error.
+func (e *FileError) Error() string {
+	return fmt.Sprintf("fileguard: %q: %s is not a fileguard file: %s", e.Resource, e.Path, e.Reason)
+}
+
+// Is reports whether target is ErrCorrupt.
+func (e *FileError) Is(target error) bool { return target == ErrCorrupt }
+
+// NotFoundError reports a resource without content. It matches ErrNotFound.
+type NotFoundError struct {
+	Resource string
+	// Deleted is true when a fenced Delete left a tombstone.
+	Deleted bool
+	// Token is the tombstone's token, the resource's mark; zero when the
+	// resource has no file.
+	Token fence.Token
+}
+
+// Error implements error.
+func (e *NotFoundError) Error() string {
+	if e.Deleted {
+		return fmt.Sprintf("fileguard: %q not found: deleted under token %d", e.Resource, e.Token)
+	}
+	return fmt.Sprintf("fileguard: %q not found", e.Resource)
+}
+
+// Is reports whether target is ErrNotFound.
+func (e *NotFoundError) Is(target error) bool { return target == ErrNotFound }
+
+// outcomeError is the error of a write whose outcome is unknown.
+type outcomeError struct {
+	resource string
+	err      error
+}
+
+func (e *outcomeError) Error() string {
+	return fmt.Sprintf("fileguard: write %q: renamed into place, directory not synced: outcome unknown: %v", e.resource, e.err)
+}
+
+func (e *outcomeError) Unwrap() []error { return []error{ErrOutcomeUnknown, e.err} }
+
+// outcomeUnknown returns the error of a write whose outcome is unknown.
+func outcomeUnknown(ctx context.Context, resource string, err error) error {
+	return fence.WrapContext(ctx, &outcomeError{resource: resource, err: err})
+}

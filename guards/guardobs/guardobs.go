@@ -1,0 +1,192 @@
+package guardobs
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"regexp"
+
+	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/metric"
+	"go.opentelemetry.io/otel/metric/noop"
+
+	"github.com/fencekit/fencekit/fence"
+)
+
+// Scope is the instrumentation scope of every guard's meter.
+const Scope = "github.com/fencekit/fencekit"
+
+// Instrument names shared by every guard.
+const (
+	MetricAccepted = "fencekit.guard.accepted"
+	MetricStale    = "fencekit.guard.stale"
+	MetricTokenGap = "fencekit.guard.token_gap" //nolint:gosec // G101: a metric name, not a credential
+	MetricReused   = "fencekit.guard.reused"
+)
+
+// AttrGuard is the one attribute of every measurement: the guard's kind.
+const AttrGuard = "guard"
+
+// Kinds of fencekit's guards: the values of AttrGuard.
+const (
+	KindMemory   = "memory"
+	KindPostgres = "postgres"
+	KindHTTP     = "http"
+	KindS3       = "s3"
+	KindGCS      = "gcs"
+	KindRedis    = "redis"
+	KindMySQL    = "mysql"
+	KindNATS     = "nats"
+	KindFile     = "file"
+)
+
+// MsgReused is the message (after "<Config.Name>: ") of the Error record
+// logged for each write refused as a token reuse.
+const MsgReused = "token reused by a different run; write refused"
+
+// Log fields of the reuse record.
+const (
+	FieldResource = "resource" // the resource (key, object, row) as the guard was given it
+	FieldToken    = "token"    // the token of the write and of the mark (int64)
+	FieldRun      = "run"      // the refused write's run identity
+	FieldMarkRun  = "mark_run" // the run identity stored with the mark
+)
+
+// TokenGapBounds are the explicit bucket boundaries of MetricTokenGap.
+var TokenGapBounds = []float64{1, 2, 5, 10, 100, 1000, 10000, 100000}
+
+// RetriesName is the name of kind's retry counter:
+// "fencekit.guard.<kind>.retries" (fencekit.guard.s3.retries for S3).
+func RetriesName(kind string) string { return "fencekit.guard." + kind + ".retries" }
+
+// ErrInvalidConfig is matched by every error New returns for a bad Config.
+var ErrInvalidConfig = errors.New("guardobs: invalid config")
+
+// Config configures a Recorder. Kind is required.
+type Config struct {
+	// Kind is the value of the guard attribute: 1 to 32 bytes of lower-case
+	// ASCII letters, digits and '_' (one of the Kind constants for
+	// fencekit's guards).
+	Kind string
+	// Name prefixes log messages, usually the guard's package name
+	// ("redisguard"). Default: Kind + "guard".
+	Name string
+	// Retries, when set, creates the counter RetriesName(Kind) with this
+	// description, for guards whose conditional writes can lose a race and
+	// be retried. Empty: no retry counter.
+	Retries string
+	// MeterProvider receives the instruments. Nil records nothing.
+	MeterProvider metric.MeterProvider
+	// Logger receives the reuse records. Nil discards.
+	Logger *slog.Logger
+}
+
+var kindRE = regexp.MustCompile(`^[a-z0-9_]{1,32}$`)
+
+// Recorder records one guard's decisions. Its methods are safe for
+// concurrent use; on a nil *Recorder they do nothing.
+type Recorder struct {
+	accepted, stale, reused, retries metric.Int64Counter
+	gap                              metric.Int64Histogram
+	attrs                            metric.MeasurementOption
+	log                              *slog.Logger
+	name                             string
+}
+
+// New validates cfg and creates the instruments on cfg.MeterProvider. An
+// error creating an instrument is returned (matching ErrInvalidConfig)
+// with no Recorder.
+func New(cfg Config) (*Recorder, error) {
+	if !kindRE.MatchString(cfg.Kind) {
+		return nil, fmt.Errorf("%w: Kind %q: want 1 to 32 bytes of a-z, 0-9 and '_'", ErrInvalidConfig, cfg.Kind)
+	}
+	if cfg.Name == "" {
+		cfg.Name = cfg.Kind + "guard"
+	}
+	mp := cfg.MeterProvider
+	if mp == nil {
+		mp = noop.NewMeterProvider()
+	}
+	if cfg.Logger == nil {
+		cfg.Logger = slog.New(slog.DiscardHandler)
+	}
+	m := mp.Meter(Scope)
+	r := &Recorder{
+		attrs: metric.WithAttributeSet(attribute.NewSet(attribute.String(AttrGuard, cfg.Kind))),
+		log:   cfg.Logger,
+		name:  cfg.Name,
+	}
+	var errs [5]error
+	r.accepted, errs[0] = m.Int64Counter(MetricAccepted, metric.WithUnit("{write}"),
+		metric.WithDescription("Writes a guard admitted (token at least the resource's mark)."))
+	r.stale, errs[1] = m.Int64Counter(MetricStale, metric.WithUnit("{write}"),
+		metric.WithDescription("Writes a guard refused because their token was below the resource's mark."))
+	r.gap, errs[2] = m.Int64Histogram(MetricTokenGap, metric.WithUnit("{token}"),
+		metric.WithDescription("Highest minus presented token of each stale rejection."),
+		metric.WithExplicitBucketBoundaries(TokenGapBounds...))
+	r.reused, errs[3] = m.Int64Counter(MetricReused, metric.WithUnit("{write}"),
+		metric.WithDescription("Writes a guard refused because their token equals the mark while their run identity differs (token issued twice)."))
+	if cfg.Retries != "" {
+		r.retries, errs[4] = m.Int64Counter(RetriesName(cfg.Kind), metric.WithUnit("{attempt}"),
+			metric.WithDescription(cfg.Retries))
+	}
+	if err := errors.Join(errs[:]...); err != nil {
+		return nil, fmt.Errorf("%w: MeterProvider: %w", ErrInvalidConfig, err)
+	}
+	return r, nil
+}
+
+// Accepted counts one admitted write.
+func (r *Recorder) Accepted(ctx context.Context) {
+	if r != nil {
+		r.accepted.Add(ctx, 1, r.attrs)
+	}
+}
+
+// Stale counts one stale refusal and records its token gap.
+func (r *Recorder) Stale(ctx context.Context, presented, highest fence.Token) {
+	if r == nil {
+		return
+	}
+	r.stale.Add(ctx, 1, r.attrs)
+	r.gap.Record(ctx, int64(highest)-int64(presented), r.attrs)
+}
+
+// Reused counts one reuse refusal and logs it at Error with its fields.
+func (r *Recorder) Reused(ctx context.Context, e *fence.ReusedError) {
+	if r == nil || e == nil {
+		return
+	}
+	r.reused.Add(ctx, 1, r.attrs)
+	r.log.ErrorContext(ctx, r.name+": "+MsgReused,
+		FieldResource, e.Resource, FieldToken, int64(e.Token), FieldRun, e.Run, FieldMarkRun, e.MarkRun)
+}
+
+// Retried counts n conditional writes retried after losing a race. It does
+// nothing when the Recorder was made without Config.Retries.
+func (r *Recorder) Retried(ctx context.Context, n int) {
+	if r != nil && r.retries != nil && n > 0 {
+		r.retries.Add(ctx, int64(n), r.attrs)
+	}
+}
+
+// Decision records the outcome err of one guarded write: nil is an
+// admitted write, a *fence.StaleError a stale refusal, a *fence.ReusedError
+// a reuse refusal (also logged); anything else records nothing.
+func (r *Recorder) Decision(ctx context.Context, err error) {
+	if r == nil {
+		return
+	}
+	if err == nil {
+		r.Accepted(ctx)
+		return
+	}
+	if se, ok := fence.IsStale(err); ok {
+		r.Stale(ctx, se.Presented, se.Highest)
+		return
+	}
+	if re, ok := fence.IsReused(err); ok {
+		r.Reused(ctx, re)
+	}
+}

@@ -1,0 +1,174 @@
+package guardobs_test
+
+import (
+	"context"
+	"errors"
+	"log/slog"
+	"testing"
+
+	sdkmetric "go.opentelemetry.io/otel/sdk/metric"
+	"go.opentelemetry.io/otel/sdk/metric/metricdata"
+
+	"github.com/fencekit/fencekit/fence"
+	"github.com/fencekit/fencekit/guards/guardobs"
+	"github.com/fencekit/fencekit/internal/obs"
+	"github.com/fencekit/fencekit/internal/obs/obstest"
+)
+
+// descriptor is what a dashboard depends on: name, unit, description and
+// the kind of data (with histogram bounds).
+type descriptor struct {
+	Name, Unit, Description, Kind string
+	Bounds                        string
+}
+
+func describe(t *testing.T, record func(mp *sdkmetric.MeterProvider)) map[string]descriptor {
+	t.Helper()
+	rd := sdkmetric.NewManualReader()
+	mp := sdkmetric.NewMeterProvider(sdkmetric.WithReader(rd))
+	defer func() { _ = mp.Shutdown(context.Background()) }()
+	record(mp)
+	var rm metricdata.ResourceMetrics
+	if err := rd.Collect(context.Background(), &rm); err != nil {
+		t.Fatal(err)
+	}
+	out := map[string]descriptor{}
+	for _, sm := range rm.ScopeMetrics {
+		if sm.Scope.Name != guardobs.Scope {
+			t.Errorf("scope %q, want %q", sm.Scope.Name, guardobs.Scope)
+		}
+		for _, m := range sm.Metrics {
+			d := descriptor{Name: m.Name, Unit: m.Unit, Description: m.Description}
+			switch data := m.Data.(type) {
+			case metricdata.Sum[int64]:
+				d.Kind = "sum"
+			case metricdata.Histogram[int64]:
+				d.Kind = "histogram"
+				for _, p := range data.DataPoints {
+					d.Bounds = fmtBounds(p.Bounds)
+				}
+			default:
+				d.Kind = "other"
+			}
+			out[m.Name] = d
+		}
+	}
+	return out
+}
+
+func fmtBounds(b []float64) string {
+	s := ""
+	for _, v := range b {
+		s += " " + slog.Float64Value(v).String()
+	}
+	return s
+}
+
+// TestSameInstrumentsAsInternalObs: a Recorder creates exactly the
+// instruments of fencekit's built-in guards (internal/obs), so moving a
+// guard from one to the other changes nothing a dashboard sees.
+func TestSameInstrumentsAsInternalObs(t *testing.T) {
+	ctx := context.Background()
+	stale := &fence.StaleError{Resource: "r", Presented: 3, Highest: 7}
+	reused := &fence.ReusedError{Resource: "r", Token: 7, Run: "a", MarkRun: "b"}
+	exercise := func(d func(context.Context, error), retried func(context.Context, int)) {
+		d(ctx, nil)
+		d(ctx, stale)
+		d(ctx, reused)
+		retried(ctx, 2)
+	}
+	want := describe(t, func(mp *sdkmetric.MeterProvider) {
+		g, err := obs.NewGuard(mp, obs.KindS3)
+		if err != nil {
+			t.Fatal(err)
+		}
+		exercise(g.Decision, g.Retried)
+	})
+	got := describe(t, func(mp *sdkmetric.MeterProvider) {
+		r, err := guardobs.New(guardobs.Config{Kind: guardobs.KindS3, MeterProvider: mp,
+			Retries: "S3 conditional pointer writes retried after losing a race (412/409)."})
+		if err != nil {
+			t.Fatal(err)
+		}
+		exercise(r.Decision, r.Retried)
+	})
+	if len(want) != 5 {
+		t.Fatalf("internal/obs recorded %d instruments, want 5: %v", len(want), want)
+	}
+	for name, w := range want {
+		if got[name] != w {
+			t.Errorf("%s: guardobs %+v, internal/obs %+v", name, got[name], w)
+		}
+	}
+	for name := range got {
+		if _, ok := want[name]; !ok {
+			t.Errorf("guardobs records %s, internal/obs does not", name)
+		}
+	}
+	for k, v := range map[string]string{obs.GuardAccepted: guardobs.MetricAccepted, obs.GuardStale: guardobs.MetricStale,
+		obs.GuardTokenGap: guardobs.MetricTokenGap, obs.GuardReused: guardobs.MetricReused, obs.GuardRetries: guardobs.RetriesName(obs.KindS3),
+		obs.KindMemory: guardobs.KindMemory, obs.KindPostgres: guardobs.KindPostgres, obs.KindHTTP: guardobs.KindHTTP, obs.KindS3: guardobs.KindS3} {
+		if k != v {
+			t.Errorf("internal/obs %q, guardobs %q", k, v)
+		}
+	}
+}
+
+func TestDecisionRecordsAndLogs(t *testing.T) {
+	ctx := context.Background()
+	m := obstest.NewMeter(t)
+	logs, logger := obstest.NewLogs()
+	r, err := guardobs.New(guardobs.Config{Kind: "etcd", MeterProvider: m.Provider, Logger: logger})
+	if err != nil {
+		t.Fatal(err)
+	}
+	r.Decision(ctx, nil)
+	r.Decision(ctx, nil)
+	r.Decision(ctx, &fence.StaleError{Resource: "r", Presented: 2, Highest: 12})
+	r.Decision(ctx, &fence.ReusedError{Resource: "doc/1", Token: 9, Run: "run-b", MarkRun: "run-a"})
+	r.Decision(ctx, fence.ErrBusy)
+	r.Decision(ctx, errors.New("store down"))
+	r.Retried(ctx, 3) // no retry counter configured: nothing
+	pts := m.Collect()
+	attr := map[string]string{guardobs.AttrGuard: "etcd"}
+	if v := obstest.Value(pts, guardobs.MetricAccepted, attr); v != 2 {
+		t.Errorf("accepted %v, want 2", v)
+	}
+	if v := obstest.Value(pts, guardobs.MetricStale, attr); v != 1 {
+		t.Errorf("stale %v, want 1", v)
+	}
+	if p := obstest.Find(pts, guardobs.MetricTokenGap, attr); len(p) != 1 || p[0].Sum != 10 {
+		t.Errorf("token gap %+v, want one point summing 10", p)
+	}
+	if v := obstest.Value(pts, guardobs.MetricReused, attr); v != 1 {
+		t.Errorf("reused %v, want 1", v)
+	}
+	if p := obstest.Find(pts, guardobs.RetriesName("etcd"), nil); len(p) != 0 {
+		t.Errorf("retries recorded without Config.Retries: %+v", p)
+	}
+	recs := logs.AtLeast(slog.LevelError)
+	if len(recs) != 1 {
+		t.Fatalf("%d error records, want 1: %+v", len(recs), recs)
+	}
+	want := map[string]string{guardobs.FieldResource: "doc/1", guardobs.FieldToken: "9", guardobs.FieldRun: "run-b", guardobs.FieldMarkRun: "run-a"}
+	if recs[0].Message != "etcdguard: "+guardobs.MsgReused {
+		t.Errorf("message %q", recs[0].Message)
+	}
+	for k, v := range want {
+		if recs[0].Attrs[k] != v {
+			t.Errorf("field %s = %q, want %q", k, recs[0].Attrs[k], v)
+		}
+	}
+}
+
+func TestNilRecorderAndBadConfig(t *testing.T) {
+	var r *guardobs.Recorder
+	r.Decision(context.Background(), nil)
+	r.Retried(context.Background(), 1)
+	r.Reused(context.Background(), &fence.ReusedError{})
+	for _, kind := range []string{"", "Redis", "has space", "a-b", "x123456789012345678901234567890123"} {
+		if _, err := guardobs.New(guardobs.Config{Kind: kind}); !errors.Is(err, guardobs.ErrInvalidConfig) {
+			t.Errorf("Kind %q: %v, want ErrInvalidConfig", kind, err)
+		}
+	}
+}

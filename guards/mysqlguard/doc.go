@@ -1,0 +1,89 @@
+// Package mysqlguard fences writes to MySQL and MariaDB tables through
+// database/sql (github.com/go-sql-driver/mysql): a write commits only if
+// its claim (a fencing token and, optionally, the run identity it was
+// granted to) is admitted by the resource's high-water mark, checked by one
+// statement in the write's own transaction.
+//
+// # Modes
+//
+// Marks mode (Guard, built by New) keeps the marks in a table of their own
+// (Config.Table, created by CreateTable from schema.sql), in the database
+// that holds the guarded data, so the mark and the data share one
+// transaction:
+//
+//   - InTx / InTxClaim: begin (isolation Config.IsoLevel), fence, run the
+//     function, commit; roll back on any error or panic.
+//   - FenceTx / FenceTxClaim: fence inside a transaction the caller opened
+//     (for example through an ORM).
+//   - Fence: the fence.Guard method, on Config.DB; the callback finds the
+//     transaction with TxFromContext. Mark reads a mark on Config.DB.
+//
+// In-row mode (Rows, built by NewRows) keeps the token and run identity in
+// columns of the user's own rows: Upsert / UpsertClaim write one row with
+// one INSERT ... ON DUPLICATE KEY UPDATE that changes nothing when the
+// claim is refused. The mark is the row: deleting the row deletes the mark.
+//
+// Each entry point has a ctx-first form, which takes the claim from ctx
+// (fence.ClaimFromContext), and a ...Claim form for a claim passed
+// explicitly.
+//
+// # One statement, one round trip
+//
+// The fence statement is an upsert whose update part assigns every column
+// through the decision (fence.DecideClaim over the stored token and run).
+// Its token assignment also sets LAST_INSERT_ID: 0 when admitted, minus the
+// stored token when refused, math.MinInt64 when the stored mark is not one
+// the guard writes. The OK reply carries that value, so an admitted or
+// stale write needs no second statement; only a refusal at the mark's own
+// token (a reuse) reads the mark's run. The stored run is checked with a
+// regular expression only when the tokens are equal, so a write with a
+// higher token evaluates none. The statement therefore sets the
+// session's LAST_INSERT_ID(). The assignments read only columns assigned
+// after them, so they mean the same under left-to-right assignment
+// (MySQL, MariaDB) and under MariaDB's SIMULTANEOUS_ASSIGNMENT.
+//
+// # What is guaranteed
+//
+//   - The decision rule of package fence with run identities: a lower token
+//     is refused with *fence.StaleError naming the mark; an equal token
+//     whose run differs from the mark's (both non-empty) with
+//     *fence.ReusedError, counted and logged at Error; anything else is
+//     admitted and stored as fence.NextMark says, atomically with the
+//     caller's writes.
+//   - After any refusal or database error, a transaction the guard fenced
+//     has been rolled back.
+//   - Concurrent holders of one resource serialise on the mark's row lock
+//     until the first transaction ends, under READ COMMITTED and
+//     REPEATABLE READ alike (the upsert reads the latest committed row).
+//   - Deadlock (1213) and lock wait timeout (1205) match fence.ErrBusy:
+//     nothing was committed; retry the transaction. Once ctx has ended,
+//     every error matches ctx.Err() and context.Cause(ctx) and none
+//     matches fence.ErrBusy.
+//   - A COMMIT of InTx or Fence whose reply is lost is settled by the
+//     write's id with a locking read on a fresh connection, which waits for
+//     the transaction to end: committed is reported as success, a mark
+//     still below the write's token as a definite error; otherwise the
+//     error matches ErrOutcomeUnknown.
+//   - A stored mark the guard did not write refuses the write with
+//     *MarkError and nothing is written: a token below 1 refuses every
+//     write; a run that is not a valid identity refuses the writes at its
+//     token, the only ones it decides (a higher token replaces it). Bad input (resource, token, run, missing claim, nil
+//     arguments, key arity) is refused with a typed error before any I/O.
+//     Identifiers are validated; values are bound parameters.
+//
+// # What is not guaranteed
+//
+//   - Only writes made in the fenced transaction are fenced.
+//   - Lock waits are bounded by ctx and the session's
+//     innodb_lock_wait_timeout (50 s unless set, for example with the DSN
+//     parameter innodb_lock_wait_timeout=5).
+//   - In-row mode: when the upsert's reply is lost the error matches
+//     ErrOutcomeUnknown without settling (the user's row has no write id);
+//     sending the same upsert again is safe. A FenceTx caller's own COMMIT
+//     is the caller's to settle (compare Mark with the claim). In-row mode
+//     needs Key to be the table's only unique key.
+//   - Tested on MariaDB 10.11; the SQL is MySQL 8 syntax too (VALUES() in
+//     ON DUPLICATE KEY UPDATE is deprecated there but supported).
+//   - Tokens of different lease keys are not comparable. Marks are never
+//     deleted by this package; deleting one re-admits older tokens.
+package mysqlguard

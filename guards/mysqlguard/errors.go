@@ -1,0 +1,111 @@
+package mysqlguard
+
+import (
+	"context"
+	"database/sql"
+	"database/sql/driver"
+	"errors"
+	"fmt"
+
+	"github.com/go-sql-driver/mysql"
+
+	"github.com/fencekit/fencekit/fence"
+)
+
+// ErrInvalidConfig is matched by every error New and NewRows return.
+var ErrInvalidConfig = errors.New("mysqlguard: invalid config")
+
+// ErrNilArgument is returned for a nil database, transaction or function.
+var ErrNilArgument = errors.New("mysqlguard: nil argument")
+
+// ErrNoDB is returned by Fence and Mark of a Guard built without Config.DB.
+var ErrNoDB = errors.New("mysqlguard: Config.DB is nil (Fence and Mark need it)")
+
+// ErrKeyArity is matched by the error of an in-row write whose key or value
+// count does not match RowsConfig.
+var ErrKeyArity = errors.New("mysqlguard: wrong number of key or column values")
+
+// ErrCorruptMark is matched by a *MarkError: a stored mark (a marks-table
+// row, or the token and run columns of a row in in-row mode) is not one
+// this guard writes. Nothing is written.
+var ErrCorruptMark = errors.New("mysqlguard: unreadable mark")
+
+// ErrOutcomeUnknown is matched by the error of a write whose last request
+// (COMMIT, or the upsert of in-row mode) may have reached the server while
+// no reply came back, and whose outcome the guard could not settle: the
+// write may or may not have been committed. Read the mark or the data
+// before assuming either.
+var ErrOutcomeUnknown = errors.New("mysqlguard: outcome unknown")
+
+// MarkError reports a stored mark the guard cannot read. It matches
+// ErrCorruptMark.
+type MarkError struct {
+	Resource string
+	Reason   string
+}
+
+// Error implements error.
+func (e *MarkError) Error() string {
+	return fmt.Sprintf("mysqlguard: %q: unreadable mark: %s", e.Resource, e.Reason)
+}
+
+// Is reports whether target is ErrCorruptMark.
+func (e *MarkError) Is(target error) bool { return target == ErrCorruptMark }
+
+// busyCodes are the server errors after which retrying the transaction is
+// the right answer.
+var busyCodes = map[uint16]string{
+	1213: "deadlock",
+	1205: "lock wait timeout",
+}
+
+// dbError maps a database error of operation op. Once ctx has ended, the
+// error matches ctx.Err() and context.Cause(ctx) and never fence.ErrBusy.
+func dbError(ctx context.Context, table, resource, op string, err error) error {
+	if fence.ContextError(ctx) != nil {
+		return fence.WrapContext(ctx, fmt.Errorf("mysqlguard: %s %q: %w", op, resource, err))
+	}
+	var me *mysql.MySQLError
+	if errors.As(err, &me) {
+		if what, ok := busyCodes[me.Number]; ok {
+			return fmt.Errorf("mysqlguard: %s %q: %s: %w: %w", op, resource, what, fence.ErrBusy, err)
+		}
+		if me.Number == 1146 || me.Number == 1054 {
+			return fmt.Errorf("mysqlguard: %s %q: table %s missing or without the guard's columns: %w", op, resource, table, err)
+		}
+	}
+	return fmt.Errorf("mysqlguard: %s %q: %w", op, resource, err)
+}
+
+// maybeSent reports whether a failed request may have reached the server:
+// false for the server's own error replies and for errors the driver
+// reports before sending anything.
+func maybeSent(err error) bool {
+	var me *mysql.MySQLError
+	switch {
+	case errors.As(err, &me):
+		return false
+	case errors.Is(err, driver.ErrBadConn), errors.Is(err, sql.ErrTxDone), errors.Is(err, sql.ErrConnDone):
+		return false
+	}
+	return true
+}
+
+// outcomeError is the error of a write whose outcome is unknown: it
+// matches ErrOutcomeUnknown and the store error (and, through
+// fence.WrapContext, an ended context's error and cause).
+type outcomeError struct {
+	resource, op string
+	err          error
+}
+
+func (e *outcomeError) Error() string {
+	return fmt.Sprintf("mysqlguard: %s %q: request sent, no reply: outcome unknown: %v", e.op, e.resource, e.err)
+}
+
+func (e *outcomeError) Unwrap() []error { return []error{ErrOutcomeUnknown, e.err} }
+
+// outcomeUnknown returns the error of a write whose outcome is unknown.
+func outcomeUnknown(ctx context.Context, resource, op string, err error) error {
+	return fence.WrapContext(ctx, &outcomeError{resource: resource, op: op, err: err})
+}

@@ -1,0 +1,491 @@
+package mysqlguard
+
+import (
+	"context"
+	"crypto/rand"
+	_ "embed"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"log/slog"
+	"regexp"
+	"strings"
+	"time"
+
+	"database/sql"
+
+	"go.opentelemetry.io/otel/metric"
+
+	"github.com/fencekit/fencekit/fence"
+	"github.com/fencekit/fencekit/guards/guardobs"
+)
+
+// DefaultTable is Config.Table's default.
+const DefaultTable = "fencekit_guard_marks"
+
+// DefaultSettleTimeout is Config.SettleTimeout's default.
+const DefaultSettleTimeout = 5 * time.Second
+
+//go:embed schema.sql
+var schemaSQL string
+
+// Beginner begins transactions: *sql.DB and *sql.Conn implement it.
+type Beginner interface {
+	BeginTx(ctx context.Context, opts *sql.TxOptions) (*sql.Tx, error)
+}
+
+// Config configures a Guard (marks mode).
+type Config struct {
+	// DB opens the transactions of Fence (the fence.Guard method), serves
+	// Mark, and settles a COMMIT whose reply was lost (InTx without it
+	// settles on its db argument when that is a *sql.DB). Nil: Fence and
+	// Mark return ErrNoDB.
+	DB *sql.DB
+	// Table is the marks table (created by CreateTable). A plain
+	// identifier: a lower-case letter or '_', then lower-case letters,
+	// digits or '_', at most 64 bytes. Default DefaultTable.
+	Table string
+	// IsoLevel is the isolation level of the transactions the Guard opens
+	// (InTx, Fence): sql.LevelDefault (the server's; REPEATABLE READ unless
+	// configured otherwise), sql.LevelReadCommitted, sql.LevelRepeatableRead
+	// or sql.LevelSerializable.
+	IsoLevel sql.IsolationLevel
+	// SettleTimeout bounds the locking read that settles a COMMIT whose
+	// reply was lost. Default DefaultSettleTimeout.
+	SettleTimeout time.Duration
+	// MeterProvider records the guard instruments of package guardobs with
+	// guard="mysql". Nil records nothing.
+	MeterProvider metric.MeterProvider
+	// Logger receives an Error record for every write refused because its
+	// token was reused by another run. Nil discards.
+	Logger *slog.Logger
+}
+
+var identRE = regexp.MustCompile(`^[a-z_][a-z0-9_]{0,63}$`)
+
+// quoteIdent validates a configurable identifier and quotes it.
+func quoteIdent(field, name string) (string, error) {
+	if !identRE.MatchString(name) {
+		return "", fmt.Errorf("%w: %s %q: want a lower-case letter or '_', then lower-case letters, digits or '_', at most 64 bytes", ErrInvalidConfig, field, name)
+	}
+	return "`" + name + "`", nil
+}
+
+// Guard fences MySQL / MariaDB writes with the high-water marks of its
+// marks table, checked by one statement in the write's own transaction.
+// It is safe for concurrent use.
+type Guard struct {
+	db            *sql.DB
+	table         string
+	iso           sql.IsolationLevel
+	settleTimeout time.Duration
+	fenceSQL      string
+	runSQL        string
+	markSQL       string
+	settleSQL     string
+	createSQL     string
+	rec           *guardobs.Recorder
+
+	beforeCommit func()          // tests: runs just before COMMIT is sent
+	afterCommit  func(err error) // tests: runs when COMMIT returned
+}
+
+var _ fence.Guard = (*Guard)(nil)
+
+// New validates cfg, fills defaults and returns a Guard. It does no I/O.
+func New(cfg Config) (*Guard, error) {
+	if cfg.Table == "" {
+		cfg.Table = DefaultTable
+	}
+	t, err := quoteIdent("Table", cfg.Table)
+	if err != nil {
+		return nil, err
+	}
+	switch cfg.IsoLevel {
+	case sql.LevelDefault, sql.LevelReadCommitted, sql.LevelRepeatableRead, sql.LevelSerializable:
+	default:
+		return nil, fmt.Errorf("%w: IsoLevel %v (want default, read committed, repeatable read or serializable)", ErrInvalidConfig, cfg.IsoLevel)
+	}
+	switch {
+	case cfg.SettleTimeout < 0:
+		return nil, fmt.Errorf("%w: SettleTimeout %v is negative", ErrInvalidConfig, cfg.SettleTimeout)
+	case cfg.SettleTimeout == 0:
+		cfg.SettleTimeout = DefaultSettleTimeout
+	}
+	rec, err := guardobs.New(guardobs.Config{Kind: guardobs.KindMySQL, Name: "mysqlguard",
+		MeterProvider: cfg.MeterProvider, Logger: cfg.Logger})
+	if err != nil {
+		return nil, fmt.Errorf("%w: %w", ErrInvalidConfig, err)
+	}
+	return &Guard{
+		db: cfg.DB, table: cfg.Table, iso: cfg.IsoLevel, settleTimeout: cfg.SettleTimeout, rec: rec,
+		fenceSQL:  marksFenceSQL(t),
+		runSQL:    `SELECT token, run FROM ` + t + ` WHERE resource = ? FOR UPDATE`,
+		markSQL:   `SELECT token, run FROM ` + t + ` WHERE resource = ?`,
+		settleSQL: `SELECT token, write_id FROM ` + t + ` WHERE resource = ? FOR UPDATE`,
+		createSQL: strings.Replace(schemaSQL, "IF NOT EXISTS "+DefaultTable, "IF NOT EXISTS "+t, 1),
+	}, nil
+}
+
+// validSQL holds when the stored token is one this guard writes (positive).
+func validSQL(tok string) string { return "(" + tok + " >= 1)" }
+
+// admitSQL is the decision rule of fence.DecideClaim over the stored token
+// and run (columns tok, run; run "" when there is none) and the claim's
+// (VALUES of the same columns). A stored token below 1 admits nothing. The
+// stored run matters only when the tokens are equal: only then is it
+// checked (REGEXP, as fence.ValidateRun) and compared, so the usual write
+// with a higher token evaluates no regular expression; a malformed run at
+// an equal token refuses the write, and the guard reports it as a
+// *MarkError after reading it.
+func admitSQL(tok, run string) string {
+	if run == "" {
+		return "(" + validSQL(tok) + " AND " + tok + " <= VALUES(" + tok + "))"
+	}
+	return "(" + validSQL(tok) + " AND (" + tok + " < VALUES(" + tok + ") OR (" + tok + " = VALUES(" + tok + ") AND " +
+		run + " REGEXP '^[0-9A-Za-z._:-]{0,64}$' AND (VALUES(" + run + ") = '' OR " + run + " = '' OR " + run + " = VALUES(" + run + ")))))"
+}
+
+// nextRunSQL is fence.NextMark's run.
+func nextRunSQL(tok, run string) string {
+	return "IF(VALUES(" + run + ") <> '', VALUES(" + run + "), IF(" + tok + " = VALUES(" + tok + "), " + run + ", ''))"
+}
+
+// corruptInsertID is the insert id of a write refused because the stored
+// mark is not valid (math.MinInt64, which no token's negation gives).
+const corruptInsertID = -1 << 63
+
+// refusedSQL assigns the token column: unchanged when the claim is
+// refused, the claim's token otherwise. As a side effect it sets the
+// statement's LAST_INSERT_ID to 0 when admitted, to minus the stored token
+// when refused, and to corruptInsertID when the stored token is not valid,
+// so the OK reply says which, and the mark, without a second statement. An
+// inserted row never evaluates it: its insert id is 0 (or the table's
+// AUTO_INCREMENT value), never negative.
+func refusedSQL(tok, run string) string {
+	admit := admitSQL(tok, run)
+	return tok + " = IF(LAST_INSERT_ID(IF(" + admit + ", 0, IF(" + validSQL(tok) + ", -" + tok +
+		", -9223372036854775807 - 1))) IS NULL, " + tok + ", IF(" + admit + ", VALUES(" + tok + "), " + tok + "))"
+}
+
+// marksFenceSQL is the one fence statement of the marks mode: an upsert
+// whose update part changes the row only when the claim is admitted. The
+// assignments read only columns assigned after them, so they mean the same
+// whether the server assigns left to right (MySQL, MariaDB) or
+// simultaneously (MariaDB's SIMULTANEOUS_ASSIGNMENT mode). It takes the
+// row's lock until the transaction ends.
+func marksFenceSQL(table string) string {
+	admit := admitSQL("token", "run")
+	return `INSERT INTO ` + table + ` (resource, token, run, write_id) VALUES (?, ?, ?, ?)
+ON DUPLICATE KEY UPDATE
+    write_id = IF(` + admit + `, VALUES(write_id), write_id),
+    updated_at = IF(` + admit + `, CURRENT_TIMESTAMP(6), updated_at),
+    run = IF(` + admit + `, ` + nextRunSQL("token", "run") + `, run),
+    ` + refusedSQL("token", "run")
+}
+
+// CreateTable creates the marks table (schema.sql) if it does not exist.
+func (g *Guard) CreateTable(ctx context.Context, db *sql.DB) error {
+	if db == nil {
+		return fmt.Errorf("%w: CreateTable with nil db", ErrNilArgument)
+	}
+	if _, err := db.ExecContext(ctx, g.createSQL); err != nil {
+		return fence.WrapContext(ctx, fmt.Errorf("mysqlguard: create table %s: %w", g.table, err))
+	}
+	return nil
+}
+
+// Table returns the marks table's name.
+func (g *Guard) Table() string { return g.table }
+
+// args checks a call's input before any I/O: resource, claim, and a ctx that
+// has not ended.
+func args(ctx context.Context, resource string, c fence.Claim) error {
+	if err := fence.ValidateResource(resource); err != nil {
+		return err
+	}
+	if err := c.Validate(); err != nil {
+		return err
+	}
+	if err := fence.ContextError(ctx); err != nil {
+		return fmt.Errorf("mysqlguard: %q: %w", resource, err)
+	}
+	return nil
+}
+
+// ctxClaim returns the claim ctx carries, checked like args.
+func ctxClaim(ctx context.Context, resource string) (fence.Claim, error) {
+	if err := fence.ValidateResource(resource); err != nil {
+		return fence.Claim{}, err
+	}
+	c, err := fence.ClaimFromContext(ctx)
+	if err != nil {
+		return fence.Claim{}, fmt.Errorf("mysqlguard: %q: %w", resource, err)
+	}
+	return c, args(ctx, resource, c)
+}
+
+func newWriteID() string {
+	var b [16]byte
+	_, _ = rand.Read(b[:])
+	return hex.EncodeToString(b[:])
+}
+
+// InTx begins a transaction on db (isolation Config.IsoLevel), fences it
+// under the claim ctx carries (fence.ClaimFromContext; none:
+// fence.ErrNoToken, nothing sent), calls fn with ctx and the transaction,
+// and commits. Any error or panic rolls the transaction back. A refused
+// claim is a *fence.StaleError or *fence.ReusedError; deadlock (1213) and
+// lock wait timeout (1205) match fence.ErrBusy. When COMMIT's reply is
+// lost, the outcome is settled by the write's id with a locking read of
+// the mark on a fresh connection (of Config.DB, or of db when Config.DB is
+// nil and db is a *sql.DB): committed is success; otherwise the error matches
+// ErrOutcomeUnknown unless the mark shows the write was not committed.
+func (g *Guard) InTx(ctx context.Context, db Beginner, resource string, fn func(ctx context.Context, tx *sql.Tx) error) error {
+	c, err := ctxClaim(ctx, resource)
+	if err != nil {
+		return err
+	}
+	return g.inTx(ctx, db, resource, c, fn)
+}
+
+// InTxClaim is InTx for a claim passed explicitly (fence.ClaimFor(ctx,
+// token) for a token from elsewhere).
+func (g *Guard) InTxClaim(ctx context.Context, db Beginner, resource string, c fence.Claim, fn func(ctx context.Context, tx *sql.Tx) error) error {
+	if err := args(ctx, resource, c); err != nil {
+		return err
+	}
+	return g.inTx(ctx, db, resource, c, fn)
+}
+
+func (g *Guard) inTx(ctx context.Context, db Beginner, resource string, c fence.Claim, fn func(ctx context.Context, tx *sql.Tx) error) error {
+	if db == nil || fn == nil {
+		return fmt.Errorf("%w: InTx with nil db or fn", ErrNilArgument)
+	}
+	tx, err := db.BeginTx(ctx, &sql.TxOptions{Isolation: g.iso})
+	if err != nil {
+		return dbError(ctx, g.table, resource, "begin", err)
+	}
+	defer rollback(tx) // no-op (sql.ErrTxDone) after Commit
+	id := newWriteID()
+	if err := g.fence(ctx, tx, resource, c, id); err != nil {
+		return err
+	}
+	if err := fn(ctx, tx); err != nil {
+		return fence.WrapContext(ctx, err)
+	}
+	return g.commit(ctx, db, tx, resource, c, id)
+}
+
+// commit commits tx and settles a lost reply.
+func (g *Guard) commit(ctx context.Context, db Beginner, tx *sql.Tx, resource string, c fence.Claim, id string) error {
+	if g.beforeCommit != nil {
+		g.beforeCommit()
+	}
+	err := tx.Commit()
+	if g.afterCommit != nil {
+		g.afterCommit(err)
+	}
+	if err == nil {
+		return nil
+	}
+	if !maybeSent(err) {
+		return dbError(ctx, g.table, resource, "commit", err)
+	}
+	settleDB := g.db
+	if settleDB == nil {
+		settleDB, _ = db.(*sql.DB)
+	}
+	if settleDB == nil {
+		return outcomeUnknown(ctx, resource, "commit", err)
+	}
+	committed, known := g.settle(ctx, settleDB, resource, c, id)
+	switch {
+	case committed:
+		return nil
+	case known:
+		return dbError(ctx, g.table, resource, "commit (reply lost; settled: not committed)", err)
+	}
+	return outcomeUnknown(ctx, resource, "commit", err)
+}
+
+// settle reads the mark with a locking read in a fresh transaction, which
+// waits for the transaction whose COMMIT reply was lost to end (committed,
+// or rolled back once the server sees its connection gone). committed:
+// the mark carries the write id. known and not committed: the mark is
+// below the write's token, so the transaction did not commit. Otherwise
+// (the mark moved on under another write, or the read failed) the outcome
+// is unknown.
+func (g *Guard) settle(ctx context.Context, db *sql.DB, resource string, c fence.Claim, id string) (committed, known bool) {
+	sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), g.settleTimeout)
+	defer cancel()
+	tx, err := db.BeginTx(sctx, &sql.TxOptions{Isolation: sql.LevelReadCommitted})
+	if err != nil {
+		return false, false
+	}
+	defer rollback(tx)
+	var (
+		tok int64
+		wid string
+	)
+	err = tx.QueryRowContext(sctx, g.settleSQL, resource).Scan(&tok, &wid)
+	switch {
+	case errors.Is(err, sql.ErrNoRows):
+		return false, true
+	case err != nil:
+		return false, false
+	case wid == id:
+		return true, true
+	case fence.Token(tok) < c.Token:
+		return false, true
+	}
+	return false, false
+}
+
+// FenceTx fences a transaction the caller opened (directly or through an
+// ORM) under the claim ctx carries: one statement; tx's settings are left
+// as they are. After any error except the input errors, tx has been
+// rolled back. The caller commits; if its COMMIT's reply is lost, compare
+// Mark with the claim before assuming either outcome.
+func (g *Guard) FenceTx(ctx context.Context, tx *sql.Tx, resource string) error {
+	c, err := ctxClaim(ctx, resource)
+	if err != nil {
+		return err
+	}
+	return g.fenceTxChecked(ctx, tx, resource, c)
+}
+
+// FenceTxClaim is FenceTx for a claim passed explicitly.
+func (g *Guard) FenceTxClaim(ctx context.Context, tx *sql.Tx, resource string, c fence.Claim) error {
+	if err := args(ctx, resource, c); err != nil {
+		return err
+	}
+	return g.fenceTxChecked(ctx, tx, resource, c)
+}
+
+func (g *Guard) fenceTxChecked(ctx context.Context, tx *sql.Tx, resource string, c fence.Claim) error {
+	if tx == nil {
+		return fmt.Errorf("%w: FenceTx with nil tx", ErrNilArgument)
+	}
+	return g.fence(ctx, tx, resource, c, newWriteID())
+}
+
+// fence runs the fence statement in tx and decides; on refusal or error tx
+// is rolled back.
+func (g *Guard) fence(ctx context.Context, tx *sql.Tx, resource string, c fence.Claim, id string) error {
+	err := g.fenceOnce(ctx, tx, resource, c, id)
+	if err != nil {
+		rollback(tx)
+	}
+	g.rec.Decision(ctx, err)
+	return fence.WrapContext(ctx, err)
+}
+
+func (g *Guard) fenceOnce(ctx context.Context, tx *sql.Tx, resource string, c fence.Claim, id string) error {
+	res, err := tx.ExecContext(ctx, g.fenceSQL, resource, int64(c.Token), c.Run, id)
+	if err != nil {
+		return dbError(ctx, g.table, resource, "fence", err)
+	}
+	li, err := res.LastInsertId()
+	if err != nil {
+		return dbError(ctx, g.table, resource, "fence", err)
+	}
+	switch {
+	case li >= 0:
+		return nil
+	case li == corruptInsertID:
+		return g.corrupt(ctx, tx, resource)
+	}
+	mark := fence.Token(-li)
+	if mark > c.Token {
+		return &fence.StaleError{Resource: resource, Presented: c.Token, Highest: mark}
+	}
+	// The token equals the mark: read the mark's run (the row is locked by
+	// the fence statement) to name it in the reuse error.
+	var (
+		tok int64
+		run string
+	)
+	if err := tx.QueryRowContext(ctx, g.runSQL, resource).Scan(&tok, &run); err != nil {
+		return dbError(ctx, g.table, resource, "read mark", err)
+	}
+	if err := (fence.Claim{Token: fence.Token(tok), Run: run}).Validate(); err != nil {
+		return &MarkError{Resource: resource, Reason: fmt.Sprintf("token %d, run %q", tok, run)}
+	}
+	if derr := fence.DecideClaim(resource, c, fence.Token(tok), run); derr != nil {
+		return derr
+	}
+	return &MarkError{Resource: resource, Reason: fmt.Sprintf("fence statement refused token %d, mark (%d, %q) admits it", c.Token, tok, run)}
+}
+
+// corrupt reads a mark the fence statement found invalid, for the error.
+func (g *Guard) corrupt(ctx context.Context, tx *sql.Tx, resource string) error {
+	var (
+		tok int64
+		run string
+	)
+	if err := tx.QueryRowContext(ctx, g.runSQL, resource).Scan(&tok, &run); err != nil {
+		return dbError(ctx, g.table, resource, "read mark", err)
+	}
+	return &MarkError{Resource: resource, Reason: fmt.Sprintf("token %d, run %q", tok, run)}
+}
+
+// TxFromContext returns the transaction of a running Fence write callback.
+func TxFromContext(ctx context.Context) (*sql.Tx, bool) {
+	tx, ok := ctx.Value(txKey{}).(*sql.Tx)
+	return tx, ok
+}
+
+type txKey struct{}
+
+// Fence implements fence.Guard on Config.DB: it begins a transaction,
+// fences it under token (with the run ctx carries for that token,
+// fence.ClaimFor), runs write with a ctx from which TxFromContext returns
+// the transaction, and commits when write returns nil (rolls back
+// otherwise). Errors are InTx's.
+func (g *Guard) Fence(ctx context.Context, resource string, token fence.Token, write func(ctx context.Context) error) error {
+	c := fence.ClaimFor(ctx, token)
+	if err := args(ctx, resource, c); err != nil {
+		return err
+	}
+	if write == nil {
+		return fmt.Errorf("%w: Fence with nil write", ErrNilArgument)
+	}
+	if g.db == nil {
+		return ErrNoDB
+	}
+	return g.inTx(ctx, g.db, resource, c, func(ctx context.Context, tx *sql.Tx) error {
+		return write(context.WithValue(ctx, txKey{}, tx))
+	})
+}
+
+// Mark returns resource's mark, read on Config.DB: the token and run
+// identity of the last admitted write that committed, or the zero Claim.
+func (g *Guard) Mark(ctx context.Context, resource string) (fence.Claim, error) {
+	if err := fence.ValidateResource(resource); err != nil {
+		return fence.Claim{}, err
+	}
+	if g.db == nil {
+		return fence.Claim{}, ErrNoDB
+	}
+	var (
+		tok int64
+		run string
+	)
+	err := g.db.QueryRowContext(ctx, g.markSQL, resource).Scan(&tok, &run)
+	if errors.Is(err, sql.ErrNoRows) {
+		return fence.Claim{}, nil
+	}
+	if err != nil {
+		return fence.Claim{}, dbError(ctx, g.table, resource, "read mark", err)
+	}
+	c := fence.Claim{Token: fence.Token(tok), Run: run}
+	if err := c.Validate(); err != nil {
+		return fence.Claim{}, &MarkError{Resource: resource, Reason: err.Error()}
+	}
+	return c, nil
+}
+
+// rollback rolls tx back. database/sql's Rollback takes no context: when
+// the connection is stuck, it returns once database/sql closes it.
+func rollback(tx *sql.Tx) { _ = tx.Rollback() }

@@ -1,0 +1,287 @@
+package mysqlguard
+
+import (
+	"context"
+	"database/sql"
+	"errors"
+	"fmt"
+	"log/slog"
+	"strings"
+
+	"go.opentelemetry.io/otel/metric"
+
+	"github.com/fencekit/fencekit/fence"
+	"github.com/fencekit/fencekit/guards/guardobs"
+)
+
+// RowsConfig configures in-row fencing of one table: the token (and
+// optionally the run identity) is kept in columns of the user's own rows,
+// and each write is one conditional upsert. No marks table is involved.
+type RowsConfig struct {
+	// Table is the guarded table (an identifier as Config.Table).
+	// Required. Its only unique keys should be Key's: INSERT ... ON
+	// DUPLICATE KEY UPDATE updates the row any unique key matches.
+	Table string
+	// Key names the columns of the table's primary key (or of a unique key
+	// on them), in the order their values are passed. Required.
+	Key []string
+	// Columns names the data columns each write sets, in the order their
+	// values are passed. May be empty.
+	Columns []string
+	// TokenColumn is the BIGINT column holding the token of the write that
+	// stored the row. Default DefaultTokenColumn.
+	TokenColumn string
+	// RunColumn, when set, is a VARBINARY(64) (or VARCHAR(64)) NOT NULL
+	// DEFAULT '' column holding that write's run identity; it enables the
+	// reuse check (fence.DecideClaim). Empty: run identities are ignored.
+	RunColumn string
+	// MeterProvider and Logger as in Config (guard="mysql").
+	MeterProvider metric.MeterProvider
+	Logger        *slog.Logger
+}
+
+// DefaultTokenColumn is RowsConfig.TokenColumn's default.
+const DefaultTokenColumn = "fence_token"
+
+// Querier runs statements: *sql.DB, *sql.Conn and *sql.Tx implement it.
+type Querier interface {
+	ExecContext(ctx context.Context, query string, args ...any) (sql.Result, error)
+	QueryRowContext(ctx context.Context, query string, args ...any) *sql.Row
+}
+
+// Rows fences writes to one table whose rows carry their own token. It is
+// safe for concurrent use.
+type Rows struct {
+	table       string
+	nKey, nCols int
+	withRun     bool
+	upsertSQL   string
+	readSQL     string
+	lockSQL     string
+	rec         *guardobs.Recorder
+}
+
+// refusedRetries bounds how often a refused write is tried again when the
+// read that names the mark finds the row admitting (it changed between the
+// two statements, outside a transaction).
+const refusedRetries = 3
+
+// NewRows validates cfg, fills defaults and returns a Rows. It does no I/O;
+// the table must exist with the named columns.
+func NewRows(cfg RowsConfig) (*Rows, error) {
+	if cfg.TokenColumn == "" {
+		cfg.TokenColumn = DefaultTokenColumn
+	}
+	table, err := quoteIdent("Table", cfg.Table)
+	if err != nil {
+		return nil, err
+	}
+	if len(cfg.Key) == 0 {
+		return nil, fmt.Errorf("%w: Key: at least one column", ErrInvalidConfig)
+	}
+	seen := map[string]bool{}
+	quote := func(field string, names []string) ([]string, error) {
+		out := make([]string, len(names))
+		for i, n := range names {
+			q, err := quoteIdent(field, n)
+			if err != nil {
+				return nil, err
+			}
+			if seen[n] {
+				return nil, fmt.Errorf("%w: %s: column %q named twice", ErrInvalidConfig, field, n)
+			}
+			seen[n] = true
+			out[i] = q
+		}
+		return out, nil
+	}
+	keys, err := quote("Key", cfg.Key)
+	if err != nil {
+		return nil, err
+	}
+	cols, err := quote("Columns", cfg.Columns)
+	if err != nil {
+		return nil, err
+	}
+	tok, err := quote("TokenColumn", []string{cfg.TokenColumn})
+	if err != nil {
+		return nil, err
+	}
+	run := ""
+	if cfg.RunColumn != "" {
+		r, err := quote("RunColumn", []string{cfg.RunColumn})
+		if err != nil {
+			return nil, err
+		}
+		run = r[0]
+	}
+	rec, err := guardobs.New(guardobs.Config{Kind: guardobs.KindMySQL, Name: "mysqlguard",
+		MeterProvider: cfg.MeterProvider, Logger: cfg.Logger})
+	if err != nil {
+		return nil, fmt.Errorf("%w: %w", ErrInvalidConfig, err)
+	}
+	r := &Rows{table: cfg.Table, nKey: len(keys), nCols: len(cols), withRun: run != "", rec: rec}
+	r.statements(table, keys, cols, tok[0], run)
+	return r, nil
+}
+
+// statements builds the conditional upsert and the reads that name the
+// mark. The data columns are assigned first, then the run, then the token:
+// each assignment reads only columns assigned after it (see marksFenceSQL).
+func (r *Rows) statements(table string, keys, cols []string, tok, run string) {
+	names := append(append(append([]string{}, keys...), cols...), tok)
+	if run != "" {
+		names = append(names, run)
+	}
+	marks := strings.TrimSuffix(strings.Repeat("?, ", len(names)), ", ")
+	admit := admitSQL(tok, run)
+	var set []string
+	for _, c := range cols {
+		set = append(set, c+" = IF("+admit+", VALUES("+c+"), "+c+")")
+	}
+	if run != "" {
+		set = append(set, run+" = IF("+admit+", "+nextRunSQL(tok, run)+", "+run+")")
+	}
+	set = append(set, refusedSQL(tok, run))
+	r.upsertSQL = "INSERT INTO " + table + " (" + strings.Join(names, ", ") + ") VALUES (" + marks + ")\n" +
+		"ON DUPLICATE KEY UPDATE\n    " + strings.Join(set, ",\n    ")
+	var where []string
+	for _, k := range keys {
+		where = append(where, k+" = ?")
+	}
+	sel := tok + ", ''"
+	if run != "" {
+		sel = tok + ", " + run
+	}
+	r.readSQL = "SELECT " + sel + " FROM " + table + " WHERE " + strings.Join(where, " AND ")
+	r.lockSQL = r.readSQL + " FOR UPDATE"
+}
+
+// resource names the row in errors and checks: the key's single value as
+// text, or fence.JoinResource of the values of a composite key.
+func (r *Rows) resource(key []any) string {
+	if len(key) == 1 {
+		return fmt.Sprint(key[0])
+	}
+	parts := make([]string, len(key))
+	for i, k := range key {
+		parts[i] = fmt.Sprint(k)
+	}
+	return fence.JoinResource(parts...)
+}
+
+// Upsert writes one row under the claim ctx carries: key holds the values
+// of RowsConfig.Key, values those of RowsConfig.Columns. The row is
+// inserted, or updated with its token (and run identity) in its own
+// columns, only if the claim is admitted by the token (and run) the row
+// holds: one INSERT ... ON DUPLICATE KEY UPDATE whose reply also carries
+// the decision, so an admitted or stale write is one round trip. Only a
+// refusal at the mark's own token (a reuse) reads the row's run.
+//
+// q may be a *sql.DB or *sql.Conn (the write is then its own transaction)
+// or a *sql.Tx, whose other writes then commit or roll back with it; after
+// a refusal or a database error such a transaction has been rolled back.
+// The resource named in errors is the key's value as text
+// (fence.JoinResource of the values for a composite key) and must pass
+// fence.ValidateResource. The upsert sets the session's LAST_INSERT_ID().
+// When the upsert's reply is lost the error matches ErrOutcomeUnknown:
+// sending the same upsert again is safe (the same claim is admitted again).
+func (r *Rows) Upsert(ctx context.Context, q Querier, key []any, values ...any) error {
+	res, err := r.arity(key, values)
+	if err != nil {
+		return err
+	}
+	c, err := ctxClaim(ctx, res)
+	if err != nil {
+		return err
+	}
+	return r.upsert(ctx, q, res, c, key, values)
+}
+
+// UpsertClaim is Upsert for a claim passed explicitly, right after the key.
+func (r *Rows) UpsertClaim(ctx context.Context, q Querier, key []any, c fence.Claim, values ...any) error {
+	res, err := r.arity(key, values)
+	if err != nil {
+		return err
+	}
+	if err := args(ctx, res, c); err != nil {
+		return err
+	}
+	return r.upsert(ctx, q, res, c, key, values)
+}
+
+func (r *Rows) arity(key, values []any) (string, error) {
+	if len(key) != r.nKey || len(values) != r.nCols {
+		return "", fmt.Errorf("%w: %d key and %d column values for %d key and %d data columns of %s",
+			ErrKeyArity, len(key), len(values), r.nKey, r.nCols, r.table)
+	}
+	res := r.resource(key)
+	return res, fence.ValidateResource(res)
+}
+
+func (r *Rows) upsert(ctx context.Context, q Querier, res string, c fence.Claim, key, values []any) error {
+	if q == nil {
+		return fmt.Errorf("%w: Upsert with nil querier", ErrNilArgument)
+	}
+	tx, inTx := q.(*sql.Tx)
+	a := make([]any, 0, len(key)+len(values)+2)
+	a = append(append(append(a, key...), values...), int64(c.Token))
+	if r.withRun {
+		a = append(a, c.Run)
+	}
+	err := r.attempts(ctx, q, inTx, res, c, key, a)
+	if err != nil && inTx {
+		rollback(tx)
+	}
+	r.rec.Decision(ctx, err)
+	return fence.WrapContext(ctx, err)
+}
+
+// attempts runs the conditional upsert and decides from its insert id; a
+// refusal at the mark's token reads the row's run. If that read finds the
+// row admitting (changed between the statements, outside a transaction),
+// the write is tried again.
+func (r *Rows) attempts(ctx context.Context, q Querier, inTx bool, res string, c fence.Claim, key, a []any) error {
+	for range refusedRetries {
+		sr, err := q.ExecContext(ctx, r.upsertSQL, a...)
+		if err != nil {
+			if maybeSent(err) && !inTx {
+				return outcomeUnknown(ctx, res, "upsert", err)
+			}
+			return dbError(ctx, r.table, res, "upsert", err)
+		}
+		li, err := sr.LastInsertId()
+		if err != nil {
+			return dbError(ctx, r.table, res, "upsert", err)
+		}
+		if li >= 0 {
+			return nil
+		}
+		if li != corruptInsertID && fence.Token(-li) > c.Token {
+			return &fence.StaleError{Resource: res, Presented: c.Token, Highest: fence.Token(-li)}
+		}
+		read := r.readSQL
+		if inTx {
+			read = r.lockSQL
+		}
+		var (
+			tok int64
+			run string
+		)
+		err = q.QueryRowContext(ctx, read, key...).Scan(&tok, &run)
+		switch {
+		case errors.Is(err, sql.ErrNoRows):
+			continue // deleted meanwhile: try again
+		case err != nil:
+			return dbError(ctx, r.table, res, "read mark", err)
+		}
+		mark := fence.Claim{Token: fence.Token(tok), Run: run}
+		if err := mark.Validate(); err != nil {
+			return &MarkError{Resource: res, Reason: fmt.Sprintf("token %d, run %q", tok, run)}
+		}
+		if derr := fence.DecideClaim(res, c, mark.Token, mark.Run); derr != nil {
+			return derr
+		}
+	}
+	return fmt.Errorf("mysqlguard: upsert %q: row changed under every one of %d attempts: %w", res, refusedRetries, fence.ErrBusy)
+}

@@ -1,0 +1,93 @@
+// Package natsguard fences writes to the keys of a NATS JetStream
+// key-value bucket (github.com/nats-io/nats.go/jetstream): a write
+// presenting a fencing token below the highest one a key has accepted is
+// refused, and every write is a compare-and-set on the key's revision, so
+// no write lands on a state it did not decide on.
+//
+// # Records
+//
+// A resource's record is a message on the bucket's subject for Key(resource)
+// (every byte other than ASCII letters, digits, '-', '_' and '/' escaped as
+// "=XX"). Its body is the value, unchanged, so kv.Get by any client reads
+// it; its headers carry the mark:
+//
+//	Fencekit-Token    decimal fencing token
+//	Fencekit-Run      run identity (absent when none)
+//	Fencekit-Deleted  "true" on a tombstone (a fenced Delete; empty body)
+//	Nats-Msg-Id       the write id, 32 hex digits, fresh for every write
+//
+// # Writing
+//
+// Put, PutClaim, Delete, DeleteClaim, and Fence / Do (whose callback stages
+// the value with Stage) read the key's latest record, apply
+// fence.DecideClaim to its headers, and publish the new record with
+// Nats-Expected-Last-Subject-Sequence set to the revision read (0: no
+// record). The server stores it only if the key's latest revision is still
+// that one; otherwise (another writer won the race) the guard reads and
+// decides again, up to Config.MaxAttempts times (then fence.ErrBusy).
+//
+// A Guard remembers the revision and mark its own last write left on each
+// key (up to 4096 keys). The next write to such a key decides on that and
+// publishes at once, conditional on that revision: one request when no one
+// else wrote in between, which is exact, because the condition fails
+// otherwise and the guard then reads and decides again. Refusals are always
+// decided on a fresh read.
+//
+// History and markers: a KV Delete or Purge by another client leaves a
+// marker without a token. The guard treats a marker as a tombstone and
+// looks up the mark in the key's history (the newest guard record before
+// the marker), so with a bucket History of 2 or more a Delete does not
+// erase the mark. A Purge removes the history, and with it the mark. The
+// guard's own Delete writes a tombstone record, never a marker.
+//
+// # Lost replies
+//
+// When a publish gets no reply, the guard sends the identical message
+// again (same write id, same expected revision) on a fresh context bounded
+// by Config.SettleTimeout, at most twice. JetStream answers a copy of a
+// stored message as a duplicate (within the bucket's duplicate window,
+// which New requires to be at least MinDuplicateWindow), stores it if no
+// copy was stored and the key has not changed, and refuses it otherwise;
+// in every case the first copy can no longer be stored later. When no
+// re-send gets a reply the error matches ErrOutcomeUnknown.
+//
+// # Metrics and logs
+//
+// A Guard records through package guardobs with guard="nats": admitted
+// writes, stale refusals and their token gap, reuse refusals (each also
+// logged at Error), and fencekit.guard.nats.retries (writes decided again
+// after losing a race).
+//
+// # What is guaranteed
+//
+//   - Among writers going through natsguard, no write is stored whose token
+//     is below a stored one, nor one whose token equals the mark's while
+//     both carry different run identities (*fence.ReusedError). Value and
+//     mark are one record.
+//   - A write whose reply was lost reports success only if its record was
+//     stored, and is otherwise decided again or reported as
+//     ErrOutcomeUnknown.
+//   - A latest record the guard did not write (*EntryError) is neither
+//     read through nor overwritten. Bad input returns a typed error before
+//     any I/O.
+//   - New refuses a bucket whose records expire (TTL) or are discarded when
+//     it is full, unless Config.AllowExpiry is set (*BucketError).
+//   - Once ctx has ended, calls return an error matching ctx.Err() and
+//     context.Cause(ctx), never fence.ErrBusy.
+//
+// # What is not guaranteed
+//
+//   - Writers that bypass the guard: a plain Put replaces the record (the
+//     guard then refuses the key as foreign); a Purge, or a Delete on a
+//     bucket keeping one record per key, erases the mark and re-admits
+//     older tokens.
+//   - A write whose reply was lost and which a newer write overtook before
+//     the re-send is reported stale, although it may have been stored
+//     briefly.
+//   - Durability is the stream's: a bucket with one replica on file
+//     storage survives a server restart; memory storage does not.
+//   - Plain buckets only (no mirrors, sources or JetStream domains).
+//     Tested on nats-server 2.9.
+//   - Effects of a Fence callback outside the bucket are not fenced; a
+//     callback that staged nothing raises the mark and keeps the value.
+package natsguard

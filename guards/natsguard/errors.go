@@ -1,0 +1,99 @@
+package natsguard
+
+import (
+	"context"
+	"errors"
+	"fmt"
+
+	"github.com/fencekit/fencekit/fence"
+)
+
+// ErrInvalidConfig is matched by every error New returns for a bad Config.
+var ErrInvalidConfig = errors.New("natsguard: invalid config")
+
+// ErrBucket is matched by a *BucketError: the bucket's stream may drop
+// records on its own (an age limit, or discarding old messages when full),
+// or its duplicate window is too short to settle lost replies.
+var ErrBucket = errors.New("natsguard: bucket unsuitable for fencing")
+
+// ErrForeignEntry is matched by an *EntryError: the latest record of a key
+// was not written by this guard (no token header, or a malformed one). The
+// guard neither reads through it nor overwrites it.
+var ErrForeignEntry = errors.New("natsguard: entry not written by natsguard")
+
+// ErrNotFound is matched by a *NotFoundError: the resource has no value.
+var ErrNotFound = errors.New("natsguard: not found")
+
+// ErrOutcomeUnknown is matched by the error of a write whose request may
+// have reached the server while no reply came back, and whose outcome
+// could not be settled by sending it again: the write may or may not have
+// been applied. Read the resource before assuming either.
+var ErrOutcomeUnknown = errors.New("natsguard: outcome unknown")
+
+// BucketError reports a bucket New refuses. It matches ErrBucket.
+type BucketError struct {
+	Bucket string
+	Reason string
+}
+
+// Error implements error.
+func (e *BucketError) Error() string {
+	return fmt.Sprintf("natsguard: bucket %q: %s", e.Bucket, e.Reason)
+}
+
+// Is reports whether target is ErrBucket.
+func (e *BucketError) Is(target error) bool { return target == ErrBucket }
+
+// EntryError reports a key whose latest record the guard did not write. It
+// matches ErrForeignEntry.
+type EntryError struct {
+	Resource string
+	Key      string
+	Revision uint64
+	Reason   string
+}
+
+// Error implements error.
+func (e *EntryError) Error() string {
+	return fmt.Sprintf("natsguard: %q: key %q revision %d was not written by natsguard: %s", e.Resource, e.Key, e.Revision, e.Reason)
+}
+
+// Is reports whether target is ErrForeignEntry.
+func (e *EntryError) Is(target error) bool { return target == ErrForeignEntry }
+
+// NotFoundError reports a resource without a value. It matches ErrNotFound.
+type NotFoundError struct {
+	Resource string
+	// Deleted is true when the key's latest record is a tombstone (a
+	// fenced Delete) or a delete or purge marker.
+	Deleted bool
+	// Token is the resource's mark (0 when none is known).
+	Token fence.Token
+}
+
+// Error implements error.
+func (e *NotFoundError) Error() string {
+	if e.Deleted {
+		return fmt.Sprintf("natsguard: %q not found: deleted (mark %d)", e.Resource, e.Token)
+	}
+	return fmt.Sprintf("natsguard: %q not found", e.Resource)
+}
+
+// Is reports whether target is ErrNotFound.
+func (e *NotFoundError) Is(target error) bool { return target == ErrNotFound }
+
+type outcomeError struct {
+	resource string
+	err      error
+}
+
+func (e *outcomeError) Error() string {
+	return fmt.Sprintf("natsguard: write %q: request sent, no reply: outcome unknown: %v", e.resource, e.err)
+}
+
+func (e *outcomeError) Unwrap() []error { return []error{ErrOutcomeUnknown, e.err} }
+
+// outcomeUnknown returns the error of a write whose outcome is unknown.
+func outcomeUnknown(ctx context.Context, resource string, err error) error {
+	return fence.WrapContext(ctx, &outcomeError{resource: resource, err: err})
+}

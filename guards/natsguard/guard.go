@@ -1,0 +1,527 @@
+package natsguard
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"log/slog"
+	"sync"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+	"go.opentelemetry.io/otel/metric"
+
+	"github.com/fencekit/fencekit/fence"
+	"github.com/fencekit/fencekit/guards/guardobs"
+)
+
+// Headers of the records natsguard writes. The record's body is the
+// value, unchanged; its Nats-Msg-Id header (which the server stores) is
+// the write id.
+const (
+	HeaderToken   = "Fencekit-Token"
+	HeaderRun     = "Fencekit-Run"
+	HeaderDeleted = "Fencekit-Deleted"
+)
+
+// Defaults of Config.
+const (
+	DefaultCheckTimeout  = 5 * time.Second
+	DefaultSettleTimeout = 5 * time.Second
+	DefaultMaxAttempts   = 8
+	// MinDuplicateWindow is the shortest duplicate window of a bucket New
+	// accepts: a write whose reply was lost is settled by sending it again
+	// within this window, which the server answers as a duplicate if the
+	// first copy was stored.
+	MinDuplicateWindow = 30 * time.Second
+)
+
+// Config configures a Guard. JS and Bucket are required.
+type Config struct {
+	// JS is the JetStream context of the connection the Guard uses.
+	JS jetstream.JetStream
+	// Bucket is the key-value bucket (created by jetstream's
+	// CreateKeyValue). Required.
+	Bucket string
+	// AllowExpiry accepts a bucket whose records expire (TTL / MaxAge), or
+	// that discards old records when full: either can drop a mark, after
+	// which older tokens are admitted again. New refuses such buckets
+	// otherwise (*BucketError).
+	AllowExpiry bool
+	// CheckTimeout bounds New's lookup of the bucket. Default
+	// DefaultCheckTimeout.
+	CheckTimeout time.Duration
+	// SettleTimeout bounds each re-send of a write whose reply was lost (on
+	// a fresh context, so it runs even when the call's context has ended).
+	// Default DefaultSettleTimeout.
+	SettleTimeout time.Duration
+	// MaxAttempts bounds the conditional writes of one call that lose a
+	// race to another writer (each is decided again). When all lose, the
+	// call fails with an error matching fence.ErrBusy. Default
+	// DefaultMaxAttempts.
+	MaxAttempts int
+	// MeterProvider records the guard instruments of package guardobs with
+	// guard="nats", and fencekit.guard.nats.retries (conditional writes
+	// retried after losing a race). Nil records nothing.
+	MeterProvider metric.MeterProvider
+	// Logger receives an Error record for every write refused because its
+	// token was reused by another run. Nil discards.
+	Logger *slog.Logger
+}
+
+// Info describes a resource's mark: the claim of the last write admitted,
+// its write id and the record's revision.
+type Info struct {
+	Token    fence.Token
+	Run      string
+	WriteID  string
+	Revision uint64
+}
+
+// Guard fences writes to the keys of one JetStream key-value bucket. It is
+// safe for concurrent use, also with other Guards over the same bucket. It
+// starts no goroutine of its own; the connection stays the caller's.
+type Guard struct {
+	js            jetstream.JetStream
+	kv            jetstream.KeyValue
+	stream        jetstream.Stream
+	bucket        string
+	prefix        string // "$KV.<bucket>."
+	settleTimeout time.Duration
+	max           int
+	rec           *guardobs.Recorder
+
+	beforePublish func()          // tests: runs before each publish
+	afterPublish  func(err error) // tests: runs after each publish returned
+
+	mu    sync.Mutex
+	cache map[string]state // key -> state after this Guard's last write to it
+}
+
+// cacheMax bounds the keys a Guard remembers; the cache is emptied when
+// full.
+const cacheMax = 4096
+
+// cached returns the state this Guard left key in, if it remembers it.
+func (g *Guard) cached(key string) (state, bool) {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	st, ok := g.cache[key]
+	return st, ok
+}
+
+// remember records the state a write of this Guard left key in.
+func (g *Guard) remember(key string, st state) {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	if len(g.cache) >= cacheMax {
+		clear(g.cache)
+	}
+	g.cache[key] = st
+}
+
+func (g *Guard) forget(key string) {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	delete(g.cache, key)
+}
+
+// New validates cfg, looks the bucket up (bounded by CheckTimeout) and
+// returns a Guard. A bucket whose records may be dropped by the server
+// (MaxAge, or DiscardOld with a size limit) is refused unless
+// cfg.AllowExpiry is set, and one whose duplicate window is below
+// MinDuplicateWindow is refused always (*BucketError).
+func New(cfg Config) (*Guard, error) {
+	if cfg.JS == nil {
+		return nil, fmt.Errorf("%w: JS is nil", ErrInvalidConfig)
+	}
+	if cfg.Bucket == "" {
+		return nil, fmt.Errorf("%w: Bucket is empty", ErrInvalidConfig)
+	}
+	for _, d := range []struct {
+		name string
+		v    *time.Duration
+		def  time.Duration
+	}{{"CheckTimeout", &cfg.CheckTimeout, DefaultCheckTimeout}, {"SettleTimeout", &cfg.SettleTimeout, DefaultSettleTimeout}} {
+		if *d.v < 0 {
+			return nil, fmt.Errorf("%w: %s %v is negative", ErrInvalidConfig, d.name, *d.v)
+		}
+		if *d.v == 0 {
+			*d.v = d.def
+		}
+	}
+	switch {
+	case cfg.MaxAttempts < 0:
+		return nil, fmt.Errorf("%w: MaxAttempts %d is negative", ErrInvalidConfig, cfg.MaxAttempts)
+	case cfg.MaxAttempts == 0:
+		cfg.MaxAttempts = DefaultMaxAttempts
+	}
+	rec, err := guardobs.New(guardobs.Config{Kind: guardobs.KindNATS, Name: "natsguard",
+		Retries:       "JetStream conditional writes retried after another writer won the race (wrong last sequence).",
+		MeterProvider: cfg.MeterProvider, Logger: cfg.Logger})
+	if err != nil {
+		return nil, fmt.Errorf("%w: %w", ErrInvalidConfig, err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), cfg.CheckTimeout)
+	defer cancel()
+	kv, err := cfg.JS.KeyValue(ctx, cfg.Bucket)
+	if err != nil {
+		return nil, fmt.Errorf("natsguard: bucket %q: %w", cfg.Bucket, err)
+	}
+	stream, err := cfg.JS.Stream(ctx, "KV_"+cfg.Bucket)
+	if err != nil {
+		return nil, fmt.Errorf("natsguard: bucket %q: %w", cfg.Bucket, err)
+	}
+	sc := stream.CachedInfo().Config
+	bad := func(reason string) error { return &BucketError{Bucket: cfg.Bucket, Reason: reason} }
+	switch {
+	case sc.Duplicates < MinDuplicateWindow:
+		return nil, bad(fmt.Sprintf("duplicate window %v is below %v", sc.Duplicates, MinDuplicateWindow))
+	case cfg.AllowExpiry:
+	case sc.MaxAge > 0:
+		return nil, bad(fmt.Sprintf("records expire after %v (set Config.AllowExpiry to accept lost marks)", sc.MaxAge))
+	case sc.Discard == jetstream.DiscardOld && (sc.MaxMsgs > 0 || sc.MaxBytes > 0):
+		return nil, bad("old records are discarded when the bucket is full (set Config.AllowExpiry to accept lost marks)")
+	}
+	return &Guard{
+		js: cfg.JS, kv: kv, stream: stream, bucket: cfg.Bucket, prefix: "$KV." + cfg.Bucket + ".",
+		settleTimeout: cfg.SettleTimeout, max: cfg.MaxAttempts, rec: rec, cache: map[string]state{},
+	}, nil
+}
+
+// Bucket returns the guard's bucket.
+func (g *Guard) Bucket() string { return g.bucket }
+
+func newWriteID() string {
+	var b [16]byte
+	_, _ = rand.Read(b[:])
+	return hex.EncodeToString(b[:])
+}
+
+// state is what a key's latest record says.
+type state struct {
+	seq     uint64 // revision of the latest record (a marker's too); 0: none
+	info    Info   // the mark (zero when none is known)
+	value   []byte
+	present bool // the latest record is a value (not a tombstone or marker)
+	deleted bool // the latest record is a tombstone or a delete/purge marker
+}
+
+// read returns the state of resource's key.
+func (g *Guard) read(ctx context.Context, resource string) (state, error) {
+	key := Key(resource)
+	m, err := g.stream.GetLastMsgForSubject(ctx, g.prefix+key)
+	if errors.Is(err, jetstream.ErrMsgNotFound) {
+		return state{}, nil
+	}
+	if err != nil {
+		return state{}, fence.WrapContext(ctx, fmt.Errorf("natsguard: read %q: %w", resource, err))
+	}
+	if isMarker(m.Header) {
+		info, err := g.markBefore(ctx, resource, key, m.Sequence)
+		return state{seq: m.Sequence, info: info, deleted: true}, err
+	}
+	info, deleted, err := parse(resource, key, m)
+	if err != nil {
+		return state{}, err
+	}
+	return state{seq: m.Sequence, info: info, value: m.Data, present: !deleted, deleted: deleted}, nil
+}
+
+// isMarker reports a delete or purge marker (KV Delete / Purge by another
+// client, or a server-side removal).
+func isMarker(h nats.Header) bool {
+	return h.Get("KV-Operation") != "" || h.Get(jetstream.MarkerReasonHeader) != ""
+}
+
+// markBefore finds the mark under a delete or purge marker at revision
+// seq: the newest guard record in the key's history before it. None (the
+// bucket keeps too little history, or a purge removed it): the zero Info.
+func (g *Guard) markBefore(ctx context.Context, resource, key string, seq uint64) (Info, error) {
+	hist, err := g.kv.History(ctx, key)
+	if err != nil && !errors.Is(err, jetstream.ErrKeyNotFound) {
+		return Info{}, fence.WrapContext(ctx, fmt.Errorf("natsguard: read history of %q: %w", resource, err))
+	}
+	for i := len(hist) - 1; i >= 0; i-- {
+		e := hist[i]
+		if e.Revision() >= seq || e.Operation() != jetstream.KeyValuePut {
+			continue
+		}
+		m, err := g.stream.GetMsg(ctx, e.Revision())
+		if err != nil {
+			return Info{}, fence.WrapContext(ctx, fmt.Errorf("natsguard: read %q revision %d: %w", resource, e.Revision(), err))
+		}
+		info, _, err := parse(resource, key, m)
+		return info, err
+	}
+	return Info{}, nil
+}
+
+// parse reads the guard's headers of a record.
+func parse(resource, key string, m *jetstream.RawStreamMsg) (Info, bool, error) {
+	bad := func(reason string) (Info, bool, error) {
+		return Info{}, false, &EntryError{Resource: resource, Key: key, Revision: m.Sequence, Reason: reason}
+	}
+	if len(m.Header.Values(HeaderToken)) != 1 {
+		return bad("no " + HeaderToken + " header")
+	}
+	tok, err := fence.Parse(m.Header.Get(HeaderToken))
+	if err != nil {
+		return bad(err.Error())
+	}
+	run := m.Header.Get(HeaderRun)
+	if err := fence.ValidateRun(run); err != nil {
+		return bad(err.Error())
+	}
+	deleted := false
+	switch m.Header.Get(HeaderDeleted) {
+	case "":
+	case "true":
+		if len(m.Data) != 0 {
+			return bad("tombstone with content")
+		}
+		deleted = true
+	default:
+		return bad("malformed " + HeaderDeleted + " header")
+	}
+	return Info{Token: tok, Run: run, WriteID: m.Header.Get(jetstream.MsgIDHeader), Revision: m.Sequence}, deleted, nil
+}
+
+// Put writes value to resource under the claim ctx carries
+// (fence.ClaimFromContext; none: fence.ErrNoToken, nothing written).
+func (g *Guard) Put(ctx context.Context, resource string, value []byte) error {
+	c, err := g.ctxClaim(ctx, resource)
+	if err != nil {
+		return err
+	}
+	return g.write(ctx, resource, c, opValue, value)
+}
+
+// PutClaim writes value to resource under the claim c, passed explicitly:
+// it reads the key's latest record, applies fence.DecideClaim to the mark
+// its headers carry, and publishes the new record (value as the body; the
+// token, run and write id as headers) with Nats-Expected-Last-Subject-
+// Sequence set to the revision it read, so the write is stored only if no
+// other write came in between; otherwise it reads and decides again.
+func (g *Guard) PutClaim(ctx context.Context, resource string, c fence.Claim, value []byte) error {
+	if err := args(ctx, resource, c); err != nil {
+		return err
+	}
+	return g.write(ctx, resource, c, opValue, value)
+}
+
+// Delete writes a tombstone for resource under the claim ctx carries: a
+// record with no body and the header Fencekit-Deleted: true, which keeps
+// the mark. (A KV Delete would leave a marker without a token.)
+func (g *Guard) Delete(ctx context.Context, resource string) error {
+	c, err := g.ctxClaim(ctx, resource)
+	if err != nil {
+		return err
+	}
+	return g.write(ctx, resource, c, opDelete, nil)
+}
+
+// DeleteClaim is Delete under the claim c, passed explicitly.
+func (g *Guard) DeleteClaim(ctx context.Context, resource string, c fence.Claim) error {
+	if err := args(ctx, resource, c); err != nil {
+		return err
+	}
+	return g.write(ctx, resource, c, opDelete, nil)
+}
+
+// Get returns resource's value and the mark written with it (one record).
+// A resource without value yields a *NotFoundError with the mark known.
+func (g *Guard) Get(ctx context.Context, resource string) ([]byte, Info, error) {
+	if err := fence.ValidateResource(resource); err != nil {
+		return nil, Info{}, err
+	}
+	if err := fence.ContextError(ctx); err != nil {
+		return nil, Info{}, err
+	}
+	st, err := g.read(ctx, resource)
+	switch {
+	case err != nil:
+		return nil, Info{}, err
+	case !st.present:
+		return nil, st.info, &NotFoundError{Resource: resource, Deleted: st.deleted, Token: st.info.Token}
+	}
+	return st.value, st.info, nil
+}
+
+// Mark returns resource's mark: the token and run identity of the last
+// write admitted, or the zero Claim.
+func (g *Guard) Mark(ctx context.Context, resource string) (fence.Claim, error) {
+	if err := fence.ValidateResource(resource); err != nil {
+		return fence.Claim{}, err
+	}
+	if err := fence.ContextError(ctx); err != nil {
+		return fence.Claim{}, err
+	}
+	st, err := g.read(ctx, resource)
+	return fence.Claim{Token: st.info.Token, Run: st.info.Run}, err
+}
+
+// args checks a call's input before any I/O.
+func args(ctx context.Context, resource string, c fence.Claim) error {
+	if err := fence.ValidateResource(resource); err != nil {
+		return err
+	}
+	if err := c.Validate(); err != nil {
+		return err
+	}
+	if err := fence.ContextError(ctx); err != nil {
+		return fmt.Errorf("natsguard: %q: %w", resource, err)
+	}
+	return nil
+}
+
+// ctxClaim returns the claim ctx carries, checked like args.
+func (g *Guard) ctxClaim(ctx context.Context, resource string) (fence.Claim, error) {
+	if err := fence.ValidateResource(resource); err != nil {
+		return fence.Claim{}, err
+	}
+	c, err := fence.ClaimFromContext(ctx)
+	if err != nil {
+		return fence.Claim{}, fmt.Errorf("natsguard: %q: %w", resource, err)
+	}
+	return c, args(ctx, resource, c)
+}
+
+type op byte
+
+const (
+	opMark   op = 'm' // the mark alone (a Fence callback that staged nothing)
+	opValue  op = 'v'
+	opDelete op = 'd'
+)
+
+func (g *Guard) write(ctx context.Context, resource string, c fence.Claim, o op, value []byte) error {
+	err := g.writeAttempts(ctx, resource, c, o, value)
+	g.rec.Decision(ctx, err)
+	return err
+}
+
+// pubResult classifies a publish.
+type pubResult int
+
+const (
+	pubStored    pubResult = iota // stored (or a duplicate of a stored copy)
+	pubConflict                   // wrong last sequence: another write came in between
+	pubMaybeSent                  // no reply: may have been stored
+	pubFailed                     // refused or not sent
+)
+
+func (g *Guard) publish(ctx context.Context, m *nats.Msg, expect uint64, id string) (pubResult, uint64, error) {
+	if g.beforePublish != nil {
+		g.beforePublish()
+	}
+	ack, err := g.js.PublishMsg(ctx, m, jetstream.WithExpectLastSequencePerSubject(expect), jetstream.WithMsgID(id))
+	if g.afterPublish != nil {
+		g.afterPublish(err)
+	}
+	var apiErr *jetstream.APIError
+	switch {
+	case err == nil:
+		return pubStored, ack.Sequence, nil
+	case errors.As(err, &apiErr):
+		if apiErr.ErrorCode == jetstream.JSErrCodeStreamWrongLastSequence || apiErr.ErrorCode == jetstream.JSErrCodeStreamWrongLastSequenceConstant {
+			return pubConflict, 0, err
+		}
+		return pubFailed, 0, err
+	case errors.Is(err, jetstream.ErrNoStreamResponse), errors.Is(err, nats.ErrConnectionClosed),
+		errors.Is(err, nats.ErrBadSubject), errors.Is(err, nats.ErrMaxPayload), errors.Is(err, jetstream.ErrInvalidOption):
+		return pubFailed, 0, err
+	}
+	return pubMaybeSent, 0, err
+}
+
+func (g *Guard) writeAttempts(ctx context.Context, resource string, c fence.Claim, o op, value []byte) error {
+	key := Key(resource)
+	subject := g.prefix + key
+	for attempt := 1; attempt <= g.max; attempt++ {
+		if attempt > 1 {
+			g.rec.Retried(ctx, 1)
+		}
+		// The state this Guard's last write left: deciding on it is exact
+		// if the key has not changed since, which the conditional write
+		// checks. Refusals and mark-only writes read the key first.
+		st, ok := g.cached(key)
+		if !ok || o == opMark || fence.DecideClaim(resource, c, st.info.Token, st.info.Run) != nil {
+			var err error
+			if st, err = g.read(ctx, resource); err != nil {
+				return err
+			}
+		}
+		if err := fence.DecideClaim(resource, c, st.info.Token, st.info.Run); err != nil {
+			return fence.WrapContext(ctx, err)
+		}
+		if err := fence.ContextError(ctx); err != nil {
+			return fmt.Errorf("natsguard: %q: %w", resource, err)
+		}
+		tok, run := fence.NextMark(c, st.info.Token, st.info.Run)
+		m := nats.NewMsg(subject)
+		m.Header.Set(HeaderToken, tok.String())
+		if run != "" {
+			m.Header.Set(HeaderRun, run)
+		}
+		switch o {
+		case opValue:
+			m.Data = value
+		case opDelete:
+			m.Header.Set(HeaderDeleted, "true")
+		case opMark:
+			m.Data = st.value
+			if st.deleted {
+				m.Header.Set(HeaderDeleted, "true")
+			}
+		}
+		id := newWriteID()
+		res, seq, err := g.publish(ctx, m, st.seq, id)
+		if res == pubMaybeSent {
+			res, seq, err = g.settle(ctx, m, st.seq, id)
+		}
+		switch res {
+		case pubStored:
+			next := state{seq: seq, info: Info{Token: tok, Run: run, WriteID: id, Revision: seq}}
+			next.deleted = m.Header.Get(HeaderDeleted) == "true"
+			next.present = !next.deleted
+			g.remember(key, next)
+			return nil
+		case pubConflict:
+			g.forget(key)
+			continue // another write came in between: read and decide again
+		case pubMaybeSent:
+			g.forget(key)
+			return outcomeUnknown(ctx, resource, err)
+		}
+		g.forget(key)
+		return fence.WrapContext(ctx, fmt.Errorf("natsguard: write %q: %w", resource, err))
+	}
+	return fence.WrapContext(ctx, fmt.Errorf("natsguard: write %q: lost the race in each of %d attempts: %w", resource, g.max, fence.ErrBusy))
+}
+
+// settle sends a write whose reply was lost again, identical (same write
+// id, same expected revision), on a fresh context bounded by
+// SettleTimeout, twice at most. The server answers a duplicate if the
+// first copy was stored (within the bucket's duplicate window), stores it
+// now if nothing was, and refuses it as a conflict if another write came
+// in between; either way the first copy can no longer be stored later.
+func (g *Guard) settle(ctx context.Context, m *nats.Msg, expect uint64, id string) (pubResult, uint64, error) {
+	var (
+		res = pubMaybeSent
+		seq uint64
+		err error
+	)
+	for range 2 {
+		sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), g.settleTimeout)
+		res, seq, err = g.publish(sctx, m, expect, id)
+		cancel()
+		if res != pubMaybeSent {
+			return res, seq, err
+		}
+	}
+	return res, seq, err
+}

@@ -1,0 +1,124 @@
+package natsguard
+
+import (
+	"context"
+	"errors"
+	"net"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/fencekit/fencekit/fence"
+	"github.com/fencekit/fencekit/internal/netproxy"
+)
+
+// proxied returns a Guard whose connection goes through a fault proxy and
+// a direct Guard on the same bucket.
+func proxied(t *testing.T, bucket string, cfg Config) (*Guard, *Guard, *netproxy.Proxy) {
+	t.Helper()
+	direct := guard(t, bucket, Config{})
+	host := natsURL()[len("nats://"):]
+	if _, _, err := net.SplitHostPort(host); err != nil {
+		t.Fatalf("TEST_NATS_URL %q: want nats://host:port", natsURL())
+	}
+	p, err := netproxy.New(host)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = p.Close() })
+	// Each request waits 300 ms for its reply (the call's ctx has no
+	// deadline).
+	cfg.JS = connect(t, "nats://"+p.Addr(), []jetstream.JetStreamOpt{jetstream.WithDefaultTimeout(300 * time.Millisecond)}, nats.NoReconnect())
+	return guard(t, bucket, cfg), direct, p
+}
+
+// onFirstPublish runs f once, after the first publish of g returned.
+func onFirstPublish(g *Guard, f func(err error)) *int {
+	n := new(int)
+	g.afterPublish = func(err error) {
+		*n++
+		if *n == 1 {
+			f(err)
+		}
+	}
+	return n
+}
+
+// pauseFirst pauses dir of the proxy just before g's first publish.
+func pauseFirst(g *Guard, p *netproxy.Proxy, dir netproxy.Direction) {
+	n := 0
+	g.beforePublish = func() {
+		if n++; n == 1 {
+			p.Pause(dir)
+		}
+	}
+}
+
+// TestLostReplyStored: the record is stored, its acknowledgement lost. The
+// identical re-send is answered as a duplicate of the stored copy:
+// success, one record.
+func TestLostReplyStored(t *testing.T) {
+	bucket := newBucket(t, jetstreamKV(0))
+	g, direct, p := proxied(t, bucket, Config{})
+	ctx := context.Background()
+	if err := direct.PutClaim(ctx, "lost/stored", fence.Claim{Token: 3}, []byte("three")); err != nil {
+		t.Fatal(err)
+	}
+	pauseFirst(g, p, netproxy.Downstream)
+	var first error
+	n := onFirstPublish(g, func(err error) { first = err; p.Restore() })
+	if err := g.PutClaim(context.Background(), "lost/stored", fence.Claim{Token: 4}, []byte("four")); err != nil {
+		t.Fatalf("stored write whose reply was lost: %v", err)
+	}
+	if first == nil || *n != 2 {
+		t.Fatalf("first publish %v, %d publishes: want a lost reply and one re-send", first, *n)
+	}
+	b, info, err := direct.Get(ctx, "lost/stored")
+	if err != nil || string(b) != "four" || info.Token != 4 || info.Revision != 2 {
+		t.Fatalf("stored %q %+v %v, want four at revision 2", b, info, err)
+	}
+}
+
+// TestLostRequestOvertaken: the request is held on the way; meanwhile a
+// higher token writes. The held request, delivered later, and the re-send
+// both meet a newer revision: the write is reported stale and the value is
+// the higher token's.
+func TestLostRequestOvertaken(t *testing.T) {
+	bucket := newBucket(t, jetstreamKV(0))
+	g, direct, p := proxied(t, bucket, Config{})
+	ctx := context.Background()
+	pauseFirst(g, p, netproxy.Upstream)
+	onFirstPublish(g, func(error) {
+		if err := direct.PutClaim(ctx, "lost/overtaken", fence.Claim{Token: 9}, []byte("nine")); err != nil {
+			t.Error(err)
+		}
+		p.Restore()
+	})
+	err := g.PutClaim(context.Background(), "lost/overtaken", fence.Claim{Token: 8}, []byte("eight"))
+	se, ok := fence.IsStale(err)
+	if !ok || se.Presented != 8 || se.Highest != 9 {
+		t.Fatalf("overtaken write: %v, want StaleError{8, 9}", err)
+	}
+	if b, info, err := direct.Get(ctx, "lost/overtaken"); err != nil || string(b) != "nine" || info.Token != 9 {
+		t.Fatalf("stored %q %+v %v", b, info, err)
+	}
+}
+
+// TestLostReplyUnsettled: no reply, and the re-sends get none either: the
+// error matches ErrOutcomeUnknown. Once the network heals the record is
+// found stored.
+func TestLostReplyUnsettled(t *testing.T) {
+	bucket := newBucket(t, jetstreamKV(0))
+	g, direct, p := proxied(t, bucket, Config{SettleTimeout: 300 * time.Millisecond})
+	g.beforePublish = func() { p.Pause(netproxy.Downstream) }
+	err := g.PutClaim(context.Background(), "lost/unsettled", fence.Claim{Token: 2}, []byte("two"))
+	p.Restore()
+	if !errors.Is(err, ErrOutcomeUnknown) || errors.Is(err, fence.ErrBusy) || errors.Is(err, fence.ErrStale) {
+		t.Fatalf("unsettled write: %v, want ErrOutcomeUnknown only", err)
+	}
+	if b, info, err := direct.Get(context.Background(), "lost/unsettled"); err != nil || string(b) != "two" || info.Token != 2 {
+		t.Fatalf("stored %q %+v %v", b, info, err)
+	}
+}

@@ -1,0 +1,189 @@
+package redisguard
+
+import (
+	"context"
+	"errors"
+	"strings"
+	"testing"
+
+	"github.com/fencekit/fencekit/fence"
+)
+
+// TestCorruptMark: a mark key that is not this guard's (malformed token or
+// run, another type) refuses every write with a *MarkError and nothing is
+// written; Get and Mark report it too.
+func TestCorruptMark(t *testing.T) {
+	ctx := context.Background()
+	s := newSpace(t)
+	g := s.guard(t, Config{})
+	c := g.client
+	for i, bad := range []struct {
+		name string
+		set  func(mark string) error
+	}{
+		{"token not a number", func(k string) error { return c.HSet(ctx, k, "t", "abc", "r", "", "w", "x").Err() }},
+		{"token with a leading zero", func(k string) error { return c.HSet(ctx, k, "t", "07").Err() }},
+		{"token zero", func(k string) error { return c.HSet(ctx, k, "t", "0").Err() }},
+		{"token negative", func(k string) error { return c.HSet(ctx, k, "t", "-3").Err() }},
+		{"token above MaxInt64", func(k string) error { return c.HSet(ctx, k, "t", "9223372036854775808").Err() }},
+		{"token missing", func(k string) error { return c.HSet(ctx, k, "r", "run-a").Err() }},
+		{"run with a space", func(k string) error { return c.HSet(ctx, k, "t", "5", "r", "run a").Err() }},
+		{"run too long", func(k string) error { return c.HSet(ctx, k, "t", "5", "r", strings.Repeat("r", 65)).Err() }},
+		{"mark is a string", func(k string) error { return c.Set(ctx, k, "5", 0).Err() }},
+		{"mark is a list", func(k string) error { return c.RPush(ctx, k, "5").Err() }},
+	} {
+		r := s.resources + "corrupt/" + string(rune('a'+i))
+		if err := c.Set(ctx, r, "old", 0).Err(); err != nil {
+			t.Fatal(err)
+		}
+		if err := bad.set(g.markKey(r)); err != nil {
+			t.Fatal(err)
+		}
+		for _, tok := range []fence.Token{1, 5, 1 << 62} {
+			err := g.PutClaim(ctx, r, fence.Claim{Token: tok}, []byte("new"))
+			var me *MarkError
+			if !errors.As(err, &me) || !errors.Is(err, ErrCorruptMark) || me.Resource != r {
+				t.Errorf("%s: write under token %d: %v, want *MarkError", bad.name, tok, err)
+			}
+			if errors.Is(err, fence.ErrStale) || errors.Is(err, fence.ErrBusy) {
+				t.Errorf("%s: %v matches stale or busy", bad.name, err)
+			}
+		}
+		if err := g.Do(fence.WithToken(ctx, 9), r, func(context.Context) error {
+			t.Errorf("%s: Fence ran its write over a corrupt mark", bad.name)
+			return nil
+		}); !errors.Is(err, ErrCorruptMark) {
+			t.Errorf("%s: Do: %v, want ErrCorruptMark", bad.name, err)
+		}
+		if v, err := c.Get(ctx, r).Result(); err != nil || v != "old" {
+			t.Errorf("%s: value %q (%v) after refused writes, want old", bad.name, v, err)
+		}
+		if _, _, err := g.Get(ctx, r); !errors.Is(err, ErrCorruptMark) {
+			t.Errorf("%s: Get: %v, want ErrCorruptMark", bad.name, err)
+		}
+		if _, err := g.Mark(ctx, r); !errors.Is(err, ErrCorruptMark) {
+			t.Errorf("%s: Mark: %v, want ErrCorruptMark", bad.name, err)
+		}
+	}
+}
+
+// TestForeignValue: a value key that is not a string is reported by Get as
+// a *MarkError naming the value key.
+func TestForeignValue(t *testing.T) {
+	ctx := context.Background()
+	s := newSpace(t)
+	g := s.guard(t, Config{})
+	r := s.resources + "list"
+	if err := g.PutClaim(ctx, r, fence.Claim{Token: 2}, []byte("v")); err != nil {
+		t.Fatal(err)
+	}
+	if err := g.client.Del(ctx, r).Err(); err != nil {
+		t.Fatal(err)
+	}
+	if err := g.client.RPush(ctx, r, "x").Err(); err != nil {
+		t.Fatal(err)
+	}
+	var me *MarkError
+	if _, _, err := g.Get(ctx, r); !errors.As(err, &me) || me.Key != r {
+		t.Fatalf("Get over a list: %v, want *MarkError on the value key", err)
+	}
+}
+
+// TestBadArguments: bad resources, claims and configs are refused with
+// typed errors before any I/O, and nothing is written.
+func TestBadArguments(t *testing.T) {
+	ctx := context.Background()
+	s := newSpace(t)
+	g := s.guard(t, Config{})
+	for _, r := range []string{"", "a\x00b", "tab\t", strings.Repeat("x", fence.MaxResourceLen+1), "\xff", s.marks + "x", "a}b", "{}}"} {
+		if err := g.PutClaim(ctx, r, fence.Claim{Token: 1}, []byte("v")); !errors.Is(err, fence.ErrInvalidResource) {
+			t.Errorf("PutClaim(%q): %v, want fence.ErrInvalidResource", r, err)
+		}
+		if _, _, err := g.Get(ctx, r); !errors.Is(err, fence.ErrInvalidResource) {
+			t.Errorf("Get(%q): %v", r, err)
+		}
+		if _, err := g.Mark(ctx, r); !errors.Is(err, fence.ErrInvalidResource) {
+			t.Errorf("Mark(%q): %v", r, err)
+		}
+		if err := g.DeleteClaim(ctx, r, fence.Claim{Token: 1}); !errors.Is(err, fence.ErrInvalidResource) {
+			t.Errorf("DeleteClaim(%q): %v", r, err)
+		}
+	}
+	if n, err := g.client.Exists(ctx, "", "a\x00b", s.marks+"x", "a}b").Result(); err != nil || n != 0 {
+		t.Errorf("keys written for refused resources: %d (%v)", n, err)
+	}
+	if err := g.Fence(ctx, s.resources+"nil", 1, nil); !errors.Is(err, ErrNilWrite) {
+		t.Errorf("Fence(nil write): %v", err)
+	}
+	for _, ok := range []string{"plain", "user:{42}:state", "{a{b}c", "a{b", "é/ü"} {
+		if err := g.checkResource(ok); err != nil {
+			t.Errorf("checkResource(%q): %v", ok, err)
+		}
+	}
+	for _, cfg := range []Config{
+		{},
+		{Client: g.client, MarkPrefix: "has{brace"},
+		{Client: g.client, MarkPrefix: "ctl\n"},
+		{Client: g.client, TTL: -1},
+		{Client: g.client, TTL: 500000}, // 0.5 ms
+		{Client: g.client, MaxAttempts: -1},
+		{Client: g.client, SettleTimeout: -1},
+		{Client: g.client, CheckTimeout: -1},
+	} {
+		if _, err := New(cfg); !errors.Is(err, ErrInvalidConfig) {
+			t.Errorf("New(%+v): %v, want ErrInvalidConfig", cfg, err)
+		}
+	}
+	if err := Stage(ctx, []byte("x")); !errors.Is(err, ErrNoStager) {
+		t.Errorf("Stage outside Fence: %v", err)
+	}
+}
+
+// TestSameSlot: a resource's value key and mark key hash to the same
+// cluster slot, whatever braces the resource has.
+func TestSameSlot(t *testing.T) {
+	ctx := context.Background()
+	s := newSpace(t)
+	g := s.guard(t, Config{})
+	for _, r := range []string{"doc:1", "user:{42}:state", "{a{b}c", "a{b", "{x}", "x{}{y}", "é", "{}x", "}{a}"} {
+		if g.checkResource(r) != nil {
+			continue // refused: "x{}{y}" and "{}x" hash whole, and have a '}'
+		}
+		var slots [2]int64
+		for i, k := range []string{r, g.markKey(r)} {
+			n, err := g.client.ClusterKeySlot(ctx, k).Result()
+			if err != nil {
+				// CLUSTER KEYSLOT needs cluster mode on some versions:
+				// compute it locally then.
+				n = int64(keySlot(k))
+			}
+			slots[i] = n
+		}
+		if slots[0] != slots[1] {
+			t.Errorf("%q: value slot %d, mark key %q slot %d", r, slots[0], g.markKey(r), slots[1])
+		}
+		if int64(keySlot(r)) != slots[0] {
+			t.Errorf("%q: local slot %d, server %d", r, keySlot(r), slots[0])
+		}
+	}
+}
+
+// keySlot is Redis Cluster's slot of key: CRC16 (XMODEM) of its hash tag
+// or of the whole key, mod 16384.
+func keySlot(key string) uint16 {
+	if tag, ok := hashTag(key); ok {
+		key = tag
+	}
+	var crc uint16
+	for i := 0; i < len(key); i++ {
+		crc ^= uint16(key[i]) << 8
+		for range 8 {
+			if crc&0x8000 != 0 {
+				crc = crc<<1 ^ 0x1021
+			} else {
+				crc <<= 1
+			}
+		}
+	}
+	return crc % 16384
+}

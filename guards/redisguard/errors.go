@@ -1,0 +1,111 @@
+package redisguard
+
+import (
+	"errors"
+	"fmt"
+
+	"github.com/fencekit/fencekit/fence"
+)
+
+// ErrInvalidConfig is matched by every error New returns for a bad Config.
+var ErrInvalidConfig = errors.New("redisguard: invalid config")
+
+// ErrEvictionPolicy is matched by an *EvictionError: the server may evict
+// keys that have no TTL, marks among them.
+var ErrEvictionPolicy = errors.New("redisguard: server may evict marks")
+
+// ErrCorruptMark is matched by a *MarkError: the mark of a resource (or
+// its value key) is not what this guard writes. Nothing is written.
+var ErrCorruptMark = errors.New("redisguard: unreadable mark")
+
+// ErrNotFound is matched by a *NotFoundError: the resource has no value.
+var ErrNotFound = errors.New("redisguard: not found")
+
+// ErrOutcomeUnknown is matched by the error of a write whose request may
+// have reached the server while no reply came back, and whose outcome the
+// guard could not settle afterwards: the write may or may not have been
+// applied. Read the resource (Get, Mark) before assuming either.
+var ErrOutcomeUnknown = errors.New("redisguard: outcome unknown")
+
+// ResourceError reports a resource name this guard refuses on top of
+// fence.ValidateResource. It matches fence.ErrInvalidResource.
+type ResourceError struct {
+	Resource string
+	Reason   string
+}
+
+// Error implements error.
+func (e *ResourceError) Error() string {
+	return fmt.Sprintf("redisguard: invalid resource %q: %s", e.Resource, e.Reason)
+}
+
+// Is reports whether target is fence.ErrInvalidResource.
+func (e *ResourceError) Is(target error) bool { return target == fence.ErrInvalidResource }
+
+// EvictionError reports a server whose maxmemory-policy may evict keys
+// without a TTL (allkeys-lru, allkeys-lfu, allkeys-random). It matches
+// ErrEvictionPolicy.
+type EvictionError struct {
+	Addr   string // the server, as the client names it
+	Policy string // its maxmemory-policy
+}
+
+// Error implements error.
+func (e *EvictionError) Error() string {
+	return fmt.Sprintf("redisguard: server %s has maxmemory-policy %s, which may evict marks (set Config.AllowEviction to accept it)", e.Addr, e.Policy)
+}
+
+// Is reports whether target is ErrEvictionPolicy.
+func (e *EvictionError) Is(target error) bool { return target == ErrEvictionPolicy }
+
+// MarkError reports a resource whose stored mark or value key is not what
+// this guard writes (a mark hash with a malformed token or run, a mark key
+// of another type, a value key that is not a string). It matches
+// ErrCorruptMark.
+type MarkError struct {
+	Resource string
+	Key      string // the offending key
+	Reason   string
+}
+
+// Error implements error.
+func (e *MarkError) Error() string {
+	return fmt.Sprintf("redisguard: %q: key %q: %s", e.Resource, e.Key, e.Reason)
+}
+
+// Is reports whether target is ErrCorruptMark.
+func (e *MarkError) Is(target error) bool { return target == ErrCorruptMark }
+
+// NotFoundError reports a resource without a value. It matches ErrNotFound.
+type NotFoundError struct {
+	Resource string
+	// Token is the resource's mark: the token of the write that deleted
+	// the value (or of the last write, whose value has expired); zero when
+	// the resource was never written.
+	Token fence.Token
+}
+
+// Error implements error.
+func (e *NotFoundError) Error() string {
+	if e.Token != 0 {
+		return fmt.Sprintf("redisguard: %q not found (mark %d: deleted or expired)", e.Resource, e.Token)
+	}
+	return fmt.Sprintf("redisguard: %q not found", e.Resource)
+}
+
+// Is reports whether target is ErrNotFound.
+func (e *NotFoundError) Is(target error) bool { return target == ErrNotFound }
+
+// outcomeError is the error of a write whose outcome is unknown: it
+// matches ErrOutcomeUnknown, the store error and, once ctx has ended, the
+// context's error and cause.
+type outcomeError struct {
+	resource string
+	err      error
+}
+
+func (e *outcomeError) Error() string {
+	return fmt.Sprintf("redisguard: write %q: request sent, no reply: outcome unknown: %v", e.resource, e.err)
+}
+
+func (e *outcomeError) Unwrap() []error { return []error{ErrOutcomeUnknown, e.err} }

@@ -1,0 +1,451 @@
+package redisguard
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+	"go.opentelemetry.io/otel/metric"
+
+	"github.com/fencekit/fencekit/fence"
+	"github.com/fencekit/fencekit/guards/guardobs"
+)
+
+// Defaults of Config.
+const (
+	DefaultMarkPrefix    = "fencekit:mark:"
+	DefaultCheckTimeout  = 5 * time.Second
+	DefaultSettleTimeout = 5 * time.Second
+	DefaultMaxAttempts   = 3
+)
+
+// cancelTTL is how long a settled write's cancel key lives: far longer
+// than any request can stay in flight on a connection the client has
+// given up.
+const cancelTTL = time.Hour
+
+// Config configures a Guard. Client is required.
+type Config struct {
+	// Client talks to the server: a *redis.Client, *redis.ClusterClient,
+	// *redis.Ring or any other redis.UniversalClient. Required. Its own
+	// retries (Options.MaxRetries) are safe: every write carries a write id
+	// and a write whose id is already the mark's is not applied twice.
+	Client redis.UniversalClient
+	// MarkPrefix starts every mark key (see the package documentation for
+	// the layout). Resources starting with it are refused. It must be a
+	// valid resource name without '{' or '}'. Default DefaultMarkPrefix.
+	MarkPrefix string
+	// TTL, when positive, is set on every value written (SET ... PX): the
+	// value expires, its mark does not. At least a millisecond. Zero: values
+	// do not expire.
+	TTL time.Duration
+	// AllowEviction accepts a server whose maxmemory-policy may evict keys
+	// without a TTL (allkeys-*). New refuses such a server otherwise: an
+	// evicted mark re-admits every older token.
+	AllowEviction bool
+	// CheckTimeout bounds the eviction-policy check New makes. Default
+	// DefaultCheckTimeout.
+	CheckTimeout time.Duration
+	// SettleTimeout bounds the request that settles a write whose reply was
+	// lost (it runs on a fresh context, so it runs even when the call's own
+	// context has ended). Default DefaultSettleTimeout.
+	SettleTimeout time.Duration
+	// MaxAttempts bounds the writes one call sends: a write whose reply was
+	// lost and that was settled as not applied is sent again (with a new
+	// write id) while attempts remain and the context is live. Default
+	// DefaultMaxAttempts.
+	MaxAttempts int
+	// MeterProvider records the guard instruments of package guardobs with
+	// guard="redis", and fencekit.guard.redis.retries (writes sent again
+	// after a lost reply was settled as not applied). Nil records nothing.
+	MeterProvider metric.MeterProvider
+	// Logger receives an Error record for every write refused because its
+	// token was reused by another run. Nil discards.
+	Logger *slog.Logger
+}
+
+// Info describes a resource's current mark: the claim of the last write
+// admitted (whose value, if any, is the current one) and that write's id.
+type Info struct {
+	Token   fence.Token
+	Run     string
+	WriteID string // 32 hex digits
+}
+
+// Guard fences writes to Redis keys. It is safe for concurrent use, also
+// with other Guards (in other processes) over the same server. It starts
+// no goroutine and owns nothing but what New allocates: the Client stays
+// the caller's to close.
+type Guard struct {
+	client         redis.UniversalClient
+	prefix         string
+	ttlArg         string
+	settleTimeout  time.Duration
+	maxAttempts    int
+	rec            *guardobs.Recorder
+	afterWriteSent func() // tests: runs after a write's reply arrived or failed
+}
+
+// New validates cfg, fills defaults and, unless cfg.AllowEviction is set,
+// checks the server's eviction policy (CheckEviction, bounded by
+// CheckTimeout): a server that may evict marks is refused with an
+// *EvictionError; an unreachable server fails New with its error.
+func New(cfg Config) (*Guard, error) {
+	if cfg.Client == nil {
+		return nil, fmt.Errorf("%w: Client is nil", ErrInvalidConfig)
+	}
+	if cfg.MarkPrefix == "" {
+		cfg.MarkPrefix = DefaultMarkPrefix
+	}
+	if err := fence.ValidateResource(cfg.MarkPrefix); err != nil || strings.ContainsAny(cfg.MarkPrefix, "{}") {
+		return nil, fmt.Errorf("%w: MarkPrefix %q: want a valid resource name without '{' or '}'", ErrInvalidConfig, cfg.MarkPrefix)
+	}
+	ttlArg := "0"
+	switch {
+	case cfg.TTL < 0 || (cfg.TTL > 0 && cfg.TTL < time.Millisecond):
+		return nil, fmt.Errorf("%w: TTL %v: want 0 or at least 1ms", ErrInvalidConfig, cfg.TTL)
+	case cfg.TTL > 0:
+		ttlArg = strconv.FormatInt(cfg.TTL.Milliseconds(), 10)
+	}
+	for _, d := range []struct {
+		name string
+		v    *time.Duration
+		def  time.Duration
+	}{{"CheckTimeout", &cfg.CheckTimeout, DefaultCheckTimeout}, {"SettleTimeout", &cfg.SettleTimeout, DefaultSettleTimeout}} {
+		if *d.v < 0 {
+			return nil, fmt.Errorf("%w: %s %v is negative", ErrInvalidConfig, d.name, *d.v)
+		}
+		if *d.v == 0 {
+			*d.v = d.def
+		}
+	}
+	switch {
+	case cfg.MaxAttempts < 0:
+		return nil, fmt.Errorf("%w: MaxAttempts %d is negative", ErrInvalidConfig, cfg.MaxAttempts)
+	case cfg.MaxAttempts == 0:
+		cfg.MaxAttempts = DefaultMaxAttempts
+	}
+	rec, err := guardobs.New(guardobs.Config{Kind: guardobs.KindRedis, Name: "redisguard",
+		Retries:       "Redis writes sent again after a lost reply was settled as not applied.",
+		MeterProvider: cfg.MeterProvider, Logger: cfg.Logger})
+	if err != nil {
+		return nil, fmt.Errorf("%w: %w", ErrInvalidConfig, err)
+	}
+	g := &Guard{client: cfg.Client, prefix: cfg.MarkPrefix, ttlArg: ttlArg,
+		settleTimeout: cfg.SettleTimeout, maxAttempts: cfg.MaxAttempts, rec: rec}
+	if !cfg.AllowEviction {
+		ctx, cancel := context.WithTimeout(context.Background(), cfg.CheckTimeout)
+		defer cancel()
+		if err := g.CheckEviction(ctx); err != nil {
+			return nil, err
+		}
+	}
+	return g, nil
+}
+
+// CheckEviction reads the maxmemory-policy of every server the client
+// writes to (INFO memory; every master of a cluster, every shard of a
+// ring) and returns an *EvictionError for the first whose policy may evict
+// keys without a TTL. The policy can be changed at run time (CONFIG SET);
+// call it again whenever that may have happened.
+func (g *Guard) CheckEviction(ctx context.Context) error {
+	check := func(ctx context.Context, c *redis.Client) error {
+		return checkPolicy(ctx, c, c.Options().Addr)
+	}
+	switch c := g.client.(type) {
+	case *redis.ClusterClient:
+		return c.ForEachMaster(ctx, check)
+	case *redis.Ring:
+		return c.ForEachShard(ctx, check)
+	case *redis.Client:
+		return check(ctx, c)
+	default:
+		return checkPolicy(ctx, c, "")
+	}
+}
+
+func checkPolicy(ctx context.Context, c redis.Cmdable, addr string) error {
+	info, err := c.Info(ctx, "memory").Result()
+	if err != nil {
+		return fmt.Errorf("redisguard: read the eviction policy of %s: %w", addr, err)
+	}
+	for _, line := range strings.Split(info, "\n") {
+		if p, ok := strings.CutPrefix(strings.TrimSpace(line), "maxmemory_policy:"); ok {
+			if strings.HasPrefix(p, "allkeys-") {
+				return &EvictionError{Addr: addr, Policy: p}
+			}
+			return nil
+		}
+	}
+	return fmt.Errorf("redisguard: INFO memory of %s has no maxmemory_policy", addr)
+}
+
+// Put writes value to resource under the claim ctx carries
+// (fence.ClaimFromContext; none: fence.ErrNoToken, nothing written).
+func (g *Guard) Put(ctx context.Context, resource string, value []byte) error {
+	c, err := g.ctxClaim(ctx, resource)
+	if err != nil {
+		return err
+	}
+	return g.write(ctx, resource, c, "p", value)
+}
+
+// PutClaim writes value to resource under the claim c, passed explicitly.
+// The value key is resource itself (SET, with PX Config.TTL when set); the
+// mark key records c's token, its run (fence.NextMark) and the write's id.
+// Both change in one script, or neither does: a token below the mark is
+// refused with *fence.StaleError, the mark's token from another run with
+// *fence.ReusedError.
+func (g *Guard) PutClaim(ctx context.Context, resource string, c fence.Claim, value []byte) error {
+	if err := g.args(ctx, resource, c); err != nil {
+		return err
+	}
+	return g.write(ctx, resource, c, "p", value)
+}
+
+// Delete deletes resource's value under the claim ctx carries. The mark
+// stays: it is what refuses older tokens afterwards.
+func (g *Guard) Delete(ctx context.Context, resource string) error {
+	c, err := g.ctxClaim(ctx, resource)
+	if err != nil {
+		return err
+	}
+	return g.write(ctx, resource, c, "d", nil)
+}
+
+// DeleteClaim is Delete under the claim c, passed explicitly.
+func (g *Guard) DeleteClaim(ctx context.Context, resource string, c fence.Claim) error {
+	if err := g.args(ctx, resource, c); err != nil {
+		return err
+	}
+	return g.write(ctx, resource, c, "d", nil)
+}
+
+// Get returns resource's value and its mark, read together in one script.
+// A resource without value (never written, deleted, or expired) yields a
+// *NotFoundError carrying the mark's token.
+func (g *Guard) Get(ctx context.Context, resource string) ([]byte, Info, error) {
+	if err := g.checkResource(resource); err != nil {
+		return nil, Info{}, err
+	}
+	if err := fence.ContextError(ctx); err != nil {
+		return nil, Info{}, err
+	}
+	r, err := readScript.Run(ctx, g.client, []string{resource, g.markKey(resource)}).StringSlice()
+	if err != nil {
+		return nil, Info{}, fence.WrapContext(ctx, fmt.Errorf("redisguard: read %q: %w", resource, err))
+	}
+	if len(r) != 5 {
+		return nil, Info{}, fmt.Errorf("redisguard: read %q: unexpected reply %q", resource, r)
+	}
+	switch r[0] {
+	case "none":
+		return nil, Info{}, &NotFoundError{Resource: resource}
+	case "bad":
+		return nil, Info{}, g.markError(resource, r[1])
+	}
+	info, err := g.info(resource, r[2], r[3], r[4])
+	if err != nil {
+		return nil, Info{}, err
+	}
+	if r[0] == "novalue" {
+		return nil, info, &NotFoundError{Resource: resource, Token: info.Token}
+	}
+	return []byte(r[1]), info, nil
+}
+
+// Mark returns resource's mark: the token and run identity of the last
+// write admitted, or the zero Claim when none was.
+func (g *Guard) Mark(ctx context.Context, resource string) (fence.Claim, error) {
+	if err := g.checkResource(resource); err != nil {
+		return fence.Claim{}, err
+	}
+	if err := fence.ContextError(ctx); err != nil {
+		return fence.Claim{}, err
+	}
+	key := g.markKey(resource)
+	v, err := g.client.HMGet(ctx, key, "t", "r", "w").Result()
+	if err != nil {
+		if redis.HasErrorPrefix(err, "WRONGTYPE") {
+			return fence.Claim{}, &MarkError{Resource: resource, Key: key, Reason: "mark key is not a hash"}
+		}
+		return fence.Claim{}, fence.WrapContext(ctx, fmt.Errorf("redisguard: read mark of %q: %w", resource, err))
+	}
+	if v[0] == nil && v[1] == nil && v[2] == nil {
+		return fence.Claim{}, nil
+	}
+	str := func(x any) string { s, _ := x.(string); return s }
+	info, err := g.info(resource, str(v[0]), str(v[1]), str(v[2]))
+	return fence.Claim{Token: info.Token, Run: info.Run}, err
+}
+
+// info parses a mark read from the server.
+func (g *Guard) info(resource, tok, run, id string) (Info, error) {
+	t, err := fence.Parse(tok)
+	if err != nil || fence.ValidateRun(run) != nil {
+		return Info{}, g.markError(resource, "malformed mark")
+	}
+	return Info{Token: t, Run: run, WriteID: id}, nil
+}
+
+func (g *Guard) markError(resource, reason string) error {
+	key := g.markKey(resource)
+	if strings.HasPrefix(reason, "value key") {
+		key = resource
+	}
+	return &MarkError{Resource: resource, Key: key, Reason: reason}
+}
+
+// args checks a call's input before any I/O.
+func (g *Guard) args(ctx context.Context, resource string, c fence.Claim) error {
+	if err := g.checkResource(resource); err != nil {
+		return err
+	}
+	if err := c.Validate(); err != nil {
+		return err
+	}
+	if err := fence.ContextError(ctx); err != nil {
+		return fmt.Errorf("redisguard: %q: %w", resource, err)
+	}
+	return nil
+}
+
+// ctxClaim returns the claim ctx carries, checked like args.
+func (g *Guard) ctxClaim(ctx context.Context, resource string) (fence.Claim, error) {
+	if err := g.checkResource(resource); err != nil {
+		return fence.Claim{}, err
+	}
+	c, err := fence.ClaimFromContext(ctx)
+	if err != nil {
+		return fence.Claim{}, fmt.Errorf("redisguard: %q: %w", resource, err)
+	}
+	return c, g.args(ctx, resource, c)
+}
+
+func newWriteID() string {
+	var b [16]byte
+	_, _ = rand.Read(b[:])
+	return hex.EncodeToString(b[:])
+}
+
+// write runs the fenced write; see PutClaim.
+func (g *Guard) write(ctx context.Context, resource string, c fence.Claim, op string, value []byte) error {
+	err := g.writeAttempts(ctx, resource, c, op, value)
+	g.rec.Decision(ctx, err)
+	return err
+}
+
+func (g *Guard) writeAttempts(ctx context.Context, resource string, c fence.Claim, op string, value []byte) error {
+	mark := g.markKey(resource)
+	for attempt := 1; ; attempt++ {
+		id := newWriteID()
+		r, err := writeScript.Run(ctx, g.client, []string{resource, mark, g.cancelKey(resource, id)},
+			c.Token.String(), c.Run, id, op, value, g.ttlArg).StringSlice()
+		if g.afterWriteSent != nil {
+			g.afterWriteSent()
+		}
+		if err == nil {
+			return g.outcome(resource, c, r)
+		}
+		if !maybeSent(err) {
+			return fence.WrapContext(ctx, fmt.Errorf("redisguard: write %q: %w", resource, err))
+		}
+		// The request may have been applied: settle it by its write id.
+		applied, serr := g.settle(ctx, resource, c, id)
+		switch {
+		case applied:
+			return nil
+		case serr == nil: // definitely not applied, and never will be
+			if attempt >= g.maxAttempts || fence.ContextError(ctx) != nil {
+				return fence.WrapContext(ctx, fmt.Errorf("redisguard: write %q: not applied (reply lost, settled): %w", resource, err))
+			}
+			g.rec.Retried(ctx, 1)
+		case errors.Is(serr, ErrOutcomeUnknown):
+			return fence.WrapContext(ctx, &outcomeError{resource: resource, err: err})
+		default: // refused: stale or reused
+			return fence.WrapContext(ctx, serr)
+		}
+	}
+}
+
+// outcome interprets writeScript's reply.
+func (g *Guard) outcome(resource string, c fence.Claim, r []string) error {
+	if len(r) != 3 {
+		return fmt.Errorf("redisguard: write %q: unexpected reply %q", resource, r)
+	}
+	switch r[0] {
+	case "ok", "dup":
+		return nil
+	case "stale", "reused":
+		mt, err := fence.Parse(r[1])
+		if err != nil {
+			return g.markError(resource, "malformed mark")
+		}
+		if derr := fence.DecideClaim(resource, c, mt, r[2]); derr != nil {
+			return derr
+		}
+		return fmt.Errorf("redisguard: write %q: script refused %s, mark %s %q admits it", resource, r[0], r[1], r[2])
+	case "bad":
+		return g.markError(resource, r[2])
+	}
+	return fmt.Errorf("redisguard: write %q: unexpected reply %q", resource, r)
+}
+
+// settle decides the outcome of write id after its reply was lost, on a
+// fresh context bounded by SettleTimeout: applied (true, nil); definitely
+// not applied (false, nil), the cancel key guaranteeing it never will be;
+// refused by the mark now in place (false, *fence.StaleError or
+// *fence.ReusedError); unknown (false, error matching ErrOutcomeUnknown).
+func (g *Guard) settle(ctx context.Context, resource string, c fence.Claim, id string) (bool, error) {
+	sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), g.settleTimeout)
+	defer cancel()
+	r, err := settleScript.Run(sctx, g.client, []string{g.markKey(resource), g.cancelKey(resource, id)},
+		id, strconv.FormatInt(cancelTTL.Milliseconds(), 10)).StringSlice()
+	if err != nil || len(r) != 3 || r[0] == "bad" {
+		return false, ErrOutcomeUnknown
+	}
+	if r[0] == "applied" {
+		return true, nil
+	}
+	if r[1] == "" {
+		return false, nil // no mark: not applied
+	}
+	mt, err := fence.Parse(r[1])
+	if err != nil {
+		return false, ErrOutcomeUnknown
+	}
+	if derr := fence.DecideClaim(resource, c, mt, r[2]); derr != nil {
+		return false, derr
+	}
+	if mt < c.Token {
+		return false, nil // the mark is below the write's token: not applied
+	}
+	// The mark has the write's token but another write's id: this write may
+	// have been applied and then overwritten under the same token.
+	return false, ErrOutcomeUnknown
+}
+
+// maybeSent reports whether a failed request may have reached the server:
+// false for error replies (the server answered), a closed client, pool
+// timeouts and failed dials (nothing was sent).
+func maybeSent(err error) bool {
+	var rerr redis.Error
+	var op *net.OpError
+	switch {
+	case errors.As(err, &rerr):
+		return false
+	case errors.Is(err, redis.ErrClosed), errors.Is(err, redis.ErrPoolTimeout), errors.Is(err, redis.ErrPoolExhausted):
+		return false
+	case errors.As(err, &op) && op.Op == "dial":
+		return false
+	}
+	return true
+}

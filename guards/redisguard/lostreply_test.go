@@ -1,0 +1,231 @@
+package redisguard
+
+import (
+	"context"
+	"errors"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/fencekit/fencekit/fence"
+	"github.com/fencekit/fencekit/internal/netproxy"
+)
+
+// proxied returns a Guard whose client reaches the server through a fault
+// proxy, with a short read timeout and the client's own retries off (so
+// each test controls every request), and a direct Guard on the same
+// space.
+func proxied(t *testing.T, s space, cfg Config) (*Guard, *Guard, *netproxy.Proxy) {
+	t.Helper()
+	direct := s.guard(t, Config{})
+	p, err := netproxy.New(redisAddr())
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = p.Close() })
+	cfg.Client = newClient(t, p.Addr(), func(o *redis.Options) {
+		o.ReadTimeout = 300 * time.Millisecond
+		o.WriteTimeout = 300 * time.Millisecond
+		o.MaxRetries = -1
+		o.PoolSize = 1
+	})
+	return s.guard(t, cfg), direct, p
+}
+
+// loseReply makes the next write's reply disappear: replies are paused
+// before the write is sent; once the write has failed (the client gave up
+// waiting), then runs, and the proxy is restored unless then says not to.
+func loseReply(g *Guard, p *netproxy.Proxy, then func() (restore bool)) *atomic.Int32 {
+	var n atomic.Int32
+	p.Pause(netproxy.Downstream)
+	g.afterWriteSent = func() {
+		if n.Add(1) == 1 {
+			if then == nil || then() {
+				p.Restore()
+			}
+		}
+	}
+	return &n
+}
+
+func mustGet(t *testing.T, g *Guard, r string) (string, Info) {
+	t.Helper()
+	b, info, err := g.Get(context.Background(), r)
+	if err != nil {
+		t.Fatalf("Get(%q): %v", r, err)
+	}
+	return string(b), info
+}
+
+// TestLostReplyApplied: the write reaches the server and is applied, its
+// reply is lost. Settling by write id finds it applied: success, applied
+// once, no second write sent.
+func TestLostReplyApplied(t *testing.T) {
+	ctx := context.Background()
+	s := newSpace(t)
+	g, direct, p := proxied(t, s, Config{})
+	r := s.resources + "applied"
+	if err := direct.PutClaim(ctx, r, fence.Claim{Token: 3, Run: "run-a"}, []byte("three")); err != nil {
+		t.Fatal(err)
+	}
+	n := loseReply(g, p, nil)
+	if err := g.PutClaim(ctx, r, fence.Claim{Token: 4, Run: "run-a"}, []byte("four")); err != nil {
+		t.Fatalf("write whose reply was lost: %v", err)
+	}
+	if n.Load() != 1 {
+		t.Fatalf("%d writes sent, want 1 (applied, settled as applied)", n.Load())
+	}
+	if v, info := mustGet(t, direct, r); v != "four" || info.Token != 4 || info.Run != "run-a" {
+		t.Fatalf("stored %q %+v", v, info)
+	}
+}
+
+// TestLostReplyNotApplied: the request is held on the way (the partition
+// is upstream) and the client gives up. Settling finds the mark without
+// this write and cancels the write id; the write is sent again and
+// applied. The held request, delivered when the partition heals, is
+// refused by its cancel key: the value is the second write's, applied
+// once.
+func TestLostReplyNotApplied(t *testing.T) {
+	ctx := context.Background()
+	s := newSpace(t)
+	g, direct, p := proxied(t, s, Config{})
+	r := s.resources + "notapplied"
+	if err := direct.PutClaim(ctx, r, fence.Claim{Token: 3}, []byte("three")); err != nil {
+		t.Fatal(err)
+	}
+	var held *Info
+	p.Pause(netproxy.Upstream)
+	var n atomic.Int32
+	g.afterWriteSent = func() {
+		if n.Add(1) == 1 {
+			// The first request is held in the proxy. Settle on a direct
+			// connection (the proxy's is still partitioned): it cancels
+			// the write id before the held request is delivered.
+			g.client = direct.client
+			_, info, _ := direct.Get(ctx, r)
+			held = &info
+		}
+	}
+	err := g.PutClaim(ctx, r, fence.Claim{Token: 5}, []byte("five"))
+	if err != nil {
+		t.Fatalf("write re-sent after a settled lost reply: %v", err)
+	}
+	if n.Load() != 2 {
+		t.Fatalf("%d writes sent, want 2 (lost, re-sent)", n.Load())
+	}
+	if held == nil || held.Token != 3 {
+		t.Fatalf("before settling, mark %+v, want token 3", held)
+	}
+	v, info := mustGet(t, direct, r)
+	if v != "five" || info.Token != 5 {
+		t.Fatalf("stored %q %+v", v, info)
+	}
+	// Deliver the held request and wait for the proxy to have passed it
+	// on (its connection ends once the server answered and the client side
+	// is gone).
+	accepted := p.Accepted()
+	p.Restore()
+	waitFor(t, "the held request delivered", func() bool { return p.Live() == 0 })
+	if got := p.Accepted(); got != accepted {
+		t.Fatalf("proxy accepted %d connections after restore", got-accepted)
+	}
+	if _, info2 := mustGet(t, direct, r); info2.WriteID != info.WriteID {
+		t.Fatalf("the held request was applied after it was cancelled: write id %s, want %s", info2.WriteID, info.WriteID)
+	}
+}
+
+// TestLostReplyOvertaken: the reply is lost and, before the write is
+// settled, a higher token writes. The write is reported stale (the
+// resource has accepted a higher token), not as success, and the value is
+// the higher token's.
+func TestLostReplyOvertaken(t *testing.T) {
+	ctx := context.Background()
+	s := newSpace(t)
+	g, direct, p := proxied(t, s, Config{})
+	r := s.resources + "overtaken"
+	loseReply(g, p, func() bool {
+		if err := direct.PutClaim(ctx, r, fence.Claim{Token: 9}, []byte("nine")); err != nil {
+			t.Error(err)
+		}
+		return true
+	})
+	err := g.PutClaim(ctx, r, fence.Claim{Token: 8}, []byte("eight"))
+	se, ok := fence.IsStale(err)
+	if !ok || se.Presented != 8 || se.Highest != 9 {
+		t.Fatalf("overtaken lost reply: %v, want StaleError{8, 9}", err)
+	}
+	if v, info := mustGet(t, direct, r); v != "nine" || info.Token != 9 {
+		t.Fatalf("stored %q %+v", v, info)
+	}
+}
+
+// TestLostReplyUnsettled: the reply is lost and the server stays
+// unreachable, so the write cannot be settled: the error matches
+// ErrOutcomeUnknown (and is neither stale nor busy). Once the server is
+// back, the write is found applied.
+func TestLostReplyUnsettled(t *testing.T) {
+	ctx := context.Background()
+	s := newSpace(t)
+	g, direct, p := proxied(t, s, Config{SettleTimeout: 500 * time.Millisecond})
+	r := s.resources + "unsettled"
+	loseReply(g, p, func() bool { p.Cut(); return false })
+	err := g.PutClaim(ctx, r, fence.Claim{Token: 2}, []byte("two"))
+	p.Restore()
+	if !errors.Is(err, ErrOutcomeUnknown) || errors.Is(err, fence.ErrBusy) || errors.Is(err, fence.ErrStale) {
+		t.Fatalf("unsettled write: %v, want ErrOutcomeUnknown only", err)
+	}
+	if v, info := mustGet(t, direct, r); v != "two" || info.Token != 2 {
+		t.Fatalf("stored %q %+v (the request had reached the server)", v, info)
+	}
+}
+
+// TestLostReplyEndedContext: the call's context ends while the reply is
+// outstanding. The outcome is still settled, on a fresh context: the write
+// was applied, so it reports success.
+func TestLostReplyEndedContext(t *testing.T) {
+	s := newSpace(t)
+	g, direct, p := proxied(t, s, Config{})
+	r := s.resources + "endedctx"
+	ctx, cancel := context.WithCancel(context.Background())
+	loseReply(g, p, func() bool { cancel(); return true })
+	if err := g.PutClaim(ctx, r, fence.Claim{Token: 6}, []byte("six")); err != nil {
+		t.Fatalf("applied write whose context ended before its reply: %v", err)
+	}
+	if v, info := mustGet(t, direct, r); v != "six" || info.Token != 6 {
+		t.Fatalf("stored %q %+v", v, info)
+	}
+}
+
+// TestRetriedScriptNotAppliedTwice: the same write id sent twice (as the
+// client's own retries do) is applied once; the second is "dup".
+func TestRetriedScriptNotAppliedTwice(t *testing.T) {
+	ctx := context.Background()
+	s := newSpace(t)
+	g := s.guard(t, Config{})
+	r := s.resources + "dup"
+	keys := []string{r, g.markKey(r), g.cancelKey(r, "id-1")}
+	for i, want := range []string{"ok", "dup"} {
+		got, err := writeScript.Run(ctx, g.client, keys, "7", "run-a", "id-1", "p", "v"+want, "0").StringSlice()
+		if err != nil || got[0] != want {
+			t.Fatalf("send %d: %q %v, want %s", i, got, err, want)
+		}
+	}
+	if v, _ := mustGet(t, g, r); v != "vok" {
+		t.Fatalf("value %q after a repeated write id", v)
+	}
+}
+
+// waitFor polls cond until it holds, failing the test after 10 s.
+func waitFor(t *testing.T, what string, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(10 * time.Second)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("timed out waiting for %s", what)
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+}

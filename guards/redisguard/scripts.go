@@ -1,0 +1,97 @@
+package redisguard
+
+import "github.com/redis/go-redis/v9"
+
+// markValid is the Lua test of a stored mark (mt, mr): a canonical decimal
+// token in 1..MaxInt64 and a run identity as fence.ValidateRun accepts.
+// Tokens are compared as strings (length first), never as Lua numbers,
+// which are doubles and would round tokens above 2^53.
+const markValid = `
+local function badmark(mt, mr)
+  if not mt or #mt > 19 or not string.match(mt, '^[1-9][0-9]*$') then return true end
+  if #mt == 19 and mt > '9223372036854775807' then return true end
+  if #mr > 64 or string.match(mr, '[^0-9A-Za-z%._:%-]') then return true end
+  return false
+end
+local function cmp(a, b)
+  if #a ~= #b then if #a < #b then return -1 else return 1 end end
+  if a == b then return 0 elseif a < b then return -1 else return 1 end
+end
+`
+
+// writeScript is the fenced write: KEYS[1] the value, KEYS[2] the mark (a
+// hash: t token, r run, w write id), KEYS[3] the write's cancel key (set by
+// settleScript when a write whose reply was lost is settled as not
+// applied). ARGV: token, run, write id, op ("p" put, "d" delete), value,
+// TTL in ms ("0": none); op "m" changes only the mark. Reply: {code, mark token, mark run} with code
+// "ok", "dup" (this write id is the mark's: applied before), "stale",
+// "reused", "cancelled" or "bad" (the mark is unreadable; the third element
+// says why). Nothing is written unless the code is "ok".
+var writeScript = redis.NewScript(markValid + `
+if redis.call('EXISTS', KEYS[3]) == 1 then return {'cancelled', '', ''} end
+local m = redis.pcall('HMGET', KEYS[2], 't', 'r', 'w')
+if m['err'] then return {'bad', '', 'mark key is not a hash'} end
+local mt, mr, mw = m[1], m[2] or '', m[3] or ''
+if mt or m[2] or m[3] then
+  if badmark(mt, mr) then return {'bad', mt or '', 'malformed mark'} end
+else
+  mt = nil
+end
+local tok, run = ARGV[1], ARGV[2]
+if mw == ARGV[3] then return {'dup', mt, mr} end
+if mt then
+  local c = cmp(tok, mt)
+  if c < 0 then return {'stale', mt, mr} end
+  if c == 0 and run ~= '' and mr ~= '' and run ~= mr then return {'reused', mt, mr} end
+  if c == 0 and run == '' then run = mr end
+end
+if ARGV[4] == 'd' then
+  redis.call('DEL', KEYS[1])
+elseif ARGV[4] == 'm' then
+  -- the mark alone
+elseif ARGV[6] ~= '0' then
+  redis.call('SET', KEYS[1], ARGV[5], 'PX', ARGV[6])
+else
+  redis.call('SET', KEYS[1], ARGV[5])
+end
+redis.call('HSET', KEYS[2], 't', tok, 'r', run, 'w', ARGV[3])
+return {'ok', tok, run}
+`)
+
+// readScript reads value and mark together: KEYS[1] the value, KEYS[2] the
+// mark. Reply: {code, value, token, run, write id} with code "ok", "none"
+// (no mark), "novalue" (a mark but no value) or "bad" (value or mark
+// unreadable; the second element says why).
+var readScript = redis.NewScript(markValid + `
+local typ = redis.call('TYPE', KEYS[2])['ok']
+if typ == 'none' then return {'none', '', '', '', ''} end
+if typ ~= 'hash' then return {'bad', 'mark key holds a ' .. typ, '', '', ''} end
+local m = redis.call('HMGET', KEYS[2], 't', 'r', 'w')
+local mt, mr, mw = m[1], m[2] or '', m[3] or ''
+if badmark(mt, mr) then return {'bad', 'malformed mark', mt or '', '', ''} end
+local vt = redis.call('TYPE', KEYS[1])['ok']
+if vt == 'none' then return {'novalue', '', mt, mr, mw} end
+if vt ~= 'string' then return {'bad', 'value key holds a ' .. vt, mt, mr, mw} end
+return {'ok', redis.call('GET', KEYS[1]), mt, mr, mw}
+`)
+
+// settleScript settles a write whose reply was lost: KEYS[1] the mark,
+// KEYS[2] the write's cancel key; ARGV: write id, cancel key TTL in ms. If
+// the mark carries the write id, the write was applied: {"applied", token,
+// run}. Otherwise the cancel key is set, so that the write, should it still
+// arrive, is refused ("cancelled"), and the reply is {"cancelled", token,
+// run} of the current mark ("" when none). An unreadable mark: {"bad", ...}.
+var settleScript = redis.NewScript(markValid + `
+local typ = redis.call('TYPE', KEYS[1])['ok']
+local mt, mr, mw = '', '', ''
+if typ == 'hash' then
+  local m = redis.call('HMGET', KEYS[1], 't', 'r', 'w')
+  if badmark(m[1], m[2] or '') then return {'bad', m[1] or '', 'malformed mark'} end
+  mt, mr, mw = m[1], m[2] or '', m[3] or ''
+elseif typ ~= 'none' then
+  return {'bad', '', 'mark key holds a ' .. typ}
+end
+if mw == ARGV[1] then return {'applied', mt, mr} end
+redis.call('SET', KEYS[2], '1', 'PX', ARGV[2])
+return {'cancelled', mt, mr}
+`)

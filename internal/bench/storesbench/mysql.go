@@ -1,0 +1,111 @@
+package main
+
+import (
+	"context"
+	"database/sql"
+	"fmt"
+	"time"
+
+	"github.com/go-sql-driver/mysql"
+
+	"github.com/fencekit/fencekit/fence"
+	"github.com/fencekit/fencekit/guards/mysqlguard"
+	"github.com/fencekit/fencekit/internal/bench"
+)
+
+// mysqlCase: in-row mode (Rows.UpsertClaim vs the same upsert unguarded,
+// autocommit) and marks mode (InTxClaim + upsert vs BEGIN + upsert +
+// COMMIT), one connection with interpolateParams (one round trip per
+// statement), all four sides interleaved.
+func mysqlCase(e *bench.Env) error {
+	ctx := e.Ctx
+	cfg, err := mysql.ParseDSN(env("TEST_MYSQL_DSN", "root@tcp(127.0.0.1:3306)/test"))
+	if err != nil {
+		return err
+	}
+	cfg.InterpolateParams = true
+	conn, err := mysql.NewConnector(cfg)
+	if err != nil {
+		return err
+	}
+	db := sql.OpenDB(conn)
+	defer func() { _ = db.Close() }()
+	db.SetMaxOpenConns(1)
+	db.SetMaxIdleConns(1)
+	suffix := fmt.Sprint(time.Now().UnixNano())
+	docs, data := "fk_bench_docs_"+suffix, "fk_bench_data_"+suffix
+	g, err := mysqlguard.New(mysqlguard.Config{Table: "fk_bench_marks_" + suffix, IsoLevel: sql.LevelReadCommitted})
+	if err != nil {
+		return err
+	}
+	if err := g.CreateTable(ctx, db); err != nil {
+		return err
+	}
+	for _, q := range []string{
+		"CREATE TABLE " + docs + " (resource VARBINARY(512) PRIMARY KEY, value VARCHAR(255) NOT NULL, fence_token BIGINT NOT NULL, fence_run VARBINARY(64) NOT NULL DEFAULT '') ENGINE=InnoDB",
+		"CREATE TABLE " + data + " (resource VARBINARY(512) PRIMARY KEY, value VARCHAR(255) NOT NULL, token BIGINT NOT NULL) ENGINE=InnoDB",
+	} {
+		if _, err := db.ExecContext(ctx, q); err != nil {
+			return err
+		}
+	}
+	defer func() { _, _ = db.ExecContext(context.Background(), "DROP TABLE "+docs+", "+data+", "+g.Table()) }()
+	rows, err := mysqlguard.NewRows(mysqlguard.RowsConfig{Table: docs, Key: []string{"resource"}, Columns: []string{"value"}, RunColumn: "fence_run"})
+	if err != nil {
+		return err
+	}
+	upsertRow := "INSERT INTO " + docs + " (resource, value, fence_token, fence_run) VALUES (?, ?, ?, ?) " +
+		"ON DUPLICATE KEY UPDATE value = VALUES(value), fence_token = VALUES(fence_token), fence_run = VALUES(fence_run)"
+	upsertData := "INSERT INTO " + data + " (resource, value, token) VALUES (?, ?, ?) " +
+		"ON DUPLICATE KEY UPDATE value = VALUES(value), token = VALUES(token)"
+	run := bench.RunIdentity()
+	var tok fence.Token
+	claim := func() fence.Claim { tok++; return fence.Claim{Token: tok, Run: run} }
+	const (
+		plainUpsert = iota
+		rowsUpsert
+		plainTx
+		inTx
+	)
+	ops := []bench.Op{
+		plainUpsert: {Name: "plain upsert", Run: func(int) error {
+			c := claim()
+			_, err := db.ExecContext(ctx, upsertRow, "plain", "value", int64(c.Token), c.Run)
+			return err
+		}},
+		rowsUpsert: {Name: "Rows.UpsertClaim", Run: func(int) error {
+			return rows.UpsertClaim(ctx, db, []any{"rows"}, claim(), "value")
+		}},
+		plainTx: {Name: "plain tx", Run: func(int) error {
+			c := claim()
+			tx, err := db.BeginTx(ctx, &sql.TxOptions{Isolation: sql.LevelReadCommitted})
+			if err != nil {
+				return err
+			}
+			if _, err := tx.ExecContext(ctx, upsertData, "plain", "value", int64(c.Token)); err != nil {
+				_ = tx.Rollback()
+				return err
+			}
+			return tx.Commit()
+		}},
+		inTx: {Name: "InTxClaim", Run: func(int) error {
+			c := claim()
+			return g.InTxClaim(ctx, db, "intx", c, func(ctx context.Context, tx *sql.Tx) error {
+				_, err := tx.ExecContext(ctx, upsertData, "intx", "value", int64(c.Token))
+				return err
+			})
+		}},
+	}
+	in, err := bench.Interleave(ops, rounds(e, 4*time.Millisecond), time.Time{})
+	if err != nil {
+		return err
+	}
+	e.Report.Add(bench.GuardRatio(in, "mysql_guard_rows_ratio", rowsUpsert, plainUpsert, 1.05, fmt.Sprintf(
+		"in-row mode: Rows.UpsertClaim vs the same upsert unguarded (autocommit), go-sql-driver with interpolateParams, one connection; %d rounds of 4 sides interleaved, median of %d blocks",
+		in.Rounds(), bench.RatioBlocks)))
+	e.Report.Add(bench.GuardRatio(in, "mysql_guard_intx_ratio", inTx, plainTx, 0,
+		"marks mode: InTxClaim (BEGIN, fence statement, upsert, COMMIT) vs BEGIN + upsert + COMMIT, READ COMMITTED"))
+	e.Report.Add(bench.Metric{Key: "mysql_upsert_us", Value: float64(in.PerOp(plainUpsert)) / 1e3, Unit: "µs", Note: "unguarded upsert, autocommit"})
+	e.Report.Add(bench.Metric{Key: "mysql_write_tx_us", Value: float64(in.PerOp(plainTx)) / 1e3, Unit: "µs", Note: "unguarded BEGIN + upsert + COMMIT"})
+	return nil
+}
