@@ -8,9 +8,10 @@
 -- search_path set to the lease schema (the functions below capture it).
 
 -- One row: every fencing token written to fencekit_leases must be greater
--- than floor. It is raised (never lowered) by Manager.CheckTokenFloor and
--- Manager.AdvanceTokenSequence after a restore or failover, from the
--- highest token the guards have accepted and an operator-supplied value.
+-- than floor. It is raised (never lowered) after a restore or failover by the
+-- token floor check (package leaseops: TokenFloor.Advance, and CheckFloor
+-- through fencekit_check_floor of migration 0008), from the highest token
+-- the guards have accepted and an operator-supplied value.
 CREATE TABLE IF NOT EXISTS fencekit_token_floor (
     id         boolean     PRIMARY KEY DEFAULT true,
     floor      bigint      NOT NULL DEFAULT 0,
