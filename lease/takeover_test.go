@@ -4,10 +4,13 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strconv"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
+	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/stretchr/testify/require"
@@ -360,5 +363,81 @@ func TestTakeoverCauseInEveryExecMode(t *testing.T) {
 			}
 			require.NoError(t, lc.Err())
 		})
+	}
+}
+
+// TestTakeoverStormEveryDisplacedRunSaysTakenOver: 8 Managers, each on its
+// own pool, take 4 keys over from each other as fast as they can while
+// renewing every 40ms, so a displaced run's refused renewal often races the
+// notification of its takeover and the key has often been taken over again
+// by then. Every displaced run ends with ErrTakenOver (or, on a machine too
+// slow to renew in time, ErrTrustExpired), never with a plain ErrLost.
+func TestTakeoverStormEveryDisplacedRunSaysTakenOver(t *testing.T) {
+	e := newEnv(t)
+	const managers, keys, rounds = 8, 4, 150
+	ms := make([]*lease.Manager, managers)
+	for i := range ms {
+		ms[i] = e.manager(lease.Config{TTL: 2 * time.Second, RenewEvery: 40 * time.Millisecond})
+	}
+	acct := uuid.NewString()
+	key := func(i int) lease.Key { return lease.Key{AccountID: acct, SessionID: strconv.Itoa(i % keys)} }
+	var (
+		mu   sync.Mutex
+		all  []*lease.Lease
+		wg   sync.WaitGroup
+		errs = make(chan error, managers)
+	)
+	for w, m := range ms {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for i := range rounds {
+				l, err := m.Takeover(bg(), key(w+i))
+				if err != nil {
+					errs <- err
+					return
+				}
+				mu.Lock()
+				all = append(all, l)
+				mu.Unlock()
+			}
+		}()
+	}
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		require.NoError(t, err)
+	}
+	// The last grant of each key is its holder; every other run was displaced.
+	last := map[lease.Key]*lease.Lease{}
+	for _, l := range all {
+		if p := last[l.Key()]; p == nil || l.Token() > p.Token() {
+			last[l.Key()] = l
+		}
+	}
+	counts := map[string]int{}
+	for _, l := range all {
+		if last[l.Key()] == l {
+			continue
+		}
+		select {
+		case <-l.Done():
+		case <-time.After(10 * time.Second):
+			t.Fatalf("displaced run %s still live", l)
+		}
+		cause := context.Cause(l.Context())
+		switch {
+		case errors.Is(cause, lease.ErrTakenOver):
+			counts["taken over"]++
+		case errors.Is(cause, lease.ErrTrustExpired):
+			counts["trust expired"]++
+		default:
+			counts[cause.Error()]++
+		}
+	}
+	t.Logf("%d displaced runs: %v", len(all)-len(last), counts)
+	require.Equal(t, len(all)-len(last), counts["taken over"]+counts["trust expired"], "causes: %v", counts)
+	for _, l := range last {
+		require.NoError(t, l.Err(), "the last grant of %s holds", l.Key())
 	}
 }
