@@ -31,6 +31,8 @@
 //     unexpired lease, so a late heartbeat cannot revive a lost one. Both
 //     are safe to retry after a lost reply, and Release reports what the
 //     database says (a ReleaseResult) instead of failing.
+//   - Run releases the lease however fn ends, also when fn panics (the
+//     panic then goes on unchanged).
 //   - Every statement is bounded by CallTimeout. The Authorizer runs before
 //     any statement: a refused caller consumes no row and no token.
 //   - Fail closed on a new database node: after a promotion (a new
