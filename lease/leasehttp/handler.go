@@ -364,7 +364,8 @@ func (h *Handler) open(ctx context.Context, cancel context.CancelFunc, w http.Re
 			_ = conn.SetReadDeadline(time.Time{})
 			read := make(chan struct{})
 			br := brw.Reader // the writer half is not used
-			go func() { // until the client leaves (EOF) or the connection is closed below
+			// Until the client leaves (EOF) or the connection is closed below.
+			go func() {
 				defer close(read)
 				var b [64]byte // a client sends nothing on a stream: no large buffer
 				_, _ = br.Discard(br.Buffered())
