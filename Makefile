@@ -27,7 +27,7 @@ test: ## run every test (race detector on) against real PostgreSQL and MinIO
 	for m in $(NESTED); do echo "== $$m"; (cd $$m && $(GO) test $(TESTFLAGS) ./...); done
 
 .PHONY: test/short
-test/short: ## unit tests that need no service
+test/short: ## unit tests only: needs no service (with -short, tests and examples that need one skip)
 	$(GO) test -short -count=1 $(PKGS)
 
 .PHONY: demo

@@ -282,6 +282,7 @@ func TestConformanceFence(t *testing.T) {
 // cleanup: an independent set of connections.
 func sqlDB(t testing.TB) *sql.DB {
 	t.Helper()
+	testsvc.SkipShort(t)
 	db, err := sql.Open("pgx", testsvc.DatabaseURL())
 	require.NoError(t, err)
 	t.Cleanup(func() { _ = db.Close() })
