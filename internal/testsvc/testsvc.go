@@ -11,8 +11,8 @@ package testsvc
 
 import (
 	"crypto/rand"
-	"flag"
 	"encoding/hex"
+	"flag"
 	"os"
 	"strings"
 	"testing"
