@@ -57,6 +57,7 @@ func Cases() []Case {
 		{"handover", []string{"handover_p50_ms", "handover_p99_ms"}, Handover},
 		{"contention", nil, Contention},
 		{"renewal", []string{"renew_leases_per_statement", "renew_batch_speedup", "heap_bytes_per_lease", "renew_busy_fraction"}, Renewal},
+		{"takeover", []string{"takeover_ratio_vs_lease_cycle", "takeovers_per_s"}, Takeover},
 	}
 }
 
