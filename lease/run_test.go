@@ -176,11 +176,12 @@ func TestRunPanicReleases(t *testing.T) {
 	m := e.manager(lease.Config{TTL: time.Hour})
 	other := e.manager(lease.Config{})
 	k := uniqueKey(t)
+	ctx := bg()
 	var work context.Context
 	var got any
 	func() {
 		defer func() { got = recover() }()
-		_ = m.Run(bg(), k, func(ctx context.Context, _ *lease.Lease) error {
+		_ = m.Run(ctx, k, func(ctx context.Context, _ *lease.Lease) error {
 			work = ctx
 			panic("tool crashed")
 		})
@@ -200,7 +201,7 @@ func TestRunPanicReleases(t *testing.T) {
 	done := make(chan struct{})
 	go func() {
 		defer close(done)
-		_ = m.Run(bg(), k2, func(context.Context, *lease.Lease) error { runtime.Goexit(); return nil })
+		_ = m.Run(ctx, k2, func(context.Context, *lease.Lease) error { runtime.Goexit(); return nil })
 	}()
 	<-done
 	_, err = other.Acquire(bg(), k2)

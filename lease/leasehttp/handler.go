@@ -410,7 +410,7 @@ var errDrained = errors.New("leasehttp: drained")
 // write fails. Events wait in pend for the pacer; more than PaceBurst
 // waiting are replaced by one "current" event of the latest state.
 func (h *Handler) stream(ctx context.Context, out sink, watch *lease.Watcher, key lease.Key, last fence.Token, resumed bool) {
-	drained, stopDrain := context.WithCancelCause(context.Background())
+	drained, stopDrain := context.WithCancelCause(ctx) // already done: Next only takes what is queued
 	stopDrain(errDrained)
 	p := pacer{every: h.cfg.Pace, tokens: PaceBurst}
 	timer := time.NewTimer(time.Hour)
