@@ -416,7 +416,7 @@ func (h *Handler) stream(ctx context.Context, out sink, watch *lease.Watcher, ke
 	timer := time.NewTimer(time.Hour)
 	timer.Stop()
 	defer timer.Stop()
-	var pend []lease.WatchEvent
+	pend := make([]lease.WatchEvent, 0, PaceBurst+1) // never longer: see coalesce
 	// take moves every event the Watcher has queued into pend, without
 	// waiting; false when the Watcher has ended.
 	take := func() bool {
