@@ -51,7 +51,7 @@ test/execmodes: ## lease core and pgguard conformance in pgx's other exec modes 
 	  $(GO) test $(TESTFLAGS) -run '$(PGGUARD_RUN)' ./guards/pgguard || exit 1; done
 
 .PHONY: test/short
-test/short: ## unit tests that need no service
+test/short: ## unit tests only: needs no service (with -short, tests and examples that need one skip)
 	$(GO) test -short -count=1 $(PKGS)
 
 .PHONY: demo

@@ -20,6 +20,8 @@
 // postgres://postgres@127.0.0.1:5432/test?sslmode=disable),
 // TEST_MINIO_ENDPOINT, TEST_MINIO_ACCESS_KEY and TEST_MINIO_SECRET_KEY. A
 // missing service fails the test when CI=true (or 1) and skips it otherwise.
+// With go test -short every helper that needs a service skips the test
+// before connecting (SkipShort), so -short runs need no service at all.
 //
 // Guaranteed: every schema, bucket, pool and proxy a test gets is its own and
 // is removed or closed when the test ends, in reverse order of creation

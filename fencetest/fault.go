@@ -25,6 +25,7 @@ type Fault struct {
 // its LISTEN connection all go through the proxy.
 func FaultyPool(t testing.TB) (*pgxpool.Pool, *Fault) {
 	t.Helper()
+	SkipShort(t)
 	cfg, err := pgxpool.ParseConfig(DatabaseURL())
 	if err != nil {
 		t.Fatalf("fencetest: bad TEST_DATABASE_URL: %v", err)

@@ -50,12 +50,24 @@ func Pool(t testing.TB) *pgxpool.Pool {
 	return PoolFor(t, cfg)
 }
 
+// SkipShort skips the test in -short mode (go test -short), which runs only
+// the tests that need no service. Every helper of this package that needs
+// PostgreSQL or MinIO calls it first; a test that reaches a service another
+// way calls it itself.
+func SkipShort(t testing.TB) {
+	t.Helper()
+	if testing.Short() {
+		t.Skip("fencetest: needs a service (PostgreSQL or MinIO): skipped in -short mode")
+	}
+}
+
 // PoolFor opens a pool from cfg (for example Pool's configuration with
 // another role, database or pool size), pings it, and closes it when the test
 // ends. An unreachable server fails the test under CI and skips it otherwise,
-// as Missing does.
+// as Missing does. In -short mode the test is skipped without connecting.
 func PoolFor(t testing.TB, cfg *pgxpool.Config) *pgxpool.Pool {
 	t.Helper()
+	SkipShort(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
 	pool, err := pgxpool.NewWithConfig(ctx, cfg)
@@ -103,9 +115,11 @@ func Schema(t testing.TB, sets ...migrations.Set) string {
 }
 
 // Bucket returns a client of the test MinIO and a fresh bucket, emptied (all
-// object versions) and removed when the test ends.
+// object versions) and removed when the test ends. In -short mode the test
+// is skipped.
 func Bucket(t testing.TB) (*minio.Client, string) {
 	t.Helper()
+	SkipShort(t)
 	endpoint := os.Getenv("TEST_MINIO_ENDPOINT")
 	if endpoint == "" {
 		Missing(t, "TEST_MINIO_ENDPOINT is not set")

@@ -11,6 +11,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/fencekit/fencekit/fence"
+	"github.com/fencekit/fencekit/fencetest"
 	"github.com/fencekit/fencekit/internal/testsvc"
 	"github.com/fencekit/fencekit/lease"
 	"github.com/fencekit/fencekit/sql/migrations"
@@ -152,4 +153,73 @@ func TestKeyResource(t *testing.T) {
 		require.Equal(t, r, c.k.Resource(c.name), "deterministic")
 	}
 	require.Equal(t, "acct-1/conversation-42/reports", lease.Key{AccountID: "acct-1", SessionID: "conversation-42"}.Resource("reports"))
+}
+
+// TestCallTimeoutInsideTrustWindow: Config documents CallTimeout below
+// TTL − SafetyMargin − RenewEvery (one stalled statement delays the next
+// renewal by as much). Left unset it is derived to fit (DefaultCallTimeout
+// when that fits, as with the default TTL); set explicitly out of that
+// range it is a *ConfigError naming CallTimeout.
+func TestCallTimeoutInsideTrustWindow(t *testing.T) {
+	pool := testsvc.Pool(t)
+	for _, c := range []lease.Config{
+		{TTL: time.Second},
+		{TTL: lease.MinTTL},
+		{TTL: 2 * time.Second, SafetyMargin: time.Second, RenewEvery: 900 * time.Millisecond},
+		{TTL: time.Minute},
+		{},
+	} {
+		c.Pool = pool
+		m, err := lease.New(c)
+		require.NoError(t, err, "%+v", c)
+		bound := m.TrustWindow() - lease.RenewEveryOf(m)
+		got := lease.CallTimeoutOf(m)
+		require.Positive(t, got)
+		require.Less(t, got, bound, "TTL %v: derived CallTimeout %v, bound %v", c.TTL, got, bound)
+		require.LessOrEqual(t, got, lease.DefaultCallTimeout)
+		require.NoError(t, m.Close())
+	}
+	m, err := lease.New(lease.Config{Pool: pool})
+	require.NoError(t, err)
+	require.Equal(t, lease.DefaultCallTimeout, lease.CallTimeoutOf(m), "the default TTL keeps the default")
+	require.NoError(t, m.Close())
+
+	for _, c := range []lease.Config{
+		{TTL: time.Second, CallTimeout: lease.DefaultCallTimeout},
+		{TTL: time.Second, CallTimeout: time.Second},
+		// TTL 1s: trust window 800ms, RenewEvery 1s/3: the bound is 466.67ms.
+		{TTL: time.Second, CallTimeout: 800*time.Millisecond - time.Second/3},
+		{CallTimeout: 7 * time.Second}, // the defaults' bound: 12s − 5s
+	} {
+		c.Pool = pool
+		m, err := lease.New(c)
+		require.Nil(t, m)
+		var ce *lease.ConfigError
+		require.True(t, errors.As(err, &ce), "%+v: %v", c, err)
+		require.Equal(t, "CallTimeout", ce.Field)
+		require.Contains(t, ce.Reason, "TTL − SafetyMargin − RenewEvery")
+	}
+	m, err = lease.New(lease.Config{Pool: pool, TTL: time.Second, CallTimeout: 400 * time.Millisecond})
+	require.NoError(t, err, "inside the bound")
+	require.Equal(t, 400*time.Millisecond, lease.CallTimeoutOf(m))
+	require.NoError(t, m.Close())
+}
+
+// TestStalledRenewReturnsInsideTrustWindow: with TTL 1s and CallTimeout
+// left to its default, a renewal whose statement gets no reply (a network
+// partition) returns its timeout before the lease's trust deadline, while a
+// retry could still keep the lease, not seconds after it.
+func TestStalledRenewReturnsInsideTrustWindow(t *testing.T) {
+	e := newEnv(t)
+	pool, fault := fencetest.FaultyPool(t)
+	m := e.manager(lease.Config{Pool: pool, TTL: time.Second})
+	l, err := m.Acquire(bg(), uniqueKey(t))
+	require.NoError(t, err)
+	trust := l.TrustDeadline()
+	fault.Partition()
+	defer fault.Restore()
+	_, err = l.Renew(bg())
+	returned := time.Now()
+	require.ErrorIs(t, err, context.DeadlineExceeded)
+	require.True(t, returned.Before(trust), "the stalled renewal returned %v after the trust deadline", returned.Sub(trust))
 }

@@ -63,11 +63,15 @@ type Config struct {
 	// shorter); 0 < RenewEvery < TTL − SafetyMargin.
 	RenewEvery time.Duration
 	// CallTimeout bounds every statement the Manager sends, including
-	// background renewals and the release at Close. Default 5s. Keep it
-	// below TTL − SafetyMargin − RenewEvery (7s with the defaults): the
-	// renewer sends at most four batches at a time (at most half the pool's
+	// background renewals and the release at Close. It must be below
+	// TTL − SafetyMargin − RenewEvery (7s with the defaults): the renewer
+	// sends at most four batches at a time (at most half the pool's
 	// connections) and waits for a round's batches before the next tick, so
-	// one statement stuck for CallTimeout delays the next renewals by as much.
+	// one statement stuck for CallTimeout delays the next renewals by as
+	// much. Default DefaultCallTimeout (5s), lowered to 3/4 of that bound
+	// when it is shorter (TTL 1s: 350ms), so that a renewal retried after
+	// one stalled statement still starts inside the trust window; an
+	// explicit value at or above the bound is a *ConfigError.
 	CallTimeout time.Duration
 	// WaitPoll is the safety-net poll interval of AcquireWait and the
 	// period of the LISTEN connection's delivery probe. Default 10s.
@@ -157,11 +161,16 @@ func (c Config) resolve() (resolved, error) {
 	if r.RenewEvery <= 0 || r.RenewEvery >= window {
 		return r, &ConfigError{Field: "RenewEvery", Reason: r.RenewEvery.String() + " must be > 0 and < TTL − SafetyMargin " + window.String()}
 	}
+	bound := window - r.RenewEvery
 	if r.CallTimeout == 0 {
-		r.CallTimeout = DefaultCallTimeout
+		r.CallTimeout = min(DefaultCallTimeout, bound*3/4)
 	}
 	if r.CallTimeout < 0 {
 		return r, &ConfigError{Field: "CallTimeout", Reason: "negative: " + r.CallTimeout.String()}
+	}
+	if r.CallTimeout >= bound {
+		return r, &ConfigError{Field: "CallTimeout", Reason: r.CallTimeout.String() +
+			" must be < TTL − SafetyMargin − RenewEvery " + bound.String() + " (a stalled statement delays the next renewal by CallTimeout)"}
 	}
 	if r.WaitPoll == 0 {
 		r.WaitPoll = DefaultWaitPoll

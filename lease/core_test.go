@@ -165,7 +165,7 @@ func TestTokenIncreasesAcrossReleaseReacquire(t *testing.T) {
 // than that grant's, not the smaller value it drew first.
 func TestTokenDrawnUnderRowLockAfterStall(t *testing.T) {
 	e := newEnv(t)
-	m := e.manager(lease.Config{CallTimeout: 20 * time.Second})
+	m := e.manager(lease.Config{TTL: time.Minute, CallTimeout: 20 * time.Second})
 	k := uniqueKey(t)
 	q := func(s string) string { return fmt.Sprintf(s, e.schema, e.schema) }
 
@@ -266,7 +266,7 @@ func TestExpiredTakeoverAndLateOpsChangeNothing(t *testing.T) {
 	e := newEnv(t)
 	pool, proxy := proxiedPool(t)
 	old := e.manager(lease.Config{Pool: pool, TTL: 600 * time.Millisecond, SafetyMargin: 150 * time.Millisecond,
-		RenewEvery: 150 * time.Millisecond, CallTimeout: 300 * time.Millisecond})
+		RenewEvery: 150 * time.Millisecond, CallTimeout: 250 * time.Millisecond})
 	next := e.manager(lease.Config{})
 	k := uniqueKey(t)
 	l, err := old.Acquire(bg(), k)
@@ -308,13 +308,14 @@ func TestExpiredTakeoverAndLateOpsChangeNothing(t *testing.T) {
 }
 
 // TestRenewalFailureCancelsByTrustDeadline: the database becomes
-// unreachable (blackholed: no error ever comes back) and the lease context
-// is cancelled no later than the trust deadline, with ErrTrustExpired.
+// unreachable (blackholed: no reply ever comes back, only local timeouts)
+// and the lease context is cancelled no later than the trust deadline, with
+// ErrTrustExpired.
 func TestRenewalFailureCancelsByTrustDeadline(t *testing.T) {
 	e := newEnv(t)
 	pool, proxy := proxiedPool(t)
 	m, ev, err := lease.NewObserved(lease.Config{Pool: pool, Schema: e.schema, TTL: time.Second,
-		SafetyMargin: 200 * time.Millisecond, RenewEvery: 250 * time.Millisecond, CallTimeout: 2 * time.Second})
+		SafetyMargin: 200 * time.Millisecond, RenewEvery: 250 * time.Millisecond, CallTimeout: 500 * time.Millisecond})
 	require.NoError(t, err)
 	defer m.Close()
 	defer proxy.Restore()
@@ -326,8 +327,8 @@ func TestRenewalFailureCancelsByTrustDeadline(t *testing.T) {
 	waitFor(t, 5*time.Second, "a background renewal", func() bool { return l.TrustDeadline().After(first) })
 
 	proxy.Blackhole()
-	// The CallTimeout (2s) is longer than the trust window (800ms): only the
-	// local timer can end the lease in time.
+	// No reply comes back: the renewals only time out (CallTimeout 500ms),
+	// and only the local timer ends the lease, on time.
 	var deadline time.Time
 	select {
 	case <-l.Done():
@@ -480,7 +481,7 @@ func TestRenewalErrorsLeaveLeaseToTrustTimer(t *testing.T) {
 	e := newEnv(t)
 	pool, proxy := proxiedPool(t)
 	m, ev, err := lease.NewObserved(lease.Config{Pool: pool, Schema: e.schema, TTL: time.Second,
-		SafetyMargin: 200 * time.Millisecond, RenewEvery: 200 * time.Millisecond, CallTimeout: time.Second})
+		SafetyMargin: 200 * time.Millisecond, RenewEvery: 200 * time.Millisecond, CallTimeout: 500 * time.Millisecond})
 	require.NoError(t, err)
 	defer m.Close()
 	defer proxy.Restore()

@@ -32,7 +32,11 @@
 //     unexpired lease, so a late heartbeat cannot revive a lost one. Both
 //     are safe to retry after a lost reply, and Release reports what the
 //     database says (a ReleaseResult) instead of failing.
-//   - Every statement is bounded by CallTimeout. The Authorizer runs before
+//   - Run releases the lease however fn ends, also when fn panics (the
+//     panic then goes on unchanged).
+//   - Every statement is bounded by CallTimeout, which New keeps below
+//     TTL − SafetyMargin − RenewEvery (a stalled renewal returns inside
+//     the trust window). The Authorizer runs before
 //     any statement: a refused caller consumes no row and no token.
 //   - Fail closed on a new database node: after a promotion (a new
 //     timeline) or a restore into another database or cluster, every grant

@@ -89,3 +89,10 @@ func ReleaseChannel(schema string) string { return channelName(schema) }
 // MuteTakeoverNotify makes m's takeovers notify a channel nobody listens on,
 // as if every other Manager's listener were down. Call it right after New.
 func MuteTakeoverNotify(m *Manager) { m.st.channel = "fencekit_muted_for_test" }
+
+// CallTimeoutOf is m's effective CallTimeout (Config.CallTimeout or the
+// default New derived).
+func CallTimeoutOf(m *Manager) time.Duration { return m.cfg.CallTimeout }
+
+// RenewEveryOf is m's effective RenewEvery.
+func RenewEveryOf(m *Manager) time.Duration { return m.cfg.RenewEvery }

@@ -22,6 +22,7 @@ func TestMain(m *testing.M) {
 	if os.Getenv(helperEnv) == "1" {
 		os.Exit(helperMain())
 	}
+	testsvc.SkipServiceExamples() // they need PostgreSQL
 	goleak.VerifyTestMain(m)
 }
 

@@ -9,15 +9,19 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"strconv"
+	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/google/uuid"
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/stretchr/testify/require"
 
 	"github.com/fencekit/fencekit/fence"
 	"github.com/fencekit/fencekit/guards/memguard"
 	"github.com/fencekit/fencekit/internal/obs/obstest"
+	"github.com/fencekit/fencekit/internal/testsvc"
 	"github.com/fencekit/fencekit/lease"
 	"github.com/fencekit/fencekit/lease/leaseops"
 )
@@ -98,7 +102,7 @@ func TestMetricsLossCauses(t *testing.T) {
 		defer proxy.Restore()
 		mt := obstest.NewMeter(t)
 		logs, logger := obstest.NewLogs()
-		m := e.manager(short(lease.Config{Pool: pool, CallTimeout: time.Second, MeterProvider: mt.Provider, Logger: logger}))
+		m := e.manager(short(lease.Config{Pool: pool, MeterProvider: mt.Provider, Logger: logger}))
 		l, err := m.Acquire(bg(), uniqueKey(t))
 		require.NoError(t, err)
 		proxy.Cut() // renewals fail at once
@@ -110,16 +114,26 @@ func TestMetricsLossCauses(t *testing.T) {
 	})
 	t.Run("trust_deadline", func(t *testing.T) {
 		e := newEnv(t)
-		pool, proxy := proxiedPool(t)
-		defer proxy.Restore()
+		// The renewer is late, as in a paused process: once stalled, taking
+		// a connection from the pool blocks, ignoring the context, until
+		// the test ends. No renewal statement fails before the deadline.
+		var stalled atomic.Bool
+		resume := make(chan struct{})
+		pool := testsvc.PoolWith(t, testsvc.DatabaseURL(), func(c *pgxpool.Config) {
+			c.PrepareConn = func(context.Context, *pgx.Conn) (bool, error) {
+				if stalled.Load() {
+					<-resume
+				}
+				return true, nil
+			}
+		})
 		mt := obstest.NewMeter(t)
 		logs, logger := obstest.NewLogs()
-		// CallTimeout (3s) beyond the trust window (800ms): the renewal is
-		// still in flight, with no error, when the deadline passes.
-		m := e.manager(short(lease.Config{Pool: pool, CallTimeout: 3 * time.Second, MeterProvider: mt.Provider, Logger: logger}))
+		m := e.manager(short(lease.Config{Pool: pool, MeterProvider: mt.Provider, Logger: logger}))
+		t.Cleanup(func() { close(resume) }) // before the Manager's Close
 		l, err := m.Acquire(bg(), uniqueKey(t))
 		require.NoError(t, err)
-		proxy.Blackhole()
+		stalled.Store(true)
 		<-l.Done()
 		require.ErrorIs(t, l.Err(), lease.ErrTrustExpired)
 		assertLoss(t, mt, logs, leaseops.CauseTrustDeadline)

@@ -12,6 +12,9 @@ import (
 // Run acquires the lease for key (Acquire: it fails at once when held),
 // calls fn and then releases the lease with a fresh context
 // (context.WithoutCancel(ctx) bounded by CallTimeout), however fn returned.
+// If fn panics (or calls runtime.Goexit), Run cancels fn's context (cause
+// ErrReleased) and releases the lease the same way before the panic goes on
+// to the caller unchanged, so a caller that recovers it finds the key free.
 //
 // fn's ctx is a child of ctx: it has ctx's values and deadline, it is
 // cancelled when ctx is (cancelling the caller stops the work, and Run
@@ -35,14 +38,29 @@ func (m *Manager) Run(ctx context.Context, key Key, fn func(ctx context.Context,
 	}
 	work, cancel := context.WithCancelCause(fence.WithClaim(ctx, l.claim()))
 	stop := l.whenEnded(cancel)
+	returned := false
+	defer func() {
+		if returned {
+			return
+		}
+		// fn panicked (or called runtime.Goexit): release now, while the
+		// panic unwinds, rather than leaving the lease to the renewer for
+		// as long as the Manager lives; the panic then goes on unchanged.
+		stop()
+		cancel(ErrReleased)
+		rctx, rcancel := context.WithTimeout(context.WithoutCancel(ctx), m.cfg.CallTimeout)
+		defer rcancel()
+		_, _ = l.Release(rctx)
+	}()
 	ferr := fn(work, l)
-	returned := time.Now()
+	returned = true
+	end := time.Now()
 	stop()
 	var loss error
 	if cause := l.Err(); cause != nil && !errors.Is(cause, ErrReleased) {
 		loss = cause
 		if at, mcause := l.ended(); mcause != "" {
-			m.met.onOverrun(ctx, mcause, returned.Sub(at))
+			m.met.onOverrun(ctx, mcause, end.Sub(at))
 		}
 	}
 	cancel(nil)

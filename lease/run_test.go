@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"runtime"
 	"testing"
 	"time"
 
@@ -164,4 +165,45 @@ func TestCloseWithUnreachableDatabaseIsBounded(t *testing.T) {
 	require.Error(t, err, "the release could not be sent")
 	require.Less(t, time.Since(start), 2*time.Second)
 	require.ErrorIs(t, l.Err(), lease.ErrClosed)
+}
+
+// TestRunPanicReleases: fn panics (an agent runtime recovers a tool's
+// panic and carries on); Run releases the lease before the panic goes on,
+// so the key is free for another Manager at once, the panic value reaches
+// the caller unchanged and fn's context ends with ErrReleased.
+func TestRunPanicReleases(t *testing.T) {
+	e := newEnv(t)
+	m := e.manager(lease.Config{TTL: time.Hour})
+	other := e.manager(lease.Config{})
+	k := uniqueKey(t)
+	ctx := bg()
+	var work context.Context
+	var got any
+	func() {
+		defer func() { got = recover() }()
+		_ = m.Run(ctx, k, func(ctx context.Context, _ *lease.Lease) error {
+			work = ctx
+			panic("tool crashed")
+		})
+	}()
+	require.Equal(t, "tool crashed", got, "the panic goes on to the caller")
+	require.Empty(t, m.Leases(), "the Manager holds nothing")
+	require.Error(t, work.Err(), "fn's context ended")
+	st, err := other.Inspect(bg(), k)
+	require.NoError(t, err)
+	require.Equal(t, lease.StateReleased, st.State)
+	l, err := other.Acquire(bg(), k)
+	require.NoError(t, err, "the key is free at once, not after the TTL (an hour)")
+	require.NoError(t, l.Err())
+
+	// runtime.Goexit (t.FailNow in fn, for instance) releases too.
+	k2 := uniqueKey(t)
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		_ = m.Run(ctx, k2, func(context.Context, *lease.Lease) error { runtime.Goexit(); return nil })
+	}()
+	<-done
+	_, err = other.Acquire(bg(), k2)
+	require.NoError(t, err)
 }

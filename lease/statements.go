@@ -137,9 +137,13 @@ RETURNING true`),
 		// node check, are computed before the conflict is detected), the
 		// token drawn again under the row lock in DO UPDATE SET, and no
 		// WHERE. The run it displaced while that run still held the key is
-		// recorded (displaced_run_id, migration 0005) and notified on the
-		// channel ("<payload>:taken:<run_id>", at commit), so that its
-		// Manager cancels it at once.
+		// recorded on the key's row (displaced_run_id, migration 0005: the
+		// last one only, for Watch), inserted into fencekit_displaced
+		// (migration 0007: every one, for the displaced run's Manager to
+		// ask by run_id; the data-modifying CTE runs whether or not the
+		// outer query reads it) and notified on the channel
+		// ("<payload>:taken:<run_id>", at commit), so that its Manager
+		// cancels it at once.
 		takeover: r.Replace(`WITH now_db AS MATERIALIZED (SELECT clock_timestamp() AS t),
 gate AS MATERIALIZED (
   SELECT f.floor, f.checked_node AS checked,
@@ -168,17 +172,25 @@ ins AS (
   RETURNING held.fence_token, held.expires_at, held.displaced_run_id,
             CASE WHEN held.displaced_run_id IS NOT NULL
                  THEN pg_notify($6::text, $7::text || ':taken:' || held.displaced_run_id::text) END AS notified
-)
+),
+gone AS (
+  INSERT INTO $S.fencekit_displaced (run_id, account_id, session_id, displaced_at, by_run_id)
+  SELECT i.displaced_run_id, $1::text, $2::text, n.t, $3::uuid
+    FROM ins i, now_db n
+   WHERE i.displaced_run_id IS NOT NULL
+  ON CONFLICT (run_id) DO NOTHING)
 SELECT i.fence_token, i.expires_at, i.displaced_run_id, n.t FROM ins i, now_db n`),
 
-		// $1 accounts, $2 sessions, $3 run_ids (text, as in renewBatch). Of
-		// the given runs, those a
-		// takeover displaced while they held their key (asked after a
-		// refused renewal, to report ErrTakenOver rather than ErrLost).
-		displaced: r.Replace(`SELECT q.run_id
-  FROM unnest($1::text[], $2::text[], $3::text[]::uuid[]) AS q(account_id, session_id, run_id)
-  JOIN $S.fencekit_leases l ON l.account_id = q.account_id AND l.session_id = q.session_id
- WHERE l.displaced_run_id = q.run_id`),
+		// $1 accounts, $2 sessions, $3 run_ids as text (text[] binds in
+		// every pgx QueryExecMode). Of the given runs, those a takeover
+		// displaced while they held their key (migration 0007): asked after
+		// a refused renewal, to report ErrTakenOver rather than ErrLost, and
+		// by the listener each time it connects. One primary-key lookup per
+		// run.
+		displaced: r.Replace(`SELECT d.run_id::text
+  FROM unnest($1::text[], $2::text[], $3::text[]) AS q(account_id, session_id, run_id)
+  JOIN $S.fencekit_displaced d ON d.run_id = q.run_id::uuid
+ WHERE d.account_id = q.account_id AND d.session_id = q.session_id`),
 
 		// No parameters. The node the floor was last checked on (NULL if
 		// never) and the node this statement runs on, computed as the

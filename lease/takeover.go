@@ -163,7 +163,8 @@ type querier interface {
 }
 
 // displacedRuns asks the database which of ls a takeover displaced, in one
-// statement.
+// statement on fencekit_displaced (migration 0007), which keeps every
+// displaced run, not only the last one of each key.
 func (m *Manager) displacedRuns(ctx context.Context, q querier, ls []*Lease) (map[uuid.UUID]bool, error) {
 	if len(ls) == 0 {
 		return nil, nil
@@ -181,8 +182,12 @@ func (m *Manager) displacedRuns(ctx context.Context, q querier, ls []*Lease) (ma
 	defer rows.Close()
 	taken := make(map[uuid.UUID]bool)
 	for rows.Next() {
-		var id uuid.UUID
-		if err := rows.Scan(&id); err != nil {
+		var s string
+		if err := rows.Scan(&s); err != nil {
+			return nil, err
+		}
+		id, err := uuid.Parse(s)
+		if err != nil {
 			return nil, err
 		}
 		taken[id] = true

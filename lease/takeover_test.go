@@ -4,16 +4,22 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strconv"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
+	"github.com/google/uuid"
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/stretchr/testify/require"
 
 	"github.com/fencekit/fencekit/fence"
 	"github.com/fencekit/fencekit/fencetest"
 	"github.com/fencekit/fencekit/guards/memguard"
 	"github.com/fencekit/fencekit/internal/obs/obstest"
+	"github.com/fencekit/fencekit/internal/testsvc"
 	"github.com/fencekit/fencekit/lease"
 	"github.com/fencekit/fencekit/lease/leaseops"
 )
@@ -239,5 +245,199 @@ func waitListener(t *testing.T, ev *lease.Events, up bool) {
 		case <-deadline:
 			t.Fatalf("listener never reported up=%v", up)
 		}
+	}
+}
+
+// TestTakeoverChainWhileListenerDownIsLearnedOnReconnect: the key is taken
+// over twice while the first holder's listener is down, so the key's row
+// names the second displaced run, not the first. The first holder still
+// learns, as soon as its listener is up, that a takeover displaced it:
+// its lease ends with ErrTakenOver then (its renewal is half an hour away),
+// and the run_id-addressed Renew reports ErrTakenOver too.
+func TestTakeoverChainWhileListenerDownIsLearnedOnReconnect(t *testing.T) {
+	e := newEnv(t)
+	pool, fault := fencetest.FaultyPool(t)
+	desktop, ev, err := lease.NewObserved(lease.Config{Pool: pool, Schema: e.schema, TTL: time.Hour,
+		RenewEvery: 30 * time.Minute, CallTimeout: time.Second, WaitPoll: 200 * time.Millisecond})
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = desktop.Close() })
+	browser := e.manager(lease.Config{TTL: time.Hour})
+	phone := e.manager(lease.Config{TTL: time.Hour})
+	k := uniqueKey(t)
+
+	la, err := desktop.Acquire(bg(), k)
+	require.NoError(t, err)
+	waitListener(t, ev, true)
+
+	fault.Cut()
+	waitListener(t, ev, false)
+	lb, err := browser.Takeover(bg(), k)
+	require.NoError(t, err)
+	lc, err := phone.Takeover(bg(), k)
+	require.NoError(t, err)
+	require.Greater(t, lc.Token(), lb.Token())
+	select {
+	case <-lb.Done(): // the browser was listening
+	case <-time.After(10 * time.Second):
+		t.Fatal("the listening browser was not told of the second takeover")
+	}
+	require.ErrorIs(t, context.Cause(lb.Context()), lease.ErrTakenOver)
+	require.NoError(t, la.Err(), "nothing can have told the desktop yet")
+
+	fault.Restore()
+	select {
+	case <-la.Done():
+	case <-time.After(10 * time.Second):
+		t.Fatal("the first displaced lease did not end after the listener reconnected (renewal is 30 minutes away)")
+	}
+	require.ErrorIs(t, context.Cause(la.Context()), lease.ErrTakenOver)
+	_, err = phone.Renew(bg(), k, la.RunID())
+	require.ErrorIs(t, err, lease.ErrLost)
+	require.ErrorIs(t, err, lease.ErrTakenOver, "the first displaced run, asked by run_id")
+	_, err = phone.Renew(bg(), k, lb.RunID())
+	require.ErrorIs(t, err, lease.ErrTakenOver, "the second displaced run, asked by run_id")
+	require.NoError(t, lc.Err())
+}
+
+// TestTakeoverChainRefusedRenewalSaysTakenOver: two takeovers of the key
+// whose notifications nobody hears; the first holder learns at its next
+// renewal, which the database refuses. The cause is ErrTakenOver although
+// the key's row names only the later displaced run.
+func TestTakeoverChainRefusedRenewalSaysTakenOver(t *testing.T) {
+	e := newEnv(t)
+	desktop := e.manager(lease.Config{TTL: 3 * time.Second})
+	browser := e.manager(lease.Config{TTL: time.Hour})
+	phone := e.manager(lease.Config{TTL: time.Hour})
+	lease.MuteTakeoverNotify(browser)
+	lease.MuteTakeoverNotify(phone)
+	k := uniqueKey(t)
+	la, err := desktop.Acquire(bg(), k)
+	require.NoError(t, err)
+	_, err = browser.Takeover(bg(), k)
+	require.NoError(t, err)
+	lc, err := phone.Takeover(bg(), k)
+	require.NoError(t, err)
+	select {
+	case <-la.Done():
+	case <-time.After(10 * time.Second):
+		t.Fatal("the displaced holder's renewal did not end it")
+	}
+	require.ErrorIs(t, context.Cause(la.Context()), lease.ErrTakenOver)
+	_, err = desktop.Renew(bg(), k, la.RunID())
+	require.ErrorIs(t, err, lease.ErrTakenOver)
+	require.NoError(t, lc.Err())
+}
+
+// TestTakeoverCauseInEveryExecMode: the takeover statement and the question
+// which runs were displaced work in every pgx QueryExecMode (the text-only
+// modes are what connection poolers need): the displaced holder ends with
+// ErrTakenOver, and Renew by run_id of a run displaced before a later
+// takeover says ErrTakenOver.
+func TestTakeoverCauseInEveryExecMode(t *testing.T) {
+	e := newEnv(t)
+	for _, mode := range []pgx.QueryExecMode{pgx.QueryExecModeCacheStatement, pgx.QueryExecModeCacheDescribe,
+		pgx.QueryExecModeDescribeExec, pgx.QueryExecModeExec, pgx.QueryExecModeSimpleProtocol} {
+		t.Run(mode.String(), func(t *testing.T) {
+			pool := func() *pgxpool.Pool {
+				return testsvc.PoolWith(t, testsvc.DatabaseURL(), func(c *pgxpool.Config) { c.ConnConfig.DefaultQueryExecMode = mode })
+			}
+			desktop := e.manager(lease.Config{Pool: pool(), TTL: time.Hour})
+			browser := e.manager(lease.Config{Pool: pool(), TTL: time.Hour})
+			k := uniqueKey(t)
+			la, err := desktop.Acquire(bg(), k)
+			require.NoError(t, err)
+			lb, err := browser.Takeover(bg(), k)
+			require.NoError(t, err)
+			lc, err := browser.Takeover(bg(), k)
+			require.NoError(t, err)
+			require.ErrorIs(t, lb.Err(), lease.ErrTakenOver)
+			select {
+			case <-la.Done():
+			case <-time.After(10 * time.Second):
+				t.Fatal("the displaced holder was not told")
+			}
+			require.ErrorIs(t, context.Cause(la.Context()), lease.ErrTakenOver)
+			for _, m := range []*lease.Manager{desktop, browser} {
+				_, err = m.Renew(bg(), k, la.RunID())
+				require.ErrorIs(t, err, lease.ErrTakenOver)
+			}
+			require.NoError(t, lc.Err())
+		})
+	}
+}
+
+// TestTakeoverStormEveryDisplacedRunSaysTakenOver: 8 Managers, each on its
+// own pool, take 4 keys over from each other as fast as they can while
+// renewing every 40ms, so a displaced run's refused renewal often races the
+// notification of its takeover and the key has often been taken over again
+// by then. Every displaced run ends with ErrTakenOver (or, on a machine too
+// slow to renew in time, ErrTrustExpired), never with a plain ErrLost.
+func TestTakeoverStormEveryDisplacedRunSaysTakenOver(t *testing.T) {
+	e := newEnv(t)
+	const managers, keys, rounds = 8, 4, 150
+	ms := make([]*lease.Manager, managers)
+	for i := range ms {
+		ms[i] = e.manager(lease.Config{TTL: 2 * time.Second, RenewEvery: 40 * time.Millisecond})
+	}
+	acct := uuid.NewString()
+	key := func(i int) lease.Key { return lease.Key{AccountID: acct, SessionID: strconv.Itoa(i % keys)} }
+	var (
+		mu   sync.Mutex
+		all  []*lease.Lease
+		wg   sync.WaitGroup
+		errs = make(chan error, managers)
+	)
+	for w, m := range ms {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for i := range rounds {
+				l, err := m.Takeover(bg(), key(w+i))
+				if err != nil {
+					errs <- err
+					return
+				}
+				mu.Lock()
+				all = append(all, l)
+				mu.Unlock()
+			}
+		}()
+	}
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		require.NoError(t, err)
+	}
+	// The last grant of each key is its holder; every other run was displaced.
+	last := map[lease.Key]*lease.Lease{}
+	for _, l := range all {
+		if p := last[l.Key()]; p == nil || l.Token() > p.Token() {
+			last[l.Key()] = l
+		}
+	}
+	counts := map[string]int{}
+	for _, l := range all {
+		if last[l.Key()] == l {
+			continue
+		}
+		select {
+		case <-l.Done():
+		case <-time.After(10 * time.Second):
+			t.Fatalf("displaced run %s still live", l)
+		}
+		cause := context.Cause(l.Context())
+		switch {
+		case errors.Is(cause, lease.ErrTakenOver):
+			counts["taken over"]++
+		case errors.Is(cause, lease.ErrTrustExpired):
+			counts["trust expired"]++
+		default:
+			counts[cause.Error()]++
+		}
+	}
+	t.Logf("%d displaced runs: %v", len(all)-len(last), counts)
+	require.Equal(t, len(all)-len(last), counts["taken over"]+counts["trust expired"], "causes: %v", counts)
+	for _, l := range last {
+		require.NoError(t, l.Err(), "the last grant of %s holds", l.Key())
 	}
 }

@@ -5,6 +5,9 @@
 // paused. It has no API of its own.
 //
 // Guaranteed: the example runs in `make test` against the real PostgreSQL and
-// MinIO and checks its output. Not guaranteed: anything beyond what the
-// packages it uses (lease, guards/pgguard, guards/s3guard) state.
+// MinIO and checks its output, in a schema and a bucket of its own (random
+// names, removed when it ends), so runs never share state; with go test
+// -short (make test/short) it is skipped and needs no service. Not
+// guaranteed: anything beyond what the packages it uses (lease,
+// guards/pgguard, guards/s3guard) state.
 package quickstart

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"log"
 	"os"
+	"strings"
 
 	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5"
@@ -27,18 +28,19 @@ type userKey struct{}
 // shows these lines).
 func Example() {
 	ctx := context.WithValue(context.Background(), userKey{}, "user-7") // the request's values
-	pool, mc := connect(ctx)                                            // the application's pgx pool and minio-go client
-	defer pool.Close()
+	app := connect(ctx)                                                 // the application's pool, MinIO client, schema, bucket
+	defer app.close()
+	pool, mc, schema, bucket := app.pool, app.mc, app.schema, app.bucket
 
-	desktop, err := lease.New(lease.Config{Pool: pool, Schema: "app"}) // one Manager per process
+	desktop, err := lease.New(lease.Config{Pool: pool, Schema: schema}) // one Manager per process
 	check(err)
 	defer desktop.Close()
-	browser, err := lease.New(lease.Config{Pool: pool, Schema: "app"}) // another process
+	browser, err := lease.New(lease.Config{Pool: pool, Schema: schema}) // another process
 	check(err)
 	defer browser.Close()
-	pg, err := pgguard.New(pgguard.Config{DB: pool, Schema: "app"})
+	pg, err := pgguard.New(pgguard.Config{DB: pool, Schema: schema})
 	check(err)
-	store, err := s3guard.New(s3guard.Config{Client: minioclient.New(mc), Bucket: "quickstart"})
+	store, err := s3guard.New(s3guard.Config{Client: minioclient.New(mc), Bucket: bucket})
 	check(err)
 
 	key := lease.Key{AccountID: "acme", SessionID: conversation()}
@@ -48,7 +50,7 @@ func Example() {
 			return err
 		}
 		return pg.InTx(ctx, pool, key.Resource("messages"), func(ctx context.Context, tx pgx.Tx) error {
-			_, err := tx.Exec(ctx, `INSERT INTO app.messages (session_id, author, body) VALUES ($1, $2, $3)`,
+			_, err := tx.Exec(ctx, `INSERT INTO `+app.messages+` (session_id, author, body) VALUES ($1, $2, $3)`,
 				key.SessionID, ctx.Value(userKey{}), text) // the caller's values reach the write
 			return err
 		})
@@ -68,7 +70,7 @@ func Example() {
 	err = tool(context.WithoutCancel(a.Context()), "late draft")
 	fmt.Println("late write refused as stale:", errors.Is(err, fence.ErrStale))
 
-	printMessages(ctx, pool, key)
+	printMessages(ctx, app, key)
 	// Output:
 	// desktop run ended, taken over: true
 	// late write refused as stale: true
@@ -76,36 +78,63 @@ func Example() {
 	// user-7: final from the browser
 }
 
-// connect opens the services the example needs and prepares its schema,
-// table and bucket (what an application has set up before it runs tools).
-func connect(ctx context.Context) (*pgxpool.Pool, *minio.Client) {
+// app is what an application has set up before it runs tools: a pgx pool, a
+// minio-go client, a schema migrated for leases and guard marks with a
+// messages table, and a bucket. The example makes its schema and bucket
+// private (random names) and removes both in close, so runs never share
+// state.
+type app struct {
+	pool     *pgxpool.Pool
+	mc       *minio.Client
+	schema   string
+	bucket   string
+	messages string // the quoted table name
+}
+
+// connect opens the services the example needs (TEST_DATABASE_URL and
+// TEST_MINIO_*, as make test exports them) and creates the schema, table
+// and bucket.
+func connect(ctx context.Context) *app {
 	url := os.Getenv("TEST_DATABASE_URL")
 	if url == "" {
 		url = "postgres://postgres@127.0.0.1:5432/test?sslmode=disable"
 	}
 	pool, err := pgxpool.New(ctx, url)
 	check(err)
-	_, err = migrations.Migrate(ctx, pool, migrations.Options{Schema: "app"}, migrations.Lease, migrations.Guard)
-	check(err)
-	_, err = pool.Exec(ctx, `CREATE TABLE IF NOT EXISTS app.messages (
-		id bigserial PRIMARY KEY, session_id text NOT NULL, author text NOT NULL, body text NOT NULL)`)
-	check(err)
-	mc, err := minio.New(os.Getenv("TEST_MINIO_ENDPOINT"), &minio.Options{
+	id := strings.ReplaceAll(uuid.NewString(), "-", "")[:12]
+	a := &app{pool: pool, schema: "quickstart_" + id, bucket: "quickstart-" + id}
+	a.messages = pgx.Identifier{a.schema, "messages"}.Sanitize()
+	a.mc, err = minio.New(os.Getenv("TEST_MINIO_ENDPOINT"), &minio.Options{
 		Creds: credentials.NewStaticV4(os.Getenv("TEST_MINIO_ACCESS_KEY"), os.Getenv("TEST_MINIO_SECRET_KEY"), "")})
 	check(err)
-	if ok, err := mc.BucketExists(ctx, "quickstart"); err != nil {
-		log.Fatal(err)
-	} else if !ok {
-		check(mc.MakeBucket(ctx, "quickstart", minio.MakeBucketOptions{}))
+	check(a.mc.MakeBucket(ctx, a.bucket, minio.MakeBucketOptions{}))
+	_, err = migrations.Migrate(ctx, pool, migrations.Options{Schema: a.schema}, migrations.Lease, migrations.Guard)
+	check(err)
+	_, err = pool.Exec(ctx, `CREATE TABLE `+a.messages+` (
+		id bigserial PRIMARY KEY, session_id text NOT NULL, author text NOT NULL, body text NOT NULL)`)
+	check(err)
+	return a
+}
+
+// close removes the bucket (every object version first) and the schema,
+// and closes the pool.
+func (a *app) close() {
+	ctx := context.Background()
+	for obj := range a.mc.ListObjects(ctx, a.bucket, minio.ListObjectsOptions{Recursive: true, WithVersions: true}) {
+		if obj.Err == nil {
+			_ = a.mc.RemoveObject(ctx, a.bucket, obj.Key, minio.RemoveObjectOptions{VersionID: obj.VersionID})
+		}
 	}
-	return pool, mc
+	_ = a.mc.RemoveBucket(ctx, a.bucket)
+	_ = migrations.DropSchema(ctx, a.pool, a.schema)
+	a.pool.Close()
 }
 
 // conversation is a session id no earlier run of the example used.
 func conversation() string { return "conv-" + uuid.NewString() }
 
-func printMessages(ctx context.Context, pool *pgxpool.Pool, key lease.Key) {
-	rows, err := pool.Query(ctx, `SELECT author, body FROM app.messages WHERE session_id = $1 ORDER BY id`, key.SessionID)
+func printMessages(ctx context.Context, a *app, key lease.Key) {
+	rows, err := a.pool.Query(ctx, `SELECT author, body FROM `+a.messages+` WHERE session_id = $1 ORDER BY id`, key.SessionID)
 	check(err)
 	for rows.Next() {
 		var author, body string

@@ -362,6 +362,7 @@ func fenceRowWriter(schema, r, v string, tok fence.Token, fail bool, hold func()
 // cleanup: an independent set of connections.
 func sqlDB(t testing.TB) *sql.DB {
 	t.Helper()
+	testsvc.SkipShort(t)
 	db, err := sql.Open("pgx", testsvc.DatabaseURL())
 	require.NoError(t, err)
 	t.Cleanup(func() { _ = db.Close() })

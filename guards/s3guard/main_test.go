@@ -3,6 +3,7 @@ package s3guard
 import (
 	"bytes"
 	"context"
+	"flag"
 	"fmt"
 	"io"
 	"net/http"
@@ -27,7 +28,12 @@ import (
 func TestMain(m *testing.M) {
 	// Every test and example here needs MinIO. Without it, skip the package
 	// (as testsvc.Missing would skip each test), except under CI, where the
-	// tests run and fail loudly.
+	// tests run and fail loudly. In -short mode skip it always.
+	flag.Parse()
+	if testing.Short() {
+		fmt.Println("s3guard: every test needs MinIO, skipped in -short mode")
+		os.Exit(0)
+	}
 	if _, ok := testsvc.MinIOEnv(); !ok && !testsvc.InCI() {
 		fmt.Println("s3guard: TEST_MINIO_ENDPOINT is not set, skipping (run `make services` and export what it prints)")
 		os.Exit(0)

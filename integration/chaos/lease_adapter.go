@@ -30,7 +30,6 @@ func newPkgLeaser(pool *pgxpool.Pool, pc procConfig) (Leaser, error) {
 		Schema:       pc.Schema,
 		TTL:          pc.TTL,
 		SafetyMargin: pc.Margin,
-		CallTimeout:  pc.TTL,
 	})
 	if err != nil {
 		return nil, err

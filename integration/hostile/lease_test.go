@@ -20,7 +20,7 @@ import (
 
 func newManager(t *testing.T, pool *pgxpool.Pool, schema string) *lease.Manager {
 	t.Helper()
-	m, err := lease.New(lease.Config{Pool: pool, Schema: schema, TTL: 2 * time.Second, CallTimeout: 5 * time.Second})
+	m, err := lease.New(lease.Config{Pool: pool, Schema: schema, TTL: 2 * time.Second})
 	require.NoError(t, err)
 	t.Cleanup(func() { _ = m.Close() })
 	return m
@@ -99,6 +99,7 @@ func TestLeaseBadInput(t *testing.T) {
 		{Pool: pool, Schema: schema, TTL: time.Second, SafetyMargin: -1},
 		{Pool: pool, Schema: schema, TTL: time.Second, RenewEvery: time.Second},
 		{Pool: pool, Schema: schema, CallTimeout: -1},
+		{Pool: pool, Schema: schema, TTL: time.Second, CallTimeout: time.Second},
 		{Pool: pool, Schema: schema, WaitPoll: -1},
 		{Pool: pool, Schema: "Bad Schema"},
 	} {

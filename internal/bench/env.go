@@ -66,6 +66,7 @@ func Cases() []Case {
 		{"contention", nil, Contention},
 		{"renewal", []string{"renew_leases_per_statement", "renew_batch_speedup", "heap_bytes_per_lease", "renew_busy_fraction"}, Renewal},
 		{"deployment", []string{"deploy_direct_takeover_p50_ms", "deploy_pgb_tx_takeover_p50_ms", "deploy_pgb_tx_listen_takeover_p50_ms"}, Deployment},
+		{"takeover", []string{"takeover_ratio_vs_lease_cycle", "takeovers_per_s"}, Takeover},
 	}
 }
 

@@ -262,10 +262,11 @@ func (s *scenario) setup(ctx context.Context) (err error) {
 func (s *scenario) devices() error {
 	mk := func(a Actor, name, run string, pool *pgxpool.Pool, st *s3guard.Store, user string, accounts ...string) (*device, error) {
 		d := &device{actor: a, name: name, run: run, pool: pool, s3: st, pg: s.guard}
+		// CallTimeout is left to lease.New, which derives it inside the
+		// trust window (TTL − SafetyMargin − RenewEvery) for any --ttl.
 		mgr, err := lease.New(lease.Config{
 			Pool: pool, Schema: s.cfg.Conn.Schema, TTL: s.cfg.TTL, RenewEvery: s.renewEvery(),
-			CallTimeout: max(s.cfg.TTL, 500*time.Millisecond),
-			Authorizer:  member{rec: s.tell.rec, actor: &d.actor, user: user, accounts: accounts},
+			Authorizer: member{rec: s.tell.rec, actor: &d.actor, user: user, accounts: accounts},
 		})
 		if err != nil {
 			return nil, err

@@ -68,10 +68,11 @@ func Available() error {
 // Bin is the path of a PostgreSQL program of Version.
 func Bin(name string) string { return filepath.Join("/usr/lib/postgresql", Version, "bin", name) }
 
-// Require fails the test under CI and skips it otherwise when the tools
-// are missing.
+// Require skips the test in -short mode; otherwise, when the tools are
+// missing, it fails the test under CI and skips it elsewhere.
 func Require(t testing.TB) {
 	t.Helper()
+	testsvc.SkipShort(t)
 	if err := Available(); err != nil {
 		testsvc.Missing(t, "%v", err)
 	}

@@ -12,6 +12,7 @@ package testsvc
 import (
 	"crypto/rand"
 	"encoding/hex"
+	"flag"
 	"os"
 	"strings"
 	"testing"
@@ -36,6 +37,28 @@ func InCI() bool {
 func Missing(t testing.TB, format string, args ...any) {
 	t.Helper()
 	fencetest.Missing(t, format, args...)
+}
+
+// SkipShort skips the test in -short mode (fencetest.SkipShort): for tests
+// that reach a service without the helpers below.
+func SkipShort(t testing.TB) {
+	t.Helper()
+	fencetest.SkipShort(t)
+}
+
+// SkipServiceExamples makes m.Run skip the package's Example functions in
+// -short mode; call it first in TestMain of a package whose examples need a
+// service (an Example cannot skip itself). It parses the test flags.
+func SkipServiceExamples() {
+	flag.Parse()
+	if !testing.Short() {
+		return
+	}
+	skip := "^Example"
+	if cur := flag.Lookup("test.skip").Value.String(); cur != "" {
+		skip = cur + "|" + skip
+	}
+	_ = flag.Set("test.skip", skip)
 }
 
 // DatabaseURL returns TEST_DATABASE_URL or DefaultDatabaseURL.

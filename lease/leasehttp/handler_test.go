@@ -19,6 +19,7 @@ import (
 	"github.com/stretchr/testify/require"
 	"go.uber.org/goleak"
 
+	"github.com/fencekit/fencekit/fence"
 	"github.com/fencekit/fencekit/internal/testsvc"
 	"github.com/fencekit/fencekit/lease"
 	"github.com/fencekit/fencekit/lease/leasehttp"
@@ -250,55 +251,173 @@ func TestSubscriberCap(t *testing.T) {
 	f.open(k, "").next(t)
 }
 
-// smallBuffers shrinks the server side's socket send buffer so that a
-// client that never reads blocks the server's writes soon.
-type smallBuffers struct{ net.Listener }
-
-func (l smallBuffers) Accept() (net.Conn, error) {
-	c, err := l.Listener.Accept()
-	if tc, ok := c.(*net.TCPConn); ok {
-		_ = tc.SetWriteBuffer(4096)
-	}
-	return c, err
+// rawStream is a client on a plain TCP connection with default socket
+// buffers: it sends the request and reads the response through read.
+func (f *fixture) rawStream(k lease.Key) net.Conn {
+	f.t.Helper()
+	conn, err := net.Dial("tcp", f.srv.Listener.Addr().String())
+	require.NoError(f.t, err)
+	f.t.Cleanup(func() { _ = conn.Close() })
+	_, err = fmt.Fprintf(conn, "GET /?account=%s&session=%s HTTP/1.1\r\nHost: x\r\n\r\n", k.AccountID, k.SessionID)
+	require.NoError(f.t, err)
+	return conn
 }
 
-// TestSlowClientDroppedOthersServed: a client that never reads is dropped
-// after WriteTimeout while another stream keeps getting every event.
-func TestSlowClientDroppedOthersServed(t *testing.T) {
-	f := newFixture(t, leasehttp.Config{Heartbeat: time.Millisecond, WriteTimeout: 100 * time.Millisecond},
-		func(l net.Listener) net.Listener { return smallBuffers{l} })
+// TestNonReadingClientDroppedWithDefaultBuffers: a client that sends its
+// request and never reads, with the kernel's default socket buffers on both
+// sides, is dropped once its own receive window is full and a write has
+// waited WriteTimeout — after a few hundred events, not after the
+// megabytes an autotuned server send buffer absorbs — while another stream
+// keeps getting every event.
+func TestNonReadingClientDroppedWithDefaultBuffers(t *testing.T) {
+	f := newFixture(t, leasehttp.Config{Heartbeat: time.Millisecond, WriteTimeout: 100 * time.Millisecond, Pace: time.Millisecond}, nil)
 	k := key()
-	// The slow client: a raw connection with a tiny receive buffer that
-	// sends its request and never reads.
-	conn, err := net.Dial("tcp", f.srv.Listener.Addr().String())
-	require.NoError(t, err)
-	defer conn.Close()
-	require.NoError(t, conn.(*net.TCPConn).SetReadBuffer(2048))
-	_, err = fmt.Fprintf(conn, "GET /?account=%s&session=%s HTTP/1.1\r\nHost: x\r\n\r\n", k.AccountID, k.SessionID)
-	require.NoError(t, err)
+	f.rawStream(k) // never read
 
 	fast := f.open(k, "")
 	require.Equal(t, "current", fast.next(t).event)
 	taker, err := lease.New(lease.Config{Pool: testsvc.Pool(t), Schema: f.schema})
 	require.NoError(t, err)
 	defer taker.Close()
-	// Grants keep coming while the slow stream fills up; the fast one
-	// sees each of them.
-	for i := 0; f.h.Dropped() == 0; i++ {
-		require.Less(t, i, 2000, "the slow client was never dropped")
+	// Grants keep coming while the silent stream fills up; the fast one
+	// sees each of them (or, when they come faster than its pace, the
+	// latest state).
+	n := 0
+	for ; f.h.Dropped() == 0; n++ {
+		require.Less(t, n, 2000, "the non-reading client was never dropped")
 		l, err := taker.Takeover(context.Background(), k)
 		require.NoError(t, err)
 		var ev sse
 		for ev = fast.next(t); ev.id != fmt.Sprint(l.Token()); ev = fast.next(t) {
 		}
-		require.Contains(t, []string{"granted", "taken-over"}, ev.event)
+		require.Contains(t, []string{"granted", "taken-over", "current"}, ev.event)
 	}
+	t.Logf("dropped after %d takeovers", n)
 	require.EqualValues(t, 1, f.h.Dropped())
 	deadline := time.Now().Add(10 * time.Second)
 	for f.h.Subscribers() != 1 {
 		require.True(t, time.Now().Before(deadline), "the dropped stream leaves, the fast one stays")
 		time.Sleep(5 * time.Millisecond)
 	}
+}
+
+// slowConn reads at most 256 bytes per Read and then pauses 40ms: a client
+// that keeps reading, at about 6 KB/s.
+type slowConn struct{ net.Conn }
+
+func (c slowConn) Read(p []byte) (int, error) {
+	n, err := c.Conn.Read(p[:min(len(p), 256)])
+	time.Sleep(40 * time.Millisecond)
+	return n, err
+}
+
+// TestSlowReaderGetsLatestState: a client that reads, but slower than a
+// takeover storm produces events, gets the latest state soon after the
+// storm, with the events it could not keep up with replaced by a "current"
+// event marked dropped — not every stale event at its own pace, seconds
+// behind the truth.
+func TestSlowReaderGetsLatestState(t *testing.T) {
+	f := newFixture(t, leasehttp.Config{}, nil)
+	k := key()
+	conn := f.rawStream(k)
+	type got struct {
+		token   int64
+		dropped bool
+	}
+	events := make(chan got, 1<<14)
+	go func() {
+		defer close(events)
+		resp, err := http.ReadResponse(bufio.NewReader(slowConn{conn}), nil)
+		if err != nil {
+			return
+		}
+		defer resp.Body.Close()
+		sc := bufio.NewScanner(resp.Body)
+		for sc.Scan() {
+			line := sc.Text()
+			if !strings.HasPrefix(line, "data: ") {
+				continue
+			}
+			var e leasehttp.Event
+			if json.Unmarshal([]byte(line[6:]), &e) == nil {
+				events <- got{token: e.Token, dropped: e.Dropped}
+			}
+		}
+	}()
+	first, ok := <-events
+	require.True(t, ok, "the stream ended")
+	require.Zero(t, first.token, "the key is free at first")
+
+	var latest fence.Token
+	for range 300 {
+		l, err := f.other.Takeover(context.Background(), k)
+		require.NoError(t, err)
+		latest = l.Token()
+	}
+	end := time.Now()
+	const bound = 3 * time.Second
+	deadline := time.NewTimer(bound)
+	defer deadline.Stop()
+	dropped, frames := false, 0
+	for {
+		select {
+		case e, ok := <-events:
+			require.True(t, ok, "the stream ended")
+			frames++
+			dropped = dropped || e.dropped
+			if e.token < int64(latest) {
+				continue
+			}
+			t.Logf("latest state read %v after the storm, %d frames", time.Since(end).Round(time.Millisecond), frames)
+			require.True(t, dropped, "the stale events were replaced by the latest state")
+			return
+		case <-deadline.C:
+			t.Fatalf("%v after the storm the slow reader had read %d frames and not yet token %d", bound, frames, latest)
+		}
+	}
+}
+
+// TestHTTP2StreamIsServed: over HTTP/2, where the connection cannot be
+// taken over, the stream goes through the ResponseWriter, paced the same
+// way.
+func TestHTTP2StreamIsServed(t *testing.T) {
+	f := &fixture{t: t, schema: testsvc.Schema(t, migrations.Lease)}
+	var err error
+	f.mgr, err = lease.New(lease.Config{Pool: testsvc.Pool(t), Schema: f.schema, TTL: 2 * time.Second})
+	require.NoError(t, err)
+	f.other, err = lease.New(lease.Config{Pool: testsvc.Pool(t), Schema: f.schema, TTL: 2 * time.Second})
+	require.NoError(t, err)
+	f.h, err = leasehttp.New(leasehttp.Config{Manager: f.mgr, Watch: []lease.WatchOption{lease.WithWatchPoll(50 * time.Millisecond)}})
+	require.NoError(t, err)
+	f.srv = httptest.NewUnstartedServer(f.h)
+	f.srv.EnableHTTP2 = true
+	f.srv.StartTLS()
+	client := f.srv.Client()
+	t.Cleanup(func() {
+		client.CloseIdleConnections()
+		f.h.Close()
+		f.srv.Close()
+		_ = f.other.Close()
+		_ = f.mgr.Close()
+	})
+	k := key()
+	resp, err := client.Get(f.url(k))
+	require.NoError(t, err)
+	defer resp.Body.Close()
+	require.Equal(t, 2, resp.ProtoMajor)
+	require.Equal(t, http.StatusOK, resp.StatusCode)
+	s := &stream{resp: resp, sc: bufio.NewScanner(resp.Body)}
+	require.Equal(t, "current", s.next(t).event)
+	var l *lease.Lease
+	for range 20 {
+		l, err = f.other.Takeover(context.Background(), k)
+		require.NoError(t, err)
+	}
+	var ev sse
+	for ev = s.next(t); ev.id != fmt.Sprint(l.Token()); ev = s.next(t) {
+	}
+	require.Contains(t, []string{"granted", "taken-over", "current"}, ev.event)
+	require.Equal(t, l.RunID().String(), ev.data.RunID)
 }
 
 // TestCloseEndsStreams: Close ends open streams and refuses new ones.

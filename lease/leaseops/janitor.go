@@ -42,9 +42,10 @@ type JanitorConfig struct {
 	// Schema of the lease tables. Default "public".
 	Schema string
 	// Retention: a row is deleted once its expires_at (the release time for
-	// released rows) is more than Retention in the past on the database
-	// clock. Default DefaultRetention; at least MinRetention and at least
-	// RetentionFactor × StatementBound. See Janitor for why.
+	// released rows; displaced_at for a displaced run's record) is more
+	// than Retention in the past on the database clock. Default
+	// DefaultRetention; at least MinRetention and at least RetentionFactor ×
+	// StatementBound. See Janitor for why.
 	Retention time.Duration
 	// StatementBound is the longest an acquire statement can run: the
 	// larger of the Managers' CallTimeout and the server's
@@ -64,13 +65,14 @@ type JanitorConfig struct {
 	// Logger receives Debug logs of each sweep and Warn logs of failed
 	// ones. Nil discards them.
 	Logger *slog.Logger
-	// MeterProvider records MetricJanitorDeleted (table="leases").
+	// MeterProvider records MetricJanitorDeleted (table="leases" and
+	// table="displaced").
 	// Nil records nothing.
 	MeterProvider metric.MeterProvider
 }
 
-// Janitor deletes lease rows that were released or expired long ago, in
-// bounded batches: every Interval in a background goroutine that
+// Janitor deletes lease rows that were released or expired long ago, and
+// the records of runs a takeover displaced long ago, in bounded batches: every Interval in a background goroutine that
 // NewJanitor starts and Close stops, and on demand with Sweep.
 //
 // Why rows are kept at all (docs/lease.md, "Token order"): the acquire statement draws a
@@ -96,21 +98,32 @@ type JanitorConfig struct {
 // latest row version keep a row re-acquired meanwhile) and deletes them.
 // The scan for old rows is not indexed for expired-but-never-released rows
 // (an index on expires_at would be rewritten by every renewal).
+//
+// The same statement deletes at most BatchSize rows of fencekit_displaced
+// (the runs a takeover displaced, migration 0007) whose displaced_at is more
+// than Retention in the past. A displaced run's Manager asks that table when
+// its listener connects and when a renewal is refused, both within the
+// run's TTL; after Retention, a Renew by the run_id of such a run reports
+// lease.ErrLost without lease.ErrTakenOver.
 type Janitor struct {
-	cfg      JanitorConfig
-	sweepSQL string
-	log      *slog.Logger
-	deleted  metric.Int64Counter
-	delAttrs metric.MeasurementOption
-	cancel   context.CancelFunc
-	done     chan struct{}
-	once     sync.Once
+	cfg       JanitorConfig
+	sweepSQL  string
+	log       *slog.Logger
+	deleted   metric.Int64Counter
+	delAttrs  metric.MeasurementOption
+	dispAttrs metric.MeasurementOption
+	cancel    context.CancelFunc
+	done      chan struct{}
+	once      sync.Once
 }
 
 // SweepResult is the outcome of one Sweep.
 type SweepResult struct {
-	Deleted int64 // rows deleted
-	Batches int   // DELETE statements sent
+	Deleted int64 // fencekit_leases rows deleted
+	// Displaced is the number of fencekit_displaced rows deleted (runs a
+	// takeover displaced more than Retention ago, migration 0007).
+	Displaced int64
+	Batches   int // statements sent
 	// More is true when the last batch was full and MaxBatches stopped the
 	// sweep: old rows may remain for the next one.
 	More bool
@@ -180,18 +193,33 @@ func NewJanitor(cfg JanitorConfig) (*Janitor, error) {
 	r := strings.NewReplacer("$S", q)
 	j := &Janitor{
 		cfg: cfg, log: log, deleted: deleted,
-		delAttrs: metric.WithAttributeSet(attribute.NewSet(attribute.String("table", "leases"))),
-		done:     make(chan struct{}),
-		// $1 retention µs, $2 batch size.
+		delAttrs:  metric.WithAttributeSet(attribute.NewSet(attribute.String("table", "leases"))),
+		dispAttrs: metric.WithAttributeSet(attribute.NewSet(attribute.String("table", "displaced"))),
+		done:      make(chan struct{}),
+		// $1 retention µs, $2 batch size. Returns the rows deleted from each
+		// table.
 		sweepSQL: r.Replace(`WITH now_db AS MATERIALIZED (SELECT clock_timestamp() AS t),
 victims AS (
   SELECT l.account_id, l.session_id
     FROM $S.fencekit_leases l, now_db n
    WHERE l.expires_at < n.t - $1::bigint * interval '1 microsecond'
    LIMIT $2
-     FOR UPDATE OF l SKIP LOCKED)
-DELETE FROM $S.fencekit_leases d USING victims v
- WHERE d.account_id = v.account_id AND d.session_id = v.session_id`),
+     FOR UPDATE OF l SKIP LOCKED),
+gone AS (
+  DELETE FROM $S.fencekit_leases d USING victims v
+   WHERE d.account_id = v.account_id AND d.session_id = v.session_id
+  RETURNING 1),
+old_displaced AS (
+  SELECT x.run_id
+    FROM $S.fencekit_displaced x, now_db n
+   WHERE x.displaced_at < n.t - $1::bigint * interval '1 microsecond'
+   LIMIT $2
+     FOR UPDATE OF x SKIP LOCKED),
+gone_displaced AS (
+  DELETE FROM $S.fencekit_displaced d USING old_displaced o
+   WHERE d.run_id = o.run_id
+  RETURNING 1)
+SELECT (SELECT count(*) FROM gone), (SELECT count(*) FROM gone_displaced)`),
 	}
 	ctx, cancel := context.WithCancel(context.Background())
 	j.cancel = cancel
@@ -202,22 +230,24 @@ DELETE FROM $S.fencekit_leases d USING victims v
 // Retention is the validated retention.
 func (j *Janitor) Retention() time.Duration { return j.cfg.Retention }
 
-// Sweep deletes old rows in batches of at most BatchSize until a batch is
-// not full or MaxBatches statements were sent.
+// Sweep deletes old rows in batches of at most BatchSize rows of each table
+// until a batch is full in neither or MaxBatches statements were sent.
 func (j *Janitor) Sweep(ctx context.Context) (SweepResult, error) {
 	var res SweepResult
 	for res.Batches < j.cfg.MaxBatches {
 		cctx, cancel := context.WithTimeout(ctx, j.cfg.CallTimeout)
-		tag, err := j.cfg.Pool.Exec(cctx, j.sweepSQL, j.cfg.Retention.Microseconds(), j.cfg.BatchSize)
+		var n, nd int64
+		err := j.cfg.Pool.QueryRow(cctx, j.sweepSQL, j.cfg.Retention.Microseconds(), j.cfg.BatchSize).Scan(&n, &nd)
 		cancel()
 		if err != nil {
 			return res, fmt.Errorf("leaseops: janitor sweep: %w", err)
 		}
 		res.Batches++
-		n := tag.RowsAffected()
 		res.Deleted += n
+		res.Displaced += nd
 		j.deleted.Add(ctx, n, j.delAttrs)
-		if n < int64(j.cfg.BatchSize) {
+		j.deleted.Add(ctx, nd, j.dispAttrs)
+		if n < int64(j.cfg.BatchSize) && nd < int64(j.cfg.BatchSize) {
 			return res, nil
 		}
 	}
@@ -240,7 +270,7 @@ func (j *Janitor) loop(ctx context.Context) {
 		case err != nil && ctx.Err() == nil:
 			j.log.Warn("leaseops: janitor sweep failed", "err", err)
 		case err == nil:
-			j.log.Debug("leaseops: janitor sweep", "deleted", res.Deleted, "batches", res.Batches, "more", res.More)
+			j.log.Debug("leaseops: janitor sweep", "deleted", res.Deleted, "displaced", res.Displaced, "batches", res.Batches, "more", res.More)
 		}
 	}
 }

@@ -101,6 +101,50 @@ func TestJanitorSweep(t *testing.T) {
 	require.Equal(t, leaseops.SweepResult{Deleted: 2, Batches: 2, More: true}, res)
 }
 
+// TestJanitorSweepsDisplacedRuns: the record of a run a takeover displaced
+// (migration 0007) is deleted once it is older than the retention, in the
+// same bounded batches; a recent one stays, and the displaced run it names
+// is still explained as taken over.
+func TestJanitorSweepsDisplacedRuns(t *testing.T) {
+	e := newEnv(t)
+	m := e.manager(lease.Config{TTL: time.Hour})
+	mt := obstest.NewMeter(t)
+	j, err := leaseops.NewJanitor(leaseops.JanitorConfig{Pool: testsvc.Pool(t), Schema: e.schema, BatchSize: 2, MeterProvider: mt.Provider})
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = j.Close() })
+
+	var old []*lease.Lease
+	for range 3 {
+		k := uniqueKey(t)
+		l, err := m.Acquire(bg(), k)
+		require.NoError(t, err)
+		_, err = m.Takeover(bg(), k)
+		require.NoError(t, err)
+		old = append(old, l)
+	}
+	k := uniqueKey(t)
+	recent, err := m.Acquire(bg(), k)
+	require.NoError(t, err)
+	_, err = m.Takeover(bg(), k)
+	require.NoError(t, err)
+	for _, l := range old {
+		require.EqualValues(t, 1, e.exec(`UPDATE %q.fencekit_displaced SET displaced_at = displaced_at - interval '25 hours' WHERE run_id = $1`, l.RunID()))
+	}
+
+	res, err := j.Sweep(bg())
+	require.NoError(t, err)
+	require.EqualValues(t, 3, res.Displaced)
+	require.Zero(t, res.Deleted, "the lease rows are held")
+	require.Equal(t, 2, res.Batches, "batches of 2: 2, 1")
+	require.EqualValues(t, 3, obstest.Value(mt.Collect(), leaseops.MetricJanitorDeleted, map[string]string{"table": "displaced"}))
+	require.EqualValues(t, 1, e.exec(`SELECT 1 FROM %q.fencekit_displaced WHERE run_id = $1`, recent.RunID()), "the recent record stays")
+	_, err = m.Renew(bg(), k, recent.RunID())
+	require.ErrorIs(t, err, lease.ErrTakenOver)
+	_, err = m.Renew(bg(), old[0].Key(), old[0].RunID())
+	require.ErrorIs(t, err, lease.ErrLost)
+	require.NotErrorIs(t, err, lease.ErrTakenOver, "its record is gone")
+}
+
 // TestJanitorLifecycle: NewJanitor starts the background loop, which
 // sweeps every Interval (the first one Interval after NewJanitor); Close
 // ends it (goleak checks in TestMain) and is idempotent.

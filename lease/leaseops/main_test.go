@@ -16,7 +16,10 @@ import (
 	"github.com/fencekit/fencekit/sql/migrations"
 )
 
-func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
+func TestMain(m *testing.M) {
+	testsvc.SkipServiceExamples() // they need PostgreSQL
+	goleak.VerifyTestMain(m)
+}
 
 func bg() context.Context { return context.Background() }
 

@@ -1,0 +1,2 @@
+-- Reverts version 7: drops the table of displaced runs.
+DROP TABLE IF EXISTS fencekit_displaced;
