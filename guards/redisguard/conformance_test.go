@@ -47,7 +47,9 @@ func TestConformance(t *testing.T) {
 	s := newSpace(t)
 	guardtest.Run(t, guardtest.Config{
 		// Every check gets a Guard on its own client (own connections).
-		New:          func(t *testing.T) guardtest.Subject { return subject{s.guard(t, Config{})} },
+		New: func(t *testing.T) guardtest.Subject {
+			return kitSubject{subject{s.guard(t, Config{})}, s.guard(t, Config{Strict: true}), newReplyHold(t, s)}
+		},
 		Prefix:       s.resources,
 		BadResources: badResources(s),
 	})
@@ -126,7 +128,9 @@ func (a fenceSubject) WriteContext(ctx context.Context, r, v string) error {
 func TestConformanceFence(t *testing.T) {
 	s := newSpace(t)
 	guardtest.Run(t, guardtest.Config{
-		New:          func(t *testing.T) guardtest.Subject { return fenceSubject{subject{s.guard(t, Config{})}} },
+		New: func(t *testing.T) guardtest.Subject {
+			return fenceKitSubject{fenceSubject{subject{s.guard(t, Config{})}}, s.guard(t, Config{Strict: true}), newReplyHold(t, s)}
+		},
 		Prefix:       s.resources,
 		BadResources: badResources(s),
 		Rounds:       10,
