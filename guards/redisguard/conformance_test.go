@@ -60,7 +60,9 @@ func TestConformance(t *testing.T) {
 func TestConformanceTTL(t *testing.T) {
 	s := newSpace(t)
 	guardtest.Run(t, guardtest.Config{
-		New:    func(t *testing.T) guardtest.Subject { return subject{s.guard(t, Config{TTL: 3600e9})} },
+		New: func(t *testing.T) guardtest.Subject {
+			return kitSubject{subject{s.guard(t, Config{TTL: 3600e9})}, s.guard(t, Config{TTL: 3600e9, Strict: true}), newReplyHold(t, s)}
+		},
 		Prefix: s.resources + "{ttl}/",
 		Rounds: 10,
 	})
