@@ -145,7 +145,7 @@ func TestLockTimeoutIsBusy(t *testing.T) {
 
 // TestSyncFailureIsOutcomeUnknown: when the directory cannot be synced
 // after the rename, the write is visible but may not survive a crash: the
-// error matches ErrOutcomeUnknown.
+// error is a *fence.OutcomeUnknownError.
 func TestSyncFailureIsOutcomeUnknown(t *testing.T) {
 	ctx := context.Background()
 	g := newGuard(t, t.TempDir(), Config{})
@@ -157,8 +157,11 @@ func TestSyncFailureIsOutcomeUnknown(t *testing.T) {
 		return nil
 	}
 	err := g.PutClaim(ctx, "unsynced", fence.Claim{Token: 2}, []byte("two"))
-	if !errors.Is(err, ErrOutcomeUnknown) || !errors.Is(err, injected) || errors.Is(err, fence.ErrBusy) {
-		t.Fatalf("unsynced write: %v, want ErrOutcomeUnknown", err)
+	if !errors.Is(err, fence.ErrOutcomeUnknown) || !errors.Is(err, injected) || errors.Is(err, fence.ErrBusy) {
+		t.Fatalf("unsynced write: %v, want fence.ErrOutcomeUnknown", err)
+	}
+	if oe, ok := fence.IsOutcomeUnknown(err); !ok || oe.Op != "fileguard: sync directory" || oe.Resource != "unsynced" {
+		t.Fatalf("unsynced write: %#v, want *fence.OutcomeUnknownError of fileguard: sync directory", err)
 	}
 	g.step = nil
 	if b, info, err := g.Get(ctx, "unsynced"); err != nil || string(b) != "two" || info.Token != 2 {

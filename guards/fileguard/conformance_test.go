@@ -54,7 +54,9 @@ func TestConformance(t *testing.T) {
 	dir := t.TempDir()
 	guardtest.Run(t, guardtest.Config{
 		// Every check gets a Guard of its own over the same directory.
-		New:          func(t *testing.T) guardtest.Subject { return subject{newGuard(t, dir, Config{})} },
+		New: func(t *testing.T) guardtest.Subject {
+			return kitSubject{subject{newGuard(t, dir, Config{})}, newGuard(t, dir, Config{Strict: true})}
+		},
 		BadResources: badResources,
 	})
 }
@@ -76,7 +78,9 @@ func (a fenceSubject) WriteContext(ctx context.Context, r, v string) error {
 func TestConformanceFence(t *testing.T) {
 	dir := t.TempDir()
 	guardtest.Run(t, guardtest.Config{
-		New:          func(t *testing.T) guardtest.Subject { return fenceSubject{subject{newGuard(t, dir, Config{})}} },
+		New: func(t *testing.T) guardtest.Subject {
+			return fenceKitSubject{fenceSubject{subject{newGuard(t, dir, Config{})}}, newGuard(t, dir, Config{Strict: true})}
+		},
 		BadResources: badResources,
 		Rounds:       10,
 	})

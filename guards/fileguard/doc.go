@@ -44,9 +44,15 @@
 //     equals the mark's while both carry different run identities
 //     (*fence.ReusedError). Content and mark change together.
 //   - A reader (Get) sees a whole file: the old one or the new one.
-//   - If the directory cannot be synced after the rename, the error matches
-//     ErrOutcomeUnknown: the new file is visible, but a machine crash may
-//     bring the old one back.
+//   - If the directory cannot be synced after the rename, the error is a
+//     *fence.OutcomeUnknownError (fence.ErrOutcomeUnknown): the new file is
+//     visible, but a machine crash may bring the old one back. There is no
+//     reply to lose: a write is a local system call, so an ended context
+//     never leaves a write in flight (the guardtest outcome check, which
+//     holds a store's reply, does not apply).
+//   - With Config.Strict, a write whose resource lies outside its claim's
+//     scope, or whose claim has no scope, is refused with a
+//     *fence.ScopeError before any I/O.
 //   - A file the guard did not write (*FileError) is neither read through
 //     nor overwritten. Bad input returns a typed error before any I/O.
 //   - Once ctx has ended, calls return an error matching ctx.Err() and

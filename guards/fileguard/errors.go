@@ -21,12 +21,6 @@ var ErrCorrupt = errors.New("fileguard: not a fileguard file")
 // ErrNotFound is matched by a *NotFoundError: the resource has no content.
 var ErrNotFound = errors.New("fileguard: not found")
 
-// ErrOutcomeUnknown is matched by the error of a write whose new content
-// was put in place (renamed over the old) but whose directory could not be
-// synced: it is visible now, yet may be lost, with the old content back,
-// if the machine crashes before the file system writes it out.
-var ErrOutcomeUnknown = errors.New("fileguard: outcome unknown")
-
 // ResourceError reports a resource name this guard refuses on top of
 // fence.ValidateResource. It matches fence.ErrInvalidResource.
 type ResourceError struct {
@@ -78,19 +72,8 @@ func (e *NotFoundError) Error() string {
 // Is reports whether target is ErrNotFound.
 func (e *NotFoundError) Is(target error) bool { return target == ErrNotFound }
 
-// outcomeError is the error of a write whose outcome is unknown.
-type outcomeError struct {
-	resource string
-	err      error
-}
-
-func (e *outcomeError) Error() string {
-	return fmt.Sprintf("fileguard: write %q: renamed into place, directory not synced: outcome unknown: %v", e.resource, e.err)
-}
-
-func (e *outcomeError) Unwrap() []error { return []error{ErrOutcomeUnknown, e.err} }
-
-// outcomeUnknown returns the error of a write whose outcome is unknown.
+// outcomeUnknown returns the *fence.OutcomeUnknownError of a write renamed
+// into place whose directory could not be synced.
 func outcomeUnknown(ctx context.Context, resource string, err error) error {
-	return fence.WrapContext(ctx, &outcomeError{resource: resource, err: err})
+	return fence.OutcomeUnknown(ctx, "fileguard: sync directory", resource, err)
 }

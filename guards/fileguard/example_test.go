@@ -45,3 +45,38 @@ func Example() {
 	// A refused: token 7, resource has accepted 8
 	// final from B (token 8, run run-b)
 }
+
+// A strict guard admits a claim only for resources inside its scope (a
+// lease's claim is scoped to its key: lease.Key.Scope, the prefix of every
+// lease.Key.Resource). Key conv-2's claim cannot write conv-1's file,
+// whatever its token.
+func ExampleConfig_strict() {
+	ctx := context.Background()
+	dir, err := os.MkdirTemp("", "fileguard-example-")
+	if err != nil {
+		panic(err)
+	}
+	defer func() { _ = os.RemoveAll(dir) }()
+	g, err := fileguard.New(fileguard.Config{Dir: dir, Strict: true})
+	if err != nil {
+		panic(err)
+	}
+	conv1 := fence.WithClaim(ctx, fence.Claim{Token: 3, Scope: fence.JoinResource("acme", "conv-1")})
+	conv2 := fence.WithClaim(ctx, fence.Claim{Token: 9, Scope: fence.JoinResource("acme", "conv-2")})
+	notes := fence.JoinResource("acme", "conv-1", "notes")
+	if err := g.Put(conv1, notes, []byte("from conv-1")); err != nil {
+		panic(err)
+	}
+	err = g.Put(conv2, notes, []byte("from conv-2"))
+	if se, ok := fence.IsOutOfScope(err); ok {
+		fmt.Printf("refused: %s is outside %s\n", se.Resource, se.Scope)
+	}
+	b, info, err := g.Get(ctx, notes)
+	if err != nil {
+		panic(err)
+	}
+	fmt.Printf("%s (token %d)\n", b, info.Token)
+	// Output:
+	// refused: acme/conv-1/notes is outside acme/conv-2
+	// from conv-1 (token 3)
+}

@@ -57,6 +57,13 @@ type Config struct {
 	// Logger receives an Error record for every write refused because its
 	// token was reused by another run. Nil discards.
 	Logger *slog.Logger
+	// Strict refuses, before any I/O, every write whose resource lies
+	// outside its claim's scope (fence.CheckScope: a lease's claim is
+	// scoped to its key, lease.Key.Scope), and every write whose claim has
+	// no scope, with a *fence.ScopeError (fence.ErrOutOfScope): a claim for
+	// one key can then never raise the mark of another key's resource.
+	// Off by default: scopes are ignored.
+	Strict bool
 }
 
 // Info describes a resource's mark: the claim of the last write admitted.
@@ -74,6 +81,7 @@ type Guard struct {
 	perm        fs.FileMode
 	dirPerm     fs.FileMode
 	lockTimeout time.Duration
+	strict      bool
 	rec         *guardobs.Recorder
 
 	step func(name string) error // tests: runs at each step of a write
@@ -107,7 +115,7 @@ func New(cfg Config) (*Guard, error) {
 		return nil, fmt.Errorf("%w: %w", ErrInvalidConfig, err)
 	}
 	dirPerm := cfg.Perm | (cfg.Perm&0o444)>>2
-	return &Guard{dir: cfg.Dir, perm: cfg.Perm, dirPerm: dirPerm, lockTimeout: cfg.LockTimeout, rec: rec}, nil
+	return &Guard{dir: cfg.Dir, perm: cfg.Perm, dirPerm: dirPerm, lockTimeout: cfg.LockTimeout, strict: cfg.Strict, rec: rec}, nil
 }
 
 // Dir returns the guard's directory.
@@ -164,7 +172,7 @@ func (g *Guard) Put(ctx context.Context, resource string, value []byte) error {
 // temporary file, syncs it, renames it over the resource's file and syncs
 // the directory.
 func (g *Guard) PutClaim(ctx context.Context, resource string, c fence.Claim, value []byte) error {
-	if err := args(ctx, resource, c); err != nil {
+	if err := g.args(ctx, resource, c); err != nil {
 		return err
 	}
 	return g.write(ctx, resource, c, func(context.Context) (kind, []byte, error) { return kindValue, value, nil })
@@ -182,14 +190,16 @@ func (g *Guard) Delete(ctx context.Context, resource string) error {
 
 // DeleteClaim is Delete under the claim c, passed explicitly.
 func (g *Guard) DeleteClaim(ctx context.Context, resource string, c fence.Claim) error {
-	if err := args(ctx, resource, c); err != nil {
+	if err := g.args(ctx, resource, c); err != nil {
 		return err
 	}
 	return g.write(ctx, resource, c, func(context.Context) (kind, []byte, error) { return kindDeleted, nil, nil })
 }
 
-// Get returns resource's content and mark. A resource without a file, or
-// with a tombstone, yields a *NotFoundError. Reads take no lock: a rename
+// Get returns resource's content and mark. A resource without a file (also
+// one whose path is a directory holding other resources, as a's is when
+// a/b was written; a itself cannot be written then), or with a tombstone,
+// yields a *NotFoundError. Reads take no lock: a rename
 // replaces a file whole, so a reader sees the old or the new one.
 //
 //nolint:gosec // G304/G703: every path here is below Dir, built from a resource checkResource validated (no "..", not absolute)
@@ -201,7 +211,7 @@ func (g *Guard) Get(ctx context.Context, resource string) ([]byte, Info, error) 
 		return nil, Info{}, err
 	}
 	b, err := os.ReadFile(g.Path(resource))
-	if errors.Is(err, fs.ErrNotExist) {
+	if errors.Is(err, fs.ErrNotExist) || errors.Is(err, syscall.EISDIR) {
 		return nil, Info{}, &NotFoundError{Resource: resource}
 	}
 	if err != nil {
@@ -311,13 +321,19 @@ func (g *Guard) readMark(resource string) (mark, error) {
 	return m, perr
 }
 
-// args checks a call's input before any I/O.
-func args(ctx context.Context, resource string, c fence.Claim) error {
+// args checks a call's input before any I/O: resource, claim, the claim's
+// scope when strict, and a ctx that has not ended.
+func (g *Guard) args(ctx context.Context, resource string, c fence.Claim) error {
 	if err := checkResource(resource); err != nil {
 		return err
 	}
 	if err := c.Validate(); err != nil {
 		return err
+	}
+	if g.strict {
+		if err := fence.CheckScope(resource, c); err != nil {
+			return err
+		}
 	}
 	if err := fence.ContextError(ctx); err != nil {
 		return fmt.Errorf("fileguard: %q: %w", resource, err)
@@ -334,7 +350,7 @@ func (g *Guard) ctxClaim(ctx context.Context, resource string) (fence.Claim, err
 	if err != nil {
 		return fence.Claim{}, fmt.Errorf("fileguard: %q: %w", resource, err)
 	}
-	return c, args(ctx, resource, c)
+	return c, g.args(ctx, resource, c)
 }
 
 // at runs the test hook of a step.

@@ -111,7 +111,13 @@ func TestConformance(t *testing.T) {
 			guardtest.Run(t, guardtest.Config{
 				// Every check gets its own pool.
 				New: func(t *testing.T) guardtest.Subject {
-					return marksSubject{f: f, g: f.guard(t, Config{IsoLevel: iso.level}), db: openDB(t, nil)}
+					db := openDB(t, nil)
+					return marksKit{
+						marksSubject: marksSubject{f: f, g: f.guard(t, Config{IsoLevel: iso.level}), db: db},
+						strict:       f.guard(t, Config{IsoLevel: iso.level, Strict: true}),
+						held:         f.guard(t, Config{IsoLevel: iso.level, DB: f.db}),
+						h:            newReplyHold(t),
+					}
 				},
 			})
 		})
@@ -123,7 +129,13 @@ func TestConformanceFence(t *testing.T) {
 	guardtest.Run(t, guardtest.Config{
 		New: func(t *testing.T) guardtest.Subject {
 			db := openDB(t, nil)
-			return fenceSubject{marksSubject{f: f, g: f.guard(t, Config{DB: db}), db: db}}
+			h := newReplyHold(t)
+			return fenceKit{
+				fenceSubject: fenceSubject{marksSubject{f: f, g: f.guard(t, Config{DB: db}), db: db}},
+				strict:       f.guard(t, Config{DB: db, Strict: true}),
+				held:         f.guard(t, Config{DB: h.db, SettleTimeout: settleTimeout}),
+				h:            h,
+			}
 		},
 		Rounds: 10,
 	})
@@ -133,7 +145,11 @@ func TestConformanceInRow(t *testing.T) {
 	f := newFixture(t)
 	guardtest.Run(t, guardtest.Config{
 		New: func(t *testing.T) guardtest.Subject {
-			return rowsSubject{f: f, r: f.inRow(t, RowsConfig{}), db: openDB(t, nil)}
+			return rowsKit{
+				rowsSubject: rowsSubject{f: f, r: f.inRow(t, RowsConfig{}), db: openDB(t, nil)},
+				strict:      f.inRow(t, RowsConfig{Strict: true}),
+				h:           newReplyHold(t),
+			}
 		},
 	})
 }

@@ -61,9 +61,16 @@
 //     matches fence.ErrBusy.
 //   - A COMMIT of InTx or Fence whose reply is lost is settled by the
 //     write's id with a locking read on a fresh connection, which waits for
-//     the transaction to end: committed is reported as success, a mark
-//     still below the write's token as a definite error; otherwise the
-//     error matches ErrOutcomeUnknown.
+//     the transaction to end, on a fresh context (context.WithoutCancel
+//     plus Config.SettleTimeout) also when the call's context has ended:
+//     committed is reported as success (nil), a mark still below the
+//     write's token as a definite error; otherwise the error is a
+//     *fence.OutcomeUnknownError (fence.ErrOutcomeUnknown; once ctx has
+//     ended it matches ctx.Err() and context.Cause(ctx) too), never
+//     "nothing written".
+//   - With Config.Strict (RowsConfig.Strict in in-row mode), a write whose
+//     resource lies outside its claim's scope, or whose claim has no scope,
+//     is refused with a *fence.ScopeError before any I/O.
 //   - A stored mark the guard did not write refuses the write with
 //     *MarkError and nothing is written: a token below 1 refuses every
 //     write; a run that is not a valid identity refuses the writes at its
@@ -77,8 +84,8 @@
 //   - Lock waits are bounded by ctx and the session's
 //     innodb_lock_wait_timeout (50 s unless set, for example with the DSN
 //     parameter innodb_lock_wait_timeout=5).
-//   - In-row mode: when the upsert's reply is lost the error matches
-//     ErrOutcomeUnknown without settling (the user's row has no write id);
+//   - In-row mode: when the upsert's reply is lost the error is a
+//     *fence.OutcomeUnknownError without settling (the user's row has no write id);
 //     sending the same upsert again is safe. A FenceTx caller's own COMMIT
 //     is the caller's to settle (compare Mark with the claim). In-row mode
 //     needs Key to be the table's only unique key.

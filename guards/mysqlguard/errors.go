@@ -30,13 +30,6 @@ var ErrKeyArity = errors.New("mysqlguard: wrong number of key or column values")
 // this guard writes. Nothing is written.
 var ErrCorruptMark = errors.New("mysqlguard: unreadable mark")
 
-// ErrOutcomeUnknown is matched by the error of a write whose last request
-// (COMMIT, or the upsert of in-row mode) may have reached the server while
-// no reply came back, and whose outcome the guard could not settle: the
-// write may or may not have been committed. Read the mark or the data
-// before assuming either.
-var ErrOutcomeUnknown = errors.New("mysqlguard: outcome unknown")
-
 // MarkError reports a stored mark the guard cannot read. It matches
 // ErrCorruptMark.
 type MarkError struct {
@@ -91,21 +84,8 @@ func maybeSent(err error) bool {
 	return true
 }
 
-// outcomeError is the error of a write whose outcome is unknown: it
-// matches ErrOutcomeUnknown and the store error (and, through
-// fence.WrapContext, an ended context's error and cause).
-type outcomeError struct {
-	resource, op string
-	err          error
-}
-
-func (e *outcomeError) Error() string {
-	return fmt.Sprintf("mysqlguard: %s %q: request sent, no reply: outcome unknown: %v", e.op, e.resource, e.err)
-}
-
-func (e *outcomeError) Unwrap() []error { return []error{ErrOutcomeUnknown, e.err} }
-
-// outcomeUnknown returns the error of a write whose outcome is unknown.
+// outcomeUnknown returns the *fence.OutcomeUnknownError of request op
+// (commit, upsert), sent and failed with err without a reply.
 func outcomeUnknown(ctx context.Context, resource, op string, err error) error {
-	return fence.WrapContext(ctx, &outcomeError{resource: resource, op: op, err: err})
+	return fence.OutcomeUnknown(ctx, "mysqlguard: "+op, resource, err)
 }

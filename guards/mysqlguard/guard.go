@@ -59,6 +59,13 @@ type Config struct {
 	// Logger receives an Error record for every write refused because its
 	// token was reused by another run. Nil discards.
 	Logger *slog.Logger
+	// Strict refuses, before any I/O, every write whose resource lies
+	// outside its claim's scope (fence.CheckScope: a lease's claim is
+	// scoped to its key, lease.Key.Scope), and every write whose claim has
+	// no scope, with a *fence.ScopeError (fence.ErrOutOfScope): a claim for
+	// one key can then never raise the mark of another key's resource.
+	// Off by default: scopes are ignored.
+	Strict bool
 }
 
 var identRE = regexp.MustCompile(`^[a-z_][a-z0-9_]{0,63}$`)
@@ -79,6 +86,7 @@ type Guard struct {
 	table         string
 	iso           sql.IsolationLevel
 	settleTimeout time.Duration
+	strict        bool
 	fenceSQL      string
 	runSQL        string
 	markSQL       string
@@ -118,7 +126,7 @@ func New(cfg Config) (*Guard, error) {
 		return nil, fmt.Errorf("%w: %w", ErrInvalidConfig, err)
 	}
 	return &Guard{
-		db: cfg.DB, table: cfg.Table, iso: cfg.IsoLevel, settleTimeout: cfg.SettleTimeout, rec: rec,
+		db: cfg.DB, table: cfg.Table, iso: cfg.IsoLevel, settleTimeout: cfg.SettleTimeout, strict: cfg.Strict, rec: rec,
 		fenceSQL:  marksFenceSQL(t),
 		runSQL:    `SELECT token, run FROM ` + t + ` WHERE resource = ? FOR UPDATE`,
 		markSQL:   `SELECT token, run FROM ` + t + ` WHERE resource = ?`,
@@ -198,14 +206,19 @@ func (g *Guard) CreateTable(ctx context.Context, db *sql.DB) error {
 // Table returns the marks table's name.
 func (g *Guard) Table() string { return g.table }
 
-// args checks a call's input before any I/O: resource, claim, and a ctx that
-// has not ended.
-func args(ctx context.Context, resource string, c fence.Claim) error {
+// args checks a call's input before any I/O: resource, claim, the claim's
+// scope when strict, and a ctx that has not ended.
+func args(ctx context.Context, resource string, c fence.Claim, strict bool) error {
 	if err := fence.ValidateResource(resource); err != nil {
 		return err
 	}
 	if err := c.Validate(); err != nil {
 		return err
+	}
+	if strict {
+		if err := fence.CheckScope(resource, c); err != nil {
+			return err
+		}
 	}
 	if err := fence.ContextError(ctx); err != nil {
 		return fmt.Errorf("mysqlguard: %q: %w", resource, err)
@@ -214,7 +227,7 @@ func args(ctx context.Context, resource string, c fence.Claim) error {
 }
 
 // ctxClaim returns the claim ctx carries, checked like args.
-func ctxClaim(ctx context.Context, resource string) (fence.Claim, error) {
+func ctxClaim(ctx context.Context, resource string, strict bool) (fence.Claim, error) {
 	if err := fence.ValidateResource(resource); err != nil {
 		return fence.Claim{}, err
 	}
@@ -222,7 +235,7 @@ func ctxClaim(ctx context.Context, resource string) (fence.Claim, error) {
 	if err != nil {
 		return fence.Claim{}, fmt.Errorf("mysqlguard: %q: %w", resource, err)
 	}
-	return c, args(ctx, resource, c)
+	return c, args(ctx, resource, c, strict)
 }
 
 func newWriteID() string {
@@ -239,10 +252,13 @@ func newWriteID() string {
 // lock wait timeout (1205) match fence.ErrBusy. When COMMIT's reply is
 // lost, the outcome is settled by the write's id with a locking read of
 // the mark on a fresh connection (of Config.DB, or of db when Config.DB is
-// nil and db is a *sql.DB): committed is success; otherwise the error matches
-// ErrOutcomeUnknown unless the mark shows the write was not committed.
+// nil and db is a *sql.DB), on a fresh context (context.WithoutCancel plus
+// Config.SettleTimeout) so it runs even when ctx has ended: committed is
+// success (nil); otherwise the error is a *fence.OutcomeUnknownError
+// (fence.ErrOutcomeUnknown) unless the mark shows the write was not
+// committed.
 func (g *Guard) InTx(ctx context.Context, db Beginner, resource string, fn func(ctx context.Context, tx *sql.Tx) error) error {
-	c, err := ctxClaim(ctx, resource)
+	c, err := ctxClaim(ctx, resource, g.strict)
 	if err != nil {
 		return err
 	}
@@ -252,7 +268,7 @@ func (g *Guard) InTx(ctx context.Context, db Beginner, resource string, fn func(
 // InTxClaim is InTx for a claim passed explicitly (fence.ClaimFor(ctx,
 // token) for a token from elsewhere).
 func (g *Guard) InTxClaim(ctx context.Context, db Beginner, resource string, c fence.Claim, fn func(ctx context.Context, tx *sql.Tx) error) error {
-	if err := args(ctx, resource, c); err != nil {
+	if err := args(ctx, resource, c, g.strict); err != nil {
 		return err
 	}
 	return g.inTx(ctx, db, resource, c, fn)
@@ -348,7 +364,7 @@ func (g *Guard) settle(ctx context.Context, db *sql.DB, resource string, c fence
 // rolled back. The caller commits; if its COMMIT's reply is lost, compare
 // Mark with the claim before assuming either outcome.
 func (g *Guard) FenceTx(ctx context.Context, tx *sql.Tx, resource string) error {
-	c, err := ctxClaim(ctx, resource)
+	c, err := ctxClaim(ctx, resource, g.strict)
 	if err != nil {
 		return err
 	}
@@ -357,7 +373,7 @@ func (g *Guard) FenceTx(ctx context.Context, tx *sql.Tx, resource string) error 
 
 // FenceTxClaim is FenceTx for a claim passed explicitly.
 func (g *Guard) FenceTxClaim(ctx context.Context, tx *sql.Tx, resource string, c fence.Claim) error {
-	if err := args(ctx, resource, c); err != nil {
+	if err := args(ctx, resource, c, g.strict); err != nil {
 		return err
 	}
 	return g.fenceTxChecked(ctx, tx, resource, c)
@@ -445,7 +461,7 @@ type txKey struct{}
 // otherwise). Errors are InTx's.
 func (g *Guard) Fence(ctx context.Context, resource string, token fence.Token, write func(ctx context.Context) error) error {
 	c := fence.ClaimFor(ctx, token)
-	if err := args(ctx, resource, c); err != nil {
+	if err := args(ctx, resource, c, g.strict); err != nil {
 		return err
 	}
 	if write == nil {

@@ -75,7 +75,7 @@ func TestLostCommitNotCommitted(t *testing.T) {
 	err := s.Write(ctx, r, 3, "three")
 	p.Restore()
 	g.beforeCommit, g.afterCommit = nil, nil
-	if err == nil || errors.Is(err, ErrOutcomeUnknown) || errors.Is(err, fence.ErrStale) || errors.Is(err, fence.ErrBusy) {
+	if err == nil || errors.Is(err, fence.ErrOutcomeUnknown) || errors.Is(err, fence.ErrStale) || errors.Is(err, fence.ErrBusy) {
 		t.Fatalf("held COMMIT, rolled back: %v, want a definite store error", err)
 	}
 	if v, tok, _, err := s.Read(ctx, r); err != nil || v != "two" || tok != 2 {
@@ -88,7 +88,7 @@ func TestLostCommitNotCommitted(t *testing.T) {
 
 // TestLostCommitUnsettled: COMMIT's reply is lost and the server stays
 // unreachable for the settling read too: the error matches
-// ErrOutcomeUnknown. Once the network heals the write is found committed.
+// fence.ErrOutcomeUnknown. Once the network heals the write is found committed.
 func TestLostCommitUnsettled(t *testing.T) {
 	ctx := context.Background()
 	f := newFixture(t)
@@ -98,8 +98,11 @@ func TestLostCommitUnsettled(t *testing.T) {
 	s := marksSubject{f: f, g: g, db: db}
 	err := s.Write(ctx, "lost/unsettled", 5, "five")
 	p.Restore()
-	if !errors.Is(err, ErrOutcomeUnknown) || errors.Is(err, fence.ErrBusy) || errors.Is(err, fence.ErrStale) {
-		t.Fatalf("unsettled COMMIT: %v, want ErrOutcomeUnknown only", err)
+	if !errors.Is(err, fence.ErrOutcomeUnknown) || errors.Is(err, fence.ErrBusy) || errors.Is(err, fence.ErrStale) {
+		t.Fatalf("unsettled COMMIT: %v, want fence.ErrOutcomeUnknown only", err)
+	}
+	if oe, ok := fence.IsOutcomeUnknown(err); !ok || oe.Op != "mysqlguard: commit" || oe.Resource != "lost/unsettled" {
+		t.Fatalf("unsettled COMMIT: %#v, want *fence.OutcomeUnknownError of mysqlguard: commit", err)
 	}
 	if v, tok, _, err := (marksSubject{f: f, g: g, db: f.db}).Read(ctx, "lost/unsettled"); err != nil || v != "five" || tok != 5 {
 		t.Fatalf("stored %q %d %v", v, tok, err)
@@ -107,7 +110,7 @@ func TestLostCommitUnsettled(t *testing.T) {
 }
 
 // TestLostUpsertReply: in-row mode's single upsert is applied, its reply
-// lost: the error matches ErrOutcomeUnknown; sending it again succeeds.
+// lost: the error matches fence.ErrOutcomeUnknown; sending it again succeeds.
 // (interpolateParams makes the upsert one request; with the driver's
 // default, a prepared statement, the lost reply may be the PREPARE's.)
 func TestLostUpsertReply(t *testing.T) {
@@ -122,8 +125,11 @@ func TestLostUpsertReply(t *testing.T) {
 	p.Pause(netproxy.Downstream)
 	err := rows.UpsertClaim(ctx, db, []any{"lost/row"}, c, "eight")
 	p.Restore()
-	if !errors.Is(err, ErrOutcomeUnknown) || errors.Is(err, fence.ErrBusy) {
-		t.Fatalf("lost upsert reply: %v, want ErrOutcomeUnknown", err)
+	if !errors.Is(err, fence.ErrOutcomeUnknown) || errors.Is(err, fence.ErrBusy) {
+		t.Fatalf("lost upsert reply: %v, want fence.ErrOutcomeUnknown", err)
+	}
+	if oe, ok := fence.IsOutcomeUnknown(err); !ok || oe.Op != "mysqlguard: upsert" || oe.Resource != "lost/row" {
+		t.Fatalf("lost upsert reply: %#v, want *fence.OutcomeUnknownError of mysqlguard: upsert", err)
 	}
 	s := rowsSubject{f: f, r: rows, db: f.db}
 	if v, tok, _, err := s.Read(ctx, "lost/row"); err != nil || v != "eight" || tok != 8 {

@@ -38,6 +38,10 @@ type RowsConfig struct {
 	// MeterProvider and Logger as in Config (guard="mysql").
 	MeterProvider metric.MeterProvider
 	Logger        *slog.Logger
+	// Strict is Config.Strict for the rows' resource names (the key's
+	// value as text, fence.JoinResource of a composite key's values: a
+	// key (account, session, name) names its row lease.Key.Resource(name)).
+	Strict bool
 }
 
 // DefaultTokenColumn is RowsConfig.TokenColumn's default.
@@ -55,6 +59,7 @@ type Rows struct {
 	table       string
 	nKey, nCols int
 	withRun     bool
+	strict      bool
 	upsertSQL   string
 	readSQL     string
 	lockSQL     string
@@ -120,7 +125,7 @@ func NewRows(cfg RowsConfig) (*Rows, error) {
 	if err != nil {
 		return nil, fmt.Errorf("%w: %w", ErrInvalidConfig, err)
 	}
-	r := &Rows{table: cfg.Table, nKey: len(keys), nCols: len(cols), withRun: run != "", rec: rec}
+	r := &Rows{table: cfg.Table, nKey: len(keys), nCols: len(cols), withRun: run != "", strict: cfg.Strict, rec: rec}
 	r.statements(table, keys, cols, tok[0], run)
 	return r, nil
 }
@@ -184,14 +189,16 @@ func (r *Rows) resource(key []any) string {
 // The resource named in errors is the key's value as text
 // (fence.JoinResource of the values for a composite key) and must pass
 // fence.ValidateResource. The upsert sets the session's LAST_INSERT_ID().
-// When the upsert's reply is lost the error matches ErrOutcomeUnknown:
-// sending the same upsert again is safe (the same claim is admitted again).
+// When the upsert (outside a transaction) was sent and no reply came back,
+// the error is a *fence.OutcomeUnknownError (fence.ErrOutcomeUnknown): the
+// row has no write id to settle it by; sending the same upsert again is
+// safe (the same claim is admitted again).
 func (r *Rows) Upsert(ctx context.Context, q Querier, key []any, values ...any) error {
 	res, err := r.arity(key, values)
 	if err != nil {
 		return err
 	}
-	c, err := ctxClaim(ctx, res)
+	c, err := ctxClaim(ctx, res, r.strict)
 	if err != nil {
 		return err
 	}
@@ -204,7 +211,7 @@ func (r *Rows) UpsertClaim(ctx context.Context, q Querier, key []any, c fence.Cl
 	if err != nil {
 		return err
 	}
-	if err := args(ctx, res, c); err != nil {
+	if err := args(ctx, res, c, r.strict); err != nil {
 		return err
 	}
 	return r.upsert(ctx, q, res, c, key, values)

@@ -48,7 +48,10 @@ func TestConformance(t *testing.T) {
 	bucket := newBucket(t, jetstreamKV(0))
 	guardtest.Run(t, guardtest.Config{
 		// Every check gets a Guard on its own connection.
-		New: func(t *testing.T) guardtest.Subject { return subject{guard(t, bucket, Config{MaxAttempts: 100})} },
+		New: func(t *testing.T) guardtest.Subject {
+			return kitSubject{subject{guard(t, bucket, Config{MaxAttempts: 100})},
+				guard(t, bucket, Config{MaxAttempts: 100, Strict: true}), newReplyHold(t, bucket)}
+		},
 	})
 }
 
@@ -70,7 +73,8 @@ func TestConformanceFence(t *testing.T) {
 	bucket := newBucket(t, jetstreamKV(0))
 	guardtest.Run(t, guardtest.Config{
 		New: func(t *testing.T) guardtest.Subject {
-			return fenceSubject{subject{guard(t, bucket, Config{MaxAttempts: 100})}}
+			return fenceKitSubject{fenceSubject{subject{guard(t, bucket, Config{MaxAttempts: 100})}},
+				guard(t, bucket, Config{MaxAttempts: 100, Strict: true}), newReplyHold(t, bucket)}
 		},
 		Rounds: 10,
 	})

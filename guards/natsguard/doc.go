@@ -48,8 +48,13 @@
 // stored message as a duplicate (within the bucket's duplicate window,
 // which New requires to be at least MinDuplicateWindow), stores it if no
 // copy was stored and the key has not changed, and refuses it otherwise;
-// in every case the first copy can no longer be stored later. When no
-// re-send gets a reply the error matches ErrOutcomeUnknown.
+// in every case the first copy can no longer be stored later. The re-sends
+// run on a fresh context (context.WithoutCancel plus SettleTimeout), also
+// when the call's context has ended: a write found stored is reported as
+// success (nil). When no re-send gets a reply the error is a
+// *fence.OutcomeUnknownError (fence.ErrOutcomeUnknown; once ctx has ended
+// it matches ctx.Err() and context.Cause(ctx) too), never "nothing
+// written".
 //
 // # Metrics and logs
 //
@@ -65,8 +70,11 @@
 //     both carry different run identities (*fence.ReusedError). Value and
 //     mark are one record.
 //   - A write whose reply was lost reports success only if its record was
-//     stored, and is otherwise decided again or reported as
-//     ErrOutcomeUnknown.
+//     stored, and is otherwise decided again or reported as a
+//     *fence.OutcomeUnknownError.
+//   - With Config.Strict, a write whose resource lies outside its claim's
+//     scope, or whose claim has no scope, is refused with a
+//     *fence.ScopeError before any I/O.
 //   - A latest record the guard did not write (*EntryError) is neither
 //     read through nor overwritten. Bad input returns a typed error before
 //     any I/O.

@@ -24,12 +24,6 @@ var ErrForeignEntry = errors.New("natsguard: entry not written by natsguard")
 // ErrNotFound is matched by a *NotFoundError: the resource has no value.
 var ErrNotFound = errors.New("natsguard: not found")
 
-// ErrOutcomeUnknown is matched by the error of a write whose request may
-// have reached the server while no reply came back, and whose outcome
-// could not be settled by sending it again: the write may or may not have
-// been applied. Read the resource before assuming either.
-var ErrOutcomeUnknown = errors.New("natsguard: outcome unknown")
-
 // BucketError reports a bucket New refuses. It matches ErrBucket.
 type BucketError struct {
 	Bucket string
@@ -82,18 +76,8 @@ func (e *NotFoundError) Error() string {
 // Is reports whether target is ErrNotFound.
 func (e *NotFoundError) Is(target error) bool { return target == ErrNotFound }
 
-type outcomeError struct {
-	resource string
-	err      error
-}
-
-func (e *outcomeError) Error() string {
-	return fmt.Sprintf("natsguard: write %q: request sent, no reply: outcome unknown: %v", e.resource, e.err)
-}
-
-func (e *outcomeError) Unwrap() []error { return []error{ErrOutcomeUnknown, e.err} }
-
-// outcomeUnknown returns the error of a write whose outcome is unknown.
+// outcomeUnknown returns the *fence.OutcomeUnknownError of a publish that
+// was sent, and re-sent, without a reply.
 func outcomeUnknown(ctx context.Context, resource string, err error) error {
-	return fence.WrapContext(ctx, &outcomeError{resource: resource, err: err})
+	return fence.OutcomeUnknown(ctx, "natsguard: publish", resource, err)
 }

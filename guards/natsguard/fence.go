@@ -76,7 +76,7 @@ var _ fence.Guard = (*Guard)(nil)
 // bucket are not fenced.
 func (g *Guard) Fence(ctx context.Context, resource string, token fence.Token, write func(ctx context.Context) error) error {
 	c := fence.ClaimFor(ctx, token)
-	if err := args(ctx, resource, c); err != nil {
+	if err := g.args(ctx, resource, c); err != nil {
 		return err
 	}
 	return g.fence(ctx, resource, c, write)

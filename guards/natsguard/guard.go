@@ -70,6 +70,13 @@ type Config struct {
 	// Logger receives an Error record for every write refused because its
 	// token was reused by another run. Nil discards.
 	Logger *slog.Logger
+	// Strict refuses, before any I/O, every write whose resource lies
+	// outside its claim's scope (fence.CheckScope: a lease's claim is
+	// scoped to its key, lease.Key.Scope), and every write whose claim has
+	// no scope, with a *fence.ScopeError (fence.ErrOutOfScope): a claim for
+	// one key can then never raise the mark of another key's resource.
+	// Off by default: scopes are ignored.
+	Strict bool
 }
 
 // Info describes a resource's mark: the claim of the last write admitted,
@@ -92,6 +99,7 @@ type Guard struct {
 	prefix        string // "$KV.<bucket>."
 	settleTimeout time.Duration
 	max           int
+	strict        bool
 	rec           *guardobs.Recorder
 
 	beforePublish func()          // tests: runs before each publish
@@ -188,7 +196,7 @@ func New(cfg Config) (*Guard, error) {
 	}
 	return &Guard{
 		js: cfg.JS, kv: kv, stream: stream, bucket: cfg.Bucket, prefix: "$KV." + cfg.Bucket + ".",
-		settleTimeout: cfg.SettleTimeout, max: cfg.MaxAttempts, rec: rec, cache: map[string]state{},
+		settleTimeout: cfg.SettleTimeout, max: cfg.MaxAttempts, strict: cfg.Strict, rec: rec, cache: map[string]state{},
 	}, nil
 }
 
@@ -307,7 +315,7 @@ func (g *Guard) Put(ctx context.Context, resource string, value []byte) error {
 // Sequence set to the revision it read, so the write is stored only if no
 // other write came in between; otherwise it reads and decides again.
 func (g *Guard) PutClaim(ctx context.Context, resource string, c fence.Claim, value []byte) error {
-	if err := args(ctx, resource, c); err != nil {
+	if err := g.args(ctx, resource, c); err != nil {
 		return err
 	}
 	return g.write(ctx, resource, c, opValue, value)
@@ -326,7 +334,7 @@ func (g *Guard) Delete(ctx context.Context, resource string) error {
 
 // DeleteClaim is Delete under the claim c, passed explicitly.
 func (g *Guard) DeleteClaim(ctx context.Context, resource string, c fence.Claim) error {
-	if err := args(ctx, resource, c); err != nil {
+	if err := g.args(ctx, resource, c); err != nil {
 		return err
 	}
 	return g.write(ctx, resource, c, opDelete, nil)
@@ -364,13 +372,19 @@ func (g *Guard) Mark(ctx context.Context, resource string) (fence.Claim, error) 
 	return fence.Claim{Token: st.info.Token, Run: st.info.Run}, err
 }
 
-// args checks a call's input before any I/O.
-func args(ctx context.Context, resource string, c fence.Claim) error {
+// args checks a call's input before any I/O: resource, claim, the claim's
+// scope when strict, and a ctx that has not ended.
+func (g *Guard) args(ctx context.Context, resource string, c fence.Claim) error {
 	if err := fence.ValidateResource(resource); err != nil {
 		return err
 	}
 	if err := c.Validate(); err != nil {
 		return err
+	}
+	if g.strict {
+		if err := fence.CheckScope(resource, c); err != nil {
+			return err
+		}
 	}
 	if err := fence.ContextError(ctx); err != nil {
 		return fmt.Errorf("natsguard: %q: %w", resource, err)
@@ -387,7 +401,7 @@ func (g *Guard) ctxClaim(ctx context.Context, resource string) (fence.Claim, err
 	if err != nil {
 		return fence.Claim{}, fmt.Errorf("natsguard: %q: %w", resource, err)
 	}
-	return c, args(ctx, resource, c)
+	return c, g.args(ctx, resource, c)
 }
 
 type op byte

@@ -107,7 +107,7 @@ func TestLostRequestOvertaken(t *testing.T) {
 }
 
 // TestLostReplyUnsettled: no reply, and the re-sends get none either: the
-// error matches ErrOutcomeUnknown. Once the network heals the record is
+// error matches fence.ErrOutcomeUnknown. Once the network heals the record is
 // found stored.
 func TestLostReplyUnsettled(t *testing.T) {
 	bucket := newBucket(t, jetstreamKV(0))
@@ -115,8 +115,11 @@ func TestLostReplyUnsettled(t *testing.T) {
 	g.beforePublish = func() { p.Pause(netproxy.Downstream) }
 	err := g.PutClaim(context.Background(), "lost/unsettled", fence.Claim{Token: 2}, []byte("two"))
 	p.Restore()
-	if !errors.Is(err, ErrOutcomeUnknown) || errors.Is(err, fence.ErrBusy) || errors.Is(err, fence.ErrStale) {
-		t.Fatalf("unsettled write: %v, want ErrOutcomeUnknown only", err)
+	if !errors.Is(err, fence.ErrOutcomeUnknown) || errors.Is(err, fence.ErrBusy) || errors.Is(err, fence.ErrStale) {
+		t.Fatalf("unsettled write: %v, want fence.ErrOutcomeUnknown only", err)
+	}
+	if oe, ok := fence.IsOutcomeUnknown(err); !ok || oe.Op != "natsguard: publish" {
+		t.Fatalf("unsettled write: %#v, want *fence.OutcomeUnknownError of natsguard: publish", err)
 	}
 	if b, info, err := direct.Get(context.Background(), "lost/unsettled"); err != nil || string(b) != "two" || info.Token != 2 {
 		t.Fatalf("stored %q %+v %v", b, info, err)

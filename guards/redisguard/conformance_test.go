@@ -47,7 +47,9 @@ func TestConformance(t *testing.T) {
 	s := newSpace(t)
 	guardtest.Run(t, guardtest.Config{
 		// Every check gets a Guard on its own client (own connections).
-		New:          func(t *testing.T) guardtest.Subject { return subject{s.guard(t, Config{})} },
+		New: func(t *testing.T) guardtest.Subject {
+			return kitSubject{subject{s.guard(t, Config{})}, s.guard(t, Config{Strict: true}), newReplyHold(t, s)}
+		},
 		Prefix:       s.resources,
 		BadResources: badResources(s),
 	})
@@ -58,7 +60,9 @@ func TestConformance(t *testing.T) {
 func TestConformanceTTL(t *testing.T) {
 	s := newSpace(t)
 	guardtest.Run(t, guardtest.Config{
-		New:    func(t *testing.T) guardtest.Subject { return subject{s.guard(t, Config{TTL: 3600e9})} },
+		New: func(t *testing.T) guardtest.Subject {
+			return kitSubject{subject{s.guard(t, Config{TTL: 3600e9})}, s.guard(t, Config{TTL: 3600e9, Strict: true}), newReplyHold(t, s)}
+		},
 		Prefix: s.resources + "{ttl}/",
 		Rounds: 10,
 	})
@@ -126,7 +130,9 @@ func (a fenceSubject) WriteContext(ctx context.Context, r, v string) error {
 func TestConformanceFence(t *testing.T) {
 	s := newSpace(t)
 	guardtest.Run(t, guardtest.Config{
-		New:          func(t *testing.T) guardtest.Subject { return fenceSubject{subject{s.guard(t, Config{})}} },
+		New: func(t *testing.T) guardtest.Subject {
+			return fenceKitSubject{fenceSubject{subject{s.guard(t, Config{})}}, s.guard(t, Config{Strict: true}), newReplyHold(t, s)}
+		},
 		Prefix:       s.resources,
 		BadResources: badResources(s),
 		Rounds:       10,

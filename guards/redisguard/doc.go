@@ -60,11 +60,18 @@
 //     Value and mark change together or not at all.
 //   - Get returns a value and the mark that was written with it, read in
 //     one script.
-//   - A write whose reply was lost reports success only if it was applied,
-//     and after it is settled as not applied it never will be. When the
-//     settling request itself fails, or the mark has the write's token
-//     under another write's id, the error matches ErrOutcomeUnknown: the
-//     write may have been applied.
+//   - A write whose reply was lost is settled by its write id with a
+//     request on a fresh context (context.WithoutCancel plus
+//     Config.SettleTimeout), also when the call's context has ended: it
+//     reports success (nil) only if it was applied, and after it is settled
+//     as not applied it never will be. When the settling request itself
+//     fails, or the mark has the write's token under another write's id,
+//     the error is a *fence.OutcomeUnknownError (fence.ErrOutcomeUnknown;
+//     once ctx has ended it matches ctx.Err() and context.Cause(ctx) too):
+//     the write may have been applied, never "nothing written".
+//   - With Config.Strict, a write whose resource lies outside its claim's
+//     scope, or whose claim has no scope, is refused with a
+//     *fence.ScopeError before any I/O.
 //   - Bad input (resource, token, run, config) returns a typed error
 //     before any I/O. A mark the guard cannot read (malformed token or
 //     run, a key of another type) refuses the write with *MarkError and

@@ -21,11 +21,9 @@ var ErrCorruptMark = errors.New("redisguard: unreadable mark")
 // ErrNotFound is matched by a *NotFoundError: the resource has no value.
 var ErrNotFound = errors.New("redisguard: not found")
 
-// ErrOutcomeUnknown is matched by the error of a write whose request may
-// have reached the server while no reply came back, and whose outcome the
-// guard could not settle afterwards: the write may or may not have been
-// applied. Read the resource (Get, Mark) before assuming either.
-var ErrOutcomeUnknown = errors.New("redisguard: outcome unknown")
+// errUnsettled is settle's answer when it could not decide the outcome of
+// a write whose reply was lost.
+var errUnsettled = errors.New("redisguard: outcome not settled")
 
 // ResourceError reports a resource name this guard refuses on top of
 // fence.ValidateResource. It matches fence.ErrInvalidResource.
@@ -95,17 +93,3 @@ func (e *NotFoundError) Error() string {
 
 // Is reports whether target is ErrNotFound.
 func (e *NotFoundError) Is(target error) bool { return target == ErrNotFound }
-
-// outcomeError is the error of a write whose outcome is unknown: it
-// matches ErrOutcomeUnknown, the store error and, once ctx has ended, the
-// context's error and cause.
-type outcomeError struct {
-	resource string
-	err      error
-}
-
-func (e *outcomeError) Error() string {
-	return fmt.Sprintf("redisguard: write %q: request sent, no reply: outcome unknown: %v", e.resource, e.err)
-}
-
-func (e *outcomeError) Unwrap() []error { return []error{ErrOutcomeUnknown, e.err} }

@@ -70,6 +70,13 @@ type Config struct {
 	// Logger receives an Error record for every write refused because its
 	// token was reused by another run. Nil discards.
 	Logger *slog.Logger
+	// Strict refuses, before any I/O, every write whose resource lies
+	// outside its claim's scope (fence.CheckScope: a lease's claim is
+	// scoped to its key, lease.Key.Scope), and every write whose claim has
+	// no scope, with a *fence.ScopeError (fence.ErrOutOfScope): a claim for
+	// one key can then never raise the mark of another key's resource.
+	// Off by default: scopes are ignored.
+	Strict bool
 }
 
 // Info describes a resource's current mark: the claim of the last write
@@ -90,6 +97,7 @@ type Guard struct {
 	ttlArg         string
 	settleTimeout  time.Duration
 	maxAttempts    int
+	strict         bool
 	rec            *guardobs.Recorder
 	afterWriteSent func() // tests: runs after a write's reply arrived or failed
 }
@@ -140,7 +148,7 @@ func New(cfg Config) (*Guard, error) {
 		return nil, fmt.Errorf("%w: %w", ErrInvalidConfig, err)
 	}
 	g := &Guard{client: cfg.Client, prefix: cfg.MarkPrefix, ttlArg: ttlArg,
-		settleTimeout: cfg.SettleTimeout, maxAttempts: cfg.MaxAttempts, rec: rec}
+		settleTimeout: cfg.SettleTimeout, maxAttempts: cfg.MaxAttempts, strict: cfg.Strict, rec: rec}
 	if !cfg.AllowEviction {
 		ctx, cancel := context.WithTimeout(context.Background(), cfg.CheckTimeout)
 		defer cancel()
@@ -304,13 +312,19 @@ func (g *Guard) markError(resource, reason string) error {
 	return &MarkError{Resource: resource, Key: key, Reason: reason}
 }
 
-// args checks a call's input before any I/O.
+// args checks a call's input before any I/O: resource, claim, the claim's
+// scope when strict, and a ctx that has not ended.
 func (g *Guard) args(ctx context.Context, resource string, c fence.Claim) error {
 	if err := g.checkResource(resource); err != nil {
 		return err
 	}
 	if err := c.Validate(); err != nil {
 		return err
+	}
+	if g.strict {
+		if err := fence.CheckScope(resource, c); err != nil {
+			return err
+		}
 	}
 	if err := fence.ContextError(ctx); err != nil {
 		return fmt.Errorf("redisguard: %q: %w", resource, err)
@@ -368,8 +382,8 @@ func (g *Guard) writeAttempts(ctx context.Context, resource string, c fence.Clai
 				return fence.WrapContext(ctx, fmt.Errorf("redisguard: write %q: not applied (reply lost, settled): %w", resource, err))
 			}
 			g.rec.Retried(ctx, 1)
-		case errors.Is(serr, ErrOutcomeUnknown):
-			return fence.WrapContext(ctx, &outcomeError{resource: resource, err: err})
+		case errors.Is(serr, errUnsettled):
+			return fence.OutcomeUnknown(ctx, "redisguard: write", resource, fmt.Errorf("%w (%w)", err, serr))
 		default: // refused: stale or reused
 			return fence.WrapContext(ctx, serr)
 		}
@@ -403,14 +417,17 @@ func (g *Guard) outcome(resource string, c fence.Claim, r []string) error {
 // fresh context bounded by SettleTimeout: applied (true, nil); definitely
 // not applied (false, nil), the cancel key guaranteeing it never will be;
 // refused by the mark now in place (false, *fence.StaleError or
-// *fence.ReusedError); unknown (false, error matching ErrOutcomeUnknown).
+// *fence.ReusedError); unknown (false, error matching errUnsettled).
 func (g *Guard) settle(ctx context.Context, resource string, c fence.Claim, id string) (bool, error) {
 	sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), g.settleTimeout)
 	defer cancel()
 	r, err := settleScript.Run(sctx, g.client, []string{g.markKey(resource), g.cancelKey(resource, id)},
 		id, strconv.FormatInt(cancelTTL.Milliseconds(), 10)).StringSlice()
-	if err != nil || len(r) != 3 || r[0] == "bad" {
-		return false, ErrOutcomeUnknown
+	switch {
+	case err != nil:
+		return false, fmt.Errorf("%w: the settling request failed: %w", errUnsettled, err)
+	case len(r) != 3 || r[0] == "bad":
+		return false, fmt.Errorf("%w: unexpected settling reply %q", errUnsettled, r)
 	}
 	if r[0] == "applied" {
 		return true, nil
@@ -420,7 +437,7 @@ func (g *Guard) settle(ctx context.Context, resource string, c fence.Claim, id s
 	}
 	mt, err := fence.Parse(r[1])
 	if err != nil {
-		return false, ErrOutcomeUnknown
+		return false, fmt.Errorf("%w: malformed mark %q", errUnsettled, r[1])
 	}
 	if derr := fence.DecideClaim(resource, c, mt, r[2]); derr != nil {
 		return false, derr
@@ -430,7 +447,7 @@ func (g *Guard) settle(ctx context.Context, resource string, c fence.Claim, id s
 	}
 	// The mark has the write's token but another write's id: this write may
 	// have been applied and then overwritten under the same token.
-	return false, ErrOutcomeUnknown
+	return false, fmt.Errorf("%w: the mark carries the write's token under another write id", errUnsettled)
 }
 
 // maybeSent reports whether a failed request may have reached the server:

@@ -164,7 +164,8 @@ func TestLostReplyOvertaken(t *testing.T) {
 
 // TestLostReplyUnsettled: the reply is lost and the server stays
 // unreachable, so the write cannot be settled: the error matches
-// ErrOutcomeUnknown (and is neither stale nor busy). Once the server is
+// fence.ErrOutcomeUnknown (a *fence.OutcomeUnknownError, neither stale nor
+// busy). Once the server is
 // back, the write is found applied.
 func TestLostReplyUnsettled(t *testing.T) {
 	ctx := context.Background()
@@ -174,8 +175,11 @@ func TestLostReplyUnsettled(t *testing.T) {
 	loseReply(g, p, func() bool { p.Cut(); return false })
 	err := g.PutClaim(ctx, r, fence.Claim{Token: 2}, []byte("two"))
 	p.Restore()
-	if !errors.Is(err, ErrOutcomeUnknown) || errors.Is(err, fence.ErrBusy) || errors.Is(err, fence.ErrStale) {
-		t.Fatalf("unsettled write: %v, want ErrOutcomeUnknown only", err)
+	if !errors.Is(err, fence.ErrOutcomeUnknown) || errors.Is(err, fence.ErrBusy) || errors.Is(err, fence.ErrStale) {
+		t.Fatalf("unsettled write: %v, want fence.ErrOutcomeUnknown only", err)
+	}
+	if oe, ok := fence.IsOutcomeUnknown(err); !ok || oe.Op != "redisguard: write" || oe.Resource != r {
+		t.Fatalf("unsettled write: %#v, want *fence.OutcomeUnknownError{Op: \"redisguard: write\", Resource: %q}", err, r)
 	}
 	if v, info := mustGet(t, direct, r); v != "two" || info.Token != 2 {
 		t.Fatalf("stored %q %+v (the request had reached the server)", v, info)

@@ -1,0 +1,121 @@
+package natsguard
+
+import (
+	"context"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/fencekit/fencekit/fence"
+	"github.com/fencekit/fencekit/guards/guardtest"
+	"github.com/fencekit/fencekit/internal/netproxy"
+)
+
+var (
+	_ guardtest.ClaimWriter   = kitSubject{}
+	_ guardtest.ContextWriter = kitSubject{}
+	_ guardtest.FailingWriter = kitSubject{}
+	_ guardtest.StrictWriter  = kitSubject{}
+	_ guardtest.OutcomeWriter = kitSubject{}
+	_ guardtest.StrictWriter  = fenceKitSubject{}
+	_ guardtest.OutcomeWriter = fenceKitSubject{}
+)
+
+// replyHold is a Guard whose connection goes through a fault proxy (each
+// request waits 300 ms for its reply, re-sends 300 ms each), for the kit's
+// outcome-unknown check.
+type replyHold struct {
+	g *Guard
+	p *netproxy.Proxy
+}
+
+func newReplyHold(t *testing.T, bucket string) *replyHold {
+	t.Helper()
+	g, _, p := proxied(t, bucket, Config{SettleTimeout: 300 * time.Millisecond})
+	return &replyHold{g: g, p: p}
+}
+
+// run calls write with the server's replies held from the moment the
+// guard publishes (after any read it makes to decide): the first reply
+// that then reaches the proxy (the publish's acknowledgement: the server
+// has stored the record) calls applied, and no reply reaches the client
+// until write returns, the re-sends' included. Calls are sequential (the
+// kit makes one at a time).
+func (h *replyHold) run(applied func(), write func() error) error {
+	var once sync.Once
+	h.g.beforePublish = func() {
+		h.p.OnHold(func(netproxy.Direction) { once.Do(applied) })
+		h.p.Pause(netproxy.Downstream)
+	}
+	defer func() {
+		h.g.beforePublish = nil
+		h.p.OnHold(nil)
+		h.p.Restore()
+	}()
+	return write()
+}
+
+// kitSubject is subject (PutClaim, Put, Get) plus WriteStrict through a
+// guard with Config.Strict on the same bucket, and WriteHeld through h.
+type kitSubject struct {
+	subject
+	strict *Guard
+	h      *replyHold
+}
+
+func (a kitSubject) WriteStrict(ctx context.Context, r string, c fence.Claim, v string) error {
+	return a.strict.PutClaim(ctx, r, c, []byte(v))
+}
+
+func (a kitSubject) WriteHeld(ctx context.Context, r string, tok fence.Token, v string, applied func()) error {
+	return a.h.run(applied, func() error { return a.h.g.PutClaim(ctx, r, fence.Claim{Token: tok}, []byte(v)) })
+}
+
+// fenceKitSubject is fenceSubject (Fence, Do with Stage) with the same
+// optional interfaces, also through Fence.
+type fenceKitSubject struct {
+	fenceSubject
+	strict *Guard
+	h      *replyHold
+}
+
+func (a fenceKitSubject) WriteStrict(ctx context.Context, r string, c fence.Claim, v string) error {
+	return a.strict.Fence(fence.WithClaim(ctx, c), r, c.Token, func(ctx context.Context) error { return Stage(ctx, []byte(v)) })
+}
+
+func (a fenceKitSubject) WriteHeld(ctx context.Context, r string, tok fence.Token, v string, applied func()) error {
+	return a.h.run(applied, func() error {
+		return a.h.g.Fence(ctx, r, tok, func(ctx context.Context) error { return Stage(ctx, []byte(v)) })
+	})
+}
+
+// TestStrictRefusesBeforeIO: a strict guard refuses a resource outside the
+// claim's scope, and a claim without a scope, with *fence.ScopeError
+// without publishing anything: its connection is closed, so any request
+// would fail with nats.ErrConnectionClosed instead.
+func TestStrictRefusesBeforeIO(t *testing.T) {
+	bucket := newBucket(t, jetstreamKV(0))
+	g := guard(t, bucket, Config{Strict: true})
+	g.js.Conn().Close()
+	ctx := context.Background()
+	scoped := fence.Claim{Token: 3, Scope: "acme/conv-1"}
+	for _, tc := range []struct {
+		r string
+		c fence.Claim
+	}{{"acme/conv-2/notes", scoped}, {"acme/conv-1/notes", fence.Claim{Token: 3}}} {
+		for name, err := range map[string]error{
+			"PutClaim":    g.PutClaim(ctx, tc.r, tc.c, []byte("x")),
+			"DeleteClaim": g.DeleteClaim(ctx, tc.r, tc.c),
+			"Put":         g.Put(fence.WithClaim(ctx, tc.c), tc.r, []byte("x")),
+			"Fence": g.Fence(fence.WithClaim(ctx, tc.c), tc.r, tc.c.Token, func(context.Context) error {
+				t.Errorf("Fence ran its write for %q outside the claim's scope", tc.r)
+				return nil
+			}),
+		} {
+			se, ok := fence.IsOutOfScope(err)
+			if !ok || *se != (fence.ScopeError{Resource: tc.r, Scope: tc.c.Scope}) {
+				t.Errorf("%s(%q) under scope %q: %v, want *fence.ScopeError", name, tc.r, tc.c.Scope, err)
+			}
+		}
+	}
+}
