@@ -15,6 +15,7 @@ import (
 	"google.golang.org/api/googleapi"
 
 	"github.com/fencekit/fencekit/fence"
+	"github.com/fencekit/fencekit/guards/guardobs"
 )
 
 // DefaultMaxAttempts is the Config.MaxAttempts used when none is set.
@@ -72,8 +73,7 @@ type Store struct {
 	name   string
 	max    int
 	chunk  int
-	met    *metrics
-	log    *slog.Logger
+	met    *guardobs.Recorder
 	strict bool
 
 	// afterRead, when set (tests only), runs after every read of the
@@ -103,16 +103,15 @@ func New(cfg Config) (*Store, error) {
 	case cfg.ChunkSize < 0 || cfg.ChunkSize%(256<<10) != 0:
 		return nil, fmt.Errorf("%w: ChunkSize %d is not a positive multiple of 256 KiB", ErrInvalidConfig, cfg.ChunkSize)
 	}
-	met, err := newMetrics(cfg.MeterProvider)
+	met, err := guardobs.New(guardobs.Config{Kind: guardobs.KindGCS, Name: "gcsguard",
+		Retries:       "GCS conditional writes retried after losing a race (412).",
+		MeterProvider: cfg.MeterProvider, Logger: cfg.Logger})
 	if err != nil {
-		return nil, fmt.Errorf("%w: MeterProvider: %w", ErrInvalidConfig, err)
-	}
-	if cfg.Logger == nil {
-		cfg.Logger = discardLogger()
+		return nil, fmt.Errorf("%w: %w", ErrInvalidConfig, err)
 	}
 	return &Store{
 		bucket: cfg.Client.Bucket(cfg.Bucket), name: cfg.Bucket, max: cfg.MaxAttempts, chunk: cfg.ChunkSize,
-		met: met, log: cfg.Logger, strict: cfg.Strict,
+		met: met, strict: cfg.Strict,
 	}, nil
 }
 
@@ -270,10 +269,10 @@ func (s *Store) PutClaim(ctx context.Context, key string, c fence.Claim, r io.Re
 	}
 	cur, err := s.readDecide(ctx, key, c)
 	if err != nil {
-		return Info{}, s.finish(ctx, key, err)
+		return Info{}, s.finish(ctx, err)
 	}
 	info, err := s.commit(ctx, key, c, newWriteID(), &change{body: b, opts: opts}, cur)
-	return info, s.finish(ctx, key, err)
+	return info, s.finish(ctx, err)
 }
 
 // Delete stores a tombstone at key under the claim ctx carries: a
@@ -303,10 +302,10 @@ func (s *Store) DeleteClaim(ctx context.Context, key string, c fence.Claim) (Inf
 	}
 	cur, err := s.readDecide(ctx, key, c)
 	if err != nil {
-		return Info{}, s.finish(ctx, key, err)
+		return Info{}, s.finish(ctx, err)
 	}
 	info, err := s.commit(ctx, key, c, newWriteID(), &change{deleted: true}, cur)
-	return info, s.finish(ctx, key, err)
+	return info, s.finish(ctx, err)
 }
 
 // Do is Fence under the claim ctx carries (fence.ClaimFromContext): with no
@@ -348,7 +347,7 @@ func (s *Store) fence(ctx context.Context, resource string, c fence.Claim, write
 	}
 	cur, err := s.readDecide(ctx, resource, c)
 	if err != nil {
-		return s.finish(ctx, resource, err)
+		return s.finish(ctx, err)
 	}
 	st := &stager{}
 	werr := write(context.WithValue(fence.WithClaim(ctx, c), stagerKey{}, st))
@@ -360,7 +359,7 @@ func (s *Store) fence(ctx context.Context, resource string, c fence.Claim, write
 		return err
 	}
 	_, err = s.commit(ctx, resource, c, newWriteID(), ch, cur)
-	return s.finish(ctx, resource, err)
+	return s.finish(ctx, err)
 }
 
 func (s *Store) checkArgs(ctx context.Context, key string, c fence.Claim) error {
@@ -455,7 +454,7 @@ func (s *Store) commit(ctx context.Context, key string, c fence.Claim, writeID s
 		if err := fence.ContextError(ctx); err != nil {
 			return Info{}, err
 		}
-		s.met.retried(ctx)
+		s.met.Retried(ctx, 1)
 	}
 }
 

@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"io"
 	"log/slog"
 	"sync"
 	"sync/atomic"
@@ -12,7 +11,7 @@ import (
 	"go.opentelemetry.io/otel/metric"
 
 	"github.com/fencekit/fencekit/fence"
-	"github.com/fencekit/fencekit/internal/obs"
+	"github.com/fencekit/fencekit/guards/guardobs"
 )
 
 // ErrNilWrite is returned by Fence and Do when write is nil. Nothing changes.
@@ -43,8 +42,7 @@ var ErrInvalidConfig = errors.New("memguard: invalid config")
 type Guard struct {
 	mu      sync.Mutex
 	entries map[string]*entry
-	met     *obs.Guard
-	log     *slog.Logger
+	met     *guardobs.Recorder
 	strict  bool
 }
 
@@ -58,15 +56,12 @@ var _ fence.Guard = (*Guard)(nil)
 
 // New returns an empty Guard: every resource starts with no mark.
 func New(cfg Config) (*Guard, error) {
-	met, err := obs.NewGuard(cfg.MeterProvider, obs.KindMemory)
+	met, err := guardobs.New(guardobs.Config{Kind: guardobs.KindMemory, Name: "memguard",
+		MeterProvider: cfg.MeterProvider, Logger: cfg.Logger})
 	if err != nil {
-		return nil, fmt.Errorf("%w: MeterProvider: %w", ErrInvalidConfig, err)
+		return nil, fmt.Errorf("%w: %w", ErrInvalidConfig, err)
 	}
-	log := cfg.Logger
-	if log == nil {
-		log = slog.New(slog.NewTextHandler(io.Discard, nil))
-	}
-	return &Guard{entries: map[string]*entry{}, met: met, log: log, strict: cfg.Strict}, nil
+	return &Guard{entries: map[string]*entry{}, met: met, strict: cfg.Strict}, nil
 }
 
 func (g *Guard) entry(resource string) *entry {
@@ -135,11 +130,7 @@ func (g *Guard) fence(ctx context.Context, resource string, c fence.Claim, write
 	}
 	mark := fence.Token(e.mark.Load())
 	if err := fence.DecideClaim(resource, c, mark, e.run); err != nil {
-		g.met.Decision(ctx, err)
-		if re, ok := fence.IsReused(err); ok {
-			g.log.ErrorContext(ctx, "memguard: token reused by a different run; write refused",
-				"resource", resource, "token", int64(re.Token), "run", re.Run, "mark_run", re.MarkRun)
-		}
+		g.met.Decision(ctx, err) // counts the refusal; logs a reuse
 		return err
 	}
 	if err := write(ctx); err != nil {

@@ -9,6 +9,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/fencekit/fencekit/fence"
+	"github.com/fencekit/fencekit/guards/guardobs"
 	"github.com/fencekit/fencekit/guards/pgguard"
 	"github.com/fencekit/fencekit/internal/obs/obstest"
 	"github.com/fencekit/fencekit/internal/testsvc"
@@ -57,7 +58,7 @@ func TestMarksPrune(t *testing.T) {
 		require.NoError(t, err)
 		require.Positive(t, mark, "%s kept", r)
 	}
-	require.EqualValues(t, 2, obstest.Value(mt.Collect(), pgguard.MetricMarksDeleted, map[string]string{"table": "guard_marks"}))
+	require.EqualValues(t, 2, obstest.Value(mt.Collect(), guardobs.MetricMarksDeleted, map[string]string{guardobs.AttrGuard: guardobs.KindPostgres}))
 
 	// Bad input changes nothing.
 	_, err = gm.DeleteResources(context.Background(), []string{"live/3", ""})
