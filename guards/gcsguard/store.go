@@ -236,19 +236,14 @@ func (s *Store) PutBytes(ctx context.Context, key string, b []byte, opts PutOpti
 	return s.Put(ctx, key, bytes.NewReader(b), opts)
 }
 
-// PutBytesWithToken is PutWithToken for content held in memory.
-func (s *Store) PutBytesWithToken(ctx context.Context, key string, token fence.Token, b []byte, opts PutOptions) (Info, error) {
-	return s.PutWithToken(ctx, key, token, bytes.NewReader(b), opts)
+// PutBytesClaim is PutClaim for content held in memory.
+func (s *Store) PutBytesClaim(ctx context.Context, resource string, claim fence.Claim, b []byte, opts PutOptions) (Info, error) {
+	return s.PutClaim(ctx, resource, claim, bytes.NewReader(b), opts)
 }
 
-// PutWithToken is Put with an explicit token: the claim is
-// fence.ClaimFor(ctx, token) (ctx's run identity only if ctx carries the same
-// token).
-func (s *Store) PutWithToken(ctx context.Context, key string, token fence.Token, r io.Reader, opts PutOptions) (Info, error) {
-	return s.PutClaim(ctx, key, fence.ClaimFor(ctx, token), r, opts)
-}
-
-// PutClaim is Put with an explicit claim.
+// PutClaim is Put with an explicit claim. A caller holding only a token
+// passes fence.Claim{Token: t}, or fence.ClaimFor(ctx, t) to keep ctx's run
+// identity for that token.
 //
 // The write is refused with a *fence.StaleError when c.Token is below the
 // key's mark and with a *fence.ReusedError when it equals the mark while c.Run
@@ -288,11 +283,6 @@ func (s *Store) Delete(ctx context.Context, key string) (Info, error) {
 		return Info{}, err
 	}
 	return s.DeleteClaim(ctx, key, c)
-}
-
-// DeleteWithToken is Delete with an explicit token (see PutWithToken).
-func (s *Store) DeleteWithToken(ctx context.Context, key string, token fence.Token) (Info, error) {
-	return s.DeleteClaim(ctx, key, fence.ClaimFor(ctx, token))
 }
 
 // DeleteClaim is Delete with an explicit claim (see PutClaim).

@@ -25,10 +25,10 @@ type PutOptions struct {
 // context's token and run identity, or one set with fence.WithClaim or
 // fence.WithToken. A ctx without a claim is refused with an error matching
 // fence.ErrNoToken and nothing is read or written. The explicit form
-// (PutWithToken, PutBytesWithToken, DeleteWithToken, Fence) takes the token
-// as an argument, for tokens from other sources, and presents
-// fence.ClaimFor(ctx, token): the token, with ctx's run identity when ctx's
-// claim is for the same token.
+// (PutClaim, PutBytesClaim, DeleteClaim) takes the claim as an argument,
+// right after the resource, for tokens from other sources; Fence
+// (fence.Guard) takes a token and presents fence.ClaimFor(ctx, token): the
+// token, with ctx's run identity when ctx's claim is for the same token.
 
 // Put stores size bytes from r at key under the claim ctx carries. size may
 // be -1 for a stream of unknown length (multipart upload). It is Do with a
@@ -79,19 +79,21 @@ func (s *Store) Do(ctx context.Context, key string, write func(ctx context.Conte
 	return err
 }
 
-// PutWithToken is Put under an explicit token (see the form notes above).
-func (s *Store) PutWithToken(ctx context.Context, key string, token fence.Token, r io.Reader, size int64, opts PutOptions) (Info, error) {
-	return s.put(ctx, key, fence.ClaimFor(ctx, token), r, size, opts)
+// PutClaim is Put under an explicit claim (see the form notes above). A
+// caller holding only a token passes fence.Claim{Token: t}, or
+// fence.ClaimFor(ctx, t) to keep ctx's run identity for that token.
+func (s *Store) PutClaim(ctx context.Context, resource string, claim fence.Claim, r io.Reader, size int64, opts PutOptions) (Info, error) {
+	return s.put(ctx, resource, claim, r, size, opts)
 }
 
-// PutBytesWithToken is PutBytes under an explicit token.
-func (s *Store) PutBytesWithToken(ctx context.Context, key string, token fence.Token, b []byte, opts PutOptions) (Info, error) {
-	return s.PutWithToken(ctx, key, token, bytes.NewReader(b), int64(len(b)), opts)
+// PutBytesClaim is PutBytes under an explicit claim.
+func (s *Store) PutBytesClaim(ctx context.Context, resource string, claim fence.Claim, b []byte, opts PutOptions) (Info, error) {
+	return s.PutClaim(ctx, resource, claim, bytes.NewReader(b), int64(len(b)), opts)
 }
 
-// DeleteWithToken is Delete under an explicit token.
-func (s *Store) DeleteWithToken(ctx context.Context, key string, token fence.Token) (Info, error) {
-	return s.fence(ctx, key, fence.ClaimFor(ctx, token), StageDelete, true)
+// DeleteClaim is Delete under an explicit claim.
+func (s *Store) DeleteClaim(ctx context.Context, resource string, claim fence.Claim) (Info, error) {
+	return s.fence(ctx, resource, claim, StageDelete, true)
 }
 
 // Fence implements fence.Guard for the object at key resource, under

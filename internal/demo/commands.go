@@ -403,7 +403,7 @@ resource has accepted is refused (exit 3), printing both numbers.`)
 		if err != nil {
 			return err
 		}
-		info, err := store.PutBytesWithToken(ctx, S3Key(k), tok, []byte(text), s3guard.PutOptions{ContentType: "text/plain",
+		info, err := store.PutBytesClaim(ctx, S3Key(k), fence.ClaimFor(ctx, tok), []byte(text), s3guard.PutOptions{ContentType: "text/plain",
 			Metadata: map[string]string{"writer": string(ActorCLI)}})
 		errs = append(errs, putResult(o, "s3", int64(info.Token), err))
 	}
