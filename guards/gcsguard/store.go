@@ -158,16 +158,21 @@ func (s *Store) Stat(ctx context.Context, key string) (Info, error) {
 }
 
 // Mark returns the key's high-water mark: the token of its object (content
-// or tombstone), or 0 when the key has no object.
-func (s *Store) Mark(ctx context.Context, key string) (fence.Token, error) {
-	if err := checkKey(key); err != nil {
-		return 0, err
+// Mark returns the resource's high-water mark as a claim: the token stored
+// with its object (content or tombstone) and the run identity stored with
+// it, or the zero Claim when the resource has no object.
+func (s *Store) Mark(ctx context.Context, resource string) (fence.Claim, error) {
+	if err := checkKey(resource); err != nil {
+		return fence.Claim{}, err
 	}
 	if err := fence.ContextError(ctx); err != nil {
-		return 0, err
+		return fence.Claim{}, err
 	}
-	st, err := s.read(ctx, key)
-	return st.token, err
+	st, err := s.read(ctx, resource)
+	if err != nil {
+		return fence.Claim{}, err
+	}
+	return fence.Claim{Token: st.token, Run: st.run}, nil
 }
 
 // Get returns the current content of key, its Info and a reader the caller

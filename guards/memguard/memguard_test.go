@@ -228,10 +228,10 @@ func TestReuseMetricAndLog(t *testing.T) {
 	}
 }
 
-// TestMarkClaim: Mark returns the mark's token with its run identity, the
+// TestMarkReturnsClaim: Mark returns the mark's token with its run identity, the
 // zero claim for an unwritten resource, and refuses a bad resource or an
 // ended context with an error.
-func TestMarkClaim(t *testing.T) {
+func TestMarkReturnsClaim(t *testing.T) {
 	g, err := memguard.New(memguard.Config{})
 	require.NoError(t, err)
 	ctx := fence.WithClaim(context.Background(), fence.Claim{Token: 4, Run: "run-a"})

@@ -220,7 +220,7 @@ func ExampleStore_Sweep() {
 	if err != nil {
 		panic(err)
 	}
-	fmt.Printf("mark %d, swept %d, content %s\n", mark, removed, body)
+	fmt.Printf("mark %d, swept %d, content %s\n", mark.Token, removed, body)
 	// Output:
 	// mark 3, swept 2, content v3
 }

@@ -106,18 +106,19 @@ func (s *Store) getPointer(ctx context.Context, key string) (current, error) {
 	return current{p: p, etag: oi.ETag}, nil
 }
 
-// Mark returns the key's high-water mark: the token of its current pointer
-// (content or tombstone), or 0 when the key has none.
-func (s *Store) Mark(ctx context.Context, key string) (_ fence.Token, err error) {
+// Mark returns the resource's high-water mark as a claim: the token of its
+// current pointer (content or tombstone) with the run identity stored with
+// it, or the zero Claim when the resource has none.
+func (s *Store) Mark(ctx context.Context, resource string) (_ fence.Claim, err error) {
 	defer func() { err = contextErr(ctx, err) }()
-	if err := checkKey(s.prefix, key); err != nil {
-		return 0, err
+	if err := checkKey(s.prefix, resource); err != nil {
+		return fence.Claim{}, err
 	}
-	cur, err := s.readPointer(ctx, key)
+	cur, err := s.readPointer(ctx, resource)
 	if err != nil {
-		return 0, err
+		return fence.Claim{}, err
 	}
-	return cur.token(), nil
+	return fence.Claim{Token: cur.token(), Run: cur.run()}, nil
 }
 
 // Get returns the current content of key, the state its pointer records

@@ -331,10 +331,10 @@ MinIO.`)
 	if err != nil {
 		return err
 	}
-	o.add("pg_mark", int64(pm))
+	o.add("pg_mark", int64(pm.Token))
 	if store, err := c.store(ctx); err == nil {
 		if sm, err := store.Mark(ctx, S3Key(k)); err == nil {
-			o.add("s3_mark", int64(sm))
+			o.add("s3_mark", int64(sm.Token))
 		} else {
 			o.add("s3_mark_error", err.Error())
 		}
