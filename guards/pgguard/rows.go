@@ -264,7 +264,7 @@ func (r *Rows) Upsert(ctx context.Context, q Querier, key []any, values ...any) 
 }
 
 // UpsertClaim is Upsert for a claim passed explicitly (see InTxClaim).
-func (r *Rows) UpsertClaim(ctx context.Context, q Querier, c fence.Claim, key []any, values ...any) error {
+func (r *Rows) UpsertClaim(ctx context.Context, q Querier, key []any, c fence.Claim, values ...any) error {
 	res, err := r.explicitArgs(ctx, c, key, values)
 	if err != nil {
 		return err
@@ -283,7 +283,7 @@ func (r *Rows) UpsertSQL(ctx context.Context, q SQLQuerier, key []any, values ..
 }
 
 // UpsertSQLClaim is UpsertSQL for a claim passed explicitly.
-func (r *Rows) UpsertSQLClaim(ctx context.Context, q SQLQuerier, c fence.Claim, key []any, values ...any) error {
+func (r *Rows) UpsertSQLClaim(ctx context.Context, q SQLQuerier, key []any, c fence.Claim, values ...any) error {
 	res, err := r.explicitArgs(ctx, c, key, values)
 	if err != nil {
 		return err
