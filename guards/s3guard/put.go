@@ -41,17 +41,17 @@ type PutOptions struct {
 // yields *fence.StaleError and the upload is removed. A token equal to the
 // mark but presented by another run than the one that set it yields
 // *fence.ReusedError.
-func (s *Store) Put(ctx context.Context, key string, r io.Reader, size int64, opts PutOptions) (Info, error) {
-	c, err := claimFrom(ctx, key)
+func (s *Store) Put(ctx context.Context, resource string, r io.Reader, size int64, opts PutOptions) (Info, error) {
+	c, err := claimFrom(ctx, resource)
 	if err != nil {
 		return Info{}, err
 	}
-	return s.put(ctx, key, c, r, size, opts)
+	return s.put(ctx, resource, c, r, size, opts)
 }
 
 // PutBytes is Put for content held in memory.
-func (s *Store) PutBytes(ctx context.Context, key string, b []byte, opts PutOptions) (Info, error) {
-	return s.Put(ctx, key, bytes.NewReader(b), int64(len(b)), opts)
+func (s *Store) PutBytes(ctx context.Context, resource string, b []byte, opts PutOptions) (Info, error) {
+	return s.Put(ctx, resource, bytes.NewReader(b), int64(len(b)), opts)
 }
 
 // Delete stores a tombstone at key under the claim ctx carries: a fenced
@@ -60,22 +60,22 @@ func (s *Store) PutBytes(ctx context.Context, key string, b []byte, opts PutOpti
 // *NotFoundError with Deleted and Token set, and writes below the token are
 // refused. Deleting a key that has no content still writes the tombstone,
 // raising the mark.
-func (s *Store) Delete(ctx context.Context, key string) (Info, error) {
-	c, err := claimFrom(ctx, key)
+func (s *Store) Delete(ctx context.Context, resource string) (Info, error) {
+	c, err := claimFrom(ctx, resource)
 	if err != nil {
 		return Info{}, err
 	}
-	return s.fence(ctx, key, c, StageDelete, true)
+	return s.fence(ctx, resource, c, StageDelete, true)
 }
 
 // Do runs write as a fenced write of the object at key under the claim ctx
 // carries, exactly as Fence does under an explicit token.
-func (s *Store) Do(ctx context.Context, key string, write func(ctx context.Context) error) error {
-	c, err := claimFrom(ctx, key)
+func (s *Store) Do(ctx context.Context, resource string, write func(ctx context.Context) error) error {
+	c, err := claimFrom(ctx, resource)
 	if err != nil {
 		return err
 	}
-	_, err = s.fence(ctx, key, c, write, false)
+	_, err = s.fence(ctx, resource, c, write, false)
 	return err
 }
 
