@@ -23,18 +23,18 @@ func TestABAIdenticalBytes(t *testing.T) {
 	stale := e.store(t, bucket, Config{})
 	newer := e.store(t, bucket, Config{})
 	const key, body = "aba/doc", "identical bytes"
-	if _, err := stale.PutWithToken(ctx, key, 7, strings.NewReader(body), PutOptions{}); err != nil {
+	if _, err := stale.PutClaim(ctx, key, fence.ClaimFor(ctx, 7), strings.NewReader(body), PutOptions{}); err != nil {
 		t.Fatal(err)
 	}
 	var once sync.Once
 	stale.afterRead = func(string) {
 		once.Do(func() {
-			if _, err := newer.PutWithToken(ctx, key, 8, strings.NewReader(body), PutOptions{}); err != nil {
+			if _, err := newer.PutClaim(ctx, key, fence.ClaimFor(ctx, 8), strings.NewReader(body), PutOptions{}); err != nil {
 				t.Errorf("newer write: %v", err)
 			}
 		})
 	}
-	_, err := stale.PutWithToken(ctx, key, 7, strings.NewReader(body), PutOptions{})
+	_, err := stale.PutClaim(ctx, key, fence.ClaimFor(ctx, 7), strings.NewReader(body), PutOptions{})
 	se, ok := fence.IsStale(err)
 	if !ok || se.Presented != 7 || se.Highest != 8 {
 		t.Fatalf("stale write after identical newer write: %v, want StaleError{7, 8}", err)
@@ -54,13 +54,13 @@ func TestABATombstone(t *testing.T) {
 	stale := e.store(t, bucket, Config{})
 	newer := e.store(t, bucket, Config{})
 	const key = "aba/tomb"
-	if _, err := stale.DeleteWithToken(ctx, key, 3); err != nil {
+	if _, err := stale.DeleteClaim(ctx, key, fence.ClaimFor(ctx, 3)); err != nil {
 		t.Fatal(err)
 	}
 	var once sync.Once
 	stale.afterRead = func(string) {
 		once.Do(func() {
-			if _, err := newer.DeleteWithToken(ctx, key, 4); err != nil {
+			if _, err := newer.DeleteClaim(ctx, key, fence.ClaimFor(ctx, 4)); err != nil {
 				t.Errorf("newer delete: %v", err)
 			}
 		})
@@ -84,7 +84,7 @@ func TestRestampKeepsContent(t *testing.T) {
 	s := e.store(t, "", Config{})
 	const key = "restamp/doc"
 	opts := PutOptions{ContentType: "text/markdown", CacheControl: "no-cache", Metadata: map[string]string{"author": "ada"}}
-	first, err := s.PutWithToken(ctx, key, 5, strings.NewReader("# notes"), opts)
+	first, err := s.PutClaim(ctx, key, fence.ClaimFor(ctx, 5), strings.NewReader("# notes"), opts)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -99,7 +99,7 @@ func TestRestampKeepsContent(t *testing.T) {
 		info.Metadata["author"] != "ada" || len(info.Metadata) != 1 || info.Generation == first.Generation || info.WriteID == first.WriteID {
 		t.Fatalf("after re-stamp: %q %+v (first %+v)", b, info, first)
 	}
-	if _, err := s.PutWithToken(ctx, key, 8, strings.NewReader("stale"), PutOptions{}); !errors.Is(err, fence.ErrStale) {
+	if _, err := s.PutClaim(ctx, key, fence.ClaimFor(ctx, 8), strings.NewReader("stale"), PutOptions{}); !errors.Is(err, fence.ErrStale) {
 		t.Fatalf("token 8 after re-stamp at 9: %v", err)
 	}
 }

@@ -50,7 +50,10 @@ func TestBadInputWritesNothing(t *testing.T) {
 	}{
 		{"no token in ctx", func() error { _, err := s.PutBytes(ctx, "k", []byte("x"), PutOptions{}); return err }, fence.ErrNoToken},
 		{"no token in ctx, delete", func() error { _, err := s.Delete(ctx, "k"); return err }, fence.ErrNoToken},
-		{"token 0", func() error { _, err := s.PutWithToken(ctx, "k", 0, strings.NewReader("x"), PutOptions{}); return err }, fence.ErrInvalidToken},
+		{"token 0", func() error {
+			_, err := s.PutClaim(ctx, "k", fence.ClaimFor(ctx, 0), strings.NewReader("x"), PutOptions{})
+			return err
+		}, fence.ErrInvalidToken},
 		{"bad run", func() error {
 			_, err := s.PutClaim(ctx, "k", fence.Claim{Token: 5, Run: "a b"}, strings.NewReader("x"), PutOptions{})
 			return err
@@ -120,7 +123,7 @@ func TestFailingSeekerWritesNothing(t *testing.T) {
 	s := e.store(t, "", Config{})
 	big := strings.Repeat("x", 3*DefaultChunkSize)
 	r := &failAt{r: strings.NewReader(big), at: 2 * DefaultChunkSize}
-	_, err := s.PutWithToken(ctx, "stream", 4, r, PutOptions{})
+	_, err := s.PutClaim(ctx, "stream", fence.ClaimFor(ctx, 4), r, PutOptions{})
 	if !errors.Is(err, errBroken) {
 		t.Fatalf("failing stream: %v", err)
 	}
@@ -172,9 +175,9 @@ func TestForeignObjects(t *testing.T) {
 			t.Fatal(err)
 		}
 		var errs []error
-		_, err = s.PutWithToken(ctx, key, 99, strings.NewReader("ours"), PutOptions{})
+		_, err = s.PutClaim(ctx, key, fence.ClaimFor(ctx, 99), strings.NewReader("ours"), PutOptions{})
 		errs = append(errs, err)
-		_, err = s.DeleteWithToken(ctx, key, 99)
+		_, err = s.DeleteClaim(ctx, key, fence.ClaimFor(ctx, 99))
 		errs = append(errs, err)
 		errs = append(errs, s.Fence(ctx, key, 99, func(context.Context) error { return nil }))
 		_, _, err = s.GetBytes(ctx, key)
@@ -227,7 +230,7 @@ func TestContextEndsDuringWrite(t *testing.T) {
 	cause := errors.New("lease lost (test)")
 	seed := func(t *testing.T, key string, tok fence.Token) {
 		t.Helper()
-		if _, err := other.PutBytesWithToken(context.Background(), key, tok, []byte("seed"), PutOptions{}); err != nil {
+		if _, err := other.PutBytesClaim(context.Background(), key, fence.ClaimFor(context.Background(), tok), []byte("seed"), PutOptions{}); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -256,7 +259,7 @@ func TestContextEndsDuringWrite(t *testing.T) {
 				cancel(cause)
 			}
 		}
-		_, err := s.PutBytesWithToken(ctx, key, 3, []byte("x"), PutOptions{})
+		_, err := s.PutBytesClaim(ctx, key, fence.ClaimFor(ctx, 3), []byte("x"), PutOptions{})
 		if reads != 2 {
 			t.Fatalf("%d reads, want 2", reads)
 		}
@@ -269,7 +272,7 @@ func TestContextEndsDuringWrite(t *testing.T) {
 		ctx, cancel := context.WithCancelCause(context.Background())
 		defer cancel(nil)
 		s.afterRead = func(string) { cancel(cause) }
-		_, err := s.PutBytesWithToken(ctx, key, 4, []byte("x"), PutOptions{})
+		_, err := s.PutBytesClaim(ctx, key, fence.ClaimFor(ctx, 4), []byte("x"), PutOptions{})
 		check(t, err, true)
 	})
 }

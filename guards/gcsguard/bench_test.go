@@ -1,13 +1,15 @@
 package gcsguard
 
 import (
+	"github.com/fencekit/fencekit/fence"
+
 	"bytes"
 	"testing"
 	"time"
 )
 
 // BenchmarkPutPaired times a plain upload (storage.Writer, no
-// precondition, no metadata) and a guarded PutBytesWithToken of the same
+// precondition, no metadata) and a guarded PutBytesClaim of the same
 // content in every iteration, alternating which goes first, so both see
 // the same load, and reports each one's mean, their ratio and the HTTP
 // requests each made per write. Both overwrite an existing object under one
@@ -57,7 +59,7 @@ func BenchmarkPutPaired(b *testing.B) {
 				return w.Close()
 			}
 			guarded := func() error {
-				_, err := s.PutBytesWithToken(ctx, guardedKey, 1, body, PutOptions{})
+				_, err := s.PutBytesClaim(ctx, guardedKey, fence.ClaimFor(ctx, 1), body, PutOptions{})
 				return err
 			}
 			// Both keys exist before timing starts.

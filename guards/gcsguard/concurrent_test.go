@@ -40,7 +40,7 @@ func TestConcurrentIndependentClients(t *testing.T) {
 				mu.Lock()
 				floor := highest
 				mu.Unlock()
-				_, err := stores[w].PutWithToken(ctx, key, tok, strings.NewReader(fmt.Sprint(tok)), PutOptions{})
+				_, err := stores[w].PutClaim(ctx, key, fence.ClaimFor(ctx, tok), strings.NewReader(fmt.Sprint(tok)), PutOptions{})
 				mu.Lock()
 				switch {
 				case err == nil:

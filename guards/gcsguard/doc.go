@@ -34,9 +34,9 @@
 // Every write has a ctx-first form (Put, PutBytes, Delete, Do) taking the
 // claim from ctx (fence.ClaimFromContext: a lease's context carries its
 // token and run identity; no claim: fence.ErrNoToken, nothing written), and
-// explicit forms (PutWithToken, PutBytesWithToken, DeleteWithToken, Fence
-// with a token; PutClaim, DeleteClaim with a whole claim). Fence implements
-// fence.Guard.
+// explicit forms taking the claim right after the resource (PutClaim,
+// PutBytesClaim, DeleteClaim; a token-only caller passes
+// fence.Claim{Token: t}). Fence implements fence.Guard and takes a token.
 //
 // # Metrics and logs
 //

@@ -13,6 +13,7 @@ import (
 	"go.opentelemetry.io/otel/sdk/metric/metricdata"
 
 	"github.com/fencekit/fencekit/fence"
+	"github.com/fencekit/fencekit/guards/guardobs"
 )
 
 // point is one collected data point: a sum's value, or a histogram's count
@@ -33,8 +34,8 @@ func collect(t *testing.T, r *sdkmetric.ManualReader) []point {
 	}
 	var out []point
 	for _, sm := range rm.ScopeMetrics {
-		if sm.Scope.Name != meterScope {
-			t.Errorf("scope %q, want %q", sm.Scope.Name, meterScope)
+		if sm.Scope.Name != guardobs.Scope {
+			t.Errorf("scope %q, want %q", sm.Scope.Name, guardobs.Scope)
 		}
 		for _, m := range sm.Metrics {
 			switch d := m.Data.(type) {
@@ -204,7 +205,7 @@ func TestStoreMetrics(t *testing.T) {
 	}
 	for _, r := range errs {
 		got := recordAttrs(r)
-		wantAttrs := map[string]string{"key": key, "token": "8", "run": "run-b", "mark_run": "run-a"}
+		wantAttrs := map[string]string{"resource": key, "token": "8", "run": "run-b", "mark_run": "run-a"}
 		for k, v := range wantAttrs {
 			if got[k] != v {
 				t.Errorf("record %q: %s=%q, want %q", r.Message, k, got[k], v)

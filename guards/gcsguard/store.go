@@ -15,6 +15,7 @@ import (
 	"google.golang.org/api/googleapi"
 
 	"github.com/fencekit/fencekit/fence"
+	"github.com/fencekit/fencekit/guards/guardobs"
 )
 
 // DefaultMaxAttempts is the Config.MaxAttempts used when none is set.
@@ -72,8 +73,7 @@ type Store struct {
 	name   string
 	max    int
 	chunk  int
-	met    *metrics
-	log    *slog.Logger
+	met    *guardobs.Recorder
 	strict bool
 
 	// afterRead, when set (tests only), runs after every read of the
@@ -103,16 +103,15 @@ func New(cfg Config) (*Store, error) {
 	case cfg.ChunkSize < 0 || cfg.ChunkSize%(256<<10) != 0:
 		return nil, fmt.Errorf("%w: ChunkSize %d is not a positive multiple of 256 KiB", ErrInvalidConfig, cfg.ChunkSize)
 	}
-	met, err := newMetrics(cfg.MeterProvider)
+	met, err := guardobs.New(guardobs.Config{Kind: guardobs.KindGCS, Name: "gcsguard",
+		Retries:       "GCS conditional writes retried after losing a race (412).",
+		MeterProvider: cfg.MeterProvider, Logger: cfg.Logger})
 	if err != nil {
-		return nil, fmt.Errorf("%w: MeterProvider: %w", ErrInvalidConfig, err)
-	}
-	if cfg.Logger == nil {
-		cfg.Logger = discardLogger()
+		return nil, fmt.Errorf("%w: %w", ErrInvalidConfig, err)
 	}
 	return &Store{
 		bucket: cfg.Client.Bucket(cfg.Bucket), name: cfg.Bucket, max: cfg.MaxAttempts, chunk: cfg.ChunkSize,
-		met: met, log: cfg.Logger, strict: cfg.Strict,
+		met: met, strict: cfg.Strict,
 	}, nil
 }
 
@@ -139,36 +138,41 @@ func (s *Store) read(ctx context.Context, key string) (state, error) {
 // Stat returns the state of key as its metadata records it. A key without
 // object yields *NotFoundError; a tombstone yields its Info together with a
 // *NotFoundError whose Deleted is set.
-func (s *Store) Stat(ctx context.Context, key string) (Info, error) {
-	if err := checkKey(key); err != nil {
+func (s *Store) Stat(ctx context.Context, resource string) (Info, error) {
+	if err := checkKey(resource); err != nil {
 		return Info{}, err
 	}
 	if err := fence.ContextError(ctx); err != nil {
 		return Info{}, err
 	}
-	st, err := s.read(ctx, key)
+	st, err := s.read(ctx, resource)
 	switch {
 	case err != nil:
 		return Info{}, err
 	case !st.exists():
-		return Info{}, &NotFoundError{Key: key}
+		return Info{}, &NotFoundError{Key: resource}
 	case st.deleted:
-		return st.info(key), &NotFoundError{Key: key, Deleted: true, Token: st.token}
+		return st.info(resource), &NotFoundError{Key: resource, Deleted: true, Token: st.token}
 	}
-	return st.info(key), nil
+	return st.info(resource), nil
 }
 
 // Mark returns the key's high-water mark: the token of its object (content
-// or tombstone), or 0 when the key has no object.
-func (s *Store) Mark(ctx context.Context, key string) (fence.Token, error) {
-	if err := checkKey(key); err != nil {
-		return 0, err
+// Mark returns the resource's high-water mark as a claim: the token stored
+// with its object (content or tombstone) and the run identity stored with
+// it, or the zero Claim when the resource has no object.
+func (s *Store) Mark(ctx context.Context, resource string) (fence.Claim, error) {
+	if err := checkKey(resource); err != nil {
+		return fence.Claim{}, err
 	}
 	if err := fence.ContextError(ctx); err != nil {
-		return 0, err
+		return fence.Claim{}, err
 	}
-	st, err := s.read(ctx, key)
-	return st.token, err
+	st, err := s.read(ctx, resource)
+	if err != nil {
+		return fence.Claim{}, err
+	}
+	return fence.Claim{Token: st.token, Run: st.run}, nil
 }
 
 // Get returns the current content of key, its Info and a reader the caller
@@ -176,45 +180,45 @@ func (s *Store) Mark(ctx context.Context, key string) (fence.Token, error) {
 // key without object or with a tombstone yields *NotFoundError. If the
 // object is replaced between the metadata read and the content read, Get
 // reads again.
-func (s *Store) Get(ctx context.Context, key string) (io.ReadCloser, Info, error) {
-	if err := checkKey(key); err != nil {
+func (s *Store) Get(ctx context.Context, resource string) (io.ReadCloser, Info, error) {
+	if err := checkKey(resource); err != nil {
 		return nil, Info{}, err
 	}
 	if err := fence.ContextError(ctx); err != nil {
 		return nil, Info{}, err
 	}
 	for range s.max {
-		st, err := s.read(ctx, key)
+		st, err := s.read(ctx, resource)
 		switch {
 		case err != nil:
 			return nil, Info{}, err
 		case !st.exists():
-			return nil, Info{}, &NotFoundError{Key: key}
+			return nil, Info{}, &NotFoundError{Key: resource}
 		case st.deleted:
-			return nil, st.info(key), &NotFoundError{Key: key, Deleted: true, Token: st.token}
+			return nil, st.info(resource), &NotFoundError{Key: resource, Deleted: true, Token: st.token}
 		}
-		rc, err := s.bucket.Object(key).Generation(st.gen).NewReader(ctx)
+		rc, err := s.bucket.Object(resource).Generation(st.gen).NewReader(ctx)
 		if errors.Is(err, storage.ErrObjectNotExist) {
 			continue // superseded meanwhile: read the metadata again
 		}
 		if err != nil {
-			return nil, Info{}, fence.WrapContext(ctx, fmt.Errorf("gcsguard: read %q generation %d: %w", key, st.gen, err))
+			return nil, Info{}, fence.WrapContext(ctx, fmt.Errorf("gcsguard: read %q generation %d: %w", resource, st.gen, err))
 		}
-		return rc, st.info(key), nil
+		return rc, st.info(resource), nil
 	}
-	return nil, Info{}, contextErr(ctx, fmt.Errorf("gcsguard: %q: replaced during each of %d reads: %w", key, s.max, fence.ErrBusy))
+	return nil, Info{}, contextErr(ctx, fmt.Errorf("gcsguard: %q: replaced during each of %d reads: %w", resource, s.max, fence.ErrBusy))
 }
 
 // GetBytes is Get reading the whole content into memory.
-func (s *Store) GetBytes(ctx context.Context, key string) ([]byte, Info, error) {
-	rc, info, err := s.Get(ctx, key)
+func (s *Store) GetBytes(ctx context.Context, resource string) ([]byte, Info, error) {
+	rc, info, err := s.Get(ctx, resource)
 	if err != nil {
 		return nil, info, err
 	}
 	defer rc.Close()
 	b, err := io.ReadAll(rc)
 	if err != nil {
-		return nil, Info{}, fence.WrapContext(ctx, fmt.Errorf("gcsguard: read %q: %w", key, err))
+		return nil, Info{}, fence.WrapContext(ctx, fmt.Errorf("gcsguard: read %q: %w", resource, err))
 	}
 	return b, info, nil
 }
@@ -224,56 +228,52 @@ func (s *Store) GetBytes(ctx context.Context, key string) ([]byte, Info, error) 
 // identity). With no claim in ctx it returns an error matching
 // fence.ErrNoToken and writes nothing. An io.ReadSeeker is streamed (and
 // rewound for a retry); any other reader is read into memory first.
-func (s *Store) Put(ctx context.Context, key string, r io.Reader, opts PutOptions) (Info, error) {
+func (s *Store) Put(ctx context.Context, resource string, r io.Reader, opts PutOptions) (Info, error) {
 	c, err := fence.ClaimFromContext(ctx)
 	if err != nil {
 		return Info{}, err
 	}
-	return s.PutClaim(ctx, key, c, r, opts)
+	return s.PutClaim(ctx, resource, c, r, opts)
 }
 
 // PutBytes is Put for content held in memory.
-func (s *Store) PutBytes(ctx context.Context, key string, b []byte, opts PutOptions) (Info, error) {
-	return s.Put(ctx, key, bytes.NewReader(b), opts)
+func (s *Store) PutBytes(ctx context.Context, resource string, b []byte, opts PutOptions) (Info, error) {
+	return s.Put(ctx, resource, bytes.NewReader(b), opts)
 }
 
-// PutBytesWithToken is PutWithToken for content held in memory.
-func (s *Store) PutBytesWithToken(ctx context.Context, key string, token fence.Token, b []byte, opts PutOptions) (Info, error) {
-	return s.PutWithToken(ctx, key, token, bytes.NewReader(b), opts)
+// PutBytesClaim is PutClaim for content held in memory.
+func (s *Store) PutBytesClaim(ctx context.Context, resource string, claim fence.Claim, b []byte, opts PutOptions) (Info, error) {
+	return s.PutClaim(ctx, resource, claim, bytes.NewReader(b), opts)
 }
 
-// PutWithToken is Put with an explicit token: the claim is
-// fence.ClaimFor(ctx, token) (ctx's run identity only if ctx carries the same
-// token).
-func (s *Store) PutWithToken(ctx context.Context, key string, token fence.Token, r io.Reader, opts PutOptions) (Info, error) {
-	return s.PutClaim(ctx, key, fence.ClaimFor(ctx, token), r, opts)
-}
-
-// PutClaim is Put with an explicit claim.
+// PutClaim is Put with an explicit claim. A caller holding only a token
+// passes fence.Claim{Token: t}, or fence.ClaimFor(ctx, t) to keep ctx's run
+// identity for that token.
 //
 // The write is refused with a *fence.StaleError when c.Token is below the
 // key's mark and with a *fence.ReusedError when it equals the mark while c.Run
 // and the mark's run identity are both set and differ; nothing is written.
-func (s *Store) PutClaim(ctx context.Context, key string, c fence.Claim, r io.Reader, opts PutOptions) (Info, error) {
+func (s *Store) PutClaim(ctx context.Context, resource string, claim fence.Claim, r io.Reader, opts PutOptions) (Info, error) {
+	c := claim
 	if err := checkOptions(opts); err != nil {
 		return Info{}, err
 	}
 	if r == nil {
 		return Info{}, fmt.Errorf("%w: nil reader", ErrInvalidOptions)
 	}
-	if err := s.checkArgs(ctx, key, c); err != nil {
+	if err := s.checkArgs(ctx, resource, c); err != nil {
 		return Info{}, err
 	}
 	b, err := newBody(ctx, r)
 	if err != nil {
 		return Info{}, err
 	}
-	cur, err := s.readDecide(ctx, key, c)
+	cur, err := s.readDecide(ctx, resource, c)
 	if err != nil {
-		return Info{}, s.finish(ctx, key, err)
+		return Info{}, s.finish(ctx, err)
 	}
-	info, err := s.commit(ctx, key, c, newWriteID(), &change{body: b, opts: opts}, cur)
-	return info, s.finish(ctx, key, err)
+	info, err := s.commit(ctx, resource, c, newWriteID(), &change{body: b, opts: opts}, cur)
+	return info, s.finish(ctx, err)
 }
 
 // Delete stores a tombstone at key under the claim ctx carries: a
@@ -283,41 +283,37 @@ func (s *Store) PutClaim(ctx context.Context, key string, c fence.Claim, r io.Re
 // a stale writer could then create it again. Afterwards Get reports
 // *NotFoundError with Deleted and Token set. Deleting a key without object
 // writes the tombstone all the same, raising the mark.
-func (s *Store) Delete(ctx context.Context, key string) (Info, error) {
+func (s *Store) Delete(ctx context.Context, resource string) (Info, error) {
 	c, err := fence.ClaimFromContext(ctx)
 	if err != nil {
 		return Info{}, err
 	}
-	return s.DeleteClaim(ctx, key, c)
-}
-
-// DeleteWithToken is Delete with an explicit token (see PutWithToken).
-func (s *Store) DeleteWithToken(ctx context.Context, key string, token fence.Token) (Info, error) {
-	return s.DeleteClaim(ctx, key, fence.ClaimFor(ctx, token))
+	return s.DeleteClaim(ctx, resource, c)
 }
 
 // DeleteClaim is Delete with an explicit claim (see PutClaim).
-func (s *Store) DeleteClaim(ctx context.Context, key string, c fence.Claim) (Info, error) {
-	if err := s.checkArgs(ctx, key, c); err != nil {
+func (s *Store) DeleteClaim(ctx context.Context, resource string, claim fence.Claim) (Info, error) {
+	c := claim
+	if err := s.checkArgs(ctx, resource, c); err != nil {
 		return Info{}, err
 	}
-	cur, err := s.readDecide(ctx, key, c)
+	cur, err := s.readDecide(ctx, resource, c)
 	if err != nil {
-		return Info{}, s.finish(ctx, key, err)
+		return Info{}, s.finish(ctx, err)
 	}
-	info, err := s.commit(ctx, key, c, newWriteID(), &change{deleted: true}, cur)
-	return info, s.finish(ctx, key, err)
+	info, err := s.commit(ctx, resource, c, newWriteID(), &change{deleted: true}, cur)
+	return info, s.finish(ctx, err)
 }
 
 // Do is Fence under the claim ctx carries (fence.ClaimFromContext): with no
 // claim in ctx it returns an error matching fence.ErrNoToken, calls nothing
 // and writes nothing.
-func (s *Store) Do(ctx context.Context, key string, write func(ctx context.Context) error) error {
+func (s *Store) Do(ctx context.Context, resource string, write func(ctx context.Context) error) error {
 	c, err := fence.ClaimFromContext(ctx)
 	if err != nil {
 		return err
 	}
-	return s.fence(ctx, key, c, write)
+	return s.fence(ctx, resource, c, write)
 }
 
 // Fence implements fence.Guard for the object at key resource, under
@@ -348,7 +344,7 @@ func (s *Store) fence(ctx context.Context, resource string, c fence.Claim, write
 	}
 	cur, err := s.readDecide(ctx, resource, c)
 	if err != nil {
-		return s.finish(ctx, resource, err)
+		return s.finish(ctx, err)
 	}
 	st := &stager{}
 	werr := write(context.WithValue(fence.WithClaim(ctx, c), stagerKey{}, st))
@@ -360,7 +356,7 @@ func (s *Store) fence(ctx context.Context, resource string, c fence.Claim, write
 		return err
 	}
 	_, err = s.commit(ctx, resource, c, newWriteID(), ch, cur)
-	return s.finish(ctx, resource, err)
+	return s.finish(ctx, err)
 }
 
 func (s *Store) checkArgs(ctx context.Context, key string, c fence.Claim) error {
@@ -455,7 +451,7 @@ func (s *Store) commit(ctx context.Context, key string, c fence.Claim, writeID s
 		if err := fence.ContextError(ctx); err != nil {
 			return Info{}, err
 		}
-		s.met.retried(ctx)
+		s.met.Retried(ctx, 1)
 	}
 }
 

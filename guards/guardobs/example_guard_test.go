@@ -51,11 +51,22 @@ func (g *kvGuard) Put(ctx context.Context, resource string, value []byte) error 
 // PutClaim validates before any I/O, decides and writes in one atomic step,
 // and records the outcome.
 func (g *kvGuard) PutClaim(ctx context.Context, resource string, c fence.Claim, value []byte) error {
+	return g.putClaim(ctx, resource, c, value, false)
+}
+
+// putClaim is PutClaim; strict also refuses a resource outside the claim's
+// scope (fence.CheckScope), as a guard's Config.Strict would.
+func (g *kvGuard) putClaim(ctx context.Context, resource string, c fence.Claim, value []byte, strict bool) error {
 	if err := fence.ValidateResource(resource); err != nil {
 		return err
 	}
 	if err := c.Validate(); err != nil {
 		return err
+	}
+	if strict {
+		if err := fence.CheckScope(resource, c); err != nil {
+			return err
+		}
 	}
 	if err := fence.ContextError(ctx); err != nil {
 		return err
@@ -126,6 +137,10 @@ func (s kvSubject) Write(ctx context.Context, r string, tok fence.Token, v strin
 
 func (s kvSubject) WriteClaim(ctx context.Context, r string, c fence.Claim, v string) error {
 	return s.g.PutClaim(ctx, r, c, []byte(v))
+}
+
+func (s kvSubject) WriteStrict(ctx context.Context, r string, c fence.Claim, v string) error {
+	return s.g.putClaim(ctx, r, c, []byte(v), true)
 }
 
 func (s kvSubject) WriteContext(ctx context.Context, r, v string) error {

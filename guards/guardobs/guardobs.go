@@ -23,7 +23,24 @@ const (
 	MetricStale    = "fencekit.guard.stale"
 	MetricTokenGap = "fencekit.guard.token_gap" //nolint:gosec // G101: a metric name, not a credential
 	MetricReused   = "fencekit.guard.reused"
+	// MetricMarksDeleted counts guard marks removed by housekeeping
+	// (pgguard.Marks), with the guard attribute.
+	MetricMarksDeleted = "fencekit.guard.marks.deleted"
 )
+
+// Meter returns the guards' meter (scope Scope) of mp, or a no-op meter when
+// mp is nil. Guards use it for instruments of their own beside a Recorder's.
+func Meter(mp metric.MeterProvider) metric.Meter {
+	if mp == nil {
+		mp = noop.NewMeterProvider()
+	}
+	return mp.Meter(Scope)
+}
+
+// KindAttr returns the measurement option carrying AttrGuard=kind.
+func KindAttr(kind string) metric.MeasurementOption {
+	return metric.WithAttributeSet(attribute.NewSet(attribute.String(AttrGuard, kind)))
+}
 
 // AttrGuard is the one attribute of every measurement: the guard's kind.
 const AttrGuard = "guard"

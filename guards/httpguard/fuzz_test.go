@@ -87,7 +87,7 @@ func FuzzMiddlewareHeaders(f *testing.F) {
 		parsed, perr := fence.Parse(tok1)
 		wellFormed := tok2 == "" && perr == nil && fence.ValidateResource(resource) == nil && fence.ValidateRun(run) == nil
 		reused := wellFormed && resource == seeded && parsed == 10 && run != "" && run != "run-a"
-		mark := g.Mark(resource)
+		mark := markOf(g, resource)
 		switch {
 		case reused:
 			if resp.StatusCode != http.StatusConflict {
@@ -125,7 +125,7 @@ func FuzzMiddlewareHeaders(f *testing.F) {
 		if mark != before && fence.ValidateResource(resource) == nil {
 			t.Fatalf("mark of %q changed to %d by a refused request", resource, mark)
 		}
-		if g.Mark(seeded) != 10 && resource != seeded {
+		if markOf(g, seeded) != 10 && resource != seeded {
 			t.Fatalf("unrelated mark changed")
 		}
 	})

@@ -273,7 +273,7 @@ func TestStaleIs409Problem(t *testing.T) {
 	v, tok, _, _ := store.Get(bg(), "reports/q3")
 	assert.Equal(t, "body", v)
 	assert.Equal(t, fence.Token(8), tok)
-	assert.Equal(t, fence.Token(8), g.Mark("reports/q3"))
+	assert.Equal(t, fence.Token(8), markOf(g, "reports/q3"))
 }
 
 // A handler error (status >= 400) is relayed unchanged and the mark is not
@@ -289,11 +289,11 @@ func TestHandlerErrorRelayedMarkNotRaised(t *testing.T) {
 		assert.Equal(t, "failed", resp.Header.Get("X-Handler"))
 		body, _ := io.ReadAll(resp.Body)
 		assert.Equal(t, "handler refused", string(body))
-		assert.Equal(t, fence.Token(3), g.Mark("r"), "status %d", code)
+		assert.Equal(t, fence.Token(3), markOf(g, "r"), "status %d", code)
 	}
 	// The mark is still 3: token 5 is accepted.
 	assert.Equal(t, http.StatusCreated, get(t, client, srv.URL, fenced(5, "r"), nil).StatusCode)
-	assert.Equal(t, fence.Token(5), g.Mark("r"))
+	assert.Equal(t, fence.Token(5), markOf(g, "r"))
 }
 
 type garbage struct {
@@ -374,7 +374,7 @@ func TestGarbageHeadersDirect(t *testing.T) {
 	}
 	assert.Zero(t, cg.calls.Load(), "the guard must not be called")
 	assert.False(t, called)
-	assert.Equal(t, fence.Token(5), mem.Mark("r"))
+	assert.Equal(t, fence.Token(5), markOf(mem, "r"))
 }
 
 // The same table over a real connection, written byte for byte. Every
@@ -408,7 +408,7 @@ func TestGarbageHeadersOverTheWire(t *testing.T) {
 		})
 	}
 	assert.Zero(t, cg.calls.Load(), "the guard must not be called")
-	assert.Equal(t, fence.Token(5), mem.Mark("r"))
+	assert.Equal(t, fence.Token(5), markOf(mem, "r"))
 }
 
 func rawRequest(t *testing.T, addr, raw string) *http.Response {
@@ -434,7 +434,7 @@ func TestWireWhitespaceIsNotPartOfValue(t *testing.T) {
 	resp := rawRequest(t, srv.Listener.Addr().String(),
 		"POST / HTTP/1.1\r\nHost: x\r\nContent-Length: 0\r\nConnection: close\r\nFencing-Token: \t 7 \r\nFencing-Resource: r\r\n\r\n")
 	assert.Equal(t, http.StatusNoContent, resp.StatusCode)
-	assert.Equal(t, fence.Token(7), mem.Mark("r"))
+	assert.Equal(t, fence.Token(7), markOf(mem, "r"))
 }
 
 func TestBusyIs503(t *testing.T) {
@@ -484,7 +484,7 @@ func TestEndedRequestContextIs503(t *testing.T) {
 	assert.Equal(t, "1", rec.Header().Get("Retry-After"))
 	close(release)
 	assert.Equal(t, http.StatusOK, <-done)
-	assert.Equal(t, fence.Token(1), mem.Mark("r"))
+	assert.Equal(t, fence.Token(1), markOf(mem, "r"))
 }
 
 func TestInternalErrorIs500WithoutLeak(t *testing.T) {
@@ -525,7 +525,7 @@ func TestResponseTooLarge(t *testing.T) {
 	srv, client := server(t, h)
 	resp := get(t, client, srv.URL, fenced(4, "r"), nil)
 	assert.Equal(t, http.StatusInternalServerError, resp.StatusCode)
-	assert.Equal(t, fence.Token(0), mem.Mark("r"))
+	assert.Equal(t, fence.Token(0), markOf(mem, "r"))
 }
 
 func TestResourceFunc(t *testing.T) {
@@ -549,8 +549,8 @@ func TestResourceFunc(t *testing.T) {
 	assert.Equal(t, http.StatusOK, resp.StatusCode)
 	body, _ := io.ReadAll(resp.Body)
 	assert.Equal(t, "session/abc", string(body))
-	assert.Equal(t, fence.Token(6), mem.Mark("session/abc"))
-	assert.Equal(t, fence.Token(0), mem.Mark("ignored"))
+	assert.Equal(t, fence.Token(6), markOf(mem, "session/abc"))
+	assert.Equal(t, fence.Token(0), markOf(mem, "ignored"))
 
 	resp = get(t, client, srv.URL+"/other", fence.WithToken(bg(), 6), nil)
 	assert.Equal(t, http.StatusBadRequest, resp.StatusCode)
@@ -559,7 +559,7 @@ func TestResourceFunc(t *testing.T) {
 	// The default token header is not read when another is configured.
 	resp = get(t, &http.Client{Transport: &httpguard.Transport{Base: srv.Client().Transport}}, srv.URL+"/sessions/abc", fence.WithToken(bg(), 7), nil)
 	assert.Equal(t, http.StatusBadRequest, resp.StatusCode)
-	assert.Equal(t, fence.Token(6), mem.Mark("session/abc"))
+	assert.Equal(t, fence.Token(6), markOf(mem, "session/abc"))
 }
 
 func TestMiddlewareConfig(t *testing.T) {

@@ -5,7 +5,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"io"
 	"log/slog"
 	"net/http"
 	"strconv"
@@ -14,7 +13,7 @@ import (
 	"go.opentelemetry.io/otel/metric"
 
 	"github.com/fencekit/fencekit/fence"
-	"github.com/fencekit/fencekit/internal/obs"
+	"github.com/fencekit/fencekit/guards/guardobs"
 )
 
 // Default header names.
@@ -165,15 +164,12 @@ func Middleware(g fence.Guard, cfg Config) (func(http.Handler) http.Handler, err
 	if err != nil {
 		return nil, err
 	}
-	met, err := obs.NewGuard(cfg.MeterProvider, obs.KindHTTP)
+	met, err := guardobs.New(guardobs.Config{Kind: guardobs.KindHTTP, Name: "httpguard",
+		MeterProvider: cfg.MeterProvider, Logger: cfg.Logger})
 	if err != nil {
-		return nil, fmt.Errorf("%w: MeterProvider: %w", ErrInvalidConfig, err)
+		return nil, fmt.Errorf("%w: %w", ErrInvalidConfig, err)
 	}
-	log := cfg.Logger
-	if log == nil {
-		log = slog.New(slog.NewTextHandler(io.Discard, nil))
-	}
-	m := &middleware{g: g, cfg: cfg, met: met, log: log, retryAfter: strconv.FormatInt(int64((cfg.RetryAfter+time.Second-1)/time.Second), 10)}
+	m := &middleware{g: g, cfg: cfg, met: met, retryAfter: strconv.FormatInt(int64((cfg.RetryAfter+time.Second-1)/time.Second), 10)}
 	if cfg.RetryAfter < time.Second {
 		m.retryAfter = "1"
 	}
@@ -185,8 +181,7 @@ func Middleware(g fence.Guard, cfg Config) (func(http.Handler) http.Handler, err
 type middleware struct {
 	g          fence.Guard
 	cfg        Config
-	met        *obs.Guard
-	log        *slog.Logger
+	met        *guardobs.Recorder
 	retryAfter string
 }
 
@@ -303,7 +298,7 @@ func (m *middleware) serve(w http.ResponseWriter, r *http.Request, next http.Han
 		}
 		rec.relay(w)
 	default:
-		m.met.Decision(r.Context(), err) // counts stale and reuse refusals only
+		m.met.Decision(r.Context(), err) // counts stale and reuse refusals only; logs a reuse
 		m.guardError(w, r, resource, token, err)
 	}
 }
@@ -326,8 +321,6 @@ func (m *middleware) guardError(w http.ResponseWriter, r *http.Request, resource
 		return
 	}
 	if re, ok := fence.IsReused(err); ok {
-		m.log.ErrorContext(r.Context(), "httpguard: token reused by a different run; request refused",
-			"resource", resource, "token", int64(re.Token), "run", re.Run, "mark_run", re.MarkRun)
 		writeProblem(w, Problem{
 			Type:           TypeTokenReused,
 			Title:          "Fencing token reused",

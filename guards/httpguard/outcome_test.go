@@ -155,7 +155,7 @@ func TestScope(t *testing.T) {
 		})
 	}
 	assert.Equal(t, int64(1), cg.calls.Load(), "the guard is not called for a refused scope")
-	assert.Equal(t, fence.Token(5), mem.Mark(resA))
+	assert.Equal(t, fence.Token(5), markOf(mem, resA))
 
 	// Malformed scope headers, on the wire.
 	for name, hdr := range map[string]string{

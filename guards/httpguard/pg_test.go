@@ -97,7 +97,7 @@ func TestPgguardHandlerErrorRollsBack(t *testing.T) {
 	assert.Equal(t, []any{"four", fence.Token(4), true}, []any{v, tok, found})
 	m, err := svc.guard.Mark(bg(), "doc")
 	require.NoError(t, err)
-	assert.Equal(t, fence.Token(4), m)
+	assert.Equal(t, fence.Token(4), m.Token)
 
 	err = s.Write(bg(), "doc", 3, "three")
 	se, ok := fence.IsStale(err)

@@ -31,10 +31,15 @@ func ExampleGuard_Do() {
 
 	other := fence.WithClaim(context.Background(), fence.Claim{Token: 8, Run: "run-b"})
 	_, reused := fence.IsReused(g.Do(other, "reports/q3", write))
-	fmt.Println("same token, other run:", reused, "| mark", g.Mark("reports/q3"))
+	mark, err := g.Mark(ctx, "reports/q3")
+	if err != nil {
+		fmt.Println("mark:", err)
+		return
+	}
+	fmt.Println("same token, other run:", reused, "| mark", mark.Token, mark.Run)
 	// Output:
 	// with a claim: <nil>
 	// no claim: true
 	// ended: true true false
-	// same token, other run: true | mark 8
+	// same token, other run: true | mark 8 run-a
 }

@@ -30,7 +30,12 @@ func Example() {
 	}
 	write("B", 8)
 	write("A", 7)
-	fmt.Println(report, "| mark", g.Mark("reports/q3"))
+	mark, err := g.Mark(ctx, "reports/q3")
+	if err != nil {
+		fmt.Println("mark:", err)
+		return
+	}
+	fmt.Println(report, "| mark", mark.Token)
 	// Output:
 	// B accepted with token 8
 	// A refused: token 7 < 8

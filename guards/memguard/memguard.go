@@ -4,15 +4,13 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"io"
 	"log/slog"
 	"sync"
-	"sync/atomic"
 
 	"go.opentelemetry.io/otel/metric"
 
 	"github.com/fencekit/fencekit/fence"
-	"github.com/fencekit/fencekit/internal/obs"
+	"github.com/fencekit/fencekit/guards/guardobs"
 )
 
 // ErrNilWrite is returned by Fence and Do when write is nil. Nothing changes.
@@ -43,30 +41,27 @@ var ErrInvalidConfig = errors.New("memguard: invalid config")
 type Guard struct {
 	mu      sync.Mutex
 	entries map[string]*entry
-	met     *obs.Guard
-	log     *slog.Logger
+	met     *guardobs.Recorder
 	strict  bool
 }
 
 type entry struct {
 	lock chan struct{} // one slot: held while a Fence call is deciding/writing
-	mark atomic.Int64  // written only while holding lock; read by Mark without it
-	run  string        // the mark's run identity; read and written only while holding lock
+	mu   sync.Mutex    // guards mark and run together for Mark, which does not take lock
+	mark fence.Token   // written only while holding lock and mu
+	run  string        // the mark's run identity; written only while holding lock and mu
 }
 
 var _ fence.Guard = (*Guard)(nil)
 
 // New returns an empty Guard: every resource starts with no mark.
 func New(cfg Config) (*Guard, error) {
-	met, err := obs.NewGuard(cfg.MeterProvider, obs.KindMemory)
+	met, err := guardobs.New(guardobs.Config{Kind: guardobs.KindMemory, Name: "memguard",
+		MeterProvider: cfg.MeterProvider, Logger: cfg.Logger})
 	if err != nil {
-		return nil, fmt.Errorf("%w: MeterProvider: %w", ErrInvalidConfig, err)
+		return nil, fmt.Errorf("%w: %w", ErrInvalidConfig, err)
 	}
-	log := cfg.Logger
-	if log == nil {
-		log = slog.New(slog.NewTextHandler(io.Discard, nil))
-	}
-	return &Guard{entries: map[string]*entry{}, met: met, log: log, strict: cfg.Strict}, nil
+	return &Guard{entries: map[string]*entry{}, met: met, strict: cfg.Strict}, nil
 }
 
 func (g *Guard) entry(resource string) *entry {
@@ -133,34 +128,44 @@ func (g *Guard) fence(ctx context.Context, resource string, c fence.Claim, write
 	if err := fence.ContextError(ctx); err != nil {
 		return fmt.Errorf("memguard: %q: %w", resource, err)
 	}
-	mark := fence.Token(e.mark.Load())
-	if err := fence.DecideClaim(resource, c, mark, e.run); err != nil {
-		g.met.Decision(ctx, err)
-		if re, ok := fence.IsReused(err); ok {
-			g.log.ErrorContext(ctx, "memguard: token reused by a different run; write refused",
-				"resource", resource, "token", int64(re.Token), "run", re.Run, "mark_run", re.MarkRun)
-		}
+	e.mu.Lock()
+	mark, markRun := e.mark, e.run
+	e.mu.Unlock()
+	if err := fence.DecideClaim(resource, c, mark, markRun); err != nil {
+		g.met.Decision(ctx, err) // counts the refusal; logs a reuse
 		return err
 	}
 	if err := write(ctx); err != nil {
 		return err
 	}
-	tok, run := fence.NextMark(c, mark, e.run)
-	e.mark.Store(int64(tok))
-	e.run = run
+	tok, run := fence.NextMark(c, mark, markRun)
+	e.mu.Lock()
+	e.mark, e.run = tok, run
+	e.mu.Unlock()
 	g.met.Accepted(ctx)
 	return nil
 }
 
-// Mark returns the high-water mark of resource: the highest token a write
-// to it has succeeded with, or 0 when none has. It does not wait for a Fence
-// call in progress: a write still running is not counted.
-func (g *Guard) Mark(resource string) fence.Token {
+// Mark returns the claim of resource's high-water mark: the highest token a
+// write to it has succeeded with and the run identity stored with it, or
+// the zero Claim when none has. It does not wait for a Fence call in
+// progress: a write still running is not counted. An invalid resource is
+// refused with fence's resource error; an ended ctx with an error matching
+// ctx.Err().
+func (g *Guard) Mark(ctx context.Context, resource string) (fence.Claim, error) {
+	if err := fence.ValidateResource(resource); err != nil {
+		return fence.Claim{}, err
+	}
+	if err := fence.ContextError(ctx); err != nil {
+		return fence.Claim{}, fmt.Errorf("memguard: %q: %w", resource, err)
+	}
 	g.mu.Lock()
 	e := g.entries[resource]
 	g.mu.Unlock()
 	if e == nil {
-		return 0
+		return fence.Claim{}, nil
 	}
-	return fence.Token(e.mark.Load())
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	return fence.Claim{Token: e.mark, Run: e.run}, nil
 }

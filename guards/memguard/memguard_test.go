@@ -11,9 +11,9 @@ import (
 	"go.uber.org/goleak"
 
 	"github.com/fencekit/fencekit/fence"
+	"github.com/fencekit/fencekit/guards/guardobs"
 	"github.com/fencekit/fencekit/guards/guardtest"
 	"github.com/fencekit/fencekit/guards/memguard"
-	"github.com/fencekit/fencekit/internal/obs"
 	"github.com/fencekit/fencekit/internal/obs/obstest"
 )
 
@@ -55,11 +55,11 @@ func TestConformanceFreshGuardPerCheck(t *testing.T) {
 func TestMarkAndDecision(t *testing.T) {
 	g := newGuard(t)
 	ctx := context.Background()
-	assert.Equal(t, fence.Token(0), g.Mark("r"))
+	assert.Equal(t, fence.Token(0), markOf(g, "r"))
 	calls := 0
 	w := func(context.Context) error { calls++; return nil }
 	require.NoError(t, g.Fence(ctx, "r", 8, w))
-	assert.Equal(t, fence.Token(8), g.Mark("r"))
+	assert.Equal(t, fence.Token(8), markOf(g, "r"))
 	require.NoError(t, g.Fence(ctx, "r", 8, w))
 	err := g.Fence(ctx, "r", 7, w)
 	se, ok := fence.IsStale(err)
@@ -67,7 +67,7 @@ func TestMarkAndDecision(t *testing.T) {
 	assert.Equal(t, fence.Token(7), se.Presented)
 	assert.Equal(t, fence.Token(8), se.Highest)
 	assert.Equal(t, 2, calls, "a stale call must not run write")
-	assert.Equal(t, fence.Token(0), g.Mark("other"))
+	assert.Equal(t, fence.Token(0), markOf(g, "other"))
 }
 
 func TestBadArgumentsDoNotCallWrite(t *testing.T) {
@@ -81,7 +81,7 @@ func TestBadArgumentsDoNotCallWrite(t *testing.T) {
 	assert.ErrorIs(t, g.Fence(ctx, "a\x00", 1, w), fence.ErrInvalidResource)
 	assert.ErrorIs(t, g.Fence(ctx, "r", 1, nil), memguard.ErrNilWrite)
 	assert.False(t, called)
-	assert.Equal(t, fence.Token(0), g.Mark("r"))
+	assert.Equal(t, fence.Token(0), markOf(g, "r"))
 }
 
 func TestFailedWriteKeepsMark(t *testing.T) {
@@ -90,7 +90,7 @@ func TestFailedWriteKeepsMark(t *testing.T) {
 	require.NoError(t, g.Fence(ctx, "r", 3, func(context.Context) error { return nil }))
 	boom := errors.New("boom")
 	assert.ErrorIs(t, g.Fence(ctx, "r", 9, func(context.Context) error { return boom }), boom)
-	assert.Equal(t, fence.Token(3), g.Mark("r"))
+	assert.Equal(t, fence.Token(3), markOf(g, "r"))
 }
 
 func TestPanicReleasesLock(t *testing.T) {
@@ -99,9 +99,9 @@ func TestPanicReleasesLock(t *testing.T) {
 	assert.Panics(t, func() {
 		_ = g.Fence(ctx, "r", 5, func(context.Context) error { panic("write panicked") })
 	})
-	assert.Equal(t, fence.Token(0), g.Mark("r"), "a panicking write must not raise the mark")
+	assert.Equal(t, fence.Token(0), markOf(g, "r"), "a panicking write must not raise the mark")
 	require.NoError(t, g.Fence(ctx, "r", 4, func(context.Context) error { return nil }), "lock must be released after a panic")
-	assert.Equal(t, fence.Token(4), g.Mark("r"))
+	assert.Equal(t, fence.Token(4), markOf(g, "r"))
 }
 
 // A caller waiting for a resource held by a slow write gives up when its
@@ -121,7 +121,7 @@ func TestWaitBoundedByContext(t *testing.T) {
 		})
 	}()
 	<-inside
-	assert.Equal(t, fence.Token(0), g.Mark("r"), "Mark does not wait for, or count, a write in progress")
+	assert.Equal(t, fence.Token(0), markOf(g, "r"), "Mark does not wait for, or count, a write in progress")
 	lost := errors.New("lease lost")
 	ctx, cancel := context.WithCancelCause(context.Background())
 	waiting := make(chan error, 1)
@@ -139,7 +139,7 @@ func TestWaitBoundedByContext(t *testing.T) {
 	assert.False(t, called)
 	close(release)
 	require.NoError(t, <-done)
-	assert.Equal(t, fence.Token(1), g.Mark("r"))
+	assert.Equal(t, fence.Token(1), markOf(g, "r"))
 	// An already-cancelled ctx is refused up front, by both forms.
 	err = g.Fence(ctx, "r", 5, func(context.Context) error { return nil })
 	assert.ErrorIs(t, err, lost)
@@ -147,7 +147,7 @@ func TestWaitBoundedByContext(t *testing.T) {
 	err = g.Do(fence.WithToken(ctx, 5), "r", func(context.Context) error { return nil })
 	assert.ErrorIs(t, err, lost)
 	assert.ErrorIs(t, err, context.Canceled)
-	assert.Equal(t, fence.Token(1), g.Mark("r"))
+	assert.Equal(t, fence.Token(1), markOf(g, "r"))
 }
 
 // Do takes the claim from ctx; without one it refuses with ErrNoToken and
@@ -165,17 +165,17 @@ func TestDoTakesTheClaimFromContext(t *testing.T) {
 	err := g.Do(ctx, "r", w)
 	assert.ErrorIs(t, err, fence.ErrNoToken)
 	assert.Equal(t, 0, called)
-	assert.Equal(t, fence.Token(0), g.Mark("r"))
+	assert.Equal(t, fence.Token(0), markOf(g, "r"))
 
 	require.NoError(t, g.Do(fence.WithToken(ctx, 8), "r", w))
-	assert.Equal(t, fence.Token(8), g.Mark("r"))
+	assert.Equal(t, fence.Token(8), markOf(g, "r"))
 	_, stale := fence.IsStale(g.Do(fence.WithToken(ctx, 7), "r", w))
 	assert.True(t, stale)
 	assert.ErrorIs(t, g.Do(fence.WithClaim(ctx, fence.Claim{Token: 9, Run: "bad run"}), "r", w), fence.ErrInvalidRun)
 	assert.ErrorIs(t, g.Do(fence.WithToken(ctx, 9), "", w), fence.ErrInvalidResource)
 	assert.ErrorIs(t, g.Do(fence.WithToken(ctx, 9), "r", nil), memguard.ErrNilWrite)
 	assert.Equal(t, 1, called)
-	assert.Equal(t, fence.Token(8), g.Mark("r"))
+	assert.Equal(t, fence.Token(8), markOf(g, "r"))
 }
 
 // The explicit-token form honours the run identity of a lease context
@@ -200,7 +200,7 @@ func TestFenceHonoursTheContextsRun(t *testing.T) {
 	// The run-less write kept A's identity: B is still refused.
 	assert.ErrorIs(t, g.Fence(runB, "r", 7, ok), fence.ErrTokenReused)
 	require.NoError(t, g.Fence(runA, "r", 7, ok))
-	assert.Equal(t, fence.Token(7), g.Mark("r"))
+	assert.Equal(t, fence.Token(7), markOf(g, "r"))
 }
 
 // A reuse refusal is counted in fencekit.guard.reused and logged at Error.
@@ -215,9 +215,9 @@ func TestReuseMetricAndLog(t *testing.T) {
 		assert.ErrorIs(t, g.Do(fence.WithClaim(context.Background(), fence.Claim{Token: 3, Run: "run-b"}), "r", ok), fence.ErrTokenReused)
 	}
 	pts := m.Collect()
-	assert.Equal(t, 2.0, obstest.Value(pts, obs.GuardReused, map[string]string{"guard": "memory"}))
-	assert.Equal(t, 1.0, obstest.Value(pts, obs.GuardAccepted, map[string]string{"guard": "memory"}))
-	assert.Equal(t, 0.0, obstest.Value(pts, obs.GuardStale, nil))
+	assert.Equal(t, 2.0, obstest.Value(pts, guardobs.MetricReused, map[string]string{"guard": "memory"}))
+	assert.Equal(t, 1.0, obstest.Value(pts, guardobs.MetricAccepted, map[string]string{"guard": "memory"}))
+	assert.Equal(t, 0.0, obstest.Value(pts, guardobs.MetricStale, nil))
 	recs := logs.Records()
 	require.Len(t, recs, 2)
 	for _, r := range recs {
@@ -226,4 +226,26 @@ func TestReuseMetricAndLog(t *testing.T) {
 		assert.Equal(t, "run-b", r.Attrs["run"])
 		assert.Equal(t, "run-a", r.Attrs["mark_run"])
 	}
+}
+
+// TestMarkReturnsClaim: Mark returns the mark's token with its run identity, the
+// zero claim for an unwritten resource, and refuses a bad resource or an
+// ended context with an error.
+func TestMarkReturnsClaim(t *testing.T) {
+	g, err := memguard.New(memguard.Config{})
+	require.NoError(t, err)
+	ctx := fence.WithClaim(context.Background(), fence.Claim{Token: 4, Run: "run-a"})
+	require.NoError(t, g.Do(ctx, "r", func(context.Context) error { return nil }))
+	c, err := g.Mark(context.Background(), "r")
+	require.NoError(t, err)
+	assert.Equal(t, fence.Claim{Token: 4, Run: "run-a"}, c)
+	c, err = g.Mark(context.Background(), "unwritten")
+	require.NoError(t, err)
+	assert.Equal(t, fence.Claim{}, c)
+	_, err = g.Mark(context.Background(), "")
+	assert.ErrorIs(t, err, fence.ErrInvalidResource)
+	ended, cancel := context.WithCancel(context.Background())
+	cancel()
+	_, err = g.Mark(ended, "r")
+	assert.ErrorIs(t, err, context.Canceled)
 }

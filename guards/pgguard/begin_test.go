@@ -196,5 +196,5 @@ func TestBeginBusy(t *testing.T) {
 	require.NoError(t, h.Rollback(bg()))
 	m, err := newGuard(t, pgguard.Config{Schema: schema, DB: holder}).Mark(bg(), "r")
 	require.NoError(t, err)
-	assert.Equal(t, fence.Token(0), m)
+	assert.Equal(t, fence.Token(0), m.Token)
 }

@@ -114,7 +114,7 @@ ON CONFLICT (resource) DO UPDATE SET value = EXCLUDED.value, fence_token = EXCLU
 			_, err := pool.Exec(ctx, docUpsert, "u-rows", "value", int64(tok))
 			return err
 		}, func(tok fence.Token) error {
-			return rows.UpsertClaim(ctx, pool, cl(tok), []any{"g-rows"}, "value")
+			return rows.UpsertClaim(ctx, pool, []any{"g-rows"}, cl(tok), "value")
 		})
 	})
 
@@ -144,7 +144,7 @@ ON CONFLICT (resource) DO UPDATE SET value = EXCLUDED.value, fence_token = EXCLU
 			_, err := db.ExecContext(ctx, docUpsert, "su-rows", "value", int64(tok))
 			return err
 		}, func(tok fence.Token) error {
-			return rows.UpsertSQLClaim(ctx, db, cl(tok), []any{"sg-rows"}, "value")
+			return rows.UpsertSQLClaim(ctx, db, []any{"sg-rows"}, cl(tok), "value")
 		})
 	})
 }

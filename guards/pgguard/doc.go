@@ -25,7 +25,7 @@
 //     (database/sql): fence inside a transaction the caller opened (for
 //     example through an ORM).
 //   - Fence: the fence.Guard method, on Config.DB, for code written against
-//     that interface; Mark and MarkClaim read a mark on Config.DB.
+//     that interface; Mark reads a mark (a fence.Claim) on Config.DB.
 //
 // In-row mode (Rows, built by NewRows) keeps the token and run identity in
 // columns of the user's own rows instead of the marks table: Upsert /

@@ -116,7 +116,7 @@ func ExampleGuard_FenceTx() {
 	err = write(fence.WithToken(ctx, 11), "eleven")
 	fmt.Println(errors.Is(err, fence.ErrStale))
 	mark, err := g.Mark(ctx, "report/7")
-	fmt.Println(mark, err)
+	fmt.Println(mark.Token, err)
 	// Output:
 	// <nil>
 	// true

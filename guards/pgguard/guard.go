@@ -5,7 +5,6 @@ import (
 	"database/sql"
 	"errors"
 	"fmt"
-	"io"
 	"log/slog"
 	"strconv"
 	"strings"
@@ -16,7 +15,7 @@ import (
 	"go.opentelemetry.io/otel/metric"
 
 	"github.com/fencekit/fencekit/fence"
-	"github.com/fencekit/fencekit/internal/obs"
+	"github.com/fencekit/fencekit/guards/guardobs"
 	"github.com/fencekit/fencekit/sql/migrations"
 )
 
@@ -108,8 +107,7 @@ type Guard struct {
 	lockArg  any // "5000ms", or nil: leave the session's lock_timeout
 	fenceSQL string
 	readSQL  string
-	met      *obs.Guard
-	log      *slog.Logger
+	met      *guardobs.Recorder
 	strict   bool
 }
 
@@ -139,12 +137,10 @@ func New(cfg Config) (*Guard, error) {
 	if err != nil {
 		return nil, err
 	}
-	met, err := obs.NewGuard(cfg.MeterProvider, obs.KindPostgres)
+	met, err := guardobs.New(guardobs.Config{Kind: guardobs.KindPostgres, Name: "pgguard",
+		MeterProvider: cfg.MeterProvider, Logger: cfg.Logger})
 	if err != nil {
-		return nil, fmt.Errorf("%w: MeterProvider: %w", ErrInvalidConfig, err)
-	}
-	if cfg.Logger == nil {
-		cfg.Logger = slog.New(slog.NewTextHandler(io.Discard, nil))
+		return nil, fmt.Errorf("%w: %w", ErrInvalidConfig, err)
 	}
 	table := schema + "." + MarksTable
 	return &Guard{
@@ -154,7 +150,6 @@ func New(cfg Config) (*Guard, error) {
 		sqlIso:   sqlIso,
 		lockArg:  lockArg,
 		met:      met,
-		log:      cfg.Logger,
 		strict:   cfg.Strict,
 		fenceSQL: marksFenceSQL(table),
 		readSQL:  `SELECT highest_token, run FROM ` + table + ` WHERE resource = $1`,
@@ -262,15 +257,7 @@ func decideMark(resource string, c fence.Claim, mark int64, run string) error {
 
 // record counts a decision and logs a reuse.
 func (g *Guard) record(ctx context.Context, err error) {
-	recordDecision(ctx, g.met, g.log, err)
-}
-
-func recordDecision(ctx context.Context, met *obs.Guard, log *slog.Logger, err error) {
-	met.Decision(ctx, err)
-	if re, ok := fence.IsReused(err); ok {
-		log.ErrorContext(ctx, "pgguard: write refused: token reused by a different run",
-			"resource", re.Resource, "token", int64(re.Token), "run", re.Run, "mark_run", re.MarkRun)
-	}
+	g.met.Decision(ctx, err)
 }
 
 // rollbackTimeout bounds rollbacks issued on a path that may run with an

@@ -8,11 +8,10 @@ import (
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
-	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/metric"
 
 	"github.com/fencekit/fencekit/fence"
-	"github.com/fencekit/fencekit/internal/obs"
+	"github.com/fencekit/fencekit/guards/guardobs"
 	"github.com/fencekit/fencekit/sql/migrations"
 )
 
@@ -30,9 +29,6 @@ const (
 	MaxMarksBatch = 1000
 	// DefaultMarksCallTimeout is MarksConfig.CallTimeout's default.
 	DefaultMarksCallTimeout = 5 * time.Second
-	// MetricMarksDeleted counts marks deleted by Marks (attribute
-	// table="guard_marks"), the name the lease janitor uses for its rows.
-	MetricMarksDeleted = "fencekit.lease.janitor.deleted"
 )
 
 // ErrInvalidArgument is matched by errors for bad arguments of Marks'
@@ -48,7 +44,7 @@ type MarksConfig struct {
 	Schema string
 	// CallTimeout bounds each statement. Default DefaultMarksCallTimeout.
 	CallTimeout time.Duration
-	// MeterProvider records deletions in MetricMarksDeleted. Nil records
+	// MeterProvider records deletions in guardobs.MetricMarksDeleted. Nil records
 	// nothing.
 	MeterProvider metric.MeterProvider
 }
@@ -92,15 +88,15 @@ func NewMarks(cfg MarksConfig) (*Marks, error) {
 	if cfg.CallTimeout < 0 {
 		return nil, fmt.Errorf("%w: CallTimeout: negative: %s", ErrInvalidConfig, cfg.CallTimeout)
 	}
-	deleted, err := obs.Meter(cfg.MeterProvider).Int64Counter(MetricMarksDeleted, metric.WithUnit("{row}"),
-		metric.WithDescription("Rows deleted by housekeeping, by table."))
+	deleted, err := guardobs.Meter(cfg.MeterProvider).Int64Counter(guardobs.MetricMarksDeleted, metric.WithUnit("{mark}"),
+		metric.WithDescription("Guard marks deleted by housekeeping."))
 	if err != nil {
 		return nil, fmt.Errorf("%w: MeterProvider: %w", ErrInvalidConfig, err)
 	}
 	t := q + "." + MarksTable
 	return &Marks{
 		db: cfg.DB, timeout: cfg.CallTimeout, deleted: deleted,
-		delAttrs:   metric.WithAttributeSet(attribute.NewSet(attribute.String("table", "guard_marks"))),
+		delAttrs:   guardobs.KindAttr(guardobs.KindPostgres),
 		highestSQL: `SELECT coalesce(max(highest_token), 0) FROM ` + t,
 		// $1 resources.
 		byResource: `DELETE FROM ` + t + ` WHERE resource = ANY($1::text[])`,

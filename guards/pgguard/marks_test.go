@@ -9,6 +9,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/fencekit/fencekit/fence"
+	"github.com/fencekit/fencekit/guards/guardobs"
 	"github.com/fencekit/fencekit/guards/pgguard"
 	"github.com/fencekit/fencekit/internal/obs/obstest"
 	"github.com/fencekit/fencekit/internal/testsvc"
@@ -44,8 +45,8 @@ func TestMarksPrune(t *testing.T) {
 	require.EqualValues(t, 1, n)
 	mark, err := g.Mark(context.Background(), "gone/1")
 	require.NoError(t, err)
-	require.Zero(t, mark)
-	require.NoError(t, g.Fence(context.Background(), "gone/1", 1, write), "the hazard: a deleted mark admits any token")
+	require.Zero(t, mark.Token)
+	require.NoError(t, g.Fence(context.Background(), "gone/1", 1, write), "the hazard: a deleted mark.Token admits any token")
 
 	_, err = pool.Exec(context.Background(), fmt.Sprintf(`UPDATE %q.fencekit_guard_marks SET updated_at = clock_timestamp() - interval '2 hours' WHERE resource = 'idle/2'`, schema))
 	require.NoError(t, err)
@@ -55,9 +56,9 @@ func TestMarksPrune(t *testing.T) {
 	for _, r := range []string{"live/3", "live/4"} {
 		mark, err := g.Mark(context.Background(), r)
 		require.NoError(t, err)
-		require.Positive(t, mark, "%s kept", r)
+		require.Positive(t, mark.Token, "%s kept", r)
 	}
-	require.EqualValues(t, 2, obstest.Value(mt.Collect(), pgguard.MetricMarksDeleted, map[string]string{"table": "guard_marks"}))
+	require.EqualValues(t, 2, obstest.Value(mt.Collect(), guardobs.MetricMarksDeleted, map[string]string{guardobs.AttrGuard: guardobs.KindPostgres}))
 
 	// Bad input changes nothing.
 	_, err = gm.DeleteResources(context.Background(), []string{"live/3", ""})
@@ -70,7 +71,7 @@ func TestMarksPrune(t *testing.T) {
 	require.ErrorIs(t, err, pgguard.ErrInvalidArgument)
 	mark, err = g.Mark(context.Background(), "live/3")
 	require.NoError(t, err)
-	require.EqualValues(t, 30, mark)
+	require.EqualValues(t, 30, mark.Token)
 	_, err = pgguard.NewMarks(pgguard.MarksConfig{})
 	require.ErrorIs(t, err, pgguard.ErrInvalidConfig)
 	_, err = pgguard.NewMarks(pgguard.MarksConfig{DB: pool, Schema: "x;y"})

@@ -108,7 +108,7 @@ func TestCommitConnectionLostIsOutcomeUnknown(t *testing.T) {
 	require.Equal(t, fence.Token(4), tok)
 	mark, err := newGuard(t, pgguard.Config{Schema: schema, DB: testsvc.Pool(t)}).Mark(ctx, "doc/1")
 	require.NoError(t, err)
-	require.Equal(t, fence.Token(4), mark)
+	require.Equal(t, fence.Token(4), mark.Token)
 }
 
 // A context that ends before COMMIT is sent (here, inside the write

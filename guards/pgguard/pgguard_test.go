@@ -157,7 +157,7 @@ func TestFenceTxIsOneStatement(t *testing.T) {
 	}
 	mark, err := newGuard(t, pgguard.Config{Schema: schema, DB: pool}).Mark(bg(), "r")
 	require.NoError(t, err)
-	assert.Equal(t, fence.Token(9), mark)
+	assert.Equal(t, fence.Token(9), mark.Token)
 }
 
 // Bad input is refused before any I/O and leaves the caller's tx usable.
@@ -190,7 +190,7 @@ func TestFenceTxBadInput(t *testing.T) {
 	assert.ErrorIs(t, err, fence.ErrInvalidResource)
 	mark, err := gd.Mark(bg(), "r")
 	require.NoError(t, err)
-	assert.Equal(t, fence.Token(1), mark)
+	assert.Equal(t, fence.Token(1), mark.Token)
 }
 
 func TestNewRejectsBadConfig(t *testing.T) {
@@ -278,7 +278,7 @@ func assertState(t *testing.T, g *pgguard.Guard, pool *pgxpool.Pool, schema, r s
 	t.Helper()
 	m, err := g.Mark(bg(), r)
 	require.NoError(t, err)
-	assert.Equal(t, mark, m, "mark of %q", r)
+	assert.Equal(t, mark, m.Token, "mark of %q", r)
 	v, _, ok, err := readRow(bg(), pool, schema, r)
 	require.NoError(t, err)
 	assert.Equal(t, found, ok, "row of %q present", r)
@@ -393,7 +393,7 @@ func TestConcurrentHolderSerialises(t *testing.T) {
 			}
 			m, err := g.Mark(bg(), "r")
 			require.NoError(t, err)
-			assert.Equal(t, tc.wantMark, m)
+			assert.Equal(t, tc.wantMark, m.Token)
 		})
 	}
 }
@@ -427,7 +427,7 @@ func TestLockTimeoutIsBusy(t *testing.T) {
 	require.NoError(t, tx.Rollback(bg()))
 	m, err := g.Mark(bg(), "r")
 	require.NoError(t, err)
-	assert.Equal(t, fence.Token(2), m)
+	assert.Equal(t, fence.Token(2), m.Token)
 }
 
 // Two transactions fencing two resources in opposite order deadlock;
@@ -484,7 +484,7 @@ func TestSnapshotIsolationConflictIsBusy(t *testing.T) {
 		assert.ErrorIs(t, tx.Commit(bg()), pgx.ErrTxClosed)
 		m, err := g.Mark(bg(), r)
 		require.NoError(t, err)
-		assert.Equal(t, fence.Token(9), m, "%s", iso)
+		assert.Equal(t, fence.Token(9), m.Token, "%s", iso)
 	}
 }
 
@@ -534,7 +534,7 @@ WHERE wait_event_type = 'Lock' AND query LIKE '%INSERT INTO%' AND strpos(query, 
 	gm := newGuard(t, pgguard.Config{Schema: schema, DB: observer})
 	m, err := gm.Mark(bg(), "r")
 	require.NoError(t, err)
-	assert.Equal(t, fence.Token(0), m)
+	assert.Equal(t, fence.Token(0), m.Token)
 }
 
 // naiveSubject is the two-winners bug on PostgreSQL: it reads the mark,

@@ -260,16 +260,9 @@ func (g *Guard) Fence(ctx context.Context, resource string, token fence.Token, w
 	return g.runAndCommit(ctx, tx, resource, func() error { return write(wctx) })
 }
 
-// Mark returns the high-water mark of resource (token 0 and no run when it
-// has none), read on Config.DB.
-func (g *Guard) Mark(ctx context.Context, resource string) (fence.Token, error) {
-	c, err := g.MarkClaim(ctx, resource)
-	return c.Token, err
-}
-
-// MarkClaim returns the high-water mark of resource with the run identity
+// Mark returns the high-water mark of resource with the run identity
 // stored with it (the zero Claim when it has none), read on Config.DB.
-func (g *Guard) MarkClaim(ctx context.Context, resource string) (fence.Claim, error) {
+func (g *Guard) Mark(ctx context.Context, resource string) (fence.Claim, error) {
 	if err := fence.ValidateResource(resource); err != nil {
 		return fence.Claim{}, err
 	}

@@ -5,7 +5,6 @@ import (
 	"database/sql"
 	"errors"
 	"fmt"
-	"io"
 	"log/slog"
 	"strconv"
 	"strings"
@@ -16,7 +15,7 @@ import (
 	"go.opentelemetry.io/otel/metric"
 
 	"github.com/fencekit/fencekit/fence"
-	"github.com/fencekit/fencekit/internal/obs"
+	"github.com/fencekit/fencekit/guards/guardobs"
 	"github.com/fencekit/fencekit/sql/migrations"
 )
 
@@ -83,8 +82,7 @@ type Rows struct {
 	lockArg          any
 	upsertSQL        string
 	readSQL          string
-	met              *obs.Guard
-	log              *slog.Logger
+	met              *guardobs.Recorder
 	argTok, argLock  int // positions (0-based) in the upsert's arguments
 	argRun, argCount int
 	strict           bool
@@ -158,17 +156,15 @@ func NewRows(cfg RowsConfig) (*Rows, error) {
 	if err != nil {
 		return nil, err
 	}
-	met, err := obs.NewGuard(cfg.MeterProvider, obs.KindPostgres)
+	met, err := guardobs.New(guardobs.Config{Kind: guardobs.KindPostgres, Name: "pgguard",
+		MeterProvider: cfg.MeterProvider, Logger: cfg.Logger})
 	if err != nil {
 		return nil, bad("MeterProvider", err)
-	}
-	if cfg.Logger == nil {
-		cfg.Logger = slog.New(slog.NewTextHandler(io.Discard, nil))
 	}
 	r := &Rows{
 		schema: cfg.Schema, table: cfg.Table,
 		nKey: len(keys), nCols: len(cols), withRun: run != nil,
-		lockArg: lockArg, met: met, log: cfg.Logger, strict: cfg.Strict,
+		lockArg: lockArg, met: met, strict: cfg.Strict,
 	}
 	r.upsertSQL, r.readSQL = r.statements(schema+"."+table, keys, cols, tok[0], run)
 	return r, nil
@@ -268,7 +264,7 @@ func (r *Rows) Upsert(ctx context.Context, q Querier, key []any, values ...any) 
 }
 
 // UpsertClaim is Upsert for a claim passed explicitly (see InTxClaim).
-func (r *Rows) UpsertClaim(ctx context.Context, q Querier, c fence.Claim, key []any, values ...any) error {
+func (r *Rows) UpsertClaim(ctx context.Context, q Querier, key []any, c fence.Claim, values ...any) error {
 	res, err := r.explicitArgs(ctx, c, key, values)
 	if err != nil {
 		return err
@@ -287,7 +283,7 @@ func (r *Rows) UpsertSQL(ctx context.Context, q SQLQuerier, key []any, values ..
 }
 
 // UpsertSQLClaim is UpsertSQL for a claim passed explicitly.
-func (r *Rows) UpsertSQLClaim(ctx context.Context, q SQLQuerier, c fence.Claim, key []any, values ...any) error {
+func (r *Rows) UpsertSQLClaim(ctx context.Context, q SQLQuerier, key []any, c fence.Claim, values ...any) error {
 	res, err := r.explicitArgs(ctx, c, key, values)
 	if err != nil {
 		return err
@@ -411,7 +407,7 @@ func (r *Rows) attempts(ctx context.Context, res string, c fence.Claim, inTx boo
 			return commitError(ctx, r.schema, r.table, res, "upsert", err)
 		}
 		if ok {
-			recordDecision(ctx, r.met, r.log, nil)
+			r.met.Decision(ctx, nil)
 			return nil
 		}
 		tok, run, err := read()
@@ -419,7 +415,7 @@ func (r *Rows) attempts(ctx context.Context, res string, c fence.Claim, inTx boo
 			return dbError(ctx, r.schema, r.table, res, "read mark", err)
 		}
 		if derr := fence.DecideClaim(res, c, fence.Token(tok), run); derr != nil {
-			recordDecision(ctx, r.met, r.log, derr)
+			r.met.Decision(ctx, derr)
 			return fence.WrapContext(ctx, derr)
 		}
 	}

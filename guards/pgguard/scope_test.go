@@ -49,7 +49,7 @@ func TestStrictRefusesAnotherKeysResource(t *testing.T) {
 		require.Equal(t, fence.ScopeError{Resource: resA, Scope: claimB.Scope}, *se)
 		mark, err := g.Mark(ctx, resA)
 		require.NoError(t, err)
-		require.Equal(t, claimA.Token, mark, "the mark did not move")
+		require.Equal(t, claimA.Token, mark.Token, "the mark.Token did not move")
 		require.NoError(t, write(g, schema, claimA, "a2"), "A keeps writing")
 		v, tok, _, err := readRow(ctx, testsvc.Pool(t), schema, resA)
 		require.NoError(t, err)

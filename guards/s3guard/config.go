@@ -10,8 +10,8 @@ import (
 	"go.opentelemetry.io/otel/metric"
 
 	"github.com/fencekit/fencekit/fence"
+	"github.com/fencekit/fencekit/guards/guardobs"
 	"github.com/fencekit/fencekit/guards/s3guard/s3client"
-	"github.com/fencekit/fencekit/internal/obs"
 )
 
 // DefaultDataPrefix is the Config.DataPrefix used when none is set.
@@ -108,8 +108,7 @@ type Store struct {
 	keep    bool
 	inline  int
 	cache   *pointerCache // nil: disabled
-	met     *obs.Guard
-	log     *slog.Logger
+	met     *guardobs.Recorder
 	strict  bool
 
 	// afterRead, when set (tests only), runs after every pointer read or
@@ -164,17 +163,14 @@ func New(cfg Config) (*Store, error) {
 	case cfg.PointerCacheSize == 0:
 		cfg.PointerCacheSize = DefaultPointerCacheSize
 	}
-	met, err := obs.NewGuard(cfg.MeterProvider, obs.KindS3)
+	met, err := guardobs.New(guardobs.Config{Kind: guardobs.KindS3, Name: "s3guard",
+		Retries:       "S3 conditional pointer writes retried after losing a race (412/409).",
+		MeterProvider: cfg.MeterProvider, Logger: cfg.Logger})
 	if err != nil {
-		return nil, fmt.Errorf("%w: MeterProvider: %w", ErrInvalidConfig, err)
-	}
-	log := cfg.Logger
-	if log == nil {
-		log = slog.New(slog.DiscardHandler)
+		return nil, fmt.Errorf("%w: %w", ErrInvalidConfig, err)
 	}
 	return &Store{
 		met:     met,
-		log:     log,
 		cache:   newPointerCache(cfg.PointerCacheSize),
 		client:  cfg.Client,
 		bucket:  cfg.Bucket,

@@ -38,9 +38,11 @@
 // The fenced writes are one family in two forms. Put, PutBytes, Delete and Do
 // present the claim their ctx carries (a lease context's token and run
 // identity, or fence.WithClaim / fence.WithToken); without one they return an
-// error matching fence.ErrNoToken and touch nothing. PutWithToken,
-// PutBytesWithToken, DeleteWithToken and Fence (the fence.Guard method) take
-// the token as an argument and present fence.ClaimFor(ctx, token). All run
+// error matching fence.ErrNoToken and touch nothing. PutClaim,
+// PutBytesClaim and DeleteClaim take the claim as an argument right after
+// the resource (a token-only caller passes fence.Claim{Token: t}); Fence
+// (the fence.Guard method) takes a token and presents
+// fence.ClaimFor(ctx, token). All run
 // the same steps:
 //
 //  1. GET the pointer; fence.DecideClaim the presented claim against the

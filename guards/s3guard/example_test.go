@@ -179,10 +179,10 @@ func ExampleStore_Delete() {
 	store, cleanup := exampleStore(ctx)
 	defer cleanup()
 
-	if _, err := store.PutBytesWithToken(ctx, "draft.md", 4, []byte("# draft"), s3guard.PutOptions{}); err != nil {
+	if _, err := store.PutBytesClaim(ctx, "draft.md", fence.ClaimFor(ctx, 4), []byte("# draft"), s3guard.PutOptions{}); err != nil {
 		panic(err)
 	}
-	if _, err := store.DeleteWithToken(ctx, "draft.md", 5); err != nil {
+	if _, err := store.DeleteClaim(ctx, "draft.md", fence.ClaimFor(ctx, 5)); err != nil {
 		panic(err)
 	}
 	_, _, err := store.GetBytes(ctx, "draft.md")
@@ -190,7 +190,7 @@ func ExampleStore_Delete() {
 	if errors.As(err, &nf) {
 		fmt.Printf("not found: deleted=%v under token %d\n", nf.Deleted, nf.Token)
 	}
-	_, err = store.PutBytesWithToken(ctx, "draft.md", 4, []byte("# late"), s3guard.PutOptions{})
+	_, err = store.PutBytesClaim(ctx, "draft.md", fence.ClaimFor(ctx, 4), []byte("# late"), s3guard.PutOptions{})
 	fmt.Println(errors.Is(err, fence.ErrStale))
 	// Output:
 	// not found: deleted=true under token 5
@@ -204,7 +204,7 @@ func ExampleStore_Sweep() {
 	store, cleanup := exampleStoreWith(ctx, s3guard.Config{KeepSuperseded: true})
 	defer cleanup()
 	for tok := fence.Token(1); tok <= 3; tok++ {
-		if _, err := store.PutBytesWithToken(ctx, "log.txt", tok, []byte(fmt.Sprintf("v%d", tok)), s3guard.PutOptions{}); err != nil {
+		if _, err := store.PutBytesClaim(ctx, "log.txt", fence.ClaimFor(ctx, tok), []byte(fmt.Sprintf("v%d", tok)), s3guard.PutOptions{}); err != nil {
 			panic(err)
 		}
 	}
@@ -220,7 +220,7 @@ func ExampleStore_Sweep() {
 	if err != nil {
 		panic(err)
 	}
-	fmt.Printf("mark %d, swept %d, content %s\n", mark, removed, body)
+	fmt.Printf("mark %d, swept %d, content %s\n", mark.Token, removed, body)
 	// Output:
 	// mark 3, swept 2, content v3
 }

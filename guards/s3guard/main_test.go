@@ -164,7 +164,7 @@ func (e env) store(t testing.TB, client s3client.Client, mod func(*Config)) *Sto
 
 func put(t testing.TB, s *Store, key string, tok fence.Token, body string) (Info, error) {
 	t.Helper()
-	return s.PutBytesWithToken(testCtx(t), key, tok, []byte(body), PutOptions{ContentType: "text/plain"})
+	return s.PutBytesClaim(testCtx(t), key, fence.ClaimFor(testCtx(t), tok), []byte(body), PutOptions{ContentType: "text/plain"})
 }
 
 // content reads key through the guard and fails the test on error.

@@ -25,10 +25,10 @@ type PutOptions struct {
 // context's token and run identity, or one set with fence.WithClaim or
 // fence.WithToken. A ctx without a claim is refused with an error matching
 // fence.ErrNoToken and nothing is read or written. The explicit form
-// (PutWithToken, PutBytesWithToken, DeleteWithToken, Fence) takes the token
-// as an argument, for tokens from other sources, and presents
-// fence.ClaimFor(ctx, token): the token, with ctx's run identity when ctx's
-// claim is for the same token.
+// (PutClaim, PutBytesClaim, DeleteClaim) takes the claim as an argument,
+// right after the resource, for tokens from other sources; Fence
+// (fence.Guard) takes a token and presents fence.ClaimFor(ctx, token): the
+// token, with ctx's run identity when ctx's claim is for the same token.
 
 // Put stores size bytes from r at key under the claim ctx carries. size may
 // be -1 for a stream of unknown length (multipart upload). It is Do with a
@@ -41,17 +41,17 @@ type PutOptions struct {
 // yields *fence.StaleError and the upload is removed. A token equal to the
 // mark but presented by another run than the one that set it yields
 // *fence.ReusedError.
-func (s *Store) Put(ctx context.Context, key string, r io.Reader, size int64, opts PutOptions) (Info, error) {
-	c, err := claimFrom(ctx, key)
+func (s *Store) Put(ctx context.Context, resource string, r io.Reader, size int64, opts PutOptions) (Info, error) {
+	c, err := claimFrom(ctx, resource)
 	if err != nil {
 		return Info{}, err
 	}
-	return s.put(ctx, key, c, r, size, opts)
+	return s.put(ctx, resource, c, r, size, opts)
 }
 
 // PutBytes is Put for content held in memory.
-func (s *Store) PutBytes(ctx context.Context, key string, b []byte, opts PutOptions) (Info, error) {
-	return s.Put(ctx, key, bytes.NewReader(b), int64(len(b)), opts)
+func (s *Store) PutBytes(ctx context.Context, resource string, b []byte, opts PutOptions) (Info, error) {
+	return s.Put(ctx, resource, bytes.NewReader(b), int64(len(b)), opts)
 }
 
 // Delete stores a tombstone at key under the claim ctx carries: a fenced
@@ -60,38 +60,40 @@ func (s *Store) PutBytes(ctx context.Context, key string, b []byte, opts PutOpti
 // *NotFoundError with Deleted and Token set, and writes below the token are
 // refused. Deleting a key that has no content still writes the tombstone,
 // raising the mark.
-func (s *Store) Delete(ctx context.Context, key string) (Info, error) {
-	c, err := claimFrom(ctx, key)
+func (s *Store) Delete(ctx context.Context, resource string) (Info, error) {
+	c, err := claimFrom(ctx, resource)
 	if err != nil {
 		return Info{}, err
 	}
-	return s.fence(ctx, key, c, StageDelete, true)
+	return s.fence(ctx, resource, c, StageDelete, true)
 }
 
 // Do runs write as a fenced write of the object at key under the claim ctx
 // carries, exactly as Fence does under an explicit token.
-func (s *Store) Do(ctx context.Context, key string, write func(ctx context.Context) error) error {
-	c, err := claimFrom(ctx, key)
+func (s *Store) Do(ctx context.Context, resource string, write func(ctx context.Context) error) error {
+	c, err := claimFrom(ctx, resource)
 	if err != nil {
 		return err
 	}
-	_, err = s.fence(ctx, key, c, write, false)
+	_, err = s.fence(ctx, resource, c, write, false)
 	return err
 }
 
-// PutWithToken is Put under an explicit token (see the form notes above).
-func (s *Store) PutWithToken(ctx context.Context, key string, token fence.Token, r io.Reader, size int64, opts PutOptions) (Info, error) {
-	return s.put(ctx, key, fence.ClaimFor(ctx, token), r, size, opts)
+// PutClaim is Put under an explicit claim (see the form notes above). A
+// caller holding only a token passes fence.Claim{Token: t}, or
+// fence.ClaimFor(ctx, t) to keep ctx's run identity for that token.
+func (s *Store) PutClaim(ctx context.Context, resource string, claim fence.Claim, r io.Reader, size int64, opts PutOptions) (Info, error) {
+	return s.put(ctx, resource, claim, r, size, opts)
 }
 
-// PutBytesWithToken is PutBytes under an explicit token.
-func (s *Store) PutBytesWithToken(ctx context.Context, key string, token fence.Token, b []byte, opts PutOptions) (Info, error) {
-	return s.PutWithToken(ctx, key, token, bytes.NewReader(b), int64(len(b)), opts)
+// PutBytesClaim is PutBytes under an explicit claim.
+func (s *Store) PutBytesClaim(ctx context.Context, resource string, claim fence.Claim, b []byte, opts PutOptions) (Info, error) {
+	return s.PutClaim(ctx, resource, claim, bytes.NewReader(b), int64(len(b)), opts)
 }
 
-// DeleteWithToken is Delete under an explicit token.
-func (s *Store) DeleteWithToken(ctx context.Context, key string, token fence.Token) (Info, error) {
-	return s.fence(ctx, key, fence.ClaimFor(ctx, token), StageDelete, true)
+// DeleteClaim is Delete under an explicit claim.
+func (s *Store) DeleteClaim(ctx context.Context, resource string, claim fence.Claim) (Info, error) {
+	return s.fence(ctx, resource, claim, StageDelete, true)
 }
 
 // Fence implements fence.Guard for the object at key resource, under

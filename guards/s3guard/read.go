@@ -106,18 +106,19 @@ func (s *Store) getPointer(ctx context.Context, key string) (current, error) {
 	return current{p: p, etag: oi.ETag}, nil
 }
 
-// Mark returns the key's high-water mark: the token of its current pointer
-// (content or tombstone), or 0 when the key has none.
-func (s *Store) Mark(ctx context.Context, key string) (_ fence.Token, err error) {
+// Mark returns the resource's high-water mark as a claim: the token of its
+// current pointer (content or tombstone) with the run identity stored with
+// it, or the zero Claim when the resource has none.
+func (s *Store) Mark(ctx context.Context, resource string) (_ fence.Claim, err error) {
 	defer func() { err = contextErr(ctx, err) }()
-	if err := checkKey(s.prefix, key); err != nil {
-		return 0, err
+	if err := checkKey(s.prefix, resource); err != nil {
+		return fence.Claim{}, err
 	}
-	cur, err := s.readPointer(ctx, key)
+	cur, err := s.readPointer(ctx, resource)
 	if err != nil {
-		return 0, err
+		return fence.Claim{}, err
 	}
-	return cur.token(), nil
+	return fence.Claim{Token: cur.token(), Run: cur.run()}, nil
 }
 
 // Get returns the current content of key, the state its pointer records
@@ -125,54 +126,54 @@ func (s *Store) Mark(ctx context.Context, key string) (_ fence.Token, err error)
 // close. A key without pointer or with a tombstone yields *NotFoundError.
 // If the data object was removed between the pointer read and the data
 // read (a newer write superseded it), Get reads the pointer again.
-func (s *Store) Get(ctx context.Context, key string) (_ io.ReadCloser, _ Info, err error) {
+func (s *Store) Get(ctx context.Context, resource string) (_ io.ReadCloser, _ Info, err error) {
 	defer func() { err = contextErr(ctx, err) }()
-	if err := checkKey(s.prefix, key); err != nil {
+	if err := checkKey(s.prefix, resource); err != nil {
 		return nil, Info{}, err
 	}
 	var lastWrite string
 	for attempt := 1; attempt <= s.max; attempt++ {
-		cur, err := s.readPointer(ctx, key)
+		cur, err := s.readPointer(ctx, resource)
 		if err != nil {
 			return nil, Info{}, err
 		}
 		if cur.p == nil {
-			return nil, Info{}, &NotFoundError{Key: key}
+			return nil, Info{}, &NotFoundError{Key: resource}
 		}
 		if cur.p.Deleted {
-			return nil, s.info(key, cur.p), &NotFoundError{Key: key, Deleted: true, Token: cur.p.Token}
+			return nil, s.info(resource, cur.p), &NotFoundError{Key: resource, Deleted: true, Token: cur.p.Token}
 		}
 		if cur.p.inline() {
-			return io.NopCloser(bytes.NewReader(cur.p.Inline)), s.info(key, cur.p), nil
+			return io.NopCloser(bytes.NewReader(cur.p.Inline)), s.info(resource, cur.p), nil
 		}
 		if s.beforeData != nil {
-			s.beforeData(key)
+			s.beforeData(resource)
 		}
 		// One GET: once it has answered, the body streams even if the data
 		// object is removed meanwhile.
 		rc, _, err := s.client.Get(ctx, s.bucket, cur.p.Data, s3client.GetOptions{IfMatch: cur.p.ETag})
 		if err == nil {
-			return rc, s.info(key, cur.p), nil
+			return rc, s.info(resource, cur.p), nil
 		}
 		switch {
 		case errors.Is(err, s3client.ErrNotFound):
 			if cur.p.WriteID == lastWrite {
-				return nil, Info{}, &DataError{Key: key, DataKey: cur.p.Data, Reason: "is missing"}
+				return nil, Info{}, &DataError{Key: resource, DataKey: cur.p.Data, Reason: "is missing"}
 			}
 			lastWrite = cur.p.WriteID // superseded meanwhile? read the pointer again
 		case errors.Is(err, s3client.ErrPreconditionFailed):
-			return nil, Info{}, &DataError{Key: key, DataKey: cur.p.Data, Reason: "no longer has ETag " + cur.p.ETag}
+			return nil, Info{}, &DataError{Key: resource, DataKey: cur.p.Data, Reason: "no longer has ETag " + cur.p.ETag}
 		default:
 			return nil, Info{}, fmt.Errorf("s3guard: read data %q: %w", cur.p.Data, err)
 		}
 	}
-	return nil, Info{}, fmt.Errorf("s3guard: %q: content kept moving during %d reads: %w", key, s.max, fence.ErrBusy)
+	return nil, Info{}, fmt.Errorf("s3guard: %q: content kept moving during %d reads: %w", resource, s.max, fence.ErrBusy)
 }
 
 // GetBytes is Get reading the whole content into memory.
-func (s *Store) GetBytes(ctx context.Context, key string) (_ []byte, _ Info, err error) {
+func (s *Store) GetBytes(ctx context.Context, resource string) (_ []byte, _ Info, err error) {
 	defer func() { err = contextErr(ctx, err) }()
-	rc, info, err := s.Get(ctx, key)
+	rc, info, err := s.Get(ctx, resource)
 	if err != nil {
 		return nil, info, err
 	}

@@ -14,19 +14,19 @@ import (
 // alone: a writer holding that token may still commit them. Sweep needs no
 // clock and is safe to run at any time, concurrently with writers. It
 // returns how many objects it removed.
-func (s *Store) Sweep(ctx context.Context, key string) (_ int, err error) {
+func (s *Store) Sweep(ctx context.Context, resource string) (_ int, err error) {
 	defer func() { err = contextErr(ctx, err) }()
-	if err := checkKey(s.prefix, key); err != nil {
+	if err := checkKey(s.prefix, resource); err != nil {
 		return 0, err
 	}
-	cur, err := s.readPointer(ctx, key)
+	cur, err := s.readPointer(ctx, resource)
 	if err != nil {
 		return 0, err
 	}
 	if cur.p == nil {
 		return 0, nil
 	}
-	base := s.prefix + key + "/"
+	base := s.prefix + resource + "/"
 	removed := 0
 	for obj, err := range s.client.List(ctx, s.bucket, base) {
 		if err != nil {

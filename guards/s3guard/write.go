@@ -70,11 +70,7 @@ func (s *Store) fence(ctx context.Context, key string, c fence.Claim, write func
 // context.Cause(ctx) (fence.WrapContext). A write that gave up after ctx
 // ended is reported as the context's end, never as fence.ErrBusy.
 func (s *Store) fail(ctx context.Context, key string, err error) error {
-	s.met.Decision(ctx, err)
-	if re, ok := fence.IsReused(err); ok {
-		s.log.ErrorContext(ctx, "s3guard: token reused by a different run; write refused",
-			"key", key, "token", int64(re.Token), "run", re.Run, "mark_run", re.MarkRun)
-	}
+	s.met.Decision(ctx, err) // counts the decision; logs a reuse
 	return contextErr(ctx, err)
 }
 

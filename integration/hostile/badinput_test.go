@@ -95,11 +95,11 @@ func guards(t *testing.T) []guardUnderTest {
 	httpG := httpClientGuard{client: client, url: srv.URL}
 
 	out := []guardUnderTest{
-		{name: "memguard", g: mem, snapshot: func(*testing.T) string { return mem.Mark("keep").String() }},
+		{name: "memguard", g: mem, snapshot: func(*testing.T) string { return markOf(mem, "keep").String() }},
 		{name: "pgguard", g: pg, snapshot: pgSnapshot(pool, schema)},
 		{name: "s3guard", g: s3, snapshot: s3Snapshot(mc, bucket)},
 		{name: "httpguard", g: httpG, snapshot: func(*testing.T) string {
-			return httpMem.Mark("keep").String() + "/" + string(rune('0'+handled.Load()))
+			return markOf(httpMem, "keep").String() + "/" + string(rune('0'+handled.Load()))
 		}},
 	}
 	for _, gu := range out {

@@ -122,7 +122,7 @@ func TestInjectionThroughValues(t *testing.T) {
 		require.NoError(t, g.Fence(ctx, inj, 3, func(context.Context) error { return nil }), "%q", inj)
 		mark, err := g.Mark(ctx, inj)
 		require.NoError(t, err)
-		assert.EqualValues(t, 3, mark, "%q", inj)
+		assert.EqualValues(t, 3, mark.Token, "%q", inj)
 	}
 	rows, err := pool.Query(ctx, `SELECT resource FROM "`+schema+`".fencekit_guard_marks ORDER BY resource`)
 	require.NoError(t, err)

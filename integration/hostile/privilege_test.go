@@ -106,7 +106,7 @@ func TestLeastPrivilegePGGuard(t *testing.T) {
 	assert.Equal(t, fence.Token(8), se.Highest)
 	mark, err := g.Mark(ctx, "doc/1")
 	require.NoError(t, err)
-	assert.Equal(t, fence.Token(8), mark)
+	assert.Equal(t, fence.Token(8), mark.Token)
 	var v string
 	require.NoError(t, pool.QueryRow(ctx, `SELECT v FROM "`+schema+`".app_data WHERE id = 'doc/1'`).Scan(&v))
 	assert.Equal(t, "eight", v)

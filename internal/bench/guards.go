@@ -342,7 +342,7 @@ func S3Guard(e *Env) (err error) {
 				if fresh {
 					k = fmt.Sprintf("%s/%d", name, r)
 				}
-				_, err := s.PutBytesWithToken(ctx, k, 1, body, s3guard.PutOptions{})
+				_, err := s.PutBytesClaim(ctx, k, fence.ClaimFor(ctx, 1), body, s3guard.PutOptions{})
 				return err
 			}})
 		}

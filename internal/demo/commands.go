@@ -331,10 +331,10 @@ MinIO.`)
 	if err != nil {
 		return err
 	}
-	o.add("pg_mark", int64(pm))
+	o.add("pg_mark", int64(pm.Token))
 	if store, err := c.store(ctx); err == nil {
 		if sm, err := store.Mark(ctx, S3Key(k)); err == nil {
-			o.add("s3_mark", int64(sm))
+			o.add("s3_mark", int64(sm.Token))
 		} else {
 			o.add("s3_mark_error", err.Error())
 		}
@@ -403,7 +403,7 @@ resource has accepted is refused (exit 3), printing both numbers.`)
 		if err != nil {
 			return err
 		}
-		info, err := store.PutBytesWithToken(ctx, S3Key(k), tok, []byte(text), s3guard.PutOptions{ContentType: "text/plain",
+		info, err := store.PutBytesClaim(ctx, S3Key(k), fence.ClaimFor(ctx, tok), []byte(text), s3guard.PutOptions{ContentType: "text/plain",
 			Metadata: map[string]string{"writer": string(ActorCLI)}})
 		errs = append(errs, putResult(o, "s3", int64(info.Token), err))
 	}

@@ -366,8 +366,8 @@ func (s *scenario) checkEnd(ctx context.Context, res *Result) {
 		"token %d, run_id %s, %d bytes%s", info.Token, short8(info.Metadata["run_id"]), len(b), errSuffix(err))
 	m3, err3 := s.storeB.Mark(ctx, s.report.object)
 	mp, errp := s.marks.Mark(ctx, s.report.resource)
-	check("both marks hold D's token", err3 == nil && errp == nil && m3 == td && mp == td, "s3 %d, pg %d (want %d)%s",
-		m3, mp, td, errSuffix(errors.Join(err3, errp)))
+	check("both marks hold D's token", err3 == nil && errp == nil && m3.Token == td && mp.Token == td, "s3 %d, pg %d (want %d)%s",
+		m3.Token, mp.Token, td, errSuffix(errors.Join(err3, errp)))
 	rows, err := s.poolB.Query(ctx, `SELECT token, run_id, writer FROM `+s.report.table+` WHERE resource = $1 ORDER BY id`, s.report.resource)
 	var got []string
 	if err == nil {
