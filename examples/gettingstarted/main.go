@@ -46,7 +46,7 @@ func run(ctx context.Context, url, schema string, out io.Writer) error {
 	if err != nil {
 		return err
 	}
-	defer m.Close()
+	defer m.Close() //nolint:contextcheck // Close releases under a fresh bounded context of its own
 	guard, err := pgguard.New(pgguard.Config{DB: pool, Schema: schema})
 	if err != nil {
 		return err
