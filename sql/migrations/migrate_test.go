@@ -30,12 +30,9 @@ func TestMigrationsEmbedded(t *testing.T) {
 		require.NotEmpty(t, ms)
 		require.Equal(t, 1, ms[0].Version, "versions start at 1")
 		for i, m := range ms {
-			// Strictly increasing; a number may be missing while it is
-			// reserved for a migration not yet merged (Migrate applies the
-			// versions above the highest recorded one, in order).
-			if i > 0 {
-				assert.Greater(t, m.Version, ms[i-1].Version, "versions increase")
-			}
+			// Contiguous: Migrate applies the versions above the highest
+			// recorded one, so a gap filled later would never be applied.
+			assert.Equal(t, i+1, m.Version, "versions are contiguous")
 			assert.NotEmpty(t, m.Up)
 			assert.NotEmpty(t, m.Down)
 		}
