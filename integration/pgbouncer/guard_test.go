@@ -27,19 +27,24 @@ var errInjected = errors.New("injected failure after the write")
 // InSQLTx/InSQLTxClaim), and reads use another.
 type guardSubject struct {
 	g      *pgguard.Guard
+	strict *pgguard.Guard // Config.Strict over the same marks (WriteStrict)
 	schema string
-	write  func(ctx context.Context, r string, c *fence.Claim, fn func(exec func(ctx context.Context, sql string, args ...any) error) error) error
+	write  func(ctx context.Context, g *pgguard.Guard, r string, c *fence.Claim, fn func(exec func(ctx context.Context, sql string, args ...any) error) error) error
 	read   *pgxpool.Pool
 }
 
 func (s *guardSubject) do(ctx context.Context, r string, c *fence.Claim, v string, fail bool) error {
+	return s.doWith(ctx, s.g, r, c, v, fail)
+}
+
+func (s *guardSubject) doWith(ctx context.Context, g *pgguard.Guard, r string, c *fence.Claim, v string, fail bool) error {
 	tok := int64(0)
 	if c != nil {
 		tok = int64(c.Token)
 	} else if cc, err := fence.ClaimFromContext(ctx); err == nil {
 		tok = int64(cc.Token)
 	}
-	return s.write(ctx, r, c, func(exec func(ctx context.Context, sql string, args ...any) error) error {
+	return s.write(ctx, g, r, c, func(exec func(ctx context.Context, sql string, args ...any) error) error {
 		if err := exec(ctx, fmt.Sprintf(`INSERT INTO %q.guarded (resource, value, token) VALUES ($1, $2, $3)
 ON CONFLICT (resource) DO UPDATE SET value = EXCLUDED.value, token = EXCLUDED.token`, s.schema), r, v, tok); err != nil {
 			return err
@@ -64,6 +69,10 @@ func (s *guardSubject) WriteContext(ctx context.Context, r, v string) error {
 	return s.do(ctx, r, nil, v, false)
 }
 
+func (s *guardSubject) WriteStrict(ctx context.Context, r string, c fence.Claim, v string) error {
+	return s.doWith(ctx, s.strict, r, &c, v, false)
+}
+
 func (s *guardSubject) WriteFailing(ctx context.Context, r string, tok fence.Token) error {
 	c := fence.ClaimFor(ctx, tok)
 	return s.do(ctx, r, &c, "failing", true)
@@ -83,6 +92,7 @@ var (
 	_ guardtest.ClaimWriter   = (*guardSubject)(nil)
 	_ guardtest.ContextWriter = (*guardSubject)(nil)
 	_ guardtest.FailingWriter = (*guardSubject)(nil)
+	_ guardtest.StrictWriter  = (*guardSubject)(nil)
 )
 
 func guardSchema(t *testing.T) string {
@@ -112,13 +122,15 @@ func TestGuardConformanceThroughPgBouncer(t *testing.T) {
 			schema := guardSchema(t)
 			g, err := pgguard.New(pgguard.Config{Schema: schema})
 			require.NoError(t, err)
+			strict, err := pgguard.New(pgguard.Config{Schema: schema, Strict: true})
+			require.NoError(t, err)
 			read := fencetest.PoolAt(t, url, c.exec)
 
 			t.Run("pgx", func(t *testing.T) {
 				pools := []*pgxpool.Pool{fencetest.PoolAt(t, url, c.exec), fencetest.PoolAt(t, url, c.exec), fencetest.PoolAt(t, url, c.exec)}
 				var next atomic.Uint64
-				s := &guardSubject{g: g, schema: schema, read: read,
-					write: func(ctx context.Context, r string, cl *fence.Claim, fn func(func(context.Context, string, ...any) error) error) error {
+				s := &guardSubject{g: g, strict: strict, schema: schema, read: read,
+					write: func(ctx context.Context, g *pgguard.Guard, r string, cl *fence.Claim, fn func(func(context.Context, string, ...any) error) error) error {
 						db := pools[next.Add(1)%uint64(len(pools))]
 						body := func(ctx context.Context, tx pgx.Tx) error {
 							return fn(func(ctx context.Context, q string, args ...any) error { _, err := tx.Exec(ctx, q, args...); return err })
@@ -141,8 +153,8 @@ func TestGuardConformanceThroughPgBouncer(t *testing.T) {
 					dbs = append(dbs, db)
 				}
 				var next atomic.Uint64
-				s := &guardSubject{g: g, schema: schema, read: read,
-					write: func(ctx context.Context, r string, cl *fence.Claim, fn func(func(context.Context, string, ...any) error) error) error {
+				s := &guardSubject{g: g, strict: strict, schema: schema, read: read,
+					write: func(ctx context.Context, g *pgguard.Guard, r string, cl *fence.Claim, fn func(func(context.Context, string, ...any) error) error) error {
 						db := dbs[next.Add(1)%uint64(len(dbs))]
 						body := func(ctx context.Context, tx *sql.Tx) error {
 							return fn(func(ctx context.Context, q string, args ...any) error {
