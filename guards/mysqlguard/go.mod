@@ -5,7 +5,7 @@ go 1.26.0
 replace github.com/fencekit/fencekit => ../..
 
 require (
-	github.com/fencekit/fencekit v0.0.0-00010101000000-000000000000
+	github.com/fencekit/fencekit v0.1.0
 	github.com/go-sql-driver/mysql v1.10.2
 	go.opentelemetry.io/otel/metric v1.47.0
 	go.uber.org/goleak v1.3.0

@@ -10,10 +10,10 @@ replace (
 )
 
 require (
-	github.com/fencekit/fencekit v0.0.0-00010101000000-000000000000
-	github.com/fencekit/fencekit/guards/mysqlguard v0.0.0-00010101000000-000000000000
-	github.com/fencekit/fencekit/guards/natsguard v0.0.0-00010101000000-000000000000
-	github.com/fencekit/fencekit/guards/redisguard v0.0.0-00010101000000-000000000000
+	github.com/fencekit/fencekit v0.1.0
+	github.com/fencekit/fencekit/guards/mysqlguard v0.1.0
+	github.com/fencekit/fencekit/guards/natsguard v0.1.0
+	github.com/fencekit/fencekit/guards/redisguard v0.1.0
 	github.com/go-sql-driver/mysql v1.10.2
 	github.com/nats-io/nats.go v1.56.0
 	github.com/redis/go-redis/v9 v9.23.0
