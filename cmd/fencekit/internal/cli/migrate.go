@@ -175,15 +175,8 @@ func (j setStatusJSON) text(w io.Writer) {
 func setupMigrateUp(fs *flag.FlagSet, _ *runner) runFunc {
 	sets := registerSets(fs, "migration `SETS`: lease, guard or all (default all)")
 	return func(ctx context.Context, r *runner, _ []string) error {
-		cfg, err := r.dbConfig("", "")
+		p, err := r.database(ctx)
 		if err != nil {
-			return err
-		}
-		p, err := r.pool(ctx, cfg)
-		if err != nil {
-			return err
-		}
-		if err := ping(ctx, p, "database"); err != nil {
 			return err
 		}
 		opts := migrations.Options{Schema: r.g.schemaName()}
@@ -241,15 +234,8 @@ func setupMigrateDown(fs *flag.FlagSet, _ *runner) runFunc {
 		if to.given && to.v > 1<<30 {
 			return usagef("--to %d: not a version", to.v)
 		}
-		cfg, err := r.dbConfig("", "")
+		p, err := r.database(ctx)
 		if err != nil {
-			return err
-		}
-		p, err := r.pool(ctx, cfg)
-		if err != nil {
-			return err
-		}
-		if err := ping(ctx, p, "database"); err != nil {
 			return err
 		}
 		opts := migrations.Options{Schema: r.g.schemaName()}
@@ -279,15 +265,8 @@ func setupMigrateDown(fs *flag.FlagSet, _ *runner) runFunc {
 func setupMigrateStatus(fs *flag.FlagSet, _ *runner) runFunc {
 	sets := registerSets(fs, "migration `SETS`: lease, guard or all (default all)")
 	return func(ctx context.Context, r *runner, _ []string) error {
-		cfg, err := r.dbConfig("", "")
+		p, err := r.database(ctx)
 		if err != nil {
-			return err
-		}
-		p, err := r.pool(ctx, cfg)
-		if err != nil {
-			return err
-		}
-		if err := ping(ctx, p, "database"); err != nil {
 			return err
 		}
 		opts := migrations.Options{Schema: r.g.schemaName()}
@@ -323,15 +302,8 @@ func (v validateJSON) text(w io.Writer) {
 func setupMigrateValidate(fs *flag.FlagSet, _ *runner) runFunc {
 	sets := registerSets(fs, "migration `SETS`: lease, guard or all (default all)")
 	return func(ctx context.Context, r *runner, _ []string) error {
-		cfg, err := r.dbConfig("", "")
+		p, err := r.database(ctx)
 		if err != nil {
-			return err
-		}
-		p, err := r.pool(ctx, cfg)
-		if err != nil {
-			return err
-		}
-		if err := ping(ctx, p, "database"); err != nil {
 			return err
 		}
 		opts := migrations.Options{Schema: r.g.schemaName()}

@@ -169,6 +169,23 @@ func (r *runner) pool(ctx context.Context, cfg *pgxpool.Config) (*pgxpool.Pool, 
 
 // ping checks that the database answers, so that an unreachable one fails
 // with its cause before any command-specific statement.
+// database opens a pool on --database-url and pings it: the first step of
+// every command that reads or changes the lease database.
+func (r *runner) database(ctx context.Context) (*pgxpool.Pool, error) {
+	cfg, err := r.dbConfig("", "")
+	if err != nil {
+		return nil, err
+	}
+	p, err := r.pool(ctx, cfg)
+	if err != nil {
+		return nil, err
+	}
+	if err := ping(ctx, p, "database"); err != nil {
+		return nil, err
+	}
+	return p, nil
+}
+
 func ping(ctx context.Context, p *pgxpool.Pool, what string) error {
 	if err := p.Ping(ctx); err != nil {
 		c := p.Config().ConnConfig
