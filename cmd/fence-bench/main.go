@@ -20,15 +20,15 @@ import (
 	"strings"
 	"time"
 
-	"github.com/fencekit/fencekit/internal/bench"
+	"github.com/fencekit/fencekit/cmd/fence-bench/internal/bench"
 )
 
 func main() {
 	quick := flag.Bool("quick", os.Getenv("BENCH_QUICK") == "1", "short run (under 60 s); default from BENCH_QUICK=1")
 	chart := flag.String("chart", "", "write the SVG chart to this path")
 	only := flag.String("only", "", "comma-separated cases to run (default all): "+caseNames())
-	peer := flag.String("peer", "internal/bench/pglockpeer", "directory of the pglock peer module (empty: no pglock side)")
-	stores := flag.String("stores", "internal/bench/storesbench", "directory of the store bench module (Redis, MySQL, NATS guard cases)")
+	peer := flag.String("peer", "cmd/fence-bench/internal/bench/pglockpeer", "directory of the pglock peer module (empty: no pglock side)")
+	stores := flag.String("stores", "cmd/fence-bench/internal/bench/storesbench", "directory of the store bench module (Redis, MySQL, NATS guard cases)")
 	flag.Parse()
 	e := &bench.Env{
 		Ctx:       context.Background(),

@@ -10,7 +10,7 @@ import (
 	"os/signal"
 	"syscall"
 
-	"github.com/fencekit/fencekit/internal/demo"
+	"github.com/fencekit/fencekit/cmd/fence-demo/internal/demo"
 )
 
 func main() {

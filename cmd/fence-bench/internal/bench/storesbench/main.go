@@ -8,7 +8,7 @@ import (
 	"strings"
 	"time"
 
-	"github.com/fencekit/fencekit/internal/bench"
+	"github.com/fencekit/fencekit/cmd/fence-bench/internal/bench"
 )
 
 func main() {

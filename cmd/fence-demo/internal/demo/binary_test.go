@@ -20,7 +20,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/fencekit/fencekit/guards/pgguard"
-	"github.com/fencekit/fencekit/internal/demo"
+	"github.com/fencekit/fencekit/cmd/fence-demo/internal/demo"
 	"github.com/fencekit/fencekit/internal/testsvc"
 )
 

@@ -10,7 +10,7 @@ import (
 
 	"github.com/fencekit/fencekit/fence"
 	"github.com/fencekit/fencekit/guards/mysqlguard"
-	"github.com/fencekit/fencekit/internal/bench"
+	"github.com/fencekit/fencekit/cmd/fence-bench/internal/bench"
 )
 
 // mysqlCase: in-row mode (Rows.UpsertClaim vs the same upsert unguarded,

@@ -9,7 +9,7 @@ import (
 
 	"github.com/fencekit/fencekit/fence"
 	"github.com/fencekit/fencekit/guards/redisguard"
-	"github.com/fencekit/fencekit/internal/bench"
+	"github.com/fencekit/fencekit/cmd/fence-bench/internal/bench"
 )
 
 // redisCase: a plain SET of 1 KiB vs redisguard PutClaim (one EVALSHA that

@@ -10,7 +10,7 @@ import (
 
 	"github.com/fencekit/fencekit/fence"
 	"github.com/fencekit/fencekit/guards/natsguard"
-	"github.com/fencekit/fencekit/internal/bench"
+	"github.com/fencekit/fencekit/cmd/fence-bench/internal/bench"
 )
 
 // natsCase: a plain KV Put of 1 KiB vs natsguard PutClaim (one publish

@@ -4,7 +4,7 @@ import (
 	"os"
 	"time"
 
-	"github.com/fencekit/fencekit/internal/demo"
+	"github.com/fencekit/fencekit/cmd/fence-demo/internal/demo"
 )
 
 // The timeline prints one line per event: offset, actor, token, kind,

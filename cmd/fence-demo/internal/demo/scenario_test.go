@@ -16,7 +16,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/stretchr/testify/require"
 
-	"github.com/fencekit/fencekit/internal/demo"
+	"github.com/fencekit/fencekit/cmd/fence-demo/internal/demo"
 )
 
 // find returns the events matching pred.

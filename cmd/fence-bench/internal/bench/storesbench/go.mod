@@ -1,12 +1,12 @@
-module github.com/fencekit/fencekit/internal/bench/storesbench
+module github.com/fencekit/fencekit/cmd/fence-bench/internal/bench/storesbench
 
 go 1.26.0
 
 replace (
-	github.com/fencekit/fencekit => ../../..
-	github.com/fencekit/fencekit/guards/mysqlguard => ../../../guards/mysqlguard
-	github.com/fencekit/fencekit/guards/natsguard => ../../../guards/natsguard
-	github.com/fencekit/fencekit/guards/redisguard => ../../../guards/redisguard
+	github.com/fencekit/fencekit => ../../../../..
+	github.com/fencekit/fencekit/guards/mysqlguard => ../../../../../guards/mysqlguard
+	github.com/fencekit/fencekit/guards/natsguard => ../../../../../guards/natsguard
+	github.com/fencekit/fencekit/guards/redisguard => ../../../../../guards/redisguard
 )
 
 require (

@@ -1,4 +1,4 @@
-module github.com/fencekit/fencekit/internal/bench/pglockpeer
+module github.com/fencekit/fencekit/cmd/fence-bench/internal/bench/pglockpeer
 
 go 1.26.0
 

@@ -13,7 +13,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/fencekit/fencekit/fence"
-	"github.com/fencekit/fencekit/internal/demo"
+	"github.com/fencekit/fencekit/cmd/fence-demo/internal/demo"
 	"github.com/fencekit/fencekit/lease"
 )
 
