@@ -2,8 +2,6 @@ package fencetest
 
 import (
 	"context"
-	"crypto/rand"
-	"encoding/hex"
 	"fmt"
 	"os"
 	"strings"
@@ -84,13 +82,6 @@ func PoolFor(t testing.TB, cfg *pgxpool.Config) *pgxpool.Pool {
 	return pool
 }
 
-// randomName returns prefix and 12 random hex characters.
-func randomName(prefix string) string {
-	var b [6]byte
-	_, _ = rand.Read(b[:])
-	return prefix + hex.EncodeToString(b[:])
-}
-
 // Schema creates a private schema, applies the given migration sets (all of
 // them when none are given) and drops it, with everything in it, when the
 // test ends. It returns the schema's name, for lease.Config.Schema and the
@@ -98,7 +89,7 @@ func randomName(prefix string) string {
 func Schema(t testing.TB, sets ...migrations.Set) string {
 	t.Helper()
 	pool := Pool(t)
-	name := randomName("fk_test_")
+	name := RandomName("fk_test_")
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	if _, err := migrations.Migrate(ctx, pool, migrations.Options{Schema: name}, sets...); err != nil {
@@ -133,7 +124,7 @@ func Bucket(t testing.TB) (*minio.Client, string) {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
-	bucket := strings.ReplaceAll(randomName("fk-test-"), "_", "-")
+	bucket := strings.ReplaceAll(RandomName("fk-test-"), "_", "-")
 	if err := client.MakeBucket(ctx, bucket, minio.MakeBucketOptions{}); err != nil {
 		Missing(t, "MinIO at %s unusable: %v", endpoint, err)
 	}

@@ -12,7 +12,6 @@ import (
 
 	"github.com/fencekit/fencekit/fence"
 	"github.com/fencekit/fencekit/fencetest"
-	"github.com/fencekit/fencekit/internal/testsvc"
 	"github.com/fencekit/fencekit/lease"
 	"github.com/fencekit/fencekit/sql/migrations"
 )
@@ -85,7 +84,7 @@ func TestBadInputTouchesNothing(t *testing.T) {
 // TestConfigValidation: New rejects every bad Config field with a
 // *ConfigError naming it (matching ErrInvalidConfig), and fills defaults.
 func TestConfigValidation(t *testing.T) {
-	pool := testsvc.Pool(t)
+	pool := fencetest.Pool(t)
 	cases := map[string]struct {
 		cfg   lease.Config
 		field string
@@ -161,7 +160,7 @@ func TestKeyResource(t *testing.T) {
 // when that fits, as with the default TTL); set explicitly out of that
 // range it is a *ConfigError naming CallTimeout.
 func TestCallTimeoutInsideTrustWindow(t *testing.T) {
-	pool := testsvc.Pool(t)
+	pool := fencetest.Pool(t)
 	for _, c := range []lease.Config{
 		{TTL: time.Second},
 		{TTL: lease.MinTTL},

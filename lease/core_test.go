@@ -17,8 +17,8 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/fencekit/fencekit/fence"
+	"github.com/fencekit/fencekit/fencetest"
 	"github.com/fencekit/fencekit/internal/netproxy"
-	"github.com/fencekit/fencekit/internal/testsvc"
 	"github.com/fencekit/fencekit/lease"
 )
 
@@ -31,12 +31,12 @@ func proxiedPool(t *testing.T) (*pgxpool.Pool, *netproxy.Proxy) {
 
 func proxiedPoolWith(t *testing.T, configure func(*pgxpool.Config)) (*pgxpool.Pool, *netproxy.Proxy) {
 	t.Helper()
-	cfg, err := pgxpool.ParseConfig(testsvc.DatabaseURL())
+	cfg, err := pgxpool.ParseConfig(fencetest.DatabaseURL())
 	require.NoError(t, err)
 	p, err := netproxy.New(net.JoinHostPort(cfg.ConnConfig.Host, strconv.Itoa(int(cfg.ConnConfig.Port))))
 	require.NoError(t, err)
 	t.Cleanup(func() { _ = p.Close() }) // runs after the pool's cleanup (LIFO)
-	pool := testsvc.PoolWith(t, testsvc.DatabaseURL(), func(c *pgxpool.Config) {
+	pool := fencetest.PoolWith(t, fencetest.DatabaseURL(), func(c *pgxpool.Config) {
 		c.ConnConfig.Host, c.ConnConfig.Port = p.Host(), p.Port()
 		c.ConnConfig.ConnectTimeout = 2 * time.Second
 		if configure != nil {
@@ -381,7 +381,7 @@ func TestRenewalRejectedCancelsWithErrLost(t *testing.T) {
 // statements of at most 1,000 leases (3 per round), and all stay held.
 func TestBatchedRenewal(t *testing.T) {
 	e := newEnv(t)
-	m, ev, err := lease.NewObserved(lease.Config{Pool: testsvc.Pool(t), Schema: e.schema, TTL: 6 * time.Second, RenewEvery: time.Second})
+	m, ev, err := lease.NewObserved(lease.Config{Pool: fencetest.Pool(t), Schema: e.schema, TTL: 6 * time.Second, RenewEvery: time.Second})
 	require.NoError(t, err)
 	defer m.Close()
 	const n = 2500

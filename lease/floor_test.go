@@ -8,7 +8,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/fencekit/fencekit/fence"
-	"github.com/fencekit/fencekit/internal/testsvc"
+	"github.com/fencekit/fencekit/fencetest"
 	"github.com/fencekit/fencekit/lease"
 	"github.com/fencekit/fencekit/sql/migrations"
 )
@@ -17,9 +17,9 @@ import (
 // naming the field, from New, before anything starts (TestMain's goleak
 // check would see a started renewer) and before any statement is sent.
 func TestFloorConfigInvalid(t *testing.T) {
-	pool := testsvc.Pool(t)
-	samedb := testsvc.Pool(t)
-	other := testsvc.PoolWith(t, testsvc.DatabaseURL(), func(c *pgxpool.Config) { c.ConnConfig.Database = "postgres" })
+	pool := fencetest.Pool(t)
+	samedb := fencetest.Pool(t)
+	other := fencetest.PoolWith(t, fencetest.DatabaseURL(), func(c *pgxpool.Config) { c.ConnConfig.Database = "postgres" })
 	src := func(context.Context) (fence.Token, error) { return 1, nil }
 	for _, tc := range []struct {
 		name, field string

@@ -9,7 +9,7 @@ import (
 	"unicode"
 	"unicode/utf8"
 
-	"github.com/fencekit/fencekit/internal/testsvc"
+	"github.com/fencekit/fencekit/fencetest"
 	"github.com/fencekit/fencekit/lease"
 	"github.com/fencekit/fencekit/sql/migrations"
 )
@@ -65,8 +65,8 @@ func FuzzKeyValidate(f *testing.F) {
 // key it refuses sends nothing.
 func FuzzKeyRoundTrip(f *testing.F) {
 	keySeeds(f)
-	schema := testsvc.Schema(f, migrations.Lease)
-	m, err := lease.New(lease.Config{Pool: testsvc.Pool(f), Schema: schema, TTL: 10 * time.Second})
+	schema := fencetest.Schema(f, migrations.Lease)
+	m, err := lease.New(lease.Config{Pool: fencetest.Pool(f), Schema: schema, TTL: 10 * time.Second})
 	if err != nil {
 		f.Fatal(err)
 	}

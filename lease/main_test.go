@@ -13,7 +13,7 @@ import (
 	"github.com/stretchr/testify/require"
 	"go.uber.org/goleak"
 
-	"github.com/fencekit/fencekit/internal/testsvc"
+	"github.com/fencekit/fencekit/fencetest"
 	"github.com/fencekit/fencekit/lease"
 	"github.com/fencekit/fencekit/sql/migrations"
 )
@@ -22,7 +22,7 @@ func TestMain(m *testing.M) {
 	if os.Getenv(helperEnv) == "1" {
 		os.Exit(helperMain())
 	}
-	testsvc.SkipServiceExamples() // they need PostgreSQL
+	fencetest.SkipExamplesInShort() // they need PostgreSQL
 	goleak.VerifyTestMain(m)
 }
 
@@ -38,7 +38,7 @@ type env struct {
 
 func newEnv(t *testing.T) *env {
 	t.Helper()
-	return &env{t: t, schema: testsvc.Schema(t, migrations.Lease), raw: testsvc.Pool(t)}
+	return &env{t: t, schema: fencetest.Schema(t, migrations.Lease), raw: fencetest.Pool(t)}
 }
 
 // manager builds a Manager on its own pool; cfg.Pool, when nil, is a new
@@ -46,7 +46,7 @@ func newEnv(t *testing.T) *env {
 func (e *env) manager(cfg lease.Config) *lease.Manager {
 	e.t.Helper()
 	if cfg.Pool == nil {
-		cfg.Pool = testsvc.Pool(e.t)
+		cfg.Pool = fencetest.Pool(e.t)
 	}
 	cfg.Schema = e.schema
 	m, err := lease.New(cfg)

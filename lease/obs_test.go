@@ -19,9 +19,9 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/fencekit/fencekit/fence"
+	"github.com/fencekit/fencekit/fencetest"
 	"github.com/fencekit/fencekit/guards/memguard"
 	"github.com/fencekit/fencekit/internal/obs/obstest"
-	"github.com/fencekit/fencekit/internal/testsvc"
 	"github.com/fencekit/fencekit/lease"
 	"github.com/fencekit/fencekit/lease/leaseops"
 )
@@ -119,7 +119,7 @@ func TestMetricsLossCauses(t *testing.T) {
 		// the test ends. No renewal statement fails before the deadline.
 		var stalled atomic.Bool
 		resume := make(chan struct{})
-		pool := testsvc.PoolWith(t, testsvc.DatabaseURL(), func(c *pgxpool.Config) {
+		pool := fencetest.PoolWith(t, fencetest.DatabaseURL(), func(c *pgxpool.Config) {
 			c.PrepareConn = func(context.Context, *pgx.Conn) (bool, error) {
 				if stalled.Load() {
 					<-resume

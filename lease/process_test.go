@@ -15,7 +15,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/fencekit/fencekit/fence"
-	"github.com/fencekit/fencekit/internal/testsvc"
+	"github.com/fencekit/fencekit/fencetest"
 	"github.com/fencekit/fencekit/lease"
 )
 
@@ -28,7 +28,7 @@ const helperEnv = "FENCEKIT_LEASE_HELPER"
 // it is killed.
 func helperMain() int {
 	ctx := context.Background()
-	pool, err := pgxpool.New(ctx, testsvc.DatabaseURL())
+	pool, err := pgxpool.New(ctx, fencetest.DatabaseURL())
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "helper: pool:", err)
 		return 1

@@ -15,8 +15,8 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/stretchr/testify/require"
 
+	"github.com/fencekit/fencekit/fencetest"
 	"github.com/fencekit/fencekit/internal/obs/obstest"
-	"github.com/fencekit/fencekit/internal/testsvc"
 	"github.com/fencekit/fencekit/lease"
 	"github.com/fencekit/fencekit/lease/leaseops"
 	"github.com/fencekit/fencekit/sql/migrations"
@@ -28,7 +28,7 @@ import (
 // databases), as a LISTEN behind a pooler in transaction mode does not.
 func otherDatabaseURL(t *testing.T) string {
 	t.Helper()
-	cfg, err := pgx.ParseConfig(testsvc.DatabaseURL())
+	cfg, err := pgx.ParseConfig(fencetest.DatabaseURL())
 	require.NoError(t, err)
 	require.NotEqual(t, "postgres", cfg.Database, "the test database must not be the postgres database")
 	return fmt.Sprintf("postgres://%s@%s:%d/postgres?sslmode=disable", cfg.User, cfg.Host, cfg.Port)
@@ -55,7 +55,7 @@ func TestListenerVerifiesDelivery(t *testing.T) {
 			mt := obstest.NewMeter(t)
 			cfg := lease.Config{MeterProvider: mt.Provider}
 			if dedicated {
-				cfg.ListenConnString = testsvc.DatabaseURL()
+				cfg.ListenConnString = fencetest.DatabaseURL()
 			}
 			m := e.manager(cfg)
 			h := m.Health(bg())
@@ -172,7 +172,7 @@ func TestListenerDetectsUndeliveredNotifications(t *testing.T) {
 // (it may hold a password), and starts nothing.
 func TestListenConnStringMalformed(t *testing.T) {
 	for _, s := range []string{"postgres://user:s3cretpw@[::1", "host=127.0.0.1 port=notaport password=s3cretpw", "postgres://user:s3cretpw@127.0.0.1:5432/db?sslmode=bogus"} {
-		m, err := lease.New(lease.Config{Pool: testsvc.Pool(t), ListenConnString: s})
+		m, err := lease.New(lease.Config{Pool: fencetest.Pool(t), ListenConnString: s})
 		require.Nil(t, m)
 		require.ErrorIs(t, err, lease.ErrInvalidConfig)
 		var ce *lease.ConfigError
@@ -180,7 +180,7 @@ func TestListenConnStringMalformed(t *testing.T) {
 		require.Equal(t, "ListenConnString", ce.Field)
 		require.NotContains(t, err.Error(), "s3cretpw")
 	}
-	_, err := lease.New(lease.Config{Pool: testsvc.Pool(t), FallbackPoll: -time.Second})
+	_, err := lease.New(lease.Config{Pool: fencetest.Pool(t), FallbackPoll: -time.Second})
 	var ce *lease.ConfigError
 	require.ErrorAs(t, err, &ce)
 	require.Equal(t, "FallbackPoll", ce.Field)
@@ -189,7 +189,7 @@ func TestListenConnStringMalformed(t *testing.T) {
 // readOnlyPool is a pool whose sessions are read-only while ro is set (as
 // on a demoted primary during a switchover, SQLSTATE 25006).
 func readOnlyPool(t *testing.T, ro *atomic.Bool) *pgxpool.Pool {
-	return testsvc.PoolWith(t, testsvc.DatabaseURL(), func(c *pgxpool.Config) {
+	return fencetest.PoolWith(t, fencetest.DatabaseURL(), func(c *pgxpool.Config) {
 		c.PrepareConn = func(ctx context.Context, conn *pgx.Conn) (bool, error) {
 			v := "off"
 			if ro.Load() {
@@ -323,8 +323,8 @@ func TestAcquireWaitRetriesUncheckedNode(t *testing.T) {
 // TestHealthReportsUnmigratedSchema: a Manager on a schema without the lease
 // migrations is not ready, and says why.
 func TestHealthReportsUnmigratedSchema(t *testing.T) {
-	pool := testsvc.Pool(t)
-	schema := testsvc.RandomName("fk_empty_")
+	pool := fencetest.Pool(t)
+	schema := fencetest.RandomName("fk_empty_")
 	_, err := pool.Exec(bg(), "CREATE SCHEMA "+schema)
 	require.NoError(t, err)
 	t.Cleanup(func() { _, _ = pool.Exec(context.Background(), "DROP SCHEMA "+schema+" CASCADE") })

@@ -14,7 +14,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/stretchr/testify/require"
 
-	"github.com/fencekit/fencekit/internal/testsvc"
+	"github.com/fencekit/fencekit/fencetest"
 	"github.com/fencekit/fencekit/lease"
 )
 
@@ -74,7 +74,7 @@ func TestParallelRenewalKeepsEveryLease(t *testing.T) {
 	sides := make([]*side, managers)
 	for i := range sides {
 		tr := &inflight{}
-		pool := testsvc.PoolWith(t, testsvc.DatabaseURL(), func(c *pgxpool.Config) {
+		pool := fencetest.PoolWith(t, fencetest.DatabaseURL(), func(c *pgxpool.Config) {
 			c.MaxConns = 8
 			c.ConnConfig.Tracer = tr
 		})

@@ -12,7 +12,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/stretchr/testify/require"
 
-	"github.com/fencekit/fencekit/internal/testsvc"
+	"github.com/fencekit/fencekit/fencetest"
 	"github.com/fencekit/fencekit/lease"
 )
 
@@ -27,7 +27,7 @@ var everyExecMode = []pgx.QueryExecMode{
 // poolInMode opens an independent pool whose statements use mode.
 func poolInMode(t *testing.T, mode pgx.QueryExecMode) *pgxpool.Pool {
 	t.Helper()
-	return testsvc.PoolWith(t, testsvc.DatabaseURL(), func(c *pgxpool.Config) { c.ConnConfig.DefaultQueryExecMode = mode })
+	return fencetest.PoolWith(t, fencetest.DatabaseURL(), func(c *pgxpool.Config) { c.ConnConfig.DefaultQueryExecMode = mode })
 }
 
 // TestRevoke, in every exec mode: another process's Revoke ends the live

@@ -9,7 +9,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/stretchr/testify/require"
 
-	"github.com/fencekit/fencekit/internal/testsvc"
+	"github.com/fencekit/fencekit/fencetest"
 	"github.com/fencekit/fencekit/lease"
 	"github.com/fencekit/fencekit/sql/migrations"
 )
@@ -20,8 +20,8 @@ import (
 // the database's name and a function opening independent pools on it.
 func serializableDB(t *testing.T) (string, func() *pgxpool.Pool) {
 	t.Helper()
-	admin := testsvc.Pool(t)
-	name := testsvc.RandomName("fk_ser_")
+	admin := fencetest.Pool(t)
+	name := fencetest.RandomName("fk_ser_")
 	_, err := admin.Exec(bg(), "CREATE DATABASE "+name) // RandomName: [a-z0-9_] only
 	require.NoError(t, err)
 	t.Cleanup(func() {
@@ -32,7 +32,7 @@ func serializableDB(t *testing.T) (string, func() *pgxpool.Pool) {
 	_, err = admin.Exec(bg(), "ALTER DATABASE "+name+" SET default_transaction_isolation = serializable")
 	require.NoError(t, err)
 	open := func() *pgxpool.Pool {
-		return testsvc.PoolWith(t, testsvc.DatabaseURL(), func(c *pgxpool.Config) { c.ConnConfig.Database = name })
+		return fencetest.PoolWith(t, fencetest.DatabaseURL(), func(c *pgxpool.Config) { c.ConnConfig.Database = name })
 	}
 	p := open()
 	_, err = migrations.Migrate(bg(), p, migrations.Options{}, migrations.Lease)

@@ -12,7 +12,7 @@ import (
 	"github.com/google/uuid"
 	"github.com/stretchr/testify/require"
 
-	"github.com/fencekit/fencekit/internal/testsvc"
+	"github.com/fencekit/fencekit/fencetest"
 	"github.com/fencekit/fencekit/lease"
 )
 
@@ -23,7 +23,7 @@ import (
 // ErrClosed.
 func TestCloseDuringTraffic(t *testing.T) {
 	e := newEnv(t)
-	pool := testsvc.Pool(t)
+	pool := fencetest.Pool(t)
 	for iter := range 15 {
 		m, err := lease.New(lease.Config{Pool: pool, Schema: e.schema, TTL: 2 * time.Second, RenewEvery: 50 * time.Millisecond, WaitPoll: 100 * time.Millisecond})
 		require.NoError(t, err)

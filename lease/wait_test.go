@@ -11,7 +11,7 @@ import (
 	"github.com/google/uuid"
 	"github.com/stretchr/testify/require"
 
-	"github.com/fencekit/fencekit/internal/testsvc"
+	"github.com/fencekit/fencekit/fencetest"
 	"github.com/fencekit/fencekit/lease"
 )
 
@@ -69,7 +69,7 @@ func expectWoken(t *testing.T, ev *lease.Events, reason string) {
 func observed(t *testing.T, e *env, cfg lease.Config) (*lease.Manager, *lease.Events) {
 	t.Helper()
 	if cfg.Pool == nil {
-		cfg.Pool = testsvc.Pool(t)
+		cfg.Pool = fencetest.Pool(t)
 	}
 	cfg.Schema = e.schema
 	m, ev, err := lease.NewObserved(cfg)

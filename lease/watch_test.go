@@ -13,7 +13,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/fencekit/fencekit/fence"
-	"github.com/fencekit/fencekit/internal/testsvc"
+	"github.com/fencekit/fencekit/fencetest"
 	"github.com/fencekit/fencekit/lease"
 )
 
@@ -98,7 +98,7 @@ func TestWatchExpiryWithoutPoll(t *testing.T) {
 	e := newEnv(t)
 	k := uniqueKey(t)
 	watcher := e.manager(lease.Config{TTL: time.Second})
-	holderPool := testsvc.Pool(t)
+	holderPool := fencetest.Pool(t)
 	holder := e.manager(lease.Config{Pool: holderPool, TTL: 300 * time.Millisecond})
 	l, err := holder.Acquire(bg(), k)
 	require.NoError(t, err)
@@ -123,7 +123,7 @@ func TestWatchExpiryWithoutPoll(t *testing.T) {
 func TestWatchOneListenerManyWatchers(t *testing.T) {
 	e := newEnv(t)
 	app := "watch-" + uuid.NewString()[:8]
-	pool := testsvc.PoolWith(t, testsvc.DatabaseURL(), func(c *pgxpool.Config) {
+	pool := fencetest.PoolWith(t, fencetest.DatabaseURL(), func(c *pgxpool.Config) {
 		c.ConnConfig.RuntimeParams["application_name"] = app
 	})
 	watcher := e.manager(lease.Config{Pool: pool})
@@ -224,7 +224,7 @@ func TestWatchRefusedAndClosed(t *testing.T) {
 	k := uniqueKey(t)
 	deny := errors.New("not a member")
 	app := "watch-" + uuid.NewString()[:8]
-	pool := testsvc.PoolWith(t, testsvc.DatabaseURL(), func(c *pgxpool.Config) {
+	pool := fencetest.PoolWith(t, fencetest.DatabaseURL(), func(c *pgxpool.Config) {
 		c.ConnConfig.RuntimeParams["application_name"] = app
 	})
 	m := e.manager(lease.Config{Pool: pool, Authorizer: lease.AuthorizerFunc(func(_ context.Context, key lease.Key) error {

@@ -4,11 +4,11 @@ import (
 	"os"
 	"testing"
 
-	"github.com/fencekit/fencekit/internal/testsvc"
+	"github.com/fencekit/fencekit/fencetest"
 )
 
 // TestMain skips the example in -short mode: it needs PostgreSQL and MinIO.
 func TestMain(m *testing.M) {
-	testsvc.SkipServiceExamples()
+	fencetest.SkipExamplesInShort()
 	os.Exit(m.Run())
 }

@@ -14,10 +14,10 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/fencekit/fencekit/fence"
+	"github.com/fencekit/fencekit/fencetest"
 	"github.com/fencekit/fencekit/guards/guardtest"
 	"github.com/fencekit/fencekit/guards/httpguard"
 	"github.com/fencekit/fencekit/guards/pgguard"
-	"github.com/fencekit/fencekit/internal/testsvc"
 	"github.com/fencekit/fencekit/sql/migrations"
 )
 
@@ -34,13 +34,13 @@ type pgService struct {
 }
 
 func newPGService(t *testing.T) *pgService {
-	schema := testsvc.Schema(t, migrations.Guard)
-	admin := testsvc.Pool(t)
+	schema := fencetest.Schema(t, migrations.Guard)
+	admin := fencetest.Pool(t)
 	_, err := admin.Exec(bg(), fmt.Sprintf(`CREATE TABLE %q.docs (resource text PRIMARY KEY, body text NOT NULL, token bigint NOT NULL)`, schema))
 	require.NoError(t, err)
-	g, err := pgguard.New(pgguard.Config{DB: testsvc.Pool(t), Schema: schema})
+	g, err := pgguard.New(pgguard.Config{DB: fencetest.Pool(t), Schema: schema})
 	require.NoError(t, err)
-	return &pgService{schema: schema, guard: g, reader: testsvc.Pool(t)}
+	return &pgService{schema: schema, guard: g, reader: fencetest.Pool(t)}
 }
 
 func (s *pgService) ServeHTTP(w http.ResponseWriter, r *http.Request) {

@@ -13,8 +13,8 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/fencekit/fencekit/fence"
+	"github.com/fencekit/fencekit/fencetest"
 	"github.com/fencekit/fencekit/guards/pgguard"
-	"github.com/fencekit/fencekit/internal/testsvc"
 )
 
 // trips counts what reaches the wire of a one-connection pool: each batch
@@ -56,7 +56,7 @@ func (c *trips) take() []string {
 // connection is opened before counting starts.
 func tripPool(t *testing.T) (*pgxpool.Pool, *trips) {
 	c := &trips{}
-	pool := testsvc.PoolWith(t, testsvc.DatabaseURL(), func(cfg *pgxpool.Config) {
+	pool := fencetest.PoolWith(t, fencetest.DatabaseURL(), func(cfg *pgxpool.Config) {
 		cfg.MaxConns = 1
 		cfg.ConnConfig.Tracer = c
 	})
@@ -95,7 +95,7 @@ func TestBeginOneRoundTrip(t *testing.T) {
 			c.take()
 			assert.Zero(t, pool.Stat().AcquiredConns(), "connection released after commit")
 		}
-		assertState(t, newGuard(t, pgguard.Config{Schema: schema, DB: testsvc.Pool(t)}), testsvc.Pool(t), schema, resource, 9, "9", true)
+		assertState(t, newGuard(t, pgguard.Config{Schema: schema, DB: fencetest.Pool(t)}), fencetest.Pool(t), schema, resource, 9, "9", true)
 	}
 }
 
@@ -114,7 +114,7 @@ func TestFenceBeginsAndFencesInOneRoundTrip(t *testing.T) {
 // transaction's statements are rolled back.
 func TestBeginWritesOnlyWhenAdmitted(t *testing.T) {
 	schema := setupSchema(t)
-	pool := testsvc.Pool(t)
+	pool := fencetest.Pool(t)
 	g := newGuard(t, pgguard.Config{Schema: schema, DB: pool})
 	tx, err := g.BeginClaim(bg(), pool, "r", cl(7))
 	require.NoError(t, err)
@@ -162,7 +162,7 @@ func TestBeginBadInput(t *testing.T) {
 // changes.
 func TestBeginBusy(t *testing.T) {
 	schema := setupSchema(t)
-	holder, waiter := testsvc.Pool(t), testsvc.Pool(t)
+	holder, waiter := fencetest.Pool(t), fencetest.Pool(t)
 	g := newGuard(t, pgguard.Config{Schema: schema, LockTimeout: 50 * time.Millisecond})
 	h, err := holder.Begin(bg())
 	require.NoError(t, err)

@@ -11,8 +11,8 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/fencekit/fencekit/fence"
+	"github.com/fencekit/fencekit/fencetest"
 	"github.com/fencekit/fencekit/guards/pgguard"
-	"github.com/fencekit/fencekit/internal/testsvc"
 )
 
 // interleave runs the unguarded and the guarded variant alternately, one of
@@ -59,13 +59,13 @@ var benchToken fence.Token
 // conditional upsert outside a transaction), through pgx and database/sql.
 func BenchmarkWriteTx(b *testing.B) {
 	schema := setupSchema(b)
-	_, err := testsvc.Pool(b).Exec(bg(), fmt.Sprintf(`CREATE TABLE %q.docs (
+	_, err := fencetest.Pool(b).Exec(bg(), fmt.Sprintf(`CREATE TABLE %q.docs (
 		resource text PRIMARY KEY, value text NOT NULL,
 		fence_token bigint NOT NULL, fence_run text NOT NULL DEFAULT '')`, schema))
 	if err != nil {
 		b.Fatal(err)
 	}
-	pool := testsvc.PoolWith(b, testsvc.DatabaseURL(), func(cfg *pgxpool.Config) { cfg.MaxConns = 1 })
+	pool := fencetest.PoolWith(b, fencetest.DatabaseURL(), func(cfg *pgxpool.Config) { cfg.MaxConns = 1 })
 	db := sqlDB(b)
 	db.SetMaxOpenConns(1)
 	ctx := context.Background()

@@ -12,9 +12,9 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/fencekit/fencekit/fence"
+	"github.com/fencekit/fencekit/fencetest"
 	"github.com/fencekit/fencekit/guards/guardtest"
 	"github.com/fencekit/fencekit/guards/pgguard"
-	"github.com/fencekit/fencekit/internal/testsvc"
 )
 
 var errInjected = errors.New("injected")
@@ -104,7 +104,7 @@ type roundRobin struct {
 func newRoundRobin(t *testing.T, n int) *roundRobin {
 	rr := &roundRobin{}
 	for range n {
-		rr.pools = append(rr.pools, testsvc.Pool(t))
+		rr.pools = append(rr.pools, fencetest.Pool(t))
 	}
 	return rr
 }
@@ -146,7 +146,7 @@ func marksSubject(t *testing.T, cfg pgguard.Config, write func(g *pgguard.Guard,
 	g := newGuard(t, cfg)
 	cfg.Strict = true
 	strict := newGuard(t, cfg)
-	reader := testsvc.Pool(t)
+	reader := fencetest.Pool(t)
 	return &marksKit{
 		subject: &subject{
 			write:  write(g, rr, schema),
@@ -317,7 +317,7 @@ func TestConformanceFence(t *testing.T) {
 			}
 			h := newReplyHold(t)
 			held := newGuard(t, pgguard.Config{Schema: schema, DB: dbOf(h.pool)})
-			reader := testsvc.Pool(t)
+			reader := fencetest.Pool(t)
 			runKit(t, &heldSubject{
 				subject: &subject{
 					write:  write(guards),
@@ -362,8 +362,8 @@ func fenceRowWriter(schema, r, v string, tok fence.Token, fail bool, hold func()
 // cleanup: an independent set of connections.
 func sqlDB(t testing.TB) *sql.DB {
 	t.Helper()
-	testsvc.SkipShort(t)
-	db, err := sql.Open("pgx", testsvc.DatabaseURL())
+	fencetest.SkipShort(t)
+	db, err := sql.Open("pgx", fencetest.DatabaseURL())
 	require.NoError(t, err)
 	t.Cleanup(func() { _ = db.Close() })
 	require.NoError(t, db.PingContext(bg()))

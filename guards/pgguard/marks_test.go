@@ -9,10 +9,10 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/fencekit/fencekit/fence"
+	"github.com/fencekit/fencekit/fencetest"
 	"github.com/fencekit/fencekit/guards/guardobs"
 	"github.com/fencekit/fencekit/guards/pgguard"
 	"github.com/fencekit/fencekit/internal/obs/obstest"
-	"github.com/fencekit/fencekit/internal/testsvc"
 	"github.com/fencekit/fencekit/sql/migrations"
 )
 
@@ -21,12 +21,12 @@ import (
 // write again (the documented hazard), which is why only gone resources
 // may be pruned.
 func TestMarksPrune(t *testing.T) {
-	schema := testsvc.Schema(t, migrations.Guard)
-	pool := testsvc.Pool(t)
+	schema := fencetest.Schema(t, migrations.Guard)
+	pool := fencetest.Pool(t)
 	g, err := pgguard.New(pgguard.Config{DB: pool, Schema: schema})
 	require.NoError(t, err)
 	mt := obstest.NewMeter(t)
-	gm, err := pgguard.NewMarks(pgguard.MarksConfig{DB: testsvc.Pool(t), Schema: schema, MeterProvider: mt.Provider})
+	gm, err := pgguard.NewMarks(pgguard.MarksConfig{DB: fencetest.Pool(t), Schema: schema, MeterProvider: mt.Provider})
 	require.NoError(t, err)
 	write := func(context.Context) error { return nil }
 	h, err := gm.Highest(context.Background())

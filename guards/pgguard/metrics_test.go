@@ -13,9 +13,9 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/fencekit/fencekit/fence"
+	"github.com/fencekit/fencekit/fencetest"
 	"github.com/fencekit/fencekit/guards/pgguard"
 	"github.com/fencekit/fencekit/internal/obs/obstest"
-	"github.com/fencekit/fencekit/internal/testsvc"
 )
 
 // syncBuffer is a bytes.Buffer safe for the logger's concurrent use.
@@ -42,7 +42,7 @@ func (s *syncBuffer) String() string {
 // Error; no metric attribute names the resource.
 func TestGuardMetrics(t *testing.T) {
 	schema := setupSchema(t)
-	pool := testsvc.Pool(t)
+	pool := fencetest.Pool(t)
 	mt := obstest.NewMeter(t)
 	var logs syncBuffer
 	logger := slog.New(slog.NewJSONHandler(&logs, &slog.HandlerOptions{Level: slog.LevelWarn}))

@@ -16,9 +16,9 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/fencekit/fencekit/fence"
+	"github.com/fencekit/fencekit/fencetest"
 	"github.com/fencekit/fencekit/guards/pgguard"
 	"github.com/fencekit/fencekit/internal/netproxy"
-	"github.com/fencekit/fencekit/internal/testsvc"
 )
 
 // replyHold is a TCP proxy in front of the test database that can hold
@@ -35,12 +35,12 @@ type replyHold struct {
 
 func newReplyHold(t *testing.T) *replyHold {
 	t.Helper()
-	cfg, err := pgxpool.ParseConfig(testsvc.DatabaseURL())
+	cfg, err := pgxpool.ParseConfig(fencetest.DatabaseURL())
 	require.NoError(t, err)
 	p, err := netproxy.New(net.JoinHostPort(cfg.ConnConfig.Host, strconv.Itoa(int(cfg.ConnConfig.Port))))
 	require.NoError(t, err)
 	t.Cleanup(func() { _ = p.Close() }) // after the pool's and the handle's cleanup (LIFO)
-	pool := testsvc.PoolWith(t, testsvc.DatabaseURL(), func(c *pgxpool.Config) {
+	pool := fencetest.PoolWith(t, fencetest.DatabaseURL(), func(c *pgxpool.Config) {
 		c.ConnConfig.Host, c.ConnConfig.Port = p.Host(), p.Port()
 		c.ConnConfig.Fallbacks = nil
 		c.ConnConfig.ConnectTimeout = 5 * time.Second
@@ -101,12 +101,12 @@ func TestCommitConnectionLostIsOutcomeUnknown(t *testing.T) {
 	require.True(t, ok)
 	require.Equal(t, "pgguard: commit", oe.Op)
 	require.Equal(t, "doc/1", oe.Resource)
-	v, tok, found, err := readRow(ctx, testsvc.Pool(t), schema, "doc/1")
+	v, tok, found, err := readRow(ctx, fencetest.Pool(t), schema, "doc/1")
 	require.NoError(t, err)
 	require.True(t, found)
 	require.Equal(t, "v", v)
 	require.Equal(t, fence.Token(4), tok)
-	mark, err := newGuard(t, pgguard.Config{Schema: schema, DB: testsvc.Pool(t)}).Mark(ctx, "doc/1")
+	mark, err := newGuard(t, pgguard.Config{Schema: schema, DB: fencetest.Pool(t)}).Mark(ctx, "doc/1")
 	require.NoError(t, err)
 	require.Equal(t, fence.Token(4), mark.Token)
 }
@@ -123,13 +123,13 @@ func TestContextEndedBeforeCommitIsNothingWritten(t *testing.T) {
 		require.ErrorIs(t, err, context.Canceled)
 		require.ErrorIs(t, err, cause)
 		require.NotErrorIs(t, err, fence.ErrOutcomeUnknown)
-		_, _, found, rerr := readRow(bg(), testsvc.Pool(t), schema, r)
+		_, _, found, rerr := readRow(bg(), fencetest.Pool(t), schema, r)
 		require.NoError(t, rerr)
 		require.False(t, found, "nothing was written")
 	}
 	t.Run("pgx", func(t *testing.T) {
 		ctx, cancel := context.WithCancelCause(testCtx(t))
-		err := g.InTxClaim(ctx, testsvc.Pool(t), "doc/pgx", fence.Claim{Token: 1}, func(ctx context.Context, tx pgx.Tx) error {
+		err := g.InTxClaim(ctx, fencetest.Pool(t), "doc/pgx", fence.Claim{Token: 1}, func(ctx context.Context, tx pgx.Tx) error {
 			if err := rowWriter(schema, "doc/pgx", "v", 1, false)(ctx, tx); err != nil {
 				return err
 			}

@@ -18,14 +18,14 @@ import (
 	"go.uber.org/goleak"
 
 	"github.com/fencekit/fencekit/fence"
+	"github.com/fencekit/fencekit/fencetest"
 	"github.com/fencekit/fencekit/guards/guardtest"
 	"github.com/fencekit/fencekit/guards/pgguard"
-	"github.com/fencekit/fencekit/internal/testsvc"
 	"github.com/fencekit/fencekit/sql/migrations"
 )
 
 func TestMain(m *testing.M) {
-	testsvc.SkipServiceExamples() // they need PostgreSQL
+	fencetest.SkipExamplesInShort() // they need PostgreSQL
 	goleak.VerifyTestMain(m)
 }
 
@@ -35,8 +35,8 @@ func bg() context.Context { return context.Background() }
 // table "guarded" standing for the user's data.
 func setupSchema(t testing.TB) string {
 	t.Helper()
-	schema := testsvc.Schema(t, migrations.Guard)
-	_, err := testsvc.Pool(t).Exec(bg(), fmt.Sprintf(
+	schema := fencetest.Schema(t, migrations.Guard)
+	_, err := fencetest.Pool(t).Exec(bg(), fmt.Sprintf(
 		`CREATE TABLE %q.guarded (resource text PRIMARY KEY, value text NOT NULL, token bigint NOT NULL)`, schema))
 	require.NoError(t, err)
 	return schema
@@ -115,7 +115,7 @@ func (c *counter) stop() []string {
 
 func tracedPool(t *testing.T) (*pgxpool.Pool, *counter) {
 	c := &counter{}
-	return testsvc.PoolWith(t, testsvc.DatabaseURL(), func(cfg *pgxpool.Config) { cfg.ConnConfig.Tracer = c }), c
+	return fencetest.PoolWith(t, fencetest.DatabaseURL(), func(cfg *pgxpool.Config) { cfg.ConnConfig.Tracer = c }), c
 }
 
 // fenceCounted runs FenceTx in a fresh transaction on pool, commits on
@@ -220,8 +220,8 @@ func TestNewRejectsBadConfig(t *testing.T) {
 }
 
 func TestMissingTable(t *testing.T) {
-	schema := testsvc.Schema(t, migrations.Lease) // no guard table
-	g := newGuard(t, pgguard.Config{Schema: schema, DB: testsvc.Pool(t)})
+	schema := fencetest.Schema(t, migrations.Lease) // no guard table
+	g := newGuard(t, pgguard.Config{Schema: schema, DB: fencetest.Pool(t)})
 	err := g.Fence(bg(), "r", 1, func(context.Context) error { return nil })
 	require.Error(t, err)
 	assert.Contains(t, err.Error(), "migrations.Migrate")
@@ -231,7 +231,7 @@ func TestMissingTable(t *testing.T) {
 // The guarded write and the mark commit or roll back together.
 func TestWriteAndMarkCommitTogether(t *testing.T) {
 	schema := setupSchema(t)
-	pool := testsvc.Pool(t)
+	pool := fencetest.Pool(t)
 	g := newGuard(t, pgguard.Config{Schema: schema, DB: pool})
 
 	require.NoError(t, g.Fence(bg(), "r", 3, writeRow(schema, "r", "three", 3)))
@@ -289,7 +289,7 @@ func assertState(t *testing.T, g *pgguard.Guard, pool *pgxpool.Pool, schema, r s
 // guarded row the caller wrote before fencing; the caller cannot commit it.
 func TestStaleRollsBackCallerTx(t *testing.T) {
 	schema := setupSchema(t)
-	pool := testsvc.Pool(t)
+	pool := fencetest.Pool(t)
 	g := newGuard(t, pgguard.Config{Schema: schema, DB: pool})
 	require.NoError(t, g.Fence(bg(), "r", 7, func(context.Context) error { return nil }))
 
@@ -350,9 +350,9 @@ func TestConcurrentHolderSerialises(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			schema := setupSchema(t)
-			poolA := testsvc.Pool(t)
+			poolA := fencetest.Pool(t)
 			poolB, c := tracedPool(t)
-			observer := testsvc.Pool(t)
+			observer := fencetest.Pool(t)
 			g := newGuard(t, pgguard.Config{Schema: schema, DB: observer})
 			if tc.initial > 0 {
 				require.NoError(t, g.Fence(bg(), "r", tc.initial, func(context.Context) error { return nil }))
@@ -412,8 +412,8 @@ func requireCode(t *testing.T, err error, code string) {
 // the mark is unchanged.
 func TestLockTimeoutIsBusy(t *testing.T) {
 	schema := setupSchema(t)
-	holder := testsvc.Pool(t)
-	g := newGuard(t, pgguard.Config{Schema: schema, DB: testsvc.Pool(t), LockTimeout: 50 * time.Millisecond})
+	holder := fencetest.Pool(t)
+	g := newGuard(t, pgguard.Config{Schema: schema, DB: fencetest.Pool(t), LockTimeout: 50 * time.Millisecond})
 	require.NoError(t, g.Fence(bg(), "r", 2, func(context.Context) error { return nil }))
 	tx, err := holder.Begin(bg())
 	require.NoError(t, err)
@@ -434,7 +434,7 @@ func TestLockTimeoutIsBusy(t *testing.T) {
 // PostgreSQL aborts one, which FenceTx reports as ErrBusy.
 func TestDeadlockIsBusy(t *testing.T) {
 	schema := setupSchema(t)
-	poolA, poolB, observer := testsvc.Pool(t), testsvc.Pool(t), testsvc.Pool(t)
+	poolA, poolB, observer := fencetest.Pool(t), fencetest.Pool(t), fencetest.Pool(t)
 	g := newGuard(t, pgguard.Config{Schema: schema})
 	txA, err := poolA.Begin(bg())
 	require.NoError(t, err)
@@ -464,8 +464,8 @@ func TestDeadlockIsBusy(t *testing.T) {
 // sequence is accepted.
 func TestSnapshotIsolationConflictIsBusy(t *testing.T) {
 	schema := setupSchema(t)
-	pool := testsvc.Pool(t)
-	g := newGuard(t, pgguard.Config{Schema: schema, DB: testsvc.Pool(t)})
+	pool := fencetest.Pool(t)
+	g := newGuard(t, pgguard.Config{Schema: schema, DB: fencetest.Pool(t)})
 	for i, iso := range []pgx.TxIsoLevel{pgx.RepeatableRead, pgx.Serializable, pgx.ReadCommitted} {
 		r := fmt.Sprintf("r%d", i)
 		require.NoError(t, g.Fence(bg(), r, 1, func(context.Context) error { return nil }))
@@ -493,8 +493,8 @@ func TestSnapshotIsolationConflictIsBusy(t *testing.T) {
 // cause, not fence.ErrBusy; write is not called and nothing changes.
 func TestFenceContextCancelWhileWaiting(t *testing.T) {
 	schema := setupSchema(t)
-	holder, observer := testsvc.Pool(t), testsvc.Pool(t)
-	waiter := testsvc.Pool(t)
+	holder, observer := fencetest.Pool(t), fencetest.Pool(t)
+	waiter := fencetest.Pool(t)
 	g := newGuard(t, pgguard.Config{Schema: schema, DB: waiter, LockTimeout: -1})
 	tx, err := holder.Begin(bg())
 	require.NoError(t, err)
@@ -580,9 +580,9 @@ ON CONFLICT (resource) DO UPDATE SET highest_token = EXCLUDED.highest_token`, s.
 }
 
 func TestKitCatchesNaivePostgresGuard(t *testing.T) {
-	s := &naiveSubject{schema: setupSchema(t), reader: testsvc.Pool(t)}
+	s := &naiveSubject{schema: setupSchema(t), reader: fencetest.Pool(t)}
 	for range 4 {
-		s.pools = append(s.pools, testsvc.Pool(t))
+		s.pools = append(s.pools, fencetest.Pool(t))
 	}
 	cfg, err := guardtest.Config{}.WithDefaults()
 	require.NoError(t, err)

@@ -16,8 +16,8 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/fencekit/fencekit/fence"
+	"github.com/fencekit/fencekit/fencetest"
 	"github.com/fencekit/fencekit/guards/pgguard"
-	"github.com/fencekit/fencekit/internal/testsvc"
 	"github.com/fencekit/fencekit/sql/migrations"
 )
 
@@ -25,8 +25,8 @@ import (
 // token and run identity (no marks table).
 func setupRowsTable(t testing.TB) string {
 	t.Helper()
-	schema := testsvc.Schema(t, migrations.Guard)
-	_, err := testsvc.Pool(t).Exec(bg(), fmt.Sprintf(`CREATE TABLE %q.docs (
+	schema := fencetest.Schema(t, migrations.Guard)
+	_, err := fencetest.Pool(t).Exec(bg(), fmt.Sprintf(`CREATE TABLE %q.docs (
 		resource text PRIMARY KEY, value text NOT NULL,
 		fence_token bigint NOT NULL, fence_run text NOT NULL DEFAULT '')`, schema))
 	require.NoError(t, err)
@@ -66,7 +66,7 @@ func rowsSubject(t *testing.T) *heldSubject {
 	rows := newRows(t, schema, nil)
 	strict := newRows(t, schema, func(c *pgguard.RowsConfig) { c.Strict = true })
 	rr := newRoundRobin(t, 4)
-	reader := testsvc.Pool(t)
+	reader := fencetest.Pool(t)
 	write := func(rows *pgguard.Rows) writeFunc {
 		return func(ctx context.Context, r string, c *fence.Claim, v string, fail bool) error {
 			var q pgguard.Querier = rr.pool()
@@ -126,7 +126,7 @@ func TestConformanceRowsSQL(t *testing.T) {
 	strict := newRows(t, schema, func(c *pgguard.RowsConfig) { c.Strict = true })
 	dbs := []*sql.DB{sqlDB(t), sqlDB(t), sqlDB(t), sqlDB(t)}
 	var next atomic.Uint64
-	reader := testsvc.Pool(t)
+	reader := fencetest.Pool(t)
 	write := func(rows *pgguard.Rows) writeFunc {
 		return func(ctx context.Context, r string, c *fence.Claim, v string, fail bool) error {
 			db := dbs[next.Add(1)%uint64(len(dbs))]
@@ -203,7 +203,7 @@ func TestRowsStatements(t *testing.T) {
 func TestRowsStaleRollsBackCallerTx(t *testing.T) {
 	schema := setupRowsTable(t)
 	rows := newRows(t, schema, nil)
-	pool := testsvc.Pool(t)
+	pool := fencetest.Pool(t)
 	require.NoError(t, rows.UpsertClaim(bg(), pool, []any{"r"}, cl(7), "seven"))
 	tx, err := pool.Begin(bg())
 	require.NoError(t, err)
@@ -222,7 +222,7 @@ func TestRowsStaleRollsBackCallerTx(t *testing.T) {
 // marks the row deleted) keeps the mark and refuses it.
 func TestRowsDeleteDropsMark(t *testing.T) {
 	schema := setupRowsTable(t)
-	pool := testsvc.Pool(t)
+	pool := fencetest.Pool(t)
 	_, err := pool.Exec(bg(), fmt.Sprintf(`ALTER TABLE %q.docs ADD COLUMN deleted boolean NOT NULL DEFAULT false`, schema))
 	require.NoError(t, err)
 	rows := newRows(t, schema, func(c *pgguard.RowsConfig) { c.Columns = []string{"value", "deleted"} })
@@ -286,14 +286,14 @@ func TestRowsBadInput(t *testing.T) {
 // RowsConfig.LockTimeout (set inside the statement): 55P03 → ErrBusy.
 func TestRowsLockTimeoutIsBusy(t *testing.T) {
 	schema := setupRowsTable(t)
-	holder := testsvc.Pool(t)
+	holder := fencetest.Pool(t)
 	rows := newRows(t, schema, func(c *pgguard.RowsConfig) { c.LockTimeout = 50 * time.Millisecond })
 	require.NoError(t, rows.UpsertClaim(bg(), holder, []any{"r"}, cl(2), "two"))
 	tx, err := holder.Begin(bg())
 	require.NoError(t, err)
 	defer func() { _ = tx.Rollback(bg()) }()
 	require.NoError(t, rows.UpsertClaim(bg(), tx, []any{"r"}, cl(3), "three"))
-	requireCode(t, rows.UpsertClaim(bg(), testsvc.Pool(t), []any{"r"}, cl(4), "four"), "55P03")
+	requireCode(t, rows.UpsertClaim(bg(), fencetest.Pool(t), []any{"r"}, cl(4), "four"), "55P03")
 }
 
 var _ pgguard.Querier = (*pgxpool.Pool)(nil)

@@ -8,8 +8,8 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/fencekit/fencekit/fence"
+	"github.com/fencekit/fencekit/fencetest"
 	"github.com/fencekit/fencekit/guards/pgguard"
-	"github.com/fencekit/fencekit/internal/testsvc"
 )
 
 // TestStrictRefusesAnotherKeysResource: a write made under key B's claim
@@ -25,7 +25,7 @@ func TestStrictRefusesAnotherKeysResource(t *testing.T) {
 	claimA := fence.Claim{Token: 7, Run: "run-a", Scope: fence.JoinResource("acme", "conv-1")}
 	claimB := fence.Claim{Token: 40, Run: "run-b", Scope: fence.JoinResource("acme", "conv-2")}
 	write := func(g *pgguard.Guard, schema string, c fence.Claim, v string) error {
-		return g.InTx(fence.WithClaim(ctx, c), testsvc.Pool(t), resA, func(ctx context.Context, tx pgx.Tx) error {
+		return g.InTx(fence.WithClaim(ctx, c), fencetest.Pool(t), resA, func(ctx context.Context, tx pgx.Tx) error {
 			return rowWriter(schema, resA, v, int64(c.Token), false)(ctx, tx)
 		})
 	}
@@ -40,7 +40,7 @@ func TestStrictRefusesAnotherKeysResource(t *testing.T) {
 
 	t.Run("strict", func(t *testing.T) {
 		schema := strict
-		g := newGuard(t, pgguard.Config{Schema: schema, DB: testsvc.Pool(t), Strict: true})
+		g := newGuard(t, pgguard.Config{Schema: schema, DB: fencetest.Pool(t), Strict: true})
 		require.NoError(t, write(g, schema, claimA, "a1"))
 		err := write(g, schema, claimB, "b")
 		require.ErrorIs(t, err, fence.ErrOutOfScope)
@@ -51,7 +51,7 @@ func TestStrictRefusesAnotherKeysResource(t *testing.T) {
 		require.NoError(t, err)
 		require.Equal(t, claimA.Token, mark.Token, "the mark.Token did not move")
 		require.NoError(t, write(g, schema, claimA, "a2"), "A keeps writing")
-		v, tok, _, err := readRow(ctx, testsvc.Pool(t), schema, resA)
+		v, tok, _, err := readRow(ctx, fencetest.Pool(t), schema, resA)
 		require.NoError(t, err)
 		require.Equal(t, "a2", v)
 		require.Equal(t, claimA.Token, tok)

@@ -11,8 +11,8 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/fencekit/fencekit/fence"
+	"github.com/fencekit/fencekit/fencetest"
 	"github.com/fencekit/fencekit/guards/pgguard"
-	"github.com/fencekit/fencekit/internal/testsvc"
 )
 
 // A refused FenceSQLTx rolls back the caller's *sql.Tx, including the row
@@ -32,7 +32,7 @@ func TestFenceSQLTxStaleRollsBack(t *testing.T) {
 	require.True(t, ok)
 	assert.Equal(t, fence.StaleError{Resource: "r", Presented: 5, Highest: 7}, *se)
 	assert.ErrorIs(t, tx.Commit(), sql.ErrTxDone, "a refused tx must not be committable")
-	_, _, found, err := readRow(bg(), testsvc.Pool(t), schema, "r")
+	_, _, found, err := readRow(bg(), fencetest.Pool(t), schema, "r")
 	require.NoError(t, err)
 	assert.False(t, found)
 }
@@ -79,7 +79,7 @@ func TestSQLBusy(t *testing.T) {
 		require.NoError(t, g.FenceSQLTxClaim(bg(), txB, "two", cl(1)))
 		resA := make(chan error, 1)
 		go func() { resA <- g.FenceSQLTxClaim(bg(), txA, "two", cl(2)) }()
-		waitForLockWait(t, testsvc.Pool(t), uint32(pidA))
+		waitForLockWait(t, fencetest.Pool(t), uint32(pidA))
 		errB := g.FenceSQLTxClaim(bg(), txB, "one", cl(2))
 		errA := <-resA
 		if errA == nil {

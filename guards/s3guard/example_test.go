@@ -12,10 +12,10 @@ import (
 	"github.com/minio/minio-go/v7/pkg/credentials"
 
 	"github.com/fencekit/fencekit/fence"
+	"github.com/fencekit/fencekit/fencetest"
 	"github.com/fencekit/fencekit/guards/s3guard"
 	"github.com/fencekit/fencekit/guards/s3guard/awsclient"
 	"github.com/fencekit/fencekit/guards/s3guard/minioclient"
-	"github.com/fencekit/fencekit/internal/testsvc"
 )
 
 // exampleStore connects to the test MinIO (TEST_MINIO_* variables, see
@@ -26,12 +26,12 @@ func exampleStore(ctx context.Context) (*s3guard.Store, func()) {
 
 // exampleStoreWith is exampleStore with Client and Bucket filled into cfg.
 func exampleStoreWith(ctx context.Context, cfg s3guard.Config) (*s3guard.Store, func()) {
-	env, _ := testsvc.MinIOEnv()
+	env, _ := fencetest.MinIOEnv()
 	client, err := minio.New(env.Endpoint, &minio.Options{Creds: credentials.NewStaticV4(env.AccessKey, env.SecretKey, "")})
 	if err != nil {
 		panic(err)
 	}
-	bucket := strings.ReplaceAll(testsvc.RandomName("fk-example-"), "_", "-")
+	bucket := strings.ReplaceAll(fencetest.RandomName("fk-example-"), "_", "-")
 	if err := client.MakeBucket(ctx, bucket, minio.MakeBucketOptions{}); err != nil {
 		panic(err)
 	}
@@ -109,7 +109,7 @@ func ExampleStore_PutBytes_reused() {
 // already has with awsclient.New (here pointed at the test MinIO).
 func ExampleNew_awsClient() {
 	ctx := context.Background()
-	env, _ := testsvc.MinIOEnv()
+	env, _ := fencetest.MinIOEnv()
 	client := s3.New(s3.Options{
 		Region:       "us-east-1",
 		BaseEndpoint: aws.String("http://" + env.Endpoint),
@@ -118,7 +118,7 @@ func ExampleNew_awsClient() {
 			return aws.Credentials{AccessKeyID: env.AccessKey, SecretAccessKey: env.SecretKey}, nil
 		}),
 	})
-	bucket := strings.ReplaceAll(testsvc.RandomName("fk-example-"), "_", "-")
+	bucket := strings.ReplaceAll(fencetest.RandomName("fk-example-"), "_", "-")
 	if _, err := client.CreateBucket(ctx, &s3.CreateBucketInput{Bucket: aws.String(bucket)}); err != nil {
 		panic(err)
 	}

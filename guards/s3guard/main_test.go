@@ -19,22 +19,22 @@ import (
 	"go.uber.org/goleak"
 
 	"github.com/fencekit/fencekit/fence"
+	"github.com/fencekit/fencekit/fencetest"
 	"github.com/fencekit/fencekit/guards/s3guard/awsclient"
 	"github.com/fencekit/fencekit/guards/s3guard/minioclient"
 	"github.com/fencekit/fencekit/guards/s3guard/s3client"
-	"github.com/fencekit/fencekit/internal/testsvc"
 )
 
 func TestMain(m *testing.M) {
 	// Every test and example here needs MinIO. Without it, skip the package
-	// (as testsvc.Missing would skip each test), except under CI, where the
+	// (as fencetest.Missing would skip each test), except under CI, where the
 	// tests run and fail loudly. In -short mode skip it always.
 	flag.Parse()
 	if testing.Short() {
 		fmt.Println("s3guard: every test needs MinIO, skipped in -short mode")
 		os.Exit(0)
 	}
-	if _, ok := testsvc.MinIOEnv(); !ok && !testsvc.InCI() {
+	if _, ok := fencetest.MinIOEnv(); !ok && !fencetest.InCI() {
 		fmt.Println("s3guard: TEST_MINIO_ENDPOINT is not set, skipping (run `make services` and export what it prints)")
 		os.Exit(0)
 	}
@@ -99,11 +99,11 @@ func connectAWS(t testing.TB, rt http.RoundTripper) s3client.Client {
 	return awsclient.New(client)
 }
 
-func minioEnv(t testing.TB) testsvc.MinIOConfig {
+func minioEnv(t testing.TB) fencetest.MinIOConfig {
 	t.Helper()
-	c, ok := testsvc.MinIOEnv()
+	c, ok := fencetest.MinIOEnv()
 	if !ok {
-		testsvc.Missing(t, "TEST_MINIO_ENDPOINT is not set")
+		fencetest.Missing(t, "TEST_MINIO_ENDPOINT is not set")
 	}
 	return c
 }
@@ -137,7 +137,7 @@ type env struct {
 
 func newEnv(t testing.TB, kind clientKind) env {
 	t.Helper()
-	c, b := testsvc.MinIO(t)
+	c, b := fencetest.Bucket(t)
 	return env{kind: kind, client: kind.connect(t, nil), raw: c, bucket: b}
 }
 

@@ -11,8 +11,8 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
+	"github.com/fencekit/fencekit/fencetest"
 	"github.com/fencekit/fencekit/integration/history"
-	"github.com/fencekit/fencekit/internal/testsvc"
 	"github.com/fencekit/fencekit/sql/migrations"
 )
 
@@ -21,9 +21,9 @@ import (
 
 func droppingPool(t *testing.T) (*pgxpool.Pool, *commitDropper, string) {
 	t.Helper()
-	schema := testsvc.Schema(t, migrations.Guard)
+	schema := fencetest.Schema(t, migrations.Guard)
 	d := &commitDropper{}
-	pool := testsvc.PoolWith(t, testsvc.DatabaseURL(), func(c *pgxpool.Config) { c.ConnConfig.DialFunc = d.dial })
+	pool := fencetest.PoolWith(t, fencetest.DatabaseURL(), func(c *pgxpool.Config) { c.ConnConfig.DialFunc = d.dial })
 	require.NoError(t, CreateDataTable(context.Background(), pool, schema))
 	return pool, d, schema
 }

@@ -20,10 +20,10 @@ import (
 
 	"github.com/jackc/pgx/v5/pgxpool"
 
+	"github.com/fencekit/fencekit/fencetest"
 	"github.com/fencekit/fencekit/integration/history"
 	"github.com/fencekit/fencekit/internal/netproxy"
 	"github.com/fencekit/fencekit/internal/pgcluster"
-	"github.com/fencekit/fencekit/internal/testsvc"
 	"github.com/fencekit/fencekit/sql/migrations"
 )
 
@@ -215,8 +215,8 @@ func Run(t testing.TB, cfg Config) *Result {
 	if err := CreateDataTable(ctx, direct, schema); err != nil {
 		t.Fatalf("create data table: %v", err)
 	}
-	mc, bucket := testsvc.MinIO(t)
-	s3env, _ := testsvc.MinIOEnv()
+	mc, bucket := fencetest.Bucket(t)
+	s3env, _ := fencetest.MinIOEnv()
 
 	pgAddr, err := hostPort(dbURL)
 	if err != nil {
@@ -239,7 +239,7 @@ func Run(t testing.TB, cfg Config) *Result {
 
 	// The fenced HTTP service, whose database connections also go through
 	// the proxy.
-	svcPool := testsvc.PoolWith(t, pgURL, func(c *pgxpool.Config) {
+	svcPool := fencetest.PoolWith(t, pgURL, func(c *pgxpool.Config) {
 		c.MaxConns = 8
 		c.ConnConfig.RuntimeParams["statement_timeout"] = "5000"
 	})
@@ -557,11 +557,11 @@ func (s *scheduler) run(ctx context.Context) {
 func database(t testing.TB, restart bool) (url, schema string, direct *pgxpool.Pool, restartFn func(context.Context) error) {
 	t.Helper()
 	if !restart {
-		return testsvc.DatabaseURL(), testsvc.Schema(t, migrations.Lease, migrations.Guard), testsvc.Pool(t), nil
+		return fencetest.DatabaseURL(), fencetest.Schema(t, migrations.Lease, migrations.Guard), fencetest.Pool(t), nil
 	}
 	c := pgcluster.New(t, pgcluster.Options{Settings: []string{"max_connections = 200"}})
 	direct = c.Pool("postgres")
-	schema = testsvc.RandomName("fk_chaos_")
+	schema = fencetest.RandomName("fk_chaos_")
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	if _, err := migrations.Migrate(ctx, direct, migrations.Options{Schema: schema}, migrations.Lease, migrations.Guard); err != nil {

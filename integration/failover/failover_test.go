@@ -12,10 +12,10 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/fencekit/fencekit/fence"
+	"github.com/fencekit/fencekit/fencetest"
 	"github.com/fencekit/fencekit/guards/pgguard"
 	"github.com/fencekit/fencekit/internal/netproxy"
 	"github.com/fencekit/fencekit/internal/pgcluster"
-	"github.com/fencekit/fencekit/internal/testsvc"
 	"github.com/fencekit/fencekit/lease"
 	"github.com/fencekit/fencekit/lease/leaseops"
 	"github.com/fencekit/fencekit/sql/migrations"
@@ -39,8 +39,8 @@ type world struct {
 
 func newWorld(t *testing.T) *world {
 	t.Helper()
-	gs := testsvc.Schema(t, migrations.Guard)
-	gp := testsvc.Pool(t)
+	gs := fencetest.Schema(t, migrations.Guard)
+	gp := fencetest.Pool(t)
 	g, err := pgguard.New(pgguard.Config{DB: gp, Schema: gs})
 	require.NoError(t, err)
 	mk, err := pgguard.NewMarks(pgguard.MarksConfig{DB: gp, Schema: gs})

@@ -21,8 +21,8 @@ import (
 
 	"github.com/jackc/pgx/v5"
 
+	"github.com/fencekit/fencekit/fencetest"
 	"github.com/fencekit/fencekit/internal/netproxy"
-	"github.com/fencekit/fencekit/internal/testsvc"
 )
 
 // PGVersion is the PostgreSQL major version whose binaries Patroni runs.
@@ -67,7 +67,7 @@ func pgBin(name string) string {
 func Require(t testing.TB) {
 	t.Helper()
 	if err := Available(); err != nil {
-		testsvc.Missing(t, "%v", err)
+		fencetest.Missing(t, "%v", err)
 	}
 }
 

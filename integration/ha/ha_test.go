@@ -16,9 +16,9 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/fencekit/fencekit/fence"
+	"github.com/fencekit/fencekit/fencetest"
 	"github.com/fencekit/fencekit/guards/pgguard"
 	"github.com/fencekit/fencekit/internal/obs/obstest"
-	"github.com/fencekit/fencekit/internal/testsvc"
 	"github.com/fencekit/fencekit/lease"
 	"github.com/fencekit/fencekit/lease/leaseops"
 	"github.com/fencekit/fencekit/sql/migrations"
@@ -89,8 +89,8 @@ type world struct {
 func newWorld(t *testing.T, opts Options) *world {
 	t.Helper()
 	c := New(t, opts)
-	w := &world{t: t, c: c, shared: testsvc.Pool(t), runs: map[fence.Token]map[string]bool{}, stop: make(chan struct{})}
-	w.gs = testsvc.Schema(t, migrations.Guard)
+	w := &world{t: t, c: c, shared: fencetest.Pool(t), runs: map[fence.Token]map[string]bool{}, stop: make(chan struct{})}
+	w.gs = fencetest.Schema(t, migrations.Guard)
 	_, err := w.shared.Exec(bg(), fmt.Sprintf(`CREATE TABLE %q.ha_writes (key text NOT NULL, token bigint NOT NULL, run text NOT NULL, at timestamptz NOT NULL DEFAULT clock_timestamp())`, w.gs))
 	require.NoError(t, err)
 	w.guard, err = pgguard.New(pgguard.Config{Schema: w.gs})
@@ -100,7 +100,7 @@ func newWorld(t *testing.T, opts Options) *world {
 	if opts.HAProxy {
 		url = c.ProxyURL()
 	}
-	w.lease = testsvc.PoolWith(t, url, func(cfg *pgxpool.Config) {
+	w.lease = fencetest.PoolWith(t, url, func(cfg *pgxpool.Config) {
 		cfg.MaxConns = 8
 		cfg.ConnConfig.ConnectTimeout = 2 * time.Second
 	})
@@ -121,14 +121,14 @@ func newWorld(t *testing.T, opts Options) *world {
 		_, err = w.lease.Exec(bg(), s)
 		require.NoError(t, err, s)
 	}
-	app := testsvc.PoolWith(t, url, func(cfg *pgxpool.Config) {
+	app := fencetest.PoolWith(t, url, func(cfg *pgxpool.Config) {
 		cfg.MaxConns = 8
 		cfg.ConnConfig.ConnectTimeout = 2 * time.Second
 		cfg.ConnConfig.User = role
 	})
 	// Wait until the standby has the role and the schema (a failover
 	// right away must not lose them: they are not what is measured).
-	standby := testsvc.PoolWith(t, c.Other(c.Nodes[0]).NodeURL(), nil)
+	standby := fencetest.PoolWith(t, c.Other(c.Nodes[0]).NodeURL(), nil)
 	c.waitFor(30*time.Second, "the standby to replay the schema", func() bool {
 		var ok bool
 		err := standby.QueryRow(bg(), `SELECT to_regproc('fk.fencekit_check_floor') IS NOT NULL AND to_regclass('public.ha_probe') IS NOT NULL`).Scan(&ok)

@@ -16,12 +16,12 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/fencekit/fencekit/fence"
+	"github.com/fencekit/fencekit/fencetest"
 	"github.com/fencekit/fencekit/guards/httpguard"
 	"github.com/fencekit/fencekit/guards/memguard"
 	"github.com/fencekit/fencekit/guards/pgguard"
 	"github.com/fencekit/fencekit/guards/s3guard"
 	"github.com/fencekit/fencekit/guards/s3guard/minioclient"
-	"github.com/fencekit/fencekit/internal/testsvc"
 	"github.com/fencekit/fencekit/sql/migrations"
 )
 
@@ -68,12 +68,12 @@ func guards(t *testing.T) []guardUnderTest {
 	mem, err := memguard.New(memguard.Config{})
 	require.NoError(t, err)
 
-	schema := testsvc.Schema(t, migrations.Guard)
-	pool := testsvc.Pool(t)
+	schema := fencetest.Schema(t, migrations.Guard)
+	pool := fencetest.Pool(t)
 	pg, err := pgguard.New(pgguard.Config{DB: pool, Schema: schema})
 	require.NoError(t, err)
 
-	mc, bucket := testsvc.MinIO(t)
+	mc, bucket := fencetest.Bucket(t)
 	s3, err := s3guard.New(s3guard.Config{Client: minioclient.New(mc), Bucket: bucket})
 	require.NoError(t, err)
 

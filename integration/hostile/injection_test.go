@@ -9,8 +9,8 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
+	"github.com/fencekit/fencekit/fencetest"
 	"github.com/fencekit/fencekit/guards/pgguard"
-	"github.com/fencekit/fencekit/internal/testsvc"
 	"github.com/fencekit/fencekit/sql/migrations"
 )
 
@@ -44,7 +44,7 @@ var injections = []string{
 func canary(t *testing.T, pool *pgxpool.Pool) (check func()) {
 	t.Helper()
 	ctx := testCtx(t)
-	name := testsvc.RandomName("fk_canary_")
+	name := fencetest.RandomName("fk_canary_")
 	_, err := pool.Exec(ctx, `CREATE TABLE `+name+` (x int)`)
 	require.NoError(t, err)
 	t.Cleanup(func() { _, _ = pool.Exec(context.Background(), `DROP TABLE IF EXISTS `+name) })
@@ -82,7 +82,7 @@ func canary(t *testing.T, pool *pgxpool.Pool) (check func()) {
 // sql.ErrInvalidIdentifier (wrapped by the package's config error) before
 // any statement is sent.
 func TestInjectionThroughIdentifiers(t *testing.T) {
-	pool := testsvc.Pool(t)
+	pool := fencetest.Pool(t)
 	check := canary(t, pool)
 	ctx := testCtx(t)
 	for _, inj := range injections {
@@ -107,8 +107,8 @@ func TestInjectionThroughIdentifiers(t *testing.T) {
 // resource names of the PostgreSQL guard. They are stored verbatim and
 // nothing else happens.
 func TestInjectionThroughValues(t *testing.T) {
-	schema := testsvc.Schema(t, migrations.Guard)
-	pool := testsvc.Pool(t)
+	schema := fencetest.Schema(t, migrations.Guard)
+	pool := fencetest.Pool(t)
 	check := canary(t, pool)
 	ctx := testCtx(t)
 	g, err := pgguard.New(pgguard.Config{DB: pool, Schema: schema})

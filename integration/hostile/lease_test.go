@@ -12,8 +12,8 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/fencekit/fencekit/fence"
+	"github.com/fencekit/fencekit/fencetest"
 	"github.com/fencekit/fencekit/guards/pgguard"
-	"github.com/fencekit/fencekit/internal/testsvc"
 	"github.com/fencekit/fencekit/lease"
 	"github.com/fencekit/fencekit/sql/migrations"
 )
@@ -44,8 +44,8 @@ func leaseState(t *testing.T, pool *pgxpool.Pool, schema string) string {
 // with lease's typed errors; no row is written, no token is drawn, nothing
 // panics (goroutine leaks are checked by TestMain).
 func TestLeaseBadInput(t *testing.T) {
-	schema := testsvc.Schema(t, migrations.Lease)
-	pool := testsvc.Pool(t)
+	schema := fencetest.Schema(t, migrations.Lease)
+	pool := fencetest.Pool(t)
 	m := newManager(t, pool, schema)
 	ctx := testCtx(t)
 	good := lease.Key{AccountID: "acct", SessionID: "s"}
@@ -116,14 +116,14 @@ func TestLeaseBadInput(t *testing.T) {
 // (ErrInvalidConfig wrapping sql.ErrInvalidIdentifier); as key ids they are
 // bound values, stored verbatim.
 func TestLeaseInjection(t *testing.T) {
-	pool := testsvc.Pool(t)
+	pool := fencetest.Pool(t)
 	check := canary(t, pool)
 	for _, inj := range injections {
 		_, err := lease.New(lease.Config{Pool: pool, Schema: inj})
 		assert.ErrorIs(t, err, lease.ErrInvalidConfig, "lease.New(%q)", inj)
 		assert.ErrorIs(t, err, migrations.ErrInvalidIdentifier, "lease.New(%q)", inj)
 	}
-	schema := testsvc.Schema(t, migrations.Lease)
+	schema := fencetest.Schema(t, migrations.Lease)
 	m := newManager(t, pool, schema)
 	ctx := testCtx(t)
 	for _, inj := range injections {

@@ -9,7 +9,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 	"go.uber.org/goleak"
 
-	"github.com/fencekit/fencekit/internal/testsvc"
+	"github.com/fencekit/fencekit/fencetest"
 )
 
 func TestMain(m *testing.M) {
@@ -30,12 +30,12 @@ func testCtx(t testing.TB) context.Context {
 // (trust authentication on the local server).
 func poolAs(t testing.TB, role string) *pgxpool.Pool {
 	t.Helper()
-	u, err := url.Parse(testsvc.DatabaseURL())
+	u, err := url.Parse(fencetest.DatabaseURL())
 	if err != nil {
 		t.Fatal(err)
 	}
 	u.User = url.User(role)
-	return testsvc.PoolWith(t, u.String(), nil)
+	return fencetest.PoolWith(t, u.String(), nil)
 }
 
 // notPanics runs f and reports a panic as a test error.

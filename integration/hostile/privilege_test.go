@@ -11,8 +11,8 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/fencekit/fencekit/fence"
+	"github.com/fencekit/fencekit/fencetest"
 	"github.com/fencekit/fencekit/guards/pgguard"
-	"github.com/fencekit/fencekit/internal/testsvc"
 	"github.com/fencekit/fencekit/sql/migrations"
 )
 
@@ -22,11 +22,11 @@ import (
 func leastPrivilege(t *testing.T) (schema, role string, app *pgxpool.Pool) {
 	t.Helper()
 	ctx := testCtx(t)
-	schema = testsvc.Schema(t, migrations.Lease, migrations.Guard)
-	admin := testsvc.Pool(t)
+	schema = fencetest.Schema(t, migrations.Lease, migrations.Guard)
+	admin := fencetest.Pool(t)
 	_, err := admin.Exec(ctx, `CREATE TABLE "`+schema+`".app_data (id text PRIMARY KEY, v text NOT NULL)`)
 	require.NoError(t, err)
-	role = testsvc.RandomName("fk_role_")
+	role = fencetest.RandomName("fk_role_")
 	require.NoError(t, CreateRole(ctx, admin, schema, role, "app_data"))
 	t.Cleanup(func() {
 		// Runs after the role's pools (registered later) are closed.

@@ -19,8 +19,8 @@ import (
 	"go.uber.org/goleak"
 
 	"github.com/fencekit/fencekit/fence"
+	"github.com/fencekit/fencekit/fencetest"
 	"github.com/fencekit/fencekit/guards/pgguard"
-	"github.com/fencekit/fencekit/internal/testsvc"
 	"github.com/fencekit/fencekit/lease"
 	"github.com/fencekit/fencekit/sql/migrations"
 )
@@ -32,7 +32,7 @@ var sets = []migrations.Set{migrations.Lease, migrations.Guard}
 // emptySchema creates a private schema, dropped at cleanup.
 func emptySchema(t *testing.T, pool *pgxpool.Pool) string {
 	t.Helper()
-	schema := testsvc.RandomName("fk_tools_")
+	schema := fencetest.RandomName("fk_tools_")
 	if _, err := pool.Exec(context.Background(), `CREATE SCHEMA "`+schema+`"`); err != nil {
 		t.Fatal(err)
 	}
@@ -65,7 +65,7 @@ func objects(t *testing.T, pool *pgxpool.Pool, schema string) []string {
 func proveSchema(t *testing.T, schema string) {
 	t.Helper()
 	ctx := context.Background()
-	pool := testsvc.Pool(t)
+	pool := fencetest.Pool(t)
 	if err := migrations.Validate(ctx, pool, migrations.Options{Schema: schema}); err != nil {
 		t.Fatalf("Validate after the tool's up: %v", err)
 	}
@@ -83,7 +83,7 @@ func proveSchema(t *testing.T, schema string) {
 		t.Fatalf("Renew: %v", err)
 	}
 	// A second Manager (own pool) cannot take the held key.
-	other, err := lease.New(lease.Config{Pool: testsvc.Pool(t), Schema: schema, TTL: 10 * time.Second})
+	other, err := lease.New(lease.Config{Pool: fencetest.Pool(t), Schema: schema, TTL: 10 * time.Second})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -135,7 +135,7 @@ func proveSchema(t *testing.T, schema string) {
 
 func sqlDB(t *testing.T, schema string) *sql.DB {
 	t.Helper()
-	cfg, err := pgx.ParseConfig(testsvc.DatabaseURL())
+	cfg, err := pgx.ParseConfig(fencetest.DatabaseURL())
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -162,7 +162,7 @@ func gooseProvider(t *testing.T, db *sql.DB, set migrations.Set) *goose.Provider
 
 func TestGoose(t *testing.T) {
 	ctx := context.Background()
-	pool := testsvc.Pool(t)
+	pool := fencetest.Pool(t)
 	schema := emptySchema(t, pool)
 	db := sqlDB(t, schema)
 	providers := map[migrations.Set]*goose.Provider{}
@@ -218,7 +218,7 @@ func migrateInstance(t *testing.T, schema string, set migrations.Set) *migrate.M
 }
 
 func TestGolangMigrate(t *testing.T) {
-	pool := testsvc.Pool(t)
+	pool := fencetest.Pool(t)
 	schema := emptySchema(t, pool)
 	ms := map[migrations.Set]*migrate.Migrate{}
 	for _, set := range sets {

@@ -7,7 +7,7 @@
 // id. Each cluster is dropped when the test ends (t.Cleanup), even on
 // failure; New also drops clusters left by earlier runs whose process is
 // gone. When the tools are missing, tests fail under CI=true and skip
-// otherwise (testsvc.Missing).
+// otherwise (fencetest.Missing).
 //
 // Not guaranteed: durability against an operating-system crash (initdb
 // runs with --no-sync); clusters need root or the postgres user.
@@ -28,7 +28,7 @@ import (
 
 	"github.com/jackc/pgx/v5/pgxpool"
 
-	"github.com/fencekit/fencekit/internal/testsvc"
+	"github.com/fencekit/fencekit/fencetest"
 )
 
 // Version is the PostgreSQL major version the clusters use.
@@ -72,9 +72,9 @@ func Bin(name string) string { return filepath.Join("/usr/lib/postgresql", Versi
 // missing, it fails the test under CI and skips it elsewhere.
 func Require(t testing.TB) {
 	t.Helper()
-	testsvc.SkipShort(t)
+	fencetest.SkipShort(t)
 	if err := Available(); err != nil {
-		testsvc.Missing(t, "%v", err)
+		fencetest.Missing(t, "%v", err)
 	}
 }
 
@@ -101,7 +101,7 @@ func freePort() (int, error) {
 }
 
 func newName() string {
-	return fmt.Sprintf("%s%d_%s", NamePrefix, os.Getpid(), strings.TrimPrefix(testsvc.RandomName("x"), "x")[:8])
+	return fmt.Sprintf("%s%d_%s", NamePrefix, os.Getpid(), strings.TrimPrefix(fencetest.RandomName("x"), "x")[:8])
 }
 
 // Sweep drops clusters named NamePrefix<pid>_… whose process <pid> no
@@ -282,7 +282,7 @@ func (c *Cluster) URL(db string) string {
 // Pool opens an independent pool to database db, closed when the test ends.
 func (c *Cluster) Pool(db string) *pgxpool.Pool {
 	c.t.Helper()
-	return testsvc.PoolWith(c.t, c.URL(db), func(cfg *pgxpool.Config) {
+	return fencetest.PoolWith(c.t, c.URL(db), func(cfg *pgxpool.Config) {
 		cfg.ConnConfig.ConnectTimeout = 5 * time.Second
 	})
 }

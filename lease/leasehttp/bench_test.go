@@ -14,7 +14,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 
-	"github.com/fencekit/fencekit/internal/testsvc"
+	"github.com/fencekit/fencekit/fencetest"
 	"github.com/fencekit/fencekit/lease"
 	"github.com/fencekit/fencekit/lease/leasehttp"
 )
@@ -64,7 +64,7 @@ func readEvents(conn net.Conn, out chan<- receipt) {
 func BenchmarkTakeoverFanout(b *testing.B) {
 	f := newFixture(b, leasehttp.Config{MaxSubscribers: 2 * benchSubscribers}, nil)
 	k := key()
-	taker, err := lease.New(lease.Config{Pool: testsvc.Pool(b), Schema: f.schema})
+	taker, err := lease.New(lease.Config{Pool: fencetest.Pool(b), Schema: f.schema})
 	require.NoError(b, err)
 	defer taker.Close()
 	_, err = taker.Acquire(context.Background(), k)
@@ -119,7 +119,7 @@ func BenchmarkIdleSubscribers(b *testing.B) {
 	for b.Loop() {
 		f := newFixture(b, leasehttp.Config{MaxSubscribers: 2 * benchSubscribers}, nil)
 		k := key()
-		taker, err := lease.New(lease.Config{Pool: testsvc.Pool(b), Schema: f.schema})
+		taker, err := lease.New(lease.Config{Pool: fencetest.Pool(b), Schema: f.schema})
 		require.NoError(b, err)
 		_, err = taker.Acquire(context.Background(), k)
 		require.NoError(b, err)

@@ -20,7 +20,7 @@ import (
 	"go.uber.org/goleak"
 
 	"github.com/fencekit/fencekit/fence"
-	"github.com/fencekit/fencekit/internal/testsvc"
+	"github.com/fencekit/fencekit/fencetest"
 	"github.com/fencekit/fencekit/lease"
 	"github.com/fencekit/fencekit/lease/leasehttp"
 	"github.com/fencekit/fencekit/sql/migrations"
@@ -54,12 +54,12 @@ func deny(_ context.Context, k lease.Key) error {
 
 func newFixture(t testing.TB, cfg leasehttp.Config, wrap func(net.Listener) net.Listener) *fixture {
 	t.Helper()
-	f := &fixture{t: t, schema: testsvc.Schema(t, migrations.Lease)}
+	f := &fixture{t: t, schema: fencetest.Schema(t, migrations.Lease)}
 	var err error
-	f.mgr, err = lease.New(lease.Config{Pool: testsvc.Pool(t), Schema: f.schema, TTL: 2 * time.Second,
+	f.mgr, err = lease.New(lease.Config{Pool: fencetest.Pool(t), Schema: f.schema, TTL: 2 * time.Second,
 		Authorizer: lease.AuthorizerFunc(deny)})
 	require.NoError(t, err)
-	f.other, err = lease.New(lease.Config{Pool: testsvc.Pool(t), Schema: f.schema, TTL: 2 * time.Second})
+	f.other, err = lease.New(lease.Config{Pool: fencetest.Pool(t), Schema: f.schema, TTL: 2 * time.Second})
 	require.NoError(t, err)
 	cfg.Manager = f.mgr
 	if cfg.Watch == nil {
@@ -276,7 +276,7 @@ func TestNonReadingClientDroppedWithDefaultBuffers(t *testing.T) {
 
 	fast := f.open(k, "")
 	require.Equal(t, "current", fast.next(t).event)
-	taker, err := lease.New(lease.Config{Pool: testsvc.Pool(t), Schema: f.schema})
+	taker, err := lease.New(lease.Config{Pool: fencetest.Pool(t), Schema: f.schema})
 	require.NoError(t, err)
 	defer taker.Close()
 	// Grants keep coming while the silent stream fills up; the fast one
@@ -381,11 +381,11 @@ func TestSlowReaderGetsLatestState(t *testing.T) {
 // taken over, the stream goes through the ResponseWriter, paced the same
 // way.
 func TestHTTP2StreamIsServed(t *testing.T) {
-	f := &fixture{t: t, schema: testsvc.Schema(t, migrations.Lease)}
+	f := &fixture{t: t, schema: fencetest.Schema(t, migrations.Lease)}
 	var err error
-	f.mgr, err = lease.New(lease.Config{Pool: testsvc.Pool(t), Schema: f.schema, TTL: 2 * time.Second})
+	f.mgr, err = lease.New(lease.Config{Pool: fencetest.Pool(t), Schema: f.schema, TTL: 2 * time.Second})
 	require.NoError(t, err)
-	f.other, err = lease.New(lease.Config{Pool: testsvc.Pool(t), Schema: f.schema, TTL: 2 * time.Second})
+	f.other, err = lease.New(lease.Config{Pool: fencetest.Pool(t), Schema: f.schema, TTL: 2 * time.Second})
 	require.NoError(t, err)
 	f.h, err = leasehttp.New(leasehttp.Config{Manager: f.mgr, Watch: []lease.WatchOption{lease.WithWatchPoll(50 * time.Millisecond)}})
 	require.NoError(t, err)

@@ -13,9 +13,9 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/fencekit/fencekit/fence"
+	"github.com/fencekit/fencekit/fencetest"
 	"github.com/fencekit/fencekit/guards/pgguard"
 	"github.com/fencekit/fencekit/internal/obs/obstest"
-	"github.com/fencekit/fencekit/internal/testsvc"
 	"github.com/fencekit/fencekit/lease"
 	"github.com/fencekit/fencekit/lease/leaseops"
 	"github.com/fencekit/fencekit/sql/migrations"
@@ -150,7 +150,7 @@ func TestAutomaticFloorCheck(t *testing.T) {
 // function.
 func TestAutomaticFloorCheckLeastPrivilege(t *testing.T) {
 	e := newEnv(t)
-	role := testsvc.RandomName("fk_role_")
+	role := fencetest.RandomName("fk_role_")
 	_, err := e.raw.Exec(bg(), `CREATE ROLE `+role+` LOGIN NOSUPERUSER NOCREATEDB NOCREATEROLE NOINHERIT NOBYPASSRLS NOREPLICATION`)
 	require.NoError(t, err)
 	t.Cleanup(func() {
@@ -167,7 +167,7 @@ func TestAutomaticFloorCheckLeastPrivilege(t *testing.T) {
 	} {
 		e.exec(s)
 	}
-	app := testsvc.PoolWith(t, testsvc.DatabaseURL(), func(c *pgxpool.Config) { c.ConnConfig.User = role })
+	app := fencetest.PoolWith(t, fencetest.DatabaseURL(), func(c *pgxpool.Config) { c.ConnConfig.User = role })
 	var owner bool
 	require.NoError(t, app.QueryRow(bg(), `SELECT pg_has_role(current_user, (SELECT nspowner FROM pg_namespace WHERE nspname = $1), 'MEMBER')`, e.schema).Scan(&owner))
 	require.False(t, owner, "the application role does not own the schema")
@@ -304,14 +304,14 @@ func TestCheckFloor(t *testing.T) {
 	require.ErrorIs(t, err, boom)
 	_, err = leaseops.CheckFloor(bg(), e.raw, e.schema, leaseops.StaticFloor(-5))
 	require.Error(t, err)
-	_, err = leaseops.CheckFloor(bg(), e.raw, testsvc.Schema(t, migrations.Guard), leaseops.StaticFloor(0))
+	_, err = leaseops.CheckFloor(bg(), e.raw, fencetest.Schema(t, migrations.Guard), leaseops.StaticFloor(0))
 	require.ErrorContains(t, err, "lacks the token floor check function")
 	require.Equal(t, before, e.next())
 	stored, checked := e.floorRow()
 	require.Zero(t, stored)
 	require.Equal(t, "1:1/00000001", checked, "nothing recorded")
 
-	gs := testsvc.Schema(t, migrations.Guard)
+	gs := fencetest.Schema(t, migrations.Guard)
 	g, err := pgguard.New(pgguard.Config{DB: e.raw, Schema: gs})
 	require.NoError(t, err)
 	marks, err := pgguard.NewMarks(pgguard.MarksConfig{DB: e.raw, Schema: gs})

@@ -11,8 +11,8 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/fencekit/fencekit/fence"
+	"github.com/fencekit/fencekit/fencetest"
 	"github.com/fencekit/fencekit/internal/obs/obstest"
-	"github.com/fencekit/fencekit/internal/testsvc"
 	"github.com/fencekit/fencekit/lease"
 	"github.com/fencekit/fencekit/lease/leaseops"
 )
@@ -132,7 +132,7 @@ func TestFailedFloorCheckKeepsGrantsRefused(t *testing.T) {
 // the node itself, and acquires again after the operator's check.
 func TestFailClosedUnderLeastPrivilege(t *testing.T) {
 	e := newEnv(t)
-	role := testsvc.RandomName("fk_role_")
+	role := fencetest.RandomName("fk_role_")
 	_, err := e.raw.Exec(bg(), `CREATE ROLE `+role+` LOGIN NOSUPERUSER NOCREATEDB NOCREATEROLE NOINHERIT NOBYPASSRLS NOREPLICATION`)
 	require.NoError(t, err)
 	for _, s := range []string{
@@ -149,7 +149,7 @@ func TestFailClosedUnderLeastPrivilege(t *testing.T) {
 			}
 		}
 	})
-	app := testsvc.PoolWith(t, testsvc.DatabaseURL(), func(c *pgxpool.Config) { c.ConnConfig.User = role })
+	app := fencetest.PoolWith(t, fencetest.DatabaseURL(), func(c *pgxpool.Config) { c.ConnConfig.User = role })
 	m := e.manager(lease.Config{Pool: app})
 	l, err := m.Acquire(bg(), uniqueKey(t))
 	require.NoError(t, err)
@@ -172,7 +172,7 @@ func TestFailClosedUnderLeastPrivilege(t *testing.T) {
 
 // TestTokenFloorConfig: bad fields are refused with a ConfigError.
 func TestTokenFloorConfig(t *testing.T) {
-	pool := testsvc.Pool(t)
+	pool := fencetest.Pool(t)
 	for name, cfg := range map[string]leaseops.TokenFloorConfig{
 		"nil pool":      {Source: leaseops.StaticFloor(0)},
 		"nil source":    {Pool: pool},
@@ -193,7 +193,7 @@ func TestFloorStatus(t *testing.T) {
 		pgx.QueryExecModeDescribeExec, pgx.QueryExecModeExec, pgx.QueryExecModeSimpleProtocol} {
 		t.Run(mode.String(), func(t *testing.T) {
 			e := newEnv(t)
-			pool := testsvc.PoolWith(t, testsvc.DatabaseURL(), func(c *pgxpool.Config) { c.ConnConfig.DefaultQueryExecMode = mode })
+			pool := fencetest.PoolWith(t, fencetest.DatabaseURL(), func(c *pgxpool.Config) { c.ConnConfig.DefaultQueryExecMode = mode })
 			tf, err := leaseops.NewTokenFloor(leaseops.TokenFloorConfig{Pool: pool, Schema: e.schema, Source: leaseops.StaticFloor(0)})
 			require.NoError(t, err)
 			node := e.checkedNode()

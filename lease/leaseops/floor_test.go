@@ -11,9 +11,9 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/fencekit/fencekit/fence"
+	"github.com/fencekit/fencekit/fencetest"
 	"github.com/fencekit/fencekit/guards/pgguard"
 	"github.com/fencekit/fencekit/internal/obs/obstest"
-	"github.com/fencekit/fencekit/internal/testsvc"
 	"github.com/fencekit/fencekit/lease"
 	"github.com/fencekit/fencekit/lease/leaseops"
 	"github.com/fencekit/fencekit/sql/migrations"
@@ -29,7 +29,7 @@ type snapshot struct {
 
 func (e *env) backup() snapshot {
 	e.t.Helper()
-	s := snapshot{table: testsvc.RandomName("fk_backup_")}
+	s := snapshot{table: fencetest.RandomName("fk_backup_")}
 	_, err := e.raw.Exec(bg(), fmt.Sprintf(`CREATE TABLE %q.%s AS SELECT * FROM %q.fencekit_leases`, e.schema, s.table, e.schema))
 	require.NoError(e.t, err)
 	s.last, s.iscal = e.seq()
@@ -56,7 +56,7 @@ func (e *env) restore(s snapshot) {
 // floor is the schema's token floor procedures with src as the source.
 func (e *env) floor(src leaseops.FloorSource) *leaseops.TokenFloor {
 	e.t.Helper()
-	f, err := leaseops.NewTokenFloor(leaseops.TokenFloorConfig{Pool: testsvc.Pool(e.t), Schema: e.schema, Source: src})
+	f, err := leaseops.NewTokenFloor(leaseops.TokenFloorConfig{Pool: fencetest.Pool(e.t), Schema: e.schema, Source: src})
 	require.NoError(e.t, err)
 	return f
 }
@@ -72,8 +72,8 @@ func (e *env) floor(src leaseops.FloorSource) *leaseops.TokenFloor {
 // moves the sequence past the floor, and grants carry larger tokens again.
 func TestTokenFloorAfterRestore(t *testing.T) {
 	e := newEnv(t)
-	guardSchema := testsvc.Schema(t, migrations.Guard)
-	gpool := testsvc.Pool(t)
+	guardSchema := fencetest.Schema(t, migrations.Guard)
+	gpool := fencetest.Pool(t)
 	g, err := pgguard.New(pgguard.Config{DB: gpool, Schema: guardSchema})
 	require.NoError(t, err)
 	marks, err := pgguard.NewMarks(pgguard.MarksConfig{DB: gpool, Schema: guardSchema})

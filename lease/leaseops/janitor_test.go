@@ -8,8 +8,8 @@ import (
 	"github.com/google/uuid"
 	"github.com/stretchr/testify/require"
 
+	"github.com/fencekit/fencekit/fencetest"
 	"github.com/fencekit/fencekit/internal/obs/obstest"
-	"github.com/fencekit/fencekit/internal/testsvc"
 	"github.com/fencekit/fencekit/lease"
 	"github.com/fencekit/fencekit/lease/leaseops"
 )
@@ -21,7 +21,7 @@ func TestJanitorSweep(t *testing.T) {
 	e := newEnv(t)
 	m := e.manager(lease.Config{})
 	mt := obstest.NewMeter(t)
-	j, err := leaseops.NewJanitor(leaseops.JanitorConfig{Pool: testsvc.Pool(t), Schema: e.schema, BatchSize: 2, MeterProvider: mt.Provider})
+	j, err := leaseops.NewJanitor(leaseops.JanitorConfig{Pool: fencetest.Pool(t), Schema: e.schema, BatchSize: 2, MeterProvider: mt.Provider})
 	require.NoError(t, err)
 	t.Cleanup(func() { _ = j.Close() })
 	require.Equal(t, leaseops.DefaultRetention, j.Retention())
@@ -109,7 +109,7 @@ func TestJanitorSweepsDisplacedRuns(t *testing.T) {
 	e := newEnv(t)
 	m := e.manager(lease.Config{TTL: time.Hour})
 	mt := obstest.NewMeter(t)
-	j, err := leaseops.NewJanitor(leaseops.JanitorConfig{Pool: testsvc.Pool(t), Schema: e.schema, BatchSize: 2, MeterProvider: mt.Provider})
+	j, err := leaseops.NewJanitor(leaseops.JanitorConfig{Pool: fencetest.Pool(t), Schema: e.schema, BatchSize: 2, MeterProvider: mt.Provider})
 	require.NoError(t, err)
 	t.Cleanup(func() { _ = j.Close() })
 
@@ -157,7 +157,7 @@ func TestJanitorLifecycle(t *testing.T) {
 	require.NoError(t, err)
 	e.age(l.Key(), 2*time.Hour)
 	logs, logger := obstest.NewLogs()
-	j, err := leaseops.NewJanitor(leaseops.JanitorConfig{Pool: testsvc.Pool(t), Schema: e.schema, Retention: time.Hour, Interval: 50 * time.Millisecond, Logger: logger})
+	j, err := leaseops.NewJanitor(leaseops.JanitorConfig{Pool: fencetest.Pool(t), Schema: e.schema, Retention: time.Hour, Interval: 50 * time.Millisecond, Logger: logger})
 	require.NoError(t, err)
 	waitFor(t, 10*time.Second, "a background sweep", func() bool { return !e.hasRow(l.Key()) })
 	waitFor(t, 10*time.Second, "the sweep's log", func() bool { return len(logs.Messages("leaseops: janitor sweep")) > 0 })
@@ -168,7 +168,7 @@ func TestJanitorLifecycle(t *testing.T) {
 // TestJanitorConfig: retention shorter than the statement bound allows, or
 // than MinRetention, and other bad fields are refused with a ConfigError.
 func TestJanitorConfig(t *testing.T) {
-	pool := testsvc.Pool(t)
+	pool := fencetest.Pool(t)
 	for name, cfg := range map[string]leaseops.JanitorConfig{
 		"nil pool":                              {},
 		"bad schema":                            {Pool: pool, Schema: "Bad-Schema"},

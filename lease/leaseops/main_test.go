@@ -11,13 +11,13 @@ import (
 	"github.com/stretchr/testify/require"
 	"go.uber.org/goleak"
 
-	"github.com/fencekit/fencekit/internal/testsvc"
+	"github.com/fencekit/fencekit/fencetest"
 	"github.com/fencekit/fencekit/lease"
 	"github.com/fencekit/fencekit/sql/migrations"
 )
 
 func TestMain(m *testing.M) {
-	testsvc.SkipServiceExamples() // they need PostgreSQL
+	fencetest.SkipExamplesInShort() // they need PostgreSQL
 	goleak.VerifyTestMain(m)
 }
 
@@ -33,7 +33,7 @@ type env struct {
 
 func newEnv(t *testing.T) *env {
 	t.Helper()
-	return &env{t: t, schema: testsvc.Schema(t, migrations.Lease), raw: testsvc.Pool(t)}
+	return &env{t: t, schema: fencetest.Schema(t, migrations.Lease), raw: fencetest.Pool(t)}
 }
 
 // manager builds a Manager on its own pool (a new independent pool when
@@ -41,7 +41,7 @@ func newEnv(t *testing.T) *env {
 func (e *env) manager(cfg lease.Config) *lease.Manager {
 	e.t.Helper()
 	if cfg.Pool == nil {
-		cfg.Pool = testsvc.Pool(e.t)
+		cfg.Pool = fencetest.Pool(e.t)
 	}
 	cfg.Schema = e.schema
 	m, err := lease.New(cfg)

@@ -8,7 +8,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/stretchr/testify/require"
 
-	"github.com/fencekit/fencekit/internal/testsvc"
+	"github.com/fencekit/fencekit/fencetest"
 	"github.com/fencekit/fencekit/lease"
 	"github.com/fencekit/fencekit/lease/leaseops"
 	"github.com/fencekit/fencekit/sql/migrations"
@@ -19,8 +19,8 @@ import (
 // opened on it, which are closed first: cleanups run LIFO).
 func database(t *testing.T) *pgxpool.Pool {
 	t.Helper()
-	admin := testsvc.Pool(t)
-	name := testsvc.RandomName("fk_part_")
+	admin := fencetest.Pool(t)
+	name := fencetest.RandomName("fk_part_")
 	_, err := admin.Exec(bg(), "CREATE DATABASE "+name) // RandomName: [a-z0-9_] only
 	require.NoError(t, err)
 	t.Cleanup(func() {
@@ -28,7 +28,7 @@ func database(t *testing.T) *pgxpool.Pool {
 			t.Errorf("drop database %s: %v", name, err)
 		}
 	})
-	pool := testsvc.PoolWith(t, testsvc.DatabaseURL(), func(c *pgxpool.Config) { c.ConnConfig.Database = name })
+	pool := fencetest.PoolWith(t, fencetest.DatabaseURL(), func(c *pgxpool.Config) { c.ConnConfig.Database = name })
 	_, err = migrations.Migrate(bg(), pool, migrations.Options{}, migrations.Lease)
 	require.NoError(t, err)
 	return pool

@@ -11,7 +11,7 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
-	"github.com/fencekit/fencekit/internal/testsvc"
+	"github.com/fencekit/fencekit/fencetest"
 	"github.com/fencekit/fencekit/sql/migrations"
 )
 
@@ -83,13 +83,13 @@ func applyToolDown(t *testing.T, pool *pgxpool.Pool, schema string, set migratio
 // Migrate brings a reverted schema back to the full one.
 func TestDownMatchesToolFiles(t *testing.T) {
 	ctx := context.Background()
-	pool := testsvc.Pool(t)
+	pool := fencetest.Pool(t)
 	lease, err := migrations.Migrations(migrations.Lease)
 	require.NoError(t, err)
 	guard, err := migrations.Migrations(migrations.Guard)
 	require.NoError(t, err)
-	a := testsvc.Schema(t) // reverted with Down
-	b := testsvc.Schema(t) // reverted with the tool files
+	a := fencetest.Schema(t) // reverted with Down
+	b := fencetest.Schema(t) // reverted with the tool files
 	full := catalog(t, pool, a)
 	require.Greater(t, len(full), 30, "the catalog lists the objects: %v", full)
 	require.Equal(t, full, catalog(t, pool, b))
@@ -132,10 +132,10 @@ func TestDownMatchesToolFiles(t *testing.T) {
 // re-applies them.
 func TestDownPartial(t *testing.T) {
 	ctx := context.Background()
-	pool := testsvc.Pool(t)
+	pool := fencetest.Pool(t)
 	lease, err := migrations.Migrations(migrations.Lease)
 	require.NoError(t, err)
-	schema := testsvc.Schema(t)
+	schema := fencetest.Schema(t)
 	top := lease[len(lease)-1].Version
 
 	got, err := migrations.Down(ctx, pool, migrations.Options{Schema: schema}, migrations.Lease, top-2)
@@ -162,8 +162,8 @@ func TestDownPartial(t *testing.T) {
 // a schema that does not exist is not created.
 func TestDownRefusals(t *testing.T) {
 	ctx := context.Background()
-	pool := testsvc.Pool(t)
-	schema := testsvc.Schema(t)
+	pool := fencetest.Pool(t)
+	schema := fencetest.Schema(t)
 	full := catalog(t, pool, schema)
 
 	_, err := migrations.Down(ctx, pool, migrations.Options{Schema: schema}, migrations.Lease, -1)
@@ -190,7 +190,7 @@ func TestDownRefusals(t *testing.T) {
 	require.NoError(t, err)
 	assert.Equal(t, []int{99}, st[0].Unknown)
 
-	missing := testsvc.RandomName("fk_down_")
+	missing := fencetest.RandomName("fk_down_")
 	got, err := migrations.Down(ctx, pool, migrations.Options{Schema: missing}, migrations.Guard, 0)
 	require.NoError(t, err)
 	assert.Empty(t, got)
@@ -204,13 +204,13 @@ func TestDownRefusals(t *testing.T) {
 // back in the order asked.
 func TestStatus(t *testing.T) {
 	ctx := context.Background()
-	pool := testsvc.Pool(t)
+	pool := fencetest.Pool(t)
 	lease, err := migrations.Migrations(migrations.Lease)
 	require.NoError(t, err)
 	guard, err := migrations.Migrations(migrations.Guard)
 	require.NoError(t, err)
 
-	missing := testsvc.RandomName("fk_status_")
+	missing := fencetest.RandomName("fk_status_")
 	st, err := migrations.Status(ctx, pool, migrations.Options{Schema: missing})
 	require.NoError(t, err)
 	require.Len(t, st, 2)
@@ -220,7 +220,7 @@ func TestStatus(t *testing.T) {
 	assert.Zero(t, st[0].Current())
 	assert.Equal(t, versions(t, migrations.Guard), st[1].Pending)
 
-	part := testsvc.RandomName("fk_status_")
+	part := fencetest.RandomName("fk_status_")
 	_, err = pool.Exec(ctx, `CREATE SCHEMA "`+part+`"`)
 	require.NoError(t, err)
 	t.Cleanup(func() { _ = migrations.DropSchema(context.Background(), pool, part) })
@@ -236,7 +236,7 @@ func TestStatus(t *testing.T) {
 	assert.Equal(t, lease[1].Name, st[1].Applied[1].Name)
 	assert.False(t, st[1].Applied[1].AppliedAt.IsZero())
 
-	full := testsvc.Schema(t)
+	full := fencetest.Schema(t)
 	st, err = migrations.Status(ctx, pool, migrations.Options{Schema: full})
 	require.NoError(t, err)
 	assert.Empty(t, st[0].Pending)

@@ -9,7 +9,7 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
-	"github.com/fencekit/fencekit/internal/testsvc"
+	"github.com/fencekit/fencekit/fencetest"
 	"github.com/fencekit/fencekit/sql/migrations"
 )
 
@@ -42,7 +42,7 @@ func TestMigrationsEmbedded(t *testing.T) {
 }
 
 func TestMigrateRejectsBadSchema(t *testing.T) {
-	pool := testsvc.Pool(t)
+	pool := fencetest.Pool(t)
 	_, err := migrations.Migrate(context.Background(), pool, migrations.Options{Schema: `x"; DROP TABLE y; --`})
 	assert.ErrorIs(t, err, migrations.ErrInvalidIdentifier)
 	_, err = migrations.Migrate(context.Background(), nil, migrations.Options{})
@@ -54,8 +54,8 @@ func TestMigrateRejectsBadSchema(t *testing.T) {
 // once: exactly one applies each version, the rest find nothing to do, and a
 // later run is a no-op.
 func TestMigrateConcurrentAndIdempotent(t *testing.T) {
-	schema := testsvc.RandomName("fk_mig_")
-	admin := testsvc.Pool(t)
+	schema := fencetest.RandomName("fk_mig_")
+	admin := fencetest.Pool(t)
 	t.Cleanup(func() { _ = migrations.DropSchema(context.Background(), admin, schema) })
 
 	const n = 6
@@ -64,7 +64,7 @@ func TestMigrateConcurrentAndIdempotent(t *testing.T) {
 	var wg sync.WaitGroup
 	start := make(chan struct{})
 	for i := 0; i < n; i++ {
-		pool := testsvc.Pool(t)
+		pool := fencetest.Pool(t)
 		wg.Add(1)
 		go func() {
 			defer wg.Done()

@@ -12,7 +12,7 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
-	"github.com/fencekit/fencekit/internal/testsvc"
+	"github.com/fencekit/fencekit/fencetest"
 	"github.com/fencekit/fencekit/sql/migrations"
 )
 
@@ -87,7 +87,7 @@ func applyUp(t *testing.T, pool interface {
 
 func TestValidate(t *testing.T) {
 	ctx := context.Background()
-	pool := testsvc.Pool(t)
+	pool := fencetest.Pool(t)
 	lease, err := migrations.Migrations(migrations.Lease)
 	require.NoError(t, err)
 	guard, err := migrations.Migrations(migrations.Guard)
@@ -101,7 +101,7 @@ func TestValidate(t *testing.T) {
 	}
 
 	// An empty schema misses everything.
-	empty := testsvc.RandomName("fk_val_")
+	empty := fencetest.RandomName("fk_val_")
 	_, err = pool.Exec(ctx, `CREATE SCHEMA "`+empty+`"`)
 	require.NoError(t, err)
 	t.Cleanup(func() { _ = migrations.DropSchema(context.Background(), pool, empty) })
@@ -112,7 +112,7 @@ func TestValidate(t *testing.T) {
 	assert.Equal(t, map[migrations.Set][]int{migrations.Lease: versions(lease, 0), migrations.Guard: versions(guard, 0)}, ne.Missing)
 
 	// Partly migrated by tool files: lease 1..2 only, no guard set.
-	part := testsvc.RandomName("fk_val_")
+	part := fencetest.RandomName("fk_val_")
 	_, err = pool.Exec(ctx, `CREATE SCHEMA "`+part+`"`)
 	require.NoError(t, err)
 	t.Cleanup(func() { _ = migrations.DropSchema(context.Background(), pool, part) })
@@ -130,7 +130,7 @@ func TestValidate(t *testing.T) {
 	require.NoError(t, migrations.Validate(ctx, pool, migrations.Options{Schema: part}))
 
 	// Migrate's own schema validates; a lost version row is reported.
-	full := testsvc.Schema(t, migrations.Lease, migrations.Guard)
+	full := fencetest.Schema(t, migrations.Lease, migrations.Guard)
 	require.NoError(t, migrations.Validate(ctx, pool, migrations.Options{Schema: full}))
 	last := lease[len(lease)-1].Version
 	_, err = pool.Exec(ctx, `DELETE FROM "`+full+`".fencekit_schema_migrations WHERE set_name = 'lease' AND version = $1`, last)

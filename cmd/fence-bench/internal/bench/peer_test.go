@@ -9,7 +9,7 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
-	"github.com/fencekit/fencekit/internal/testsvc"
+	"github.com/fencekit/fencekit/fencetest"
 )
 
 func TestParsePeerReply(t *testing.T) {
@@ -31,9 +31,9 @@ func TestPeer(t *testing.T) {
 	if testing.Short() {
 		t.Skip("builds the peer module")
 	}
-	schema := testsvc.Schema(t)
+	schema := fencetest.Schema(t)
 	ctx := context.Background()
-	p, err := StartPeer(ctx, "pglockpeer", testsvc.DatabaseURL(), pgx.Identifier{schema}.Sanitize()+".pglock_locks", 2)
+	p, err := StartPeer(ctx, "pglockpeer", fencetest.DatabaseURL(), pgx.Identifier{schema}.Sanitize()+".pglock_locks", 2)
 	require.NoError(t, err)
 	for range 2 {
 		n, el, err := p.Run(100 * time.Millisecond)
@@ -43,6 +43,6 @@ func TestPeer(t *testing.T) {
 	}
 	require.NoError(t, p.Close())
 	var rows int
-	require.NoError(t, testsvc.Pool(t).QueryRow(ctx, `SELECT count(*) FROM `+pgx.Identifier{schema, "pglock_locks"}.Sanitize()).Scan(&rows))
+	require.NoError(t, fencetest.Pool(t).QueryRow(ctx, `SELECT count(*) FROM `+pgx.Identifier{schema, "pglock_locks"}.Sanitize()).Scan(&rows))
 	assert.Zero(t, rows, "every lock released (pglock deletes on release)")
 }

@@ -10,7 +10,7 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
-	"github.com/fencekit/fencekit/internal/testsvc"
+	"github.com/fencekit/fencekit/fencetest"
 	"github.com/fencekit/fencekit/sql/migrations"
 )
 
@@ -19,8 +19,8 @@ import (
 // release by another run changes nothing, the owner's release frees the
 // key, and (keep-row, raw) the row survives release.
 func TestCycleStatements(t *testing.T) {
-	schema := testsvc.Schema(t, migrations.Lease)
-	pool := testsvc.Pool(t)
+	schema := fencetest.Schema(t, migrations.Lease)
+	pool := fencetest.Pool(t)
 	ctx := context.Background()
 	q := pgx.Identifier{schema}.Sanitize()
 	_, err := pool.Exec(ctx, seedDDL(q))

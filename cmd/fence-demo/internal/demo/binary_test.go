@@ -19,9 +19,9 @@ import (
 	"github.com/minio/minio-go/v7/pkg/credentials"
 	"github.com/stretchr/testify/require"
 
-	"github.com/fencekit/fencekit/guards/pgguard"
 	"github.com/fencekit/fencekit/cmd/fence-demo/internal/demo"
-	"github.com/fencekit/fencekit/internal/testsvc"
+	"github.com/fencekit/fencekit/fencetest"
+	"github.com/fencekit/fencekit/guards/pgguard"
 )
 
 var (
@@ -94,7 +94,7 @@ func written(t *testing.T, c demo.Conn) (marks, rows, reports int) {
 	if reg != nil {
 		require.NoError(t, pool.QueryRow(ctx, fmt.Sprintf(`SELECT count(*) FROM %q.%s`, c.Schema, demo.ReportsTable)).Scan(&rows))
 	}
-	mc, _ := testsvc.MinIOEnv()
+	mc, _ := fencetest.MinIOEnv()
 	cl, err := minio.New(mc.Endpoint, &minio.Options{Creds: credentials.NewStaticV4(mc.AccessKey, mc.SecretKey, "")})
 	require.NoError(t, err)
 	all := 0

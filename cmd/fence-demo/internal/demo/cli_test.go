@@ -12,8 +12,8 @@ import (
 	"github.com/google/uuid"
 	"github.com/stretchr/testify/require"
 
-	"github.com/fencekit/fencekit/fence"
 	"github.com/fencekit/fencekit/cmd/fence-demo/internal/demo"
+	"github.com/fencekit/fencekit/fence"
 	"github.com/fencekit/fencekit/lease"
 )
 

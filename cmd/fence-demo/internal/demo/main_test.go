@@ -11,7 +11,7 @@ import (
 	"go.uber.org/goleak"
 
 	"github.com/fencekit/fencekit/cmd/fence-demo/internal/demo"
-	"github.com/fencekit/fencekit/internal/testsvc"
+	"github.com/fencekit/fencekit/fencetest"
 )
 
 func TestMain(m *testing.M) {
@@ -42,11 +42,11 @@ func services(t *testing.T) demo.Conn {
 	if testing.Short() {
 		t.Skip("needs PostgreSQL and MinIO (not run with -short)")
 	}
-	schema := testsvc.Schema(t)
-	_, bucket := testsvc.MinIO(t)
-	mc, _ := testsvc.MinIOEnv()
+	schema := fencetest.Schema(t)
+	_, bucket := fencetest.Bucket(t)
+	mc, _ := fencetest.MinIOEnv()
 	return demo.Conn{
-		DatabaseURL:    testsvc.DatabaseURL(),
+		DatabaseURL:    fencetest.DatabaseURL(),
 		MinIOEndpoint:  mc.Endpoint,
 		MinIOAccessKey: mc.AccessKey,
 		MinIOSecretKey: mc.SecretKey,

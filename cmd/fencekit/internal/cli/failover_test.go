@@ -11,10 +11,10 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/fencekit/fencekit/fence"
+	"github.com/fencekit/fencekit/fencetest"
 	"github.com/fencekit/fencekit/guards/pgguard"
 	"github.com/fencekit/fencekit/internal/netproxy"
 	"github.com/fencekit/fencekit/internal/pgcluster"
-	"github.com/fencekit/fencekit/internal/testsvc"
 	"github.com/fencekit/fencekit/lease"
 	"github.com/fencekit/fencekit/sql/migrations"
 )
@@ -41,11 +41,11 @@ const leaseSchema = "fk"
 func newPromotion(t *testing.T) *promotion {
 	t.Helper()
 	p := &promotion{t: t, accepted: map[fence.Token]fence.Claim{}, resource: map[fence.Token]string{}}
-	p.guardSchema = testsvc.Schema(t, migrations.Guard)
-	gp := testsvc.Pool(t)
+	p.guardSchema = fencetest.Schema(t, migrations.Guard)
+	gp := fencetest.Pool(t)
 	g, err := pgguard.New(pgguard.Config{DB: gp, Schema: p.guardSchema})
 	require.NoError(t, err)
-	p.guard, p.marksURL = g, testsvc.DatabaseURL()
+	p.guard, p.marksURL = g, fencetest.DatabaseURL()
 	p.marksFlags = []string{"--marks-url", p.marksURL, "--marks-schema", p.guardSchema}
 	p.primary = pgcluster.New(t, pgcluster.Options{})
 	p.link, err = netproxy.New(fmt.Sprintf("127.0.0.1:%d", p.primary.Port))

@@ -10,8 +10,8 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/fencekit/fencekit/fence"
+	"github.com/fencekit/fencekit/fencetest"
 	"github.com/fencekit/fencekit/guards/pgguard"
-	"github.com/fencekit/fencekit/internal/testsvc"
 	"github.com/fencekit/fencekit/lease"
 	"github.com/fencekit/fencekit/sql/migrations"
 )
@@ -28,8 +28,8 @@ type world struct {
 
 func newWorld(t *testing.T) *world {
 	t.Helper()
-	return &world{t: t, schema: testsvc.Schema(t, migrations.Lease), guardSchema: testsvc.Schema(t, migrations.Guard),
-		url: testsvc.DatabaseURL(), raw: testsvc.Pool(t), env: db(testsvc.DatabaseURL())}
+	return &world{t: t, schema: fencetest.Schema(t, migrations.Lease), guardSchema: fencetest.Schema(t, migrations.Guard),
+		url: fencetest.DatabaseURL(), raw: fencetest.Pool(t), env: db(fencetest.DatabaseURL())}
 }
 
 // fk runs the binary on the world's lease schema.
@@ -46,7 +46,7 @@ func (w *world) exec(sql string, args ...any) {
 
 func (w *world) manager(cfg lease.Config) *lease.Manager {
 	w.t.Helper()
-	cfg.Pool, cfg.Schema = testsvc.Pool(w.t), w.schema
+	cfg.Pool, cfg.Schema = fencetest.Pool(w.t), w.schema
 	m, err := lease.New(cfg)
 	require.NoError(w.t, err)
 	w.t.Cleanup(func() { _ = m.Close() })

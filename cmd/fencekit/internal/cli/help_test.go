@@ -6,7 +6,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 
-	"github.com/fencekit/fencekit/internal/testsvc"
+	"github.com/fencekit/fencekit/fencetest"
 	"github.com/fencekit/fencekit/lease"
 )
 
@@ -65,7 +65,7 @@ func TestExecModes(t *testing.T) {
 	for _, mode := range []string{"cache_statement", "cache_describe", "describe_exec", "exec", "simple_protocol"} {
 		t.Run(mode, func(t *testing.T) {
 			w := newWorld(t)
-			w.env = db(testsvc.DatabaseURL() + "&default_query_exec_mode=" + mode)
+			w.env = db(fencetest.DatabaseURL() + "&default_query_exec_mode=" + mode)
 			m := w.manager(lease.Config{})
 			l, err := m.Acquire(bg(), lease.Key{AccountID: "acme", SessionID: "s1"})
 			require.NoError(t, err)

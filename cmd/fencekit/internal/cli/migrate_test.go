@@ -5,7 +5,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 
-	"github.com/fencekit/fencekit/internal/testsvc"
+	"github.com/fencekit/fencekit/fencetest"
 	"github.com/fencekit/fencekit/sql/migrations"
 )
 
@@ -28,10 +28,10 @@ func nums(t *testing.T, v any) []int {
 // default, to --to N, and the whole set with --to 0, through the tool
 // files' down scripts, leaving nothing behind.
 func TestMigrateCommands(t *testing.T) {
-	pool := testsvc.Pool(t)
-	schema := testsvc.RandomName("fk_cli_")
+	pool := fencetest.Pool(t)
+	schema := fencetest.RandomName("fk_cli_")
 	t.Cleanup(func() { _ = migrations.DropSchema(bg(), pool, schema) })
-	env := db(testsvc.DatabaseURL())
+	env := db(fencetest.DatabaseURL())
 	lease := versionsOf(t, migrations.Lease)
 	guard := versionsOf(t, migrations.Guard)
 	top := lease[len(lease)-1]

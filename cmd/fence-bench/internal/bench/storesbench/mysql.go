@@ -8,9 +8,9 @@ import (
 
 	"github.com/go-sql-driver/mysql"
 
+	"github.com/fencekit/fencekit/cmd/fence-bench/internal/bench"
 	"github.com/fencekit/fencekit/fence"
 	"github.com/fencekit/fencekit/guards/mysqlguard"
-	"github.com/fencekit/fencekit/cmd/fence-bench/internal/bench"
 )
 
 // mysqlCase: in-row mode (Rows.UpsertClaim vs the same upsert unguarded,

@@ -8,9 +8,9 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
+	"github.com/fencekit/fencekit/cmd/fence-bench/internal/bench"
 	"github.com/fencekit/fencekit/fence"
 	"github.com/fencekit/fencekit/guards/natsguard"
-	"github.com/fencekit/fencekit/cmd/fence-bench/internal/bench"
 )
 
 // natsCase: a plain KV Put of 1 KiB vs natsguard PutClaim (one publish

@@ -7,9 +7,9 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
+	"github.com/fencekit/fencekit/cmd/fence-bench/internal/bench"
 	"github.com/fencekit/fencekit/fence"
 	"github.com/fencekit/fencekit/guards/redisguard"
-	"github.com/fencekit/fencekit/cmd/fence-bench/internal/bench"
 )
 
 // redisCase: a plain SET of 1 KiB vs redisguard PutClaim (one EVALSHA that
