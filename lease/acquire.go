@@ -11,7 +11,7 @@ import (
 	"github.com/jackc/pgx/v5"
 
 	"github.com/fencekit/fencekit/fence"
-	"github.com/fencekit/fencekit/lease/internal/instrument"
+	"github.com/fencekit/fencekit/lease/leasemetrics"
 )
 
 // Acquire takes the lease for key if it is free (never acquired, released or
@@ -81,7 +81,7 @@ func (m *Manager) acquireOnce(ctx context.Context, key Key, o grantOptions) (*Le
 			held.RunID, held.Token, held.ExpiresAt, held.Remaining, held.Holder = st.RunID, st.Token, st.ExpiresAt, st.Remaining, st.Holder
 		}
 		m.obs.held(key, held.Remaining)
-		m.met.onRefused(ctx, instrument.ReasonHeld)
+		m.met.onRefused(ctx, leasemetrics.ReasonHeld)
 		return nil, held
 	case grantRefusal(err) != nil:
 		// The database refused the grant (token floor or unchecked node,
@@ -93,7 +93,7 @@ func (m *Manager) acquireOnce(ctx context.Context, key Key, o grantOptions) (*Le
 		// row of this run_id if we can (it expires by TTL otherwise).
 		m.releaseOrphan(ctx, key, runID)
 		m.obs.acquireFailed(key, err)
-		m.met.onRefused(ctx, instrument.ReasonError)
+		m.met.onRefused(ctx, leasemetrics.ReasonError)
 		m.log.Debug("lease acquire failed", "key", key.String(), "err", err)
 		return nil, fmt.Errorf("lease: acquire %s: %w", key, classify(err))
 	}

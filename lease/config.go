@@ -101,7 +101,7 @@ type Config struct {
 	// carry the key and run_id (metrics never do).
 	Logger *slog.Logger
 	// MeterProvider creates the Manager's OpenTelemetry instruments (names
-	// in the Metric* constants, documented in docs/operations.md). Nil
+	// in package lease/leasemetrics, documented in docs/operations.md). Nil
 	// records nothing (the no-op provider).
 	MeterProvider metric.MeterProvider
 	// Floor is where the Manager reads the token floor when a grant is

@@ -14,7 +14,7 @@ import (
 
 	"github.com/fencekit/fencekit/fence"
 	"github.com/fencekit/fencekit/lease/internal/floorcheck"
-	"github.com/fencekit/fencekit/lease/internal/instrument"
+	"github.com/fencekit/fencekit/lease/leasemetrics"
 	"github.com/fencekit/fencekit/sql/migrations"
 )
 
@@ -363,7 +363,7 @@ func (m *Manager) grantRefused(ctx context.Context, key Key, refusal error) erro
 	)
 	switch {
 	case errors.As(refusal, &fe):
-		m.met.onRefused(ctx, instrument.ReasonTokenFloor)
+		m.met.onRefused(ctx, leasemetrics.ReasonTokenFloor)
 		full, summary, n, since := m.refusals.refused("token_floor")
 		switch {
 		case full:
@@ -374,13 +374,13 @@ func (m *Manager) grantRefused(ctx context.Context, key Key, refusal error) erro
 				"refusals", n, "refused_since", since, "token", int64(fe.Token), "floor", int64(fe.Floor))
 		}
 	case errors.As(refusal, &fo) && m.floor != nil:
-		m.met.onRefused(ctx, instrument.ReasonFailoverUnchecked)
+		m.met.onRefused(ctx, leasemetrics.ReasonFailoverUnchecked)
 		if full, _, _, _ := m.refusals.refused("failover_unchecked_auto " + fo.Checked + " " + fo.Node); full {
 			m.log.Warn("lease acquire refused: the token floor was not checked on this database node (failover or restore?); checking it (Config.Floor)",
 				"key", key.String(), "checked_node", fo.Checked, "node", fo.Node)
 		}
 	case errors.As(refusal, &fo):
-		m.met.onRefused(ctx, instrument.ReasonFailoverUnchecked)
+		m.met.onRefused(ctx, leasemetrics.ReasonFailoverUnchecked)
 		full, summary, n, since := m.refusals.refused("failover_unchecked " + fo.Checked + " " + fo.Node)
 		switch {
 		case full:

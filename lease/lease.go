@@ -10,7 +10,7 @@ import (
 	"github.com/google/uuid"
 
 	"github.com/fencekit/fencekit/fence"
-	"github.com/fencekit/fencekit/lease/internal/instrument"
+	"github.com/fencekit/fencekit/lease/leasemetrics"
 )
 
 // Lease is one held grant: a run_id, its fencing token and a context that
@@ -246,14 +246,14 @@ func (l *Lease) end(cause error) bool {
 	switch {
 	case errors.Is(cause, ErrReleased):
 	case errors.Is(cause, ErrTakenOver):
-		mcause = instrument.CauseTakenOver
+		mcause = leasemetrics.CauseTakenOver
 	case errors.Is(cause, ErrTrustExpired):
-		mcause = instrument.CauseTrustDeadline
+		mcause = leasemetrics.CauseTrustDeadline
 		if l.failed {
-			mcause = instrument.CauseDatabaseError
+			mcause = leasemetrics.CauseDatabaseError
 		}
 	default:
-		mcause = instrument.CauseRenewalRejected
+		mcause = leasemetrics.CauseRenewalRejected
 	}
 	l.cause = mcause
 	l.endedAt = time.Now()

@@ -11,7 +11,7 @@ import (
 	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5/pgxpool"
 
-	"github.com/fencekit/fencekit/lease/internal/instrument"
+	"github.com/fencekit/fencekit/lease/leasemetrics"
 )
 
 // Manager acquires, renews and releases leases in one schema. It runs one
@@ -118,7 +118,7 @@ func (m *Manager) authorize(ctx context.Context, key Key) error {
 		return nil
 	}
 	if err := m.cfg.Authorizer.Authorize(ctx, key); err != nil {
-		m.met.onRefused(ctx, instrument.ReasonUnauthorized)
+		m.met.onRefused(ctx, leasemetrics.ReasonUnauthorized)
 		m.log.Debug("lease acquire unauthorized", "key", key.String(), "err", err)
 		return fmt.Errorf("%w: %s: %w", ErrUnauthorized, key, err)
 	}

@@ -9,11 +9,11 @@ import (
 	"go.opentelemetry.io/otel/metric"
 
 	"github.com/fencekit/fencekit/internal/obs"
-	"github.com/fencekit/fencekit/lease/internal/instrument"
+	"github.com/fencekit/fencekit/lease/leasemetrics"
 )
 
-// The names of every instrument and attribute value are in
-// lease/internal/instrument, exported by package leaseops.
+// The names of every instrument, attribute key and attribute value are
+// constants of package lease/leasemetrics.
 
 // metrics holds a Manager's instruments. Built from a nil MeterProvider it
 // records into the OpenTelemetry no-op implementation.
@@ -47,52 +47,52 @@ func newMetrics(mp metric.MeterProvider, ttl time.Duration) (*metrics, error) {
 		}
 	}
 	var err error
-	x.acquired, err = m.Int64Counter(instrument.Acquired, metric.WithUnit("{lease}"),
+	x.acquired, err = m.Int64Counter(leasemetrics.Acquired, metric.WithUnit("{lease}"),
 		metric.WithDescription("Leases granted."))
 	add(err)
-	x.refused, err = m.Int64Counter(instrument.Refused, metric.WithUnit("{attempt}"),
+	x.refused, err = m.Int64Counter(leasemetrics.Refused, metric.WithUnit("{attempt}"),
 		metric.WithDescription("Acquire attempts that did not grant a lease, by reason."))
 	add(err)
-	x.lost, err = m.Int64Counter(instrument.Lost, metric.WithUnit("{lease}"),
+	x.lost, err = m.Int64Counter(leasemetrics.Lost, metric.WithUnit("{lease}"),
 		metric.WithDescription("Leases that ended without Release or Close, by cause."))
 	add(err)
-	x.released, err = m.Int64Counter(instrument.Released, metric.WithUnit("{call}"),
+	x.released, err = m.Int64Counter(leasemetrics.Released, metric.WithUnit("{call}"),
 		metric.WithDescription("Release statements, by result."))
 	add(err)
-	x.acquireDur, err = m.Float64Histogram(instrument.AcquireDuration, metric.WithUnit("s"),
+	x.acquireDur, err = m.Float64Histogram(leasemetrics.AcquireDuration, metric.WithUnit("s"),
 		metric.WithDescription("Round trip of each acquire or takeover statement (AcquireWait: each attempt); error.type when it granted nothing."),
 		metric.WithExplicitBucketBoundaries(latencyBuckets...))
 	add(err)
-	x.waitDur, err = m.Float64Histogram(instrument.WaitDuration, metric.WithUnit("s"),
+	x.waitDur, err = m.Float64Histogram(leasemetrics.WaitDuration, metric.WithUnit("s"),
 		metric.WithDescription("How long each AcquireWait call took, to the grant or the error; error.type when it failed."),
 		metric.WithExplicitBucketBoundaries(waitBuckets...))
 	add(err)
-	x.renewDur, err = m.Float64Histogram(instrument.RenewDuration, metric.WithUnit("s"),
+	x.renewDur, err = m.Float64Histogram(leasemetrics.RenewalDuration, metric.WithUnit("s"),
 		metric.WithDescription("Round trip of each renewal statement (batched or single), by outcome."),
 		metric.WithExplicitBucketBoundaries(latencyBuckets...))
 	add(err)
-	x.renewFrac, err = m.Float64Histogram(instrument.RenewTTLFrac, metric.WithUnit("1"),
+	x.renewFrac, err = m.Float64Histogram(leasemetrics.RenewalTTLFraction, metric.WithUnit("1"),
 		metric.WithDescription("Renewal round trip divided by the TTL."),
 		metric.WithExplicitBucketBoundaries(0.001, 0.01, 0.05, 0.1, 0.2, 0.33, 0.5, 0.8, 1))
 	add(err)
-	x.cancelDelay, err = m.Float64Histogram(instrument.CancelDelay, metric.WithUnit("s"),
+	x.cancelDelay, err = m.Float64Histogram(leasemetrics.LossCancelDelay, metric.WithUnit("s"),
 		metric.WithDescription("From the trust deadline (or the refused renewal's reply) to the lease context being cancelled."),
 		metric.WithExplicitBucketBoundaries(latencyBuckets...))
 	add(err)
-	x.overrun, err = m.Float64Histogram(instrument.RunOverrun, metric.WithUnit("s"),
+	x.overrun, err = m.Float64Histogram(leasemetrics.RunOverrun, metric.WithUnit("s"),
 		metric.WithDescription("How long Run's fn kept running after its lease ended by loss."),
 		metric.WithExplicitBucketBoundaries(latencyBuckets...))
 	add(err)
 	// An up-down counter rather than an observable gauge: several Managers
 	// sharing one MeterProvider then add up instead of overwriting each
 	// other's observation.
-	x.held, err = m.Int64UpDownCounter(instrument.Held, metric.WithUnit("{lease}"),
+	x.held, err = m.Int64UpDownCounter(leasemetrics.Held, metric.WithUnit("{lease}"),
 		metric.WithDescription("Leases held now (granted and not yet ended)."))
 	add(err)
-	x.probesLost, err = m.Int64Counter(instrument.ListenerProbesLost, metric.WithUnit("{probe}"),
+	x.probesLost, err = m.Int64Counter(leasemetrics.ListenerProbesLost, metric.WithUnit("{probe}"),
 		metric.WithDescription("Listener probes (a NOTIFY sent from another session, with the pool's settings, to the Manager's own LISTEN connection) that did not come back within CallTimeout."))
 	add(err)
-	x.fallback, err = m.Int64UpDownCounter(instrument.ListenerFallback, metric.WithUnit("{manager}"),
+	x.fallback, err = m.Int64UpDownCounter(leasemetrics.ListenerFallback, metric.WithUnit("{manager}"),
 		metric.WithDescription("Managers whose listener does not receive notifications and that poll every FallbackPoll instead."))
 	add(err)
 	return x, errors.Join(errs...)
@@ -105,23 +105,23 @@ func errorType(err error) string {
 	// last. A refusal (floor, unchecked node) is named even then.
 	switch {
 	case errors.Is(err, ErrUnauthorized):
-		return instrument.ErrorUnauthorized
+		return leasemetrics.ErrorTypeUnauthorized
 	case errors.Is(err, ErrBusy):
-		return instrument.ErrorBusy
+		return leasemetrics.ErrorTypeBusy
 	case errors.Is(err, ErrTokenFloor):
-		return instrument.ErrorTokenFloor
+		return leasemetrics.ErrorTypeTokenFloor
 	case errors.Is(err, ErrFailoverUnchecked):
-		return instrument.ErrorFailoverUnchecked
+		return leasemetrics.ErrorTypeFailoverUnchecked
 	case errors.Is(err, ErrClosed):
-		return instrument.ErrorClosed
+		return leasemetrics.ErrorTypeClosed
 	case errors.Is(err, context.DeadlineExceeded):
-		return instrument.ErrorDeadlineExceeded
+		return leasemetrics.ErrorTypeDeadlineExceeded
 	case errors.Is(err, context.Canceled):
-		return instrument.ErrorCanceled
+		return leasemetrics.ErrorTypeCanceled
 	case errors.Is(err, ErrHeld):
-		return instrument.ErrorHeld
+		return leasemetrics.ErrorTypeHeld
 	}
-	return instrument.ErrorOther
+	return leasemetrics.ErrorTypeOther
 }
 
 // record records d into h, with error.type when err is not nil; the happy
@@ -131,7 +131,7 @@ func record(ctx context.Context, h metric.Float64Histogram, d time.Duration, err
 		h.Record(ctx, d.Seconds())
 		return
 	}
-	h.Record(ctx, d.Seconds(), attrs(attribute.String("error.type", errorType(err))))
+	h.Record(ctx, d.Seconds(), attrs(attribute.String(leasemetrics.AttrErrorType, errorType(err))))
 }
 
 func (x *metrics) onAcquireDone(ctx context.Context, d time.Duration, err error) {
@@ -147,38 +147,38 @@ func (x *metrics) onHeld(ctx context.Context, delta int) { x.held.Add(ctx, int64
 func (x *metrics) onAcquired(ctx context.Context) { x.acquired.Add(ctx, 1) }
 
 func (x *metrics) onRefused(ctx context.Context, reason string) {
-	x.refused.Add(ctx, 1, attrs(attribute.String("reason", reason)))
+	x.refused.Add(ctx, 1, attrs(attribute.String(leasemetrics.AttrReason, reason)))
 }
 
 func (x *metrics) onRenew(ctx context.Context, d time.Duration, err error) {
-	outcome := "ok"
+	outcome := leasemetrics.OutcomeOK
 	switch {
 	case errors.Is(err, ErrLost):
-		outcome = "rejected"
+		outcome = leasemetrics.OutcomeRejected
 	case err != nil:
-		outcome = "error"
+		outcome = leasemetrics.OutcomeError
 	}
-	a := attrs(attribute.String("outcome", outcome))
+	a := attrs(attribute.String(leasemetrics.AttrOutcome, outcome))
 	x.renewDur.Record(ctx, d.Seconds(), a)
 	x.renewFrac.Record(ctx, d.Seconds()/x.ttl.Seconds(), a)
 }
 
 func (x *metrics) onLost(ctx context.Context, cause string, delay time.Duration) {
-	a := attrs(attribute.String("cause", cause))
+	a := attrs(attribute.String(leasemetrics.AttrCause, cause))
 	x.lost.Add(ctx, 1, a)
 	x.cancelDelay.Record(ctx, max(delay, 0).Seconds(), a)
 }
 
 func (x *metrics) onOverrun(ctx context.Context, cause string, d time.Duration) {
-	x.overrun.Record(ctx, max(d, 0).Seconds(), attrs(attribute.String("cause", cause)))
+	x.overrun.Record(ctx, max(d, 0).Seconds(), attrs(attribute.String(leasemetrics.AttrCause, cause)))
 }
 
 func (x *metrics) onReleased(ctx context.Context, res ReleaseResult, err error) {
 	r := res.String()
 	if err != nil {
-		r = "error"
+		r = leasemetrics.ResultError
 	}
-	x.released.Add(ctx, 1, attrs(attribute.String("result", r)))
+	x.released.Add(ctx, 1, attrs(attribute.String(leasemetrics.AttrResult, r)))
 }
 
 func (x *metrics) onProbeLost(ctx context.Context) { x.probesLost.Add(ctx, 1) }

@@ -23,6 +23,7 @@ import (
 	"github.com/fencekit/fencekit/guards/memguard"
 	"github.com/fencekit/fencekit/internal/obs/obstest"
 	"github.com/fencekit/fencekit/lease"
+	"github.com/fencekit/fencekit/lease/leasemetrics"
 	"github.com/fencekit/fencekit/lease/leaseops"
 )
 
@@ -50,13 +51,13 @@ func TestMetricsAndLogsHappyPath(t *testing.T) {
 	require.NoError(t, errOf(ls[1].Renew(bg())))
 
 	pts := mt.Collect()
-	require.EqualValues(t, 3, obstest.Value(pts, leaseops.MetricAcquired, nil))
-	require.EqualValues(t, 1, obstest.Value(pts, leaseops.MetricRefused, map[string]string{"reason": leaseops.ReasonHeld}))
-	require.EqualValues(t, 1, obstest.Value(pts, leaseops.MetricRefused, map[string]string{"reason": leaseops.ReasonUnauthorized}))
-	require.EqualValues(t, 3, obstest.Value(pts, leaseops.MetricHeld, nil), "held gauge (both Managers)")
+	require.EqualValues(t, 3, obstest.Value(pts, leasemetrics.Acquired, nil))
+	require.EqualValues(t, 1, obstest.Value(pts, leasemetrics.Refused, map[string]string{"reason": leasemetrics.ReasonHeld}))
+	require.EqualValues(t, 1, obstest.Value(pts, leasemetrics.Refused, map[string]string{"reason": leasemetrics.ReasonUnauthorized}))
+	require.EqualValues(t, 3, obstest.Value(pts, leasemetrics.Held, nil), "held gauge (both Managers)")
 	ok := map[string]string{"outcome": "ok"}
-	require.GreaterOrEqual(t, obstest.Count(pts, leaseops.MetricRenewDuration, ok), uint64(1))
-	for _, p := range obstest.Find(pts, leaseops.MetricRenewTTLFrac, ok) {
+	require.GreaterOrEqual(t, obstest.Count(pts, leasemetrics.RenewalDuration, ok), uint64(1))
+	for _, p := range obstest.Find(pts, leasemetrics.RenewalTTLFraction, ok) {
 		require.Greater(t, p.Min, 0.0)
 		require.Less(t, p.Max, 1.0, "a renewal round trip took longer than the TTL")
 	}
@@ -67,9 +68,9 @@ func TestMetricsAndLogsHappyPath(t *testing.T) {
 		require.Equal(t, lease.ReleaseDone, res)
 	}
 	pts = mt.Collect()
-	require.EqualValues(t, 0, obstest.Value(pts, leaseops.MetricHeld, nil))
-	require.EqualValues(t, 3, obstest.Value(pts, leaseops.MetricReleased, map[string]string{"result": "released"}))
-	require.Empty(t, obstest.Find(pts, leaseops.MetricLost, nil), "no lease was lost")
+	require.EqualValues(t, 0, obstest.Value(pts, leasemetrics.Held, nil))
+	require.EqualValues(t, 3, obstest.Value(pts, leasemetrics.Released, map[string]string{"result": "released"}))
+	require.Empty(t, obstest.Find(pts, leasemetrics.Lost, nil), "no lease was lost")
 
 	require.Empty(t, logs.AtLeast(slog.LevelInfo), "the happy path logs at Debug only")
 	require.Len(t, logs.Messages("lease acquired"), 3)
@@ -93,8 +94,8 @@ func TestMetricsLossCauses(t *testing.T) {
 		require.NoError(t, err)
 		e.expire(l.Key())
 		require.ErrorIs(t, errOf(l.Renew(bg())), lease.ErrLost)
-		assertLoss(t, mt, logs, leaseops.CauseRenewalRejected)
-		require.EqualValues(t, 1, obstest.Count(mt.Collect(), leaseops.MetricRenewDuration, map[string]string{"outcome": "rejected"}))
+		assertLoss(t, mt, logs, leasemetrics.CauseRenewalRejected)
+		require.EqualValues(t, 1, obstest.Count(mt.Collect(), leasemetrics.RenewalDuration, map[string]string{"outcome": "rejected"}))
 	})
 	t.Run("database_error", func(t *testing.T) {
 		e := newEnv(t)
@@ -108,8 +109,8 @@ func TestMetricsLossCauses(t *testing.T) {
 		proxy.Cut() // renewals fail at once
 		<-l.Done()
 		require.ErrorIs(t, l.Err(), lease.ErrTrustExpired)
-		assertLoss(t, mt, logs, leaseops.CauseDatabaseError)
-		require.Positive(t, obstest.Count(mt.Collect(), leaseops.MetricRenewDuration, map[string]string{"outcome": "error"}))
+		assertLoss(t, mt, logs, leasemetrics.CauseDatabaseError)
+		require.Positive(t, obstest.Count(mt.Collect(), leasemetrics.RenewalDuration, map[string]string{"outcome": "error"}))
 		require.NotEmpty(t, logs.Messages("lease renewal failed; leases stay trusted until their deadlines"))
 	})
 	t.Run("trust_deadline", func(t *testing.T) {
@@ -136,7 +137,7 @@ func TestMetricsLossCauses(t *testing.T) {
 		stalled.Store(true)
 		<-l.Done()
 		require.ErrorIs(t, l.Err(), lease.ErrTrustExpired)
-		assertLoss(t, mt, logs, leaseops.CauseTrustDeadline)
+		assertLoss(t, mt, logs, leasemetrics.CauseTrustDeadline)
 	})
 }
 
@@ -147,14 +148,14 @@ func assertLoss(t *testing.T, mt *obstest.Meter, logs *obstest.Logs, cause strin
 	// by the same goroutine: wait for the log record.
 	waitFor(t, 5*time.Second, "the loss log", func() bool { return len(logs.Messages("lease lost")) > 0 })
 	pts := mt.Collect()
-	require.EqualValues(t, 1, obstest.Value(pts, leaseops.MetricLost, nil), "exactly one loss")
-	require.EqualValues(t, 1, obstest.Value(pts, leaseops.MetricLost, c))
-	hs := obstest.Find(pts, leaseops.MetricCancelDelay, c)
+	require.EqualValues(t, 1, obstest.Value(pts, leasemetrics.Lost, nil), "exactly one loss")
+	require.EqualValues(t, 1, obstest.Value(pts, leasemetrics.Lost, c))
+	hs := obstest.Find(pts, leasemetrics.LossCancelDelay, c)
 	require.Len(t, hs, 1)
 	require.EqualValues(t, 1, hs[0].Count)
 	require.GreaterOrEqual(t, hs[0].Min, 0.0)
 	require.Less(t, hs[0].Max, 0.5, "context ended %.3fs after the loss", hs[0].Max)
-	require.EqualValues(t, 0, obstest.Value(pts, leaseops.MetricHeld, nil))
+	require.EqualValues(t, 0, obstest.Value(pts, leasemetrics.Held, nil))
 	warns := logs.Messages("lease lost")
 	require.Len(t, warns, 1)
 	require.Equal(t, slog.LevelWarn, warns[0].Level)
@@ -175,7 +176,7 @@ func TestMetricRunOverrun(t *testing.T) {
 		return ctx.Err()
 	})
 	require.ErrorIs(t, err, lease.ErrLost)
-	hs := obstest.Find(mt.Collect(), leaseops.MetricRunOverrun, map[string]string{"cause": leaseops.CauseRenewalRejected})
+	hs := obstest.Find(mt.Collect(), leasemetrics.RunOverrun, map[string]string{"cause": leasemetrics.CauseRenewalRejected})
 	require.Len(t, hs, 1)
 	require.EqualValues(t, 1, hs[0].Count)
 	require.GreaterOrEqual(t, hs[0].Min, 0.0)
@@ -270,15 +271,15 @@ func TestMetricAttributesCarryNoIdentifiers(t *testing.T) {
 			require.False(t, secret[v], "metric %s attribute %s=%q carries an identifier", p.Name, k, v)
 		}
 	}
-	for _, n := range []string{leaseops.MetricAcquired, leaseops.MetricRefused, leaseops.MetricLost, leaseops.MetricReleased,
-		leaseops.MetricHeld, leaseops.MetricRenewDuration, leaseops.MetricRenewTTLFrac, leaseops.MetricCancelDelay,
-		leaseops.MetricRunOverrun, leaseops.MetricJanitorDeleted, leaseops.MetricAcquireDuration, leaseops.MetricWaitDuration, "fencekit.guard.accepted", "fencekit.guard.stale", "fencekit.guard.token_gap"} {
+	for _, n := range []string{leasemetrics.Acquired, leasemetrics.Refused, leasemetrics.Lost, leasemetrics.Released,
+		leasemetrics.Held, leasemetrics.RenewalDuration, leasemetrics.RenewalTTLFraction, leasemetrics.LossCancelDelay,
+		leasemetrics.RunOverrun, leasemetrics.JanitorDeleted, leasemetrics.AcquireDuration, leasemetrics.WaitDuration, "fencekit.guard.accepted", "fencekit.guard.stale", "fencekit.guard.token_gap"} {
 		require.True(t, names[n], "workload produced no %s", n)
 	}
 	require.EqualValues(t, 5, obstest.Value(pts, "fencekit.guard.stale", map[string]string{"guard": "memory"}))
-	require.Positive(t, obstest.Count(pts, leaseops.MetricAcquireDuration, map[string]string{"error.type": leaseops.ErrorTypeHeld}))
-	require.Positive(t, obstest.Count(pts, leaseops.MetricWaitDuration, map[string]string{"error.type": leaseops.ErrorTypeDeadlineExceeded}))
-	for _, p := range obstest.Find(pts, leaseops.MetricWaitDuration, nil) {
+	require.Positive(t, obstest.Count(pts, leasemetrics.AcquireDuration, map[string]string{"error.type": leasemetrics.ErrorTypeHeld}))
+	require.Positive(t, obstest.Count(pts, leasemetrics.WaitDuration, map[string]string{"error.type": leasemetrics.ErrorTypeDeadlineExceeded}))
+	for _, p := range obstest.Find(pts, leasemetrics.WaitDuration, nil) {
 		if _, failed := p.Attrs["error.type"]; !failed {
 			require.EqualValues(t, 1, p.Count, "one AcquireWait granted")
 		}

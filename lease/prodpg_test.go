@@ -18,7 +18,7 @@ import (
 	"github.com/fencekit/fencekit/fencetest"
 	"github.com/fencekit/fencekit/internal/obs/obstest"
 	"github.com/fencekit/fencekit/lease"
-	"github.com/fencekit/fencekit/lease/leaseops"
+	"github.com/fencekit/fencekit/lease/leasemetrics"
 	"github.com/fencekit/fencekit/sql/migrations"
 )
 
@@ -71,7 +71,7 @@ func TestListenerVerifiesDelivery(t *testing.T) {
 			require.Empty(t, h.Warnings)
 			require.True(t, h.Ready, "problems: %v", h.Problems)
 			require.Equal(t, 1, h.Leases)
-			require.Empty(t, obstest.Find(mt.Collect(), leaseops.MetricListenerProbesLost, nil))
+			require.Empty(t, obstest.Find(mt.Collect(), leasemetrics.ListenerProbesLost, nil))
 		})
 	}
 }
@@ -120,8 +120,8 @@ func TestListenerDetectsUndeliveredNotifications(t *testing.T) {
 	}
 	require.Equal(t, 1, notDelivering(), "said once: %v", logs.AtLeast(slog.LevelWarn))
 	pts := mt.Collect()
-	require.GreaterOrEqual(t, obstest.Value(pts, leaseops.MetricListenerProbesLost, nil), 3.0)
-	require.EqualValues(t, 1, obstest.Value(pts, leaseops.MetricListenerFallback, nil))
+	require.GreaterOrEqual(t, obstest.Value(pts, leasemetrics.ListenerProbesLost, nil), 3.0)
+	require.EqualValues(t, 1, obstest.Value(pts, leasemetrics.ListenerFallback, nil))
 
 	// A takeover: its NOTIFY never arrives and the next renewal is 20 minutes
 	// away; the fallback poll ends the lease.
@@ -163,7 +163,7 @@ func TestListenerDetectsUndeliveredNotifications(t *testing.T) {
 
 	require.Equal(t, 1, notDelivering(), "still said once")
 	require.NoError(t, m.Close())
-	require.EqualValues(t, 0, obstest.Value(mt.Collect(), leaseops.MetricListenerFallback, nil), "Close ends the fallback")
+	require.EqualValues(t, 0, obstest.Value(mt.Collect(), leasemetrics.ListenerFallback, nil), "Close ends the fallback")
 	require.Equal(t, lease.ListenerStopped, m.Health(bg()).Listener)
 }
 
@@ -219,7 +219,7 @@ func TestAcquireWaitRetriesReadOnly(t *testing.T) {
 	var pe *pgconn.PgError
 	require.ErrorAs(t, err, &pe)
 	require.Equal(t, "25006", pe.Code)
-	attempts := obstest.Count(mt.Collect(), leaseops.MetricAcquireDuration, nil)
+	attempts := obstest.Count(mt.Collect(), leasemetrics.AcquireDuration, nil)
 	require.Greater(t, attempts, uint64(2), "retried, not returned at the first 25006")
 
 	k := uniqueKey(t)
@@ -229,7 +229,7 @@ func TestAcquireWaitRetriesReadOnly(t *testing.T) {
 		out <- waitResult{l: l, err: err}
 	}()
 	waitFor(t, 10*time.Second, "more refused attempts", func() bool {
-		return obstest.Count(mt.Collect(), leaseops.MetricAcquireDuration, nil) > attempts+2
+		return obstest.Count(mt.Collect(), leasemetrics.AcquireDuration, nil) > attempts+2
 	})
 	select {
 	case r := <-out:
@@ -289,11 +289,11 @@ func TestAcquireWaitRetriesUncheckedNode(t *testing.T) {
 			outs <- waitResult{l: l, err: err}
 		}()
 	}
-	failover := map[string]string{"reason": leaseops.ReasonFailoverUnchecked}
+	failover := map[string]string{"reason": leasemetrics.ReasonFailoverUnchecked}
 	waitFor(t, 10*time.Second, "many refusals", func() bool {
-		return obstest.Value(mt.Collect(), leaseops.MetricRefused, failover) >= 20
+		return obstest.Value(mt.Collect(), leasemetrics.Refused, failover) >= 20
 	})
-	refused := obstest.Value(mt.Collect(), leaseops.MetricRefused, failover)
+	refused := obstest.Value(mt.Collect(), leasemetrics.Refused, failover)
 	errs := logs.AtLeast(slog.LevelError)
 	require.Len(t, errs, 2, "one Error record per Manager for %v refusals: %v", refused, errs)
 	h = ms[0].Health(bg())

@@ -8,6 +8,8 @@ import (
 
 	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5"
+
+	"github.com/fencekit/fencekit/lease/leasemetrics"
 )
 
 // ReleaseResult is the benign outcome of a release. Every value means the
@@ -28,18 +30,20 @@ const (
 	ReleaseNotFound
 )
 
+// String names the result as the "result" attribute of the
+// fencekit.lease.released metric does (leasemetrics.Result* values).
 func (r ReleaseResult) String() string {
 	switch r {
 	case ReleaseDone:
-		return "released"
+		return leasemetrics.ResultReleased
 	case ReleaseAlreadyDone:
-		return "already-released"
+		return leasemetrics.ResultAlreadyReleased
 	case ReleaseExpired:
-		return "expired"
+		return leasemetrics.ResultExpired
 	case ReleaseNotHolder:
-		return "not-holder"
+		return leasemetrics.ResultNotHolder
 	case ReleaseNotFound:
-		return "not-found"
+		return leasemetrics.ResultNotFound
 	}
 	return fmt.Sprintf("ReleaseResult(%d)", r)
 }

@@ -11,7 +11,7 @@ import (
 	"github.com/jackc/pgx/v5"
 
 	"github.com/fencekit/fencekit/fence"
-	"github.com/fencekit/fencekit/lease/internal/instrument"
+	"github.com/fencekit/fencekit/lease/leasemetrics"
 )
 
 // Takeover grants the lease for key even though another run may hold it
@@ -81,7 +81,7 @@ func (m *Manager) takeover(ctx context.Context, key Key, opts []Option) (*Lease,
 	case err != nil:
 		m.releaseOrphan(ctx, key, runID)
 		m.obs.acquireFailed(key, err)
-		m.met.onRefused(ctx, instrument.ReasonError)
+		m.met.onRefused(ctx, leasemetrics.ReasonError)
 		return nil, fmt.Errorf("lease: takeover %s: %w", key, classify(err))
 	}
 	if displaced != nil {

@@ -20,7 +20,7 @@ import (
 	"github.com/fencekit/fencekit/guards/memguard"
 	"github.com/fencekit/fencekit/internal/obs/obstest"
 	"github.com/fencekit/fencekit/lease"
-	"github.com/fencekit/fencekit/lease/leaseops"
+	"github.com/fencekit/fencekit/lease/leasemetrics"
 )
 
 // TestTakeoverDisplacesLiveHolder: the browser takes over while the desktop
@@ -93,7 +93,7 @@ func TestTakeoverDisplacesLiveHolder(t *testing.T) {
 	require.True(t, stale, "late write: %v", err)
 	require.Equal(t, lb.Token(), se.Highest)
 
-	require.EqualValues(t, 1, obstest.Value(mt.Collect(), leaseops.MetricLost, map[string]string{"cause": leaseops.CauseTakenOver}))
+	require.EqualValues(t, 1, obstest.Value(mt.Collect(), leasemetrics.Lost, map[string]string{"cause": leasemetrics.CauseTakenOver}))
 }
 
 // TestTakeoverOfFreeKeyAndOwnLease: Takeover of a free key is a grant; a

@@ -15,7 +15,7 @@ import (
 	"github.com/fencekit/fencekit/internal/leasecheck"
 	"github.com/fencekit/fencekit/internal/obs/obstest"
 	"github.com/fencekit/fencekit/lease"
-	"github.com/fencekit/fencekit/lease/leaseops"
+	"github.com/fencekit/fencekit/lease/leasemetrics"
 	"github.com/fencekit/fencekit/sql/migrations"
 )
 
@@ -116,7 +116,7 @@ func TestListenerDeliveryThroughPgBouncer(t *testing.T) {
 					warns++
 				}
 			}
-			fallback := obstest.Value(mt.Collect(), leaseops.MetricListenerFallback, nil)
+			fallback := obstest.Value(mt.Collect(), leasemetrics.ListenerFallback, nil)
 			if r.deliver {
 				require.Zero(t, warns)
 				require.Zero(t, fallback)

@@ -1,6 +1,7 @@
 // Package obs holds what the lease packages share for OpenTelemetry: the
-// instrumentation scope and a nil-safe meter lookup. The guards' instruments
-// and their names live in the public package guards/guardobs.
+// instrumentation scope and a nil-safe meter lookup. The names of the
+// lease's instruments live in the public package lease/leasemetrics, the
+// guards' instruments and their names in guards/guardobs.
 //
 // Guaranteed: the meter comes from the caller's metric.MeterProvider (nil
 // means the no-op provider, so nothing is recorded). Not guaranteed: that a

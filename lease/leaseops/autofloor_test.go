@@ -17,6 +17,7 @@ import (
 	"github.com/fencekit/fencekit/guards/pgguard"
 	"github.com/fencekit/fencekit/internal/obs/obstest"
 	"github.com/fencekit/fencekit/lease"
+	"github.com/fencekit/fencekit/lease/leasemetrics"
 	"github.com/fencekit/fencekit/lease/leaseops"
 	"github.com/fencekit/fencekit/sql/migrations"
 )
@@ -63,7 +64,7 @@ func TestAutomaticFloorCheck(t *testing.T) {
 		stored, checked := e.floorRow()
 		require.Equal(t, node, checked)
 		require.EqualValues(t, 500, stored)
-		require.EqualValues(t, 1, obstest.Value(mt.Collect(), leaseops.MetricRefused, map[string]string{"reason": leaseops.ReasonFailoverUnchecked}))
+		require.EqualValues(t, 1, obstest.Value(mt.Collect(), leasemetrics.Refused, map[string]string{"reason": leasemetrics.ReasonFailoverUnchecked}))
 		require.Empty(t, logs.AtLeast(slog.LevelError))
 		var found bool
 		for _, r := range logs.AtLeast(slog.LevelInfo) {

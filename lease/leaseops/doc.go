@@ -6,8 +6,6 @@
 //     as JSON for an operator port; HealthHandler answers readiness probes
 //     from lease.Manager.Health (200 or 503, no identifiers).
 //   - Router spreads keys over one lease.Manager per database, by account.
-//   - The Metric*, Reason* and Cause* constants name the instruments a
-//     Manager records and the values of their attributes.
 //   - The token-floor procedures detect and repair a token sequence left
 //     behind by a restore or failover, and record the node they checked,
 //     which ends the refusal of grants with lease.ErrFailoverUnchecked

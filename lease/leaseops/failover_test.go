@@ -14,6 +14,7 @@ import (
 	"github.com/fencekit/fencekit/fencetest"
 	"github.com/fencekit/fencekit/internal/obs/obstest"
 	"github.com/fencekit/fencekit/lease"
+	"github.com/fencekit/fencekit/lease/leasemetrics"
 	"github.com/fencekit/fencekit/lease/leaseops"
 )
 
@@ -67,7 +68,7 @@ func TestGrantsFailClosedOnUncheckedNode(t *testing.T) {
 	require.False(t, e.hasRow(lease.Key{AccountID: "x", SessionID: "y"}))
 	_, err = held.Renew(bg())
 	require.NoError(t, err, "renewals issue no token and go on")
-	require.EqualValues(t, 2, obstest.Value(mt.Collect(), leaseops.MetricRefused, map[string]string{"reason": leaseops.ReasonFailoverUnchecked}))
+	require.EqualValues(t, 2, obstest.Value(mt.Collect(), leasemetrics.Refused, map[string]string{"reason": leasemetrics.ReasonFailoverUnchecked}))
 	errs := logs.AtLeast(slog.LevelError)
 	require.NotEmpty(t, errs)
 	require.Contains(t, errs[len(errs)-1].Message, "not checked on this database node")

@@ -15,6 +15,7 @@ import (
 	"github.com/fencekit/fencekit/guards/pgguard"
 	"github.com/fencekit/fencekit/internal/obs/obstest"
 	"github.com/fencekit/fencekit/lease"
+	"github.com/fencekit/fencekit/lease/leasemetrics"
 	"github.com/fencekit/fencekit/lease/leaseops"
 	"github.com/fencekit/fencekit/sql/migrations"
 )
@@ -148,7 +149,7 @@ func TestTokenFloorAfterRestore(t *testing.T) {
 	st, err := m.Inspect(bg(), old)
 	require.NoError(t, err)
 	require.Equal(t, lo.RunID(), st.RunID, "the old key's row is untouched")
-	require.EqualValues(t, 2, obstest.Value(mt.Collect(), leaseops.MetricRefused, map[string]string{"reason": leaseops.ReasonTokenFloor}))
+	require.EqualValues(t, 2, obstest.Value(mt.Collect(), leasemetrics.Refused, map[string]string{"reason": leasemetrics.ReasonTokenFloor}))
 	warns := logs.AtLeast(slog.LevelWarn)
 	require.NotEmpty(t, warns)
 	require.Contains(t, warns[len(warns)-1].Message, "token floor")

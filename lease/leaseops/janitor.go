@@ -15,6 +15,7 @@ import (
 
 	"github.com/fencekit/fencekit/internal/obs"
 	"github.com/fencekit/fencekit/lease"
+	"github.com/fencekit/fencekit/lease/leasemetrics"
 	"github.com/fencekit/fencekit/sql/migrations"
 )
 
@@ -65,8 +66,8 @@ type JanitorConfig struct {
 	// Logger receives Debug logs of each sweep and Warn logs of failed
 	// ones. Nil discards them.
 	Logger *slog.Logger
-	// MeterProvider records MetricJanitorDeleted (table="leases" and
-	// table="displaced").
+	// MeterProvider records leasemetrics.JanitorDeleted (attribute table:
+	// leasemetrics.TableLeases and leasemetrics.TableDisplaced).
 	// Nil records nothing.
 	MeterProvider metric.MeterProvider
 }
@@ -185,7 +186,7 @@ func NewJanitor(cfg JanitorConfig) (*Janitor, error) {
 	if log == nil {
 		log = slog.New(slog.NewTextHandler(io.Discard, nil))
 	}
-	deleted, err := obs.Meter(cfg.MeterProvider).Int64Counter(MetricJanitorDeleted, metric.WithUnit("{row}"),
+	deleted, err := obs.Meter(cfg.MeterProvider).Int64Counter(leasemetrics.JanitorDeleted, metric.WithUnit("{row}"),
 		metric.WithDescription("Rows deleted by housekeeping, by table."))
 	if err != nil {
 		return nil, &ConfigError{Field: "MeterProvider", Reason: err.Error(), Err: err}
@@ -193,8 +194,8 @@ func NewJanitor(cfg JanitorConfig) (*Janitor, error) {
 	r := strings.NewReplacer("$S", q)
 	j := &Janitor{
 		cfg: cfg, log: log, deleted: deleted,
-		delAttrs:  metric.WithAttributeSet(attribute.NewSet(attribute.String("table", "leases"))),
-		dispAttrs: metric.WithAttributeSet(attribute.NewSet(attribute.String("table", "displaced"))),
+		delAttrs:  metric.WithAttributeSet(attribute.NewSet(attribute.String(leasemetrics.AttrTable, leasemetrics.TableLeases))),
+		dispAttrs: metric.WithAttributeSet(attribute.NewSet(attribute.String(leasemetrics.AttrTable, leasemetrics.TableDisplaced))),
 		done:      make(chan struct{}),
 		// $1 retention µs, $2 batch size. Returns the rows deleted from each
 		// table.

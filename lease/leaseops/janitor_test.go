@@ -11,6 +11,7 @@ import (
 	"github.com/fencekit/fencekit/fencetest"
 	"github.com/fencekit/fencekit/internal/obs/obstest"
 	"github.com/fencekit/fencekit/lease"
+	"github.com/fencekit/fencekit/lease/leasemetrics"
 	"github.com/fencekit/fencekit/lease/leaseops"
 )
 
@@ -74,7 +75,7 @@ func TestJanitorSweep(t *testing.T) {
 		require.True(t, e.hasRow(l.Key()), "row %s deleted", l.Key())
 	}
 	require.NoError(t, held.Err(), "the held lease is untouched")
-	require.EqualValues(t, 5, obstest.Value(mt.Collect(), leaseops.MetricJanitorDeleted, map[string]string{"table": "leases"}))
+	require.EqualValues(t, 5, obstest.Value(mt.Collect(), leasemetrics.JanitorDeleted, map[string]string{"table": "leases"}))
 
 	// The next sweep takes the row that was locked.
 	res, err = j.Sweep(bg())
@@ -136,7 +137,7 @@ func TestJanitorSweepsDisplacedRuns(t *testing.T) {
 	require.EqualValues(t, 3, res.Displaced)
 	require.Zero(t, res.Deleted, "the lease rows are held")
 	require.Equal(t, 2, res.Batches, "batches of 2: 2, 1")
-	require.EqualValues(t, 3, obstest.Value(mt.Collect(), leaseops.MetricJanitorDeleted, map[string]string{"table": "displaced"}))
+	require.EqualValues(t, 3, obstest.Value(mt.Collect(), leasemetrics.JanitorDeleted, map[string]string{"table": "displaced"}))
 	require.EqualValues(t, 1, e.exec(`SELECT 1 FROM %q.fencekit_displaced WHERE run_id = $1`, recent.RunID()), "the recent record stays")
 	_, err = m.Renew(bg(), k, recent.RunID())
 	require.ErrorIs(t, err, lease.ErrTakenOver)

@@ -18,6 +18,7 @@ import (
 	"github.com/fencekit/fencekit/fencetest"
 	"github.com/fencekit/fencekit/guards/memguard"
 	"github.com/fencekit/fencekit/lease"
+	"github.com/fencekit/fencekit/lease/leasemetrics"
 	"github.com/fencekit/fencekit/lease/leaseops"
 	"github.com/fencekit/fencekit/sql/migrations"
 )
@@ -136,9 +137,9 @@ func TestPrometheusNames(t *testing.T) {
 		}
 	}
 	// Every lease instrument the package names reaches Prometheus.
-	for _, n := range []string{leaseops.MetricAcquired, leaseops.MetricRefused, leaseops.MetricLost, leaseops.MetricReleased,
-		leaseops.MetricHeld, leaseops.MetricAcquireDuration, leaseops.MetricWaitDuration, leaseops.MetricRenewDuration,
-		leaseops.MetricRenewTTLFrac, leaseops.MetricCancelDelay, leaseops.MetricRunOverrun, leaseops.MetricJanitorDeleted} {
+	for _, n := range []string{leasemetrics.Acquired, leasemetrics.Refused, leasemetrics.Lost, leasemetrics.Released,
+		leasemetrics.Held, leasemetrics.AcquireDuration, leasemetrics.WaitDuration, leasemetrics.RenewalDuration,
+		leasemetrics.RenewalTTLFraction, leasemetrics.LossCancelDelay, leasemetrics.RunOverrun, leasemetrics.JanitorDeleted} {
 		prefix := strings.ReplaceAll(n, ".", "_")
 		found := false
 		for _, e := range names {

@@ -1,0 +1,110 @@
+package leasemetrics_test
+
+import (
+	"go/ast"
+	"go/parser"
+	"go/token"
+	"os"
+	"regexp"
+	"strconv"
+	"strings"
+	"testing"
+
+	"github.com/fencekit/fencekit/guards/guardobs"
+)
+
+// consts returns the string constants declared in the non-test Go files of
+// dir, by name.
+func consts(t *testing.T, dir string) map[string]string {
+	t.Helper()
+	fset := token.NewFileSet()
+	pkgs, err := parser.ParseDir(fset, dir, func(fi os.FileInfo) bool { return !strings.HasSuffix(fi.Name(), "_test.go") }, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	out := map[string]string{}
+	for _, p := range pkgs {
+		for _, f := range p.Files {
+			for _, d := range f.Decls {
+				g, ok := d.(*ast.GenDecl)
+				if !ok || g.Tok != token.CONST {
+					continue
+				}
+				for _, spec := range g.Specs {
+					vs := spec.(*ast.ValueSpec)
+					for i, n := range vs.Names {
+						lit, ok := vs.Values[i].(*ast.BasicLit)
+						if !ok || lit.Kind != token.STRING {
+							continue
+						}
+						v, err := strconv.Unquote(lit.Value)
+						if err != nil {
+							t.Fatal(err)
+						}
+						out[n.Name] = v
+					}
+				}
+			}
+		}
+	}
+	if len(out) == 0 {
+		t.Fatalf("no string constants in %s", dir)
+	}
+	return out
+}
+
+// TestDocumented: docs/operations.md names every constant of this package
+// exactly once, as "`value` (`Name`)", and every fencekit.lease.* name it
+// mentions is one of them.
+func TestDocumented(t *testing.T) {
+	b, err := os.ReadFile("../../docs/operations.md")
+	if err != nil {
+		t.Fatal(err)
+	}
+	doc := string(b)
+	cs := consts(t, ".")
+	values := map[string]bool{}
+	for name, v := range cs {
+		values[v] = true
+		if n := strings.Count(doc, "`"+v+"` (`"+name+"`)"); n != 1 {
+			t.Errorf("docs/operations.md names `%s` (`%s`) %d times, want once", v, name, n)
+		}
+	}
+	for _, m := range regexp.MustCompile(`fencekit\.lease\.[a-z_.]*[a-z_]`).FindAllString(doc, -1) {
+		if !values[m] {
+			t.Errorf("docs/operations.md names %s, which is no constant of package leasemetrics", m)
+		}
+	}
+}
+
+// TestNamespaces: every lease instrument is named fencekit.lease.*, every
+// guard instrument fencekit.guard.*, so a dashboard can select either.
+func TestNamespaces(t *testing.T) {
+	n := 0
+	for name, v := range consts(t, ".") {
+		if strings.HasPrefix(v, "fencekit.") {
+			n++
+			if !strings.HasPrefix(v, "fencekit.lease.") {
+				t.Errorf("lease instrument %s = %q is not named fencekit.lease.*", name, v)
+			}
+		}
+	}
+	if n != 14 {
+		t.Errorf("%d lease instruments, want 14 (update this test and docs/operations.md together)", n)
+	}
+	g := 0
+	for name, v := range consts(t, "../../guards/guardobs") {
+		if strings.HasPrefix(name, "Metric") || strings.HasPrefix(v, "fencekit.") {
+			g++
+			if !strings.HasPrefix(v, "fencekit.guard.") {
+				t.Errorf("guard instrument guardobs.%s = %q is not named fencekit.guard.*", name, v)
+			}
+		}
+	}
+	if g == 0 {
+		t.Error("found no guard instrument in guards/guardobs")
+	}
+	if r := guardobs.RetriesName("kv"); !strings.HasPrefix(r, "fencekit.guard.") {
+		t.Errorf("guardobs.RetriesName = %q", r)
+	}
+}
