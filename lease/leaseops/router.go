@@ -26,11 +26,14 @@ type RouterConfig struct {
 }
 
 // Router spreads leases over several databases by account: a key is always
-// served by the same partition's lease.Manager. Tokens are then per partition:
-// they order the grants of one key (all from one partition), which is all
-// fencing needs; tokens of different partitions are unrelated, so a guarded
-// resource must only be written under leases of one partition. Router does
-// not own the Managers: close them yourself.
+// served by the same partition's lease.Manager. Its methods are the
+// Manager's, each on the partition of its key (For), so code written
+// against one Manager moves to a Router by changing the receiver; List
+// reads across partitions. Tokens are then per partition: they order the
+// grants of one key (all from one partition), which is all fencing needs;
+// tokens of different partitions are unrelated, so a guarded resource must
+// only be written under leases of one partition. Router does not own the
+// Managers: read their Health and Close them yourself.
 type Router struct {
 	parts     []*lease.Manager
 	partition func(lease.Key) int
@@ -56,34 +59,71 @@ func NewRouter(cfg RouterConfig) (*Router, error) {
 	return r, nil
 }
 
-// For returns the lease.Manager of key's partition. The key is validated first.
+// index is the partition of key, checked against the number of partitions.
+func (r *Router) index(key lease.Key) (int, error) {
+	i := r.partition(key)
+	if i < 0 || i >= len(r.parts) {
+		return 0, fmt.Errorf("leaseops: router: partition %d of %s is outside 0..%d", i, key, len(r.parts)-1)
+	}
+	return i, nil
+}
+
+// For returns the lease.Manager of key's partition. The key is validated
+// first (lease.ErrInvalidKey).
 func (r *Router) For(key lease.Key) (*lease.Manager, error) {
 	if err := key.Validate(); err != nil {
 		return nil, err
 	}
-	i := r.partition(key)
-	if i < 0 || i >= len(r.parts) {
-		return nil, fmt.Errorf("leaseops: router: partition %d of %s is outside 0..%d", i, key, len(r.parts)-1)
+	i, err := r.index(key)
+	if err != nil {
+		return nil, err
 	}
 	return r.parts[i], nil
 }
 
 // Acquire is lease.Manager.Acquire on key's partition.
-func (r *Router) Acquire(ctx context.Context, key lease.Key) (*lease.Lease, error) {
+func (r *Router) Acquire(ctx context.Context, key lease.Key, opts ...lease.Option) (*lease.Lease, error) {
 	m, err := r.For(key)
 	if err != nil {
 		return nil, err
 	}
-	return m.Acquire(ctx, key)
+	return m.Acquire(ctx, key, opts...)
 }
 
-// Inspect is lease.Manager.Inspect on key's partition.
-func (r *Router) Inspect(ctx context.Context, key lease.Key) (lease.Ownership, error) {
+// AcquireWait is lease.Manager.AcquireWait on key's partition.
+func (r *Router) AcquireWait(ctx context.Context, key lease.Key, opts ...lease.Option) (*lease.Lease, error) {
 	m, err := r.For(key)
 	if err != nil {
-		return lease.Ownership{}, err
+		return nil, err
 	}
-	return m.Inspect(ctx, key)
+	return m.AcquireWait(ctx, key, opts...)
+}
+
+// Takeover is lease.Manager.Takeover on key's partition.
+func (r *Router) Takeover(ctx context.Context, key lease.Key, opts ...lease.Option) (*lease.Lease, error) {
+	m, err := r.For(key)
+	if err != nil {
+		return nil, err
+	}
+	return m.Takeover(ctx, key, opts...)
+}
+
+// Run is lease.Manager.Run on key's partition.
+func (r *Router) Run(ctx context.Context, key lease.Key, fn func(ctx context.Context, l *lease.Lease) error, opts ...lease.Option) error {
+	m, err := r.For(key)
+	if err != nil {
+		return err
+	}
+	return m.Run(ctx, key, fn, opts...)
+}
+
+// Renew is lease.Manager.Renew on key's partition.
+func (r *Router) Renew(ctx context.Context, key lease.Key, runID uuid.UUID) (lease.Renewal, error) {
+	m, err := r.For(key)
+	if err != nil {
+		return lease.Renewal{}, err
+	}
+	return m.Renew(ctx, key, runID)
 }
 
 // Release is lease.Manager.Release on key's partition.
@@ -95,13 +135,85 @@ func (r *Router) Release(ctx context.Context, key lease.Key, runID uuid.UUID) (l
 	return m.Release(ctx, key, runID)
 }
 
-// Run is lease.Manager.Run on key's partition.
-func (r *Router) Run(ctx context.Context, key lease.Key, fn func(ctx context.Context, l *lease.Lease) error) error {
+// Watch is lease.Manager.Watch on key's partition.
+func (r *Router) Watch(ctx context.Context, key lease.Key, opts ...lease.WatchOption) (*lease.Watcher, error) {
 	m, err := r.For(key)
 	if err != nil {
-		return err
+		return nil, err
 	}
-	return m.Run(ctx, key, fn)
+	return m.Watch(ctx, key, opts...)
+}
+
+// Inspect is lease.Manager.Inspect on key's partition.
+func (r *Router) Inspect(ctx context.Context, key lease.Key) (lease.Ownership, error) {
+	m, err := r.For(key)
+	if err != nil {
+		return lease.Ownership{}, err
+	}
+	return m.Inspect(ctx, key)
+}
+
+// Revoke is lease.Manager.Revoke on key's partition.
+func (r *Router) Revoke(ctx context.Context, key lease.Key, runID uuid.UUID) (lease.Revocation, error) {
+	m, err := r.For(key)
+	if err != nil {
+		return lease.Revocation{}, err
+	}
+	return m.Revoke(ctx, key, runID)
+}
+
+// List is lease.Manager.List across partitions. With opts.Account set it
+// reads that account's partition only. Otherwise it reads the partitions
+// in their RouterConfig order, each in (AccountID, SessionID) order as its
+// database collates them, and fills a page of up to opts.Limit keys from
+// as many partitions as it takes; one statement per partition read. A
+// full page may have more after it: call again with After set to its last
+// key, and the listing continues in that key's partition (found from its
+// account) and then the following ones. Keys are not ordered across
+// partitions, and a page is not one snapshot: each partition is read at
+// its own moment.
+func (r *Router) List(ctx context.Context, opts lease.ListOptions) ([]lease.Ownership, error) {
+	if opts.Account != "" {
+		// The partition depends on AccountID only; Manager.List validates
+		// the account.
+		i, err := r.index(lease.Key{AccountID: opts.Account})
+		if err != nil {
+			return nil, err
+		}
+		return r.parts[i].List(ctx, opts)
+	}
+	limit := opts.Limit
+	if limit == 0 {
+		limit = lease.DefaultListLimit
+	}
+	first := 0
+	if opts.After != (lease.Key{}) {
+		if err := opts.After.Validate(); err != nil {
+			return nil, fmt.Errorf("%w: After: %w", lease.ErrInvalidListOptions, err)
+		}
+		i, err := r.index(opts.After)
+		if err != nil {
+			return nil, err
+		}
+		first = i
+	}
+	var out []lease.Ownership
+	for i := first; i < len(r.parts); i++ {
+		o := opts
+		o.Limit = limit - len(out)
+		if i != first {
+			o.After = lease.Key{}
+		}
+		page, err := r.parts[i].List(ctx, o)
+		if err != nil {
+			return nil, err
+		}
+		out = append(out, page...)
+		if len(out) >= limit {
+			break
+		}
+	}
+	return out, nil
 }
 
 // Leases is the leases held through every partition, sorted by key.

@@ -1,7 +1,10 @@
 package leaseops_test
 
 import (
+	"context"
 	"fmt"
+	"reflect"
+	"slices"
 	"testing"
 
 	"github.com/google/uuid"
@@ -91,6 +94,77 @@ func TestRouterTwoDatabases(t *testing.T) {
 	require.Len(t, used, 2, "16 accounts spread over both databases")
 	require.Len(t, r.Leases(), 32)
 
+	// List pages across both partitions: every key exactly once, partition
+	// by partition in RouterConfig order.
+	index := func(k lease.Key) int {
+		m, err := r.For(k)
+		require.NoError(t, err)
+		return slices.Index(parts, m)
+	}
+	seen := map[lease.Key]bool{}
+	last, pages := -1, 0
+	for after := (lease.Key{}); ; pages++ {
+		page, err := r.List(bg(), lease.ListOptions{After: after, Limit: 5})
+		require.NoError(t, err)
+		for _, o := range page {
+			require.False(t, seen[o.Key], "%s listed twice", o.Key)
+			seen[o.Key] = true
+			require.GreaterOrEqual(t, index(o.Key), last, "partition order")
+			last = index(o.Key)
+			require.Equal(t, lease.StateHeld, o.State)
+		}
+		if len(page) < 5 {
+			break
+		}
+		after = page[len(page)-1].Key
+	}
+	require.Len(t, seen, 32)
+	require.Equal(t, 6, pages, "32 keys in pages of 5: six full pages, then a short one")
+	var acct string
+	for k := range seen {
+		acct = k.AccountID
+		break
+	}
+	mine, err := r.List(bg(), lease.ListOptions{Account: acct})
+	require.NoError(t, err)
+	require.Len(t, mine, 2, "Account reads its partition only")
+	_, err = r.List(bg(), lease.ListOptions{After: lease.Key{AccountID: "a"}})
+	require.ErrorIs(t, err, lease.ErrInvalidListOptions)
+	_, err = r.List(bg(), lease.ListOptions{Limit: -1})
+	require.ErrorIs(t, err, lease.ErrInvalidListOptions)
+
+	// The rest of the Manager's surface, each on the key's partition.
+	k := lease.Key{AccountID: acct, SessionID: "0"}
+	home := parts[index(k)]
+	w, err := r.Watch(bg(), k)
+	require.NoError(t, err)
+	defer w.Close()
+	ev, err := w.Next(bg())
+	require.NoError(t, err)
+	require.Equal(t, lease.WatchCurrent, ev.Kind)
+	held, err := home.Inspect(bg(), k)
+	require.NoError(t, err)
+	taken, err := r.Takeover(bg(), k, lease.WithHolder("phone"))
+	require.NoError(t, err)
+	require.Greater(t, taken.Token(), held.Token)
+	require.Equal(t, "phone", taken.Holder())
+	_, err = r.Renew(bg(), k, taken.RunID())
+	require.NoError(t, err)
+	rev, err := r.Revoke(bg(), k, taken.RunID())
+	require.NoError(t, err)
+	require.True(t, rev.Revoked)
+	waited, err := r.AcquireWait(bg(), k)
+	require.NoError(t, err, "a revoked key is free")
+	require.Greater(t, waited.Token(), taken.Token())
+	_, err = waited.Release(bg())
+	require.NoError(t, err)
+	ran := false
+	require.NoError(t, r.Run(bg(), k, func(_ context.Context, l *lease.Lease) error {
+		ran = l.Holder() == "job"
+		return nil
+	}, lease.WithHolder("job")))
+	require.True(t, ran, "Run passes its options on")
+
 	_, err = leaseops.NewRouter(leaseops.RouterConfig{})
 	require.ErrorIs(t, err, lease.ErrInvalidConfig)
 	_, err = leaseops.NewRouter(leaseops.RouterConfig{Partitions: []*lease.Manager{parts[0], nil}})
@@ -101,4 +175,40 @@ func TestRouterTwoDatabases(t *testing.T) {
 	require.Error(t, err)
 	_, err = r.Acquire(bg(), lease.Key{})
 	require.ErrorIs(t, err, lease.ErrInvalidKey)
+}
+
+// TestRouterHasManagerSurface: every exported method of lease.Manager that
+// works on keys has a Router method of the same name and signature, so a
+// method added to the Manager fails here until the Router delegates it.
+func TestRouterHasManagerSurface(t *testing.T) {
+	// Per-Manager methods: read each partition's yourself.
+	perManager := map[string]bool{"Close": true, "Health": true, "TTL": true, "TrustWindow": true}
+	mt, rt := reflect.TypeFor[*lease.Manager](), reflect.TypeFor[*leaseops.Router]()
+	for i := range mt.NumMethod() {
+		m := mt.Method(i)
+		if perManager[m.Name] {
+			continue
+		}
+		rm, ok := rt.MethodByName(m.Name)
+		if !ok {
+			t.Errorf("Router has no %s (lease.Manager.%s)", m.Name, m.Name)
+			continue
+		}
+		// Compare without the receiver.
+		want, got := m.Type, rm.Type
+		if want.NumIn() != got.NumIn() || want.NumOut() != got.NumOut() || want.IsVariadic() != got.IsVariadic() {
+			t.Errorf("Router.%s is %s, lease.Manager.%s is %s", m.Name, got, m.Name, want)
+			continue
+		}
+		for j := 1; j < want.NumIn(); j++ {
+			if want.In(j) != got.In(j) {
+				t.Errorf("Router.%s argument %d is %s, want %s", m.Name, j, got.In(j), want.In(j))
+			}
+		}
+		for j := range want.NumOut() {
+			if want.Out(j) != got.Out(j) {
+				t.Errorf("Router.%s result %d is %s, want %s", m.Name, j, got.Out(j), want.Out(j))
+			}
+		}
+	}
 }
