@@ -119,7 +119,6 @@ type Config struct {
 type resolved struct {
 	Config
 	qSchema string          // quoted schema
-	qMarks  string          // quoted Floor.MarksSchema, when Floor.Marks is set
 	listen  *pgx.ConnConfig // parsed ListenConnString, nil when unset
 }
 

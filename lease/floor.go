@@ -15,7 +15,6 @@ import (
 	"github.com/fencekit/fencekit/fence"
 	"github.com/fencekit/fencekit/lease/internal/floorcheck"
 	"github.com/fencekit/fencekit/lease/leasemetrics"
-	"github.com/fencekit/fencekit/sql/migrations"
 )
 
 // ErrTokenFloor is matched by *TokenFloorError: the token sequence is not
@@ -56,14 +55,54 @@ func (e *FloorCheckError) Is(target error) bool { return target == ErrFloorCheck
 // Unwrap returns the cause.
 func (e *FloorCheckError) Unwrap() error { return e.Err }
 
-// FloorConfig names the token floor sources a Manager reads when it checks
-// the floor by itself (Config.Floor). The floor is the largest value of the
+// FloorSource returns a token floor: every token issued after a check
+// against it is greater. Typical sources are the highest token a
+// PostgreSQL guard has accepted (FloorConfig.Marks, or the method value
+// pgguard.Marks.Highest) and a value kept by the operator outside the
+// lease database (StaticFloor). An error or a negative value fails the
+// check; nothing is recorded then.
+type FloorSource func(ctx context.Context) (fence.Token, error)
+
+// StaticFloor is a FloorSource of a fixed value, e.g. the highest token
+// recorded by monitoring before a restore. StaticFloor(0) checks against
+// the floor already stored in the schema only.
+func StaticFloor(t fence.Token) FloorSource {
+	return func(context.Context) (fence.Token, error) { return t, nil }
+}
+
+// MaxFloor is the largest floor of srcs (nil sources are skipped). Any
+// source failing fails the whole: a floor that could not be read is never
+// silently taken as 0.
+func MaxFloor(srcs ...FloorSource) FloorSource {
+	return func(ctx context.Context) (fence.Token, error) {
+		var floor fence.Token
+		for i, s := range srcs {
+			if s == nil {
+				continue
+			}
+			t, err := s(ctx)
+			if err != nil {
+				return 0, fmt.Errorf("lease: token floor source %d: %w", i, err)
+			}
+			if t < 0 {
+				return 0, fmt.Errorf("lease: token floor source %d: negative floor %d", i, t)
+			}
+			floor = max(floor, t)
+		}
+		return floor, nil
+	}
+}
+
+// FloorConfig names the token floor sources and the node change gap of the
+// floor check: the check a Manager runs by itself when a grant is refused
+// (Config.Floor), and the one an operator runs (leaseops.CheckFloor, which
+// takes a FloorConfig too). The floor is the largest value of the
 // configured sources. The check (lease migration 0008's SECURITY DEFINER
-// function fencekit_check_floor, which the Manager's role must be granted
-// EXECUTE on: docs/operations.md) raises the floor stored in the schema to
-// it, moves the token sequence past the stored floor when it is behind, and
-// records the node as checked; grants on that node resume at its commit.
-// A source that cannot be read fails the check and nothing is recorded.
+// function fencekit_check_floor, which the role must be granted EXECUTE on:
+// docs/operations.md) raises the floor stored in the schema to it, moves
+// the token sequence past the stored floor when it is behind, and records
+// the node as checked; grants on that node resume at its commit. A source
+// that cannot be read fails the check and nothing is recorded.
 //
 // The zero value configures no source. A source must know every token a
 // guard may have accepted: a floor below one lets the sequence re-issue it.
@@ -73,20 +112,17 @@ type FloorConfig struct {
 	// the highest token any mark holds. It must be a database that survives
 	// the lease database's failover or restore (another cluster): marks kept
 	// in the lease database are replicated and restored with it, so they
-	// are as old as its sequence. New refuses the lease pool itself and a
-	// pool whose first host, port and database are the lease pool's. The
-	// Manager never closes it.
+	// are as old as its sequence. The lease pool itself, and a pool whose
+	// first host, port and database are the lease pool's, are refused. It
+	// is never closed.
 	Marks *pgxpool.Pool
 	// MarksSchema is the schema of the marks table. Default "public"; must
 	// pass migrations.ValidateIdentifier; only with Marks.
 	MarksSchema string
-	// Operator is a floor kept outside the lease database, such as the
-	// highest token monitoring saw issued. 0: none.
-	Operator fence.Token
-	// Source is any other source, such as the highest token of guards that
-	// are not PostgreSQL tables. Its error, or a negative value, fails the
-	// check. Each call is bounded by CallTimeout.
-	Source func(ctx context.Context) (fence.Token, error)
+	// Source is any other source: an operator's value (StaticFloor), the
+	// highest token of guards that are not PostgreSQL tables, several of
+	// them (MaxFloor). Each call is bounded by CallTimeout.
+	Source FloorSource
 	// Gap, when positive, makes the first check after a node change move
 	// the token sequence forward by Gap (and the stored floor with it), past
 	// the tokens the old node may have issued that this node never
@@ -95,63 +131,32 @@ type FloorConfig struct {
 	// the lease database can lose in a failover (grant rate × the largest
 	// replication lag a failover accepts, such as Patroni's
 	// maximum_lag_on_failover). 0: the sources alone set the floor. Gap is
-	// not a source: with Gap alone no check runs.
+	// not a source: it needs Marks or Source.
 	Gap fence.Token
 }
 
-// configured reports whether any source is set.
-func (f FloorConfig) configured() bool {
-	return f.Marks != nil || f.Operator > 0 || f.Source != nil
+// sources is f's sources as the shared check reads them.
+func (f FloorConfig) sources() floorcheck.Sources {
+	return floorcheck.Sources{Marks: f.Marks, MarksSchema: f.MarksSchema, Source: f.Source}
 }
 
 // resolveFloor validates Config.Floor.
 func (r *resolved) resolveFloor() error {
-	f := r.Floor
-	if f.Operator < 0 {
-		return &ConfigError{Field: "Floor.Operator", Reason: fmt.Sprintf("negative: %d", f.Operator)}
+	schema, p := floorcheck.Validate(r.Floor.sources(), r.Floor.Gap, r.Pool)
+	if p != nil {
+		return &ConfigError{Field: "Floor." + p.Field, Reason: p.Reason, Err: p.Err}
 	}
-	if f.Gap < 0 {
-		return &ConfigError{Field: "Floor.Gap", Reason: fmt.Sprintf("negative: %d", f.Gap)}
-	}
-	if f.Gap > 0 && !f.configured() {
-		return &ConfigError{Field: "Floor.Gap", Reason: "set without a floor source (Marks, Operator or Source)"}
-	}
-	if f.Marks == nil {
-		if f.MarksSchema != "" {
-			return &ConfigError{Field: "Floor.MarksSchema", Reason: "set without Floor.Marks"}
-		}
-		return nil
-	}
-	if f.Marks == r.Pool || sameDatabase(f.Marks.Config(), r.Pool.Config()) {
-		return &ConfigError{Field: "Floor.Marks", Reason: "is the lease database: the marks must live in a database that survives the lease database's failover or restore"}
-	}
-	schema := f.MarksSchema
-	if schema == "" {
-		schema = migrations.DefaultSchema
-	}
-	q, err := migrations.QuoteIdentifier(schema)
-	if err != nil {
-		return &ConfigError{Field: "Floor.MarksSchema", Reason: err.Error(), Err: err}
-	}
-	r.Floor.MarksSchema, r.qMarks = schema, q
+	r.Floor.MarksSchema = schema
 	return nil
-}
-
-// sameDatabase reports whether two pools' first hosts, ports and database
-// names are equal (fallback hosts are not compared).
-func sameDatabase(a, b *pgxpool.Config) bool {
-	ca, cb := a.ConnConfig, b.ConnConfig
-	return ca.Host == cb.Host && ca.Port == cb.Port && ca.Database == cb.Database
 }
 
 // floorChecker runs a Manager's automatic token floor check: one at a time,
 // callers refused meanwhile wait for the running check's outcome.
 type floorChecker struct {
-	cfg      FloorConfig
+	src      floorcheck.Sources
+	gap      fence.Token
 	pool     *pgxpool.Pool
 	schema   string
-	checkSQL string
-	marksSQL string
 	timeout  time.Duration
 	log      *slog.Logger
 	mu       sync.Mutex
@@ -165,15 +170,12 @@ type floorRun struct {
 
 // newFloorChecker returns nil when r configures no floor source.
 func newFloorChecker(r resolved) *floorChecker {
-	if !r.Floor.configured() {
+	src := r.Floor.sources()
+	if !src.Configured() {
 		return nil
 	}
-	c := &floorChecker{cfg: r.Floor, pool: r.Pool, schema: r.Schema, checkSQL: floorcheck.Statement(r.qSchema),
+	return &floorChecker{src: src, gap: r.Floor.Gap, pool: r.Pool, schema: r.Schema,
 		timeout: r.CallTimeout, log: r.Logger}
-	if r.Floor.Marks != nil {
-		c.marksSQL = floorcheck.MarksStatement(r.qMarks)
-	}
-	return c
 }
 
 // floorCheckAfter runs the automatic floor check when *errp is a grant
@@ -207,7 +209,7 @@ func (c *floorChecker) check(ctx context.Context) error {
 	run := &floorRun{done: make(chan struct{})}
 	c.inflight = run
 	c.mu.Unlock()
-	_, err := c.checkOnce(ctx)
+	err := c.checkOnce(ctx)
 	c.mu.Lock()
 	c.inflight = nil
 	c.mu.Unlock()
@@ -216,65 +218,21 @@ func (c *floorChecker) check(ctx context.Context) error {
 	return err
 }
 
-// floorCheckAttempts bounds the retries of a check aborted for concurrency
-// (a concurrent check raised the floor, SQLSTATE 40001; a deadlock).
-const floorCheckAttempts = 3
-
-func (c *floorChecker) checkOnce(ctx context.Context) (floorcheck.Result, error) {
-	src, err := c.source(ctx)
+func (c *floorChecker) checkOnce(ctx context.Context) error {
+	src, err := c.src.Read(ctx, c.timeout)
 	if err != nil {
 		c.log.Error("lease: automatic token floor check failed: floor source unreadable; grants on this node stay refused", "err", err)
-		return floorcheck.Result{}, &FloorCheckError{Err: err}
+		return &FloorCheckError{Err: err}
 	}
-	var res floorcheck.Result
-	for attempt := 1; ; attempt++ {
-		cctx, cancel := context.WithTimeout(ctx, c.timeout)
-		res, err = floorcheck.Run(cctx, c.pool, c.checkSQL, int64(src), int64(c.cfg.Gap))
-		cancel()
-		if err == nil || attempt == floorCheckAttempts || !errors.Is(classify(err), ErrBusy) {
-			break
-		}
-	}
+	res, err := floorcheck.Check(ctx, c.pool, c.schema, src, c.gap, c.timeout)
 	if err != nil {
-		err = floorcheck.Explain(err, c.schema)
 		c.log.Error("lease: automatic token floor check failed; grants on this node stay refused", "source_floor", int64(src), "err", err)
-		return res, &FloorCheckError{Err: err}
+		return &FloorCheckError{Err: err}
 	}
 	c.log.Info("lease: token floor checked automatically; grants resume on this node",
 		"node", res.Node, "checked_before", res.Before, "next", res.Next, "floor", res.Stored,
 		"source_floor", int64(src), "advanced_from", res.AdvancedFrom)
-	return res, nil
-}
-
-// source reads the configured sources; the floor is their largest value.
-func (c *floorChecker) source(ctx context.Context) (fence.Token, error) {
-	floor := c.cfg.Operator
-	if c.cfg.Marks != nil {
-		cctx, cancel := context.WithTimeout(ctx, c.timeout)
-		var h int64
-		err := c.cfg.Marks.QueryRow(cctx, c.marksSQL).Scan(&h)
-		cancel()
-		if err != nil {
-			if migrations.IsUndefinedTable(err) {
-				return 0, fmt.Errorf("guard marks in schema %s: no fencekit_guard_marks table (migrations.Guard): %w", c.cfg.MarksSchema, err)
-			}
-			return 0, fmt.Errorf("guard marks in schema %s: %w", c.cfg.MarksSchema, err)
-		}
-		floor = max(floor, fence.Token(h))
-	}
-	if c.cfg.Source != nil {
-		cctx, cancel := context.WithTimeout(ctx, c.timeout)
-		t, err := c.cfg.Source(cctx)
-		cancel()
-		if err != nil {
-			return 0, fmt.Errorf("floor source: %w", err)
-		}
-		if t < 0 {
-			return 0, fmt.Errorf("floor source: negative floor %d", t)
-		}
-		floor = max(floor, t)
-	}
-	return floor, nil
+	return nil
 }
 
 // TokenFloorError reports a sequence that is not above the floor. It

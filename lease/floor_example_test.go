@@ -32,8 +32,8 @@ func ExampleFloorConfig() {
 	m, err := lease.New(lease.Config{Pool: pool, Schema: "app",
 		Floor: lease.FloorConfig{
 			Marks: marksPool, MarksSchema: "app", // pgguard marks on another cluster
-			Operator: operatorFloor, // highest token your monitoring saw, 0 if none
-			Gap:      1_000_000,     // asynchronous replication: jump past lost grants
+			Source: lease.StaticFloor(operatorFloor), // highest token your monitoring saw, 0 if none
+			Gap:    1_000_000,                        // asynchronous replication: jump past lost grants
 		}})
 	if err != nil {
 		panic(err)

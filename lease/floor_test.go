@@ -25,7 +25,6 @@ func TestFloorConfigInvalid(t *testing.T) {
 		name, field string
 		floor       lease.FloorConfig
 	}{
-		{"negative operator floor", "Floor.Operator", lease.FloorConfig{Operator: -1}},
 		{"negative gap", "Floor.Gap", lease.FloorConfig{Source: src, Gap: -1}},
 		{"gap without a source", "Floor.Gap", lease.FloorConfig{Gap: 10}},
 		{"marks schema without marks", "Floor.MarksSchema", lease.FloorConfig{MarksSchema: "app"}},
@@ -47,7 +46,7 @@ func TestFloorConfigInvalid(t *testing.T) {
 		require.ErrorIs(t, err, migrations.ErrInvalidIdentifier)
 	})
 	t.Run("valid", func(t *testing.T) {
-		for _, f := range []lease.FloorConfig{{}, {Operator: 5}, {Source: src, Gap: 100}, {Marks: other}, {Marks: other, MarksSchema: "app", Operator: 3}} {
+		for _, f := range []lease.FloorConfig{{}, {Source: lease.StaticFloor(5)}, {Source: src, Gap: 100}, {Marks: other}, {Marks: other, MarksSchema: "app", Source: lease.StaticFloor(3)}} {
 			m, err := lease.New(lease.Config{Pool: pool, Floor: f})
 			require.NoError(t, err)
 			require.NoError(t, m.Close())

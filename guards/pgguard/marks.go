@@ -53,7 +53,7 @@ type MarksConfig struct {
 //
 // Highest is a token floor source: after a failover or restore of the
 // lease database, tokens must exceed every mark a guard kept. Its method
-// value fits leaseops.FloorSource.
+// value fits lease.FloorSource.
 //
 // Deleting a mark is a hazard: the resource forgets the highest token it
 // accepted, so a writer holding an old token — a paused or partitioned

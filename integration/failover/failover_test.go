@@ -378,7 +378,7 @@ func TestRestoreFromDump(t *testing.T) {
 	require.Equal(t, keys, unchecked)
 	require.Zero(t, other)
 	floor, err := leaseops.NewTokenFloor(leaseops.TokenFloorConfig{Pool: rp, Schema: schema,
-		Source: leaseops.MaxFloor(w.marks.Highest, leaseops.StaticFloor(0))})
+		Source: lease.MaxFloor(w.marks.Highest, lease.StaticFloor(0))})
 	require.NoError(t, err)
 	_, err = floor.Check(bg())
 	require.ErrorIs(t, err, lease.ErrTokenFloor)

@@ -55,7 +55,7 @@ func TestAutomaticFloorCheck(t *testing.T) {
 		mt := obstest.NewMeter(t)
 		logs, logger := obstest.NewLogs()
 		m := e.manager(lease.Config{MeterProvider: mt.Provider, Logger: logger,
-			Floor: lease.FloorConfig{Source: leaseops.StaticFloor(500)}})
+			Floor: lease.FloorConfig{Source: lease.StaticFloor(500)}})
 		node := e.checkedNode()
 		e.otherNode()
 		l, err := m.Acquire(bg(), uniqueKey(t))
@@ -76,7 +76,7 @@ func TestAutomaticFloorCheck(t *testing.T) {
 	})
 	t.Run("takeover", func(t *testing.T) {
 		e := newEnv(t)
-		m := e.manager(lease.Config{Floor: lease.FloorConfig{Operator: 40}})
+		m := e.manager(lease.Config{Floor: lease.FloorConfig{Source: lease.StaticFloor(40)}})
 		e.otherNode()
 		l, err := m.Takeover(bg(), uniqueKey(t))
 		require.NoError(t, err)
@@ -86,8 +86,8 @@ func TestAutomaticFloorCheck(t *testing.T) {
 	})
 	t.Run("token floor on the checked node", func(t *testing.T) {
 		e := newEnv(t)
-		m := e.manager(lease.Config{Floor: lease.FloorConfig{Operator: 1}})
-		_, err := e.floor(leaseops.StaticFloor(10_000)).Check(bg())
+		m := e.manager(lease.Config{Floor: lease.FloorConfig{Source: lease.StaticFloor(1)}})
+		_, err := e.floor(lease.StaticFloor(10_000)).Check(bg())
 		require.ErrorIs(t, err, lease.ErrTokenFloor, "the stored floor is now above the sequence")
 		l, err := m.Acquire(bg(), uniqueKey(t))
 		require.NoError(t, err, "the automatic check advances the sequence")
@@ -95,7 +95,7 @@ func TestAutomaticFloorCheck(t *testing.T) {
 	})
 	t.Run("gap", func(t *testing.T) {
 		e := newEnv(t)
-		m := e.manager(lease.Config{Floor: lease.FloorConfig{Operator: 1, Gap: 1000}})
+		m := e.manager(lease.Config{Floor: lease.FloorConfig{Source: lease.StaticFloor(1), Gap: 1000}})
 		l, err := m.Acquire(bg(), uniqueKey(t))
 		require.NoError(t, err)
 		before := l.Token()
@@ -125,8 +125,8 @@ func TestAutomaticFloorCheck(t *testing.T) {
 	t.Run("source fails", func(t *testing.T) {
 		e := newEnv(t)
 		boom := errors.New("marks unreachable")
-		m := e.manager(lease.Config{Floor: lease.FloorConfig{Operator: 7,
-			Source: func(context.Context) (fence.Token, error) { return 0, boom }}})
+		m := e.manager(lease.Config{Floor: lease.FloorConfig{Source: lease.MaxFloor(lease.StaticFloor(7),
+			func(context.Context) (fence.Token, error) { return 0, boom })}})
 		e.otherNode()
 		before := e.next()
 		_, err := m.Acquire(bg(), uniqueKey(t))
@@ -172,7 +172,7 @@ func TestAutomaticFloorCheckLeastPrivilege(t *testing.T) {
 	var owner bool
 	require.NoError(t, app.QueryRow(bg(), `SELECT pg_has_role(current_user, (SELECT nspowner FROM pg_namespace WHERE nspname = $1), 'MEMBER')`, e.schema).Scan(&owner))
 	require.False(t, owner, "the application role does not own the schema")
-	m := e.manager(lease.Config{Pool: app, Floor: lease.FloorConfig{Operator: 300}})
+	m := e.manager(lease.Config{Pool: app, Floor: lease.FloorConfig{Source: lease.StaticFloor(300)}})
 
 	e.otherNode()
 	_, err = m.Acquire(bg(), uniqueKey(t))
@@ -189,7 +189,7 @@ func TestAutomaticFloorCheckLeastPrivilege(t *testing.T) {
 	require.NoError(t, err)
 	_, err = conn.Exec(bg(), `INSERT INTO pg_temp.fencekit_token_floor VALUES (true, 0, '', now())`)
 	require.NoError(t, err)
-	rep, err := leaseops.CheckFloor(bg(), conn, e.schema, leaseops.StaticFloor(300))
+	rep, err := leaseops.CheckFloor(bg(), conn, e.schema, lease.FloorConfig{Source: lease.StaticFloor(300)})
 	conn.Release()
 	require.NoError(t, err)
 	require.Positive(t, rep.AdvancedFrom, "the sequence was behind 300 and was advanced")
@@ -288,24 +288,39 @@ func TestCheckFloor(t *testing.T) {
 	before := e.next()
 	boom := errors.New("boom")
 	for name, call := range map[string]func() error{
-		"nil db":     func() error { _, err := leaseops.CheckFloor(bg(), nil, e.schema, leaseops.StaticFloor(0)); return err },
-		"nil source": func() error { _, err := leaseops.CheckFloor(bg(), e.raw, e.schema, nil); return err },
+		"nil db": func() error {
+			_, err := leaseops.CheckFloor(bg(), nil, e.schema, lease.FloorConfig{Source: lease.StaticFloor(0)})
+			return err
+		},
+		"no source": func() error { _, err := leaseops.CheckFloor(bg(), e.raw, e.schema, lease.FloorConfig{}); return err },
+		"gap without a source": func() error {
+			_, err := leaseops.CheckFloor(bg(), e.raw, e.schema, lease.FloorConfig{Gap: 10})
+			return err
+		},
 		"bad schema": func() error {
-			_, err := leaseops.CheckFloor(bg(), e.raw, "x;drop", leaseops.StaticFloor(0))
+			_, err := leaseops.CheckFloor(bg(), e.raw, "x;drop", lease.FloorConfig{Source: lease.StaticFloor(0)})
 			return err
 		},
 		"negative gap": func() error {
-			_, err := leaseops.CheckFloor(bg(), e.raw, e.schema, leaseops.StaticFloor(0), leaseops.WithNodeChangeGap(-1))
+			_, err := leaseops.CheckFloor(bg(), e.raw, e.schema, lease.FloorConfig{Source: lease.StaticFloor(0), Gap: -1})
+			return err
+		},
+		"marks in the lease pool": func() error {
+			_, err := leaseops.CheckFloor(bg(), e.raw, e.schema, lease.FloorConfig{Marks: e.raw})
+			return err
+		},
+		"marks schema without marks": func() error {
+			_, err := leaseops.CheckFloor(bg(), e.raw, e.schema, lease.FloorConfig{Source: lease.StaticFloor(0), MarksSchema: "app"})
 			return err
 		},
 	} {
 		require.ErrorIs(t, call(), leaseops.ErrInvalidArgument, name)
 	}
-	_, err := leaseops.CheckFloor(bg(), e.raw, e.schema, func(context.Context) (fence.Token, error) { return 0, boom })
+	_, err := leaseops.CheckFloor(bg(), e.raw, e.schema, lease.FloorConfig{Source: func(context.Context) (fence.Token, error) { return 0, boom }})
 	require.ErrorIs(t, err, boom)
-	_, err = leaseops.CheckFloor(bg(), e.raw, e.schema, leaseops.StaticFloor(-5))
-	require.Error(t, err)
-	_, err = leaseops.CheckFloor(bg(), e.raw, fencetest.Schema(t, migrations.Guard), leaseops.StaticFloor(0))
+	_, err = leaseops.CheckFloor(bg(), e.raw, e.schema, lease.FloorConfig{Source: lease.StaticFloor(-5)})
+	require.ErrorContains(t, err, "negative floor")
+	_, err = leaseops.CheckFloor(bg(), e.raw, fencetest.Schema(t, migrations.Guard), lease.FloorConfig{Source: lease.StaticFloor(0)})
 	require.ErrorContains(t, err, "lacks the token floor check function")
 	require.Equal(t, before, e.next())
 	stored, checked := e.floorRow()
@@ -319,7 +334,7 @@ func TestCheckFloor(t *testing.T) {
 	require.NoError(t, err)
 	c := fence.Claim{Token: 77, Run: "r"}
 	require.NoError(t, g.Fence(fence.WithClaim(bg(), c), "doc", c.Token, func(context.Context) error { return nil }))
-	rep, err := leaseops.CheckFloor(bg(), e.raw, e.schema, leaseops.MaxFloor(marks.Highest, leaseops.StaticFloor(3)))
+	rep, err := leaseops.CheckFloor(bg(), e.raw, e.schema, lease.FloorConfig{Source: lease.MaxFloor(marks.Highest, lease.StaticFloor(3))})
 	require.NoError(t, err)
 	require.EqualValues(t, 77, rep.Source)
 	require.EqualValues(t, 77, rep.Stored)
@@ -329,7 +344,7 @@ func TestCheckFloor(t *testing.T) {
 	require.Equal(t, e.checkedNode(), rep.Node)
 	require.True(t, rep.OK())
 
-	again, err := leaseops.CheckFloor(bg(), e.raw, e.schema, marks.Highest, leaseops.WithNodeChangeGap(1000))
+	again, err := leaseops.CheckFloor(bg(), e.raw, e.schema, lease.FloorConfig{Source: marks.Highest, Gap: 1000})
 	require.NoError(t, err)
 	require.Zero(t, again.AdvancedFrom, "same node: no advance, no gap")
 	require.Equal(t, rep.Next, again.Next)

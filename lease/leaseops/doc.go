@@ -1,25 +1,32 @@
-// Package leaseops holds the operating procedures around package lease:
-// what an operator runs or mounts beside the Managers, not what a program
-// needs to hold a lease.
+// Package leaseops holds the operator procedures around package lease:
+// what an operator runs, mounts or configures beside the Managers. It
+// defines no lease semantics of its own; package lease does.
 //
-//   - StatusHandler serves a Manager's local leases (lease.Manager.Leases)
-//     as JSON for an operator port; HealthHandler answers readiness probes
-//     from lease.Manager.Health (200 or 503, no identifiers).
-//   - Router spreads keys over one lease.Manager per database, by account,
-//     with the Manager's key methods (each on the key's partition) and a
-//     List across partitions.
-//   - The token-floor procedures detect and repair a token sequence left
-//     behind by a restore or failover, and record the node they checked,
-//     which ends the refusal of grants with lease.ErrFailoverUnchecked
-//     there: CheckFloor (any role granted EXECUTE on the schema's
-//     fencekit_check_floor; the check a Manager with lease.Config.Floor
-//     runs by itself), TokenFloor.Check and TokenFloor.Advance (the schema
-//     owner's). The Janitor deletes old rows.
+//   - Token floor: CheckFloor runs the token floor check (the schema's
+//     fencekit_check_floor, any role granted EXECUTE on it) against a
+//     lease.FloorConfig — the same check, with the same sources and Gap,
+//     that a Manager configured with lease.Config.Floor runs by itself.
+//     TokenFloor holds the schema owner's procedures: Check (records the
+//     node only when the sequence is already above the floor), Advance
+//     (moves the sequence under a table lock) and Status (reads, changes
+//     nothing). Every one returns a FloorReport; floor sources are
+//     lease.FloorSource values (lease.StaticFloor, lease.MaxFloor,
+//     pgguard.Marks.Highest).
+//   - Housekeeping: the Janitor deletes old lease rows in the background
+//     (metric leasemetrics.JanitorDeleted).
+//   - Handlers: StatusHandler serves a Manager's local leases
+//     (lease.Manager.Leases) as JSON for an operator port; HealthHandler
+//     answers readiness probes from lease.Manager.Health (200 or 503, no
+//     identifiers).
+//   - Partitioning: Router spreads keys over one lease.Manager per
+//     database, by account, with the Manager's key methods (each on the
+//     key's partition) and a List across partitions.
 //
 // Guaranteed: nothing here changes how a lease is granted or renewed (the
 // Router only chooses the Manager), and nothing here holds a lease of its
-// own. Everything that runs in the background follows
-// the lease package's lifecycle: New starts it, Close stops it.
+// own. Everything that runs in the background follows the lease package's
+// lifecycle: New starts it, Close stops it. Bad arguments return an error
+// matching ErrInvalidArgument or a *ConfigError and change nothing.
 //
 // Not guaranteed: Router keeps tokens ordered per key only (a key lives in
 // one partition); tokens of different partitions are unrelated, so a

@@ -30,7 +30,7 @@ func ExampleTokenFloor() {
 	}
 	const operatorFloor = 0 // e.g. the highest token your monitoring recorded
 	floor, _ := leaseops.NewTokenFloor(leaseops.TokenFloorConfig{Pool: pool, Schema: "app",
-		Source: leaseops.MaxFloor(marks.Highest, leaseops.StaticFloor(operatorFloor))})
+		Source: lease.MaxFloor(marks.Highest, lease.StaticFloor(operatorFloor))})
 	if _, err := floor.Check(ctx); errors.Is(err, lease.ErrTokenFloor) {
 		if _, err := floor.Advance(ctx, 0); err != nil { // the source floor is included
 			panic(err)
@@ -39,24 +39,28 @@ func ExampleTokenFloor() {
 }
 
 // The floor check as an operator runs it (an operator CLI, a deploy hook),
-// with any role granted EXECUTE on fencekit_check_floor: it advances the
-// sequence past the floor if needed and records the node; grants refused
-// with lease.ErrFailoverUnchecked there resume.
+// with any role granted EXECUTE on fencekit_check_floor and the same
+// lease.FloorConfig a Manager checks by itself with (lease.Config.Floor):
+// it advances the sequence past the floor if needed and records the node;
+// grants refused with lease.ErrFailoverUnchecked there resume.
 func ExampleCheckFloor() {
 	ctx := context.Background()
-	pool, err := pgxpool.New(ctx, "postgres://postgres@127.0.0.1:5432/test")
+	pool, err := pgxpool.New(ctx, "postgres://app@db-primary/app")
 	if err != nil {
 		panic(err)
 	}
 	defer pool.Close()
-	marks, err := pgguard.NewMarks(pgguard.MarksConfig{DB: pool, Schema: "app"})
+	marksPool, err := pgxpool.New(ctx, "postgres://app@marks-db/app") // survives the lease database
 	if err != nil {
 		panic(err)
 	}
+	defer marksPool.Close()
 	const operatorFloor = 0 // e.g. the highest token your monitoring recorded
-	rep, err := leaseops.CheckFloor(ctx, pool, "app",
-		leaseops.MaxFloor(marks.Highest, leaseops.StaticFloor(operatorFloor)),
-		leaseops.WithNodeChangeGap(1_000_000))
+	rep, err := leaseops.CheckFloor(ctx, pool, "app", lease.FloorConfig{
+		Marks: marksPool, MarksSchema: "app",
+		Source: lease.StaticFloor(operatorFloor),
+		Gap:    1_000_000, // asynchronous replication: jump past lost grants
+	})
 	if err != nil {
 		panic(err)
 	}

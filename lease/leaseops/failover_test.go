@@ -40,7 +40,7 @@ func TestGrantsFailClosedOnUncheckedNode(t *testing.T) {
 	mt := obstest.NewMeter(t)
 	logs, logger := obstest.NewLogs()
 	m := e.manager(lease.Config{MeterProvider: mt.Provider, Logger: logger})
-	tf := e.floor(leaseops.StaticFloor(0))
+	tf := e.floor(lease.StaticFloor(0))
 	node := e.checkedNode()
 	require.Regexp(t, `^[0-9]+:[0-9]+/[0-9A-F]{8}$`, node, "the migration records the node it ran on")
 
@@ -96,7 +96,7 @@ func TestFailedFloorCheckKeepsGrantsRefused(t *testing.T) {
 	e := newEnv(t)
 	m := e.manager(lease.Config{})
 	const floor = 500
-	tf := e.floor(leaseops.StaticFloor(floor))
+	tf := e.floor(lease.StaticFloor(floor))
 	node := e.checkedNode()
 	e.otherNode()
 
@@ -118,7 +118,7 @@ func TestFailedFloorCheckKeepsGrantsRefused(t *testing.T) {
 
 	// On a checked node, a floor raised above the sequence refuses grants
 	// with ErrTokenFloor (not unchecked): the node is still the checked one.
-	high := e.floor(leaseops.StaticFloor(10_000))
+	high := e.floor(lease.StaticFloor(10_000))
 	_, err = high.Check(bg())
 	require.ErrorIs(t, err, lease.ErrTokenFloor)
 	_, err = m.Acquire(bg(), uniqueKey(t))
@@ -163,7 +163,7 @@ func TestFailClosedUnderLeastPrivilege(t *testing.T) {
 	_, err = app.Exec(bg(), fmt.Sprintf(`UPDATE %q.fencekit_token_floor SET checked_node = NULL`, e.schema))
 	require.Error(t, err, "the application role cannot record a check")
 
-	_, err = e.floor(leaseops.StaticFloor(0)).Check(bg())
+	_, err = e.floor(lease.StaticFloor(0)).Check(bg())
 	require.NoError(t, err)
 	l, err = m.Acquire(bg(), uniqueKey(t))
 	require.NoError(t, err)
@@ -175,10 +175,10 @@ func TestFailClosedUnderLeastPrivilege(t *testing.T) {
 func TestTokenFloorConfig(t *testing.T) {
 	pool := fencetest.Pool(t)
 	for name, cfg := range map[string]leaseops.TokenFloorConfig{
-		"nil pool":      {Source: leaseops.StaticFloor(0)},
+		"nil pool":      {Source: lease.StaticFloor(0)},
 		"nil source":    {Pool: pool},
-		"bad schema":    {Pool: pool, Source: leaseops.StaticFloor(0), Schema: "x;y"},
-		"negative call": {Pool: pool, Source: leaseops.StaticFloor(0), CallTimeout: -1},
+		"bad schema":    {Pool: pool, Source: lease.StaticFloor(0), Schema: "x;y"},
+		"negative call": {Pool: pool, Source: lease.StaticFloor(0), CallTimeout: -1},
 	} {
 		_, err := leaseops.NewTokenFloor(cfg)
 		require.ErrorIs(t, err, lease.ErrInvalidConfig, name)
@@ -195,7 +195,7 @@ func TestFloorStatus(t *testing.T) {
 		t.Run(mode.String(), func(t *testing.T) {
 			e := newEnv(t)
 			pool := fencetest.PoolWith(t, fencetest.DatabaseURL(), func(c *pgxpool.Config) { c.ConnConfig.DefaultQueryExecMode = mode })
-			tf, err := leaseops.NewTokenFloor(leaseops.TokenFloorConfig{Pool: pool, Schema: e.schema, Source: leaseops.StaticFloor(0)})
+			tf, err := leaseops.NewTokenFloor(leaseops.TokenFloorConfig{Pool: pool, Schema: e.schema, Source: lease.StaticFloor(0)})
 			require.NoError(t, err)
 			node := e.checkedNode()
 			state := func() string {
@@ -224,7 +224,7 @@ func TestFloorStatus(t *testing.T) {
 			require.Equal(t, node, fe.Node)
 			require.Equal(t, before, state(), "Status changes nothing")
 
-			_, err = e.floor(leaseops.StaticFloor(500)).Advance(bg(), 0)
+			_, err = e.floor(lease.StaticFloor(500)).Advance(bg(), 0)
 			require.NoError(t, err)
 			st, err = tf.Status(bg())
 			require.NoError(t, err)
@@ -232,7 +232,7 @@ func TestFloorStatus(t *testing.T) {
 			require.EqualValues(t, 500, st.Stored)
 			require.EqualValues(t, 501, st.Next)
 
-			_, err = e.floor(leaseops.StaticFloor(10_000)).Check(bg())
+			_, err = e.floor(lease.StaticFloor(10_000)).Check(bg())
 			require.ErrorIs(t, err, lease.ErrTokenFloor)
 			st, err = tf.Status(bg())
 			require.NoError(t, err)
@@ -241,6 +241,6 @@ func TestFloorStatus(t *testing.T) {
 			require.EqualValues(t, 10_000, st.Stored)
 		})
 	}
-	standby := leaseops.FloorStatus{InRecovery: true}
+	standby := leaseops.FloorReport{InRecovery: true}
 	require.ErrorIs(t, standby.Refused(), leaseops.ErrStandby)
 }

@@ -41,39 +41,6 @@ func (e *ConfigError) Is(target error) bool { return target == lease.ErrInvalidC
 // Unwrap returns the underlying cause.
 func (e *ConfigError) Unwrap() error { return e.Err }
 
-// FloorSource returns a token floor: every token issued from now on must be
-// greater than it. Typical sources are the highest token a PostgreSQL guard
-// has accepted (the method value pgguard.Marks.Highest) and a value kept by
-// the operator outside the lease database (StaticFloor).
-type FloorSource func(ctx context.Context) (fence.Token, error)
-
-// StaticFloor is a FloorSource of a fixed value, e.g. the highest token
-// recorded by monitoring before a restore. StaticFloor(0) checks against
-// the floor already stored in the schema only.
-func StaticFloor(t fence.Token) FloorSource {
-	return func(context.Context) (fence.Token, error) { return t, nil }
-}
-
-// MaxFloor is the largest floor of srcs (nil sources are skipped). Any
-// source failing fails the whole: a floor that could not be read is never
-// silently taken as 0.
-func MaxFloor(srcs ...FloorSource) FloorSource {
-	return func(ctx context.Context) (fence.Token, error) {
-		var floor fence.Token
-		for i, s := range srcs {
-			if s == nil {
-				continue
-			}
-			t, err := s(ctx)
-			if err != nil {
-				return 0, fmt.Errorf("leaseops: token floor source %d: %w", i, err)
-			}
-			floor = max(floor, t)
-		}
-		return floor, nil
-	}
-}
-
 // TokenFloorConfig configures a TokenFloor.
 type TokenFloorConfig struct {
 	// Pool is the lease database (required). Never closed by TokenFloor.
@@ -81,11 +48,12 @@ type TokenFloorConfig struct {
 	// Schema of the lease tables. Default "public".
 	Schema string
 	// Source supplies the floor (required): every token issued after a
-	// successful check is above it. Use MaxFloor of the guards' marks
+	// successful check is above it. Use lease.MaxFloor of the guards' marks
 	// (pgguard.Marks.Highest, in a database that survives the lease
-	// database's failover or restore) and an operator value; StaticFloor(0)
-	// states explicitly that only the floor stored in the schema counts.
-	Source FloorSource
+	// database's failover or restore) and an operator value;
+	// lease.StaticFloor(0) states explicitly that only the floor stored in
+	// the schema counts.
+	Source lease.FloorSource
 	// CallTimeout bounds each call's statements. Default
 	// lease.DefaultCallTimeout.
 	CallTimeout time.Duration
@@ -102,7 +70,9 @@ type TokenFloor struct {
 	checkSQL, lockSQL, setSeqSQL, approveSQL string
 }
 
-// FloorReport is the token floor state after Check or Advance.
+// FloorReport is the token floor state of a lease schema: as a floor call
+// left it (CheckFloor, TokenFloor.Check, TokenFloor.Advance) or as
+// TokenFloor.Status found it. Fields a call does not read are zero.
 type FloorReport struct {
 	// Next is the next value the token sequence will issue (last_value + 1
 	// once a value has been drawn, last_value before).
@@ -110,13 +80,18 @@ type FloorReport struct {
 	// Stored is the floor kept in the schema's fencekit_token_floor table,
 	// enforced by the database on every grant.
 	Stored fence.Token
-	// Source is what TokenFloorConfig.Source returned.
+	// UpdatedAt is when Stored was last raised (database clock). Set by
+	// Status only.
+	UpdatedAt time.Time
+	// Source is the floor the sources returned (0 from Status, which reads
+	// none).
 	Source fence.Token
 	// Node is the database node the call ran on
-	// ("<system identifier>:<database oid>/<timeline>").
+	// ("<system identifier>:<database oid>/<timeline>"); "" on a standby
+	// (Status), which has no timeline of its own to write on yet.
 	Node string
 	// CheckedNode is the node the floor is recorded as checked on after the
-	// call: Node when the call succeeded.
+	// call ("" if never): Node when a check or advance succeeded.
 	CheckedNode string
 	// CheckedBefore is the node the floor was recorded as checked on before
 	// the call ("" if never). Set by CheckFloor only.
@@ -124,6 +99,8 @@ type FloorReport struct {
 	// AdvancedFrom is the sequence's next value before CheckFloor moved it
 	// past the floor; 0 when it was not moved. Set by CheckFloor only.
 	AdvancedFrom fence.Token
+	// InRecovery is true on a standby. Set by Status only.
+	InRecovery bool
 }
 
 // Floor is the larger of Stored and Source.
@@ -131,6 +108,23 @@ func (r FloorReport) Floor() fence.Token { return max(r.Stored, r.Source) }
 
 // OK reports whether the next token is above the floor.
 func (r FloorReport) OK() bool { return r.Next > r.Floor() }
+
+// Refused returns why grants on the node are refused, or nil: ErrStandby
+// in recovery, a *lease.FailoverError (lease.ErrFailoverUnchecked) when
+// the floor was last checked on another node, a *lease.TokenFloorError
+// (lease.ErrTokenFloor) when the sequence is not above the stored floor.
+// These are the refusals the acquire statement raises, in its order.
+func (r FloorReport) Refused() error {
+	switch {
+	case r.InRecovery:
+		return ErrStandby
+	case r.CheckedNode != r.Node:
+		return &lease.FailoverError{Checked: r.CheckedNode, Node: r.Node}
+	case r.Next <= r.Stored:
+		return &lease.TokenFloorError{Token: r.Next, Floor: r.Stored}
+	}
+	return nil
+}
 
 // NewTokenFloor validates cfg and fills defaults. It does no I/O.
 func NewTokenFloor(cfg TokenFloorConfig) (*TokenFloor, error) {
@@ -300,12 +294,9 @@ func (f *TokenFloor) Advance(ctx context.Context, floor fence.Token) (FloorRepor
 }
 
 func (f *TokenFloor) source(ctx context.Context) (fence.Token, error) {
-	t, err := f.cfg.Source(ctx)
+	t, err := floorcheck.Sources{Source: f.cfg.Source}.Read(ctx, 0)
 	if err != nil {
 		return 0, fmt.Errorf("leaseops: token floor: %w", err)
-	}
-	if t < 0 {
-		return 0, fmt.Errorf("leaseops: token floor: negative floor %d", t)
 	}
 	return t, nil
 }
@@ -322,18 +313,6 @@ func isUndefinedFunction(err error) bool {
 	return errors.As(err, &pe) && pe.Code == "42883"
 }
 
-// CheckOption adjusts CheckFloor.
-type CheckOption func(*checkOptions)
-
-type checkOptions struct{ gap fence.Token }
-
-// WithNodeChangeGap makes CheckFloor, when the node changed since the last
-// check, move the token sequence forward by gap past its current value (as
-// lease.FloorConfig.Gap does for a Manager's automatic check).
-func WithNodeChangeGap(gap fence.Token) CheckOption {
-	return func(o *checkOptions) { o.gap = gap }
-}
-
 // DB is what CheckFloor needs: *pgxpool.Pool, *pgx.Conn and pgx.Tx
 // implement it.
 type DB interface {
@@ -342,75 +321,63 @@ type DB interface {
 
 // CheckFloor runs the token floor check of the lease schema through its
 // SECURITY DEFINER function fencekit_check_floor (lease migration 0008),
-// with source's value as the floor; it is what a lease.Manager configured
-// with lease.Config.Floor runs by itself. In one statement the function
-// raises the stored floor to the source's value (never lowering it); if
-// the token sequence's next value is not above the resulting floor, it
-// takes LOCK TABLE fencekit_leases IN EXCLUSIVE MODE (as
-// TokenFloor.Advance does) and moves the sequence past it; then it records
-// the node it runs on as checked. WithNodeChangeGap adds a jump of the
-// sequence on the first check after a node change. Grants refused with
-// lease.ErrFailoverUnchecked or lease.ErrTokenFloor on that node resume at
-// its commit, above every token the source knows. It never moves the floor
-// or the sequence backwards.
+// against the sources of floor: the same check, with the same FloorConfig,
+// that a lease.Manager configured with lease.Config.Floor runs by itself.
+// In one statement the function raises the stored floor to the sources'
+// value (never lowering it); if the token sequence's next value is not
+// above the resulting floor, it takes LOCK TABLE fencekit_leases IN
+// EXCLUSIVE MODE (as TokenFloor.Advance does) and moves the sequence past
+// it; then it records the node it runs on as checked. floor.Gap adds a
+// jump of the sequence on the first check after a node change. Grants
+// refused with lease.ErrFailoverUnchecked or lease.ErrTokenFloor on that
+// node resume at its commit, above every token the sources know. It never
+// moves the floor or the sequence backwards.
 //
 // The role only needs EXECUTE on the function and USAGE on the schema (the
 // function runs with its owner's rights): the application role can run it
 // once granted (docs/operations.md, "Least-privilege role"). A check
-// aborted because a concurrent one raised the floor (SQLSTATE 40001) is
-// retried twice. ctx bounds the call.
+// aborted for concurrency (a concurrent one raised the floor, SQLSTATE
+// 40001) is retried twice. ctx bounds the call.
 //
-// Bad arguments (nil db or source, an invalid schema) return an error
-// matching ErrInvalidArgument; a source that fails or returns a negative
-// value returns its error. In both cases nothing is sent to the lease
-// database and nothing changes. The report's Floor() and OK() read as
-// Check's; on success OK() is true.
-func CheckFloor(ctx context.Context, db DB, schema string, source FloorSource, opts ...CheckOption) (FloorReport, error) {
-	var o checkOptions
-	for _, opt := range opts {
-		opt(&o)
-	}
-	if o.gap < 0 {
-		return FloorReport{}, fmt.Errorf("%w: check token floor: negative node change gap %d", ErrInvalidArgument, o.gap)
-	}
+// Bad arguments (a nil db, a floor without a source, a negative Gap,
+// floor.Marks being db, an invalid schema) return an error matching
+// ErrInvalidArgument; a source that fails or returns a negative value
+// returns its error. In both cases nothing is sent to the lease database
+// and nothing changes. The report's Floor() and OK() read as Check's; on
+// success OK() is true.
+func CheckFloor(ctx context.Context, db DB, schema string, floor lease.FloorConfig) (FloorReport, error) {
 	if db == nil {
 		return FloorReport{}, fmt.Errorf("%w: check token floor: nil database", ErrInvalidArgument)
 	}
-	if source == nil {
-		return FloorReport{}, fmt.Errorf("%w: check token floor: nil source (StaticFloor(0) checks against the stored floor only)", ErrInvalidArgument)
+	src := floorcheck.Sources{Marks: floor.Marks, MarksSchema: floor.MarksSchema, Source: floor.Source}
+	if !src.Configured() {
+		return FloorReport{}, fmt.Errorf("%w: check token floor: no floor source (Source: lease.StaticFloor(0) checks against the stored floor only)", ErrInvalidArgument)
 	}
+	marksSchema, p := floorcheck.Validate(src, floor.Gap, db)
+	if p != nil {
+		return FloorReport{}, fmt.Errorf("%w: check token floor: %s: %s", ErrInvalidArgument, p.Field, p.Reason)
+	}
+	src.MarksSchema = marksSchema
 	if schema == "" {
 		schema = migrations.DefaultSchema
 	}
-	q, err := migrations.QuoteIdentifier(schema)
-	if err != nil {
+	if err := migrations.ValidateIdentifier(schema); err != nil {
 		return FloorReport{}, fmt.Errorf("%w: check token floor: schema: %w", ErrInvalidArgument, err)
 	}
-	src, err := source(ctx)
+	v, err := src.Read(ctx, 0)
 	if err != nil {
-		return FloorReport{}, fmt.Errorf("leaseops: check token floor: source: %w", err)
+		return FloorReport{}, fmt.Errorf("leaseops: check token floor: %w", err)
 	}
-	if src < 0 {
-		return FloorReport{}, fmt.Errorf("leaseops: check token floor: source returned a negative floor %d", src)
-	}
-	stmt := floorcheck.Statement(q)
-	var res floorcheck.Result
-	for attempt := 1; ; attempt++ {
-		res, err = floorcheck.Run(ctx, db, stmt, int64(src), int64(o.gap))
-		if err == nil || attempt == 3 || !isSerializationFailure(err) {
-			break
-		}
-	}
+	res, err := floorcheck.Check(ctx, db, schema, v, floor.Gap, 0)
 	if err != nil {
-		return FloorReport{Source: src}, fmt.Errorf("leaseops: check token floor: %w", floorcheck.Explain(err, schema))
+		return FloorReport{Source: v}, fmt.Errorf("leaseops: check token floor: %w", err)
 	}
 	return FloorReport{
-		Next: fence.Token(res.Next), Stored: fence.Token(res.Stored), Source: src,
+		Next: fence.Token(res.Next), Stored: fence.Token(res.Stored), Source: v,
 		Node: res.Node, CheckedNode: res.Node, CheckedBefore: res.Before,
 		AdvancedFrom: fence.Token(res.AdvancedFrom),
 	}, nil
 }
-
 func isSerializationFailure(err error) bool {
 	var pe *pgconn.PgError
 	return errors.As(err, &pe) && (pe.Code == "40001" || pe.Code == "40P01")

@@ -55,7 +55,7 @@ func (e *env) restore(s snapshot) {
 }
 
 // floor is the schema's token floor procedures with src as the source.
-func (e *env) floor(src leaseops.FloorSource) *leaseops.TokenFloor {
+func (e *env) floor(src lease.FloorSource) *leaseops.TokenFloor {
 	e.t.Helper()
 	f, err := leaseops.NewTokenFloor(leaseops.TokenFloorConfig{Pool: fencetest.Pool(e.t), Schema: e.schema, Source: src})
 	require.NoError(e.t, err)
@@ -82,7 +82,7 @@ func TestTokenFloorAfterRestore(t *testing.T) {
 	mt := obstest.NewMeter(t)
 	logs, logger := obstest.NewLogs()
 	m := e.manager(lease.Config{MeterProvider: mt.Provider, Logger: logger})
-	tf := e.floor(leaseops.MaxFloor(marks.Highest, leaseops.StaticFloor(0)))
+	tf := e.floor(lease.MaxFloor(marks.Highest, lease.StaticFloor(0)))
 	write := func(ctx context.Context) error { return nil }
 
 	old := uniqueKey(t) // acquired before the backup, released after it
@@ -192,7 +192,7 @@ func TestTokenFloorAfterRestore(t *testing.T) {
 // token above its floor.
 func TestTokenFloorAdvanceConcurrent(t *testing.T) {
 	e := newEnv(t)
-	admin := e.floor(leaseops.StaticFloor(0))
+	admin := e.floor(lease.StaticFloor(0))
 	const workers, rounds = 4, 25
 	var (
 		mu     sync.Mutex

@@ -7,49 +7,12 @@ import (
 	"time"
 
 	"github.com/fencekit/fencekit/fence"
-	"github.com/fencekit/fencekit/lease"
 	"github.com/fencekit/fencekit/sql/migrations"
 )
 
-// ErrStandby is what FloorStatus.Refused returns for a database in
+// ErrStandby is what FloorReport.Refused returns for a database in
 // recovery (a standby): it grants nothing until it is promoted.
 var ErrStandby = errors.New("leaseops: the database is a standby (in recovery) and grants nothing")
-
-// FloorStatus is the token floor state of a lease schema, as Status reads
-// it without changing anything.
-type FloorStatus struct {
-	// Stored is the floor kept in fencekit_token_floor.
-	Stored fence.Token
-	// UpdatedAt is when Stored was last raised (database clock).
-	UpdatedAt time.Time
-	// Next is the next value the token sequence will issue.
-	Next fence.Token
-	// CheckedNode is the node the floor was last checked on ("" if never).
-	CheckedNode string
-	// Node is the node Status ran on ("<system identifier>:<database
-	// oid>/<timeline>"); "" on a standby, which has no timeline of its own
-	// to write on yet.
-	Node string
-	// InRecovery is true on a standby.
-	InRecovery bool
-}
-
-// Refused returns why grants on this node are refused now, or nil: ErrStandby
-// in recovery, a *lease.FailoverError (lease.ErrFailoverUnchecked) when the
-// floor was last checked on another node, a *lease.TokenFloorError
-// (lease.ErrTokenFloor) when the sequence is not above the stored floor.
-// These are the refusals the acquire statement raises, in its order.
-func (s FloorStatus) Refused() error {
-	switch {
-	case s.InRecovery:
-		return ErrStandby
-	case s.CheckedNode != s.Node:
-		return &lease.FailoverError{Checked: s.CheckedNode, Node: s.Node}
-	case s.Next <= s.Stored:
-		return &lease.TokenFloorError{Token: s.Next, Floor: s.Stored}
-	}
-	return nil
-}
 
 // statusSQL reads the floor row, the sequence and the node in one
 // statement; on a standby it does not ask for the node (the WAL position
@@ -65,14 +28,14 @@ func statusSQL(q string) string {
 // Status reads the schema's token floor state in one statement: the stored
 // floor, the next token, the node the floor was checked on and the node it
 // runs on. It changes nothing and does not call the Source; it works on a
-// standby too. FloorStatus.Refused tells whether grants are refused there.
+// standby too. FloorReport.Refused tells whether grants are refused there.
 // It needs SELECT on the sequence and on fencekit_token_floor (granted to
 // PUBLIC by migration 0004).
-func (f *TokenFloor) Status(ctx context.Context) (FloorStatus, error) {
+func (f *TokenFloor) Status(ctx context.Context) (FloorReport, error) {
 	cctx, cancel := context.WithTimeout(ctx, f.cfg.CallTimeout)
 	defer cancel()
 	var (
-		st      FloorStatus
+		st      FloorReport
 		stored  int64
 		updated *time.Time
 		last    int64
@@ -80,11 +43,11 @@ func (f *TokenFloor) Status(ctx context.Context) (FloorStatus, error) {
 	)
 	q, err := migrations.QuoteIdentifier(f.cfg.Schema) // validated by NewTokenFloor
 	if err != nil {
-		return FloorStatus{}, err
+		return FloorReport{}, err
 	}
 	err = f.cfg.Pool.QueryRow(cctx, statusSQL(q)).Scan(&stored, &updated, &st.CheckedNode, &last, &called, &st.InRecovery, &st.Node)
 	if err != nil {
-		return FloorStatus{}, f.dbError("read token floor status", err)
+		return FloorReport{}, f.dbError("read token floor status", err)
 	}
 	st.Stored, st.Next = fence.Token(stored), nextValue(last, called)
 	if updated != nil {

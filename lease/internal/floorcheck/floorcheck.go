@@ -1,18 +1,22 @@
-// Package floorcheck calls the lease schema's token floor check function
-// (fencekit_check_floor, lease migration 0008) and reads the PostgreSQL
-// guard's marks as a floor source. Package lease runs it automatically
-// (Config.Floor) and package leaseops exposes it to operators
-// (leaseops.CheckFloor); both share this one implementation.
+// Package floorcheck is the one implementation of the token floor check
+// (fencekit_check_floor, lease migration 0008) and of reading the floor
+// sources, shared by the automatic path (package lease, Config.Floor) and
+// the manual one (leaseops.CheckFloor): both validate the same source
+// configuration with Validate, read it with Sources.Read and run the
+// check with Check.
 package floorcheck
 
 import (
 	"context"
 	"errors"
 	"fmt"
+	"time"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
+	"github.com/jackc/pgx/v5/pgxpool"
 
+	"github.com/fencekit/fencekit/fence"
 	"github.com/fencekit/fencekit/sql/migrations"
 )
 
@@ -20,6 +24,108 @@ import (
 // implement it.
 type Queryer interface {
 	QueryRow(ctx context.Context, sql string, args ...any) pgx.Row
+}
+
+// Sources are the floor sources of a lease.FloorConfig; the floor is their
+// largest value.
+type Sources struct {
+	Marks       *pgxpool.Pool // the PostgreSQL guard's marks, or nil
+	MarksSchema string        // validated (Validate), "" for the default
+	Source      func(ctx context.Context) (fence.Token, error)
+}
+
+// Configured reports whether any source is set.
+func (s Sources) Configured() bool { return s.Marks != nil || s.Source != nil }
+
+// Problem names a misconfigured field of a lease.FloorConfig and why.
+type Problem struct {
+	Field  string // "Marks", "MarksSchema" or "Gap"
+	Reason string
+	Err    error // underlying cause, if any
+}
+
+// Validate checks s and gap as lease.New and leaseops.CheckFloor do; db,
+// when it is a pool, must not be the marks' database. It returns the
+// marks schema to use (the default filled in) or the first problem.
+func Validate(s Sources, gap fence.Token, db any) (string, *Problem) {
+	if gap < 0 {
+		return "", &Problem{Field: "Gap", Reason: fmt.Sprintf("negative: %d", gap)}
+	}
+	if gap > 0 && !s.Configured() {
+		return "", &Problem{Field: "Gap", Reason: "set without a floor source (Marks or Source)"}
+	}
+	if s.Marks == nil {
+		if s.MarksSchema != "" {
+			return "", &Problem{Field: "MarksSchema", Reason: "set without Marks"}
+		}
+		return "", nil
+	}
+	if p, ok := db.(*pgxpool.Pool); ok && p != nil && (p == s.Marks || sameDatabase(p.Config(), s.Marks.Config())) {
+		return "", &Problem{Field: "Marks", Reason: "is the lease database: the marks must live in a database that survives the lease database's failover or restore"}
+	}
+	schema := s.MarksSchema
+	if schema == "" {
+		schema = migrations.DefaultSchema
+	}
+	if err := migrations.ValidateIdentifier(schema); err != nil {
+		return "", &Problem{Field: "MarksSchema", Reason: err.Error(), Err: err}
+	}
+	return schema, nil
+}
+
+// sameDatabase reports whether two pools' first hosts, ports and database
+// names are equal (fallback hosts are not compared).
+func sameDatabase(a, b *pgxpool.Config) bool {
+	ca, cb := a.ConnConfig, b.ConnConfig
+	return ca.Host == cb.Host && ca.Port == cb.Port && ca.Database == cb.Database
+}
+
+// Read reads every configured source, each bounded by timeout when it is
+// positive, and returns the largest value. A source that fails or returns
+// a negative value fails the whole: a floor that could not be read is
+// never taken as 0. s.MarksSchema must have passed Validate.
+func (s Sources) Read(ctx context.Context, timeout time.Duration) (fence.Token, error) {
+	bound := func() (context.Context, context.CancelFunc) {
+		if timeout > 0 {
+			return context.WithTimeout(ctx, timeout)
+		}
+		return context.WithCancel(ctx)
+	}
+	var floor fence.Token
+	if s.Marks != nil {
+		schema := s.MarksSchema
+		if schema == "" {
+			schema = migrations.DefaultSchema
+		}
+		q, err := migrations.QuoteIdentifier(schema)
+		if err != nil {
+			return 0, fmt.Errorf("guard marks: %w", err)
+		}
+		cctx, cancel := bound()
+		var h int64
+		err = s.Marks.QueryRow(cctx, `SELECT coalesce(max(highest_token), 0) FROM `+q+`.fencekit_guard_marks`).Scan(&h)
+		cancel()
+		if err != nil {
+			if migrations.IsUndefinedTable(err) {
+				return 0, fmt.Errorf("guard marks in schema %s: no fencekit_guard_marks table (migrations.Guard): %w", schema, err)
+			}
+			return 0, fmt.Errorf("guard marks in schema %s: %w", schema, err)
+		}
+		floor = max(floor, fence.Token(h))
+	}
+	if s.Source != nil {
+		cctx, cancel := bound()
+		t, err := s.Source(cctx)
+		cancel()
+		if err != nil {
+			return 0, fmt.Errorf("floor source: %w", err)
+		}
+		if t < 0 {
+			return 0, fmt.Errorf("floor source: negative floor %d", t)
+		}
+		floor = max(floor, t)
+	}
+	return floor, nil
 }
 
 // Result is what fencekit_check_floor returned.
@@ -31,30 +137,48 @@ type Result struct {
 	AdvancedFrom int64  // the next value before the call moved the sequence; 0 if it did not
 }
 
-// Statement is the check for the quoted lease schema qSchema; $1 is the
-// source floor, $2 the node change gap.
-func Statement(qSchema string) string {
-	return `SELECT next_token, stored_floor, checked_node_now, coalesce(checked_node_before, ''), coalesce(advanced_from, 0)
-  FROM ` + qSchema + `.fencekit_check_floor($1::bigint, $2::bigint)`
-}
+// attempts bounds the tries of a check aborted for concurrency (a
+// concurrent check raised the floor, SQLSTATE 40001; a deadlock; a lock
+// timeout).
+const attempts = 3
 
-// MarksStatement reads the highest token of the guard marks table in the
-// quoted schema qSchema (what pgguard.Marks.Highest reads).
-func MarksStatement(qSchema string) string {
-	return `SELECT coalesce(max(highest_token), 0) FROM ` + qSchema + `.fencekit_guard_marks`
-}
-
-// Run calls the check (stmt from Statement) with the source floor and the
-// node change gap.
-func Run(ctx context.Context, db Queryer, stmt string, floor, gap int64) (Result, error) {
+// Check runs fencekit_check_floor of the lease schema (valid, unquoted)
+// with the source floor and the node change gap, each attempt bounded by
+// timeout when it is positive, and explains the errors of a schema or role
+// set up wrongly.
+func Check(ctx context.Context, db Queryer, schema string, floor, gap fence.Token, timeout time.Duration) (Result, error) {
+	q, err := migrations.QuoteIdentifier(schema)
+	if err != nil {
+		return Result{}, err
+	}
+	stmt := `SELECT next_token, stored_floor, checked_node_now, coalesce(checked_node_before, ''), coalesce(advanced_from, 0)
+  FROM ` + q + `.fencekit_check_floor($1::bigint, $2::bigint)`
 	var r Result
-	err := db.QueryRow(ctx, stmt, floor, gap).Scan(&r.Next, &r.Stored, &r.Node, &r.Before, &r.AdvancedFrom)
-	return r, err
+	for attempt := 1; ; attempt++ {
+		cctx, cancel := ctx, context.CancelFunc(func() {})
+		if timeout > 0 {
+			cctx, cancel = context.WithTimeout(ctx, timeout)
+		}
+		err = db.QueryRow(cctx, stmt, int64(floor), int64(gap)).Scan(&r.Next, &r.Stored, &r.Node, &r.Before, &r.AdvancedFrom)
+		cancel()
+		if err == nil || attempt == attempts || !concurrencyAbort(err) {
+			break
+		}
+	}
+	if err != nil {
+		return r, explain(err, schema)
+	}
+	return r, nil
 }
 
-// Explain turns the errors a schema or role set up wrongly produces into
+func concurrencyAbort(err error) bool {
+	var pe *pgconn.PgError
+	return errors.As(err, &pe) && (pe.Code == "40001" || pe.Code == "40P01" || pe.Code == "55P03")
+}
+
+// explain turns the errors a schema or role set up wrongly produces into
 // messages that say what to do; other errors come back unchanged.
-func Explain(err error, schema string) error {
+func explain(err error, schema string) error {
 	var pe *pgconn.PgError
 	if !errors.As(err, &pe) {
 		return err

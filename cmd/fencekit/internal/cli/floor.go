@@ -11,6 +11,7 @@ import (
 
 	"github.com/fencekit/fencekit/fence"
 	"github.com/fencekit/fencekit/guards/pgguard"
+	"github.com/fencekit/fencekit/lease"
 	"github.com/fencekit/fencekit/lease/leaseops"
 	"github.com/fencekit/fencekit/sql/migrations"
 )
@@ -136,12 +137,12 @@ func (s *floorSources) marks(ctx context.Context, r *runner) (*pgguard.Marks, er
 
 // source is the FloorSource of the given flags: the larger of the marks'
 // highest token and --floor (StaticFloor(0) when neither is given).
-func (s *floorSources) source(marks *pgguard.Marks) leaseops.FloorSource {
-	var srcs []leaseops.FloorSource
+func (s *floorSources) source(marks *pgguard.Marks) lease.FloorSource {
+	var srcs []lease.FloorSource
 	if marks != nil {
 		srcs = append(srcs, marks.Highest)
 	}
-	return leaseops.MaxFloor(append(srcs, leaseops.StaticFloor(s.floor.v))...)
+	return lease.MaxFloor(append(srcs, lease.StaticFloor(s.floor.v))...)
 }
 
 // tokenFloor validates every flag of a floor command and returns the
@@ -284,9 +285,9 @@ func (j skippedJSON) text(w io.Writer) {
 // with lease.Config.Floor runs by itself: it raises the floor to the
 // sources' value, moves the sequence past it when behind and records the
 // node; any role with EXECUTE on fencekit_check_floor may run it.
-func floorCall(ctx context.Context, tf *leaseops.TokenFloor, pool *pgxpool.Pool, schema string, source leaseops.FloorSource, advance bool) (leaseops.FloorReport, error) {
+func floorCall(ctx context.Context, tf *leaseops.TokenFloor, pool *pgxpool.Pool, schema string, source lease.FloorSource, advance bool) (leaseops.FloorReport, error) {
 	if advance {
-		return leaseops.CheckFloor(ctx, pool, schema, source)
+		return leaseops.CheckFloor(ctx, pool, schema, lease.FloorConfig{Source: source})
 	}
 	return tf.Check(ctx)
 }
