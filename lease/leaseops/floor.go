@@ -378,7 +378,3 @@ func CheckFloor(ctx context.Context, db DB, schema string, floor lease.FloorConf
 		AdvancedFrom: fence.Token(res.AdvancedFrom),
 	}, nil
 }
-func isSerializationFailure(err error) bool {
-	var pe *pgconn.PgError
-	return errors.As(err, &pe) && (pe.Code == "40001" || pe.Code == "40P01")
-}

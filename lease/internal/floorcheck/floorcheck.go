@@ -85,47 +85,63 @@ func sameDatabase(a, b *pgxpool.Config) bool {
 // a negative value fails the whole: a floor that could not be read is
 // never taken as 0. s.MarksSchema must have passed Validate.
 func (s Sources) Read(ctx context.Context, timeout time.Duration) (fence.Token, error) {
-	bound := func() (context.Context, context.CancelFunc) {
-		if timeout > 0 {
-			return context.WithTimeout(ctx, timeout)
-		}
-		return context.WithCancel(ctx)
-	}
 	var floor fence.Token
 	if s.Marks != nil {
-		schema := s.MarksSchema
-		if schema == "" {
-			schema = migrations.DefaultSchema
-		}
-		q, err := migrations.QuoteIdentifier(schema)
+		h, err := s.readMarks(ctx, timeout)
 		if err != nil {
-			return 0, fmt.Errorf("guard marks: %w", err)
+			return 0, err
 		}
-		cctx, cancel := bound()
-		var h int64
-		err = s.Marks.QueryRow(cctx, `SELECT coalesce(max(highest_token), 0) FROM `+q+`.fencekit_guard_marks`).Scan(&h)
-		cancel()
-		if err != nil {
-			if migrations.IsUndefinedTable(err) {
-				return 0, fmt.Errorf("guard marks in schema %s: no fencekit_guard_marks table (migrations.Guard): %w", schema, err)
-			}
-			return 0, fmt.Errorf("guard marks in schema %s: %w", schema, err)
-		}
-		floor = max(floor, fence.Token(h))
+		floor = max(floor, h)
 	}
 	if s.Source != nil {
-		cctx, cancel := bound()
-		t, err := s.Source(cctx)
-		cancel()
+		t, err := s.readSource(ctx, timeout)
 		if err != nil {
-			return 0, fmt.Errorf("floor source: %w", err)
-		}
-		if t < 0 {
-			return 0, fmt.Errorf("floor source: negative floor %d", t)
+			return 0, err
 		}
 		floor = max(floor, t)
 	}
 	return floor, nil
+}
+
+func (s Sources) readMarks(ctx context.Context, timeout time.Duration) (fence.Token, error) {
+	schema := s.MarksSchema
+	if schema == "" {
+		schema = migrations.DefaultSchema
+	}
+	q, err := migrations.QuoteIdentifier(schema)
+	if err != nil {
+		return 0, fmt.Errorf("guard marks: %w", err)
+	}
+	if timeout > 0 {
+		var cancel context.CancelFunc
+		ctx, cancel = context.WithTimeout(ctx, timeout)
+		defer cancel()
+	}
+	var h int64
+	err = s.Marks.QueryRow(ctx, `SELECT coalesce(max(highest_token), 0) FROM `+q+`.fencekit_guard_marks`).Scan(&h)
+	if err != nil {
+		if migrations.IsUndefinedTable(err) {
+			return 0, fmt.Errorf("guard marks in schema %s: no fencekit_guard_marks table (migrations.Guard): %w", schema, err)
+		}
+		return 0, fmt.Errorf("guard marks in schema %s: %w", schema, err)
+	}
+	return fence.Token(h), nil
+}
+
+func (s Sources) readSource(ctx context.Context, timeout time.Duration) (fence.Token, error) {
+	if timeout > 0 {
+		var cancel context.CancelFunc
+		ctx, cancel = context.WithTimeout(ctx, timeout)
+		defer cancel()
+	}
+	t, err := s.Source(ctx)
+	if err != nil {
+		return 0, fmt.Errorf("floor source: %w", err)
+	}
+	if t < 0 {
+		return 0, fmt.Errorf("floor source: negative floor %d", t)
+	}
+	return t, nil
 }
 
 // Result is what fencekit_check_floor returned.
@@ -155,12 +171,7 @@ func Check(ctx context.Context, db Queryer, schema string, floor, gap fence.Toke
   FROM ` + q + `.fencekit_check_floor($1::bigint, $2::bigint)`
 	var r Result
 	for attempt := 1; ; attempt++ {
-		cctx, cancel := ctx, context.CancelFunc(func() {})
-		if timeout > 0 {
-			cctx, cancel = context.WithTimeout(ctx, timeout)
-		}
-		err = db.QueryRow(cctx, stmt, int64(floor), int64(gap)).Scan(&r.Next, &r.Stored, &r.Node, &r.Before, &r.AdvancedFrom)
-		cancel()
+		r, err = checkOnce(ctx, db, stmt, floor, gap, timeout)
 		if err == nil || attempt == attempts || !concurrencyAbort(err) {
 			break
 		}
@@ -169,6 +180,17 @@ func Check(ctx context.Context, db Queryer, schema string, floor, gap fence.Toke
 		return r, explain(err, schema)
 	}
 	return r, nil
+}
+
+func checkOnce(ctx context.Context, db Queryer, stmt string, floor, gap fence.Token, timeout time.Duration) (Result, error) {
+	if timeout > 0 {
+		var cancel context.CancelFunc
+		ctx, cancel = context.WithTimeout(ctx, timeout)
+		defer cancel()
+	}
+	var r Result
+	err := db.QueryRow(ctx, stmt, int64(floor), int64(gap)).Scan(&r.Next, &r.Stored, &r.Node, &r.Before, &r.AdvancedFrom)
+	return r, err
 }
 
 func concurrencyAbort(err error) bool {
