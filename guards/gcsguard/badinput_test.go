@@ -58,9 +58,15 @@ func TestBadInputWritesNothing(t *testing.T) {
 			_, err := s.PutClaim(ctx, "k", fence.Claim{Token: 5, Run: "a b"}, strings.NewReader("x"), int64(len("x")), PutOptions{})
 			return err
 		}, fence.ErrInvalidRun},
-		{"only spaces", func() error { _, err := s.PutClaim(ctx, "   ", ok, strings.NewReader("x"), int64(len("x")), PutOptions{}); return err }, fence.ErrInvalidResource},
+		{"only spaces", func() error {
+			_, err := s.PutClaim(ctx, "   ", ok, strings.NewReader("x"), int64(len("x")), PutOptions{})
+			return err
+		}, fence.ErrInvalidResource},
 		{"dot", func() error { _, err := s.DeleteClaim(ctx, ".", ok); return err }, fence.ErrInvalidResource},
-		{"newline", func() error { _, err := s.PutClaim(ctx, "a\nb", ok, strings.NewReader("x"), int64(len("x")), PutOptions{}); return err }, fence.ErrInvalidResource},
+		{"newline", func() error {
+			_, err := s.PutClaim(ctx, "a\nb", ok, strings.NewReader("x"), int64(len("x")), PutOptions{})
+			return err
+		}, fence.ErrInvalidResource},
 		{"acme", func() error {
 			_, err := s.PutClaim(ctx, ".well-known/acme-challenge/t", ok, strings.NewReader("x"), int64(len("x")), PutOptions{})
 			return err

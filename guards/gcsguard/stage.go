@@ -14,8 +14,8 @@ type stagerKey struct{}
 type stager struct {
 	resource string
 	mu       sync.Mutex
-	ch     *change
-	closed bool
+	ch       *change
+	closed   bool
 }
 
 func (st *stager) stage(ch *change) error {
