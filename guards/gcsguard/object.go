@@ -18,7 +18,7 @@ import (
 // keys starting with MetadataPrefix are refused.
 const (
 	MetadataPrefix  = "fencekit-"
-	MetaToken       = "fencekit-token"    // decimal fencing token, the key's mark
+	MetaToken       = "fencekit-token"    // decimal fencing token, the resource's mark
 	MetaRun         = "fencekit-run"      // run identity of the write (may be absent)
 	MetaWriteID     = "fencekit-write-id" // 32 hex digits, fresh for every write
 	MetaDeleted     = "fencekit-deleted"  // "true" on a tombstone
@@ -181,13 +181,14 @@ func checkOptions(o PutOptions) error {
 	return nil
 }
 
-// Info describes the object at a key as gcsguard's metadata records it.
+// Info describes the object of a resource as gcsguard's metadata records
+// it.
 type Info struct {
 	Resource string
 	// Generation is the GCS generation of the object; it changes on every
 	// write.
 	Generation int64
-	// Token is the key's high-water mark: the token of the accepted write
+	// Token is the resource's high-water mark: the token of the accepted write
 	// that stored the object. Run is that write's run identity (empty when
 	// it presented none).
 	Token fence.Token

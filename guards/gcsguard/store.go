@@ -51,14 +51,14 @@ type Config struct {
 	// their gap), fencekit.guard.reused (writes refused as
 	// *fence.ReusedError) and fencekit.guard.gcs.retries (conditional
 	// writes retried after losing a race to another writer). No attribute
-	// names a key or a run. Nil records nothing.
+	// names a resource or a run. Nil records nothing.
 	MeterProvider metric.MeterProvider
 	// Logger receives one Error record per write refused because its token
-	// was reused by another run (*fence.ReusedError), with the key, the
+	// was reused by another run (*fence.ReusedError), with the resource, the
 	// token and both run identities. Nil discards.
 	Logger *slog.Logger
 	// Strict refuses, before anything is read or written, every write
-	// whose key lies outside its claim's scope (fence.CheckScope: a lease's
+	// whose resource lies outside its claim's scope (fence.CheckScope: a lease's
 	// claim is scoped to its key, lease.Key.Scope, the prefix of every
 	// lease.Key.Resource), and every write whose claim has no scope, with
 	// a *fence.ScopeError (fence.ErrOutOfScope). Off by default: scopes
@@ -135,9 +135,9 @@ func (s *Store) read(ctx context.Context, key string) (state, error) {
 	return decode(key, a)
 }
 
-// Stat returns the state of key as its metadata records it. A key without
-// object yields *NotFoundError; a tombstone yields its Info together with a
-// *NotFoundError whose Deleted is set.
+// Stat returns the state of resource as its metadata records it. A
+// resource without object yields *NotFoundError; a tombstone yields its
+// Info together with a *NotFoundError whose Deleted is set.
 func (s *Store) Stat(ctx context.Context, resource string) (Info, error) {
 	if err := checkResource(resource); err != nil {
 		return Info{}, err
@@ -157,7 +157,6 @@ func (s *Store) Stat(ctx context.Context, resource string) (Info, error) {
 	return st.info(resource), nil
 }
 
-// Mark returns the key's high-water mark: the token of its object (content
 // Mark returns the resource's high-water mark as a claim: the token stored
 // with its object (content or tombstone) and the run identity stored with
 // it, or the zero Claim when the resource has no object.
@@ -175,9 +174,9 @@ func (s *Store) Mark(ctx context.Context, resource string) (fence.Claim, error) 
 	return fence.Claim{Token: st.token, Run: st.run}, nil
 }
 
-// Get returns the current content of key, its Info and a reader the caller
-// must close. The bytes are those of the generation the Info describes. A
-// key without object or with a tombstone yields *NotFoundError. If the
+// Get returns the current content of resource, its Info and a reader the
+// caller must close. The bytes are those of the generation the Info
+// describes. A resource without object or with a tombstone yields *NotFoundError. If the
 // object is replaced between the metadata read and the content read, Get
 // reads again.
 func (s *Store) Get(ctx context.Context, resource string) (io.ReadCloser, Info, error) {
@@ -288,12 +287,12 @@ func (s *Store) PutClaim(ctx context.Context, resource string, claim fence.Claim
 	return info, s.finish(ctx, err)
 }
 
-// Delete stores a tombstone at key under the claim ctx carries: a
-// zero-byte object whose metadata keeps the key's mark (MetaDeleted is
+// Delete stores a tombstone at resource under the claim ctx carries: a
+// zero-byte object whose metadata keeps the resource's mark (MetaDeleted is
 // "true"), written with the same generation precondition as Put. The
 // object is replaced, not removed, because a removed object has no mark:
 // a stale writer could then create it again. Afterwards Get reports
-// *NotFoundError with Deleted and Token set. Deleting a key without object
+// *NotFoundError with Deleted and Token set. Deleting a resource without object
 // writes the tombstone all the same, raising the mark.
 func (s *Store) Delete(ctx context.Context, resource string) (Info, error) {
 	c, err := fence.ClaimFromContext(ctx)
@@ -328,7 +327,7 @@ func (s *Store) Do(ctx context.Context, resource string, write func(ctx context.
 	return s.fence(ctx, resource, c, write)
 }
 
-// Fence implements fence.Guard for the object at key resource, under
+// Fence implements fence.Guard for the object named resource, under
 // fence.ClaimFor(ctx, token).
 //
 // It reads the object's metadata and refuses a stale token
@@ -342,7 +341,7 @@ func (s *Store) Do(ctx context.Context, resource string, write func(ctx context.
 // raised all the same.
 //
 // When write fails, its error is returned and nothing is written. A nil
-// write yields ErrNilWrite (after the key and token checks).
+// write yields ErrNilWrite (after the resource and token checks).
 func (s *Store) Fence(ctx context.Context, resource string, token fence.Token, write func(ctx context.Context) error) error {
 	return s.fence(ctx, resource, fence.ClaimFor(ctx, token), write)
 }
