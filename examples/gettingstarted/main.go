@@ -53,7 +53,7 @@ func run(ctx context.Context, url, schema string, out io.Writer) error {
 	}
 	key := lease.Key{AccountID: "acme", SessionID: "conversation-1"}        // a key is a conversation
 	err = m.Run(ctx, key, func(ctx context.Context, l *lease.Lease) error { // acquire, work, release
-		return guard.InTx(ctx, pool, key.Resource("notes"), func(ctx context.Context, tx pgx.Tx) error {
+		return guard.InTx(ctx, key.Resource("notes"), func(ctx context.Context, tx pgx.Tx) error {
 			_, err := tx.Exec(ctx, "INSERT INTO "+pgx.Identifier{schema, "notes"}.Sanitize()+" (body) VALUES ($1)",
 				fmt.Sprintf("written under token %d", l.Token()))
 			return err

@@ -80,13 +80,15 @@ func run(ctx context.Context, url string, out io.Writer) error {
 	if err != nil {
 		return err
 	}
-	if sqlDB, err := db.DB(); err == nil {
-		defer func() { _ = sqlDB.Close() }()
+	sqlDB, err := db.DB() // the ORM's own *sql.DB: the guard reads marks on it
+	if err != nil {
+		return err
 	}
+	defer func() { _ = sqlDB.Close() }()
 	if err := db.WithContext(ctx).AutoMigrate(&Report{}); err != nil {
 		return err
 	}
-	g, err := pgguard.New(pgguard.Config{Schema: schema})
+	g, err := pgguard.New(pgguard.Config{SQLDB: sqlDB, Schema: schema})
 	if err != nil {
 		return err
 	}

@@ -49,7 +49,7 @@ func Example() {
 		if _, err := store.PutBytes(ctx, key.Resource("report.txt"), []byte(text), s3guard.PutOptions{}); err != nil {
 			return err
 		}
-		return pg.InTx(ctx, pool, key.Resource("messages"), func(ctx context.Context, tx pgx.Tx) error {
+		return pg.InTx(ctx, key.Resource("messages"), func(ctx context.Context, tx pgx.Tx) error {
 			_, err := tx.Exec(ctx, `INSERT INTO `+app.messages+` (session_id, author, body) VALUES ($1, $2, $3)`,
 				key.SessionID, ctx.Value(userKey{}), text) // the caller's values reach the write
 			return err

@@ -23,18 +23,18 @@ func TestABAIdenticalBytes(t *testing.T) {
 	stale := e.store(t, bucket, Config{})
 	newer := e.store(t, bucket, Config{})
 	const key, body = "aba/doc", "identical bytes"
-	if _, err := stale.PutClaim(ctx, key, fence.ClaimFor(ctx, 7), strings.NewReader(body), PutOptions{}); err != nil {
+	if _, err := stale.PutClaim(ctx, key, fence.ClaimFor(ctx, 7), strings.NewReader(body), int64(len(body)), PutOptions{}); err != nil {
 		t.Fatal(err)
 	}
 	var once sync.Once
 	stale.afterRead = func(string) {
 		once.Do(func() {
-			if _, err := newer.PutClaim(ctx, key, fence.ClaimFor(ctx, 8), strings.NewReader(body), PutOptions{}); err != nil {
+			if _, err := newer.PutClaim(ctx, key, fence.ClaimFor(ctx, 8), strings.NewReader(body), int64(len(body)), PutOptions{}); err != nil {
 				t.Errorf("newer write: %v", err)
 			}
 		})
 	}
-	_, err := stale.PutClaim(ctx, key, fence.ClaimFor(ctx, 7), strings.NewReader(body), PutOptions{})
+	_, err := stale.PutClaim(ctx, key, fence.ClaimFor(ctx, 7), strings.NewReader(body), int64(len(body)), PutOptions{})
 	se, ok := fence.IsStale(err)
 	if !ok || se.Presented != 7 || se.Highest != 8 {
 		t.Fatalf("stale write after identical newer write: %v, want StaleError{7, 8}", err)
@@ -84,7 +84,7 @@ func TestRestampKeepsContent(t *testing.T) {
 	s := e.store(t, "", Config{})
 	const key = "restamp/doc"
 	opts := PutOptions{ContentType: "text/markdown", CacheControl: "no-cache", Metadata: map[string]string{"author": "ada"}}
-	first, err := s.PutClaim(ctx, key, fence.ClaimFor(ctx, 5), strings.NewReader("# notes"), opts)
+	first, err := s.PutClaim(ctx, key, fence.ClaimFor(ctx, 5), strings.NewReader("# notes"), int64(len("# notes")), opts)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -99,7 +99,7 @@ func TestRestampKeepsContent(t *testing.T) {
 		info.Metadata["author"] != "ada" || len(info.Metadata) != 1 || info.Generation == first.Generation || info.WriteID == first.WriteID {
 		t.Fatalf("after re-stamp: %q %+v (first %+v)", b, info, first)
 	}
-	if _, err := s.PutClaim(ctx, key, fence.ClaimFor(ctx, 8), strings.NewReader("stale"), PutOptions{}); !errors.Is(err, fence.ErrStale) {
+	if _, err := s.PutClaim(ctx, key, fence.ClaimFor(ctx, 8), strings.NewReader("stale"), int64(len("stale")), PutOptions{}); !errors.Is(err, fence.ErrStale) {
 		t.Fatalf("token 8 after re-stamp at 9: %v", err)
 	}
 }
@@ -111,7 +111,7 @@ func TestPlainReaders(t *testing.T) {
 	s := e.store(t, "", Config{})
 	const key = "plain/report.txt"
 	c := fence.Claim{Token: 12, Run: "0b7e4a2c-6c1e-4f59-9a51-1b2f3e4d5c6a"}
-	w, err := s.PutClaim(ctx, key, c, strings.NewReader("hello"), PutOptions{ContentType: "text/plain"})
+	w, err := s.PutClaim(ctx, key, c, strings.NewReader("hello"), int64(len("hello")), PutOptions{ContentType: "text/plain"})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -51,47 +51,61 @@ func TestBadInputWritesNothing(t *testing.T) {
 		{"no token in ctx", func() error { _, err := s.PutBytes(ctx, "k", []byte("x"), PutOptions{}); return err }, fence.ErrNoToken},
 		{"no token in ctx, delete", func() error { _, err := s.Delete(ctx, "k"); return err }, fence.ErrNoToken},
 		{"token 0", func() error {
-			_, err := s.PutClaim(ctx, "k", fence.ClaimFor(ctx, 0), strings.NewReader("x"), PutOptions{})
+			_, err := s.PutClaim(ctx, "k", fence.ClaimFor(ctx, 0), strings.NewReader("x"), int64(len("x")), PutOptions{})
 			return err
 		}, fence.ErrInvalidToken},
 		{"bad run", func() error {
-			_, err := s.PutClaim(ctx, "k", fence.Claim{Token: 5, Run: "a b"}, strings.NewReader("x"), PutOptions{})
+			_, err := s.PutClaim(ctx, "k", fence.Claim{Token: 5, Run: "a b"}, strings.NewReader("x"), int64(len("x")), PutOptions{})
 			return err
 		}, fence.ErrInvalidRun},
-		{"only spaces", func() error { _, err := s.PutClaim(ctx, "   ", ok, strings.NewReader("x"), PutOptions{}); return err }, fence.ErrInvalidResource},
+		{"only spaces", func() error {
+			_, err := s.PutClaim(ctx, "   ", ok, strings.NewReader("x"), int64(len("x")), PutOptions{})
+			return err
+		}, fence.ErrInvalidResource},
 		{"dot", func() error { _, err := s.DeleteClaim(ctx, ".", ok); return err }, fence.ErrInvalidResource},
-		{"newline", func() error { _, err := s.PutClaim(ctx, "a\nb", ok, strings.NewReader("x"), PutOptions{}); return err }, fence.ErrInvalidResource},
+		{"newline", func() error {
+			_, err := s.PutClaim(ctx, "a\nb", ok, strings.NewReader("x"), int64(len("x")), PutOptions{})
+			return err
+		}, fence.ErrInvalidResource},
 		{"acme", func() error {
-			_, err := s.PutClaim(ctx, ".well-known/acme-challenge/t", ok, strings.NewReader("x"), PutOptions{})
+			_, err := s.PutClaim(ctx, ".well-known/acme-challenge/t", ok, strings.NewReader("x"), int64(len("x")), PutOptions{})
 			return err
 		}, fence.ErrInvalidResource},
 		{"reserved metadata key", func() error {
-			_, err := s.PutClaim(ctx, "k", ok, strings.NewReader("x"), PutOptions{Metadata: map[string]string{"Fencekit-Token": "9"}})
+			_, err := s.PutClaim(ctx, "k", ok, strings.NewReader("x"), int64(len("x")), PutOptions{Metadata: map[string]string{"Fencekit-Token": "9"}})
 			return err
 		}, ErrInvalidOptions},
 		{"metadata key charset", func() error {
-			_, err := s.PutClaim(ctx, "k", ok, strings.NewReader("x"), PutOptions{Metadata: map[string]string{"a b": "v"}})
+			_, err := s.PutClaim(ctx, "k", ok, strings.NewReader("x"), int64(len("x")), PutOptions{Metadata: map[string]string{"a b": "v"}})
 			return err
 		}, ErrInvalidOptions},
 		{"metadata value control", func() error {
-			_, err := s.PutClaim(ctx, "k", ok, strings.NewReader("x"), PutOptions{Metadata: map[string]string{"k": "a\nb"}})
+			_, err := s.PutClaim(ctx, "k", ok, strings.NewReader("x"), int64(len("x")), PutOptions{Metadata: map[string]string{"k": "a\nb"}})
 			return err
 		}, ErrInvalidOptions},
 		{"metadata too large", func() error {
-			_, err := s.PutClaim(ctx, "k", ok, strings.NewReader("x"), PutOptions{Metadata: map[string]string{"k": strings.Repeat("v", MaxMetadataSize)}})
+			_, err := s.PutClaim(ctx, "k", ok, strings.NewReader("x"), int64(len("x")), PutOptions{Metadata: map[string]string{"k": strings.Repeat("v", MaxMetadataSize)}})
 			return err
 		}, ErrInvalidOptions},
 		{"content type control", func() error {
-			_, err := s.PutClaim(ctx, "k", ok, strings.NewReader("x"), PutOptions{ContentType: "text/plain\r\nX: y"})
+			_, err := s.PutClaim(ctx, "k", ok, strings.NewReader("x"), int64(len("x")), PutOptions{ContentType: "text/plain\r\nX: y"})
 			return err
 		}, ErrInvalidOptions},
-		{"nil reader", func() error { _, err := s.PutClaim(ctx, "k", ok, nil, PutOptions{}); return err }, ErrInvalidOptions},
+		{"nil reader", func() error { _, err := s.PutClaim(ctx, "k", ok, nil, -1, PutOptions{}); return err }, ErrInvalidOptions},
+		{"size below -1", func() error {
+			_, err := s.PutClaim(ctx, "k", ok, strings.NewReader("x"), -2, PutOptions{})
+			return err
+		}, ErrInvalidOptions},
+		{"size mismatch, short", func() error {
+			_, err := s.PutClaim(ctx, "k", ok, strings.NewReader("x"), 2, PutOptions{})
+			return err
+		}, ErrSizeMismatch},
 		{"nil write", func() error { return s.Fence(ctx, "k", 5, nil) }, ErrNilWrite},
 		{"Do without a claim", func() error {
 			return s.Do(ctx, "k", func(context.Context) error { t.Error("Do called write without a claim"); return nil })
 		}, fence.ErrNoToken},
 		{"failing reader", func() error {
-			_, err := s.PutClaim(ctx, "k", ok, io.MultiReader(strings.NewReader("part"), errReader{}), PutOptions{})
+			_, err := s.PutClaim(ctx, "k", ok, io.MultiReader(strings.NewReader("part"), errReader{}), -1, PutOptions{})
 			return err
 		}, errBroken},
 	}
@@ -123,7 +137,7 @@ func TestFailingSeekerWritesNothing(t *testing.T) {
 	s := e.store(t, "", Config{})
 	big := strings.Repeat("x", 3*DefaultChunkSize)
 	r := &failAt{r: strings.NewReader(big), at: 2 * DefaultChunkSize}
-	_, err := s.PutClaim(ctx, "stream", fence.ClaimFor(ctx, 4), r, PutOptions{})
+	_, err := s.PutClaim(ctx, "stream", fence.ClaimFor(ctx, 4), r, int64(len(big)), PutOptions{})
 	if !errors.Is(err, errBroken) {
 		t.Fatalf("failing stream: %v", err)
 	}
@@ -175,7 +189,7 @@ func TestForeignObjects(t *testing.T) {
 			t.Fatal(err)
 		}
 		var errs []error
-		_, err = s.PutClaim(ctx, key, fence.ClaimFor(ctx, 99), strings.NewReader("ours"), PutOptions{})
+		_, err = s.PutClaim(ctx, key, fence.ClaimFor(ctx, 99), strings.NewReader("ours"), int64(len("ours")), PutOptions{})
 		errs = append(errs, err)
 		_, err = s.DeleteClaim(ctx, key, fence.ClaimFor(ctx, 99))
 		errs = append(errs, err)
@@ -186,7 +200,7 @@ func TestForeignObjects(t *testing.T) {
 		errs = append(errs, err)
 		for i, err := range errs {
 			var oe *ObjectError
-			if !errors.As(err, &oe) || !errors.Is(err, ErrForeignObject) || oe.Key != key {
+			if !errors.As(err, &oe) || !errors.Is(err, ErrForeignObject) || oe.Resource != key {
 				t.Errorf("%s: call %d: %v, want *ObjectError", name, i, err)
 			}
 		}

@@ -51,7 +51,7 @@ func (a *subject) write(ctx context.Context, st *Store, r string, c fence.Claim,
 			return StageBytes(ctx, []byte(v), PutOptions{})
 		})
 	}
-	_, err := st.PutClaim(ctx, r, c, strings.NewReader(v), PutOptions{ContentType: "text/plain"})
+	_, err := st.PutClaim(ctx, r, c, strings.NewReader(v), int64(len(v)), PutOptions{ContentType: "text/plain"})
 	return err
 }
 

@@ -5,11 +5,11 @@
 //
 // # Layout
 //
-// The object at the user's key holds the user's bytes, unchanged, so any
+// The object named by the resource holds the user's bytes, unchanged, so any
 // client, signed URL or browser reads it as usual. gcsguard's state lives
 // in the object's custom metadata:
 //
-//	fencekit-token     decimal fencing token: the key's high-water mark
+//	fencekit-token     decimal fencing token: the resource's high-water mark
 //	fencekit-run       run identity of the write (absent when it had none)
 //	fencekit-write-id  32 hex digits, fresh for every write
 //	fencekit-deleted   "true" on a tombstone (a zero-byte object)
@@ -44,8 +44,8 @@
 // refusals (with their token gap), reuse refusals and conditional writes
 // retried after a lost race, under the same instrument names as
 // fencekit's other guards and the attribute guard="gcs"; no attribute
-// names a key or a run. Each reuse refusal is also logged at Error on
-// Config.Logger with the key, the token and both run identities.
+// names a resource or a run. Each reuse refusal is also logged at Error on
+// Config.Logger with the resource, the token and both run identities.
 //
 // # What is guaranteed
 //
@@ -58,8 +58,9 @@
 //   - A write whose reply is lost and whose retry meets 412 is reported as
 //     a success when its object landed, and never as success when the 412
 //     was caused by someone else.
-//   - Bad input (keys, tokens, run identities, options) returns a typed
-//     error and writes nothing. An object at a key without valid gcsguard
+//   - Bad input (resources, tokens, run identities, options, a size that
+//     the content does not match) returns a typed error and writes
+//     nothing. An object of a resource without valid gcsguard
 //     metadata (*ObjectError) is neither read through nor overwritten.
 //   - Once ctx has ended, calls return an error matching both ctx.Err()
 //     and context.Cause(ctx) (fence.ContextError), never fence.ErrBusy.
@@ -73,14 +74,14 @@
 //     error and cause when it ended): the upload may still complete. A ctx
 //     that ends before the upload is sent is reported as the context's end:
 //     nothing was written.
-//   - With Config.Strict, a key outside the claim's scope, or a claim
+//   - With Config.Strict, a resource outside the claim's scope, or a claim
 //     without a scope, is refused with a *fence.ScopeError
 //     (fence.ErrOutOfScope) before anything is read or written.
 //
 // # What is not guaranteed
 //
 //   - Writers that bypass the guard: a plain write or metadata update of
-//     the object replaces or edits the mark (the guard then refuses a key
+//     the object replaces or edits the mark (the guard then refuses a resource
 //     whose metadata it cannot read as *ObjectError), and a plain delete
 //     erases it.
 //   - When a write's reply is lost and, before the retry, a newer holder's
@@ -88,7 +89,7 @@
 //     as the context's end) although it was briefly visible; the final
 //     state is that of the highest token.
 //   - An unknown outcome that the settling read cannot resolve stays
-//     unknown: read the key back, or retry with the same claim (an equal
+//     unknown: read the resource back, or retry with the same claim (an equal
 //     token is admitted).
 //   - The tests run against an emulator (fake-gcs-server); the
 //     preconditions relied on here were checked there, not on GCS itself.

@@ -7,12 +7,12 @@ import (
 	"github.com/fencekit/fencekit/fence"
 )
 
-// ErrNotFound is matched by a *NotFoundError: the key has no object, or its
-// object is a tombstone left by a fenced Delete.
+// ErrNotFound is matched by a *NotFoundError: the resource has no object, or
+// its object is a tombstone left by a fenced Delete.
 var ErrNotFound = errors.New("gcsguard: not found")
 
-// ErrForeignObject is matched by an *ObjectError: the object at a key was
-// not written by gcsguard (it lacks fencekit metadata) or its fencekit
+// ErrForeignObject is matched by an *ObjectError: the object of a resource
+// was not written by gcsguard (it lacks fencekit metadata) or its fencekit
 // metadata is malformed. The guard neither reads through it nor overwrites
 // it.
 var ErrForeignObject = errors.New("gcsguard: object not written by gcsguard")
@@ -20,8 +20,8 @@ var ErrForeignObject = errors.New("gcsguard: object not written by gcsguard")
 // ErrInvalidConfig is matched by every error New returns for a bad Config.
 var ErrInvalidConfig = errors.New("gcsguard: invalid config")
 
-// ErrInvalidOptions is matched by errors about malformed PutOptions. Nothing
-// is written.
+// ErrInvalidOptions is matched by errors about malformed PutOptions, a nil
+// reader or a size below -1. Nothing is written.
 var ErrInvalidOptions = errors.New("gcsguard: invalid put options")
 
 // ErrNilWrite is returned by Fence when its write callback is nil. Nothing is
@@ -40,54 +40,81 @@ var ErrAlreadyStaged = errors.New("gcsguard: this write has already staged a cha
 // whose context they were given has already returned.
 var ErrStageClosed = errors.New("gcsguard: the Fence call of this context has returned")
 
-// KeyError reports an object name the guard refuses. It matches
-// fence.ErrInvalidResource.
-type KeyError struct {
-	Key    string // the refused key, truncated to 64 bytes
-	Reason string
+// ErrSizeMismatch is matched by a *SizeError: content shorter or longer
+// than the size Put, PutClaim or Stage was given. Nothing is written.
+var ErrSizeMismatch = errors.New("gcsguard: content length differs from the declared size")
+
+// ResourceError reports a resource (object name) the guard refuses. It
+// matches fence.ErrInvalidResource.
+type ResourceError struct {
+	Resource string // the refused resource, truncated to 64 bytes
+	Reason   string
 }
 
 // Error implements error.
-func (e *KeyError) Error() string {
-	return fmt.Sprintf("gcsguard: invalid key %q: %s", e.Key, e.Reason)
+func (e *ResourceError) Error() string {
+	return fmt.Sprintf("gcsguard: invalid resource %q: %s", e.Resource, e.Reason)
 }
 
 // Is reports whether target is fence.ErrInvalidResource.
-func (e *KeyError) Is(target error) bool { return target == fence.ErrInvalidResource }
+func (e *ResourceError) Is(target error) bool { return target == fence.ErrInvalidResource }
 
-// NotFoundError reports a key without content. It matches ErrNotFound.
+// NotFoundError reports a resource without content. It matches ErrNotFound.
 type NotFoundError struct {
-	Key string
+	Resource string
 	// Deleted is true when a tombstone is in place.
 	Deleted bool
-	// Token is the tombstone's token, the key's high-water mark; zero when
-	// the key has no object at all.
+	// Token is the tombstone's token, the resource's high-water mark; zero
+	// when the resource has no object at all.
 	Token fence.Token
 }
 
 // Error implements error.
 func (e *NotFoundError) Error() string {
 	if e.Deleted {
-		return fmt.Sprintf("gcsguard: %q not found: deleted under token %d", e.Key, e.Token)
+		return fmt.Sprintf("gcsguard: %q not found: deleted under token %d", e.Resource, e.Token)
 	}
-	return fmt.Sprintf("gcsguard: %q not found", e.Key)
+	return fmt.Sprintf("gcsguard: %q not found", e.Resource)
 }
 
 // Is reports whether target is ErrNotFound.
 func (e *NotFoundError) Is(target error) bool { return target == ErrNotFound }
 
-// ObjectError reports an object at Key whose metadata is not gcsguard's. It
-// matches ErrForeignObject.
+// ObjectError reports the object of Resource whose metadata is not
+// gcsguard's. It matches ErrForeignObject.
 type ObjectError struct {
-	Key        string
+	Resource   string
 	Generation int64
 	Reason     string
 }
 
 // Error implements error.
 func (e *ObjectError) Error() string {
-	return fmt.Sprintf("gcsguard: object %q (generation %d) was not written by gcsguard: %s", e.Key, e.Generation, e.Reason)
+	return fmt.Sprintf("gcsguard: object %q (generation %d) was not written by gcsguard: %s", e.Resource, e.Generation, e.Reason)
 }
 
 // Is reports whether target is ErrForeignObject.
 func (e *ObjectError) Is(target error) bool { return target == ErrForeignObject }
+
+// SizeError reports content whose length differs from the size a Put,
+// PutClaim or Stage was given. It matches ErrSizeMismatch. Nothing was
+// written.
+type SizeError struct {
+	Resource string
+	Size     int64 // the declared size
+	// Read is the number of bytes read when the mismatch was seen: fewer
+	// than Size when the content ended early, more than Size when it went
+	// on.
+	Read int64
+}
+
+// Error implements error.
+func (e *SizeError) Error() string {
+	if e.Read > e.Size {
+		return fmt.Sprintf("gcsguard: %q: content longer than its declared size of %d bytes", e.Resource, e.Size)
+	}
+	return fmt.Sprintf("gcsguard: %q: content of %d bytes, declared size %d", e.Resource, e.Read, e.Size)
+}
+
+// Is reports whether target is ErrSizeMismatch.
+func (e *SizeError) Is(target error) bool { return target == ErrSizeMismatch }

@@ -123,7 +123,7 @@ func TestStoreMetrics(t *testing.T) {
 	b := e.store(t, bucket, Config{}) // another process, no metrics
 	const key = "doc/secret-name"
 	put := func(s *Store, c fence.Claim, v string) error {
-		_, err := s.PutClaim(ctx, key, c, strings.NewReader(v), PutOptions{})
+		_, err := s.PutClaim(ctx, key, c, strings.NewReader(v), int64(len(v)), PutOptions{})
 		return err
 	}
 

@@ -18,7 +18,7 @@ import (
 // keys starting with MetadataPrefix are refused.
 const (
 	MetadataPrefix  = "fencekit-"
-	MetaToken       = "fencekit-token"    // decimal fencing token, the key's mark
+	MetaToken       = "fencekit-token"    // decimal fencing token, the resource's mark
 	MetaRun         = "fencekit-run"      // run identity of the write (may be absent)
 	MetaWriteID     = "fencekit-write-id" // 32 hex digits, fresh for every write
 	MetaDeleted     = "fencekit-deleted"  // "true" on a tombstone
@@ -52,7 +52,7 @@ func (st state) exists() bool { return st.attrs != nil }
 // what gcsguard writes is an *ObjectError.
 func decode(key string, a *storage.ObjectAttrs) (state, error) {
 	bad := func(format string, args ...any) (state, error) {
-		return state{}, &ObjectError{Key: key, Generation: a.Generation, Reason: fmt.Sprintf(format, args...)}
+		return state{}, &ObjectError{Resource: key, Generation: a.Generation, Reason: fmt.Sprintf(format, args...)}
 	}
 	raw, ok := a.Metadata[MetaToken]
 	if !ok {
@@ -109,18 +109,18 @@ func truncate(s string) string {
 	return s
 }
 
-// checkKey applies fence.ValidateResource and GCS's own object name rules.
-func checkKey(key string) error {
+// checkResource applies fence.ValidateResource and GCS's own object name rules.
+func checkResource(key string) error {
 	if err := fence.ValidateResource(key); err != nil {
-		return &KeyError{Key: truncate(key), Reason: strings.TrimPrefix(err.Error(), fence.ErrInvalidResource.Error()+": ")}
+		return &ResourceError{Resource: truncate(key), Reason: strings.TrimPrefix(err.Error(), fence.ErrInvalidResource.Error()+": ")}
 	}
 	switch {
 	case key == "." || key == "..":
-		return &KeyError{Key: key, Reason: `"." and ".." are not object names in GCS`}
+		return &ResourceError{Resource: key, Reason: `"." and ".." are not object names in GCS`}
 	case strings.HasPrefix(key, ".well-known/acme-challenge/"):
-		return &KeyError{Key: truncate(key), Reason: "names under .well-known/acme-challenge/ are reserved by GCS"}
+		return &ResourceError{Resource: truncate(key), Reason: "names under .well-known/acme-challenge/ are reserved by GCS"}
 	case strings.TrimFunc(key, unicode.IsSpace) == "":
-		return &KeyError{Key: key, Reason: "only white space"}
+		return &ResourceError{Resource: key, Reason: "only white space"}
 	}
 	return nil
 }
@@ -181,13 +181,14 @@ func checkOptions(o PutOptions) error {
 	return nil
 }
 
-// Info describes the object at a key as gcsguard's metadata records it.
+// Info describes the object of a resource as gcsguard's metadata records
+// it.
 type Info struct {
-	Key string
+	Resource string
 	// Generation is the GCS generation of the object; it changes on every
 	// write.
 	Generation int64
-	// Token is the key's high-water mark: the token of the accepted write
+	// Token is the resource's high-water mark: the token of the accepted write
 	// that stored the object. Run is that write's run identity (empty when
 	// it presented none).
 	Token fence.Token
@@ -205,7 +206,7 @@ type Info struct {
 }
 
 func (st state) info(key string) Info {
-	in := Info{Key: key, Generation: st.gen, Token: st.token, Run: st.run, WriteID: st.writeID, Deleted: st.deleted}
+	in := Info{Resource: key, Generation: st.gen, Token: st.token, Run: st.run, WriteID: st.writeID, Deleted: st.deleted}
 	if a := st.attrs; a != nil {
 		in.Size, in.ContentType, in.CacheControl = a.Size, a.ContentType, a.CacheControl
 		in.Metadata = userMetadata(a.Metadata)

@@ -3,6 +3,7 @@ package gcsguard
 import (
 	"bytes"
 	"context"
+	"fmt"
 	"io"
 	"sync"
 )
@@ -11,9 +12,10 @@ type stagerKey struct{}
 
 // stager collects the change a Fence write callback stages.
 type stager struct {
-	mu     sync.Mutex
-	ch     *change
-	closed bool
+	resource string
+	mu       sync.Mutex
+	ch       *change
+	closed   bool
 }
 
 func (st *stager) stage(ch *change) error {
@@ -49,11 +51,14 @@ func stagerFrom(ctx context.Context) (*stager, error) {
 	return st, nil
 }
 
-// Stage provides the content that the running Store.Fence call commits: ctx
-// must be the context Fence handed its write callback. The content of r is
-// read into memory now (nothing is sent until the callback returns nil);
-// opts are checked like Put's. One callback stages at most one change.
-func Stage(ctx context.Context, r io.Reader, opts PutOptions) error {
+// Stage provides the size bytes of r (size -1: unknown length) as the
+// content that the running Store.Fence call commits: ctx must be the
+// context Fence handed its write callback. The content of r is read into
+// memory now (nothing is sent until the callback returns nil); opts and
+// size are checked like Put's (content of another length than a known size
+// is a *SizeError, and nothing is staged). One callback stages at most one
+// change.
+func Stage(ctx context.Context, r io.Reader, size int64, opts PutOptions) error {
 	st, err := stagerFrom(ctx)
 	if err != nil {
 		return err
@@ -61,16 +66,22 @@ func Stage(ctx context.Context, r io.Reader, opts PutOptions) error {
 	if err := checkOptions(opts); err != nil {
 		return err
 	}
-	b, err := io.ReadAll(r)
+	if size < -1 {
+		return fmt.Errorf("%w: size %d (want -1 for unknown, or at least 0)", ErrInvalidOptions, size)
+	}
+	if r == nil {
+		return fmt.Errorf("%w: nil reader", ErrInvalidOptions)
+	}
+	b, err := readSized(st.resource, r, size)
 	if err != nil {
-		return &bodyError{err: err}
+		return err
 	}
 	return st.stage(&change{body: &body{buf: b}, opts: opts})
 }
 
 // StageBytes is Stage for content held in memory.
 func StageBytes(ctx context.Context, b []byte, opts PutOptions) error {
-	return Stage(ctx, bytes.NewReader(b), opts)
+	return Stage(ctx, bytes.NewReader(b), int64(len(b)), opts)
 }
 
 // StageDelete stages a tombstone (see Store.Delete) for the running

@@ -51,14 +51,14 @@ type Config struct {
 	// their gap), fencekit.guard.reused (writes refused as
 	// *fence.ReusedError) and fencekit.guard.gcs.retries (conditional
 	// writes retried after losing a race to another writer). No attribute
-	// names a key or a run. Nil records nothing.
+	// names a resource or a run. Nil records nothing.
 	MeterProvider metric.MeterProvider
 	// Logger receives one Error record per write refused because its token
-	// was reused by another run (*fence.ReusedError), with the key, the
+	// was reused by another run (*fence.ReusedError), with the resource, the
 	// token and both run identities. Nil discards.
 	Logger *slog.Logger
 	// Strict refuses, before anything is read or written, every write
-	// whose key lies outside its claim's scope (fence.CheckScope: a lease's
+	// whose resource lies outside its claim's scope (fence.CheckScope: a lease's
 	// claim is scoped to its key, lease.Key.Scope, the prefix of every
 	// lease.Key.Resource), and every write whose claim has no scope, with
 	// a *fence.ScopeError (fence.ErrOutOfScope). Off by default: scopes
@@ -135,11 +135,11 @@ func (s *Store) read(ctx context.Context, key string) (state, error) {
 	return decode(key, a)
 }
 
-// Stat returns the state of key as its metadata records it. A key without
-// object yields *NotFoundError; a tombstone yields its Info together with a
-// *NotFoundError whose Deleted is set.
+// Stat returns the state of resource as its metadata records it. A
+// resource without object yields *NotFoundError; a tombstone yields its
+// Info together with a *NotFoundError whose Deleted is set.
 func (s *Store) Stat(ctx context.Context, resource string) (Info, error) {
-	if err := checkKey(resource); err != nil {
+	if err := checkResource(resource); err != nil {
 		return Info{}, err
 	}
 	if err := fence.ContextError(ctx); err != nil {
@@ -150,19 +150,18 @@ func (s *Store) Stat(ctx context.Context, resource string) (Info, error) {
 	case err != nil:
 		return Info{}, err
 	case !st.exists():
-		return Info{}, &NotFoundError{Key: resource}
+		return Info{}, &NotFoundError{Resource: resource}
 	case st.deleted:
-		return st.info(resource), &NotFoundError{Key: resource, Deleted: true, Token: st.token}
+		return st.info(resource), &NotFoundError{Resource: resource, Deleted: true, Token: st.token}
 	}
 	return st.info(resource), nil
 }
 
-// Mark returns the key's high-water mark: the token of its object (content
 // Mark returns the resource's high-water mark as a claim: the token stored
 // with its object (content or tombstone) and the run identity stored with
 // it, or the zero Claim when the resource has no object.
 func (s *Store) Mark(ctx context.Context, resource string) (fence.Claim, error) {
-	if err := checkKey(resource); err != nil {
+	if err := checkResource(resource); err != nil {
 		return fence.Claim{}, err
 	}
 	if err := fence.ContextError(ctx); err != nil {
@@ -175,13 +174,13 @@ func (s *Store) Mark(ctx context.Context, resource string) (fence.Claim, error) 
 	return fence.Claim{Token: st.token, Run: st.run}, nil
 }
 
-// Get returns the current content of key, its Info and a reader the caller
-// must close. The bytes are those of the generation the Info describes. A
-// key without object or with a tombstone yields *NotFoundError. If the
+// Get returns the current content of resource, its Info and a reader the
+// caller must close. The bytes are those of the generation the Info
+// describes. A resource without object or with a tombstone yields *NotFoundError. If the
 // object is replaced between the metadata read and the content read, Get
 // reads again.
 func (s *Store) Get(ctx context.Context, resource string) (io.ReadCloser, Info, error) {
-	if err := checkKey(resource); err != nil {
+	if err := checkResource(resource); err != nil {
 		return nil, Info{}, err
 	}
 	if err := fence.ContextError(ctx); err != nil {
@@ -193,9 +192,9 @@ func (s *Store) Get(ctx context.Context, resource string) (io.ReadCloser, Info, 
 		case err != nil:
 			return nil, Info{}, err
 		case !st.exists():
-			return nil, Info{}, &NotFoundError{Key: resource}
+			return nil, Info{}, &NotFoundError{Resource: resource}
 		case st.deleted:
-			return nil, st.info(resource), &NotFoundError{Key: resource, Deleted: true, Token: st.token}
+			return nil, st.info(resource), &NotFoundError{Resource: resource, Deleted: true, Token: st.token}
 		}
 		rc, err := s.bucket.Object(resource).Generation(st.gen).NewReader(ctx)
 		if errors.Is(err, storage.ErrObjectNotExist) {
@@ -223,27 +222,35 @@ func (s *Store) GetBytes(ctx context.Context, resource string) ([]byte, Info, er
 	return b, info, nil
 }
 
-// Put stores the content of r at key under the claim ctx carries
+// Put stores size bytes from r at resource under the claim ctx carries
 // (fence.ClaimFromContext: a lease's context carries its token and run
 // identity). With no claim in ctx it returns an error matching
 // fence.ErrNoToken and writes nothing. An io.ReadSeeker is streamed (and
 // rewound for a retry); any other reader is read into memory first.
-func (s *Store) Put(ctx context.Context, resource string, r io.Reader, opts PutOptions) (Info, error) {
+//
+// size is the content's length in bytes, or -1 when it is not known (the
+// arguments are s3guard.Store.Put's). A known size is checked before the
+// write is committed: content shorter or longer than size is refused with
+// a *SizeError (ErrSizeMismatch) and nothing is written. A known size
+// below Config.ChunkSize also sizes the upload's buffer to the content
+// (rounded up to 256 KiB) instead of a whole chunk; the upload is then one
+// request, which the client library can retry.
+func (s *Store) Put(ctx context.Context, resource string, r io.Reader, size int64, opts PutOptions) (Info, error) {
 	c, err := fence.ClaimFromContext(ctx)
 	if err != nil {
 		return Info{}, err
 	}
-	return s.PutClaim(ctx, resource, c, r, opts)
+	return s.PutClaim(ctx, resource, c, r, size, opts)
 }
 
 // PutBytes is Put for content held in memory.
 func (s *Store) PutBytes(ctx context.Context, resource string, b []byte, opts PutOptions) (Info, error) {
-	return s.Put(ctx, resource, bytes.NewReader(b), opts)
+	return s.Put(ctx, resource, bytes.NewReader(b), int64(len(b)), opts)
 }
 
 // PutBytesClaim is PutClaim for content held in memory.
 func (s *Store) PutBytesClaim(ctx context.Context, resource string, claim fence.Claim, b []byte, opts PutOptions) (Info, error) {
-	return s.PutClaim(ctx, resource, claim, bytes.NewReader(b), opts)
+	return s.PutClaim(ctx, resource, claim, bytes.NewReader(b), int64(len(b)), opts)
 }
 
 // PutClaim is Put with an explicit claim. A caller holding only a token
@@ -251,12 +258,16 @@ func (s *Store) PutBytesClaim(ctx context.Context, resource string, claim fence.
 // identity for that token.
 //
 // The write is refused with a *fence.StaleError when c.Token is below the
-// key's mark and with a *fence.ReusedError when it equals the mark while c.Run
-// and the mark's run identity are both set and differ; nothing is written.
-func (s *Store) PutClaim(ctx context.Context, resource string, claim fence.Claim, r io.Reader, opts PutOptions) (Info, error) {
+// resource's mark and with a *fence.ReusedError when it equals the mark
+// while c.Run and the mark's run identity are both set and differ; nothing
+// is written. A size below -1 is refused with ErrInvalidOptions.
+func (s *Store) PutClaim(ctx context.Context, resource string, claim fence.Claim, r io.Reader, size int64, opts PutOptions) (Info, error) {
 	c := claim
 	if err := checkOptions(opts); err != nil {
 		return Info{}, err
+	}
+	if size < -1 {
+		return Info{}, fmt.Errorf("%w: size %d (want -1 for unknown, or at least 0)", ErrInvalidOptions, size)
 	}
 	if r == nil {
 		return Info{}, fmt.Errorf("%w: nil reader", ErrInvalidOptions)
@@ -264,7 +275,7 @@ func (s *Store) PutClaim(ctx context.Context, resource string, claim fence.Claim
 	if err := s.checkArgs(ctx, resource, c); err != nil {
 		return Info{}, err
 	}
-	b, err := newBody(ctx, r)
+	b, err := newBody(ctx, resource, r, size)
 	if err != nil {
 		return Info{}, err
 	}
@@ -276,12 +287,12 @@ func (s *Store) PutClaim(ctx context.Context, resource string, claim fence.Claim
 	return info, s.finish(ctx, err)
 }
 
-// Delete stores a tombstone at key under the claim ctx carries: a
-// zero-byte object whose metadata keeps the key's mark (MetaDeleted is
+// Delete stores a tombstone at resource under the claim ctx carries: a
+// zero-byte object whose metadata keeps the resource's mark (MetaDeleted is
 // "true"), written with the same generation precondition as Put. The
 // object is replaced, not removed, because a removed object has no mark:
 // a stale writer could then create it again. Afterwards Get reports
-// *NotFoundError with Deleted and Token set. Deleting a key without object
+// *NotFoundError with Deleted and Token set. Deleting a resource without object
 // writes the tombstone all the same, raising the mark.
 func (s *Store) Delete(ctx context.Context, resource string) (Info, error) {
 	c, err := fence.ClaimFromContext(ctx)
@@ -316,7 +327,7 @@ func (s *Store) Do(ctx context.Context, resource string, write func(ctx context.
 	return s.fence(ctx, resource, c, write)
 }
 
-// Fence implements fence.Guard for the object at key resource, under
+// Fence implements fence.Guard for the object named resource, under
 // fence.ClaimFor(ctx, token).
 //
 // It reads the object's metadata and refuses a stale token
@@ -330,7 +341,7 @@ func (s *Store) Do(ctx context.Context, resource string, write func(ctx context.
 // raised all the same.
 //
 // When write fails, its error is returned and nothing is written. A nil
-// write yields ErrNilWrite (after the key and token checks).
+// write yields ErrNilWrite (after the resource and token checks).
 func (s *Store) Fence(ctx context.Context, resource string, token fence.Token, write func(ctx context.Context) error) error {
 	return s.fence(ctx, resource, fence.ClaimFor(ctx, token), write)
 }
@@ -346,7 +357,7 @@ func (s *Store) fence(ctx context.Context, resource string, c fence.Claim, write
 	if err != nil {
 		return s.finish(ctx, err)
 	}
-	st := &stager{}
+	st := &stager{resource: resource}
 	werr := write(context.WithValue(fence.WithClaim(ctx, c), stagerKey{}, st))
 	ch := st.close()
 	if werr != nil {
@@ -360,7 +371,7 @@ func (s *Store) fence(ctx context.Context, resource string, c fence.Claim, write
 }
 
 func (s *Store) checkArgs(ctx context.Context, key string, c fence.Claim) error {
-	if err := checkKey(key); err != nil {
+	if err := checkResource(key); err != nil {
 		return err
 	}
 	if err := c.Validate(); err != nil {
@@ -471,7 +482,7 @@ func (s *Store) attempt(ctx context.Context, key string, c fence.Claim, writeID 
 	if cur.exists() {
 		cond = storage.Conditions{GenerationMatch: cur.gen}
 	}
-	src, opts, deleted, err := s.source(wctx, key, ch, cur)
+	src, size, opts, deleted, err := s.source(wctx, key, ch, cur)
 	if err != nil {
 		return nil, err
 	}
@@ -480,7 +491,7 @@ func (s *Store) attempt(ctx context.Context, key string, c fence.Claim, writeID 
 	}
 	token, run := fence.NextMark(c, cur.token, cur.run)
 	w := s.bucket.Object(key).If(cond).NewWriter(wctx)
-	w.ChunkSize = s.chunk
+	w.ChunkSize = s.chunkFor(size)
 	w.ContentType = opts.ContentType
 	w.CacheControl = opts.CacheControl
 	w.Metadata = objectMetadata(opts.Metadata, token, run, writeID, deleted)
@@ -501,14 +512,27 @@ func (s *Store) attempt(ctx context.Context, key string, c fence.Claim, writeID 
 	return w.Attrs(), nil
 }
 
-// source opens the content of one attempt.
-func (s *Store) source(ctx context.Context, key string, ch *change, cur state) (io.ReadCloser, PutOptions, bool, error) {
+// chunkFor returns the storage.Writer chunk size of an upload of size bytes
+// (-1: unknown): Config.ChunkSize, or for a known size below it the
+// smallest multiple of 256 KiB above size, so that the upload is still one
+// retryable request but its buffer fits the content.
+func (s *Store) chunkFor(size int64) int {
+	const unit = 256 << 10
+	if size < 0 || size >= int64(s.chunk) {
+		return s.chunk
+	}
+	return int((size/unit + 1) * unit)
+}
+
+// source opens the content of one attempt and returns its size (-1:
+// unknown).
+func (s *Store) source(ctx context.Context, key string, ch *change, cur state) (io.ReadCloser, int64, PutOptions, bool, error) {
 	switch {
 	case ch.body != nil:
 		r, err := ch.body.open()
-		return r, ch.opts, false, err
+		return r, ch.body.length(), ch.opts, false, err
 	case ch.deleted || !cur.exists() || cur.deleted:
-		return nil, PutOptions{}, true, nil
+		return nil, 0, PutOptions{}, true, nil
 	}
 	// Nothing staged: write the current content again under the new mark.
 	a := cur.attrs
@@ -517,12 +541,12 @@ func (s *Store) source(ctx context.Context, key string, ch *change, cur state) (
 		// The generation is gone: a newer write replaced it. Fail like a
 		// precondition so that the loop reads and decides again.
 		if errors.Is(err, storage.ErrObjectNotExist) {
-			return nil, PutOptions{}, false, &googleapi.Error{Code: http.StatusPreconditionFailed, Message: "generation replaced"}
+			return nil, 0, PutOptions{}, false, &googleapi.Error{Code: http.StatusPreconditionFailed, Message: "generation replaced"}
 		}
-		return nil, PutOptions{}, false, err
+		return nil, 0, PutOptions{}, false, err
 	}
 	opts := PutOptions{ContentType: a.ContentType, CacheControl: a.CacheControl, Metadata: userMetadata(a.Metadata)}
-	return readCloser{&bodyReader{r: rc}, rc}, opts, false, nil
+	return readCloser{&bodyReader{r: rc}, rc}, a.Size, opts, false, nil
 }
 
 type readCloser struct {
@@ -539,23 +563,61 @@ type change struct {
 
 // body is content that can be sent again on a retry.
 type body struct {
-	seeker io.ReadSeeker
-	start  int64
-	buf    []byte
+	seeker   io.ReadSeeker
+	start    int64
+	size     int64 // declared size of seeker's content; -1: unknown
+	resource string
+	buf      []byte
 }
 
-func newBody(ctx context.Context, r io.Reader) (*body, error) {
+// newBody keeps a seeker to stream (its size is checked while it is read),
+// or reads any other reader into memory, checking its size now.
+func newBody(ctx context.Context, resource string, r io.Reader, size int64) (*body, error) {
 	if rs, ok := r.(io.ReadSeeker); ok {
 		off, err := rs.Seek(0, io.SeekCurrent)
 		if err == nil {
-			return &body{seeker: rs, start: off}, nil
+			return &body{seeker: rs, start: off, size: size, resource: resource}, nil
 		}
 	}
-	b, err := io.ReadAll(r)
+	b, err := readSized(resource, r, size)
 	if err != nil {
-		return nil, fence.WrapContext(ctx, &bodyError{err: err})
+		return nil, fence.WrapContext(ctx, err)
 	}
 	return &body{buf: b}, nil
+}
+
+// readSized reads r to its end into memory. With size ≥ 0 it reads at most
+// size+1 bytes and returns a *SizeError unless exactly size came. Read
+// errors are *bodyErrors.
+func readSized(resource string, r io.Reader, size int64) ([]byte, error) {
+	if size < 0 {
+		b, err := io.ReadAll(r)
+		if err != nil {
+			return nil, &bodyError{err: err}
+		}
+		return b, nil
+	}
+	limit := size + 1
+	if limit < 0 { // size is math.MaxInt64
+		limit = size
+	}
+	var buf bytes.Buffer
+	buf.Grow(int(min(limit, 1<<20)))
+	if _, err := buf.ReadFrom(io.LimitReader(r, limit)); err != nil {
+		return nil, &bodyError{err: err}
+	}
+	if n := int64(buf.Len()); n != size {
+		return nil, &SizeError{Resource: resource, Size: size, Read: n}
+	}
+	return buf.Bytes(), nil
+}
+
+// length returns the content's size, or -1 when it is not known.
+func (b *body) length() int64 {
+	if b.seeker == nil {
+		return int64(len(b.buf))
+	}
+	return b.size
 }
 
 func (b *body) open() (io.ReadCloser, error) {
@@ -565,13 +627,47 @@ func (b *body) open() (io.ReadCloser, error) {
 	if _, err := b.seeker.Seek(b.start, io.SeekStart); err != nil {
 		return nil, &bodyError{err: err}
 	}
-	return io.NopCloser(&bodyReader{r: b.seeker}), nil
+	var r io.Reader = b.seeker
+	if b.size >= 0 {
+		r = &sizedReader{r: r, size: b.size, resource: b.resource}
+	}
+	return io.NopCloser(&bodyReader{r: r}), nil
 }
 
-// bodyError is a failure to read the content to upload (not a store error).
+// sizedReader reads exactly size bytes from r: fewer (r ends early) or more
+// (r has more) is a *SizeError, reported before the upload is finalised.
+type sizedReader struct {
+	r        io.Reader
+	size, n  int64
+	resource string
+}
+
+func (s *sizedReader) Read(p []byte) (int, error) {
+	if rem := s.size - s.n + 1; rem >= 0 && int64(len(p)) > rem {
+		p = p[:rem] // at most one byte past size: enough to see more content
+	}
+	k, err := s.r.Read(p)
+	s.n += int64(k)
+	switch {
+	case s.n > s.size:
+		return 0, &SizeError{Resource: s.resource, Size: s.size, Read: s.n}
+	case err == io.EOF && s.n != s.size:
+		return k, &SizeError{Resource: s.resource, Size: s.size, Read: s.n}
+	}
+	return k, err
+}
+
+// bodyError is a failure to read the content to upload (not a store error),
+// or content that does not match its declared size (a *SizeError).
 type bodyError struct{ err error }
 
-func (e *bodyError) Error() string { return "gcsguard: read content: " + e.err.Error() }
+func (e *bodyError) Error() string {
+	var se *SizeError
+	if errors.As(e.err, &se) {
+		return se.Error()
+	}
+	return "gcsguard: read content: " + e.err.Error()
+}
 func (e *bodyError) Unwrap() error { return e.err }
 
 // bodyReader marks errors of the content reader as bodyErrors.

@@ -71,13 +71,13 @@ func TestBeginOneRoundTrip(t *testing.T) {
 	schema := setupSchema(t)
 	pool, c := tripPool(t)
 	for _, lt := range []time.Duration{0, -1} { // with and without SET LOCAL lock_timeout
-		g := newGuard(t, pgguard.Config{Schema: schema, LockTimeout: lt})
+		g := newGuard(t, pgguard.Config{Schema: schema, DB: pool, LockTimeout: lt})
 		resource := fmt.Sprintf("r%v", lt)
 		for _, step := range []struct {
 			tok   fence.Token
 			stale bool
 		}{{5, false}, {8, false}, {8, false}, {6, true}, {9, false}} {
-			tx, err := g.BeginClaim(bg(), pool, resource, cl(step.tok))
+			tx, err := g.BeginClaim(bg(), resource, cl(step.tok))
 			if step.stale {
 				se, ok := fence.IsStale(err)
 				require.True(t, ok, "%v", err)
@@ -116,17 +116,17 @@ func TestBeginWritesOnlyWhenAdmitted(t *testing.T) {
 	schema := setupSchema(t)
 	pool := fencetest.Pool(t)
 	g := newGuard(t, pgguard.Config{Schema: schema, DB: pool})
-	tx, err := g.BeginClaim(bg(), pool, "r", cl(7))
+	tx, err := g.BeginClaim(bg(), "r", cl(7))
 	require.NoError(t, err)
 	_, err = tx.Exec(bg(), upsertSQL(schema), "r", "seven", 7)
 	require.NoError(t, err)
 	require.NoError(t, tx.Rollback(bg()))
 	assertState(t, g, pool, schema, "r", 0, "", false) // rolled back: no mark row either
 
-	tx, err = g.BeginClaim(bg(), pool, "r", cl(7))
+	tx, err = g.BeginClaim(bg(), "r", cl(7))
 	require.NoError(t, err)
 	require.NoError(t, tx.Commit(bg()))
-	tx, err = g.BeginClaim(bg(), pool, "r", cl(6))
+	tx, err = g.BeginClaim(bg(), "r", cl(6))
 	assert.Nil(t, tx)
 	se, ok := fence.IsStale(err)
 	require.True(t, ok, "%v", err)
@@ -137,22 +137,27 @@ func TestBeginWritesOnlyWhenAdmitted(t *testing.T) {
 func TestBeginBadInput(t *testing.T) {
 	schema := setupSchema(t)
 	pool, c := tripPool(t)
-	g := newGuard(t, pgguard.Config{Schema: schema})
+	g := newGuard(t, pgguard.Config{Schema: schema, DB: pool})
+	sqlOnly := newGuard(t, pgguard.Config{Schema: schema, SQLDB: sqlDB(t)})
 	for _, tc := range []struct {
-		db       pgguard.Batcher
+		g        *pgguard.Guard
 		resource string
 		tok      fence.Token
 		want     error
 	}{
-		{pool, "r", 0, fence.ErrInvalidToken},
-		{pool, "", 1, fence.ErrInvalidResource},
-		{pool, "a\x00b", 1, fence.ErrInvalidResource},
-		{nil, "r", 1, pgguard.ErrNilArgument},
+		{g, "r", 0, fence.ErrInvalidToken},
+		{g, "", 1, fence.ErrInvalidResource},
+		{g, "a\x00b", 1, fence.ErrInvalidResource},
+		{sqlOnly, "r", 1, pgguard.ErrInvalidConfig}, // Begin needs Config.DB
 	} {
-		tx, err := g.BeginClaim(bg(), tc.db, tc.resource, cl(tc.tok))
+		tx, err := tc.g.BeginClaim(bg(), tc.resource, cl(tc.tok))
 		assert.ErrorIs(t, err, tc.want, "%q %d", tc.resource, tc.tok)
 		assert.Nil(t, tx)
 	}
+	var ce *pgguard.ConfigError
+	_, err := sqlOnly.Begin(fence.WithToken(bg(), 1), "r")
+	require.ErrorAs(t, err, &ce)
+	assert.Equal(t, "DB", ce.Field)
 	assert.Empty(t, c.take(), "bad input must not reach the database")
 }
 
@@ -163,23 +168,23 @@ func TestBeginBadInput(t *testing.T) {
 func TestBeginBusy(t *testing.T) {
 	schema := setupSchema(t)
 	holder, waiter := fencetest.Pool(t), fencetest.Pool(t)
-	g := newGuard(t, pgguard.Config{Schema: schema, LockTimeout: 50 * time.Millisecond})
+	g := newGuard(t, pgguard.Config{Schema: schema, DB: waiter, LockTimeout: 50 * time.Millisecond})
 	h, err := holder.Begin(bg())
 	require.NoError(t, err)
 	defer func() { _ = h.Rollback(bg()) }()
 	require.NoError(t, g.FenceTxClaim(bg(), h, "r", cl(3)))
 
-	tx, err := g.BeginClaim(bg(), waiter, "r", cl(4))
+	tx, err := g.BeginClaim(bg(), "r", cl(4))
 	assert.Nil(t, tx)
 	requireCode(t, err, "55P03")
 	assert.Zero(t, waiter.Stat().AcquiredConns())
 
-	noTimeout := newGuard(t, pgguard.Config{Schema: schema, LockTimeout: -1})
+	noTimeout := newGuard(t, pgguard.Config{Schema: schema, DB: waiter, LockTimeout: -1})
 	// The deadline ends the lock wait: it is the condition under test, not
 	// a synchronisation sleep.
 	ctx, cancel := context.WithTimeout(bg(), 100*time.Millisecond)
 	defer cancel()
-	tx, err = noTimeout.BeginClaim(ctx, waiter, "r", cl(4))
+	tx, err = noTimeout.BeginClaim(ctx, "r", cl(4))
 	assert.Nil(t, tx)
 	assert.NotErrorIs(t, err, fence.ErrBusy, "the caller's deadline ended the wait: not retryable")
 	assert.ErrorIs(t, err, context.DeadlineExceeded)

@@ -69,8 +69,8 @@ func BenchmarkWriteTx(b *testing.B) {
 	db := sqlDB(b)
 	db.SetMaxOpenConns(1)
 	ctx := context.Background()
-	g := newGuard(b, pgguard.Config{Schema: schema})
-	gNoBound := newGuard(b, pgguard.Config{Schema: schema, LockTimeout: -1})
+	g := newGuard(b, pgguard.Config{Schema: schema, DB: pool, SQLDB: db})
+	gNoBound := newGuard(b, pgguard.Config{Schema: schema, DB: pool, LockTimeout: -1})
 	rows := newRows(b, schema, nil)
 	upsert := upsertSQL(schema)
 	docUpsert := fmt.Sprintf(`INSERT INTO %q.docs (resource, value, fence_token) VALUES ($1, $2, $3)
@@ -86,7 +86,7 @@ ON CONFLICT (resource) DO UPDATE SET value = EXCLUDED.value, fence_token = EXCLU
 	}
 	inTx := func(g *pgguard.Guard, r string) func(fence.Token) error {
 		return func(tok fence.Token) error {
-			return g.InTxClaim(ctx, pool, r, cl(tok), func(ctx context.Context, tx pgx.Tx) error {
+			return g.InTxClaim(ctx, r, cl(tok), func(ctx context.Context, tx pgx.Tx) error {
 				_, err := tx.Exec(ctx, upsert, r, "value", int64(tok))
 				return err
 			})
@@ -133,7 +133,7 @@ ON CONFLICT (resource) DO UPDATE SET value = EXCLUDED.value, fence_token = EXCLU
 	}
 	b.Run("sql/marks/InSQLTx", func(b *testing.B) {
 		interleave(b, plainSQLTx("su-intx"), func(tok fence.Token) error {
-			return g.InSQLTxClaim(ctx, db, "sg-intx", cl(tok), func(ctx context.Context, tx *sql.Tx) error {
+			return g.InSQLTxClaim(ctx, "sg-intx", cl(tok), func(ctx context.Context, tx *sql.Tx) error {
 				_, err := tx.ExecContext(ctx, upsert, "sg-intx", "value", int64(tok))
 				return err
 			})

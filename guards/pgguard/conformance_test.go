@@ -131,32 +131,84 @@ func runKit(t *testing.T, s guardtest.Subject) {
 	guardtest.Run(t, guardtest.Config{New: func(*testing.T) guardtest.Subject { return s }})
 }
 
-// marksKit is a marks-mode subject with its guards: g, and strict
-// (Config.Strict) over the same schema.
+// marksKit is a marks-mode subject with the Config its guards share
+// (Schema set).
 type marksKit struct {
 	*subject
-	g, strictG *pgguard.Guard
-	schema     string
+	cfg    pgguard.Config
+	schema string
 }
 
-func marksSubject(t *testing.T, cfg pgguard.Config, write func(g *pgguard.Guard, rr *roundRobin, schema string) writeFunc) *marksKit {
+// member is one writer of a marks-mode subject: a guard over its own pool
+// (and its own *sql.DB for database/sql subjects).
+type member struct {
+	g    *pgguard.Guard
+	pool *pgxpool.Pool
+	db   *sql.DB
+}
+
+// ring hands out members over independent databases in turn.
+type ring struct {
+	ms   []member
+	next atomic.Uint64
+}
+
+func (r *ring) take() member { return r.ms[r.next.Add(1)%uint64(len(r.ms))] }
+
+// dbKind says whether the members of a marks-mode subject open a *sql.DB
+// each (withSQL) or not (pgxOnly).
+type dbKind bool
+
+const (
+	pgxOnly dbKind = false
+	withSQL dbKind = true
+)
+
+// marksSubject builds the subject of one marks-mode entry point: write
+// gets four members over independent pools (and *sql.DB when kind is
+// withSQL), and strict four Config.Strict guards over the same databases
+// and marks.
+func marksSubject(t *testing.T, cfg pgguard.Config, kind dbKind, write func(r *ring, schema string) writeFunc) *marksKit {
 	schema := setupSchema(t)
-	rr := newRoundRobin(t, 4)
 	cfg.Schema = schema
-	g := newGuard(t, cfg)
-	cfg.Strict = true
-	strict := newGuard(t, cfg)
+	plain, strict := &ring{}, &ring{}
+	for range 4 {
+		m := member{pool: fencetest.Pool(t)}
+		c := cfg
+		c.DB = m.pool
+		if kind == withSQL {
+			m.db = sqlDB(t)
+			c.SQLDB = m.db
+		}
+		m.g = newGuard(t, c)
+		plain.ms = append(plain.ms, m)
+		c.Strict = true
+		m.g = newGuard(t, c)
+		strict.ms = append(strict.ms, m)
+	}
 	reader := fencetest.Pool(t)
 	return &marksKit{
 		subject: &subject{
-			write:  write(g, rr, schema),
-			strict: write(strict, rr, schema),
+			write:  write(plain, schema),
+			strict: write(strict, schema),
 			read: func(ctx context.Context, r string) (string, fence.Token, bool, error) {
 				return readRow(ctx, reader, schema, r)
 			},
 		},
-		g: g, strictG: strict, schema: schema,
+		cfg: cfg, schema: schema,
 	}
+}
+
+// guard returns a guard of k's Config over the given databases.
+func (k *marksKit) guard(t *testing.T, pool *pgxpool.Pool, db *sql.DB) *pgguard.Guard {
+	c := k.cfg
+	if pool != nil {
+		c.DB = pool
+	}
+	if db != nil {
+		c.SQLDB = db
+	}
+	return newGuard(t, c)
 }
 
 // held returns k's subject with the outcome-unknown check, whose held write
@@ -167,24 +219,31 @@ func (k *marksKit) held(held heldFunc) *heldSubject {
 
 // InTx and InTxClaim: the guard begins (one batch with the fence), runs the
 // callback and commits.
-func inTxWrite(g *pgguard.Guard, rr *roundRobin, schema string) writeFunc {
+func inTxWrite(g *pgguard.Guard, schema string) writeFunc {
 	return func(ctx context.Context, r string, c *fence.Claim, v string, fail bool) error {
 		fn := rowWriter(schema, r, v, tokenOf(ctx, c), fail)
 		if c == nil {
-			return g.InTx(ctx, rr.pool(), r, fn)
+			return g.InTx(ctx, r, fn)
 		}
-		return g.InTxClaim(ctx, rr.pool(), r, *c, fn)
+		return g.InTxClaim(ctx, r, *c, fn)
+	}
+}
+
+func inTxRing(rg *ring, schema string) writeFunc {
+	return func(ctx context.Context, r string, c *fence.Claim, v string, fail bool) error {
+		return inTxWrite(rg.take().g, schema)(ctx, r, c, v, fail)
 	}
 }
 
 func TestConformanceInTx(t *testing.T) {
 	for _, iso := range []pgx.TxIsoLevel{pgx.ReadCommitted, pgx.RepeatableRead, pgx.Serializable} {
 		t.Run(string(iso), func(t *testing.T) {
-			k := marksSubject(t, pgguard.Config{IsoLevel: iso}, inTxWrite)
+			k := marksSubject(t, pgguard.Config{IsoLevel: iso}, pgxOnly, inTxRing)
 			h := newReplyHold(t)
+			hg := k.guard(t, h.pool, nil)
 			runKit(t, k.held(func(ctx context.Context, r string, tok fence.Token, v string, applied func()) error {
 				return h.run(applied, func(hold func()) error {
-					return k.g.InTxClaim(ctx, h.pool, r, fence.ClaimFor(ctx, tok), heldRowWriter(k.schema, r, v, tok, hold))
+					return hg.InTxClaim(ctx, r, fence.ClaimFor(ctx, tok), heldRowWriter(k.schema, r, v, tok, hold))
 				})
 			}))
 		})
@@ -194,16 +253,17 @@ func TestConformanceInTx(t *testing.T) {
 // Begin and BeginClaim hand over the fenced transaction; the caller writes
 // and commits.
 func TestConformanceBegin(t *testing.T) {
-	runKit(t, marksSubject(t, pgguard.Config{}, func(g *pgguard.Guard, rr *roundRobin, schema string) writeFunc {
+	runKit(t, marksSubject(t, pgguard.Config{}, pgxOnly, func(rg *ring, schema string) writeFunc {
 		return func(ctx context.Context, r string, c *fence.Claim, v string, fail bool) error {
 			var (
 				tx  pgx.Tx
 				err error
+				g   = rg.take().g
 			)
 			if c == nil {
-				tx, err = g.Begin(ctx, rr.pool(), r)
+				tx, err = g.Begin(ctx, r)
 			} else {
-				tx, err = g.BeginClaim(ctx, rr.pool(), r, *c)
+				tx, err = g.BeginClaim(ctx, r, *c)
 			}
 			if err != nil {
 				return err
@@ -222,8 +282,10 @@ func TestConformanceBegin(t *testing.T) {
 // subject's own BEGIN reports an ended ctx the way the guard does
 // (fence.WrapContext), as a caller should.
 func TestConformanceFenceTxInCallerTx(t *testing.T) {
-	runKit(t, marksSubject(t, pgguard.Config{}, func(g *pgguard.Guard, rr *roundRobin, schema string) writeFunc {
+	runKit(t, marksSubject(t, pgguard.Config{}, pgxOnly, func(rg *ring, schema string) writeFunc {
 		return func(ctx context.Context, r string, c *fence.Claim, v string, fail bool) error {
+			m := rg.take()
+			g := m.g
 			if badInput(ctx, r, c) {
 				// The guard's own refusal, before the subject writes its row.
 				if c == nil {
@@ -231,7 +293,7 @@ func TestConformanceFenceTxInCallerTx(t *testing.T) {
 				}
 				return g.FenceTxClaim(ctx, nil, r, *c)
 			}
-			tx, err := rr.pool().Begin(ctx)
+			tx, err := m.pool.Begin(ctx)
 			if err != nil {
 				return fence.WrapContext(ctx, err)
 			}
@@ -307,7 +369,7 @@ func TestConformanceFence(t *testing.T) {
 				return func(ctx context.Context, r string, c *fence.Claim, v string, fail bool) error {
 					g := guards[next.Add(1)%uint64(len(guards))]
 					if c == nil {
-						return inTxWrite(g, rr, schema)(ctx, r, nil, v, fail)
+						return inTxWrite(g, schema)(ctx, r, nil, v, fail)
 					}
 					if c.Run != "" || c.Scope != "" {
 						ctx = fence.WithClaim(ctx, *c) // Fence takes the run and scope from ctx's claim for its token
@@ -384,24 +446,23 @@ func sqlUpsert(ctx context.Context, tx *sql.Tx, schema, r, v string, tok int64, 
 func TestConformanceInSQLTx(t *testing.T) {
 	for _, iso := range []pgx.TxIsoLevel{pgx.ReadCommitted, pgx.Serializable} {
 		t.Run(string(iso), func(t *testing.T) {
-			dbs := []*sql.DB{sqlDB(t), sqlDB(t), sqlDB(t), sqlDB(t)}
-			var next atomic.Uint64
-			k := marksSubject(t, pgguard.Config{IsoLevel: iso}, func(g *pgguard.Guard, _ *roundRobin, schema string) writeFunc {
+			k := marksSubject(t, pgguard.Config{IsoLevel: iso}, withSQL, func(rg *ring, schema string) writeFunc {
 				return func(ctx context.Context, r string, c *fence.Claim, v string, fail bool) error {
-					db := dbs[next.Add(1)%uint64(len(dbs))]
+					g := rg.take().g
 					fn := func(ctx context.Context, tx *sql.Tx) error {
 						return sqlUpsert(ctx, tx, schema, r, v, tokenOf(ctx, c), fail)
 					}
 					if c == nil {
-						return g.InSQLTx(ctx, db, r, fn)
+						return g.InSQLTx(ctx, r, fn)
 					}
-					return g.InSQLTxClaim(ctx, db, r, *c, fn)
+					return g.InSQLTxClaim(ctx, r, *c, fn)
 				}
 			})
 			h := newReplyHold(t)
+			hg := k.guard(t, nil, h.db)
 			runKit(t, k.held(func(ctx context.Context, r string, tok fence.Token, v string, applied func()) error {
 				return h.run(applied, func(hold func()) error {
-					return k.g.InSQLTxClaim(ctx, h.db, r, fence.ClaimFor(ctx, tok), func(ctx context.Context, tx *sql.Tx) error {
+					return hg.InSQLTxClaim(ctx, r, fence.ClaimFor(ctx, tok), func(ctx context.Context, tx *sql.Tx) error {
 						if err := sqlUpsert(ctx, tx, k.schema, r, v, int64(tok), false); err != nil {
 							return err
 						}
@@ -417,17 +478,17 @@ func TestConformanceInSQLTx(t *testing.T) {
 // FenceSQLTx and FenceSQLTxClaim in a database/sql transaction the caller
 // opened, after the caller wrote its row.
 func TestConformanceFenceSQLTxInCallerTx(t *testing.T) {
-	dbs := []*sql.DB{sqlDB(t), sqlDB(t), sqlDB(t), sqlDB(t)}
-	var next atomic.Uint64
-	runKit(t, marksSubject(t, pgguard.Config{}, func(g *pgguard.Guard, _ *roundRobin, schema string) writeFunc {
+	runKit(t, marksSubject(t, pgguard.Config{}, withSQL, func(rg *ring, schema string) writeFunc {
 		return func(ctx context.Context, r string, c *fence.Claim, v string, fail bool) error {
+			m := rg.take()
+			g := m.g
 			if badInput(ctx, r, c) {
 				if c == nil {
 					return g.FenceSQLTx(ctx, nil, r)
 				}
 				return g.FenceSQLTxClaim(ctx, nil, r, *c)
 			}
-			tx, err := dbs[next.Add(1)%uint64(len(dbs))].BeginTx(ctx, nil)
+			tx, err := m.db.BeginTx(ctx, nil)
 			if err != nil {
 				return fence.WrapContext(ctx, err)
 			}

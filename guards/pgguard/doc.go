@@ -8,7 +8,14 @@
 // migrations.Guard) in the database that holds the guarded data, so the
 // mark and the data share one transaction.
 //
-// # Entry points
+// # Databases and entry points
+//
+// A Guard owns its database: Config.DB (pgx: a *pgxpool.Pool or *pgx.Conn)
+// and/or Config.SQLDB (database/sql: a *sql.DB or *sql.Conn), one of them
+// required. The methods that open a transaction take no database argument;
+// the ones that fence the caller's own transaction take that transaction.
+// A method that needs the database the Config does not set returns a
+// *ConfigError (ErrInvalidConfig) before any I/O.
 //
 // Each entry point has a ctx-first form, which takes the claim from ctx
 // (fence.ClaimFromContext: a lease's context carries its claim, and
@@ -16,22 +23,26 @@
 // claim passed explicitly (fence.ClaimFor(ctx, token) for a token from
 // elsewhere):
 //
-//   - InTx / InTxClaim (pgx) and InSQLTx / InSQLTxClaim (database/sql):
-//     begin, fence, run the function, commit; roll back on any error or
-//     panic. InTx sends BEGIN and the fence statement in one round trip.
-//   - Begin / BeginClaim (pgx): begin and fence in one round trip, and hand
-//     over the transaction to write in and commit.
+//   - InTx / InTxClaim (pgx, on Config.DB) and InSQLTx / InSQLTxClaim
+//     (database/sql, on Config.SQLDB): begin, fence, run the function,
+//     commit; roll back on any error or panic. InTx sends BEGIN and the
+//     fence statement in one round trip.
+//   - Begin / BeginClaim (pgx, on Config.DB): begin and fence in one round
+//     trip, and hand over the transaction to write in and commit.
 //   - FenceTx / FenceTxClaim (pgx) and FenceSQLTx / FenceSQLTxClaim
 //     (database/sql): fence inside a transaction the caller opened (for
 //     example through an ORM).
-//   - Fence: the fence.Guard method, on Config.DB, for code written against
-//     that interface; Mark reads a mark (a fence.Claim) on Config.DB.
+//   - Fence: the fence.Guard method, for code written against that
+//     interface; Mark reads a mark (a fence.Claim). Both use Config.DB, or
+//     Config.SQLDB when DB is nil.
 //
 // In-row mode (Rows, built by NewRows) keeps the token and run identity in
 // columns of the user's own rows instead of the marks table: Upsert /
 // UpsertClaim (pgx) and UpsertSQL / UpsertSQLClaim (database/sql) write one
 // row with one conditional upsert that changes no row when the claim is
-// refused, then read the row's token to name it in the error. The mark is
+// refused, then read the row's token to name it in the error. Their
+// querier argument says where the statement runs: a pool or connection
+// (the statement is its own transaction) or the caller's transaction. The mark is
 // the row: deleting the row deletes the mark, after which a stale writer can
 // insert the row again. Mark deletions with a fenced write instead (a
 // tombstone column), or use the marks table for such resources.

@@ -53,12 +53,12 @@ func ExampleGuard_InTx() {
 	ctx := context.Background()
 	pool, schema, cleanup := exampleDB(ctx)
 	defer cleanup()
-	g, err := pgguard.New(pgguard.Config{Schema: schema})
+	g, err := pgguard.New(pgguard.Config{DB: pool, Schema: schema})
 	if err != nil {
 		panic(err)
 	}
 	writeReport := func(ctx context.Context, body string) error {
-		return g.InTx(ctx, pool, "report/42", func(ctx context.Context, tx pgx.Tx) error {
+		return g.InTx(ctx, "report/42", func(ctx context.Context, tx pgx.Tx) error {
 			_, err := tx.Exec(ctx, `INSERT INTO `+schema+`.reports (id, body, fence_token) VALUES (42, $1, 0)
 				ON CONFLICT (id) DO UPDATE SET body = EXCLUDED.body`, body)
 			return err
@@ -135,12 +135,12 @@ func ExampleGuard_InSQLTxClaim() {
 		panic(err)
 	}
 	defer func() { _ = db.Close() }()
-	g, err := pgguard.New(pgguard.Config{Schema: schema})
+	g, err := pgguard.New(pgguard.Config{SQLDB: db, Schema: schema})
 	if err != nil {
 		panic(err)
 	}
 	write := func(token fence.Token, body string) error {
-		return g.InSQLTxClaim(ctx, db, "report/9", fence.ClaimFor(ctx, token), func(ctx context.Context, tx *sql.Tx) error {
+		return g.InSQLTxClaim(ctx, "report/9", fence.ClaimFor(ctx, token), func(ctx context.Context, tx *sql.Tx) error {
 			_, err := tx.ExecContext(ctx, `INSERT INTO `+schema+`.reports (id, body, fence_token) VALUES (9, $1, $2)
 				ON CONFLICT (id) DO UPDATE SET body = EXCLUDED.body, fence_token = EXCLUDED.fence_token`, body, int64(token))
 			return err
@@ -148,9 +148,12 @@ func ExampleGuard_InSQLTxClaim() {
 	}
 	fmt.Println(write(30, "thirty"))
 	fmt.Println(write(29, "twenty-nine"))
+	mark, err := g.Mark(ctx, "report/9") // on Config.SQLDB: this Guard has no pgx database
+	fmt.Println(mark.Token, err)
 	// Output:
 	// <nil>
 	// fence: stale token 29 for "report/9": resource has accepted 30
+	// 30 <nil>
 }
 
 // In-row mode: the token lives in the reports row itself; each write is one

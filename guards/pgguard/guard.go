@@ -19,32 +19,45 @@ import (
 	"github.com/fencekit/fencekit/sql/migrations"
 )
 
-// DB is what Guard.Fence needs to open its own transactions and what
-// Guard.Mark reads marks on. *pgxpool.Pool and *pgx.Conn implement it.
+// DB is the pgx database a Guard opens its transactions on and reads marks
+// from: *pgxpool.Pool and *pgx.Conn implement it (and Batcher).
 type DB interface {
 	BeginTx(ctx context.Context, opts pgx.TxOptions) (pgx.Tx, error)
 	QueryRow(ctx context.Context, sql string, args ...any) pgx.Row
 }
 
 // Batcher sends a pgx.Batch; *pgxpool.Pool and *pgx.Conn implement it.
-// InTx and Begin send BEGIN and the fence statement as one batch (one round
-// trip); Guard.Fence does so when Config.DB implements Batcher.
+// When Config.DB implements it, the Guard sends BEGIN and the fence
+// statement as one batch (one round trip); otherwise it begins with
+// DB.BeginTx and sends the fence statement after.
 type Batcher interface {
 	SendBatch(ctx context.Context, b *pgx.Batch) pgx.BatchResults
 }
 
-// SQLBeginner begins database/sql transactions; *sql.DB and *sql.Conn
-// implement it.
-type SQLBeginner interface {
+// SQLDB is the database/sql database a Guard opens its transactions on and
+// reads marks from: *sql.DB and *sql.Conn implement it.
+type SQLDB interface {
 	BeginTx(ctx context.Context, opts *sql.TxOptions) (*sql.Tx, error)
+	QueryRowContext(ctx context.Context, query string, args ...any) *sql.Row
 }
 
 // Config configures a Guard.
 type Config struct {
-	// DB opens the transactions of Fence (the fence.Guard method) and serves
-	// Mark. The other entry points take their database or transaction as an
-	// argument and ignore DB. Nil: Fence and Mark return ErrNoDB.
+	// DB is the pgx database (a *pgxpool.Pool or *pgx.Conn) the Guard
+	// opens the transactions of InTx, Begin and Fence on, and reads marks
+	// from. The marks table and the guarded data must both live in it.
 	DB DB
+	// SQLDB is the database/sql database (a *sql.DB or *sql.Conn, with any
+	// driver that speaks PostgreSQL, such as github.com/jackc/pgx/v5/stdlib)
+	// the Guard opens the transactions of InSQLTx on; Fence and Mark use it
+	// when DB is nil. It must reach the same database as DB.
+	//
+	// At least one of DB and SQLDB is required (New returns a *ConfigError
+	// otherwise). A method that needs the one not set returns a
+	// *ConfigError and does nothing: InTx and Begin need DB, InSQLTx needs
+	// SQLDB. FenceTx and FenceSQLTx work in the caller's transaction and
+	// need neither.
+	SQLDB SQLDB
 	// Schema holds the fencekit_guard_marks table (created by
 	// migrations.Migrate(..., migrations.Guard)). It must pass
 	// migrations.ValidateIdentifier. Default "public".
@@ -88,19 +101,47 @@ const DefaultLockTimeout = 5 * time.Second
 // MarksTable is the name of the high-water-mark table inside Config.Schema.
 const MarksTable = "fencekit_guard_marks"
 
-// ErrInvalidConfig is matched by every error New and NewRows return.
+// ErrInvalidConfig is matched by every error New, NewRows and NewMarks
+// return, and by the *ConfigError of a method that needs a database the
+// Config does not set.
 var ErrInvalidConfig = errors.New("pgguard: invalid config")
 
-// ErrNoDB is returned by Fence and Mark of a Guard built without Config.DB.
-var ErrNoDB = errors.New("pgguard: Config.DB is nil (Fence and Mark need it)")
+// ConfigError reports a Config (RowsConfig, MarksConfig) field that is
+// invalid, or missing for the method called. It matches ErrInvalidConfig.
+type ConfigError struct {
+	Field  string
+	Reason string
+	Err    error // underlying cause, if any (e.g. migrations.ErrInvalidIdentifier)
+}
 
-// ErrNilArgument is returned for a nil database, transaction or function.
+// Error implements error.
+func (e *ConfigError) Error() string {
+	msg := "pgguard: invalid config " + e.Field + ": " + e.Reason
+	if e.Err != nil {
+		msg += ": " + e.Err.Error()
+	}
+	return msg
+}
+
+// Is reports whether target is ErrInvalidConfig.
+func (e *ConfigError) Is(target error) bool { return target == ErrInvalidConfig }
+
+// Unwrap returns the underlying cause.
+func (e *ConfigError) Unwrap() error { return e.Err }
+
+// configErr is a *ConfigError.
+func configErr(field, reason string, err error) error {
+	return &ConfigError{Field: field, Reason: reason, Err: err}
+}
+
+// ErrNilArgument is returned for a nil transaction, querier or function.
 var ErrNilArgument = errors.New("pgguard: nil argument")
 
 // Guard fences PostgreSQL writes with the high-water marks in
 // Config.Schema's fencekit_guard_marks table. It is safe for concurrent use.
 type Guard struct {
 	db       DB
+	sqlDB    SQLDB
 	schema   string
 	iso      pgx.TxIsoLevel
 	sqlIso   sql.IsolationLevel
@@ -120,7 +161,7 @@ func New(cfg Config) (*Guard, error) {
 	}
 	schema, err := migrations.QuoteIdentifier(cfg.Schema)
 	if err != nil {
-		return nil, fmt.Errorf("%w: Schema: %w", ErrInvalidConfig, err)
+		return nil, configErr("Schema", "not a valid identifier", err)
 	}
 	var sqlIso sql.IsolationLevel
 	switch cfg.IsoLevel {
@@ -131,7 +172,7 @@ func New(cfg Config) (*Guard, error) {
 	case pgx.Serializable:
 		sqlIso = sql.LevelSerializable
 	default:
-		return nil, fmt.Errorf("%w: IsoLevel %q (want read committed, repeatable read or serializable)", ErrInvalidConfig, cfg.IsoLevel)
+		return nil, configErr("IsoLevel", fmt.Sprintf("%q (want read committed, repeatable read or serializable)", cfg.IsoLevel), nil)
 	}
 	lockArg, err := lockTimeoutArg(cfg.LockTimeout)
 	if err != nil {
@@ -140,11 +181,15 @@ func New(cfg Config) (*Guard, error) {
 	met, err := guardobs.New(guardobs.Config{Kind: guardobs.KindPostgres, Name: "pgguard",
 		MeterProvider: cfg.MeterProvider, Logger: cfg.Logger})
 	if err != nil {
-		return nil, fmt.Errorf("%w: %w", ErrInvalidConfig, err)
+		return nil, configErr("MeterProvider", "instruments", err)
+	}
+	if cfg.DB == nil && cfg.SQLDB == nil {
+		return nil, configErr("DB", "nil, and SQLDB nil too: set one (DB for pgx, SQLDB for database/sql) or both", nil)
 	}
 	table := schema + "." + MarksTable
 	return &Guard{
 		db:       cfg.DB,
+		sqlDB:    cfg.SQLDB,
 		schema:   cfg.Schema,
 		iso:      cfg.IsoLevel,
 		sqlIso:   sqlIso,
@@ -166,7 +211,7 @@ func lockTimeoutArg(d time.Duration) (any, error) {
 		return nil, nil
 	}
 	if d < time.Millisecond {
-		return nil, fmt.Errorf("%w: LockTimeout %v below 1ms (PostgreSQL would read it as 0, no timeout)", ErrInvalidConfig, d)
+		return nil, configErr("LockTimeout", fmt.Sprintf("%v below 1ms (PostgreSQL would read it as 0, no timeout)", d), nil)
 	}
 	return strconv.FormatInt(d.Milliseconds(), 10) + "ms", nil
 }

@@ -73,25 +73,25 @@ type Marks struct {
 // NewMarks validates cfg and fills defaults. It does no I/O.
 func NewMarks(cfg MarksConfig) (*Marks, error) {
 	if cfg.DB == nil {
-		return nil, fmt.Errorf("%w: DB: nil", ErrInvalidConfig)
+		return nil, configErr("DB", "nil", nil)
 	}
 	if cfg.Schema == "" {
 		cfg.Schema = migrations.DefaultSchema
 	}
 	q, err := migrations.QuoteIdentifier(cfg.Schema)
 	if err != nil {
-		return nil, fmt.Errorf("%w: Schema: %w", ErrInvalidConfig, err)
+		return nil, configErr("Schema", "not a valid identifier", err)
 	}
 	if cfg.CallTimeout == 0 {
 		cfg.CallTimeout = DefaultMarksCallTimeout
 	}
 	if cfg.CallTimeout < 0 {
-		return nil, fmt.Errorf("%w: CallTimeout: negative: %s", ErrInvalidConfig, cfg.CallTimeout)
+		return nil, configErr("CallTimeout", "negative: "+cfg.CallTimeout.String(), nil)
 	}
 	deleted, err := guardobs.Meter(cfg.MeterProvider).Int64Counter(guardobs.MetricMarksDeleted, metric.WithUnit("{mark}"),
 		metric.WithDescription("Guard marks deleted by housekeeping."))
 	if err != nil {
-		return nil, fmt.Errorf("%w: MeterProvider: %w", ErrInvalidConfig, err)
+		return nil, configErr("MeterProvider", "instruments", err)
 	}
 	t := q + "." + MarksTable
 	return &Marks{

@@ -59,8 +59,8 @@ func TestGuardMetrics(t *testing.T) {
 	assert.Empty(t, logs.String(), "nothing logged for stale refusals")
 
 	nop := func(context.Context, pgx.Tx) error { return nil }
-	require.NoError(t, g.InTx(fence.WithClaim(bg(), fence.Claim{Token: 11, Run: "run-a"}), pool, res, nop))
-	err = g.InTx(fence.WithClaim(bg(), fence.Claim{Token: 11, Run: "run-b"}), pool, res, nop)
+	require.NoError(t, g.InTx(fence.WithClaim(bg(), fence.Claim{Token: 11, Run: "run-a"}), res, nop))
+	err = g.InTx(fence.WithClaim(bg(), fence.Claim{Token: 11, Run: "run-b"}), res, nop)
 	re, ok := fence.IsReused(err)
 	require.True(t, ok, "%v", err)
 	assert.Equal(t, fence.ReusedError{Resource: res, Token: 11, Run: "run-b", MarkRun: "run-a"}, *re)

@@ -88,11 +88,11 @@ func heldRowWriter(schema, r, v string, tok fence.Token, hold func()) func(ctx c
 // row and the mark did commit.
 func TestCommitConnectionLostIsOutcomeUnknown(t *testing.T) {
 	schema := setupSchema(t)
-	g := newGuard(t, pgguard.Config{Schema: schema})
 	h := newReplyHold(t)
+	g := newGuard(t, pgguard.Config{Schema: schema, DB: h.pool})
 	ctx := testCtx(t)
 	err := h.run(func() { h.p.CloseConns() }, func(hold func()) error {
-		return g.InTxClaim(ctx, h.pool, "doc/1", fence.Claim{Token: 4}, heldRowWriter(schema, "doc/1", "v", 4, hold))
+		return g.InTxClaim(ctx, "doc/1", fence.Claim{Token: 4}, heldRowWriter(schema, "doc/1", "v", 4, hold))
 	})
 	require.ErrorIs(t, err, fence.ErrOutcomeUnknown)
 	require.NotErrorIs(t, err, context.Canceled)
@@ -116,7 +116,7 @@ func TestCommitConnectionLostIsOutcomeUnknown(t *testing.T) {
 // database/sql alike.
 func TestContextEndedBeforeCommitIsNothingWritten(t *testing.T) {
 	schema := setupSchema(t)
-	g := newGuard(t, pgguard.Config{Schema: schema})
+	g := newGuard(t, pgguard.Config{Schema: schema, DB: fencetest.Pool(t), SQLDB: sqlDB(t)})
 	cause := errors.New("test: lease lost")
 	check := func(t *testing.T, err error, r string) {
 		t.Helper()
@@ -129,7 +129,7 @@ func TestContextEndedBeforeCommitIsNothingWritten(t *testing.T) {
 	}
 	t.Run("pgx", func(t *testing.T) {
 		ctx, cancel := context.WithCancelCause(testCtx(t))
-		err := g.InTxClaim(ctx, fencetest.Pool(t), "doc/pgx", fence.Claim{Token: 1}, func(ctx context.Context, tx pgx.Tx) error {
+		err := g.InTxClaim(ctx, "doc/pgx", fence.Claim{Token: 1}, func(ctx context.Context, tx pgx.Tx) error {
 			if err := rowWriter(schema, "doc/pgx", "v", 1, false)(ctx, tx); err != nil {
 				return err
 			}
@@ -140,7 +140,7 @@ func TestContextEndedBeforeCommitIsNothingWritten(t *testing.T) {
 	})
 	t.Run("database/sql", func(t *testing.T) {
 		ctx, cancel := context.WithCancelCause(testCtx(t))
-		err := g.InSQLTxClaim(ctx, sqlDB(t), "doc/sql", fence.Claim{Token: 1}, func(ctx context.Context, tx *sql.Tx) error {
+		err := g.InSQLTxClaim(ctx, "doc/sql", fence.Claim{Token: 1}, func(ctx context.Context, tx *sql.Tx) error {
 			if err := sqlUpsert(ctx, tx, schema, "doc/sql", "v", 1, false); err != nil {
 				return err
 			}

@@ -2,6 +2,7 @@ package pgguard_test
 
 import (
 	"context"
+	"database/sql"
 	"errors"
 	"fmt"
 	"strings"
@@ -139,7 +140,7 @@ func fenceCounted(t *testing.T, g *pgguard.Guard, pool *pgxpool.Pool, c *counter
 func TestFenceTxIsOneStatement(t *testing.T) {
 	schema := setupSchema(t)
 	pool, c := tracedPool(t)
-	g := newGuard(t, pgguard.Config{Schema: schema})
+	g := newGuard(t, pgguard.Config{Schema: schema, DB: pool})
 	for _, step := range []struct {
 		tok   fence.Token
 		stale bool
@@ -164,7 +165,7 @@ func TestFenceTxIsOneStatement(t *testing.T) {
 func TestFenceTxBadInput(t *testing.T) {
 	schema := setupSchema(t)
 	pool, c := tracedPool(t)
-	g := newGuard(t, pgguard.Config{Schema: schema})
+	g := newGuard(t, pgguard.Config{Schema: schema, DB: pool})
 	tx, err := pool.Begin(bg())
 	require.NoError(t, err)
 	defer func() { _ = tx.Rollback(bg()) }()
@@ -203,20 +204,119 @@ func TestNewRejectsBadConfig(t *testing.T) {
 		assert.ErrorIs(t, err, pgguard.ErrInvalidConfig, "%q", schema)
 		assert.ErrorIs(t, err, migrations.ErrInvalidIdentifier, "%q", schema)
 	}
-	for _, cfg := range []pgguard.Config{
-		{IsoLevel: pgx.ReadUncommitted},
-		{IsoLevel: "read committed; drop table x"},
-		{LockTimeout: 500 * time.Microsecond},
+	for _, tc := range []struct {
+		cfg   pgguard.Config
+		field string
+	}{
+		{pgguard.Config{DB: noDB{t}, IsoLevel: pgx.ReadUncommitted}, "IsoLevel"},
+		{pgguard.Config{DB: noDB{t}, IsoLevel: "read committed; drop table x"}, "IsoLevel"},
+		{pgguard.Config{DB: noDB{t}, LockTimeout: 500 * time.Microsecond}, "LockTimeout"},
+		{pgguard.Config{}, "DB"}, // neither DB nor SQLDB
 	} {
-		_, err := pgguard.New(cfg)
-		assert.ErrorIs(t, err, pgguard.ErrInvalidConfig, "%+v", cfg)
+		_, err := pgguard.New(tc.cfg)
+		assert.ErrorIs(t, err, pgguard.ErrInvalidConfig, "%+v", tc.cfg)
+		var ce *pgguard.ConfigError
+		if assert.ErrorAs(t, err, &ce, "%+v", tc.cfg) {
+			assert.Equal(t, tc.field, ce.Field)
+		}
 	}
-	g, err := pgguard.New(pgguard.Config{})
+	g, err := pgguard.New(pgguard.Config{DB: noDB{t}})
 	require.NoError(t, err)
 	assert.Equal(t, "public", g.Schema())
-	assert.ErrorIs(t, g.Fence(bg(), "r", 1, func(context.Context) error { return nil }), pgguard.ErrNoDB)
-	_, err = g.Mark(bg(), "r")
-	assert.ErrorIs(t, err, pgguard.ErrNoDB)
+}
+
+// noDB is a DB and SQLDB that fails the test when used.
+type noDB struct{ t *testing.T }
+
+func (d noDB) BeginTx(context.Context, pgx.TxOptions) (pgx.Tx, error) {
+	d.t.Error("BeginTx reached the database")
+	return nil, errors.New("noDB")
+}
+
+func (d noDB) QueryRow(context.Context, string, ...any) pgx.Row {
+	d.t.Error("QueryRow reached the database")
+	return nil
+}
+
+type noSQLDB struct{ t *testing.T }
+
+func (d noSQLDB) BeginTx(context.Context, *sql.TxOptions) (*sql.Tx, error) {
+	d.t.Error("BeginTx reached the database")
+	return nil, errors.New("noSQLDB")
+}
+
+func (d noSQLDB) QueryRowContext(context.Context, string, ...any) *sql.Row {
+	d.t.Error("QueryRowContext reached the database")
+	return nil
+}
+
+// A method that needs the database the Config does not set returns a
+// *ConfigError naming it, before any I/O; the database-free checks come
+// first.
+func TestMethodNeedsItsDatabase(t *testing.T) {
+	ctx := fence.WithToken(bg(), 3)
+	nop := func(context.Context, pgx.Tx) error { return nil }
+	sqlNop := func(context.Context, *sql.Tx) error { return nil }
+	field := func(err error) string {
+		var ce *pgguard.ConfigError
+		require.ErrorAs(t, err, &ce)
+		require.ErrorIs(t, err, pgguard.ErrInvalidConfig)
+		return ce.Field
+	}
+
+	pgxOnly, err := pgguard.New(pgguard.Config{DB: noDB{t}})
+	require.NoError(t, err)
+	assert.Equal(t, "SQLDB", field(pgxOnly.InSQLTx(ctx, "r", sqlNop)))
+	assert.Equal(t, "SQLDB", field(pgxOnly.InSQLTxClaim(bg(), "r", cl(3), sqlNop)))
+	assert.ErrorIs(t, pgxOnly.InSQLTx(bg(), "r", sqlNop), fence.ErrNoToken, "input first")
+
+	sqlOnly, err := pgguard.New(pgguard.Config{SQLDB: noSQLDB{t}})
+	require.NoError(t, err)
+	assert.Equal(t, "DB", field(sqlOnly.InTx(ctx, "r", nop)))
+	assert.Equal(t, "DB", field(sqlOnly.InTxClaim(bg(), "r", cl(3), nop)))
+	_, err = sqlOnly.Begin(ctx, "r")
+	assert.Equal(t, "DB", field(err))
+	_, err = sqlOnly.BeginClaim(bg(), "r", cl(3))
+	assert.Equal(t, "DB", field(err))
+	assert.ErrorIs(t, sqlOnly.InTx(ctx, "", nop), fence.ErrInvalidResource, "input first")
+	assert.ErrorIs(t, sqlOnly.InTx(ctx, "r", nil), pgguard.ErrNilArgument, "input first")
+}
+
+// A Guard with only Config.SQLDB implements fence.Guard and Mark on it: the
+// write sees the *sql.Tx (SQLTxFromContext), not a pgx.Tx.
+func TestFenceAndMarkOnSQLDB(t *testing.T) {
+	schema := setupSchema(t)
+	g := newGuard(t, pgguard.Config{Schema: schema, SQLDB: sqlDB(t)})
+	write := func(v string, tok fence.Token) func(context.Context) error {
+		return func(ctx context.Context) error {
+			if _, ok := pgguard.TxFromContext(ctx); ok {
+				return errors.New("a pgx.Tx in the ctx of a database/sql Fence")
+			}
+			tx, ok := pgguard.SQLTxFromContext(ctx)
+			if !ok {
+				return errors.New("no *sql.Tx in ctx")
+			}
+			if got, ok := fence.FromContext(ctx); !ok || got != tok {
+				return errors.New("write's ctx lacks the token")
+			}
+			return sqlUpsert(ctx, tx, schema, "r", v, int64(tok), false)
+		}
+	}
+	mark, err := g.Mark(bg(), "r")
+	require.NoError(t, err)
+	assert.Equal(t, fence.Claim{}, mark, "no mark yet")
+	require.NoError(t, g.Fence(bg(), "r", 5, write("five", 5)))
+	se, ok := fence.IsStale(g.Fence(bg(), "r", 4, write("four", 4)))
+	require.True(t, ok)
+	assert.Equal(t, fence.Token(5), se.Highest)
+	mark, err = g.Mark(bg(), "r")
+	require.NoError(t, err)
+	assert.Equal(t, fence.Token(5), mark.Token)
+	v, tok, found, err := readRow(bg(), fencetest.Pool(t), schema, "r")
+	require.NoError(t, err)
+	assert.True(t, found)
+	assert.Equal(t, "five", v)
+	assert.Equal(t, fence.Token(5), tok)
 }
 
 func TestMissingTable(t *testing.T) {
@@ -435,7 +535,7 @@ func TestLockTimeoutIsBusy(t *testing.T) {
 func TestDeadlockIsBusy(t *testing.T) {
 	schema := setupSchema(t)
 	poolA, poolB, observer := fencetest.Pool(t), fencetest.Pool(t), fencetest.Pool(t)
-	g := newGuard(t, pgguard.Config{Schema: schema})
+	g := newGuard(t, pgguard.Config{Schema: schema, DB: observer})
 	txA, err := poolA.Begin(bg())
 	require.NoError(t, err)
 	defer func() { _ = txA.Rollback(bg()) }()

@@ -2,6 +2,7 @@ package pgguard
 
 import (
 	"context"
+	"database/sql"
 	"errors"
 	"fmt"
 
@@ -13,15 +14,16 @@ import (
 
 // InTx runs fn in a transaction fenced for resource under the claim ctx
 // carries (fence.ClaimFromContext: a lease's context carries its claim). It
-// begins a transaction on db and fences it in one round trip (see Begin),
-// calls fn with ctx and the transaction, and commits. Any error, and a panic
-// in fn, rolls the transaction back, so the mark is raised if and only if
-// fn's statements commit.
+// begins a transaction on Config.DB and fences it (see Begin), calls fn with
+// ctx and the transaction, and commits. Any error, and a panic in fn, rolls
+// the transaction back, so the mark is raised if and only if fn's
+// statements commit.
 //
 // Errors: fence.ErrNoToken when ctx carries no claim, input errors
 // (fence.ErrInvalidResource, fence.ErrInvalidToken, fence.ErrInvalidRun,
 // fence.ErrInvalidScope, ErrNilArgument), all before any I/O;
-// *fence.ScopeError under Config.Strict, before any I/O; *fence.StaleError and
+// *fence.ScopeError under Config.Strict, before any I/O; a *ConfigError
+// when Config.DB is nil, before any I/O; *fence.StaleError and
 // *fence.ReusedError from the fence statement; fence.ErrBusy for lock
 // timeout, serialization failure and deadlock (retry the transaction);
 // fn's error as is. Once ctx has ended every error matches ctx.Err() and
@@ -32,36 +34,42 @@ import (
 // If COMMIT was sent and no answer came back (ctx ended while waiting, the
 // connection broke), InTx returns a *fence.OutcomeUnknownError
 // (fence.ErrOutcomeUnknown): the transaction may have committed. Read the
-// mark or the data back, or retry with the same claim. With Config.Strict,
-// a resource outside the claim's scope is refused with a *fence.ScopeError
-// before any I/O.
-func (g *Guard) InTx(ctx context.Context, db Batcher, resource string, fn func(ctx context.Context, tx pgx.Tx) error) error {
+// mark or the data back, or retry with the same claim.
+func (g *Guard) InTx(ctx context.Context, resource string, fn func(ctx context.Context, tx pgx.Tx) error) error {
 	c, err := g.ctxClaim(ctx, resource)
 	if err != nil {
 		return err
 	}
-	return g.inTx(ctx, db, resource, c, fn)
+	return g.inTx(ctx, resource, c, fn)
 }
 
 // InTxClaim is InTx for a claim passed explicitly, for tokens that do not
 // come in ctx: pass fence.ClaimFor(ctx, token) (the token, with ctx's run
 // identity only if it was granted that token) or a fence.Claim you hold.
-func (g *Guard) InTxClaim(ctx context.Context, db Batcher, resource string, c fence.Claim, fn func(ctx context.Context, tx pgx.Tx) error) error {
-	if err := g.args(ctx, resource, c); err != nil {
+func (g *Guard) InTxClaim(ctx context.Context, resource string, claim fence.Claim, fn func(ctx context.Context, tx pgx.Tx) error) error {
+	if err := g.args(ctx, resource, claim); err != nil {
 		return err
 	}
-	return g.inTx(ctx, db, resource, c, fn)
+	return g.inTx(ctx, resource, claim, fn)
 }
 
-func (g *Guard) inTx(ctx context.Context, db Batcher, resource string, c fence.Claim, fn func(ctx context.Context, tx pgx.Tx) error) error {
-	if db == nil || fn == nil {
-		return fmt.Errorf("%w: InTx with nil db or fn", ErrNilArgument)
+func (g *Guard) inTx(ctx context.Context, resource string, c fence.Claim, fn func(ctx context.Context, tx pgx.Tx) error) error {
+	if fn == nil {
+		return fmt.Errorf("%w: InTx with nil fn", ErrNilArgument)
 	}
-	tx, err := g.begin(ctx, db, resource, c)
+	if g.db == nil {
+		return g.needDB("InTx")
+	}
+	tx, err := g.begin(ctx, resource, c)
 	if err != nil {
 		return err
 	}
 	return g.runAndCommit(ctx, tx, resource, func() error { return fn(ctx, tx) })
+}
+
+// needDB is the error of a pgx method of a Guard without Config.DB.
+func (g *Guard) needDB(method string) error {
+	return configErr("DB", "nil: "+method+" needs a pgx database (this Guard has only SQLDB)", nil)
 }
 
 // runAndCommit runs fn in the fenced tx and commits; any error or panic
@@ -84,38 +92,55 @@ func (g *Guard) runAndCommit(ctx context.Context, tx pgx.Tx, resource string, fn
 	return nil
 }
 
-// Begin begins a transaction on db (isolation Config.IsoLevel, lock waits
-// bounded by Config.LockTimeout) and fences it for resource under the claim
-// ctx carries, in one round trip: BEGIN and the fence statement travel as
-// one pgx.Batch. On success the transaction holds the raised mark and its
-// row lock until it ends; the caller writes in it and commits or rolls it
-// back. Errors are InTx's; on every error no transaction is returned (it
-// was rolled back and its connection released). db must not be inside a
-// transaction itself.
-func (g *Guard) Begin(ctx context.Context, db Batcher, resource string) (pgx.Tx, error) {
+// Begin begins a transaction on Config.DB (isolation Config.IsoLevel, lock
+// waits bounded by Config.LockTimeout) and fences it for resource under the
+// claim ctx carries. When Config.DB implements Batcher (as *pgxpool.Pool and
+// *pgx.Conn do), BEGIN and the fence statement travel as one pgx.Batch: one
+// round trip. On success the transaction holds the raised mark and its row
+// lock until it ends; the caller writes in it and commits or rolls it back.
+// Errors are InTx's; on every error no transaction is returned (it was
+// rolled back and its connection released).
+func (g *Guard) Begin(ctx context.Context, resource string) (pgx.Tx, error) {
 	c, err := g.ctxClaim(ctx, resource)
 	if err != nil {
 		return nil, err
 	}
-	return g.beginChecked(ctx, db, resource, c)
+	return g.beginChecked(ctx, resource, c)
 }
 
 // BeginClaim is Begin for a claim passed explicitly (see InTxClaim).
-func (g *Guard) BeginClaim(ctx context.Context, db Batcher, resource string, c fence.Claim) (pgx.Tx, error) {
-	if err := g.args(ctx, resource, c); err != nil {
+func (g *Guard) BeginClaim(ctx context.Context, resource string, claim fence.Claim) (pgx.Tx, error) {
+	if err := g.args(ctx, resource, claim); err != nil {
 		return nil, err
 	}
-	return g.beginChecked(ctx, db, resource, c)
+	return g.beginChecked(ctx, resource, claim)
 }
 
-func (g *Guard) beginChecked(ctx context.Context, db Batcher, resource string, c fence.Claim) (pgx.Tx, error) {
-	if db == nil {
-		return nil, fmt.Errorf("%w: Begin with nil db", ErrNilArgument)
+func (g *Guard) beginChecked(ctx context.Context, resource string, c fence.Claim) (pgx.Tx, error) {
+	if g.db == nil {
+		return nil, g.needDB("Begin")
 	}
-	return g.begin(ctx, db, resource, c)
+	return g.begin(ctx, resource, c)
 }
 
-func (g *Guard) begin(ctx context.Context, db Batcher, resource string, c fence.Claim) (pgx.Tx, error) {
+// begin begins a transaction on g.db and fences it: in one batch when g.db
+// is a Batcher, otherwise BeginTx and then the fence statement.
+func (g *Guard) begin(ctx context.Context, resource string, c fence.Claim) (pgx.Tx, error) {
+	if b, ok := g.db.(Batcher); ok {
+		return g.beginBatch(ctx, b, resource, c)
+	}
+	tx, err := g.db.BeginTx(ctx, pgx.TxOptions{IsoLevel: g.iso})
+	if err != nil {
+		return nil, g.dbError(ctx, resource, "begin", err)
+	}
+	if err := g.fenceTx(ctx, tx, resource, c, g.lockArg); err != nil {
+		rollback(ctx, tx)
+		return nil, err
+	}
+	return tx, nil
+}
+
+func (g *Guard) beginBatch(ctx context.Context, db Batcher, resource string, c fence.Claim) (pgx.Tx, error) {
 	b := &pgx.Batch{}
 	b.BeginTx(pgx.TxOptions{IsoLevel: g.iso})
 	var (
@@ -174,11 +199,11 @@ func (g *Guard) FenceTx(ctx context.Context, tx pgx.Tx, resource string) error {
 }
 
 // FenceTxClaim is FenceTx for a claim passed explicitly (see InTxClaim).
-func (g *Guard) FenceTxClaim(ctx context.Context, tx pgx.Tx, resource string, c fence.Claim) error {
-	if err := g.args(ctx, resource, c); err != nil {
+func (g *Guard) FenceTxClaim(ctx context.Context, tx pgx.Tx, resource string, claim fence.Claim) error {
+	if err := g.args(ctx, resource, claim); err != nil {
 		return err
 	}
-	return g.fenceTxChecked(ctx, tx, resource, c)
+	return g.fenceTxChecked(ctx, tx, resource, claim)
 }
 
 func (g *Guard) fenceTxChecked(ctx context.Context, tx pgx.Tx, resource string, c fence.Claim) error {
@@ -213,20 +238,20 @@ func rollback(ctx context.Context, tx pgx.Tx) {
 
 type txKey struct{}
 
-// TxFromContext returns the transaction of the Guard.Fence call whose write
-// function received ctx.
+// TxFromContext returns the pgx transaction of the Guard.Fence call whose
+// write function received ctx (a Guard with Config.DB).
 func TxFromContext(ctx context.Context) (pgx.Tx, bool) {
 	tx, ok := ctx.Value(txKey{}).(pgx.Tx)
 	return tx, ok
 }
 
-// Fence implements fence.Guard on Config.DB, for code written against that
-// interface (httpguard, the conformance kit): it fences under
-// fence.ClaimFor(ctx, token) like InTxClaim (in one round trip when
-// Config.DB implements Batcher, as *pgxpool.Pool and *pgx.Conn do;
-// otherwise BeginTx, then the fence statement), calls write with a ctx that
-// carries the transaction (TxFromContext) and the claim (fence.FromContext),
-// and commits. Errors and rollback are InTx's; ErrNoDB without Config.DB.
+// Fence implements fence.Guard, for code written against that interface
+// (httpguard, the conformance kit): it fences under fence.ClaimFor(ctx,
+// token) like InTxClaim, calls write with a ctx that carries the
+// transaction and the claim (fence.FromContext), and commits. The
+// transaction is a pgx.Tx on Config.DB (TxFromContext), or, when the Guard
+// has only Config.SQLDB, a *sql.Tx on it (SQLTxFromContext). Errors and
+// rollback are InTx's.
 func (g *Guard) Fence(ctx context.Context, resource string, token fence.Token, write func(ctx context.Context) error) error {
 	c := fence.ClaimFor(ctx, token)
 	if err := g.args(ctx, resource, c); err != nil {
@@ -236,45 +261,36 @@ func (g *Guard) Fence(ctx context.Context, resource string, token fence.Token, w
 		return fmt.Errorf("%w: Fence with nil write", ErrNilArgument)
 	}
 	if g.db == nil {
-		return ErrNoDB
+		return g.inSQLTx(ctx, resource, c, func(ctx context.Context, tx *sql.Tx) error {
+			return write(context.WithValue(fence.WithClaim(ctx, c), sqlTxKey{}, tx))
+		})
 	}
-	var tx pgx.Tx
-	if b, ok := g.db.(Batcher); ok {
-		t, err := g.begin(ctx, b, resource, c)
-		if err != nil {
-			return err
-		}
-		tx = t
-	} else {
-		t, err := g.db.BeginTx(ctx, pgx.TxOptions{IsoLevel: g.iso})
-		if err != nil {
-			return g.dbError(ctx, resource, "begin", err)
-		}
-		if err := g.fenceTx(ctx, t, resource, c, g.lockArg); err != nil {
-			rollback(ctx, t)
-			return err
-		}
-		tx = t
+	tx, err := g.begin(ctx, resource, c)
+	if err != nil {
+		return err
 	}
 	wctx := context.WithValue(fence.WithClaim(ctx, c), txKey{}, tx)
 	return g.runAndCommit(ctx, tx, resource, func() error { return write(wctx) })
 }
 
 // Mark returns the high-water mark of resource with the run identity
-// stored with it (the zero Claim when it has none), read on Config.DB.
+// stored with it (the zero Claim when it has none), read on Config.DB, or
+// on Config.SQLDB when DB is nil.
 func (g *Guard) Mark(ctx context.Context, resource string) (fence.Claim, error) {
 	if err := fence.ValidateResource(resource); err != nil {
 		return fence.Claim{}, err
 	}
-	if g.db == nil {
-		return fence.Claim{}, ErrNoDB
-	}
 	var (
 		v   int64
 		run string
+		err error
 	)
-	err := g.db.QueryRow(ctx, g.readSQL, resource).Scan(&v, &run)
-	if errors.Is(err, pgx.ErrNoRows) {
+	if g.db != nil {
+		err = g.db.QueryRow(ctx, g.readSQL, resource).Scan(&v, &run)
+	} else {
+		err = g.sqlDB.QueryRowContext(ctx, g.readSQL, resource).Scan(&v, &run)
+	}
+	if errors.Is(err, pgx.ErrNoRows) || errors.Is(err, sql.ErrNoRows) {
 		return fence.Claim{}, nil
 	}
 	if err != nil {

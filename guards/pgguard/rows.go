@@ -100,7 +100,7 @@ const refusedRetries = 3
 // NewRows validates cfg, fills defaults and returns a Rows. It does no I/O;
 // the table must exist with the named columns.
 func NewRows(cfg RowsConfig) (*Rows, error) {
-	bad := func(field string, err error) error { return fmt.Errorf("%w: %s: %w", ErrInvalidConfig, field, err) }
+	bad := func(field string, err error) error { return configErr(field, "not a valid identifier", err) }
 	if cfg.Schema == "" {
 		cfg.Schema = migrations.DefaultSchema
 	}
@@ -116,7 +116,7 @@ func NewRows(cfg RowsConfig) (*Rows, error) {
 		return nil, bad("Table", err)
 	}
 	if len(cfg.Key) == 0 {
-		return nil, fmt.Errorf("%w: Key: at least one column", ErrInvalidConfig)
+		return nil, configErr("Key", "at least one column", nil)
 	}
 	seen := map[string]bool{}
 	quote := func(field string, names []string) ([]string, error) {
@@ -127,7 +127,7 @@ func NewRows(cfg RowsConfig) (*Rows, error) {
 				return nil, bad(field, err)
 			}
 			if seen[n] {
-				return nil, fmt.Errorf("%w: %s: column %q named twice", ErrInvalidConfig, field, n)
+				return nil, configErr(field, fmt.Sprintf("column %q named twice", n), nil)
 			}
 			seen[n] = true
 			out[i] = q
@@ -159,7 +159,7 @@ func NewRows(cfg RowsConfig) (*Rows, error) {
 	met, err := guardobs.New(guardobs.Config{Kind: guardobs.KindPostgres, Name: "pgguard",
 		MeterProvider: cfg.MeterProvider, Logger: cfg.Logger})
 	if err != nil {
-		return nil, bad("MeterProvider", err)
+		return nil, configErr("MeterProvider", "instruments", err)
 	}
 	r := &Rows{
 		schema: cfg.Schema, table: cfg.Table,
@@ -264,12 +264,12 @@ func (r *Rows) Upsert(ctx context.Context, q Querier, key []any, values ...any) 
 }
 
 // UpsertClaim is Upsert for a claim passed explicitly (see InTxClaim).
-func (r *Rows) UpsertClaim(ctx context.Context, q Querier, key []any, c fence.Claim, values ...any) error {
-	res, err := r.explicitArgs(ctx, c, key, values)
+func (r *Rows) UpsertClaim(ctx context.Context, q Querier, key []any, claim fence.Claim, values ...any) error {
+	res, err := r.explicitArgs(ctx, claim, key, values)
 	if err != nil {
 		return err
 	}
-	return r.upsertPgx(ctx, q, res, c, key, values)
+	return r.upsertPgx(ctx, q, res, claim, key, values)
 }
 
 // UpsertSQL is Upsert on database/sql: q is a *sql.DB, *sql.Conn or *sql.Tx
@@ -283,12 +283,12 @@ func (r *Rows) UpsertSQL(ctx context.Context, q SQLQuerier, key []any, values ..
 }
 
 // UpsertSQLClaim is UpsertSQL for a claim passed explicitly.
-func (r *Rows) UpsertSQLClaim(ctx context.Context, q SQLQuerier, key []any, c fence.Claim, values ...any) error {
-	res, err := r.explicitArgs(ctx, c, key, values)
+func (r *Rows) UpsertSQLClaim(ctx context.Context, q SQLQuerier, key []any, claim fence.Claim, values ...any) error {
+	res, err := r.explicitArgs(ctx, claim, key, values)
 	if err != nil {
 		return err
 	}
-	return r.upsertStd(ctx, q, res, c, key, values)
+	return r.upsertStd(ctx, q, res, claim, key, values)
 }
 
 func (r *Rows) arity(key, values []any) (string, error) {

@@ -25,14 +25,14 @@ func TestStrictRefusesAnotherKeysResource(t *testing.T) {
 	claimA := fence.Claim{Token: 7, Run: "run-a", Scope: fence.JoinResource("acme", "conv-1")}
 	claimB := fence.Claim{Token: 40, Run: "run-b", Scope: fence.JoinResource("acme", "conv-2")}
 	write := func(g *pgguard.Guard, schema string, c fence.Claim, v string) error {
-		return g.InTx(fence.WithClaim(ctx, c), fencetest.Pool(t), resA, func(ctx context.Context, tx pgx.Tx) error {
+		return g.InTx(fence.WithClaim(ctx, c), resA, func(ctx context.Context, tx pgx.Tx) error {
 			return rowWriter(schema, resA, v, int64(c.Token), false)(ctx, tx)
 		})
 	}
 
 	t.Run("not strict: the hazard", func(t *testing.T) {
 		schema := loose
-		g := newGuard(t, pgguard.Config{Schema: schema})
+		g := newGuard(t, pgguard.Config{Schema: schema, DB: fencetest.Pool(t)})
 		require.NoError(t, write(g, schema, claimA, "a1"))
 		require.NoError(t, write(g, schema, claimB, "b"), "another key's claim raises this key's mark")
 		require.ErrorIs(t, write(g, schema, claimA, "a2"), fence.ErrStale, "A's valid write is now stale")

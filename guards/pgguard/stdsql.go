@@ -8,33 +8,41 @@ import (
 	"github.com/fencekit/fencekit/fence"
 )
 
-// InSQLTx is InTx for database/sql (any driver that speaks PostgreSQL, such
-// as github.com/jackc/pgx/v5/stdlib): it begins a transaction on db
-// (isolation Config.IsoLevel), runs the same single fence statement (lock
-// wait bounded by Config.LockTimeout), calls fn with ctx and the
-// transaction, and commits. database/sql sends BEGIN on its own, so this is
-// one round trip more than InTx. Errors and rollback are InTx's.
-func (g *Guard) InSQLTx(ctx context.Context, db SQLBeginner, resource string, fn func(ctx context.Context, tx *sql.Tx) error) error {
+// InSQLTx is InTx for database/sql: it begins a transaction on
+// Config.SQLDB (isolation Config.IsoLevel), runs the same single fence
+// statement (lock wait bounded by Config.LockTimeout), calls fn with ctx and
+// the transaction, and commits. database/sql sends BEGIN on its own, so
+// this is one round trip more than InTx. Errors and rollback are InTx's; a
+// *ConfigError when Config.SQLDB is nil, before any I/O.
+func (g *Guard) InSQLTx(ctx context.Context, resource string, fn func(ctx context.Context, tx *sql.Tx) error) error {
 	c, err := g.ctxClaim(ctx, resource)
 	if err != nil {
 		return err
 	}
-	return g.inSQLTx(ctx, db, resource, c, fn)
+	return g.inSQLTxChecked(ctx, resource, c, fn)
 }
 
 // InSQLTxClaim is InSQLTx for a claim passed explicitly (see InTxClaim).
-func (g *Guard) InSQLTxClaim(ctx context.Context, db SQLBeginner, resource string, c fence.Claim, fn func(ctx context.Context, tx *sql.Tx) error) error {
-	if err := g.args(ctx, resource, c); err != nil {
+func (g *Guard) InSQLTxClaim(ctx context.Context, resource string, claim fence.Claim, fn func(ctx context.Context, tx *sql.Tx) error) error {
+	if err := g.args(ctx, resource, claim); err != nil {
 		return err
 	}
-	return g.inSQLTx(ctx, db, resource, c, fn)
+	return g.inSQLTxChecked(ctx, resource, claim, fn)
 }
 
-func (g *Guard) inSQLTx(ctx context.Context, db SQLBeginner, resource string, c fence.Claim, fn func(ctx context.Context, tx *sql.Tx) error) error {
-	if db == nil || fn == nil {
-		return fmt.Errorf("%w: InSQLTx with nil db or fn", ErrNilArgument)
+func (g *Guard) inSQLTxChecked(ctx context.Context, resource string, c fence.Claim, fn func(ctx context.Context, tx *sql.Tx) error) error {
+	if fn == nil {
+		return fmt.Errorf("%w: InSQLTx with nil fn", ErrNilArgument)
 	}
-	tx, err := db.BeginTx(ctx, &sql.TxOptions{Isolation: g.sqlIso})
+	if g.sqlDB == nil {
+		return configErr("SQLDB", "nil: InSQLTx needs a database/sql database (this Guard has only DB)", nil)
+	}
+	return g.inSQLTx(ctx, resource, c, fn)
+}
+
+// inSQLTx begins on g.sqlDB, fences, runs fn and commits.
+func (g *Guard) inSQLTx(ctx context.Context, resource string, c fence.Claim, fn func(ctx context.Context, tx *sql.Tx) error) error {
+	tx, err := g.sqlDB.BeginTx(ctx, &sql.TxOptions{Isolation: g.sqlIso})
 	if err != nil {
 		return g.dbError(ctx, resource, "begin", err)
 	}
@@ -70,11 +78,11 @@ func (g *Guard) FenceSQLTx(ctx context.Context, tx *sql.Tx, resource string) err
 
 // FenceSQLTxClaim is FenceSQLTx for a claim passed explicitly (see
 // InTxClaim).
-func (g *Guard) FenceSQLTxClaim(ctx context.Context, tx *sql.Tx, resource string, c fence.Claim) error {
-	if err := g.args(ctx, resource, c); err != nil {
+func (g *Guard) FenceSQLTxClaim(ctx context.Context, tx *sql.Tx, resource string, claim fence.Claim) error {
+	if err := g.args(ctx, resource, claim); err != nil {
 		return err
 	}
-	return g.fenceSQLTxChecked(ctx, tx, resource, c)
+	return g.fenceSQLTxChecked(ctx, tx, resource, claim)
 }
 
 func (g *Guard) fenceSQLTxChecked(ctx context.Context, tx *sql.Tx, resource string, c fence.Claim) error {
@@ -103,3 +111,13 @@ func (g *Guard) fenceStd(ctx context.Context, tx *sql.Tx, resource string, c fen
 // sqlRollback rolls tx back. database/sql's Rollback takes no context: when
 // the driver's connection is stuck, it returns once database/sql closes it.
 func sqlRollback(tx *sql.Tx) { _ = tx.Rollback() }
+
+type sqlTxKey struct{}
+
+// SQLTxFromContext returns the database/sql transaction of the Guard.Fence
+// call whose write function received ctx (a Guard with Config.SQLDB and no
+// Config.DB).
+func SQLTxFromContext(ctx context.Context) (*sql.Tx, bool) {
+	tx, ok := ctx.Value(sqlTxKey{}).(*sql.Tx)
+	return tx, ok
+}

@@ -20,9 +20,9 @@ import (
 func TestFenceSQLTxStaleRollsBack(t *testing.T) {
 	schema := setupSchema(t)
 	db := sqlDB(t)
-	g := newGuard(t, pgguard.Config{Schema: schema})
+	g := newGuard(t, pgguard.Config{Schema: schema, SQLDB: db})
 	nop := func(context.Context, *sql.Tx) error { return nil }
-	require.NoError(t, g.InSQLTxClaim(bg(), db, "r", cl(7), nop))
+	require.NoError(t, g.InSQLTxClaim(bg(), "r", cl(7), nop))
 
 	tx, err := db.BeginTx(bg(), nil)
 	require.NoError(t, err)
@@ -42,7 +42,8 @@ func TestFenceSQLTxStaleRollsBack(t *testing.T) {
 func TestSQLBusy(t *testing.T) {
 	schema := setupSchema(t)
 	holderDB, waiterDB := sqlDB(t), sqlDB(t)
-	g := newGuard(t, pgguard.Config{Schema: schema, LockTimeout: 50 * time.Millisecond})
+	g := newGuard(t, pgguard.Config{Schema: schema, SQLDB: waiterDB, LockTimeout: 50 * time.Millisecond})
+	gHolder := newGuard(t, pgguard.Config{Schema: schema, SQLDB: holderDB, LockTimeout: 50 * time.Millisecond})
 	nop := func(context.Context, *sql.Tx) error { return nil }
 
 	t.Run("55P03", func(t *testing.T) {
@@ -51,18 +52,18 @@ func TestSQLBusy(t *testing.T) {
 		defer func() { _ = h.Rollback() }()
 		require.NoError(t, g.FenceSQLTxClaim(bg(), h, "lock", cl(3)))
 		called := false
-		err = g.InSQLTxClaim(bg(), waiterDB, "lock", cl(4), func(context.Context, *sql.Tx) error { called = true; return nil })
+		err = g.InSQLTxClaim(bg(), "lock", cl(4), func(context.Context, *sql.Tx) error { called = true; return nil })
 		requireCode(t, err, "55P03")
 		assert.False(t, called)
 	})
 	t.Run("40001", func(t *testing.T) {
-		require.NoError(t, g.InSQLTxClaim(bg(), holderDB, "ser", cl(1), nop))
+		require.NoError(t, gHolder.InSQLTxClaim(bg(), "ser", cl(1), nop))
 		tx, err := waiterDB.BeginTx(bg(), &sql.TxOptions{Isolation: sql.LevelRepeatableRead})
 		require.NoError(t, err)
 		defer func() { _ = tx.Rollback() }()
 		_, err = tx.ExecContext(bg(), "SELECT 1") // takes the snapshot
 		require.NoError(t, err)
-		require.NoError(t, g.InSQLTxClaim(bg(), holderDB, "ser", cl(9), nop))
+		require.NoError(t, gHolder.InSQLTxClaim(bg(), "ser", cl(9), nop))
 		requireCode(t, g.FenceSQLTxClaim(bg(), tx, "ser", cl(10)), "40001")
 		assert.ErrorIs(t, tx.Commit(), sql.ErrTxDone)
 	})
@@ -97,7 +98,7 @@ func TestSQLBusy(t *testing.T) {
 		errLost := errors.New("lease lost (test cause)")
 		ctx, cancel := context.WithCancelCause(bg())
 		cancel(errLost)
-		err = g.InSQLTx(fence.WithToken(ctx, 4), waiterDB, "ctx", nop)
+		err = g.InSQLTx(fence.WithToken(ctx, 4), "ctx", nop)
 		assert.ErrorIs(t, err, context.Canceled)
 		assert.ErrorIs(t, err, errLost)
 		assert.NotErrorIs(t, err, fence.ErrBusy)

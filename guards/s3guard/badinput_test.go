@@ -41,7 +41,7 @@ func TestBadInput(t *testing.T) {
 		t.Run("keys", func(t *testing.T) {
 			for _, key := range []string{
 				"", "a\x00b", "nl\nx", "\x7f", "\xff\xfe", string([]byte{'a', 0xc3}),
-				strings.Repeat("k", MaxKeyLen+1), strings.Repeat("k", 1025),
+				strings.Repeat("k", fence.MaxResourceLen+1), strings.Repeat("k", 1025),
 				strings.Repeat("s", MaxSegmentLen+1), "a/" + strings.Repeat("s", MaxSegmentLen+1) + "/b",
 				"/lead", "trail/", "a//b", "a/./b", "../up", "a/..", ".", "back\\slash",
 				DefaultDataPrefix + "keep/0000000000000000005-0123456789abcdef0123456789abcdef",
@@ -50,7 +50,7 @@ func TestBadInput(t *testing.T) {
 				" ", "   ", "\u00a0", " \u2003 ",
 			} {
 				for op, err := range ops(s, key, 9) {
-					var ke *KeyError
+					var ke *ResourceError
 					assert.ErrorAs(t, err, &ke, "%s(%q)", op, key)
 					assert.ErrorIs(t, err, fence.ErrInvalidResource, "%s(%q)", op, key)
 				}
@@ -91,10 +91,10 @@ func TestBadInput(t *testing.T) {
 		assert.Equal(t, "kept", got)
 		assert.Equal(t, fence.Token(5), info.Token)
 
-		// The limits themselves are fine: a MaxKeyLen key, a MaxSegmentLen
+		// The limits themselves are fine: a fence.MaxResourceLen key, a MaxSegmentLen
 		// segment.
-		for _, key := range []string{strings.Repeat("k/", MaxKeyLen/2-1) + "kk", strings.Repeat("s", MaxSegmentLen)} {
-			require.Len(t, key, map[bool]int{true: MaxKeyLen, false: MaxSegmentLen}[len(key) > MaxSegmentLen])
+		for _, key := range []string{strings.Repeat("k/", fence.MaxResourceLen/2-1) + "kk", strings.Repeat("s", MaxSegmentLen)} {
+			require.Len(t, key, map[bool]int{true: fence.MaxResourceLen, false: MaxSegmentLen}[len(key) > MaxSegmentLen])
 			_, err := put(t, s, key, 1, "edge")
 			require.NoError(t, err, "%d-byte key", len(key))
 			got, _ := content(t, s, key)
@@ -164,7 +164,7 @@ func TestForeignObjectAtKey(t *testing.T) {
 					var pe *PointerError
 					require.ErrorAs(t, err, &pe, "%s", op)
 					assert.ErrorIs(t, err, ErrNotPointer, "%s", op)
-					assert.Equal(t, key, pe.Key)
+					assert.Equal(t, key, pe.Resource)
 				}
 				assert.Equal(t, before, e.snapshot(t), "nothing may change")
 				raw, _, err := e.rawGet(t, key)

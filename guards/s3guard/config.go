@@ -135,12 +135,12 @@ func New(cfg Config) (*Store, error) {
 	if !strings.HasSuffix(cfg.DataPrefix, "/") {
 		return nil, fmt.Errorf("%w: DataPrefix %q must end in '/'", ErrInvalidConfig, cfg.DataPrefix)
 	}
-	var ke *KeyError
-	if err := checkKey("\x00", strings.TrimSuffix(cfg.DataPrefix, "/")); errors.As(err, &ke) {
+	var ke *ResourceError
+	if err := checkResource("\x00", strings.TrimSuffix(cfg.DataPrefix, "/")); errors.As(err, &ke) {
 		return nil, fmt.Errorf("%w: DataPrefix %q: %s", ErrInvalidConfig, cfg.DataPrefix, ke.Reason)
 	}
-	if len(cfg.DataPrefix)+MaxKeyLen+dataSuffixLen > maxS3KeyLen {
-		return nil, fmt.Errorf("%w: DataPrefix longer than %d bytes", ErrInvalidConfig, maxS3KeyLen-MaxKeyLen-dataSuffixLen)
+	if len(cfg.DataPrefix)+fence.MaxResourceLen+dataSuffixLen > maxS3KeyLen {
+		return nil, fmt.Errorf("%w: DataPrefix longer than %d bytes", ErrInvalidConfig, maxS3KeyLen-fence.MaxResourceLen-dataSuffixLen)
 	}
 	switch {
 	case cfg.MaxAttempts < 0:

@@ -10,16 +10,16 @@
 //
 // # Layout
 //
-// The object at the user's key is a small JSON pointer; the content lives in
-// an immutable data object next to it:
+// The object whose key is the resource is a small JSON pointer; the content
+// lives in an immutable data object next to it:
 //
-//	<key>                                           pointer (application/json)
-//	<DataPrefix><key>/<token, 19 digits>-<write id> content, one per write
+//	<resource>                                           pointer (application/json)
+//	<DataPrefix><resource>/<token, 19 digits>-<write id> content, one per write
 //
 // A pointer body looks like this (see docs/guards-s3.md for every field):
 //
 //	{"fencekit":"s3guard/v1","token":"8","write_id":"<32 hex>","deleted":false,
-//	 "data":"_fencekit/data/<key>/0000000000000000008-<write id>",
+//	 "data":"_fencekit/data/<resource>/0000000000000000008-<write id>",
 //	 "etag":"<data object ETag>","size":4096,"content_type":"text/plain"}
 //
 // A plain S3 reader finds the current content by GETting the pointer and then
@@ -126,7 +126,7 @@
 //     error and cause when it ended): the request may still land. A ctx
 //     that ends before the pointer PUT is sent is reported as the
 //     context's end (nothing written) and the staged data is removed.
-//   - With Config.Strict, a key outside the claim's scope, or a claim
+//   - With Config.Strict, a resource outside the claim's scope, or a claim
 //     without a scope, is refused with a *fence.ScopeError
 //     (fence.ErrOutOfScope) before anything is read or written.
 //   - Get returns the content of one pointer together with the token and
@@ -135,7 +135,7 @@
 //   - A write whose reply is lost and whose SDK retry meets 412 is reported as
 //     a success when its pointer landed, and never as success when the 412 was
 //     caused by someone else.
-//   - Bad input (invalid keys, tokens, options) returns a typed error and
+//   - Bad input (invalid resources, tokens, options) returns a typed error and
 //     changes nothing. An object at a key that is not a valid pointer
 //     (*PointerError) is neither read through nor overwritten.
 //   - Staged content is invisible until its pointer is written; a refused or

@@ -7,12 +7,12 @@ import (
 	"github.com/fencekit/fencekit/fence"
 )
 
-// ErrNotFound is matched (errors.Is) by a *NotFoundError: the key has no
-// pointer, or its pointer is a tombstone left by a fenced Delete.
+// ErrNotFound is matched (errors.Is) by a *NotFoundError: the resource has
+// no pointer, or its pointer is a tombstone left by a fenced Delete.
 var ErrNotFound = errors.New("s3guard: not found")
 
-// ErrNotPointer is matched by a *PointerError: the object stored at a key is
-// not a valid s3guard pointer (someone wrote it without the guard, or it is
+// ErrNotPointer is matched by a *PointerError: the object stored at a
+// resource's key is not a valid s3guard pointer (someone wrote it without the guard, or it is
 // damaged). The guard refuses to read through it or to overwrite it.
 var ErrNotPointer = errors.New("s3guard: object is not an s3guard pointer")
 
@@ -44,38 +44,39 @@ var ErrNilWrite = errors.New("s3guard: Fence with a nil write")
 // whose context they were given has already returned.
 var ErrStageClosed = errors.New("s3guard: the Fence call of this context has returned")
 
-// NotFoundError reports a key without content. It matches ErrNotFound.
+// NotFoundError reports a resource without content. It matches
+// ErrNotFound.
 type NotFoundError struct {
-	Key string
+	Resource string
 	// Deleted is true when a tombstone is in place (a fenced Delete, or a
-	// Fence call that staged nothing on a key without content).
+	// Fence call that staged nothing on a resource without content).
 	Deleted bool
-	// Token is the tombstone's token, the key's high-water mark; zero when
-	// the key has no pointer at all.
+	// Token is the tombstone's token, the resource's high-water mark; zero
+	// when the resource has no pointer at all.
 	Token fence.Token
 }
 
 // Error implements error.
 func (e *NotFoundError) Error() string {
 	if e.Deleted {
-		return fmt.Sprintf("s3guard: %q not found: deleted under token %d", e.Key, e.Token)
+		return fmt.Sprintf("s3guard: %q not found: deleted under token %d", e.Resource, e.Token)
 	}
-	return fmt.Sprintf("s3guard: %q not found", e.Key)
+	return fmt.Sprintf("s3guard: %q not found", e.Resource)
 }
 
 // Is reports whether target is ErrNotFound.
 func (e *NotFoundError) Is(target error) bool { return target == ErrNotFound }
 
-// PointerError reports an object at Key that is not a valid pointer. It
-// matches ErrNotPointer.
+// PointerError reports an object at Resource that is not a valid pointer.
+// It matches ErrNotPointer.
 type PointerError struct {
-	Key    string
-	Reason string
+	Resource string
+	Reason   string
 }
 
 // Error implements error.
 func (e *PointerError) Error() string {
-	return fmt.Sprintf("s3guard: object %q is not an s3guard pointer: %s", e.Key, e.Reason)
+	return fmt.Sprintf("s3guard: object %q is not an s3guard pointer: %s", e.Resource, e.Reason)
 }
 
 // Is reports whether target is ErrNotPointer.
@@ -84,37 +85,37 @@ func (e *PointerError) Is(target error) bool { return target == ErrNotPointer }
 // DataError reports a pointer whose data object is missing or does not
 // carry the ETag the pointer recorded. It matches ErrCorrupt.
 type DataError struct {
-	Key     string
-	DataKey string
-	Reason  string
+	Resource string
+	DataKey  string // the S3 key of the data object
+	Reason   string
 }
 
 // Error implements error.
 func (e *DataError) Error() string {
-	return fmt.Sprintf("s3guard: %q: data object %q %s", e.Key, e.DataKey, e.Reason)
+	return fmt.Sprintf("s3guard: %q: data object %q %s", e.Resource, e.DataKey, e.Reason)
 }
 
 // Is reports whether target is ErrCorrupt.
 func (e *DataError) Is(target error) bool { return target == ErrCorrupt }
 
-// KeyError reports a key the guard does not accept. It matches
-// fence.ErrInvalidResource.
-type KeyError struct {
-	Key    string // the rejected key, truncated to 64 bytes
-	Reason string
+// ResourceError reports a resource (object key) the guard does not accept.
+// It matches fence.ErrInvalidResource.
+type ResourceError struct {
+	Resource string // the rejected resource, truncated to 64 bytes
+	Reason   string
 }
 
 // Error implements error.
-func (e *KeyError) Error() string {
-	return fmt.Sprintf("s3guard: invalid key %q: %s", e.Key, e.Reason)
+func (e *ResourceError) Error() string {
+	return fmt.Sprintf("s3guard: invalid resource %q: %s", e.Resource, e.Reason)
 }
 
 // Unwrap returns fence.ErrInvalidResource.
-func (e *KeyError) Unwrap() error { return fence.ErrInvalidResource }
+func (e *ResourceError) Unwrap() error { return fence.ErrInvalidResource }
 
-func keyErr(key, reason string) error {
-	if len(key) > 64 {
-		key = key[:64]
+func resourceErr(resource, reason string) error {
+	if len(resource) > 64 {
+		resource = resource[:64]
 	}
-	return &KeyError{Key: key, Reason: reason}
+	return &ResourceError{Resource: resource, Reason: reason}
 }

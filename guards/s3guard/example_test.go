@@ -172,7 +172,7 @@ func ExampleStore_Fence() {
 	// "written under token 3", mark 3
 }
 
-// Delete writes a fenced tombstone: the key reads as not found, and the mark
+// Delete writes a fenced tombstone: the resource reads as not found, and the mark
 // it keeps refuses older writers.
 func ExampleStore_Delete() {
 	ctx := context.Background()
@@ -197,7 +197,7 @@ func ExampleStore_Delete() {
 	// true
 }
 
-// Mark reads a key's high-water mark; Sweep removes data objects that can
+// Mark reads a resource's high-water mark; Sweep removes data objects that can
 // never become visible again (here: content kept by KeepSuperseded).
 func ExampleStore_Sweep() {
 	ctx := context.Background()

@@ -55,7 +55,7 @@ func FuzzDecodePointer(f *testing.F) {
 		f.Add(b, "sessions/s1/report.txt")
 	}
 	f.Fuzz(func(t *testing.T, body []byte, key string) {
-		if checkKey(DefaultDataPrefix, key) != nil {
+		if checkResource(DefaultDataPrefix, key) != nil {
 			return // the decoder is only reached with valid keys
 		}
 		p, err := decodePointer(DefaultDataPrefix, key, body)
@@ -64,8 +64,8 @@ func FuzzDecodePointer(f *testing.F) {
 			if !errors.As(err, &pe) || !errors.Is(err, ErrNotPointer) {
 				t.Fatalf("refusal is not a *PointerError: %T %v", err, err)
 			}
-			if pe.Key != key {
-				t.Fatalf("PointerError.Key %q, want %q", pe.Key, key)
+			if pe.Resource != key {
+				t.Fatalf("PointerError.Resource %q, want %q", pe.Resource, key)
 			}
 			return
 		}
@@ -111,7 +111,7 @@ func normalise(p *pointer) pointer {
 
 // FuzzCheckKey checks that every key the guard accepts obeys the documented
 // rules and yields a data key that parses back, and that every refusal is a
-// *KeyError matching fence.ErrInvalidResource.
+// *ResourceError matching fence.ErrInvalidResource.
 func FuzzCheckKey(f *testing.F) {
 	for _, k := range []string{
 		"a", "sessions/s1/report.txt", "/a", "a/", "a//b", "a/./b", "a/../b", "..", `a\b`, "a\x00b", "a\nb",
@@ -121,18 +121,18 @@ func FuzzCheckKey(f *testing.F) {
 		f.Add(k)
 	}
 	f.Fuzz(func(t *testing.T, key string) {
-		err := checkKey(DefaultDataPrefix, key)
+		err := checkResource(DefaultDataPrefix, key)
 		if err != nil {
-			var ke *KeyError
+			var ke *ResourceError
 			if !errors.As(err, &ke) || !errors.Is(err, fence.ErrInvalidResource) {
-				t.Fatalf("refusal %T %v is not a *KeyError matching fence.ErrInvalidResource", err, err)
+				t.Fatalf("refusal %T %v is not a *ResourceError matching fence.ErrInvalidResource", err, err)
 			}
-			if len(ke.Key) > 64 {
-				t.Fatalf("KeyError.Key not truncated: %d bytes", len(ke.Key))
+			if len(ke.Resource) > 64 {
+				t.Fatalf("ResourceError.Resource not truncated: %d bytes", len(ke.Resource))
 			}
 			return
 		}
-		if fence.ValidateResource(key) != nil || len(key) > MaxKeyLen {
+		if fence.ValidateResource(key) != nil || len(key) > fence.MaxResourceLen {
 			t.Fatalf("accepted %q that fence.ValidateResource refuses", key)
 		}
 		if strings.TrimSpace(key) == "" || strings.HasPrefix(key, DefaultDataPrefix) || strings.HasPrefix(key, "/") || strings.HasSuffix(key, "/") ||

@@ -23,19 +23,16 @@ const PointerFormat = "s3guard/v1"
 const PointerContentType = "application/json"
 
 // MaxPointerSize bounds the body of a pointer object. A larger object at a
-// key is reported as *PointerError.
+// resource's key is reported as *PointerError.
 const MaxPointerSize = 32 << 10
 
 // MaxInline bounds Config.InlineMax: content stored inside the pointer body.
 const MaxInline = 8 << 10
 
-// MaxKeyLen is the longest key the guard accepts, in bytes. The data object
-// key adds the data prefix and a 53-byte suffix, and S3 keys are limited to
-// 1024 bytes.
-const MaxKeyLen = fence.MaxResourceLen
-
-// MaxSegmentLen bounds each '/'-separated segment of a key, in bytes. MinIO
-// refuses longer segments ("unsupported characters").
+// MaxSegmentLen bounds each '/'-separated segment of a resource, in bytes.
+// MinIO refuses longer segments ("unsupported characters"). A resource
+// itself is at most fence.MaxResourceLen bytes; its data objects' keys add
+// the data prefix and a 53-byte suffix, within S3's 1024-byte key limit.
 const MaxSegmentLen = 255
 
 // MaxMetadataSize bounds the total size of PutOptions.Metadata keys and
@@ -84,7 +81,7 @@ func (p *pointer) inline() bool { return !p.Deleted && p.Data == "" }
 // is not exactly what encode produces for key is a *PointerError.
 func decodePointer(dataPrefix, key string, body []byte) (*pointer, error) {
 	bad := func(format string, args ...any) error {
-		return &PointerError{Key: key, Reason: fmt.Sprintf(format, args...)}
+		return &PointerError{Resource: key, Reason: fmt.Sprintf(format, args...)}
 	}
 	if len(body) > MaxPointerSize {
 		return nil, bad("body larger than %d bytes", MaxPointerSize)
@@ -206,36 +203,36 @@ func newWriteID() string {
 	return hex.EncodeToString(b[:])
 }
 
-// checkKey applies fence.ValidateResource and the rules S3 and MinIO put on
+// checkResource applies fence.ValidateResource and the rules S3 and MinIO put on
 // object names (no key of only white space, as in s3client.CheckKey), and
 // keeps keys out of the guard's data prefix.
-func checkKey(dataPrefix, key string) error {
+func checkResource(dataPrefix, key string) error {
 	if err := fence.ValidateResource(key); err != nil {
 		reason := strings.TrimPrefix(err.Error(), fence.ErrInvalidResource.Error()+": ")
-		return keyErr(key, reason)
+		return resourceErr(key, reason)
 	}
 	switch {
 	case strings.TrimSpace(key) == "":
 		// S3 SDKs trim object names (minio-go then fails with an untyped
 		// "Object name cannot be empty"): the same rule as s3client.CheckKey.
-		return keyErr(key, "only white space")
+		return resourceErr(key, "only white space")
 	case strings.HasPrefix(key, dataPrefix):
-		return keyErr(key, "inside the guard's data prefix "+strconv.Quote(dataPrefix))
+		return resourceErr(key, "inside the guard's data prefix "+strconv.Quote(dataPrefix))
 	case strings.HasPrefix(dataPrefix, key+"/"):
-		return keyErr(key, "a parent of the guard's data prefix "+strconv.Quote(dataPrefix))
+		return resourceErr(key, "a parent of the guard's data prefix "+strconv.Quote(dataPrefix))
 	case strings.HasPrefix(key, "/"), strings.HasSuffix(key, "/"):
-		return keyErr(key, "leading or trailing '/'")
+		return resourceErr(key, "leading or trailing '/'")
 	case strings.Contains(key, "//"):
-		return keyErr(key, "empty path segment")
+		return resourceErr(key, "empty path segment")
 	case strings.ContainsRune(key, '\\'):
-		return keyErr(key, "backslash")
+		return resourceErr(key, "backslash")
 	}
 	for seg := range strings.SplitSeq(key, "/") {
 		if seg == "." || seg == ".." {
-			return keyErr(key, "'.' or '..' path segment")
+			return resourceErr(key, "'.' or '..' path segment")
 		}
 		if len(seg) > MaxSegmentLen {
-			return keyErr(key, fmt.Sprintf("path segment of %d bytes, limit %d", len(seg), MaxSegmentLen))
+			return resourceErr(key, fmt.Sprintf("path segment of %d bytes, limit %d", len(seg), MaxSegmentLen))
 		}
 	}
 	return nil

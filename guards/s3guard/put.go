@@ -30,14 +30,14 @@ type PutOptions struct {
 // (fence.Guard) takes a token and presents fence.ClaimFor(ctx, token): the
 // token, with ctx's run identity when ctx's claim is for the same token.
 
-// Put stores size bytes from r at key under the claim ctx carries. size may
+// Put stores size bytes from r at resource under the claim ctx carries. size may
 // be -1 for a stream of unknown length (multipart upload). It is Do with a
 // write that calls Stage; on success it returns the new state.
 //
 // A stale token yields *fence.StaleError and uploads nothing when the
 // staleness is visible before the upload; a token that becomes stale while
 // the upload runs, or whose staleness the Store's pointer cache did not yet
-// know (another Store raised the mark since this one last saw the key),
+// know (another Store raised the mark since this one last saw the resource),
 // yields *fence.StaleError and the upload is removed. A token equal to the
 // mark but presented by another run than the one that set it yields
 // *fence.ReusedError.
@@ -54,11 +54,11 @@ func (s *Store) PutBytes(ctx context.Context, resource string, b []byte, opts Pu
 	return s.Put(ctx, resource, bytes.NewReader(b), int64(len(b)), opts)
 }
 
-// Delete stores a tombstone at key under the claim ctx carries: a fenced
+// Delete stores a tombstone at resource under the claim ctx carries: a fenced
 // write through the same conditional path as Put (never a conditional
 // DeleteObject, which MinIO does not honour). Afterwards Get reports
 // *NotFoundError with Deleted and Token set, and writes below the token are
-// refused. Deleting a key that has no content still writes the tombstone,
+// refused. Deleting a resource that has no content still writes the tombstone,
 // raising the mark.
 func (s *Store) Delete(ctx context.Context, resource string) (Info, error) {
 	c, err := claimFrom(ctx, resource)
@@ -68,7 +68,7 @@ func (s *Store) Delete(ctx context.Context, resource string) (Info, error) {
 	return s.fence(ctx, resource, c, StageDelete, true)
 }
 
-// Do runs write as a fenced write of the object at key under the claim ctx
+// Do runs write as a fenced write of the object at resource under the claim ctx
 // carries, exactly as Fence does under an explicit token.
 func (s *Store) Do(ctx context.Context, resource string, write func(ctx context.Context) error) error {
 	c, err := claimFrom(ctx, resource)
@@ -96,7 +96,7 @@ func (s *Store) DeleteClaim(ctx context.Context, resource string, claim fence.Cl
 	return s.fence(ctx, resource, claim, StageDelete, true)
 }
 
-// Fence implements fence.Guard for the object at key resource, under
+// Fence implements fence.Guard for the object at resource, under
 // fence.ClaimFor(ctx, token).
 //
 // It reads the pointer (Fence never decides on the pointer cache, since
@@ -112,7 +112,7 @@ func (s *Store) DeleteClaim(ctx context.Context, resource string, claim fence.Cl
 // same.
 //
 // When write fails, its error is returned, the mark is unchanged and staged
-// data is removed. A nil write yields ErrNilWrite (after the key and token
+// data is removed. A nil write yields ErrNilWrite (after the resource and token
 // checks) and does nothing. Once ctx has ended, every error matches ctx.Err()
 // and context.Cause(ctx), and never fence.ErrBusy. A commit whose pointer PUT
 // was sent without an answer is settled by a read (see the package

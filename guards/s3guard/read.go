@@ -11,10 +11,11 @@ import (
 	"github.com/fencekit/fencekit/guards/s3guard/s3client"
 )
 
-// Info describes the current state of a key as a pointer records it.
+// Info describes the current state of a resource as its pointer records
+// it.
 type Info struct {
-	Key string
-	// Token is the key's high-water mark: the token of the accepted write
+	Resource string
+	// Token is the resource's high-water mark: the token of the accepted write
 	// that stored the current pointer.
 	Token fence.Token
 	// Run is the run identity stored with the mark (fence.NextMark): the
@@ -25,8 +26,8 @@ type Info struct {
 	// Deleted is true for a tombstone.
 	Deleted bool
 	// DataKey, ETag, Size, ContentType and Metadata describe the content;
-	// they are empty for a tombstone. DataKey names the immutable data
-	// object holding the bytes, ETag is that object's ETag; both are empty
+	// they are empty for a tombstone. DataKey is the S3 key of the
+	// immutable data object holding the bytes, ETag is that object's ETag; both are empty
 	// when the content is Inline (inside the pointer, Config.InlineMax).
 	Inline      bool
 	DataKey     string
@@ -38,7 +39,7 @@ type Info struct {
 
 func (s *Store) info(key string, p *pointer) Info {
 	in := Info{
-		Key: key, Token: p.Token, Run: p.Run, WriteID: p.WriteID, Deleted: p.Deleted, Inline: p.inline(),
+		Resource: key, Token: p.Token, Run: p.Run, WriteID: p.WriteID, Deleted: p.Deleted, Inline: p.inline(),
 		DataKey: p.Data, ETag: p.ETag, Size: p.Size, ContentType: p.ContentType,
 	}
 	if len(p.Metadata) > 0 {
@@ -111,7 +112,7 @@ func (s *Store) getPointer(ctx context.Context, key string) (current, error) {
 // it, or the zero Claim when the resource has none.
 func (s *Store) Mark(ctx context.Context, resource string) (_ fence.Claim, err error) {
 	defer func() { err = contextErr(ctx, err) }()
-	if err := checkKey(s.prefix, resource); err != nil {
+	if err := checkResource(s.prefix, resource); err != nil {
 		return fence.Claim{}, err
 	}
 	cur, err := s.readPointer(ctx, resource)
@@ -121,14 +122,14 @@ func (s *Store) Mark(ctx context.Context, resource string) (_ fence.Claim, err e
 	return fence.Claim{Token: cur.token(), Run: cur.run()}, nil
 }
 
-// Get returns the current content of key, the state its pointer records
+// Get returns the current content of resource, the state its pointer records
 // (Info.Token is the token that wrote it) and a reader the caller must
-// close. A key without pointer or with a tombstone yields *NotFoundError.
+// close. A resource without pointer or with a tombstone yields *NotFoundError.
 // If the data object was removed between the pointer read and the data
 // read (a newer write superseded it), Get reads the pointer again.
 func (s *Store) Get(ctx context.Context, resource string) (_ io.ReadCloser, _ Info, err error) {
 	defer func() { err = contextErr(ctx, err) }()
-	if err := checkKey(s.prefix, resource); err != nil {
+	if err := checkResource(s.prefix, resource); err != nil {
 		return nil, Info{}, err
 	}
 	var lastWrite string
@@ -138,10 +139,10 @@ func (s *Store) Get(ctx context.Context, resource string) (_ io.ReadCloser, _ In
 			return nil, Info{}, err
 		}
 		if cur.p == nil {
-			return nil, Info{}, &NotFoundError{Key: resource}
+			return nil, Info{}, &NotFoundError{Resource: resource}
 		}
 		if cur.p.Deleted {
-			return nil, s.info(resource, cur.p), &NotFoundError{Key: resource, Deleted: true, Token: cur.p.Token}
+			return nil, s.info(resource, cur.p), &NotFoundError{Resource: resource, Deleted: true, Token: cur.p.Token}
 		}
 		if cur.p.inline() {
 			return io.NopCloser(bytes.NewReader(cur.p.Inline)), s.info(resource, cur.p), nil
@@ -158,11 +159,11 @@ func (s *Store) Get(ctx context.Context, resource string) (_ io.ReadCloser, _ In
 		switch {
 		case errors.Is(err, s3client.ErrNotFound):
 			if cur.p.WriteID == lastWrite {
-				return nil, Info{}, &DataError{Key: resource, DataKey: cur.p.Data, Reason: "is missing"}
+				return nil, Info{}, &DataError{Resource: resource, DataKey: cur.p.Data, Reason: "is missing"}
 			}
 			lastWrite = cur.p.WriteID // superseded meanwhile? read the pointer again
 		case errors.Is(err, s3client.ErrPreconditionFailed):
-			return nil, Info{}, &DataError{Key: resource, DataKey: cur.p.Data, Reason: "no longer has ETag " + cur.p.ETag}
+			return nil, Info{}, &DataError{Resource: resource, DataKey: cur.p.Data, Reason: "no longer has ETag " + cur.p.ETag}
 		default:
 			return nil, Info{}, fmt.Errorf("s3guard: read data %q: %w", cur.p.Data, err)
 		}

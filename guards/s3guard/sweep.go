@@ -6,8 +6,8 @@ import (
 	"strings"
 )
 
-// Sweep removes the data objects of key that can never become visible:
-// those not named by the current pointer whose token is below the key's
+// Sweep removes the data objects of resource that can never become visible:
+// those not named by the current pointer whose token is below the resource's
 // mark. Writers that crashed between staging and committing, refused
 // writers whose cleanup failed, and superseded content kept by
 // KeepSuperseded leave such objects. Objects at or above the mark are left
@@ -16,7 +16,7 @@ import (
 // returns how many objects it removed.
 func (s *Store) Sweep(ctx context.Context, resource string) (_ int, err error) {
 	defer func() { err = contextErr(ctx, err) }()
-	if err := checkKey(s.prefix, resource); err != nil {
+	if err := checkResource(s.prefix, resource); err != nil {
 		return 0, err
 	}
 	cur, err := s.readPointer(ctx, resource)

@@ -16,7 +16,7 @@ import (
 // Every error it returns passes through s.fail.
 func (s *Store) fence(ctx context.Context, key string, c fence.Claim, write func(ctx context.Context) error, useCache bool) (_ Info, err error) {
 	defer func() { err = s.fail(ctx, key, err) }()
-	if err := checkKey(s.prefix, key); err != nil {
+	if err := checkResource(s.prefix, key); err != nil {
 		return Info{}, err
 	}
 	if err := c.Validate(); err != nil {

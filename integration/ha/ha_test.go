@@ -93,7 +93,7 @@ func newWorld(t *testing.T, opts Options) *world {
 	w.gs = fencetest.Schema(t, migrations.Guard)
 	_, err := w.shared.Exec(bg(), fmt.Sprintf(`CREATE TABLE %q.ha_writes (key text NOT NULL, token bigint NOT NULL, run text NOT NULL, at timestamptz NOT NULL DEFAULT clock_timestamp())`, w.gs))
 	require.NoError(t, err)
-	w.guard, err = pgguard.New(pgguard.Config{Schema: w.gs})
+	w.guard, err = pgguard.New(pgguard.Config{DB: w.shared, Schema: w.gs})
 	require.NoError(t, err)
 
 	url := c.URL()
@@ -232,7 +232,7 @@ func (w *world) write(k int, c fence.Claim) error {
 	ctx, cancel := context.WithTimeout(bg(), 2*time.Second)
 	defer cancel()
 	res := fence.JoinResource("doc", strconv.Itoa(k))
-	return w.guard.InTxClaim(ctx, w.shared, res, c, func(ctx context.Context, tx pgx.Tx) error {
+	return w.guard.InTxClaim(ctx, res, c, func(ctx context.Context, tx pgx.Tx) error {
 		_, err := tx.Exec(ctx, fmt.Sprintf(`INSERT INTO %q.ha_writes (key, token, run) VALUES ($1, $2, $3)`, w.gs), res, int64(c.Token), c.Run)
 		return err
 	})

@@ -112,7 +112,7 @@ func proveSchema(t *testing.T, schema string) {
 		t.Fatal(err)
 	}
 	write := func(ctx context.Context, body string) error {
-		return g.InTx(ctx, pool, res, func(ctx context.Context, tx pgx.Tx) error {
+		return g.InTx(ctx, res, func(ctx context.Context, tx pgx.Tx) error {
 			_, err := tx.Exec(ctx, `INSERT INTO "`+schema+`".reports VALUES ('r', $1) ON CONFLICT (id) DO UPDATE SET body = excluded.body`, body)
 			return err
 		})

@@ -23,18 +23,25 @@ import (
 var errInjected = errors.New("injected failure after the write")
 
 // guardSubject drives pgguard through PgBouncer: each write goes through
-// one of several independent pools (pgx: InTx/InTxClaim; database/sql:
-// InSQLTx/InSQLTxClaim), and reads use another.
+// one of several guards, each over its own independent pool (pgx:
+// InTx/InTxClaim; database/sql: InSQLTx/InSQLTxClaim), and reads use
+// another.
 type guardSubject struct {
-	g      *pgguard.Guard
-	strict *pgguard.Guard // Config.Strict over the same marks (WriteStrict)
-	schema string
-	write  func(ctx context.Context, g *pgguard.Guard, r string, c *fence.Claim, fn func(exec func(ctx context.Context, sql string, args ...any) error) error) error
-	read   *pgxpool.Pool
+	gs      []*pgguard.Guard
+	stricts []*pgguard.Guard // Config.Strict over the same databases and marks (WriteStrict)
+	next    atomic.Uint64
+	schema  string
+	write   func(ctx context.Context, g *pgguard.Guard, r string, c *fence.Claim, fn func(exec func(ctx context.Context, sql string, args ...any) error) error) error
+	read    *pgxpool.Pool
+}
+
+// take returns the next guard of gs in turn.
+func (s *guardSubject) take(gs []*pgguard.Guard) *pgguard.Guard {
+	return gs[s.next.Add(1)%uint64(len(gs))]
 }
 
 func (s *guardSubject) do(ctx context.Context, r string, c *fence.Claim, v string, fail bool) error {
-	return s.doWith(ctx, s.g, r, c, v, fail)
+	return s.doWith(ctx, s.take(s.gs), r, c, v, fail)
 }
 
 func (s *guardSubject) doWith(ctx context.Context, g *pgguard.Guard, r string, c *fence.Claim, v string, fail bool) error {
@@ -70,7 +77,7 @@ func (s *guardSubject) WriteContext(ctx context.Context, r, v string) error {
 }
 
 func (s *guardSubject) WriteStrict(ctx context.Context, r string, c fence.Claim, v string) error {
-	return s.doWith(ctx, s.strict, r, &c, v, false)
+	return s.doWith(ctx, s.take(s.stricts), r, &c, v, false)
 }
 
 func (s *guardSubject) WriteFailing(ctx context.Context, r string, tok fence.Token) error {
@@ -120,42 +127,53 @@ func TestGuardConformanceThroughPgBouncer(t *testing.T) {
 		t.Run(c.pool+"/"+fencetest.ExecModeName(c.exec), func(t *testing.T) {
 			url := fencetest.PgBouncer(t, c.pool)
 			schema := guardSchema(t)
-			g, err := pgguard.New(pgguard.Config{Schema: schema})
-			require.NoError(t, err)
-			strict, err := pgguard.New(pgguard.Config{Schema: schema, Strict: true})
-			require.NoError(t, err)
+			// guards returns a guard and a strict guard over the
+			// same database for each of the configs.
+			guards := func(cfgs []pgguard.Config) (gs, stricts []*pgguard.Guard) {
+				for _, cfg := range cfgs {
+					cfg.Schema = schema
+					g, err := pgguard.New(cfg)
+					require.NoError(t, err)
+					cfg.Strict = true
+					strict, err := pgguard.New(cfg)
+					require.NoError(t, err)
+					gs, stricts = append(gs, g), append(stricts, strict)
+				}
+				return gs, stricts
+			}
 			read := fencetest.PoolAt(t, url, c.exec)
 
 			t.Run("pgx", func(t *testing.T) {
-				pools := []*pgxpool.Pool{fencetest.PoolAt(t, url, c.exec), fencetest.PoolAt(t, url, c.exec), fencetest.PoolAt(t, url, c.exec)}
-				var next atomic.Uint64
-				s := &guardSubject{g: g, strict: strict, schema: schema, read: read,
+				var cfgs []pgguard.Config
+				for range 3 {
+					cfgs = append(cfgs, pgguard.Config{DB: fencetest.PoolAt(t, url, c.exec)})
+				}
+				gs, stricts := guards(cfgs)
+				s := &guardSubject{gs: gs, stricts: stricts, schema: schema, read: read,
 					write: func(ctx context.Context, g *pgguard.Guard, r string, cl *fence.Claim, fn func(func(context.Context, string, ...any) error) error) error {
-						db := pools[next.Add(1)%uint64(len(pools))]
 						body := func(ctx context.Context, tx pgx.Tx) error {
 							return fn(func(ctx context.Context, q string, args ...any) error { _, err := tx.Exec(ctx, q, args...); return err })
 						}
 						if cl == nil {
-							return g.InTx(ctx, db, r, body)
+							return g.InTx(ctx, r, body)
 						}
-						return g.InTxClaim(ctx, db, r, *cl, body)
+						return g.InTxClaim(ctx, r, *cl, body)
 					}}
 				guardtest.Run(t, guardtest.Config{New: func(*testing.T) guardtest.Subject { return s }})
 			})
 			t.Run("database-sql", func(t *testing.T) {
 				dsn, err := fencetest.URLWithExecMode(url, c.exec)
 				require.NoError(t, err)
-				var dbs []*sql.DB
+				var cfgs []pgguard.Config
 				for range 3 {
 					db, err := sql.Open("pgx", dsn)
 					require.NoError(t, err)
 					t.Cleanup(func() { _ = db.Close() })
-					dbs = append(dbs, db)
+					cfgs = append(cfgs, pgguard.Config{SQLDB: db})
 				}
-				var next atomic.Uint64
-				s := &guardSubject{g: g, strict: strict, schema: schema, read: read,
+				gs, stricts := guards(cfgs)
+				s := &guardSubject{gs: gs, stricts: stricts, schema: schema, read: read,
 					write: func(ctx context.Context, g *pgguard.Guard, r string, cl *fence.Claim, fn func(func(context.Context, string, ...any) error) error) error {
-						db := dbs[next.Add(1)%uint64(len(dbs))]
 						body := func(ctx context.Context, tx *sql.Tx) error {
 							return fn(func(ctx context.Context, q string, args ...any) error {
 								_, err := tx.ExecContext(ctx, q, args...)
@@ -163,9 +181,9 @@ func TestGuardConformanceThroughPgBouncer(t *testing.T) {
 							})
 						}
 						if cl == nil {
-							return g.InSQLTx(ctx, db, r, body)
+							return g.InSQLTx(ctx, r, body)
 						}
-						return g.InSQLTxClaim(ctx, db, r, *cl, body)
+						return g.InSQLTxClaim(ctx, r, *cl, body)
 					}}
 				guardtest.Run(t, guardtest.Config{New: func(*testing.T) guardtest.Subject { return s }, Prefix: "sql/"})
 			})

@@ -107,7 +107,7 @@ fence_token bigint NOT NULL, fence_run text NOT NULL DEFAULT '')`); err != nil {
 ON CONFLICT (resource) DO UPDATE SET value = EXCLUDED.value, token = EXCLUDED.token`
 	upsertRow := `INSERT INTO ` + q + `.docs (resource, value, fence_token, fence_run) VALUES ($1, $2, $3, $4)
 ON CONFLICT (resource) DO UPDATE SET value = EXCLUDED.value, fence_token = EXCLUDED.fence_token, fence_run = EXCLUDED.fence_run`
-	g, err := pgguard.New(pgguard.Config{Schema: schema})
+	g, err := pgguard.New(pgguard.Config{DB: pool, SQLDB: db, Schema: schema})
 	if err != nil {
 		return err
 	}
@@ -152,7 +152,7 @@ ON CONFLICT (resource) DO UPDATE SET value = EXCLUDED.value, fence_token = EXCLU
 	ops := []Op{
 		plainTx: {"plain tx", pgxTx("plain", func(fence.Claim) (pgx.Tx, error) { return pool.Begin(ctx) })},
 		beginClaim: {"BeginClaim", pgxTx("bf", func(c fence.Claim) (pgx.Tx, error) {
-			return g.BeginClaim(ctx, pool, "bf", c)
+			return g.BeginClaim(ctx, "bf", c)
 		})},
 		fenceTx: {"FenceTxClaim", pgxTx("ft", func(c fence.Claim) (pgx.Tx, error) {
 			tx, err := pool.Begin(ctx)
@@ -163,7 +163,7 @@ ON CONFLICT (resource) DO UPDATE SET value = EXCLUDED.value, fence_token = EXCLU
 		})},
 		inTx: {"InTx", func(int) error {
 			c := claim()
-			return g.InTx(fence.WithClaim(ctx, c), pool, "intx", func(ctx context.Context, tx pgx.Tx) error {
+			return g.InTx(fence.WithClaim(ctx, c), "intx", func(ctx context.Context, tx pgx.Tx) error {
 				_, err := tx.Exec(ctx, upsert, "intx", "value", int64(c.Token))
 				return err
 			})
@@ -182,7 +182,7 @@ ON CONFLICT (resource) DO UPDATE SET value = EXCLUDED.value, fence_token = EXCLU
 		}},
 		inSQLTx: {"InSQLTx", func(int) error {
 			c := claim()
-			return g.InSQLTx(fence.WithClaim(ctx, c), db, "sqlintx", func(ctx context.Context, tx *sql.Tx) error {
+			return g.InSQLTx(fence.WithClaim(ctx, c), "sqlintx", func(ctx context.Context, tx *sql.Tx) error {
 				return sqlWrite(ctx, tx, "sqlintx", c.Token)
 			})
 		}},

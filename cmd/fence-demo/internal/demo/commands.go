@@ -416,7 +416,7 @@ resource has accepted is refused (exit 3), printing both numbers.`)
 		if err := ensureTable(ctx, s.pool, c.conn.Schema); err != nil {
 			return err
 		}
-		g, err := pgguard.New(pgguard.Config{Schema: c.conn.Schema})
+		g, err := pgguard.New(pgguard.Config{DB: s.pool, Schema: c.conn.Schema})
 		if err != nil {
 			return err
 		}

@@ -120,7 +120,6 @@ type scenario struct {
 	pgProxy, s3Proxy    *netproxy.Proxy
 	poolA, poolB, poolC *pgxpool.Pool
 	storeA, storeB      *s3guard.Store
-	guard               *pgguard.Guard // InTx for the writers
 	marks               *pgguard.Guard // reads marks for the checks
 
 	// desktop (run A, through the proxies), browser (run B), a plain second
@@ -249,9 +248,6 @@ func (s *scenario) setup(ctx context.Context) (err error) {
 	if s.storeB, err = s3guard.New(s3guard.Config{Client: minioclient.New(clB), Bucket: c.Bucket}); err != nil {
 		return err
 	}
-	if s.guard, err = pgguard.New(pgguard.Config{Schema: c.Schema}); err != nil {
-		return err
-	}
 	if s.marks, err = pgguard.New(pgguard.Config{DB: s.poolB, Schema: c.Schema}); err != nil {
 		return err
 	}
@@ -261,7 +257,11 @@ func (s *scenario) setup(ctx context.Context) (err error) {
 // devices are built once the Recorder exists (their Authorizers record).
 func (s *scenario) devices() error {
 	mk := func(a Actor, name, run string, pool *pgxpool.Pool, st *s3guard.Store, user string, accounts ...string) (*device, error) {
-		d := &device{actor: a, name: name, run: run, pool: pool, s3: st, pg: s.guard}
+		pg, err := pgguard.New(pgguard.Config{DB: pool, Schema: s.cfg.Conn.Schema})
+		if err != nil {
+			return nil, err
+		}
+		d := &device{actor: a, name: name, run: run, pool: pool, s3: st, pg: pg}
 		// CallTimeout is left to lease.New, which derives it inside the
 		// trust window (TTL − SafetyMargin − RenewEvery) for any --ttl.
 		mgr, err := lease.New(lease.Config{

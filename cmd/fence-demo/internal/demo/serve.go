@@ -88,7 +88,7 @@ the new owner it comes back refused as stale.`)
 		return err
 	}
 	defer mgr.Close() //nolint:contextcheck // shutdown: Close bounds its own release
-	guard, err := pgguard.New(pgguard.Config{Schema: cm.conn.Schema})
+	guard, err := pgguard.New(pgguard.Config{DB: sess.pool, Schema: cm.conn.Schema})
 	if err != nil {
 		return err
 	}
@@ -287,7 +287,7 @@ func (s *server) write(w http.ResponseWriter, r *http.Request) {
 	c, _ := fence.ClaimFromContext(work)
 	body := fmt.Sprintf("report for %s written by %s run %s with token %d\n", k, dev, c.Run, c.Token)
 	_, serr := rep.putObject(work, s.store, body, map[string]string{"writer": dev, "run_id": c.Run})
-	perr := rep.insertRow(work, s.guard, s.sess.pool, serveDevices[dev], body)
+	perr := rep.insertRow(work, s.guard, serveDevices[dev], body)
 	reply(w, http.StatusOK, map[string]any{"token": int64(c.Token), "stalled": stalled, "s3": outcome(serr), "pg": outcome(perr)})
 }
 

@@ -30,7 +30,7 @@ type device struct {
 	mgr   *lease.Manager
 	pool  *pgxpool.Pool
 	s3    *s3guard.Store
-	pg    *pgguard.Guard
+	pg    *pgguard.Guard // on pool
 }
 
 // report is the tool call's output: one object and one row, both named after
@@ -49,12 +49,12 @@ func (r report) putObject(work context.Context, s3 *s3guard.Store, body string, 
 
 // insertRow is the tool call's PostgreSQL half: the mark and the row in ONE
 // transaction; the claim comes from work.
-func (r report) insertRow(work context.Context, pg *pgguard.Guard, pool *pgxpool.Pool, writer Actor, body string) error {
+func (r report) insertRow(work context.Context, pg *pgguard.Guard, writer Actor, body string) error {
 	claim, err := fence.ClaimFromContext(work)
 	if err != nil {
 		return err
 	}
-	return pg.InTx(work, pool, r.resource, func(ctx context.Context, tx pgx.Tx) error {
+	return pg.InTx(work, r.resource, func(ctx context.Context, tx pgx.Tx) error {
 		_, err := tx.Exec(ctx, `INSERT INTO `+r.table+` (resource, token, run_id, writer, body) VALUES ($1, $2, $3, $4, $5)`,
 			r.resource, int64(claim.Token), claim.Run, string(writer), body)
 		return err // stale, reused or any error: InTx rolls back; nothing commits
@@ -333,7 +333,7 @@ func (s *scenario) writeS3(work context.Context, d *device) Event {
 // writePG is the tool call's row write by d under work's claim.
 func (s *scenario) writePG(work context.Context, d *device) Event {
 	c, _ := fence.ClaimFromContext(work)
-	err := s.report.insertRow(work, d.pg, d.pool, d.actor, s.body(d.actor, c))
+	err := s.report.insertRow(work, d.pg, d.actor, s.body(d.actor, c))
 	return s.tell.pgWrite(d, c, err)
 }
 
