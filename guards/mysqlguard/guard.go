@@ -164,16 +164,17 @@ func nextRunSQL(tok, run string) string {
 const corruptInsertID = -1 << 63
 
 // refusedSQL assigns the token column: unchanged when the claim is
-// refused, the claim's token otherwise. As a side effect it sets the
-// statement's LAST_INSERT_ID to 0 when admitted, to minus the stored token
-// when refused, and to corruptInsertID when the stored token is not valid,
-// so the OK reply says which, and the mark, without a second statement. An
+// refused, the claim's token otherwise. It sets the statement's
+// LAST_INSERT_ID to 0 when admitted, to minus the stored token when
+// refused, and to corruptInsertID when the stored token is not valid, so
+// the OK reply says which, and the mark, without a second statement. An
 // inserted row never evaluates it: its insert id is 0 (or the table's
-// AUTO_INCREMENT value), never negative.
+// AUTO_INCREMENT value), never negative. LAST_INSERT_ID(expr) returns
+// expr, which is 0 exactly when the claim is admitted (a refusal's value
+// is negative and never NULL), so the decision is evaluated once here.
 func refusedSQL(tok, run string) string {
-	admit := admitSQL(tok, run)
-	return tok + " = IF(LAST_INSERT_ID(IF(" + admit + ", 0, IF(" + validSQL(tok) + ", -" + tok +
-		", -9223372036854775807 - 1))) IS NULL, " + tok + ", IF(" + admit + ", VALUES(" + tok + "), " + tok + "))"
+	return tok + " = IF(LAST_INSERT_ID(IF(" + admitSQL(tok, run) + ", 0, IF(" + validSQL(tok) + ", -" + tok +
+		", -9223372036854775807 - 1))) = 0, VALUES(" + tok + "), " + tok + ")"
 }
 
 // marksFenceSQL is the one fence statement of the marks mode: an upsert
