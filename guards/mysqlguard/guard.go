@@ -172,8 +172,11 @@ const corruptInsertID = -1 << 63
 // AUTO_INCREMENT value), never negative. LAST_INSERT_ID(expr) returns
 // expr, which is 0 exactly when the claim is admitted (a refusal's value
 // is negative and never NULL), so the decision is evaluated once here.
-func refusedSQL(tok, run string) string {
-	return tok + " = IF(LAST_INSERT_ID(IF(" + admitSQL(tok, run) + ", 0, IF(" + validSQL(tok) + ", -" + tok +
+func refusedSQL(tok, run string) string { return decideSQL(tok, admitSQL(tok, run)) }
+
+// decideSQL is refusedSQL under the decision admit.
+func decideSQL(tok, admit string) string {
+	return tok + " = IF(LAST_INSERT_ID(IF(" + admit + ", 0, IF(" + validSQL(tok) + ", -" + tok +
 		", -9223372036854775807 - 1))) = 0, VALUES(" + tok + "), " + tok + ")"
 }
 
