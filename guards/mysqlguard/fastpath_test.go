@@ -14,10 +14,30 @@ import (
 // the rest goes to the whole rule): a claim without run is admitted and
 // keeps the stored run, a run over an empty stored run is admitted and
 // stored, another run is refused as reused, a lower token as stale.
+//
+// It runs on the fixture's table (run column VARBINARY(64)) and on one
+// whose run column is VARCHAR(64) in utf8mb4 with a case-insensitive
+// collation, where the run is still compared byte for byte.
 func TestInRowEqualTokenRules(t *testing.T) {
 	ctx := context.Background()
 	f := newFixture(t)
-	rows := f.inRow(t, RowsConfig{})
+	t.Run("varbinary", func(t *testing.T) { equalTokenRules(ctx, t, f, f.inRow(t, RowsConfig{}), f.rows) })
+	t.Run("varchar", func(t *testing.T) {
+		table := randomName("fk_rows_vc_")
+		if _, err := f.db.ExecContext(ctx, "CREATE TABLE "+table+" (resource VARBINARY(512) PRIMARY KEY, value VARCHAR(255) NOT NULL, "+
+			"fence_token BIGINT NOT NULL, fence_run VARCHAR(64) CHARACTER SET utf8mb4 COLLATE utf8mb4_general_ci NOT NULL DEFAULT '') ENGINE=InnoDB"); err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { _, _ = f.db.ExecContext(context.Background(), "DROP TABLE IF EXISTS "+table) })
+		rows, err := NewRows(RowsConfig{Table: table, Key: []string{"resource"}, Columns: []string{"value"}, RunColumn: "fence_run"})
+		if err != nil {
+			t.Fatal(err)
+		}
+		equalTokenRules(ctx, t, f, rows, table)
+	})
+}
+
+func equalTokenRules(ctx context.Context, t *testing.T, f fixture, rows *Rows, table string) {
 	const res = "equal-token"
 	for i, step := range []struct {
 		claim   fence.Claim
@@ -46,7 +66,7 @@ func TestInRowEqualTokenRules(t *testing.T) {
 			tok int64
 			run string
 		)
-		if err := f.db.QueryRowContext(ctx, "SELECT value, fence_token, fence_run FROM "+f.rows+" WHERE resource = ?", res).Scan(&v, &tok, &run); err != nil {
+		if err := f.db.QueryRowContext(ctx, "SELECT value, fence_token, fence_run FROM "+table+" WHERE resource = ?", res).Scan(&v, &tok, &run); err != nil {
 			t.Fatal(err)
 		}
 		if tok != step.wantTok || run != step.wantRun {

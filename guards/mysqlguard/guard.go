@@ -145,13 +145,14 @@ func validSQL(tok string) string { return "(" + tok + " >= 1)" }
 // checked (REGEXP, as fence.ValidateRun) and compared, so the usual write
 // with a higher token evaluates no regular expression; a malformed run at
 // an equal token refuses the write, and the guard reports it as a
-// *MarkError after reading it.
+// *MarkError after reading it. Runs are compared byte for byte, as
+// fence.DecideClaim compares them, whatever the column's collation.
 func admitSQL(tok, run string) string {
 	if run == "" {
 		return "(" + validSQL(tok) + " AND " + tok + " <= VALUES(" + tok + "))"
 	}
 	return "(" + validSQL(tok) + " AND (" + tok + " < VALUES(" + tok + ") OR (" + tok + " = VALUES(" + tok + ") AND " +
-		run + " REGEXP '^[0-9A-Za-z._:-]{0,64}$' AND (VALUES(" + run + ") = '' OR " + run + " = '' OR " + run + " = VALUES(" + run + ")))))"
+		run + " REGEXP '^[0-9A-Za-z._:-]{0,64}$' AND (VALUES(" + run + ") = '' OR " + run + " = '' OR " + run + " = CAST(VALUES(" + run + ") AS BINARY)))))"
 }
 
 // nextRunSQL is fence.NextMark's run.
