@@ -29,7 +29,9 @@
 //     ctx ends or Config.LockTimeout passes (then fence.ErrBusy);
 //  2. read the mark from the file's header and apply fence.DecideClaim;
 //  3. write header and content to the temporary file and fsync it;
-//  4. rename it over the resource's file, then fsync the directory;
+//  4. rename it over the resource's file, then fsync the directory (a
+//     write that creates the resource's missing directories fsyncs the
+//     parent of each one it creates);
 //  5. release the lock.
 //
 // The rename is the commit point. A writer that dies at any step (tested

@@ -413,10 +413,13 @@ func (g *Guard) writeLocked(ctx context.Context, resource string, c fence.Claim,
 		return err
 	}
 	dst := g.Path(resource)
-	if err := os.MkdirAll(filepath.Dir(dst), g.dirPerm); err != nil {
-		return fmt.Errorf("fileguard: write %q: %w", resource, err)
+	err = os.Rename(tmp, dst)
+	if errors.Is(err, fs.ErrNotExist) { // the resource's directory is missing
+		if err = g.mkdirs(filepath.Dir(dst)); err == nil {
+			err = os.Rename(tmp, dst)
+		}
 	}
-	if err := os.Rename(tmp, dst); err != nil {
+	if err != nil {
 		return fmt.Errorf("fileguard: write %q: %w", resource, err)
 	}
 	if err := g.at("renamed"); err != nil {
@@ -433,10 +436,7 @@ func (g *Guard) writeLocked(ctx context.Context, resource string, c fence.Claim,
 //
 //nolint:gosec // G304/G703: every path here is below Dir, built from a resource checkResource validated (no "..", not absolute)
 func (g *Guard) writeTemp(path string, b []byte) error {
-	if err := os.MkdirAll(filepath.Dir(path), g.dirPerm); err != nil {
-		return err
-	}
-	f, err := os.OpenFile(path, os.O_WRONLY|os.O_CREATE|os.O_TRUNC, g.perm)
+	f, err := g.create(path, os.O_WRONLY|os.O_CREATE|os.O_TRUNC)
 	if err != nil {
 		return err
 	}
@@ -470,16 +470,61 @@ func syncDir(dir string) error {
 	return err
 }
 
+// create opens (creating) a file of the state directory, creating its
+// directories first when they are missing: they exist on every write but
+// a resource's first, which saves the MkdirAll on the others. The state
+// directory's entries need no sync: a lost lock or temporary file is
+// created again by the next write.
+//
+//nolint:gosec // G304/G703: every path here is below Dir, built from a resource checkResource validated (no "..", not absolute)
+func (g *Guard) create(path string, flag int) (*os.File, error) {
+	f, err := os.OpenFile(path, flag, g.perm)
+	if errors.Is(err, fs.ErrNotExist) {
+		if err := os.MkdirAll(filepath.Dir(path), g.dirPerm); err != nil {
+			return nil, err
+		}
+		f, err = os.OpenFile(path, flag, g.perm)
+	}
+	return f, err
+}
+
+// mkdirs creates dir, a resource's directory below Dir, and its missing
+// parents, and syncs the parent of each one created: the write's own
+// directory sync makes the file's entry durable, these make the path to
+// it durable, so a machine crash after the write returned cannot lose a
+// directory created for it.
+//
+//nolint:gosec // G304/G703: every path here is below Dir, built from a resource checkResource validated (no "..", not absolute)
+func (g *Guard) mkdirs(dir string) error {
+	var missing []string
+	base := filepath.Clean(g.dir) // dir is below it: Path joins (and cleans) Dir and the resource
+	for d := dir; len(d) > len(base); d = filepath.Dir(d) {
+		if _, err := os.Lstat(d); err == nil {
+			break
+		} else if !errors.Is(err, fs.ErrNotExist) {
+			return err
+		}
+		missing = append(missing, d)
+	}
+	for i := len(missing) - 1; i >= 0; i-- {
+		// Another writer may create it meanwhile (EEXIST): its parent is
+		// synced below all the same, as this write needs it durable too.
+		if err := os.Mkdir(missing[i], g.dirPerm); err != nil && !errors.Is(err, fs.ErrExist) {
+			return err
+		}
+		if err := syncDir(filepath.Dir(missing[i])); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
 // lock takes resource's lock file (flock, exclusive), waiting until ctx
 // ends or LockTimeout passes.
 //
 //nolint:gosec // G304/G703: every path here is below Dir, built from a resource checkResource validated (no "..", not absolute)
 func (g *Guard) lock(ctx context.Context, resource string) (func(), error) {
-	path := g.lockPath(resource)
-	if err := os.MkdirAll(filepath.Dir(path), g.dirPerm); err != nil {
-		return nil, fmt.Errorf("fileguard: lock %q: %w", resource, err)
-	}
-	f, err := os.OpenFile(path, os.O_RDWR|os.O_CREATE, g.perm)
+	f, err := g.create(g.lockPath(resource), os.O_RDWR|os.O_CREATE)
 	if err != nil {
 		return nil, fmt.Errorf("fileguard: lock %q: %w", resource, err)
 	}

@@ -42,6 +42,12 @@
 // after them, so they mean the same under left-to-right assignment
 // (MySQL, MariaDB) and under MariaDB's SIMULTANEOUS_ASSIGNMENT.
 //
+// In-row mode with a RunColumn first sends a shorter form of the upsert
+// that admits only a higher token or the stored run again (the usual
+// writes) and refuses the rest the same way; a refusal at the claim's own
+// token, or over a mark the guard did not write, is then decided by the
+// upsert under the whole rule: such a write costs one statement more.
+//
 // # What is guaranteed
 //
 //   - The decision rule of package fence with run identities: a lower token

@@ -145,13 +145,14 @@ func validSQL(tok string) string { return "(" + tok + " >= 1)" }
 // checked (REGEXP, as fence.ValidateRun) and compared, so the usual write
 // with a higher token evaluates no regular expression; a malformed run at
 // an equal token refuses the write, and the guard reports it as a
-// *MarkError after reading it.
+// *MarkError after reading it. Runs are compared byte for byte, as
+// fence.DecideClaim compares them, whatever the column's collation.
 func admitSQL(tok, run string) string {
 	if run == "" {
 		return "(" + validSQL(tok) + " AND " + tok + " <= VALUES(" + tok + "))"
 	}
 	return "(" + validSQL(tok) + " AND (" + tok + " < VALUES(" + tok + ") OR (" + tok + " = VALUES(" + tok + ") AND " +
-		run + " REGEXP '^[0-9A-Za-z._:-]{0,64}$' AND (VALUES(" + run + ") = '' OR " + run + " = '' OR " + run + " = VALUES(" + run + ")))))"
+		run + " REGEXP '^[0-9A-Za-z._:-]{0,64}$' AND (VALUES(" + run + ") = '' OR " + run + " = '' OR " + run + " = CAST(VALUES(" + run + ") AS BINARY)))))"
 }
 
 // nextRunSQL is fence.NextMark's run.
@@ -164,16 +165,20 @@ func nextRunSQL(tok, run string) string {
 const corruptInsertID = -1 << 63
 
 // refusedSQL assigns the token column: unchanged when the claim is
-// refused, the claim's token otherwise. As a side effect it sets the
-// statement's LAST_INSERT_ID to 0 when admitted, to minus the stored token
-// when refused, and to corruptInsertID when the stored token is not valid,
-// so the OK reply says which, and the mark, without a second statement. An
+// refused, the claim's token otherwise. It sets the statement's
+// LAST_INSERT_ID to 0 when admitted, to minus the stored token when
+// refused, and to corruptInsertID when the stored token is not valid, so
+// the OK reply says which, and the mark, without a second statement. An
 // inserted row never evaluates it: its insert id is 0 (or the table's
-// AUTO_INCREMENT value), never negative.
-func refusedSQL(tok, run string) string {
-	admit := admitSQL(tok, run)
+// AUTO_INCREMENT value), never negative. LAST_INSERT_ID(expr) returns
+// expr, which is 0 exactly when the claim is admitted (a refusal's value
+// is negative and never NULL), so the decision is evaluated once here.
+func refusedSQL(tok, run string) string { return decideSQL(tok, admitSQL(tok, run)) }
+
+// decideSQL is refusedSQL under the decision admit.
+func decideSQL(tok, admit string) string {
 	return tok + " = IF(LAST_INSERT_ID(IF(" + admit + ", 0, IF(" + validSQL(tok) + ", -" + tok +
-		", -9223372036854775807 - 1))) IS NULL, " + tok + ", IF(" + admit + ", VALUES(" + tok + "), " + tok + "))"
+		", -9223372036854775807 - 1))) = 0, VALUES(" + tok + "), " + tok + ")"
 }
 
 // marksFenceSQL is the one fence statement of the marks mode: an upsert

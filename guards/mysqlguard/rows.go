@@ -60,7 +60,8 @@ type Rows struct {
 	nKey, nCols int
 	withRun     bool
 	strict      bool
-	upsertSQL   string
+	upsertSQL   string // the conditional upsert under the whole decision rule
+	fastSQL     string // with a run column: the upsert admitting only a higher token or the stored run again ("": none)
 	readSQL     string
 	lockSQL     string
 	rec         *guardobs.Recorder
@@ -148,8 +149,23 @@ func (r *Rows) statements(table string, keys, cols []string, tok, run string) {
 		set = append(set, run+" = IF("+admit+", "+nextRunSQL(tok, run)+", "+run+")")
 	}
 	set = append(set, refusedSQL(tok, run))
-	r.upsertSQL = "INSERT INTO " + table + " (" + strings.Join(names, ", ") + ") VALUES (" + marks + ")\n" +
-		"ON DUPLICATE KEY UPDATE\n    " + strings.Join(set, ",\n    ")
+	insert := "INSERT INTO " + table + " (" + strings.Join(names, ", ") + ") VALUES (" + marks + ")\n" +
+		"ON DUPLICATE KEY UPDATE\n    "
+	r.upsertSQL = insert + strings.Join(set, ",\n    ")
+	if run != "" {
+		// The fast form: what it admits, the whole rule admits with the
+		// same new mark (the claim's token and run), and it names the mark
+		// in its reply as the whole form does. It refuses the rest, and a
+		// refusal at the claim's own token or over an invalid mark goes to
+		// the whole form (Rows.attempts).
+		fast := fastAdmitSQL(tok, run)
+		set = set[:0]
+		for _, c := range cols {
+			set = append(set, c+" = IF("+fast+", VALUES("+c+"), "+c+")")
+		}
+		set = append(set, run+" = IF("+fast+", VALUES("+run+"), "+run+")", decideSQL(tok, fast))
+		r.fastSQL = insert + strings.Join(set, ",\n    ")
+	}
 	var where []string
 	for _, k := range keys {
 		where = append(where, k+" = ?")
@@ -160,6 +176,16 @@ func (r *Rows) statements(table string, keys, cols []string, tok, run string) {
 	}
 	r.readSQL = "SELECT " + sel + " FROM " + table + " WHERE " + strings.Join(where, " AND ")
 	r.lockSQL = r.readSQL + " FOR UPDATE"
+}
+
+// fastAdmitSQL is a part of admitSQL's rule that needs neither the run's
+// check nor fence.NextMark's cases: a valid stored token below the claim's,
+// or equal to it with the stored run byte for byte the claim's (which was
+// validated; both may be empty). It is the usual write: a new token, or
+// the same claim again.
+func fastAdmitSQL(tok, run string) string {
+	return "(" + validSQL(tok) + " AND (" + tok + " < VALUES(" + tok + ") OR (" + tok + " = VALUES(" + tok + ") AND " +
+		run + " = CAST(VALUES(" + run + ") AS BINARY))))"
 }
 
 // resource names the row in errors and checks: the key's single value as
@@ -180,8 +206,11 @@ func (r *Rows) resource(key []any) string {
 // inserted, or updated with its token (and run identity) in its own
 // columns, only if the claim is admitted by the token (and run) the row
 // holds: one INSERT ... ON DUPLICATE KEY UPDATE whose reply also carries
-// the decision, so an admitted or stale write is one round trip. Only a
-// refusal at the mark's own token (a reuse) reads the row's run.
+// the decision, so an admitted or stale write is one round trip. With a
+// RunColumn, that statement admits only a higher token or the stored run
+// again; a write at the mark's own token under another run, or without
+// one, or over an empty stored run, is decided by a second upsert under
+// the whole rule, and a refusal there (a reuse) reads the row's run.
 //
 // q may be a *sql.DB or *sql.Conn (the write is then its own transaction)
 // or a *sql.Tx, whose other writes then commit or roll back with it; after
@@ -249,17 +278,24 @@ func (r *Rows) upsert(ctx context.Context, q Querier, res string, c fence.Claim,
 // row admitting (changed between the statements, outside a transaction),
 // the write is tried again.
 func (r *Rows) attempts(ctx context.Context, q Querier, inTx bool, res string, c fence.Claim, key, a []any) error {
-	for range refusedRetries {
-		sr, err := q.ExecContext(ctx, r.upsertSQL, a...)
-		if err != nil {
-			if maybeSent(err) && !inTx {
-				return outcomeUnknown(ctx, res, "upsert", err)
-			}
-			return dbError(ctx, r.table, res, "upsert", err)
+	if r.fastSQL != "" {
+		// The usual write is admitted by the fast form, a stale one refused
+		// by it; the rest (the claim's token with another run, or an
+		// invalid mark) is decided by the whole rule below.
+		li, err := r.exec(ctx, q, inTx, res, r.fastSQL, a)
+		switch {
+		case err != nil:
+			return err
+		case li >= 0:
+			return nil
+		case li != corruptInsertID && fence.Token(-li) > c.Token:
+			return &fence.StaleError{Resource: res, Presented: c.Token, Highest: fence.Token(-li)}
 		}
-		li, err := sr.LastInsertId()
+	}
+	for range refusedRetries {
+		li, err := r.exec(ctx, q, inTx, res, r.upsertSQL, a)
 		if err != nil {
-			return dbError(ctx, r.table, res, "upsert", err)
+			return err
 		}
 		if li >= 0 {
 			return nil
@@ -291,4 +327,22 @@ func (r *Rows) attempts(ctx context.Context, q Querier, inTx bool, res string, c
 		}
 	}
 	return fmt.Errorf("mysqlguard: upsert %q: row changed under every one of %d attempts: %w", res, refusedRetries, fence.ErrBusy)
+}
+
+// exec runs one form of the conditional upsert and returns its insert id:
+// 0 or more when admitted (or inserted), minus the mark when refused,
+// corruptInsertID over an invalid stored token.
+func (r *Rows) exec(ctx context.Context, q Querier, inTx bool, res, stmt string, a []any) (int64, error) {
+	sr, err := q.ExecContext(ctx, stmt, a...)
+	if err != nil {
+		if maybeSent(err) && !inTx {
+			return 0, outcomeUnknown(ctx, res, "upsert", err)
+		}
+		return 0, dbError(ctx, r.table, res, "upsert", err)
+	}
+	li, err := sr.LastInsertId()
+	if err != nil {
+		return 0, dbError(ctx, r.table, res, "upsert", err)
+	}
+	return li, nil
 }
