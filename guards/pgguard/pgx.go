@@ -53,7 +53,9 @@ func (g *Guard) InTxClaim(ctx context.Context, db Batcher, resource string, c fe
 	return g.inTx(ctx, db, resource, c, fn)
 }
 
-func (g *Guard) inTx(ctx context.Context, db Batcher, resource string, c fence.Claim, fn func(ctx context.Context, tx pgx.Tx) error) error {
+func (g *Guard) inTx(ctx context.Context, db Batcher, resource string, c fence.Claim, fn func(ctx context.Context, tx pgx.Tx) error) (err error) {
+	ctx, span := g.met.Start(ctx, resource, c)
+	defer func() { span.End(err) }()
 	if db == nil || fn == nil {
 		return fmt.Errorf("%w: InTx with nil db or fn", ErrNilArgument)
 	}
@@ -108,7 +110,9 @@ func (g *Guard) BeginClaim(ctx context.Context, db Batcher, resource string, c f
 	return g.beginChecked(ctx, db, resource, c)
 }
 
-func (g *Guard) beginChecked(ctx context.Context, db Batcher, resource string, c fence.Claim) (pgx.Tx, error) {
+func (g *Guard) beginChecked(ctx context.Context, db Batcher, resource string, c fence.Claim) (_ pgx.Tx, err error) {
+	ctx, span := g.met.Start(ctx, resource, c)
+	defer func() { span.End(err) }()
 	if db == nil {
 		return nil, fmt.Errorf("%w: Begin with nil db", ErrNilArgument)
 	}
@@ -181,11 +185,13 @@ func (g *Guard) FenceTxClaim(ctx context.Context, tx pgx.Tx, resource string, c 
 	return g.fenceTxChecked(ctx, tx, resource, c)
 }
 
-func (g *Guard) fenceTxChecked(ctx context.Context, tx pgx.Tx, resource string, c fence.Claim) error {
+func (g *Guard) fenceTxChecked(ctx context.Context, tx pgx.Tx, resource string, c fence.Claim) (err error) {
+	ctx, span := g.met.Start(ctx, resource, c)
+	defer func() { span.End(err) }()
 	if tx == nil {
 		return fmt.Errorf("%w: FenceTx with nil tx", ErrNilArgument)
 	}
-	err := g.fenceTx(ctx, tx, resource, c, nil)
+	err = g.fenceTx(ctx, tx, resource, c, nil)
 	if err != nil {
 		rollback(ctx, tx)
 	}
@@ -227,11 +233,13 @@ func TxFromContext(ctx context.Context) (pgx.Tx, bool) {
 // otherwise BeginTx, then the fence statement), calls write with a ctx that
 // carries the transaction (TxFromContext) and the claim (fence.FromContext),
 // and commits. Errors and rollback are InTx's; ErrNoDB without Config.DB.
-func (g *Guard) Fence(ctx context.Context, resource string, token fence.Token, write func(ctx context.Context) error) error {
+func (g *Guard) Fence(ctx context.Context, resource string, token fence.Token, write func(ctx context.Context) error) (err error) {
 	c := fence.ClaimFor(ctx, token)
 	if err := g.args(ctx, resource, c); err != nil {
 		return err
 	}
+	ctx, span := g.met.Start(ctx, resource, c)
+	defer func() { span.End(err) }()
 	if write == nil {
 		return fmt.Errorf("%w: Fence with nil write", ErrNilArgument)
 	}

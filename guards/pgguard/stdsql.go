@@ -30,7 +30,9 @@ func (g *Guard) InSQLTxClaim(ctx context.Context, db SQLBeginner, resource strin
 	return g.inSQLTx(ctx, db, resource, c, fn)
 }
 
-func (g *Guard) inSQLTx(ctx context.Context, db SQLBeginner, resource string, c fence.Claim, fn func(ctx context.Context, tx *sql.Tx) error) error {
+func (g *Guard) inSQLTx(ctx context.Context, db SQLBeginner, resource string, c fence.Claim, fn func(ctx context.Context, tx *sql.Tx) error) (err error) {
+	ctx, span := g.met.Start(ctx, resource, c)
+	defer func() { span.End(err) }()
 	if db == nil || fn == nil {
 		return fmt.Errorf("%w: InSQLTx with nil db or fn", ErrNilArgument)
 	}
@@ -77,11 +79,13 @@ func (g *Guard) FenceSQLTxClaim(ctx context.Context, tx *sql.Tx, resource string
 	return g.fenceSQLTxChecked(ctx, tx, resource, c)
 }
 
-func (g *Guard) fenceSQLTxChecked(ctx context.Context, tx *sql.Tx, resource string, c fence.Claim) error {
+func (g *Guard) fenceSQLTxChecked(ctx context.Context, tx *sql.Tx, resource string, c fence.Claim) (err error) {
+	ctx, span := g.met.Start(ctx, resource, c)
+	defer func() { span.End(err) }()
 	if tx == nil {
 		return fmt.Errorf("%w: FenceSQLTx with nil tx", ErrNilArgument)
 	}
-	err := g.fenceStd(ctx, tx, resource, c, nil)
+	err = g.fenceStd(ctx, tx, resource, c, nil)
 	if err != nil {
 		sqlRollback(tx)
 	}
