@@ -3,6 +3,7 @@ package guardobs
 import (
 	"context"
 	"errors"
+	"time"
 
 	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/codes"
@@ -135,4 +136,40 @@ func (r *Recorder) Refused(ctx context.Context, resource string, c fence.Claim, 
 	_, s := r.Start(ctx, resource, c)
 	s.s.SetAttributes(attribute.Bool(AttrNotSent, true))
 	s.End(err)
+}
+
+// SpanMarksDelete is the name of the span of one housekeeping statement
+// deleting guard marks (pgguard.Marks), with AttrKind and AttrMarksDeleted.
+const SpanMarksDelete = "fencekit.guard.marks_delete"
+
+// AttrMarksDeleted is the number of marks a SpanMarksDelete statement
+// deleted.
+const AttrMarksDeleted = "fencekit.guard.marks.deleted_count"
+
+// Housekeeping records SpanMarksDelete spans for guard housekeeping
+// (pgguard.Marks). The zero Housekeeping (nil TracerProvider) records
+// nothing.
+type Housekeeping struct{ tracer trace.Tracer }
+
+// NewHousekeeping returns the Housekeeping of tp; nil tp records nothing.
+func NewHousekeeping(tp trace.TracerProvider) Housekeeping {
+	if tp == nil {
+		return Housekeeping{}
+	}
+	return Housekeeping{tracer: tp.Tracer(Scope)}
+}
+
+// Deleted records one SpanMarksDelete span of kind's housekeeping, started
+// at start, that deleted n marks or failed with err (status Error).
+func (h Housekeeping) Deleted(ctx context.Context, kind string, start time.Time, n int64, err error) {
+	if h.tracer == nil {
+		return
+	}
+	_, s := h.tracer.Start(ctx, SpanMarksDelete, trace.WithTimestamp(start), trace.WithAttributes(
+		attribute.String(AttrKind, kind), attribute.Int64(AttrMarksDeleted, n)))
+	if err != nil {
+		s.RecordError(err)
+		s.SetStatus(codes.Error, err.Error())
+	}
+	s.End()
 }
