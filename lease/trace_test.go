@@ -13,6 +13,7 @@ import (
 	"go.opentelemetry.io/otel/sdk/trace/tracetest"
 	"go.opentelemetry.io/otel/trace"
 
+	"github.com/fencekit/fencekit/fencetest"
 	"github.com/fencekit/fencekit/lease"
 )
 
@@ -266,4 +267,66 @@ func TestTraceOff(t *testing.T) {
 	require.Len(t, ended, 1)
 	require.Equal(t, "tool-call", ended[0].Name())
 	require.Equal(t, []attribute.KeyValue(nil), ended[0].Attributes(), "nothing set on the caller's span")
+}
+
+// TestTraceAcquireWait: AcquireWait is one span over its attempts: granted
+// once the holder releases; deadline_exceeded (a failure) when the caller
+// gives up while the key is held.
+func TestTraceAcquireWait(t *testing.T) {
+	e := newEnv(t)
+	s := newSpans(t)
+	m, ev, err := lease.NewObserved(lease.Config{Pool: fencetest.Pool(t), Schema: e.schema, TracerProvider: s.tp})
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = m.Close() })
+	key := uniqueKey(t)
+	holder, err := m.Acquire(bg(), key)
+	require.NoError(t, err)
+
+	ctx, cancel := context.WithTimeout(bg(), 200*time.Millisecond)
+	defer cancel()
+	_, err = m.AcquireWait(ctx, key)
+	require.ErrorIs(t, err, context.DeadlineExceeded)
+	require.ErrorIs(t, err, lease.ErrHeld)
+	gaveUp := s.one(lease.SpanAcquireWait)
+	require.Equal(t, lease.OutcomeDeadlineExceeded, attrs(gaveUp)[lease.AttrOutcome])
+	require.Equal(t, codes.Error, gaveUp.Status().Code)
+
+	for len(ev.Waiting()) > 0 { // the first waiter's events
+		<-ev.Waiting()
+	}
+	done := make(chan *lease.Lease, 1)
+	go func() {
+		l, err := m.AcquireWait(bg(), key)
+		if err != nil {
+			t.Error(err)
+		}
+		done <- l
+	}()
+	drainUntil(t, ev.Waiting(), key) // the second waiter found the key held and sleeps
+	_, err = holder.Release(bg())
+	require.NoError(t, err)
+	l := <-done
+	require.NotNil(t, l)
+	got := s.named(lease.SpanAcquireWait)
+	require.Len(t, got, 2)
+	a := attrs(got[1])
+	require.Equal(t, lease.OutcomeGranted, a[lease.AttrOutcome])
+	require.Equal(t, l.RunID().String(), a[lease.AttrRunID])
+	require.Equal(t, codes.Unset, got[1].Status().Code)
+}
+
+// drainUntil receives from c until it delivers key.
+func drainUntil(t *testing.T, c <-chan lease.Key, key lease.Key) {
+	t.Helper()
+	timeout := time.After(10 * time.Second)
+	for {
+		select {
+		case k := <-c:
+			if k == key {
+				return
+			}
+		case <-timeout:
+			t.Fatalf("no waiting event for %v", key)
+		}
+	}
 }
