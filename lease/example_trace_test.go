@@ -124,7 +124,7 @@ func printTrace(spans []sdktrace.ReadOnlySpan) {
 		line := strings.Repeat("  ", depth) + s.Name()
 		for _, kv := range s.Attributes() {
 			if name, ok := shown[string(kv.Key)]; ok {
-				line += " " + name + "=" + kv.Value.Emit()
+				line += " " + name + "=" + kv.Value.String()
 			}
 		}
 		if s.Status().Code == codes.Error {

@@ -53,12 +53,12 @@ const (
 	AttrAccountID       = "fencekit.lease.account_id"
 	AttrSessionID       = "fencekit.lease.session_id"
 	AttrRunID           = "fencekit.lease.run_id"
-	AttrToken           = "fencekit.lease.token"
+	AttrToken           = "fencekit.lease.token"            //nolint:gosec // G101: an attribute key, not a credential
 	AttrHolder          = "fencekit.lease.holder"           // the grant's WithHolder label, when set
 	AttrOutcome         = "fencekit.lease.outcome"          // one of the Outcome* values, or a ReleaseResult's String
 	AttrDisplacedRunID  = "fencekit.lease.displaced_run_id" // Takeover: the run it displaced, when one held the key
 	AttrHeldByRunID     = "fencekit.lease.held_by.run_id"   // outcome held: the holder's run id
-	AttrHeldByToken     = "fencekit.lease.held_by.token"    // outcome held: the holder's token
+	AttrHeldByToken     = "fencekit.lease.held_by.token"    //nolint:gosec // G101: an attribute key (outcome held: the holder's token)
 	AttrCause           = "fencekit.lease.cause"            // SpanLost: taken_over, renewal_rejected, trust_deadline, database_error
 	AttrBatchLeases     = "fencekit.lease.batch.leases"     // SpanRenewBatch: leases in the statement
 	AttrBatchRenewed    = "fencekit.lease.batch.renewed"    // SpanRenewBatch: leases renewed
@@ -150,16 +150,6 @@ func (m *Manager) startSpan(ctx context.Context, name string, key Key) (context.
 	}
 	ctx, s := m.tr.Start(ctx, name, opts...)
 	return ctx, span{s}
-}
-
-// on reports whether the span records (tracing on and sampled).
-func (s span) on() bool { return s.s != nil && s.s.IsRecording() }
-
-// set adds attributes.
-func (s span) set(kv ...attribute.KeyValue) {
-	if s.s != nil {
-		s.s.SetAttributes(kv...)
-	}
 }
 
 // end sets the outcome (from err, ok when err is nil), records err with

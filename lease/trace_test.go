@@ -61,7 +61,7 @@ func (s *spans) one(name string) sdktrace.ReadOnlySpan {
 func attrs(sp sdktrace.ReadOnlySpan) map[string]string {
 	out := map[string]string{}
 	for _, kv := range sp.Attributes() {
-		out[string(kv.Key)] = kv.Value.Emit()
+		out[string(kv.Key)] = kv.Value.String()
 	}
 	return out
 }

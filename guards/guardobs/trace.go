@@ -24,7 +24,7 @@ const SpanWrite = "fencekit.guard.write"
 const (
 	AttrKind     = "fencekit.guard.kind"         // the guard's kind (the value of AttrGuard on metrics)
 	AttrResource = "fencekit.guard.resource"     // the resource as the guard was given it
-	AttrToken    = "fencekit.guard.token"        // the token the write presented (int64)
+	AttrToken    = "fencekit.guard.token"        //nolint:gosec // G101: an attribute key (the token the write presented, int64)
 	AttrRunID    = "fencekit.guard.run_id"       // the claim's run identity, when it has one
 	AttrScope    = "fencekit.guard.scope"        // the claim's scope, when it has one
 	AttrOutcome  = "fencekit.guard.outcome"      // one of the Outcome* values

@@ -55,7 +55,7 @@ func TestWriteSpans(t *testing.T) {
 		sp := ended[i]
 		a := map[string]string{}
 		for _, kv := range sp.Attributes() {
-			a[string(kv.Key)] = kv.Value.Emit()
+			a[string(kv.Key)] = kv.Value.String()
 		}
 		want := map[string]string{
 			guardobs.AttrKind: "etcd", guardobs.AttrResource: "acct/sess/doc", guardobs.AttrToken: "7",
