@@ -31,7 +31,9 @@ import (
 // when Config.Floor names a source, by the Manager's own floor check and
 // one more acquire statement: the call grants if the check passed. A
 // failed check returns the refusal with a *FloorCheckError.
-func (m *Manager) Acquire(ctx context.Context, key Key, opts ...Option) (*Lease, error) {
+func (m *Manager) Acquire(ctx context.Context, key Key, opts ...Option) (l *Lease, err error) {
+	ctx, sp := m.startSpan(ctx, SpanAcquire, key)
+	defer func() { sp.endGrant(l, err) }()
 	if err := key.Validate(); err != nil {
 		return nil, err
 	}

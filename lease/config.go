@@ -9,6 +9,7 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 	"go.opentelemetry.io/otel/metric"
+	"go.opentelemetry.io/otel/trace"
 
 	"github.com/fencekit/fencekit/sql/migrations"
 )
@@ -104,6 +105,12 @@ type Config struct {
 	// in package lease/leasemetrics, documented in docs/operations.md). Nil
 	// records nothing (the no-op provider).
 	MeterProvider metric.MeterProvider
+	// TracerProvider records the Manager's spans (names in the Span*
+	// constants, attributes in the Attr* constants, both documented in
+	// docs/operations.md). Nil records none and costs nothing, like a nil
+	// MeterProvider; pass otel.GetTracerProvider() for the global one.
+	// Spans, unlike metrics, carry account, session and run ids and tokens.
+	TracerProvider trace.TracerProvider
 	// Floor is where the Manager reads the token floor when a grant is
 	// refused because the floor was not checked on this database node
 	// (ErrFailoverUnchecked: after a promotion, switchover or restore) or

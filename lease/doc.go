@@ -62,6 +62,13 @@
 //     transaction mode), the Manager says so once (Warn log, metric,
 //     Health) and polls every FallbackPoll instead; Config.ListenConnString
 //     gives it a connection that delivers.
+//   - With Config.TracerProvider, each Acquire, AcquireWait, Takeover,
+//     Release, Renew and Run is one span (the Span* names; Attr* keys carry
+//     the key's ids, the run id and the token), a child of the span in the
+//     call's ctx; a lease's Context carries the caller's span, not the
+//     Manager's. A span's status is Error only for failures; a refusal
+//     (held, unauthorized, token floor, busy) is an outcome. Without it no
+//     span is recorded and the Manager does no span work.
 //
 // # Not guaranteed
 //

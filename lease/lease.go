@@ -50,6 +50,7 @@ type Lease struct {
 // its cancellation or deadline, and carries the claim (token and run_id).
 func (m *Manager) newLease(parent context.Context, key Key, runID uuid.UUID, token fence.Token, holder string, expires, sentAt time.Time) *Lease {
 	claim := fence.Claim{Token: token, Run: runID.String(), Scope: key.Scope()}
+	parent = m.outerContext(parent) // the caller's span, not the Manager's (trace.go)
 	ctx, cancel := context.WithCancelCause(fence.WithClaim(context.WithoutCancel(parent), claim))
 	l := &Lease{
 		m: m, key: key, runID: runID, token: token, holder: holder, ctx: ctx, cancel: cancel,
@@ -155,7 +156,10 @@ func (l *Lease) Renew(ctx context.Context) (Renewal, error) {
 	if err := l.Err(); err != nil {
 		return Renewal{}, err
 	}
+	ctx, sp := l.m.startSpan(ctx, SpanRenew, l.key)
+	sp.run(l.runID, int64(l.token))
 	r, err := l.m.renewOne(ctx, l.key, l.runID)
+	defer sp.endRenew(r, err)
 	switch {
 	case err == nil:
 		l.extend(time.Time{}, r.TrustDeadline, r.ExpiresAt)
@@ -169,8 +173,12 @@ func (l *Lease) Renew(ctx context.Context) (Renewal, error) {
 // it in the database; see Manager.Release for the results. Release after
 // loss is allowed and harmless: it matches this run_id only.
 func (l *Lease) Release(ctx context.Context) (ReleaseResult, error) {
+	ctx, sp := l.m.startSpan(ctx, SpanRelease, l.key)
+	sp.run(l.runID, int64(l.token))
 	l.end(ErrReleased)
-	return l.m.release(ctx, l.key, l.runID)
+	res, err := l.m.release(ctx, l.key, l.runID)
+	sp.endRelease(res, err)
+	return res, err
 }
 
 // extend applies a successful renewal. sentAt, when non-zero, also sets the
@@ -269,6 +277,7 @@ func (l *Lease) end(cause error) bool {
 			delay = cancelled.Sub(trust)
 		}
 		l.m.obs.lost(l.key, cause)
+		l.m.traceLost(l, mcause, cause, cancelled.Add(-delay), cancelled)
 		l.m.met.onLost(l.ctx, mcause, delay)
 		l.m.log.Warn("lease lost", "key", l.key.String(), "run_id", l.runID, "token", int64(l.token),
 			"cause", mcause, "err", cause.Error(), "cancel_delay", delay)

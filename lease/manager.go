@@ -10,6 +10,7 @@ import (
 
 	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5/pgxpool"
+	"go.opentelemetry.io/otel/trace"
 
 	"github.com/fencekit/fencekit/lease/leasemetrics"
 )
@@ -28,6 +29,7 @@ type Manager struct {
 	log  *slog.Logger
 	obs  observer
 	met  *metrics
+	tr   trace.Tracer // nil: tracing off (trace.go)
 
 	floor *floorChecker // the automatic token floor check (Config.Floor), nil without a source
 
@@ -81,6 +83,7 @@ func newManager(cfg Config, obs observer) (*Manager, error) {
 		return nil, &ConfigError{Field: "MeterProvider", Reason: "creating instruments: " + err.Error(), Err: err}
 	}
 	m.met = met
+	m.tr = newTracer(r.TracerProvider)
 	m.lastRound.Store(time.Now().UnixNano())
 	m.wg.Add(1)
 	go m.renewLoop()

@@ -55,7 +55,10 @@ func (r ReleaseResult) String() string {
 // is a ReleaseResult, and a retry reports the true state (ReleaseAlreadyDone
 // after a release whose reply was lost). A Lease of this Manager with that
 // run_id is cancelled (cause ErrReleased) before the statement is sent.
-func (m *Manager) Release(ctx context.Context, key Key, runID uuid.UUID) (ReleaseResult, error) {
+func (m *Manager) Release(ctx context.Context, key Key, runID uuid.UUID) (res ReleaseResult, err error) {
+	ctx, sp := m.startSpan(ctx, SpanRelease, key)
+	sp.run(runID, 0)
+	defer func() { sp.endRelease(res, err) }()
 	if err := key.Validate(); err != nil {
 		return 0, err
 	}

@@ -41,7 +41,10 @@ func (m *Manager) Renew(ctx context.Context, key Key, runID uuid.UUID) (Renewal,
 	if m.isClosed() {
 		return Renewal{}, ErrClosed
 	}
+	ctx, sp := m.startSpan(ctx, SpanRenew, key)
+	sp.run(runID, 0)
 	r, err := m.renewOne(ctx, key, runID)
+	defer sp.endRenew(r, err)
 	if l := m.lookup(key, runID); l != nil {
 		switch {
 		case err == nil:

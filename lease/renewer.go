@@ -127,6 +127,7 @@ func (m *Manager) renewChunk(chunk []*Lease) bool {
 	}
 	ctx, cancel := context.WithTimeout(m.root, m.cfg.CallTimeout)
 	defer cancel()
+	ctx, sp := m.startBatch(ctx, len(chunk))
 	sentAt := time.Now()
 	renewed := make(map[uuid.UUID]time.Time, len(chunk))
 	rows, err := m.pool.Query(ctx, m.st.renewBatch, accts, sess, runs, m.ttlMicros())
@@ -154,6 +155,7 @@ func (m *Manager) renewChunk(chunk []*Lease) bool {
 			l.retryAt(time.Now()) // next tick
 		}
 		m.obs.renewBatch(len(chunk), 0, 0, time.Since(sentAt), err)
+		sp.endBatch(0, 0, err)
 		if m.root.Err() == nil {
 			m.log.Warn("lease renewal failed; leases stay trusted until their deadlines", "leases", len(chunk), "err", err)
 		}
@@ -174,5 +176,6 @@ func (m *Manager) renewChunk(chunk []*Lease) bool {
 	}
 	lost := len(refused)
 	m.obs.renewBatch(len(chunk), len(chunk)-lost, lost, time.Since(sentAt), nil)
+	sp.endBatch(len(chunk)-lost, lost, nil)
 	return true
 }

@@ -32,6 +32,14 @@ func (m *Manager) Run(ctx context.Context, key Key, fn func(ctx context.Context,
 	if fn == nil {
 		return errors.New("lease: Run with nil fn")
 	}
+	if m.tr != nil {
+		return m.tracedRun(ctx, key, fn, opts)
+	}
+	return m.run(ctx, key, fn, opts)
+}
+
+// run is Run without its span.
+func (m *Manager) run(ctx context.Context, key Key, fn func(ctx context.Context, l *Lease) error, opts []Option) error {
 	l, err := m.Acquire(ctx, key, opts...)
 	if err != nil {
 		return err

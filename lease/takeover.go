@@ -35,6 +35,7 @@ import (
 // Manager checks the floor and tries once more (the Authorizer runs again).
 func (m *Manager) Takeover(ctx context.Context, key Key, opts ...Option) (*Lease, error) {
 	start := time.Now()
+	ctx, sp := m.startSpan(ctx, SpanTakeover, key)
 	l, err := m.takeover(ctx, key, opts)
 	if err != nil && m.floorCheckAfter(ctx, &err) { // refused on an unchecked node: checked now
 		l, err = m.takeover(ctx, key, opts)
@@ -42,6 +43,7 @@ func (m *Manager) Takeover(ctx context.Context, key Key, opts ...Option) (*Lease
 	if !errors.Is(err, ErrInvalidKey) && !errors.Is(err, ErrInvalidHolder) {
 		m.met.onAcquireDone(ctx, time.Since(start), err)
 	}
+	sp.endGrant(l, err)
 	return l, err
 }
 
@@ -85,6 +87,7 @@ func (m *Manager) takeover(ctx context.Context, key Key, opts []Option) (*Lease,
 		return nil, fmt.Errorf("lease: takeover %s: %w", key, classify(err))
 	}
 	if displaced != nil {
+		m.traceDisplaced(ctx, *displaced)
 		if old := m.lookup(key, *displaced); old != nil {
 			old.end(ErrTakenOver)
 		}

@@ -50,6 +50,8 @@ func (m *Manager) AcquireWait(ctx context.Context, key Key, opts ...Option) (got
 		return nil, err
 	}
 	start := time.Now()
+	ctx, sp := m.startSpan(ctx, SpanAcquireWait, key)
+	defer func() { sp.endGrant(got, err) }()
 	defer func() { m.met.onWaitDone(ctx, time.Since(start), err) }()
 	if m.isClosed() {
 		return nil, ErrClosed

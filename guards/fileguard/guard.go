@@ -18,6 +18,7 @@ import (
 	"time"
 
 	"go.opentelemetry.io/otel/metric"
+	"go.opentelemetry.io/otel/trace"
 
 	"github.com/fencekit/fencekit/fence"
 	"github.com/fencekit/fencekit/guards/guardobs"
@@ -54,6 +55,9 @@ type Config struct {
 	// MeterProvider records the guard instruments of package guardobs with
 	// guard="file". Nil records nothing.
 	MeterProvider metric.MeterProvider
+	// TracerProvider records one span (guardobs.SpanWrite, a child of the
+	// span in ctx) per write that got past the argument checks, and per call refused by them. Nil records none.
+	TracerProvider trace.TracerProvider
 	// Logger receives an Error record for every write refused because its
 	// token was reused by another run. Nil discards.
 	Logger *slog.Logger
@@ -110,7 +114,7 @@ func New(cfg Config) (*Guard, error) {
 		return nil, fmt.Errorf("%w: LockTimeout %v is negative", ErrInvalidConfig, cfg.LockTimeout)
 	}
 	rec, err := guardobs.New(guardobs.Config{Kind: guardobs.KindFile, Name: "fileguard",
-		MeterProvider: cfg.MeterProvider, Logger: cfg.Logger})
+		MeterProvider: cfg.MeterProvider, TracerProvider: cfg.TracerProvider, Logger: cfg.Logger})
 	if err != nil {
 		return nil, fmt.Errorf("%w: %w", ErrInvalidConfig, err)
 	}
@@ -324,6 +328,12 @@ func (g *Guard) readMark(resource string) (mark, error) {
 // args checks a call's input before any I/O: resource, claim, the claim's
 // scope when strict, and a ctx that has not ended.
 func (g *Guard) args(ctx context.Context, resource string, c fence.Claim) error {
+	err := g.checkArgs(ctx, resource, c)
+	g.rec.Refused(ctx, resource, c, err)
+	return err
+}
+
+func (g *Guard) checkArgs(ctx context.Context, resource string, c fence.Claim) error {
 	if err := checkResource(resource); err != nil {
 		return err
 	}
@@ -365,8 +375,10 @@ func (g *Guard) at(name string) error {
 // is admitted (Fence runs the caller's callback there).
 func (g *Guard) write(ctx context.Context, resource string, c fence.Claim,
 	content func(ctx context.Context) (kind, []byte, error)) error {
+	ctx, span := g.rec.Start(ctx, resource, c)
 	err := g.writeLocked(ctx, resource, c, content)
 	g.rec.Decision(ctx, err)
+	span.End(err)
 	return err
 }
 

@@ -12,6 +12,7 @@ import (
 
 	"cloud.google.com/go/storage"
 	"go.opentelemetry.io/otel/metric"
+	"go.opentelemetry.io/otel/trace"
 	"google.golang.org/api/googleapi"
 
 	"github.com/fencekit/fencekit/fence"
@@ -53,6 +54,9 @@ type Config struct {
 	// writes retried after losing a race to another writer). No attribute
 	// names a resource or a run. Nil records nothing.
 	MeterProvider metric.MeterProvider
+	// TracerProvider records one span (guardobs.SpanWrite, a child of the
+	// span in ctx) per Put, Delete, Do or Fence call that got past the argument checks (to the final object write), and per call refused by them. Nil records none.
+	TracerProvider trace.TracerProvider
 	// Logger receives one Error record per write refused because its token
 	// was reused by another run (*fence.ReusedError), with the resource, the
 	// token and both run identities. Nil discards.
@@ -105,7 +109,7 @@ func New(cfg Config) (*Store, error) {
 	}
 	met, err := guardobs.New(guardobs.Config{Kind: guardobs.KindGCS, Name: "gcsguard",
 		Retries:       "GCS conditional writes retried after losing a race (412).",
-		MeterProvider: cfg.MeterProvider, Logger: cfg.Logger})
+		MeterProvider: cfg.MeterProvider, TracerProvider: cfg.TracerProvider, Logger: cfg.Logger})
 	if err != nil {
 		return nil, fmt.Errorf("%w: %w", ErrInvalidConfig, err)
 	}
@@ -261,7 +265,7 @@ func (s *Store) PutBytesClaim(ctx context.Context, resource string, claim fence.
 // resource's mark and with a *fence.ReusedError when it equals the mark
 // while c.Run and the mark's run identity are both set and differ; nothing
 // is written. A size below -1 is refused with ErrInvalidOptions.
-func (s *Store) PutClaim(ctx context.Context, resource string, claim fence.Claim, r io.Reader, size int64, opts PutOptions) (Info, error) {
+func (s *Store) PutClaim(ctx context.Context, resource string, claim fence.Claim, r io.Reader, size int64, opts PutOptions) (_ Info, err error) {
 	c := claim
 	if err := checkOptions(opts); err != nil {
 		return Info{}, err
@@ -275,6 +279,8 @@ func (s *Store) PutClaim(ctx context.Context, resource string, claim fence.Claim
 	if err := s.checkArgs(ctx, resource, c); err != nil {
 		return Info{}, err
 	}
+	ctx, span := s.met.Start(ctx, resource, c)
+	defer func() { span.End(err) }()
 	b, err := newBody(ctx, resource, r, size)
 	if err != nil {
 		return Info{}, err
@@ -303,11 +309,13 @@ func (s *Store) Delete(ctx context.Context, resource string) (Info, error) {
 }
 
 // DeleteClaim is Delete with an explicit claim (see PutClaim).
-func (s *Store) DeleteClaim(ctx context.Context, resource string, claim fence.Claim) (Info, error) {
+func (s *Store) DeleteClaim(ctx context.Context, resource string, claim fence.Claim) (_ Info, err error) {
 	c := claim
 	if err := s.checkArgs(ctx, resource, c); err != nil {
 		return Info{}, err
 	}
+	ctx, span := s.met.Start(ctx, resource, c)
+	defer func() { span.End(err) }()
 	cur, err := s.readDecide(ctx, resource, c)
 	if err != nil {
 		return Info{}, s.finish(ctx, err)
@@ -346,10 +354,12 @@ func (s *Store) Fence(ctx context.Context, resource string, token fence.Token, w
 	return s.fence(ctx, resource, fence.ClaimFor(ctx, token), write)
 }
 
-func (s *Store) fence(ctx context.Context, resource string, c fence.Claim, write func(ctx context.Context) error) error {
+func (s *Store) fence(ctx context.Context, resource string, c fence.Claim, write func(ctx context.Context) error) (err error) {
 	if err := s.checkArgs(ctx, resource, c); err != nil {
 		return err
 	}
+	ctx, span := s.met.Start(ctx, resource, c)
+	defer func() { span.End(err) }()
 	if write == nil {
 		return ErrNilWrite
 	}
@@ -371,6 +381,12 @@ func (s *Store) fence(ctx context.Context, resource string, c fence.Claim, write
 }
 
 func (s *Store) checkArgs(ctx context.Context, key string, c fence.Claim) error {
+	err := s.argsError(ctx, key, c)
+	s.met.Refused(ctx, key, c, err)
+	return err
+}
+
+func (s *Store) argsError(ctx context.Context, key string, c fence.Claim) error {
 	if err := checkResource(key); err != nil {
 		return err
 	}

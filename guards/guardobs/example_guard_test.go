@@ -71,8 +71,10 @@ func (g *kvGuard) putClaim(ctx context.Context, resource string, c fence.Claim, 
 	if err := fence.ContextError(ctx); err != nil {
 		return err
 	}
+	ctx, span := g.rec.Start(ctx, resource, c) // a span only with Config.TracerProvider
 	err := g.compareAndSet(resource, c, func([]byte) ([]byte, error) { return value, nil })
 	g.rec.Decision(ctx, err) // accepted, stale (with its gap) or reused (logged)
+	span.End(err)            // outcome: accepted, stale, reused, …
 	return err
 }
 

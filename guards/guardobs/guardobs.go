@@ -10,6 +10,7 @@ import (
 	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/metric"
 	"go.opentelemetry.io/otel/metric/noop"
+	"go.opentelemetry.io/otel/trace"
 
 	"github.com/fencekit/fencekit/fence"
 )
@@ -97,6 +98,10 @@ type Config struct {
 	MeterProvider metric.MeterProvider
 	// Logger receives the reuse records. Nil discards.
 	Logger *slog.Logger
+	// TracerProvider records the span of each write the guard hands to
+	// Recorder.Start (SpanWrite). Nil records none and costs nothing, like
+	// a nil MeterProvider.
+	TracerProvider trace.TracerProvider
 }
 
 var kindRE = regexp.MustCompile(`^[a-z0-9_]{1,32}$`)
@@ -109,6 +114,8 @@ type Recorder struct {
 	attrs                            metric.MeasurementOption
 	log                              *slog.Logger
 	name                             string
+	kind                             string
+	tracer                           trace.Tracer // nil: tracing off (trace.go)
 }
 
 // New validates cfg and creates the instruments on cfg.MeterProvider. An
@@ -133,6 +140,10 @@ func New(cfg Config) (*Recorder, error) {
 		attrs: metric.WithAttributeSet(attribute.NewSet(attribute.String(AttrGuard, cfg.Kind))),
 		log:   cfg.Logger,
 		name:  cfg.Name,
+		kind:  cfg.Kind,
+	}
+	if cfg.TracerProvider != nil {
+		r.tracer = cfg.TracerProvider.Tracer(Scope)
 	}
 	var errs [5]error
 	r.accepted, errs[0] = m.Int64Counter(MetricAccepted, metric.WithUnit("{write}"),

@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"go.opentelemetry.io/otel/metric"
+	"go.opentelemetry.io/otel/trace"
 
 	"github.com/fencekit/fencekit/fence"
 	"github.com/fencekit/fencekit/guards/guardobs"
@@ -77,6 +78,12 @@ type Config struct {
 	// guard="http" (see docs/operations.md). The guard passed to Middleware
 	// may record its own decisions under its own kind. Nil records nothing.
 	MeterProvider metric.MeterProvider
+	// TracerProvider records one span (guardobs.SpanWrite, a child of the
+	// span in the request's context) per request that reached the guard,
+	// and per request refused as out of scope (Strict). The guard passed
+	// to Middleware may record its own span, a child of this one. Nil
+	// records none.
+	TracerProvider trace.TracerProvider
 }
 
 // ErrInvalidConfig is matched by errors Middleware returns for a bad Config
@@ -165,7 +172,7 @@ func Middleware(g fence.Guard, cfg Config) (func(http.Handler) http.Handler, err
 		return nil, err
 	}
 	met, err := guardobs.New(guardobs.Config{Kind: guardobs.KindHTTP, Name: "httpguard",
-		MeterProvider: cfg.MeterProvider, Logger: cfg.Logger})
+		MeterProvider: cfg.MeterProvider, TracerProvider: cfg.TracerProvider, Logger: cfg.Logger})
 	if err != nil {
 		return nil, fmt.Errorf("%w: %w", ErrInvalidConfig, err)
 	}
@@ -267,6 +274,7 @@ func (m *middleware) serve(w http.ResponseWriter, r *http.Request, next http.Han
 	}
 	if m.cfg.Strict {
 		if err := fence.CheckScope(resource, claim); err != nil {
+			m.met.Refused(r.Context(), resource, claim, err)
 			m.guardError(w, r, resource, token, err)
 			return
 		}
@@ -275,7 +283,8 @@ func (m *middleware) serve(w http.ResponseWriter, r *http.Request, next http.Han
 	var rec *bufferedResponse
 	// The claim goes into the guard's ctx too: a guard pairs the token with
 	// the run identity through fence.ClaimFor.
-	err = m.g.Fence(fence.WithClaim(r.Context(), claim), resource, token, func(ctx context.Context) error {
+	sctx, span := m.met.Start(r.Context(), resource, claim)
+	err = m.g.Fence(fence.WithClaim(sctx, claim), resource, token, func(ctx context.Context) error {
 		rec = &bufferedResponse{header: http.Header{}, limit: m.cfg.MaxResponseBytes}
 		ctx = WithResource(fence.WithClaim(ctx, claim), resource)
 		next.ServeHTTP(rec, r.WithContext(ctx))
@@ -287,6 +296,7 @@ func (m *middleware) serve(w http.ResponseWriter, r *http.Request, next http.Han
 		}
 		return nil
 	})
+	span.End(err)
 	var hs *handlerStatusError
 	switch {
 	case rec == nil && (err == nil || errors.As(err, &hs)):

@@ -8,6 +8,7 @@ import (
 	"sync"
 
 	"go.opentelemetry.io/otel/metric"
+	"go.opentelemetry.io/otel/trace"
 
 	"github.com/fencekit/fencekit/fence"
 	"github.com/fencekit/fencekit/guards/guardobs"
@@ -26,6 +27,10 @@ type Config struct {
 	// was reused by another run (with the resource, token and both runs).
 	// Nil discards.
 	Logger *slog.Logger
+	// TracerProvider records one span per Fence or Do call that got a
+	// claim (guardobs.SpanWrite, a child of the span in ctx; write's ctx
+	// carries it). Nil records none.
+	TracerProvider trace.TracerProvider
 	// Strict refuses every write whose resource lies outside its claim's
 	// scope, or whose claim has no scope, with a *fence.ScopeError
 	// (fence.ErrOutOfScope; see fence.CheckScope) before write is called.
@@ -57,7 +62,7 @@ var _ fence.Guard = (*Guard)(nil)
 // New returns an empty Guard: every resource starts with no mark.
 func New(cfg Config) (*Guard, error) {
 	met, err := guardobs.New(guardobs.Config{Kind: guardobs.KindMemory, Name: "memguard",
-		MeterProvider: cfg.MeterProvider, Logger: cfg.Logger})
+		MeterProvider: cfg.MeterProvider, TracerProvider: cfg.TracerProvider, Logger: cfg.Logger})
 	if err != nil {
 		return nil, fmt.Errorf("%w: %w", ErrInvalidConfig, err)
 	}
@@ -84,7 +89,9 @@ func (g *Guard) entry(resource string) *entry {
 func (g *Guard) Do(ctx context.Context, resource string, write func(ctx context.Context) error) error {
 	c, err := fence.ClaimFromContext(ctx)
 	if err != nil {
-		return fmt.Errorf("memguard: %q: %w", resource, err)
+		err = fmt.Errorf("memguard: %q: %w", resource, err)
+		g.met.Refused(ctx, resource, c, err)
+		return err
 	}
 	return g.fence(ctx, resource, c, write)
 }
@@ -100,7 +107,9 @@ func (g *Guard) Fence(ctx context.Context, resource string, token fence.Token, w
 	return g.fence(ctx, resource, fence.ClaimFor(ctx, token), write)
 }
 
-func (g *Guard) fence(ctx context.Context, resource string, c fence.Claim, write func(ctx context.Context) error) error {
+func (g *Guard) fence(ctx context.Context, resource string, c fence.Claim, write func(ctx context.Context) error) (err error) {
+	ctx, span := g.met.Start(ctx, resource, c)
+	defer func() { span.End(err) }()
 	if err := fence.ValidateResource(resource); err != nil {
 		return err
 	}

@@ -15,6 +15,7 @@ import (
 	"database/sql"
 
 	"go.opentelemetry.io/otel/metric"
+	"go.opentelemetry.io/otel/trace"
 
 	"github.com/fencekit/fencekit/fence"
 	"github.com/fencekit/fencekit/guards/guardobs"
@@ -56,6 +57,9 @@ type Config struct {
 	// MeterProvider records the guard instruments of package guardobs with
 	// guard="mysql". Nil records nothing.
 	MeterProvider metric.MeterProvider
+	// TracerProvider records one span (guardobs.SpanWrite, a child of the
+	// span in ctx) per InTx call (fence statement, the caller's function and COMMIT) and per FenceTx call. Nil records none.
+	TracerProvider trace.TracerProvider
 	// Logger receives an Error record for every write refused because its
 	// token was reused by another run. Nil discards.
 	Logger *slog.Logger
@@ -121,7 +125,7 @@ func New(cfg Config) (*Guard, error) {
 		cfg.SettleTimeout = DefaultSettleTimeout
 	}
 	rec, err := guardobs.New(guardobs.Config{Kind: guardobs.KindMySQL, Name: "mysqlguard",
-		MeterProvider: cfg.MeterProvider, Logger: cfg.Logger})
+		MeterProvider: cfg.MeterProvider, TracerProvider: cfg.TracerProvider, Logger: cfg.Logger})
 	if err != nil {
 		return nil, fmt.Errorf("%w: %w", ErrInvalidConfig, err)
 	}
@@ -279,7 +283,9 @@ func (g *Guard) InTxClaim(ctx context.Context, db Beginner, resource string, c f
 	return g.inTx(ctx, db, resource, c, fn)
 }
 
-func (g *Guard) inTx(ctx context.Context, db Beginner, resource string, c fence.Claim, fn func(ctx context.Context, tx *sql.Tx) error) error {
+func (g *Guard) inTx(ctx context.Context, db Beginner, resource string, c fence.Claim, fn func(ctx context.Context, tx *sql.Tx) error) (err error) {
+	ctx, span := g.rec.Start(ctx, resource, c)
+	defer func() { span.End(err) }()
 	if db == nil || fn == nil {
 		return fmt.Errorf("%w: InTx with nil db or fn", ErrNilArgument)
 	}
@@ -384,7 +390,9 @@ func (g *Guard) FenceTxClaim(ctx context.Context, tx *sql.Tx, resource string, c
 	return g.fenceTxChecked(ctx, tx, resource, c)
 }
 
-func (g *Guard) fenceTxChecked(ctx context.Context, tx *sql.Tx, resource string, c fence.Claim) error {
+func (g *Guard) fenceTxChecked(ctx context.Context, tx *sql.Tx, resource string, c fence.Claim) (err error) {
+	ctx, span := g.rec.Start(ctx, resource, c)
+	defer func() { span.End(err) }()
 	if tx == nil {
 		return fmt.Errorf("%w: FenceTx with nil tx", ErrNilArgument)
 	}

@@ -9,6 +9,7 @@ import (
 	"strings"
 
 	"go.opentelemetry.io/otel/metric"
+	"go.opentelemetry.io/otel/trace"
 
 	"github.com/fencekit/fencekit/fence"
 	"github.com/fencekit/fencekit/guards/guardobs"
@@ -35,9 +36,11 @@ type RowsConfig struct {
 	// DEFAULT '' column holding that write's run identity; it enables the
 	// reuse check (fence.DecideClaim). Empty: run identities are ignored.
 	RunColumn string
-	// MeterProvider and Logger as in Config (guard="mysql").
-	MeterProvider metric.MeterProvider
-	Logger        *slog.Logger
+	// MeterProvider, Logger and TracerProvider as in Config
+	// (guard="mysql"); a span covers each Upsert that got past its checks.
+	MeterProvider  metric.MeterProvider
+	TracerProvider trace.TracerProvider
+	Logger         *slog.Logger
 	// Strict is Config.Strict for the rows' resource names (the key's
 	// value as text, fence.JoinResource of a composite key's values: a
 	// key (account, session, name) names its row lease.Key.Resource(name)).
@@ -122,7 +125,7 @@ func NewRows(cfg RowsConfig) (*Rows, error) {
 		run = r[0]
 	}
 	rec, err := guardobs.New(guardobs.Config{Kind: guardobs.KindMySQL, Name: "mysqlguard",
-		MeterProvider: cfg.MeterProvider, Logger: cfg.Logger})
+		MeterProvider: cfg.MeterProvider, TracerProvider: cfg.TracerProvider, Logger: cfg.Logger})
 	if err != nil {
 		return nil, fmt.Errorf("%w: %w", ErrInvalidConfig, err)
 	}
@@ -255,7 +258,9 @@ func (r *Rows) arity(key, values []any) (string, error) {
 	return res, fence.ValidateResource(res)
 }
 
-func (r *Rows) upsert(ctx context.Context, q Querier, res string, c fence.Claim, key, values []any) error {
+func (r *Rows) upsert(ctx context.Context, q Querier, res string, c fence.Claim, key, values []any) (err error) {
+	ctx, span := r.rec.Start(ctx, res, c)
+	defer func() { span.End(err) }()
 	if q == nil {
 		return fmt.Errorf("%w: Upsert with nil querier", ErrNilArgument)
 	}
@@ -265,7 +270,7 @@ func (r *Rows) upsert(ctx context.Context, q Querier, res string, c fence.Claim,
 	if r.withRun {
 		a = append(a, c.Run)
 	}
-	err := r.attempts(ctx, q, inTx, res, c, key, a)
+	err = r.attempts(ctx, q, inTx, res, c, key, a)
 	if err != nil && inTx {
 		rollback(tx)
 	}

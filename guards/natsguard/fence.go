@@ -102,6 +102,7 @@ func (g *Guard) fence(ctx context.Context, resource string, c fence.Claim, write
 	}
 	if err := fence.DecideClaim(resource, c, m.Token, m.Run); err != nil {
 		g.rec.Decision(ctx, err)
+		g.rec.Refused(ctx, resource, c, err)
 		return err
 	}
 	st := &stage{op: opMark}

@@ -13,6 +13,7 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 	"go.opentelemetry.io/otel/metric"
+	"go.opentelemetry.io/otel/trace"
 
 	"github.com/fencekit/fencekit/fence"
 	"github.com/fencekit/fencekit/guards/guardobs"
@@ -67,6 +68,9 @@ type Config struct {
 	// guard="nats", and fencekit.guard.nats.retries (conditional writes
 	// retried after losing a race). Nil records nothing.
 	MeterProvider metric.MeterProvider
+	// TracerProvider records one span (guardobs.SpanWrite, a child of the
+	// span in ctx) per written value, deletion or Fence/Do commit, and per call refused before writing (bad input, out of scope, or stale on the mark Fence/Do read first). Nil records none.
+	TracerProvider trace.TracerProvider
 	// Logger receives an Error record for every write refused because its
 	// token was reused by another run. Nil discards.
 	Logger *slog.Logger
@@ -169,7 +173,7 @@ func New(cfg Config) (*Guard, error) {
 	}
 	rec, err := guardobs.New(guardobs.Config{Kind: guardobs.KindNATS, Name: "natsguard",
 		Retries:       "JetStream conditional writes retried after another writer won the race (wrong last sequence).",
-		MeterProvider: cfg.MeterProvider, Logger: cfg.Logger})
+		MeterProvider: cfg.MeterProvider, TracerProvider: cfg.TracerProvider, Logger: cfg.Logger})
 	if err != nil {
 		return nil, fmt.Errorf("%w: %w", ErrInvalidConfig, err)
 	}
@@ -375,6 +379,12 @@ func (g *Guard) Mark(ctx context.Context, resource string) (fence.Claim, error) 
 // args checks a call's input before any I/O: resource, claim, the claim's
 // scope when strict, and a ctx that has not ended.
 func (g *Guard) args(ctx context.Context, resource string, c fence.Claim) error {
+	err := g.checkArgs(ctx, resource, c)
+	g.rec.Refused(ctx, resource, c, err)
+	return err
+}
+
+func (g *Guard) checkArgs(ctx context.Context, resource string, c fence.Claim) error {
 	if err := fence.ValidateResource(resource); err != nil {
 		return err
 	}
@@ -413,8 +423,10 @@ const (
 )
 
 func (g *Guard) write(ctx context.Context, resource string, c fence.Claim, o op, value []byte) error {
+	ctx, span := g.rec.Start(ctx, resource, c)
 	err := g.writeAttempts(ctx, resource, c, o, value)
 	g.rec.Decision(ctx, err)
+	span.End(err)
 	return err
 }
 

@@ -13,6 +13,7 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
 	"go.opentelemetry.io/otel/metric"
+	"go.opentelemetry.io/otel/trace"
 
 	"github.com/fencekit/fencekit/fence"
 	"github.com/fencekit/fencekit/guards/guardobs"
@@ -86,6 +87,12 @@ type Config struct {
 	// Logger receives an Error record for every write refused because its
 	// token was reused by another run. Nil discards.
 	Logger *slog.Logger
+	// TracerProvider records one span (guardobs.SpanWrite, a child of the
+	// span in ctx) per InTx, InSQLTx and Fence call (fence statement, the
+	// caller's function and COMMIT), per Begin, FenceTx and FenceSQLTx
+	// call (the fence statement), and per call refused before any I/O.
+	// Nil records none.
+	TracerProvider trace.TracerProvider
 	// Strict refuses, before any I/O, every write whose resource lies
 	// outside its claim's scope (fence.CheckScope: a lease's claim is
 	// scoped to its key, lease.Key.Scope), and every write whose claim has
@@ -179,7 +186,7 @@ func New(cfg Config) (*Guard, error) {
 		return nil, err
 	}
 	met, err := guardobs.New(guardobs.Config{Kind: guardobs.KindPostgres, Name: "pgguard",
-		MeterProvider: cfg.MeterProvider, Logger: cfg.Logger})
+		MeterProvider: cfg.MeterProvider, TracerProvider: cfg.TracerProvider, Logger: cfg.Logger})
 	if err != nil {
 		return nil, configErr("MeterProvider", "instruments", err)
 	}
@@ -278,11 +285,15 @@ func ctxClaim(ctx context.Context, resource string, strict bool) (fence.Claim, e
 }
 
 func (g *Guard) args(ctx context.Context, resource string, c fence.Claim) error {
-	return args(ctx, resource, c, g.strict)
+	err := args(ctx, resource, c, g.strict)
+	g.met.Refused(ctx, resource, c, err)
+	return err
 }
 
 func (g *Guard) ctxClaim(ctx context.Context, resource string) (fence.Claim, error) {
-	return ctxClaim(ctx, resource, g.strict)
+	c, err := ctxClaim(ctx, resource, g.strict)
+	g.met.Refused(ctx, resource, c, err)
+	return c, err
 }
 
 // decide turns the mark returned by a fence statement into the outcome, and

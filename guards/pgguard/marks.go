@@ -9,6 +9,7 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
 	"go.opentelemetry.io/otel/metric"
+	"go.opentelemetry.io/otel/trace"
 
 	"github.com/fencekit/fencekit/fence"
 	"github.com/fencekit/fencekit/guards/guardobs"
@@ -47,6 +48,9 @@ type MarksConfig struct {
 	// MeterProvider records deletions in guardobs.MetricMarksDeleted. Nil records
 	// nothing.
 	MeterProvider metric.MeterProvider
+	// TracerProvider records one guardobs.SpanMarksDelete span per delete
+	// statement, a child of the span in ctx. Nil records none.
+	TracerProvider trace.TracerProvider
 }
 
 // Marks reads and prunes the guard's high-water marks (MarksTable).
@@ -68,6 +72,7 @@ type Marks struct {
 	highestSQL, byResource, idleSQL string
 	deleted                         metric.Int64Counter
 	delAttrs                        metric.MeasurementOption
+	spans                           guardobs.Housekeeping
 }
 
 // NewMarks validates cfg and fills defaults. It does no I/O.
@@ -95,7 +100,7 @@ func NewMarks(cfg MarksConfig) (*Marks, error) {
 	}
 	t := q + "." + MarksTable
 	return &Marks{
-		db: cfg.DB, timeout: cfg.CallTimeout, deleted: deleted,
+		db: cfg.DB, timeout: cfg.CallTimeout, deleted: deleted, spans: guardobs.NewHousekeeping(cfg.TracerProvider),
 		delAttrs:   guardobs.KindAttr(guardobs.KindPostgres),
 		highestSQL: `SELECT coalesce(max(highest_token), 0) FROM ` + t,
 		// $1 resources.
@@ -145,7 +150,9 @@ func (g *Marks) DeleteResources(ctx context.Context, resources []string) (int64,
 	}
 	ctx, cancel := context.WithTimeout(ctx, g.timeout)
 	defer cancel()
+	start := time.Now()
 	tag, err := g.db.Exec(ctx, g.byResource, resources)
+	g.spans.Deleted(ctx, guardobs.KindPostgres, start, tag.RowsAffected(), err)
 	if err != nil {
 		return 0, fmt.Errorf("pgguard: delete marks: %w", err)
 	}
@@ -167,7 +174,9 @@ func (g *Marks) DeleteIdle(ctx context.Context, idle time.Duration, limit int) (
 	}
 	ctx, cancel := context.WithTimeout(ctx, g.timeout)
 	defer cancel()
+	start := time.Now()
 	tag, err := g.db.Exec(ctx, g.idleSQL, idle.Microseconds(), limit)
+	g.spans.Deleted(ctx, guardobs.KindPostgres, start, tag.RowsAffected(), err)
 	if err != nil {
 		return 0, fmt.Errorf("pgguard: delete idle marks: %w", err)
 	}

@@ -26,7 +26,8 @@ func TestMarksPrune(t *testing.T) {
 	g, err := pgguard.New(pgguard.Config{DB: pool, Schema: schema})
 	require.NoError(t, err)
 	mt := obstest.NewMeter(t)
-	gm, err := pgguard.NewMarks(pgguard.MarksConfig{DB: fencetest.Pool(t), Schema: schema, MeterProvider: mt.Provider})
+	spans := obstest.NewSpans(t)
+	gm, err := pgguard.NewMarks(pgguard.MarksConfig{DB: fencetest.Pool(t), Schema: schema, MeterProvider: mt.Provider, TracerProvider: spans.Provider})
 	require.NoError(t, err)
 	write := func(context.Context) error { return nil }
 	h, err := gm.Highest(context.Background())
@@ -57,6 +58,13 @@ func TestMarksPrune(t *testing.T) {
 		mark, err := g.Mark(context.Background(), r)
 		require.NoError(t, err)
 		require.Positive(t, mark.Token, "%s kept", r)
+	}
+	deletes := spans.Ended(guardobs.SpanMarksDelete)
+	require.Len(t, deletes, 2, "one span per delete statement")
+	for _, sp := range deletes {
+		a := obstest.SpanAttrs(sp)
+		require.Equal(t, "1", a[guardobs.AttrMarksDeleted])
+		require.Equal(t, guardobs.KindPostgres, a[guardobs.AttrKind])
 	}
 	require.EqualValues(t, 2, obstest.Value(mt.Collect(), guardobs.MetricMarksDeleted, map[string]string{guardobs.AttrGuard: guardobs.KindPostgres}))
 

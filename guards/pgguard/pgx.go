@@ -53,7 +53,9 @@ func (g *Guard) InTxClaim(ctx context.Context, resource string, claim fence.Clai
 	return g.inTx(ctx, resource, claim, fn)
 }
 
-func (g *Guard) inTx(ctx context.Context, resource string, c fence.Claim, fn func(ctx context.Context, tx pgx.Tx) error) error {
+func (g *Guard) inTx(ctx context.Context, resource string, c fence.Claim, fn func(ctx context.Context, tx pgx.Tx) error) (err error) {
+	ctx, span := g.met.Start(ctx, resource, c)
+	defer func() { span.End(err) }()
 	if fn == nil {
 		return fmt.Errorf("%w: InTx with nil fn", ErrNilArgument)
 	}
@@ -116,7 +118,9 @@ func (g *Guard) BeginClaim(ctx context.Context, resource string, claim fence.Cla
 	return g.beginChecked(ctx, resource, claim)
 }
 
-func (g *Guard) beginChecked(ctx context.Context, resource string, c fence.Claim) (pgx.Tx, error) {
+func (g *Guard) beginChecked(ctx context.Context, resource string, c fence.Claim) (_ pgx.Tx, err error) {
+	ctx, span := g.met.Start(ctx, resource, c)
+	defer func() { span.End(err) }()
 	if g.db == nil {
 		return nil, g.needDB("Begin")
 	}
@@ -206,11 +210,13 @@ func (g *Guard) FenceTxClaim(ctx context.Context, tx pgx.Tx, resource string, cl
 	return g.fenceTxChecked(ctx, tx, resource, claim)
 }
 
-func (g *Guard) fenceTxChecked(ctx context.Context, tx pgx.Tx, resource string, c fence.Claim) error {
+func (g *Guard) fenceTxChecked(ctx context.Context, tx pgx.Tx, resource string, c fence.Claim) (err error) {
+	ctx, span := g.met.Start(ctx, resource, c)
+	defer func() { span.End(err) }()
 	if tx == nil {
 		return fmt.Errorf("%w: FenceTx with nil tx", ErrNilArgument)
 	}
-	err := g.fenceTx(ctx, tx, resource, c, nil)
+	err = g.fenceTx(ctx, tx, resource, c, nil)
 	if err != nil {
 		rollback(ctx, tx)
 	}
@@ -252,11 +258,13 @@ func TxFromContext(ctx context.Context) (pgx.Tx, bool) {
 // transaction is a pgx.Tx on Config.DB (TxFromContext), or, when the Guard
 // has only Config.SQLDB, a *sql.Tx on it (SQLTxFromContext). Errors and
 // rollback are InTx's.
-func (g *Guard) Fence(ctx context.Context, resource string, token fence.Token, write func(ctx context.Context) error) error {
+func (g *Guard) Fence(ctx context.Context, resource string, token fence.Token, write func(ctx context.Context) error) (err error) {
 	c := fence.ClaimFor(ctx, token)
 	if err := g.args(ctx, resource, c); err != nil {
 		return err
 	}
+	ctx, span := g.met.Start(ctx, resource, c)
+	defer func() { span.End(err) }()
 	if write == nil {
 		return fmt.Errorf("%w: Fence with nil write", ErrNilArgument)
 	}

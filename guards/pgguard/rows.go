@@ -13,6 +13,7 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
 	"go.opentelemetry.io/otel/metric"
+	"go.opentelemetry.io/otel/trace"
 
 	"github.com/fencekit/fencekit/fence"
 	"github.com/fencekit/fencekit/guards/guardobs"
@@ -46,9 +47,11 @@ type RowsConfig struct {
 	// settings are left alone. Default 5s; negative leaves the session's
 	// setting; positive values must be at least a millisecond.
 	LockTimeout time.Duration
-	// MeterProvider and Logger as in Config (guard="postgres").
-	MeterProvider metric.MeterProvider
-	Logger        *slog.Logger
+	// MeterProvider, Logger and TracerProvider as in Config
+	// (guard="postgres"); a span covers each Upsert call.
+	MeterProvider  metric.MeterProvider
+	Logger         *slog.Logger
+	TracerProvider trace.TracerProvider
 	// Strict as in Config: a write whose row's resource name (see Upsert)
 	// lies outside its claim's scope, or whose claim has no scope, is
 	// refused with a *fence.ScopeError before any I/O. A three-column key
@@ -157,7 +160,7 @@ func NewRows(cfg RowsConfig) (*Rows, error) {
 		return nil, err
 	}
 	met, err := guardobs.New(guardobs.Config{Kind: guardobs.KindPostgres, Name: "pgguard",
-		MeterProvider: cfg.MeterProvider, Logger: cfg.Logger})
+		MeterProvider: cfg.MeterProvider, TracerProvider: cfg.TracerProvider, Logger: cfg.Logger})
 	if err != nil {
 		return nil, configErr("MeterProvider", "instruments", err)
 	}
@@ -306,6 +309,7 @@ func (r *Rows) ctxArgs(ctx context.Context, key, values []any) (string, fence.Cl
 		return "", fence.Claim{}, err
 	}
 	c, err := ctxClaim(ctx, res, r.strict)
+	r.met.Refused(ctx, res, c, err)
 	return res, c, err
 }
 
@@ -314,7 +318,9 @@ func (r *Rows) explicitArgs(ctx context.Context, c fence.Claim, key, values []an
 	if err != nil {
 		return "", err
 	}
-	return res, args(ctx, res, c, r.strict)
+	err = args(ctx, res, c, r.strict)
+	r.met.Refused(ctx, res, c, err)
+	return res, err
 }
 
 // upsertArgs lays out the statement's arguments.
@@ -332,13 +338,15 @@ func (r *Rows) upsertArgs(c fence.Claim, key, values []any, inTx bool) []any {
 	return a
 }
 
-func (r *Rows) upsertPgx(ctx context.Context, q Querier, res string, c fence.Claim, key, values []any) error {
+func (r *Rows) upsertPgx(ctx context.Context, q Querier, res string, c fence.Claim, key, values []any) (err error) {
+	ctx, span := r.met.Start(ctx, res, c)
+	defer func() { span.End(err) }()
 	if q == nil {
 		return fmt.Errorf("%w: Upsert with nil querier", ErrNilArgument)
 	}
 	tx, inTx := q.(pgx.Tx)
 	a := r.upsertArgs(c, key, values, inTx)
-	err := r.attempts(ctx, res, c, inTx, func() (bool, error) {
+	err = r.attempts(ctx, res, c, inTx, func() (bool, error) {
 		tag, err := q.Exec(ctx, r.upsertSQL, a...)
 		return err == nil && tag.RowsAffected() == 1, err
 	}, func() (int64, string, error) {
@@ -358,13 +366,15 @@ func (r *Rows) upsertPgx(ctx context.Context, q Querier, res string, c fence.Cla
 	return err
 }
 
-func (r *Rows) upsertStd(ctx context.Context, q SQLQuerier, res string, c fence.Claim, key, values []any) error {
+func (r *Rows) upsertStd(ctx context.Context, q SQLQuerier, res string, c fence.Claim, key, values []any) (err error) {
+	ctx, span := r.met.Start(ctx, res, c)
+	defer func() { span.End(err) }()
 	if q == nil {
 		return fmt.Errorf("%w: UpsertSQL with nil querier", ErrNilArgument)
 	}
 	tx, inTx := q.(*sql.Tx)
 	a := r.upsertArgs(c, key, values, inTx)
-	err := r.attempts(ctx, res, c, inTx, func() (bool, error) {
+	err = r.attempts(ctx, res, c, inTx, func() (bool, error) {
 		sr, err := q.ExecContext(ctx, r.upsertSQL, a...)
 		if err != nil {
 			return false, err

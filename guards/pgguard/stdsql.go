@@ -30,7 +30,9 @@ func (g *Guard) InSQLTxClaim(ctx context.Context, resource string, claim fence.C
 	return g.inSQLTxChecked(ctx, resource, claim, fn)
 }
 
-func (g *Guard) inSQLTxChecked(ctx context.Context, resource string, c fence.Claim, fn func(ctx context.Context, tx *sql.Tx) error) error {
+func (g *Guard) inSQLTxChecked(ctx context.Context, resource string, c fence.Claim, fn func(ctx context.Context, tx *sql.Tx) error) (err error) {
+	ctx, span := g.met.Start(ctx, resource, c)
+	defer func() { span.End(err) }()
 	if fn == nil {
 		return fmt.Errorf("%w: InSQLTx with nil fn", ErrNilArgument)
 	}
@@ -85,11 +87,13 @@ func (g *Guard) FenceSQLTxClaim(ctx context.Context, tx *sql.Tx, resource string
 	return g.fenceSQLTxChecked(ctx, tx, resource, claim)
 }
 
-func (g *Guard) fenceSQLTxChecked(ctx context.Context, tx *sql.Tx, resource string, c fence.Claim) error {
+func (g *Guard) fenceSQLTxChecked(ctx context.Context, tx *sql.Tx, resource string, c fence.Claim) (err error) {
+	ctx, span := g.met.Start(ctx, resource, c)
+	defer func() { span.End(err) }()
 	if tx == nil {
 		return fmt.Errorf("%w: FenceSQLTx with nil tx", ErrNilArgument)
 	}
-	err := g.fenceStd(ctx, tx, resource, c, nil)
+	err = g.fenceStd(ctx, tx, resource, c, nil)
 	if err != nil {
 		sqlRollback(tx)
 	}

@@ -14,6 +14,7 @@ import (
 
 	"github.com/redis/go-redis/v9"
 	"go.opentelemetry.io/otel/metric"
+	"go.opentelemetry.io/otel/trace"
 
 	"github.com/fencekit/fencekit/fence"
 	"github.com/fencekit/fencekit/guards/guardobs"
@@ -67,6 +68,9 @@ type Config struct {
 	// guard="redis", and fencekit.guard.redis.retries (writes sent again
 	// after a lost reply was settled as not applied). Nil records nothing.
 	MeterProvider metric.MeterProvider
+	// TracerProvider records one span (guardobs.SpanWrite, a child of the
+	// span in ctx) per written value, deletion or Fence/Do commit, and per call refused before writing (bad input, out of scope, or stale on the mark Fence/Do read first). Nil records none.
+	TracerProvider trace.TracerProvider
 	// Logger receives an Error record for every write refused because its
 	// token was reused by another run. Nil discards.
 	Logger *slog.Logger
@@ -143,7 +147,7 @@ func New(cfg Config) (*Guard, error) {
 	}
 	rec, err := guardobs.New(guardobs.Config{Kind: guardobs.KindRedis, Name: "redisguard",
 		Retries:       "Redis writes sent again after a lost reply was settled as not applied.",
-		MeterProvider: cfg.MeterProvider, Logger: cfg.Logger})
+		MeterProvider: cfg.MeterProvider, TracerProvider: cfg.TracerProvider, Logger: cfg.Logger})
 	if err != nil {
 		return nil, fmt.Errorf("%w: %w", ErrInvalidConfig, err)
 	}
@@ -315,6 +319,12 @@ func (g *Guard) markError(resource, reason string) error {
 // args checks a call's input before any I/O: resource, claim, the claim's
 // scope when strict, and a ctx that has not ended.
 func (g *Guard) args(ctx context.Context, resource string, c fence.Claim) error {
+	err := g.checkArgs(ctx, resource, c)
+	g.rec.Refused(ctx, resource, c, err)
+	return err
+}
+
+func (g *Guard) checkArgs(ctx context.Context, resource string, c fence.Claim) error {
 	if err := g.checkResource(resource); err != nil {
 		return err
 	}
@@ -352,8 +362,10 @@ func newWriteID() string {
 
 // write runs the fenced write; see PutClaim.
 func (g *Guard) write(ctx context.Context, resource string, c fence.Claim, op string, value []byte) error {
+	ctx, span := g.rec.Start(ctx, resource, c)
 	err := g.writeAttempts(ctx, resource, c, op, value)
 	g.rec.Decision(ctx, err)
+	span.End(err)
 	return err
 }
 

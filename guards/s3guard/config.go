@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"go.opentelemetry.io/otel/metric"
+	"go.opentelemetry.io/otel/trace"
 
 	"github.com/fencekit/fencekit/fence"
 	"github.com/fencekit/fencekit/guards/guardobs"
@@ -83,6 +84,10 @@ type Config struct {
 	// 412/404/409, including the retry after a stale pointer cache entry)
 	// with guard="s3" (see docs/operations.md). Nil records nothing.
 	MeterProvider metric.MeterProvider
+	// TracerProvider records one span (guardobs.SpanWrite, a child of the
+	// span in ctx) per Put, Delete, Do or Fence call that got a claim, from
+	// the argument checks to the pointer write. Nil records none.
+	TracerProvider trace.TracerProvider
 	// Logger receives one Error record per write refused because its token
 	// was reused by another run (*fence.ReusedError), with the key, the
 	// token and both run identities. Nil discards.
@@ -165,7 +170,7 @@ func New(cfg Config) (*Store, error) {
 	}
 	met, err := guardobs.New(guardobs.Config{Kind: guardobs.KindS3, Name: "s3guard",
 		Retries:       "S3 conditional pointer writes retried after losing a race (412/409).",
-		MeterProvider: cfg.MeterProvider, Logger: cfg.Logger})
+		MeterProvider: cfg.MeterProvider, TracerProvider: cfg.TracerProvider, Logger: cfg.Logger})
 	if err != nil {
 		return nil, fmt.Errorf("%w: %w", ErrInvalidConfig, err)
 	}

@@ -15,6 +15,8 @@ import (
 // stands in for the pointer GET (Put and Delete: their write only stages).
 // Every error it returns passes through s.fail.
 func (s *Store) fence(ctx context.Context, key string, c fence.Claim, write func(ctx context.Context) error, useCache bool) (_ Info, err error) {
+	ctx, span := s.met.Start(ctx, key, c)
+	defer func() { span.End(err) }() // after fail: the error the caller gets
 	defer func() { err = s.fail(ctx, key, err) }()
 	if err := checkResource(s.prefix, key); err != nil {
 		return Info{}, err

@@ -12,6 +12,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/metric"
+	"go.opentelemetry.io/otel/trace"
 
 	"github.com/fencekit/fencekit/internal/obs"
 	"github.com/fencekit/fencekit/lease"
@@ -70,6 +71,10 @@ type JanitorConfig struct {
 	// leasemetrics.TableLeases and leasemetrics.TableDisplaced).
 	// Nil records nothing.
 	MeterProvider metric.MeterProvider
+	// TracerProvider records one SpanJanitorSweep span per sweep (a child
+	// of the span in Sweep's ctx; the loop's sweeps are root spans). Nil
+	// records none.
+	TracerProvider trace.TracerProvider
 }
 
 // Janitor deletes lease rows that were released or expired long ago, and
@@ -116,6 +121,7 @@ type Janitor struct {
 	cancel    context.CancelFunc
 	done      chan struct{}
 	once      sync.Once
+	tracer    trace.Tracer // nil: tracing off
 }
 
 // SweepResult is the outcome of one Sweep.
@@ -193,7 +199,7 @@ func NewJanitor(cfg JanitorConfig) (*Janitor, error) {
 	}
 	r := strings.NewReplacer("$S", q)
 	j := &Janitor{
-		cfg: cfg, log: log, deleted: deleted,
+		cfg: cfg, log: log, deleted: deleted, tracer: obs.Tracer(cfg.TracerProvider),
 		delAttrs:  metric.WithAttributeSet(attribute.NewSet(attribute.String(leasemetrics.AttrTable, leasemetrics.TableLeases))),
 		dispAttrs: metric.WithAttributeSet(attribute.NewSet(attribute.String(leasemetrics.AttrTable, leasemetrics.TableDisplaced))),
 		done:      make(chan struct{}),
@@ -233,8 +239,9 @@ func (j *Janitor) Retention() time.Duration { return j.cfg.Retention }
 
 // Sweep deletes old rows in batches of at most BatchSize rows of each table
 // until a batch is full in neither or MaxBatches statements were sent.
-func (j *Janitor) Sweep(ctx context.Context) (SweepResult, error) {
-	var res SweepResult
+func (j *Janitor) Sweep(ctx context.Context) (res SweepResult, err error) {
+	ctx, span := j.startSweep(ctx)
+	defer func() { endSweep(span, res, err) }()
 	for res.Batches < j.cfg.MaxBatches {
 		cctx, cancel := context.WithTimeout(ctx, j.cfg.CallTimeout)
 		var n, nd int64

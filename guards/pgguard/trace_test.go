@@ -1,0 +1,76 @@
+package pgguard_test
+
+import (
+	"context"
+	"testing"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/stretchr/testify/require"
+	"go.opentelemetry.io/otel/codes"
+
+	"github.com/fencekit/fencekit/fence"
+	"github.com/fencekit/fencekit/fencetest"
+	"github.com/fencekit/fencekit/guards/guardobs"
+	"github.com/fencekit/fencekit/guards/pgguard"
+	"github.com/fencekit/fencekit/internal/obs/obstest"
+)
+
+// TestWriteSpans: Fence, InTx, FenceTx and Rows.Upsert each record one
+// guardobs.SpanWrite span, a child of the span in ctx, with the claim and
+// outcome; a stale refusal is an outcome (status Unset); a strict guard's
+// out-of-scope refusal, decided before any I/O, is a span too.
+func TestWriteSpans(t *testing.T) {
+	schema := setupSchema(t)
+	pool := fencetest.Pool(t)
+	spans := obstest.NewSpans(t)
+	g := newGuard(t, pgguard.Config{DB: pool, Schema: schema, TracerProvider: spans.Provider, Strict: true})
+	ctx, caller := spans.Start(bg(), "tool-call")
+	claim := func(tok fence.Token) fence.Claim { return fence.Claim{Token: tok, Run: "run-1", Scope: "acct"} }
+	const res = "acct/doc"
+
+	require.NoError(t, g.Fence(fence.WithClaim(ctx, claim(5)), res, 5, writeRow(schema, res, "v5", 5)))
+	require.NoError(t, g.InTx(fence.WithClaim(ctx, claim(6)), res, func(context.Context, pgx.Tx) error { return nil }))
+	tx, err := pool.Begin(bg())
+	require.NoError(t, err)
+	require.ErrorIs(t, g.FenceTxClaim(ctx, tx, res, claim(4)), fence.ErrStale) // rolls tx back
+	require.ErrorIs(t, g.FenceTxClaim(ctx, tx, "other/doc", claim(7)), fence.ErrOutOfScope)
+
+	got := spans.Ended(guardobs.SpanWrite)
+	require.Len(t, got, 4)
+	for i, want := range []struct {
+		tok           string
+		res, outcome  string
+		mark, notSent string
+	}{
+		{"5", res, guardobs.OutcomeAccepted, "", ""},
+		{"6", res, guardobs.OutcomeAccepted, "", ""},
+		{"4", res, guardobs.OutcomeStale, "6", ""},
+		{"7", "other/doc", guardobs.OutcomeOutOfScope, "", "true"},
+	} {
+		a := obstest.SpanAttrs(got[i])
+		require.True(t, obstest.ChildOf(got[i], caller.SpanContext()), "span %d", i)
+		require.Equal(t, guardobs.KindPostgres, a[guardobs.AttrKind])
+		require.Equal(t, want.res, a[guardobs.AttrResource])
+		require.Equal(t, want.tok, a[guardobs.AttrToken])
+		require.Equal(t, "run-1", a[guardobs.AttrRunID])
+		require.Equal(t, want.outcome, a[guardobs.AttrOutcome], "span %d", i)
+		require.Equal(t, want.mark, a[guardobs.AttrMark], "span %d", i)
+		require.Equal(t, want.notSent, a[guardobs.AttrNotSent], "span %d", i)
+		require.Equal(t, codes.Unset, got[i].Status().Code, "span %d", i)
+	}
+
+	// Rows: one span per upsert.
+	_, err = pool.Exec(bg(), `CREATE TABLE "`+schema+`".docs (id text PRIMARY KEY, body text NOT NULL, fence_token bigint NOT NULL)`)
+	require.NoError(t, err)
+	rows, err := pgguard.NewRows(pgguard.RowsConfig{Schema: schema, Table: "docs", Key: []string{"id"},
+		Columns: []string{"body"}, TracerProvider: spans.Provider})
+	require.NoError(t, err)
+	require.NoError(t, rows.UpsertClaim(ctx, pool, []any{"d1"}, claim(9), "x"))
+	require.ErrorIs(t, rows.UpsertClaim(ctx, pool, []any{"d1"}, claim(8), "y"), fence.ErrStale)
+	got = spans.Ended(guardobs.SpanWrite)
+	require.Len(t, got, 6)
+	require.Equal(t, guardobs.OutcomeAccepted, obstest.SpanAttrs(got[4])[guardobs.AttrOutcome])
+	require.Equal(t, guardobs.OutcomeStale, obstest.SpanAttrs(got[5])[guardobs.AttrOutcome])
+	require.Equal(t, "d1", obstest.SpanAttrs(got[5])[guardobs.AttrResource])
+	require.True(t, obstest.ChildOf(got[5], caller.SpanContext()))
+}

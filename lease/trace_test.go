@@ -1,0 +1,332 @@
+package lease_test
+
+import (
+	"context"
+	"errors"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/codes"
+	sdktrace "go.opentelemetry.io/otel/sdk/trace"
+	"go.opentelemetry.io/otel/sdk/trace/tracetest"
+	"go.opentelemetry.io/otel/trace"
+
+	"github.com/fencekit/fencekit/fencetest"
+	"github.com/fencekit/fencekit/lease"
+)
+
+// spans is an in-memory trace pipeline: every span ends in the recorder
+// synchronously.
+type spans struct {
+	t  *testing.T
+	tp *sdktrace.TracerProvider
+	sr *tracetest.SpanRecorder
+}
+
+func newSpans(t *testing.T) *spans {
+	sr := tracetest.NewSpanRecorder()
+	tp := sdktrace.NewTracerProvider(sdktrace.WithSpanProcessor(sr))
+	t.Cleanup(func() { _ = tp.Shutdown(context.Background()) })
+	return &spans{t: t, tp: tp, sr: sr}
+}
+
+// named returns the ended spans called name, oldest first.
+func (s *spans) named(name string) []sdktrace.ReadOnlySpan {
+	var out []sdktrace.ReadOnlySpan
+	for _, sp := range s.sr.Ended() {
+		if sp.Name() == name {
+			out = append(out, sp)
+		}
+	}
+	return out
+}
+
+// await waits until a span called name has ended.
+func (s *spans) await(name string) {
+	s.t.Helper()
+	waitFor(s.t, 5*time.Second, "span "+name, func() bool { return len(s.named(name)) > 0 })
+}
+
+// one returns the only ended span called name.
+func (s *spans) one(name string) sdktrace.ReadOnlySpan {
+	s.t.Helper()
+	got := s.named(name)
+	require.Len(s.t, got, 1, "spans named %s", name)
+	return got[0]
+}
+
+// attrs returns a span's attributes as strings.
+func attrs(sp sdktrace.ReadOnlySpan) map[string]string {
+	out := map[string]string{}
+	for _, kv := range sp.Attributes() {
+		out[string(kv.Key)] = kv.Value.String()
+	}
+	return out
+}
+
+// requireChild checks that sp is a child of parent.
+func requireChild(t *testing.T, sp sdktrace.ReadOnlySpan, parent trace.SpanContext) {
+	t.Helper()
+	require.Equal(t, parent.TraceID(), sp.SpanContext().TraceID(), "%s: trace", sp.Name())
+	require.Equal(t, parent.SpanID(), sp.Parent().SpanID(), "%s: parent", sp.Name())
+}
+
+// TestTraceGrantHeldTakeoverRelease: Acquire, a held refusal, Takeover,
+// the displaced lease's loss and Release each record their span with the
+// key, run id, token and outcome, as children of the caller's span; a
+// refusal is an outcome (status Unset), the loss a failure (status Error).
+func TestTraceGrantHeldTakeoverRelease(t *testing.T) {
+	e := newEnv(t)
+	s := newSpans(t)
+	m := e.manager(lease.Config{TracerProvider: s.tp})
+	other := e.manager(lease.Config{TracerProvider: s.tp})
+	ctx, call := s.tp.Tracer("test").Start(bg(), "tool-call")
+	caller := call.SpanContext()
+	key := uniqueKey(t)
+
+	l, err := m.Acquire(ctx, key, lease.WithHolder("desktop"))
+	require.NoError(t, err)
+	acq := s.one(lease.SpanAcquire)
+	requireChild(t, acq, caller)
+	require.Equal(t, map[string]string{
+		lease.AttrAccountID: key.AccountID, lease.AttrSessionID: key.SessionID,
+		lease.AttrRunID: l.RunID().String(), lease.AttrToken: l.Token().String(),
+		lease.AttrHolder: "desktop", lease.AttrOutcome: lease.OutcomeGranted,
+	}, attrs(acq))
+	require.Equal(t, codes.Unset, acq.Status().Code)
+	require.Equal(t, caller, trace.SpanContextFromContext(l.Context()),
+		"the lease's context carries the caller's span, not the ended Acquire span")
+
+	_, err = other.Acquire(ctx, key)
+	require.ErrorIs(t, err, lease.ErrHeld)
+	held := s.named(lease.SpanAcquire)[1]
+	requireChild(t, held, caller)
+	a := attrs(held)
+	require.Equal(t, lease.OutcomeHeld, a[lease.AttrOutcome])
+	require.Equal(t, l.RunID().String(), a[lease.AttrHeldByRunID])
+	require.Equal(t, l.Token().String(), a[lease.AttrHeldByToken])
+	require.Empty(t, a[lease.AttrRunID], "no run was granted")
+	require.Equal(t, codes.Unset, held.Status().Code, "a refusal is an outcome, not an error")
+	require.Empty(t, held.Events(), "no error recorded for a refusal")
+
+	l2, err := other.Takeover(ctx, key)
+	require.NoError(t, err)
+	tk := s.one(lease.SpanTakeover)
+	requireChild(t, tk, caller)
+	a = attrs(tk)
+	require.Equal(t, lease.OutcomeGranted, a[lease.AttrOutcome])
+	require.Equal(t, l.RunID().String(), a[lease.AttrDisplacedRunID])
+	require.Equal(t, l2.Token().String(), a[lease.AttrToken])
+
+	<-l.Done() // told through the listener
+	require.ErrorIs(t, l.Err(), lease.ErrTakenOver)
+	s.await(lease.SpanLost) // recorded just after the context is cancelled
+	lost := s.one(lease.SpanLost)
+	requireChild(t, lost, caller) // the displaced run's trace
+	a = attrs(lost)
+	require.Equal(t, "taken_over", a[lease.AttrCause])
+	require.Equal(t, l.RunID().String(), a[lease.AttrRunID])
+	require.Equal(t, l.Token().String(), a[lease.AttrToken])
+	require.Equal(t, codes.Error, lost.Status().Code)
+
+	res, err := l.Release(ctx)
+	require.NoError(t, err)
+	require.Equal(t, lease.ReleaseNotHolder, res)
+	res, err = other.Release(ctx, key, l2.RunID())
+	require.NoError(t, err)
+	require.Equal(t, lease.ReleaseDone, res)
+	rel := s.named(lease.SpanRelease)
+	require.Len(t, rel, 2)
+	for i, want := range []struct {
+		run, outcome string
+	}{{l.RunID().String(), "not-holder"}, {l2.RunID().String(), "released"}} {
+		requireChild(t, rel[i], caller)
+		a := attrs(rel[i])
+		require.Equal(t, want.run, a[lease.AttrRunID])
+		require.Equal(t, want.outcome, a[lease.AttrOutcome])
+		require.Equal(t, key.AccountID, a[lease.AttrAccountID])
+		require.Equal(t, codes.Unset, rel[i].Status().Code)
+	}
+
+	// Explicit renewal of a released lease: refused, a failure of the run.
+	_, err = other.Renew(ctx, key, l2.RunID())
+	require.ErrorIs(t, err, lease.ErrLost)
+	rn := s.one(lease.SpanRenew)
+	requireChild(t, rn, caller)
+	require.Equal(t, lease.OutcomeLost, attrs(rn)[lease.AttrOutcome])
+	require.Equal(t, codes.Error, rn.Status().Code)
+
+	call.End()
+}
+
+// TestTraceRenewBatch: each background renewal statement is a root span
+// counting its leases.
+func TestTraceRenewBatch(t *testing.T) {
+	e := newEnv(t)
+	s := newSpans(t)
+	m := e.manager(lease.Config{TracerProvider: s.tp, TTL: time.Second, SafetyMargin: 200 * time.Millisecond, RenewEvery: 250 * time.Millisecond})
+	for range 3 {
+		_, err := m.Acquire(bg(), uniqueKey(t))
+		require.NoError(t, err)
+	}
+	waitFor(t, 5*time.Second, "a renewal batch of 3 leases", func() bool {
+		for _, sp := range s.named(lease.SpanRenewBatch) {
+			if attrs(sp)[lease.AttrBatchLeases] == "3" {
+				return true
+			}
+		}
+		return false
+	})
+	for _, sp := range s.named(lease.SpanRenewBatch) {
+		require.False(t, sp.Parent().IsValid(), "a renewal batch starts its own trace")
+		a := attrs(sp)
+		if a[lease.AttrBatchLeases] == "3" {
+			require.Equal(t, "3", a[lease.AttrBatchRenewed])
+			require.Equal(t, "0", a[lease.AttrBatchLost])
+			require.Equal(t, codes.Unset, sp.Status().Code)
+		}
+	}
+}
+
+// TestTraceRun: Run's span is the parent of its Acquire, of the spans fn
+// starts from its ctx, and of its Release; a Run whose lease is taken over
+// ends with outcome taken_over and status Error, and the displaced lease's
+// loss is recorded in the same trace.
+func TestTraceRun(t *testing.T) {
+	e := newEnv(t)
+	s := newSpans(t)
+	m := e.manager(lease.Config{TracerProvider: s.tp})
+	other := e.manager(lease.Config{TracerProvider: s.tp})
+	tr := s.tp.Tracer("test")
+
+	key := uniqueKey(t)
+	require.NoError(t, m.Run(bg(), key, func(ctx context.Context, _ *lease.Lease) error {
+		_, work := tr.Start(ctx, "work")
+		work.End()
+		return nil
+	}))
+	run := s.one(lease.SpanRun)
+	require.False(t, run.Parent().IsValid())
+	require.Equal(t, lease.OutcomeCompleted, attrs(run)[lease.AttrOutcome])
+	for _, name := range []string{lease.SpanAcquire, "work", lease.SpanRelease} {
+		requireChild(t, s.one(name), run.SpanContext())
+	}
+	require.Equal(t, attrs(s.one(lease.SpanAcquire))[lease.AttrRunID], attrs(run)[lease.AttrRunID])
+
+	// fn's error: status Error, outcome fn_error.
+	boom := errors.New("boom")
+	require.ErrorIs(t, m.Run(bg(), uniqueKey(t), func(context.Context, *lease.Lease) error { return boom }), boom)
+	runs := s.named(lease.SpanRun)
+	require.Equal(t, lease.OutcomeFnError, attrs(runs[1])[lease.AttrOutcome])
+	require.Equal(t, codes.Error, runs[1].Status().Code)
+
+	// Displaced while fn runs.
+	key = uniqueKey(t)
+	started := make(chan struct{})
+	done := make(chan error, 1)
+	go func() {
+		done <- m.Run(bg(), key, func(ctx context.Context, _ *lease.Lease) error {
+			close(started)
+			<-ctx.Done()
+			return ctx.Err()
+		})
+	}()
+	<-started
+	_, err := other.Takeover(bg(), key)
+	require.NoError(t, err)
+	require.ErrorIs(t, <-done, lease.ErrTakenOver)
+	runs = s.named(lease.SpanRun)
+	require.Len(t, runs, 3)
+	displaced := runs[2]
+	require.Equal(t, lease.OutcomeTakenOver, attrs(displaced)[lease.AttrOutcome])
+	require.Equal(t, codes.Error, displaced.Status().Code)
+	s.await(lease.SpanLost)
+	lost := s.one(lease.SpanLost)
+	requireChild(t, lost, displaced.SpanContext())
+	require.Equal(t, "taken_over", attrs(lost)[lease.AttrCause])
+	require.Equal(t, attrs(displaced)[lease.AttrRunID], attrs(lost)[lease.AttrRunID])
+}
+
+// TestTraceOff: without a TracerProvider the Manager records no span, even
+// when the caller's context carries a recording one, and the lease's
+// context carries the caller's span.
+func TestTraceOff(t *testing.T) {
+	e := newEnv(t)
+	s := newSpans(t)
+	m := e.manager(lease.Config{})
+	ctx, call := s.tp.Tracer("test").Start(bg(), "tool-call")
+	l, err := m.Takeover(ctx, uniqueKey(t))
+	require.NoError(t, err)
+	require.Equal(t, call.SpanContext(), trace.SpanContextFromContext(l.Context()))
+	_, err = l.Release(ctx)
+	require.NoError(t, err)
+	call.End()
+	ended := s.sr.Ended()
+	require.Len(t, ended, 1)
+	require.Equal(t, "tool-call", ended[0].Name())
+	require.Equal(t, []attribute.KeyValue(nil), ended[0].Attributes(), "nothing set on the caller's span")
+}
+
+// TestTraceAcquireWait: AcquireWait is one span over its attempts: granted
+// once the holder releases; deadline_exceeded (a failure) when the caller
+// gives up while the key is held.
+func TestTraceAcquireWait(t *testing.T) {
+	e := newEnv(t)
+	s := newSpans(t)
+	m, ev, err := lease.NewObserved(lease.Config{Pool: fencetest.Pool(t), Schema: e.schema, TracerProvider: s.tp})
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = m.Close() })
+	key := uniqueKey(t)
+	holder, err := m.Acquire(bg(), key)
+	require.NoError(t, err)
+
+	ctx, cancel := context.WithTimeout(bg(), 200*time.Millisecond)
+	defer cancel()
+	_, err = m.AcquireWait(ctx, key)
+	require.ErrorIs(t, err, context.DeadlineExceeded)
+	require.ErrorIs(t, err, lease.ErrHeld)
+	gaveUp := s.one(lease.SpanAcquireWait)
+	require.Equal(t, lease.OutcomeDeadlineExceeded, attrs(gaveUp)[lease.AttrOutcome])
+	require.Equal(t, codes.Error, gaveUp.Status().Code)
+
+	for len(ev.Waiting()) > 0 { // the first waiter's events
+		<-ev.Waiting()
+	}
+	done := make(chan *lease.Lease, 1)
+	go func() {
+		l, err := m.AcquireWait(bg(), key)
+		if err != nil {
+			t.Error(err)
+		}
+		done <- l
+	}()
+	drainUntil(t, ev.Waiting(), key) // the second waiter found the key held and sleeps
+	_, err = holder.Release(bg())
+	require.NoError(t, err)
+	l := <-done
+	require.NotNil(t, l)
+	got := s.named(lease.SpanAcquireWait)
+	require.Len(t, got, 2)
+	a := attrs(got[1])
+	require.Equal(t, lease.OutcomeGranted, a[lease.AttrOutcome])
+	require.Equal(t, l.RunID().String(), a[lease.AttrRunID])
+	require.Equal(t, codes.Unset, got[1].Status().Code)
+}
+
+// drainUntil receives from c until it delivers key.
+func drainUntil(t *testing.T, c <-chan lease.Key, key lease.Key) {
+	t.Helper()
+	timeout := time.After(10 * time.Second)
+	for {
+		select {
+		case k := <-c:
+			if k == key {
+				return
+			}
+		case <-timeout:
+			t.Fatalf("no waiting event for %v", key)
+		}
+	}
+}
