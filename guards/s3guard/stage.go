@@ -160,21 +160,16 @@ func seekLen(r io.Reader) (n int64, measured bool, err error) {
 	if !ok {
 		return 0, false, nil
 	}
-	cur, err := sk.Seek(0, io.SeekCurrent)
-	if err != nil {
-		return 0, false, nil
+	cur, cerr := sk.Seek(0, io.SeekCurrent)
+	if cerr != nil {
+		return 0, false, nil //nolint:nilerr // a reader that cannot seek is counted instead
 	}
-	end, err := sk.Seek(0, io.SeekEnd)
-	if err != nil {
-		if _, err := sk.Seek(cur, io.SeekStart); err != nil {
-			return 0, false, fmt.Errorf("seek content back to %d: %w", cur, err)
-		}
-		return 0, false, nil
-	}
+	end, eerr := sk.Seek(0, io.SeekEnd)
+	// Put it back even when SeekEnd failed: it may have moved.
 	if _, err := sk.Seek(cur, io.SeekStart); err != nil {
 		return 0, false, fmt.Errorf("seek content back to %d: %w", cur, err)
 	}
-	return end - cur, true, nil
+	return end - cur, eerr == nil, nil
 }
 
 // sizedReader passes on at most size+1 bytes of r and records a
