@@ -4,7 +4,6 @@ import (
 	"context"
 	"database/sql"
 	"errors"
-	"fmt"
 	"sync"
 	"testing"
 	"time"
@@ -93,7 +92,7 @@ func (s marksKit) WriteHeld(ctx context.Context, r string, tok fence.Token, v st
 	if held && err != nil {
 		// The kit accepts an unknown outcome; this guard must do better:
 		// its settling read reaches the server and finds the COMMIT.
-		return fmt.Errorf("InTx with a lost COMMIT reply and a healed network did not settle: %v", err)
+		return errors.New("InTx with a lost COMMIT reply and a healed network did not settle: " + err.Error())
 	}
 	return err
 }
