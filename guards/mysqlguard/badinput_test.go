@@ -75,20 +75,22 @@ type guardtestWriter interface {
 func TestBadArguments(t *testing.T) {
 	ctx := context.Background()
 	f := newFixture(t)
-	g := f.guard(t, Config{})
+	g := f.guard(t, Config{DB: f.db})
 	rows := f.inRow(t, RowsConfig{})
-	noop := func(context.Context, *sql.Tx) error { return nil }
-	if err := g.InTxClaim(ctx, nil, "r", fence.Claim{Token: 1}, noop); !errors.Is(err, ErrNilArgument) {
-		t.Errorf("InTx(nil db): %v", err)
+	if err := g.InTxClaim(ctx, "r", fence.Claim{Token: 1}, nil); !errors.Is(err, ErrNilArgument) {
+		t.Errorf("InTxClaim(nil fn): %v", err)
+	}
+	if err := g.InTx(fence.WithToken(ctx, 1), "r", nil); !errors.Is(err, ErrNilArgument) {
+		t.Errorf("InTx(nil fn): %v", err)
 	}
 	if err := g.FenceTxClaim(ctx, nil, "r", fence.Claim{Token: 1}); !errors.Is(err, ErrNilArgument) {
 		t.Errorf("FenceTx(nil tx): %v", err)
 	}
-	if err := g.Fence(ctx, "r", 1, func(context.Context) error { return nil }); !errors.Is(err, ErrNoDB) {
-		t.Errorf("Fence without DB: %v", err)
+	if err := g.Fence(ctx, "r", 1, nil); !errors.Is(err, ErrNilArgument) {
+		t.Errorf("Fence(nil write): %v", err)
 	}
-	if _, err := g.Mark(ctx, "r"); !errors.Is(err, ErrNoDB) {
-		t.Errorf("Mark without DB: %v", err)
+	if err := rows.UpsertClaim(ctx, nil, []any{"a"}, fence.Claim{Token: 1}, "v"); !errors.Is(err, ErrNilArgument) {
+		t.Errorf("UpsertClaim(nil querier): %v", err)
 	}
 	if err := rows.UpsertClaim(ctx, f.db, []any{"a", "b"}, fence.Claim{Token: 1}, "v"); !errors.Is(err, ErrKeyArity) {
 		t.Errorf("two key values: %v", err)
@@ -102,15 +104,32 @@ func TestBadArguments(t *testing.T) {
 	if err := rows.Upsert(ctx, f.db, []any{"a"}, "v"); !errors.Is(err, fence.ErrNoToken) {
 		t.Errorf("Upsert without a claim: %v", err)
 	}
-	for _, cfg := range []Config{{Table: "Bad"}, {Table: "a;b"}, {Table: "x`y"}, {IsoLevel: sql.LevelSnapshot}, {SettleTimeout: -1}} {
-		if _, err := New(cfg); !errors.Is(err, ErrInvalidConfig) {
-			t.Errorf("New(%+v): %v", cfg, err)
+	for _, tc := range []struct {
+		cfg   Config
+		field string
+	}{
+		{Config{}, "DB"}, {Config{Table: "t"}, "DB"},
+		{Config{DB: f.db, Table: "Bad"}, "Table"}, {Config{DB: f.db, Table: "a;b"}, "Table"}, {Config{DB: f.db, Table: "x`y"}, "Table"},
+		{Config{DB: f.db, IsoLevel: sql.LevelSnapshot}, "IsoLevel"}, {Config{DB: f.db, SettleTimeout: -1}, "SettleTimeout"},
+	} {
+		_, err := New(tc.cfg)
+		var ce *ConfigError
+		if !errors.Is(err, ErrInvalidConfig) || !errors.As(err, &ce) || ce.Field != tc.field {
+			t.Errorf("New(%+v): %v, want a *ConfigError for %s", tc.cfg, err, tc.field)
 		}
 	}
-	for _, cfg := range []RowsConfig{{Table: "t"}, {Key: []string{"k"}}, {Table: "t", Key: []string{"k", "k"}},
-		{Table: "t", Key: []string{"k"}, Columns: []string{"v; DROP"}}, {Table: "t", Key: []string{"k"}, RunColumn: "R"}} {
-		if _, err := NewRows(cfg); !errors.Is(err, ErrInvalidConfig) {
-			t.Errorf("NewRows(%+v): %v", cfg, err)
+	for _, tc := range []struct {
+		cfg   RowsConfig
+		field string
+	}{
+		{RowsConfig{Table: "t"}, "Key"}, {RowsConfig{Key: []string{"k"}}, "Table"}, {RowsConfig{Table: "t", Key: []string{"k", "k"}}, "Key"},
+		{RowsConfig{Table: "t", Key: []string{"k"}, Columns: []string{"v; DROP"}}, "Columns"},
+		{RowsConfig{Table: "t", Key: []string{"k"}, RunColumn: "R"}, "RunColumn"},
+	} {
+		_, err := NewRows(tc.cfg)
+		var ce *ConfigError
+		if !errors.Is(err, ErrInvalidConfig) || !errors.As(err, &ce) || ce.Field != tc.field {
+			t.Errorf("NewRows(%+v): %v, want a *ConfigError for %s", tc.cfg, err, tc.field)
 		}
 	}
 	var n int
@@ -126,7 +145,7 @@ func TestMetricsAndReuseLog(t *testing.T) {
 	f := newFixture(t)
 	m := obstest.NewMeter(t)
 	logs, logger := obstest.NewLogs()
-	g := f.guard(t, Config{MeterProvider: m.Provider, Logger: logger})
+	g := f.guard(t, Config{DB: f.db, MeterProvider: m.Provider, Logger: logger})
 	rows := f.inRow(t, RowsConfig{MeterProvider: m.Provider, Logger: logger})
 	for _, w := range []guardtestWriter{marksSubject{f: f, g: g, db: f.db}, rowsSubject{f: f, r: rows, db: f.db}} {
 		for _, c := range []fence.Claim{{Token: 5, Run: "run-a"}, {Token: 5, Run: "run-a"}, {Token: 3}, {Token: 5, Run: "run-b"}} {

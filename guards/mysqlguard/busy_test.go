@@ -18,11 +18,11 @@ import (
 func TestLockWaitTimeoutIsBusy(t *testing.T) {
 	ctx := context.Background()
 	f := newFixture(t)
-	g := f.guard(t, Config{})
 	holder := openDB(t, nil)
 	waiter := openDB(t, func(c *mysql.Config) {
 		c.Params = map[string]string{"innodb_lock_wait_timeout": "1"}
 	})
+	g := f.guard(t, Config{DB: waiter})
 	const r = "busy/lockwait"
 	tx, err := holder.BeginTx(ctx, nil)
 	if err != nil {
@@ -53,7 +53,7 @@ func TestLockWaitTimeoutIsBusy(t *testing.T) {
 func TestDeadlockIsBusy(t *testing.T) {
 	ctx := context.Background()
 	f := newFixture(t)
-	g := f.guard(t, Config{})
+	g := f.guard(t, Config{DB: f.db}) // FenceTx only: the transactions are on dbs
 	dbs := []*sql.DB{openDB(t, nil), openDB(t, nil)}
 	watch := openDB(t, nil)
 	res := []string{"deadlock/a", "deadlock/b"}

@@ -11,7 +11,8 @@ import (
 )
 
 // marksSubject drives marks mode: the value and token are a row of the
-// data table written in the fenced transaction.
+// data table written in the fenced transaction. g's Config.DB is the pool
+// it writes on; db is the pool Read reads on.
 type marksSubject struct {
 	f  fixture
 	g  *Guard
@@ -19,7 +20,7 @@ type marksSubject struct {
 }
 
 func (s marksSubject) WriteClaim(ctx context.Context, r string, c fence.Claim, v string) error {
-	return s.g.InTxClaim(ctx, s.db, r, c, func(ctx context.Context, tx *sql.Tx) error {
+	return s.g.InTxClaim(ctx, r, c, func(ctx context.Context, tx *sql.Tx) error {
 		return s.f.writeData(ctx, tx, r, int64(c.Token), v)
 	})
 }
@@ -29,14 +30,14 @@ func (s marksSubject) Write(ctx context.Context, r string, tok fence.Token, v st
 }
 
 func (s marksSubject) WriteContext(ctx context.Context, r, v string) error {
-	return s.g.InTx(ctx, s.db, r, func(ctx context.Context, tx *sql.Tx) error {
+	return s.g.InTx(ctx, r, func(ctx context.Context, tx *sql.Tx) error {
 		tok, _ := fence.FromContext(ctx)
 		return s.f.writeData(ctx, tx, r, int64(tok), v)
 	})
 }
 
 func (s marksSubject) WriteFailing(ctx context.Context, r string, tok fence.Token) error {
-	return s.g.InTxClaim(ctx, s.db, r, fence.Claim{Token: tok}, func(ctx context.Context, tx *sql.Tx) error {
+	return s.g.InTxClaim(ctx, r, fence.Claim{Token: tok}, func(ctx context.Context, tx *sql.Tx) error {
 		if err := s.f.writeData(ctx, tx, r, int64(tok), "never"); err != nil {
 			return err
 		}
@@ -112,11 +113,12 @@ func TestConformance(t *testing.T) {
 				// Every check gets its own pool.
 				New: func(t *testing.T) guardtest.Subject {
 					db := openDB(t, nil)
+					h := newReplyHold(t)
 					return marksKit{
-						marksSubject: marksSubject{f: f, g: f.guard(t, Config{IsoLevel: iso.level}), db: db},
-						strict:       f.guard(t, Config{IsoLevel: iso.level, Strict: true}),
-						held:         f.guard(t, Config{IsoLevel: iso.level, DB: f.db}),
-						h:            newReplyHold(t),
+						marksSubject: marksSubject{f: f, g: f.guard(t, Config{DB: db, IsoLevel: iso.level}), db: db},
+						strict:       f.guard(t, Config{DB: db, IsoLevel: iso.level, Strict: true}),
+						held:         f.healing(t, Config{DB: h.db, IsoLevel: iso.level}, h),
+						h:            h,
 					}
 				},
 			})
@@ -185,9 +187,9 @@ func TestConcurrentIndependentClients(t *testing.T) {
 				case "inrow":
 					sp.subs = append(sp.subs, rowsSubject{f: f, r: f.inRow(t, RowsConfig{}), db: db})
 				case "marks/ReadCommitted":
-					sp.subs = append(sp.subs, marksSubject{f: f, g: f.guard(t, Config{IsoLevel: sql.LevelReadCommitted}), db: db})
+					sp.subs = append(sp.subs, marksSubject{f: f, g: f.guard(t, Config{DB: db, IsoLevel: sql.LevelReadCommitted}), db: db})
 				default:
-					sp.subs = append(sp.subs, marksSubject{f: f, g: f.guard(t, Config{IsoLevel: sql.LevelRepeatableRead}), db: db})
+					sp.subs = append(sp.subs, marksSubject{f: f, g: f.guard(t, Config{DB: db, IsoLevel: sql.LevelRepeatableRead}), db: db})
 				}
 			}
 			cfg, err := guardtest.Config{Writers: 8, Rounds: 30, Logf: t.Logf}.WithDefaults()

@@ -9,19 +9,25 @@
 // Marks mode (Guard, built by New) keeps the marks in a table of their own
 // (Config.Table, created by CreateTable from schema.sql), in the database
 // that holds the guarded data, so the mark and the data share one
-// transaction:
+// transaction. A Guard owns its database, Config.DB (required; New returns
+// a *ConfigError without it): the methods that open a transaction take no
+// database argument, the ones that fence the caller's own transaction take
+// that transaction.
 //
-//   - InTx / InTxClaim: begin (isolation Config.IsoLevel), fence, run the
-//     function, commit; roll back on any error or panic.
+//   - InTx / InTxClaim: begin on Config.DB (isolation Config.IsoLevel),
+//     fence, run the function, commit; roll back on any error or panic.
 //   - FenceTx / FenceTxClaim: fence inside a transaction the caller opened
 //     (for example through an ORM).
 //   - Fence: the fence.Guard method, on Config.DB; the callback finds the
-//     transaction with TxFromContext. Mark reads a mark on Config.DB.
+//     transaction with TxFromContext. Mark reads a mark on Config.DB, and
+//     CreateTable creates the marks table there.
 //
 // In-row mode (Rows, built by NewRows) keeps the token and run identity in
 // columns of the user's own rows: Upsert / UpsertClaim write one row with
 // one INSERT ... ON DUPLICATE KEY UPDATE that changes nothing when the
-// claim is refused. The mark is the row: deleting the row deletes the mark.
+// claim is refused. Their querier argument says where the statement runs:
+// a *sql.DB or *sql.Conn (the statement is its own transaction) or the
+// caller's *sql.Tx. The mark is the row: deleting the row deletes the mark.
 //
 // Each entry point has a ctx-first form, which takes the claim from ctx
 // (fence.ClaimFromContext), and a ...Claim form for a claim passed
@@ -66,9 +72,10 @@
 //     every error matches ctx.Err() and context.Cause(ctx) and none
 //     matches fence.ErrBusy.
 //   - A COMMIT of InTx or Fence whose reply is lost is settled by the
-//     write's id with a locking read on a fresh connection, which waits for
-//     the transaction to end, on a fresh context (context.WithoutCancel
-//     plus Config.SettleTimeout) also when the call's context has ended:
+//     write's id with a locking read on a fresh connection of Config.DB,
+//     which waits for the transaction to end, on a fresh context
+//     (context.WithoutCancel plus Config.SettleTimeout) also when the
+//     call's context has ended:
 //     committed is reported as success (nil), a mark still below the
 //     write's token as a definite error; otherwise the error is a
 //     *fence.OutcomeUnknownError (fence.ErrOutcomeUnknown; once ctx has

@@ -12,14 +12,40 @@ import (
 	"github.com/fencekit/fencekit/fence"
 )
 
-// ErrInvalidConfig is matched by every error New and NewRows return.
+// ErrInvalidConfig is matched by every error New and NewRows return (each a
+// *ConfigError).
 var ErrInvalidConfig = errors.New("mysqlguard: invalid config")
 
-// ErrNilArgument is returned for a nil database, transaction or function.
-var ErrNilArgument = errors.New("mysqlguard: nil argument")
+// ConfigError reports a Config (RowsConfig) field that is invalid or
+// missing. It matches ErrInvalidConfig.
+type ConfigError struct {
+	Field  string
+	Reason string
+	Err    error // underlying cause, if any
+}
 
-// ErrNoDB is returned by Fence and Mark of a Guard built without Config.DB.
-var ErrNoDB = errors.New("mysqlguard: Config.DB is nil (Fence and Mark need it)")
+// Error implements error.
+func (e *ConfigError) Error() string {
+	msg := "mysqlguard: invalid config " + e.Field + ": " + e.Reason
+	if e.Err != nil {
+		msg += ": " + e.Err.Error()
+	}
+	return msg
+}
+
+// Is reports whether target is ErrInvalidConfig.
+func (e *ConfigError) Is(target error) bool { return target == ErrInvalidConfig }
+
+// Unwrap returns the underlying cause.
+func (e *ConfigError) Unwrap() error { return e.Err }
+
+// configErr is a *ConfigError.
+func configErr(field, reason string, err error) error {
+	return &ConfigError{Field: field, Reason: reason, Err: err}
+}
+
+// ErrNilArgument is returned for a nil transaction, querier or function.
+var ErrNilArgument = errors.New("mysqlguard: nil argument")
 
 // ErrKeyArity is matched by the error of an in-row write whose key or value
 // count does not match RowsConfig.

@@ -40,7 +40,7 @@ func ExampleGuard_InTx() {
 	if err != nil {
 		panic(err)
 	}
-	if err := g.CreateTable(ctx, db); err != nil {
+	if err := g.CreateTable(ctx); err != nil {
 		panic(err)
 	}
 	reports := "example_reports_" + suffix
@@ -50,7 +50,7 @@ func ExampleGuard_InTx() {
 	defer db.ExecContext(ctx, "DROP TABLE "+reports+", "+g.Table())
 
 	write := func(claim fence.Claim, body string) error {
-		return g.InTx(fence.WithClaim(ctx, claim), db, "reports/1", func(ctx context.Context, tx *sql.Tx) error {
+		return g.InTx(fence.WithClaim(ctx, claim), "reports/1", func(ctx context.Context, tx *sql.Tx) error {
 			_, err := tx.ExecContext(ctx, "REPLACE INTO "+reports+" (id, body) VALUES (1, ?)", body)
 			return err
 		})

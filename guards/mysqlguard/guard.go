@@ -30,17 +30,15 @@ const DefaultSettleTimeout = 5 * time.Second
 //go:embed schema.sql
 var schemaSQL string
 
-// Beginner begins transactions: *sql.DB and *sql.Conn implement it.
-type Beginner interface {
-	BeginTx(ctx context.Context, opts *sql.TxOptions) (*sql.Tx, error)
-}
-
 // Config configures a Guard (marks mode).
 type Config struct {
-	// DB opens the transactions of Fence (the fence.Guard method), serves
-	// Mark, and settles a COMMIT whose reply was lost (InTx without it
-	// settles on its db argument when that is a *sql.DB). Nil: Fence and
-	// Mark return ErrNoDB.
+	// DB is the database the Guard works on: CreateTable creates the marks
+	// table in it, InTx, InTxClaim and Fence open their transactions on it,
+	// Mark reads from it, and a COMMIT whose reply was lost is settled on a
+	// fresh connection of it. The marks table and the guarded data must
+	// both live in it. Required (New returns a *ConfigError otherwise).
+	// FenceTx and FenceTxClaim work in the caller's transaction, which
+	// should be on the same database.
 	DB *sql.DB
 	// Table is the marks table (created by CreateTable). A plain
 	// identifier: a lower-case letter or '_', then lower-case letters,
@@ -77,7 +75,7 @@ var identRE = regexp.MustCompile(`^[a-z_][a-z0-9_]{0,63}$`)
 // quoteIdent validates a configurable identifier and quotes it.
 func quoteIdent(field, name string) (string, error) {
 	if !identRE.MatchString(name) {
-		return "", fmt.Errorf("%w: %s %q: want a lower-case letter or '_', then lower-case letters, digits or '_', at most 64 bytes", ErrInvalidConfig, field, name)
+		return "", configErr(field, fmt.Sprintf("%q: want a lower-case letter or '_', then lower-case letters, digits or '_', at most 64 bytes", name), nil)
 	}
 	return "`" + name + "`", nil
 }
@@ -105,7 +103,11 @@ type Guard struct {
 var _ fence.Guard = (*Guard)(nil)
 
 // New validates cfg, fills defaults and returns a Guard. It does no I/O.
+// Every error is a *ConfigError (ErrInvalidConfig).
 func New(cfg Config) (*Guard, error) {
+	if cfg.DB == nil {
+		return nil, configErr("DB", "nil: the Guard needs the database that holds the marks table and the guarded data", nil)
+	}
 	if cfg.Table == "" {
 		cfg.Table = DefaultTable
 	}
@@ -116,18 +118,18 @@ func New(cfg Config) (*Guard, error) {
 	switch cfg.IsoLevel {
 	case sql.LevelDefault, sql.LevelReadCommitted, sql.LevelRepeatableRead, sql.LevelSerializable:
 	default:
-		return nil, fmt.Errorf("%w: IsoLevel %v (want default, read committed, repeatable read or serializable)", ErrInvalidConfig, cfg.IsoLevel)
+		return nil, configErr("IsoLevel", fmt.Sprintf("%v (want default, read committed, repeatable read or serializable)", cfg.IsoLevel), nil)
 	}
 	switch {
 	case cfg.SettleTimeout < 0:
-		return nil, fmt.Errorf("%w: SettleTimeout %v is negative", ErrInvalidConfig, cfg.SettleTimeout)
+		return nil, configErr("SettleTimeout", fmt.Sprintf("%v is negative", cfg.SettleTimeout), nil)
 	case cfg.SettleTimeout == 0:
 		cfg.SettleTimeout = DefaultSettleTimeout
 	}
 	rec, err := guardobs.New(guardobs.Config{Kind: guardobs.KindMySQL, Name: "mysqlguard",
 		MeterProvider: cfg.MeterProvider, TracerProvider: cfg.TracerProvider, Logger: cfg.Logger})
 	if err != nil {
-		return nil, fmt.Errorf("%w: %w", ErrInvalidConfig, err)
+		return nil, configErr("MeterProvider", "instruments", err)
 	}
 	return &Guard{
 		db: cfg.DB, table: cfg.Table, iso: cfg.IsoLevel, settleTimeout: cfg.SettleTimeout, strict: cfg.Strict, rec: rec,
@@ -201,12 +203,10 @@ ON DUPLICATE KEY UPDATE
     ` + refusedSQL("token", "run")
 }
 
-// CreateTable creates the marks table (schema.sql) if it does not exist.
-func (g *Guard) CreateTable(ctx context.Context, db *sql.DB) error {
-	if db == nil {
-		return fmt.Errorf("%w: CreateTable with nil db", ErrNilArgument)
-	}
-	if _, err := db.ExecContext(ctx, g.createSQL); err != nil {
+// CreateTable creates the marks table (schema.sql) in Config.DB if it does
+// not exist.
+func (g *Guard) CreateTable(ctx context.Context) error {
+	if _, err := g.db.ExecContext(ctx, g.createSQL); err != nil {
 		return fence.WrapContext(ctx, fmt.Errorf("mysqlguard: create table %s: %w", g.table, err))
 	}
 	return nil
@@ -253,43 +253,49 @@ func newWriteID() string {
 	return hex.EncodeToString(b[:])
 }
 
-// InTx begins a transaction on db (isolation Config.IsoLevel), fences it
-// under the claim ctx carries (fence.ClaimFromContext; none:
-// fence.ErrNoToken, nothing sent), calls fn with ctx and the transaction,
-// and commits. Any error or panic rolls the transaction back. A refused
-// claim is a *fence.StaleError or *fence.ReusedError; deadlock (1213) and
-// lock wait timeout (1205) match fence.ErrBusy. When COMMIT's reply is
-// lost, the outcome is settled by the write's id with a locking read of
-// the mark on a fresh connection (of Config.DB, or of db when Config.DB is
-// nil and db is a *sql.DB), on a fresh context (context.WithoutCancel plus
-// Config.SettleTimeout) so it runs even when ctx has ended: committed is
-// success (nil); otherwise the error is a *fence.OutcomeUnknownError
-// (fence.ErrOutcomeUnknown) unless the mark shows the write was not
-// committed.
-func (g *Guard) InTx(ctx context.Context, db Beginner, resource string, fn func(ctx context.Context, tx *sql.Tx) error) error {
+// InTx runs fn in a transaction fenced for resource under the claim ctx
+// carries (fence.ClaimFromContext: a lease's context carries its claim;
+// none: fence.ErrNoToken, nothing sent). It begins a transaction on
+// Config.DB (isolation Config.IsoLevel), fences it, calls fn with ctx and
+// the transaction, and commits. Any error, and a panic in fn, rolls the
+// transaction back, so the mark is raised if and only if fn's statements
+// commit. fn must not commit or roll back the transaction.
+//
+// Errors: input errors (fence.ErrInvalidResource, fence.ErrInvalidToken,
+// fence.ErrInvalidRun, fence.ErrInvalidScope, ErrNilArgument) and
+// *fence.ScopeError under Config.Strict, before any I/O; a refused claim
+// is a *fence.StaleError or *fence.ReusedError; deadlock (1213) and lock
+// wait timeout (1205) match fence.ErrBusy; fn's error as is. When
+// COMMIT's reply is lost, the outcome is settled by the write's id with a
+// locking read of the mark on a fresh connection of Config.DB, on a fresh
+// context (context.WithoutCancel plus Config.SettleTimeout) so it runs
+// even when ctx has ended: committed is success (nil); otherwise the error
+// is a *fence.OutcomeUnknownError (fence.ErrOutcomeUnknown) unless the
+// mark shows the write was not committed.
+func (g *Guard) InTx(ctx context.Context, resource string, fn func(ctx context.Context, tx *sql.Tx) error) error {
 	c, err := ctxClaim(ctx, resource, g.strict)
 	if err != nil {
 		return err
 	}
-	return g.inTx(ctx, db, resource, c, fn)
+	return g.inTx(ctx, resource, c, fn)
 }
 
 // InTxClaim is InTx for a claim passed explicitly (fence.ClaimFor(ctx,
 // token) for a token from elsewhere).
-func (g *Guard) InTxClaim(ctx context.Context, db Beginner, resource string, c fence.Claim, fn func(ctx context.Context, tx *sql.Tx) error) error {
-	if err := args(ctx, resource, c, g.strict); err != nil {
+func (g *Guard) InTxClaim(ctx context.Context, resource string, claim fence.Claim, fn func(ctx context.Context, tx *sql.Tx) error) error {
+	if err := args(ctx, resource, claim, g.strict); err != nil {
 		return err
 	}
-	return g.inTx(ctx, db, resource, c, fn)
+	return g.inTx(ctx, resource, claim, fn)
 }
 
-func (g *Guard) inTx(ctx context.Context, db Beginner, resource string, c fence.Claim, fn func(ctx context.Context, tx *sql.Tx) error) (err error) {
+func (g *Guard) inTx(ctx context.Context, resource string, c fence.Claim, fn func(ctx context.Context, tx *sql.Tx) error) (err error) {
 	ctx, span := g.rec.Start(ctx, resource, c)
 	defer func() { span.End(err) }()
-	if db == nil || fn == nil {
-		return fmt.Errorf("%w: InTx with nil db or fn", ErrNilArgument)
+	if fn == nil {
+		return fmt.Errorf("%w: InTx with nil fn", ErrNilArgument)
 	}
-	tx, err := db.BeginTx(ctx, &sql.TxOptions{Isolation: g.iso})
+	tx, err := g.db.BeginTx(ctx, &sql.TxOptions{Isolation: g.iso})
 	if err != nil {
 		return dbError(ctx, g.table, resource, "begin", err)
 	}
@@ -301,11 +307,11 @@ func (g *Guard) inTx(ctx context.Context, db Beginner, resource string, c fence.
 	if err := fn(ctx, tx); err != nil {
 		return fence.WrapContext(ctx, err)
 	}
-	return g.commit(ctx, db, tx, resource, c, id)
+	return g.commit(ctx, tx, resource, c, id)
 }
 
-// commit commits tx and settles a lost reply.
-func (g *Guard) commit(ctx context.Context, db Beginner, tx *sql.Tx, resource string, c fence.Claim, id string) error {
+// commit commits tx and settles a lost reply on Config.DB.
+func (g *Guard) commit(ctx context.Context, tx *sql.Tx, resource string, c fence.Claim, id string) error {
 	if g.beforeCommit != nil {
 		g.beforeCommit()
 	}
@@ -319,14 +325,7 @@ func (g *Guard) commit(ctx context.Context, db Beginner, tx *sql.Tx, resource st
 	if !maybeSent(err) {
 		return dbError(ctx, g.table, resource, "commit", err)
 	}
-	settleDB := g.db
-	if settleDB == nil {
-		settleDB, _ = db.(*sql.DB)
-	}
-	if settleDB == nil {
-		return outcomeUnknown(ctx, resource, "commit", err)
-	}
-	committed, known := g.settle(ctx, settleDB, resource, c, id)
+	committed, known := g.settle(ctx, resource, c, id)
 	switch {
 	case committed:
 		return nil
@@ -343,10 +342,10 @@ func (g *Guard) commit(ctx context.Context, db Beginner, tx *sql.Tx, resource st
 // below the write's token, so the transaction did not commit. Otherwise
 // (the mark moved on under another write, or the read failed) the outcome
 // is unknown.
-func (g *Guard) settle(ctx context.Context, db *sql.DB, resource string, c fence.Claim, id string) (committed, known bool) {
+func (g *Guard) settle(ctx context.Context, resource string, c fence.Claim, id string) (committed, known bool) {
 	sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), g.settleTimeout)
 	defer cancel()
-	tx, err := db.BeginTx(sctx, &sql.TxOptions{Isolation: sql.LevelReadCommitted})
+	tx, err := g.db.BeginTx(sctx, &sql.TxOptions{Isolation: sql.LevelReadCommitted})
 	if err != nil {
 		return false, false
 	}
@@ -480,10 +479,7 @@ func (g *Guard) Fence(ctx context.Context, resource string, token fence.Token, w
 	if write == nil {
 		return fmt.Errorf("%w: Fence with nil write", ErrNilArgument)
 	}
-	if g.db == nil {
-		return ErrNoDB
-	}
-	return g.inTx(ctx, g.db, resource, c, func(ctx context.Context, tx *sql.Tx) error {
+	return g.inTx(ctx, resource, c, func(ctx context.Context, tx *sql.Tx) error {
 		return write(context.WithValue(ctx, txKey{}, tx))
 	})
 }
@@ -493,9 +489,6 @@ func (g *Guard) Fence(ctx context.Context, resource string, token fence.Token, w
 func (g *Guard) Mark(ctx context.Context, resource string) (fence.Claim, error) {
 	if err := fence.ValidateResource(resource); err != nil {
 		return fence.Claim{}, err
-	}
-	if g.db == nil {
-		return fence.Claim{}, ErrNoDB
 	}
 	var (
 		tok int64

@@ -34,13 +34,14 @@ func proxiedDB(t *testing.T, adjust ...func(*mysql.Config)) (*sql.DB, *netproxy.
 }
 
 // TestLostCommitReplyCommitted: COMMIT reaches the server and commits,
-// its reply is lost. The locking read by write id on Config.DB finds the
-// mark set by this write: success.
+// its reply is lost (the connection's read times out), then the network
+// heals. The locking read by write id, on a fresh connection of
+// Config.DB, finds the mark set by this write: success.
 func TestLostCommitReplyCommitted(t *testing.T) {
 	ctx := context.Background()
 	f := newFixture(t)
 	db, p := proxiedDB(t)
-	g := f.guard(t, Config{DB: f.db})
+	g := f.guard(t, Config{DB: db})
 	g.beforeCommit = func() { p.Pause(netproxy.Downstream) }
 	var commitErr error
 	g.afterCommit = func(err error) { commitErr = err; p.Restore() }
@@ -58,20 +59,21 @@ func TestLostCommitReplyCommitted(t *testing.T) {
 
 // TestLostCommitNotCommitted: COMMIT is held on the way and the client
 // gives up; then the connection is cut, so the server rolls the
-// transaction back. The locking read finds the old mark: the error says
-// the write was not committed (not unknown), and nothing was written.
+// transaction back, and the network heals. The locking read, on a fresh
+// connection of Config.DB, finds the old mark: the error says the write
+// was not committed (not unknown), and nothing was written.
 func TestLostCommitNotCommitted(t *testing.T) {
 	ctx := context.Background()
 	f := newFixture(t)
 	db, p := proxiedDB(t)
-	g := f.guard(t, Config{DB: f.db})
+	g := f.guard(t, Config{DB: db})
 	s := marksSubject{f: f, g: g, db: db}
 	const r = "lost/notcommitted"
 	if err := s.Write(ctx, r, 2, "two"); err != nil {
 		t.Fatal(err)
 	}
 	g.beforeCommit = func() { p.Pause(netproxy.Upstream) }
-	g.afterCommit = func(error) { p.Cut() }
+	g.afterCommit = func(error) { p.Cut(); p.Restore() }
 	err := s.Write(ctx, r, 3, "three")
 	p.Restore()
 	g.beforeCommit, g.afterCommit = nil, nil
@@ -93,7 +95,7 @@ func TestLostCommitUnsettled(t *testing.T) {
 	ctx := context.Background()
 	f := newFixture(t)
 	db, p := proxiedDB(t)
-	g := f.guard(t, Config{SettleTimeout: time.Second}) // settles on db, through the proxy
+	g := f.guard(t, Config{DB: db, SettleTimeout: time.Second}) // settles on db, through the held proxy
 	g.beforeCommit = func() { p.Pause(netproxy.Downstream) }
 	s := marksSubject{f: f, g: g, db: db}
 	err := s.Write(ctx, "lost/unsettled", 5, "five")

@@ -86,11 +86,11 @@ func newFixture(t testing.TB) fixture {
 	db := openDB(t, nil)
 	f := fixture{db: db, marks: randomName("fk_marks_"), data: randomName("fk_data_"), rows: randomName("fk_rows_")}
 	ctx := context.Background()
-	g := f.guard(t, Config{})
-	if err := g.CreateTable(ctx, db); err != nil {
+	g := f.guard(t, Config{DB: db})
+	if err := g.CreateTable(ctx); err != nil {
 		t.Fatal(err)
 	}
-	if err := g.CreateTable(ctx, db); err != nil { // idempotent
+	if err := g.CreateTable(ctx); err != nil { // idempotent
 		t.Fatal(err)
 	}
 	for _, q := range []string{

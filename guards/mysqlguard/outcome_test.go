@@ -62,9 +62,11 @@ func (h *replyHold) run(ctx context.Context, applied func(), write func(hold fun
 }
 
 // marksKit is marksSubject (InTx) plus WriteStrict through a guard with
-// Config.Strict over the same marks, and WriteHeld through InTx on h's
-// pool by a guard that settles on a direct pool (Config.DB): the settling
-// read finds the COMMIT applied, so the guard reports success.
+// Config.Strict over the same marks, and WriteHeld through InTx of a
+// guard whose Config.DB is h's pool and whose held replies are released
+// once its COMMIT has failed (f.healing): the settling read, on a fresh
+// connection through the healed proxy, finds the COMMIT applied, so the
+// guard reports success.
 type marksKit struct {
 	marksSubject
 	strict, held *Guard
@@ -76,15 +78,23 @@ func (s marksKit) WriteStrict(ctx context.Context, r string, c fence.Claim, v st
 }
 
 func (s marksKit) WriteHeld(ctx context.Context, r string, tok fence.Token, v string, applied func()) error {
-	return s.h.run(ctx, applied, func(hold func()) error {
-		return s.held.InTxClaim(ctx, s.h.db, r, fence.Claim{Token: tok}, func(ctx context.Context, tx *sql.Tx) error {
+	var held bool
+	err := s.h.run(ctx, applied, func(hold func()) error {
+		return s.held.InTxClaim(ctx, r, fence.Claim{Token: tok}, func(ctx context.Context, tx *sql.Tx) error {
 			if err := s.f.writeData(ctx, tx, r, int64(tok), v); err != nil {
 				return err
 			}
 			hold() // the next request is the guard's COMMIT
+			held = true
 			return nil
 		})
 	})
+	if held && err != nil {
+		// The kit accepts an unknown outcome; this guard must do better:
+		// its settling read reaches the server and finds the COMMIT.
+		return errors.New("InTx with a lost COMMIT reply and a healed network did not settle: " + err.Error())
+	}
+	return err
 }
 
 // fenceKit is fenceSubject (Fence on Config.DB) plus WriteStrict through
@@ -160,8 +170,8 @@ func TestStrictRefusesBeforeIO(t *testing.T) {
 		c fence.Claim
 	}{{"acme/conv-2/notes", scoped}, {"acme/conv-1/notes", fence.Claim{Token: 3}}} {
 		for name, err := range map[string]error{
-			"InTxClaim":   g.InTxClaim(ctx, closed, tc.r, tc.c, fn),
-			"InTx":        g.InTx(fence.WithClaim(ctx, tc.c), closed, tc.r, fn),
+			"InTxClaim":   g.InTxClaim(ctx, tc.r, tc.c, fn),
+			"InTx":        g.InTx(fence.WithClaim(ctx, tc.c), tc.r, fn),
 			"FenceTx":     g.FenceTxClaim(ctx, nil, tc.r, tc.c),
 			"Fence":       g.Fence(fence.WithClaim(ctx, tc.c), tc.r, tc.c.Token, func(context.Context) error { return nil }),
 			"UpsertClaim": rows.UpsertClaim(ctx, closed, []any{tc.r}, tc.c, "x"),
@@ -178,3 +188,17 @@ func TestStrictRefusesBeforeIO(t *testing.T) {
 // settleTimeout bounds the held guards' settling read: through the held
 // proxy it gets no answer.
 const settleTimeout = time.Second
+
+// healing returns a guard on cfg.DB (h's pool) that releases h's held
+// replies as soon as its COMMIT has returned, as a network that heals
+// after one connection's reply was lost: the settling read then reaches
+// the server.
+func (f fixture) healing(t *testing.T, cfg Config, h *replyHold) *Guard {
+	t.Helper()
+	g := f.guard(t, cfg)
+	g.afterCommit = func(error) {
+		h.p.OnHold(nil)
+		h.p.Restore()
+	}
+	return g
+}

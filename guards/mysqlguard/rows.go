@@ -76,7 +76,9 @@ type Rows struct {
 const refusedRetries = 3
 
 // NewRows validates cfg, fills defaults and returns a Rows. It does no I/O;
-// the table must exist with the named columns.
+// the table must exist with the named columns. Every error is a
+// *ConfigError (ErrInvalidConfig). Rows holds no database: each write takes
+// a Querier that says where its statement runs.
 func NewRows(cfg RowsConfig) (*Rows, error) {
 	if cfg.TokenColumn == "" {
 		cfg.TokenColumn = DefaultTokenColumn
@@ -86,7 +88,7 @@ func NewRows(cfg RowsConfig) (*Rows, error) {
 		return nil, err
 	}
 	if len(cfg.Key) == 0 {
-		return nil, fmt.Errorf("%w: Key: at least one column", ErrInvalidConfig)
+		return nil, configErr("Key", "at least one column", nil)
 	}
 	seen := map[string]bool{}
 	quote := func(field string, names []string) ([]string, error) {
@@ -97,7 +99,7 @@ func NewRows(cfg RowsConfig) (*Rows, error) {
 				return nil, err
 			}
 			if seen[n] {
-				return nil, fmt.Errorf("%w: %s: column %q named twice", ErrInvalidConfig, field, n)
+				return nil, configErr(field, fmt.Sprintf("column %q named twice", n), nil)
 			}
 			seen[n] = true
 			out[i] = q
@@ -127,7 +129,7 @@ func NewRows(cfg RowsConfig) (*Rows, error) {
 	rec, err := guardobs.New(guardobs.Config{Kind: guardobs.KindMySQL, Name: "mysqlguard",
 		MeterProvider: cfg.MeterProvider, TracerProvider: cfg.TracerProvider, Logger: cfg.Logger})
 	if err != nil {
-		return nil, fmt.Errorf("%w: %w", ErrInvalidConfig, err)
+		return nil, configErr("MeterProvider", "instruments", err)
 	}
 	r := &Rows{table: cfg.Table, nKey: len(keys), nCols: len(cols), withRun: run != "", strict: cfg.Strict, rec: rec}
 	r.statements(table, keys, cols, tok[0], run)

@@ -136,7 +136,9 @@
 //     a success when its pointer landed, and never as success when the 412 was
 //     caused by someone else.
 //   - Bad input (invalid resources, tokens, options) returns a typed error and
-//     changes nothing. An object at a key that is not a valid pointer
+//     changes nothing. Content shorter or longer than the size given to Put,
+//     PutClaim or Stage (0 or more) is a *SizeError (ErrSizeMismatch): no
+//     pointer is published and data uploaded for it is removed. An object at a key that is not a valid pointer
 //     (*PointerError) is neither read through nor overwritten.
 //   - Staged content is invisible until its pointer is written; a refused or
 //     failed write removes what it staged, unless its outcome is unknown.

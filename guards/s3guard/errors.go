@@ -44,6 +44,33 @@ var ErrNilWrite = errors.New("s3guard: Fence with a nil write")
 // whose context they were given has already returned.
 var ErrStageClosed = errors.New("s3guard: the Fence call of this context has returned")
 
+// ErrSizeMismatch is matched by a *SizeError: content shorter or longer
+// than the size Put, PutClaim or Stage was given. Nothing is written.
+var ErrSizeMismatch = errors.New("s3guard: content length differs from the declared size")
+
+// SizeError reports content whose length differs from the size a Put,
+// PutClaim or Stage was given. It matches ErrSizeMismatch. Nothing was
+// written: no pointer was published, and data staged for it was removed.
+type SizeError struct {
+	Resource string
+	Size     int64 // the declared size
+	// Read is the content's length as far as it was seen: the whole length
+	// when the content ended early or was measured (an io.Seeker), Size+1
+	// when a reader went on past Size.
+	Read int64
+}
+
+// Error implements error.
+func (e *SizeError) Error() string {
+	if e.Read > e.Size {
+		return fmt.Sprintf("s3guard: %q: content longer than its declared size of %d bytes", e.Resource, e.Size)
+	}
+	return fmt.Sprintf("s3guard: %q: content of %d bytes, declared size %d", e.Resource, e.Read, e.Size)
+}
+
+// Is reports whether target is ErrSizeMismatch.
+func (e *SizeError) Is(target error) bool { return target == ErrSizeMismatch }
+
 // NotFoundError reports a resource without content. It matches
 // ErrNotFound.
 type NotFoundError struct {

@@ -37,11 +37,11 @@ func mysqlCase(e *bench.Env) error {
 	db.SetMaxIdleConns(1)
 	suffix := fmt.Sprint(time.Now().UnixNano())
 	docs, data := "fk_bench_docs_"+suffix, "fk_bench_data_"+suffix
-	g, err := mysqlguard.New(mysqlguard.Config{Table: "fk_bench_marks_" + suffix, IsoLevel: sql.LevelReadCommitted})
+	g, err := mysqlguard.New(mysqlguard.Config{DB: db, Table: "fk_bench_marks_" + suffix, IsoLevel: sql.LevelReadCommitted})
 	if err != nil {
 		return err
 	}
-	if err := g.CreateTable(ctx, db); err != nil {
+	if err := g.CreateTable(ctx); err != nil {
 		return err
 	}
 	for _, q := range []string{
@@ -98,7 +98,7 @@ func mysqlCase(e *bench.Env) error {
 		}},
 		inTx: {Name: "InTxClaim", Run: func(int) error {
 			c := claim()
-			return g.InTxClaim(ctx, db, "intx", c, func(ctx context.Context, tx *sql.Tx) error {
+			return g.InTxClaim(ctx, "intx", c, func(ctx context.Context, tx *sql.Tx) error {
 				_, err := tx.ExecContext(ctx, upsertData, "intx", "value", int64(c.Token))
 				return err
 			})
