@@ -25,6 +25,7 @@ type metrics struct {
 	held                              metric.Int64UpDownCounter
 	probesLost                        metric.Int64Counter
 	fallback                          metric.Int64UpDownCounter
+	hbStarted, hbLost                 metric.Int64Counter
 	ttl                               time.Duration
 }
 
@@ -95,7 +96,19 @@ func newMetrics(mp metric.MeterProvider, ttl time.Duration) (*metrics, error) {
 	x.fallback, err = m.Int64UpDownCounter(instrument.ListenerFallback, metric.WithUnit("{manager}"),
 		metric.WithDescription("Managers whose listener does not receive notifications and that poll every FallbackPoll instead."))
 	add(err)
+	x.hbStarted, err = m.Int64Counter(instrument.HeartbeatStarted, metric.WithUnit("{heartbeat}"),
+		metric.WithDescription("Heartbeat epochs started (heartbeat renewal mode)."))
+	add(err)
+	x.hbLost, err = m.Int64Counter(instrument.HeartbeatLost, metric.WithUnit("{heartbeat}"),
+		metric.WithDescription("Heartbeat epochs that ended other than by Close, by cause; each ended every lease of its Manager."))
+	add(err)
 	return x, errors.Join(errs...)
+}
+
+func (x *metrics) onHeartbeatStarted(ctx context.Context) { x.hbStarted.Add(ctx, 1) }
+
+func (x *metrics) onHeartbeatLost(ctx context.Context, cause string) {
+	x.hbLost.Add(ctx, 1, attrs(attribute.String("cause", cause)))
 }
 
 // errorType is the error.type attribute value of a failed call.

@@ -29,6 +29,15 @@ const (
 	// lease.Config.ListenConnString). Neither has attributes.
 	MetricListenerProbesLost = instrument.ListenerProbesLost
 	MetricListenerFallback   = instrument.ListenerFallback
+	// MetricHeartbeatStarted counts the heartbeat epochs Managers started
+	// (lease.RenewalHeartbeat: one at the first grant, one after each lost
+	// heartbeat; no attributes). MetricHeartbeatLost counts those that
+	// ended other than by Close, by "cause" (CauseRenewalRejected,
+	// CauseTrustDeadline, CauseDatabaseError): each ended every lease its
+	// Manager held. A heartbeat's round trip is recorded in
+	// MetricRenewDuration like a batched renewal's.
+	MetricHeartbeatStarted = instrument.HeartbeatStarted
+	MetricHeartbeatLost    = instrument.HeartbeatLost
 )
 
 // Values of the "reason" attribute of MetricRefused.

@@ -23,6 +23,13 @@ const (
 	// ListenerFallback is the number of Managers polling because their
 	// listener does not receive notifications.
 	ListenerFallback = "fencekit.lease.listener.fallback"
+	// HeartbeatStarted counts heartbeat epochs a Manager started (heartbeat
+	// mode: one at the first grant, one after each lost heartbeat).
+	HeartbeatStarted = "fencekit.lease.heartbeat.started"
+	// HeartbeatLost counts heartbeat epochs that ended other than by Close,
+	// by cause (CauseRenewalRejected, CauseTrustDeadline,
+	// CauseDatabaseError); each ended every lease of its Manager.
+	HeartbeatLost = "fencekit.lease.heartbeat.lost"
 )
 
 // Values of the "reason" attribute of Refused.
