@@ -3,8 +3,8 @@ package lease
 import (
 	"context"
 	"io"
-	"strconv"
 	"log/slog"
+	"strconv"
 	"time"
 
 	"github.com/jackc/pgx/v5"

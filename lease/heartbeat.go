@@ -189,7 +189,7 @@ func (m *Manager) beatLocked(ctx context.Context, ep *epoch) error {
 		m.met.onRenew(ctx, d, err)
 		m.obs.renewBatch(n, 0, 0, d, err)
 		if m.root.Err() == nil {
-			m.log.Warn("lease heartbeat failed; leases stay trusted until the heartbeat's deadline", "leases", n, "err", err)
+			m.log.Warn("lease renewal failed; leases stay trusted until their deadlines", "heartbeat", ep.id, "leases", n, "err", err)
 		}
 		return err
 	}
