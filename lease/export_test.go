@@ -128,3 +128,10 @@ func EpochOfLease(l *Lease) uuid.UUID {
 	}
 	return l.ep.id
 }
+
+// EndedAt is when l's context was cancelled (zero while it is held): taken
+// before the cancellation, under the lease's lock.
+func EndedAt(l *Lease) time.Time {
+	at, _ := l.ended()
+	return at
+}
