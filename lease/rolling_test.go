@@ -88,6 +88,8 @@ type oldManager struct {
 	margin  time.Duration
 	every   time.Duration
 	wg      sync.WaitGroup
+	mu      sync.Mutex
+	leases  []*oldLease
 }
 
 func newOldManager(t *testing.T, schema string, ttl time.Duration) *oldManager {
@@ -98,7 +100,14 @@ func newOldManager(t *testing.T, schema string, ttl time.Duration) *oldManager {
 		st[n] = strings.ReplaceAll(s, "$S", q)
 	}
 	o := &oldManager{pool: fencetest.Pool(t), st: st, channel: lease.ReleaseChannel(schema), ttl: ttl, margin: ttl / 5, every: ttl / 5}
-	t.Cleanup(o.wg.Wait)
+	t.Cleanup(func() { // stop every renewer, then wait for them
+		o.mu.Lock()
+		for _, l := range o.leases {
+			l.end()
+		}
+		o.mu.Unlock()
+		o.wg.Wait()
+	})
 	return o
 }
 
@@ -168,6 +177,9 @@ func (o *oldManager) grant(ctx context.Context, k lease.Key, takeover bool) (*ol
 		return nil, err
 	}
 	l := &oldLease{key: k, run: run, token: token, stop: make(chan struct{}), trust: sent.Add(o.ttl - o.margin)}
+	o.mu.Lock()
+	o.leases = append(o.leases, l)
+	o.mu.Unlock()
 	o.wg.Add(1)
 	go o.renew(l)
 	return l, nil

@@ -144,7 +144,7 @@ type SweepResult struct {
 	// Managers is the number of fencekit_managers rows deleted (heartbeat
 	// epochs expired more than Retention ago, migration 0009).
 	Managers int64
-	Batches   int // statements sent
+	Batches  int // statements sent
 	// More is true when the last batch was full and MaxBatches stopped the
 	// sweep: old rows may remain for the next one.
 	More bool
