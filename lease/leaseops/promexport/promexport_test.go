@@ -138,7 +138,8 @@ func TestPrometheusNames(t *testing.T) {
 	// Every lease instrument the package names reaches Prometheus.
 	for _, n := range []string{leaseops.MetricAcquired, leaseops.MetricRefused, leaseops.MetricLost, leaseops.MetricReleased,
 		leaseops.MetricHeld, leaseops.MetricAcquireDuration, leaseops.MetricWaitDuration, leaseops.MetricRenewDuration,
-		leaseops.MetricRenewTTLFrac, leaseops.MetricCancelDelay, leaseops.MetricRunOverrun, leaseops.MetricJanitorDeleted} {
+		leaseops.MetricRenewTTLFrac, leaseops.MetricCancelDelay, leaseops.MetricRunOverrun, leaseops.MetricJanitorDeleted,
+		leaseops.MetricHeartbeatStarted} {
 		prefix := strings.ReplaceAll(n, ".", "_")
 		found := false
 		for _, e := range names {
