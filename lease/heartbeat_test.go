@@ -330,3 +330,40 @@ func TestHeartbeatLeaseRenew(t *testing.T) {
 	require.Equal(t, la[1].Token(), r.Token)
 	require.False(t, r.TrustDeadline.After(la[1].TrustDeadline().Add(time.Second)))
 }
+
+// TestHeartbeatWatchExpiry: Watch reports a heartbeat's renewals and, when
+// the heartbeat expires, the key's expiry (WatchExpired), from the heartbeat
+// row's expiry alone.
+func TestHeartbeatWatchExpiry(t *testing.T) {
+	e := newEnv(t)
+	cfg := heartbeat(lease.Config{TTL: 2 * time.Second, RenewEvery: 200 * time.Millisecond})
+	a, w := e.manager(cfg), e.manager(cfg)
+	l := acquireN(t, a, 1)[0]
+	ctx, cancel := context.WithTimeout(bg(), 10*time.Second)
+	defer cancel()
+	watcher, err := w.Watch(ctx, l.Key(), lease.WithWatchPoll(100*time.Millisecond))
+	require.NoError(t, err)
+	defer watcher.Close()
+	ev, err := watcher.Next(ctx)
+	require.NoError(t, err)
+	require.Equal(t, lease.WatchCurrent, ev.Kind)
+	require.Equal(t, lease.StateHeld, ev.State)
+	for {
+		ev, err = watcher.Next(ctx)
+		require.NoError(t, err)
+		if ev.Kind == lease.WatchRenewed {
+			break // the heartbeat moved the key's expiry
+		}
+	}
+	e.takeHeartbeat(a)
+	for {
+		ev, err = watcher.Next(ctx)
+		require.NoError(t, err, "no WatchExpired after the heartbeat expired")
+		if ev.Kind == lease.WatchExpired {
+			break
+		}
+		require.Equal(t, lease.WatchRenewed, ev.Kind, "unexpected event %+v", ev)
+	}
+	require.Equal(t, l.RunID(), ev.RunID)
+	require.Equal(t, lease.StateExpired, ev.State)
+}
