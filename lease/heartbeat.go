@@ -9,7 +9,6 @@ import (
 	"time"
 
 	"github.com/google/uuid"
-	"github.com/jackc/pgx/v5"
 
 	"github.com/fencekit/fencekit/lease/internal/instrument"
 )
@@ -125,7 +124,7 @@ func (m *Manager) createEpochLocked(ctx context.Context) (*epoch, error) {
 	ep.mu.Unlock()
 	if m.isClosed() { // Close ran meanwhile: it may have missed this epoch
 		m.endEpoch(ep, ErrClosed)
-		m.expireEpoch(ctx, ep)
+		_ = m.expireEpoch(ctx, ep) // best effort: it expires by TTL otherwise
 		return nil, ErrClosed
 	}
 	m.ep.Store(ep)
@@ -147,9 +146,9 @@ func (m *Manager) beatLocked(ctx context.Context, ep *epoch) error {
 	defer cancel()
 	sentAt := time.Now()
 	var (
-		renewed      bool
-		dbNow, exp   time.Time
-		taken, gone_ []uuid.UUID
+		renewed        bool
+		dbNow, exp     time.Time
+		taken, revoked []uuid.UUID
 	)
 	rows, err := m.pool.Query(cctx, m.st.beat, ep.id, m.ttlMicros(), m.cfg.CallTimeout.Microseconds(), since)
 	if err == nil {
@@ -169,7 +168,7 @@ func (m *Manager) beatLocked(ctx context.Context, ep *epoch) error {
 				if perr != nil {
 					err = fmt.Errorf("run id %q from the database: %w", *run, perr)
 				} else if cause != nil && *cause == "revoked" {
-					gone_ = append(gone_, id)
+					revoked = append(revoked, id)
 				} else {
 					taken = append(taken, id)
 				}
@@ -206,7 +205,7 @@ func (m *Manager) beatLocked(ctx context.Context, ep *epoch) error {
 	} else {
 		m.met.onRenew(ctx, d, ErrLost)
 	}
-	lost := m.endRuns(ep, taken, ErrTakenOver) + m.endRuns(ep, gone_, ErrLost)
+	lost := m.endRuns(ep, taken, ErrTakenOver) + m.endRuns(ep, revoked, ErrLost)
 	if !renewed {
 		lost += m.endEpoch(ep, ErrLost)
 		m.log.Warn("lease heartbeat refused: every lease of this heartbeat is lost", "manager_id", ep.id, "leases", n)
@@ -441,6 +440,3 @@ func epochID(ep *epoch) any {
 	}
 	return ep.id
 }
-
-// scanNoRows reports whether err is a statement that returned no row.
-func scanNoRows(err error) bool { return errors.Is(err, pgx.ErrNoRows) }
