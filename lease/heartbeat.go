@@ -262,14 +262,21 @@ func (m *Manager) endEpoch(ep *epoch, cause error) int {
 		}
 	}
 	m.mu.Unlock()
+	// Past lossLogLimit leases the per-lease records go to Debug: the
+	// caller's one Warn for the heartbeat gives the count.
+	logEach := len(ls) <= lossLogLimit
 	ended := 0
 	for _, l := range ls {
-		if l.end(cause) {
+		if l.endLogged(cause, logEach) {
 			ended++
 		}
 	}
 	return ended
 }
+
+// lossLogLimit is the most leases a lost heartbeat logs one Warn record
+// each for.
+const lossLogLimit = 100
 
 // onEpochTrust is the epoch's trust timer: every lease of the epoch ends
 // with ErrTrustExpired unless a beat moved the deadline.

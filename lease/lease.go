@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
 	"sync"
 	"time"
 
@@ -270,7 +271,12 @@ func (l *Lease) onTrustTimer() {
 
 // end cancels the lease with cause and unregisters it; false if it had
 // already ended.
-func (l *Lease) end(cause error) bool {
+func (l *Lease) end(cause error) bool { return l.endLogged(cause, true) }
+
+// endLogged is end; logWarn false leaves the per-lease Warn record to
+// Debug, for a heartbeat that ends every lease of a Manager at once (it
+// logs one Warn with the count instead of one per lease).
+func (l *Lease) endLogged(cause error, logWarn bool) bool {
 	detected := time.Now()
 	if !l.stop() {
 		return false
@@ -311,8 +317,14 @@ func (l *Lease) end(cause error) bool {
 		}
 		l.m.obs.lost(l.key, cause)
 		l.m.met.onLost(l.ctx, mcause, delay)
-		l.m.log.Warn("lease lost", "key", l.key.String(), "run_id", l.runID, "token", int64(l.token),
-			"cause", mcause, "err", cause.Error(), "cancel_delay", delay)
+		level := slog.LevelWarn
+		if !logWarn {
+			level = slog.LevelDebug
+		}
+		if l.m.log.Enabled(l.ctx, level) {
+			l.m.log.Log(l.ctx, level, "lease lost", "key", l.key.String(), "run_id", l.runID, "token", int64(l.token),
+				"cause", mcause, "err", cause.Error(), "cancel_delay", delay)
+		}
 	}
 	return true
 }

@@ -26,6 +26,7 @@ type metrics struct {
 	probesLost                        metric.Int64Counter
 	fallback                          metric.Int64UpDownCounter
 	hbStarted, hbLost                 metric.Int64Counter
+	lostAttrs                         map[string]metric.MeasurementOption // by cause, built once: a heartbeat may end a million leases at once
 	ttl                               time.Duration
 }
 
@@ -40,7 +41,10 @@ func attrs(kv ...attribute.KeyValue) metric.MeasurementOption {
 
 func newMetrics(mp metric.MeterProvider, ttl time.Duration) (*metrics, error) {
 	m := obs.Meter(mp)
-	x := &metrics{ttl: ttl}
+	x := &metrics{ttl: ttl, lostAttrs: map[string]metric.MeasurementOption{}}
+	for _, c := range []string{instrument.CauseRenewalRejected, instrument.CauseTrustDeadline, instrument.CauseDatabaseError, instrument.CauseTakenOver} {
+		x.lostAttrs[c] = attrs(attribute.String("cause", c))
+	}
 	var errs []error
 	add := func(err error) {
 		if err != nil {
@@ -177,7 +181,10 @@ func (x *metrics) onRenew(ctx context.Context, d time.Duration, err error) {
 }
 
 func (x *metrics) onLost(ctx context.Context, cause string, delay time.Duration) {
-	a := attrs(attribute.String("cause", cause))
+	a, ok := x.lostAttrs[cause]
+	if !ok {
+		a = attrs(attribute.String("cause", cause))
+	}
 	x.lost.Add(ctx, 1, a)
 	x.cancelDelay.Record(ctx, max(delay, 0).Seconds(), a)
 }

@@ -164,11 +164,13 @@ WHERE expires_at > clock_timestamp() AND manager_id IN (SELECT manager_id FROM `
 		"h", leases[0].Key().SessionID); err != nil {
 		return err
 	}
-	deadline := time.Now().Add(3 * renewEvery)
+	deadline := time.Now().Add(20 * renewEvery)
 	for countEnded(leases) < n && time.Now().Before(deadline) {
 		time.Sleep(10 * time.Millisecond)
 	}
 	ended := time.Since(te)
+	e.Report.Add(Metric{Key: "hb_expiry_cancel_s", Value: ended.Seconds(), Unit: "s",
+		Note: fmt.Sprintf("from expiring the heartbeat to every one of %d contexts cancelled (the next heartbeat, within %v, then one goroutine ending them)", n, renewEvery)})
 	lost := 0
 	for _, l := range leases {
 		if l != victim && errors.Is(context.Cause(l.Context()), lease.ErrLost) {
