@@ -88,7 +88,7 @@ func (m *Manager) acquireAttempt(ctx context.Context, key Key, o grantOptions) (
 	sentAt := time.Now() // before the request leaves: the trust window starts here
 	var (
 		token   int64
-		expires time.Time
+		expires *time.Time // NULL for a heartbeat row: the epoch's expiry
 	)
 	err = m.pool.QueryRow(cctx, m.st.acquire, key.AccountID, key.SessionID, runID, m.ttlMicros(), nullable(o.holder), epochID(ep)).
 		Scan(&token, &expires)
@@ -119,7 +119,11 @@ func (m *Manager) acquireAttempt(ctx context.Context, key Key, o grantOptions) (
 		m.log.Debug("lease acquire failed", "key", key.String(), "err", err)
 		return nil, false, fmt.Errorf("lease: acquire %s: %w", key, classify(err))
 	}
-	l := m.newLease(ctx, key, runID, fence.Token(token), o.holder, expires, sentAt, ep)
+	var exp time.Time
+	if expires != nil {
+		exp = *expires
+	}
+	l := m.newLease(ctx, key, runID, fence.Token(token), o.holder, exp, sentAt, ep)
 	if l == nil { // closed while acquiring
 		rctx, rcancel := context.WithTimeout(context.WithoutCancel(ctx), m.cfg.CallTimeout)
 		defer rcancel()

@@ -65,7 +65,9 @@ func newStatements(qSchema, schema string) statements {
 		// at the statement's time; the caller then renews its heartbeat and
 		// retries once with a new epoch if that was refused. A key is
 		// granted only when its row is not live (liveSQL, the one
-		// definition), judged under the row lock.
+		// definition), judged under the row lock. A heartbeat grant returns
+		// no expiry (NULL): the Manager reports its epoch's, which it knows
+		// (a lookup here cost the lease cycle measurably).
 		//
 		// The gate (migration 0004) reads the floor row and the node this
 		// statement runs on (system identifier and database oid cached per
@@ -110,7 +112,7 @@ func newStatements(qSchema, schema string) statements {
     holder      = EXCLUDED.holder,
     manager_id  = EXCLUDED.manager_id
   WHERE NOT ` + liveSQL("held", "EXCLUDED.acquired_at") + `
-RETURNING held.fence_token, ` + expirySQL("held")),
+RETURNING held.fence_token, CASE WHEN held.expires_at <> 'infinity' THEN held.expires_at END`),
 
 		// $1 account, $2 session, $3 run_id, $4 ttl µs.
 		// A heartbeat row (expires_at 'infinity') is only checked, not
