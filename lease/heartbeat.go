@@ -142,6 +142,7 @@ func (m *Manager) beatLocked(ctx context.Context, ep *epoch) error {
 	since := ep.dbNow.Add(-m.heartbeatOverlap())
 	ep.mu.Unlock()
 	n := int(ep.held.Load())
+	ctx, sp := m.startHeartbeat(ctx, ep.id.String(), n)
 	cctx, cancel := m.call(ctx)
 	defer cancel()
 	sentAt := time.Now()
@@ -187,6 +188,7 @@ func (m *Manager) beatLocked(ctx context.Context, ep *epoch) error {
 		err = fmt.Errorf("lease: heartbeat: %w", classify(err))
 		m.met.onRenew(ctx, d, err)
 		m.obs.renewBatch(n, 0, 0, d, err)
+		sp.endBatch(0, 0, err)
 		if m.root.Err() == nil {
 			m.log.Warn("lease renewal failed; leases stay trusted until their deadlines", "heartbeat", ep.id, "leases", n, "err", err)
 		}
@@ -211,6 +213,7 @@ func (m *Manager) beatLocked(ctx context.Context, ep *epoch) error {
 		m.log.Warn("lease heartbeat refused: every lease of this heartbeat is lost", "manager_id", ep.id, "leases", n)
 	}
 	m.obs.renewBatch(n, n-lost, lost, d, nil)
+	sp.endBatch(n-lost, lost, nil)
 	return nil
 }
 
