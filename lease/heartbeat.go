@@ -422,14 +422,17 @@ func (m *Manager) renewHeartbeatLease(ctx context.Context, l *Lease) (Renewal, e
 		err = m.beatLocked(ctx, ep)
 	}
 	m.hbMu.Unlock()
-	if err != nil {
-		return Renewal{}, err
-	}
+	// A lease that ended meanwhile (this beat, or the background one, found
+	// it taken over or revoked) reports its cause, even when ending it
+	// cancelled the ctx this beat was sent with (the lease's own).
 	if cause := l.Err(); cause != nil {
 		if errors.Is(cause, ErrTakenOver) {
 			return Renewal{}, errTakenOverRenew(l.key, l.runID)
 		}
 		return Renewal{}, fmt.Errorf("%w: %s run %s: its heartbeat ended (%w)", ErrLost, l.key, l.runID, cause)
+	}
+	if err != nil {
+		return Renewal{}, err
 	}
 	r, err := m.renewOne(ctx, l.key, l.runID)
 	if err != nil {
