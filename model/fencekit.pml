@@ -46,7 +46,9 @@
 #ifndef TMAX
 #define TMAX    5   /* last tick of the database clock */
 #endif
+#ifndef TTL
 #define TTL     3   /* lease TTL, ticks */
+#endif
 #define MARGIN  1   /* SafetyMargin: trust = sent_at + TTL - MARGIN */
 #define SB      1   /* statement bound (statement_timeout), ticks */
 #ifdef BROKEN_SHORT_RETENTION
@@ -67,6 +69,10 @@
 #ifndef GAP
 #define GAP     0   /* FloorConfig.Gap: jump of the sequence at a node change */
 #endif
+
+#ifdef HEARTBEAT
+#include "heartbeat.pml"
+#else
 
 /* ---- the database clock ---------------------------------------------- */
 byte now;                 /* clock_timestamp(); one tick per Clock step */
@@ -544,3 +550,4 @@ init {
 		c = 0
 	}
 }
+#endif /* HEARTBEAT */
