@@ -17,6 +17,10 @@
  *                                    the state an asynchronous replica last
  *                                    received, possibly older)
  *   bounds:                          NC, MAXTOK, TMAX, GAP (see below)
+ *   HEARTBEAT                        the per-Manager heartbeat instead:
+ *                                    NC Managers holding NK keys under
+ *                                    heartbeat epochs (heartbeat.pml, its
+ *                                    own switches and broken variants)
  *   NO_JANITOR                       leave the janitor out (the failover
  *                                    configurations: it touches nothing
  *                                    the failover changes)
