@@ -11,7 +11,14 @@
  *   TAKEOVER             Manager.Takeover beside Manager.Acquire
  *   ROLLING              Manager NC-1 runs the v0.1.0 (per-lease)
  *                        statements beside the heartbeat Managers
+ *   HB_LOCKED_READ       live() reads the manager row with a scalar
+ *                        sub-select FOR SHARE (waits for a heartbeat in
+ *                        flight); without it, a plain EXISTS in the
+ *                        statement's snapshot
+ *   HB_GUARD             an in-process guard per key (P1; a larger search)
+ *   HB_SYMMETRIC         Manager 1 renews and releases too (a larger search)
  *   NO_JANITOR           leave the janitor out
+ *   NO_P3DB, NO_P5       leave out P3 (the database's account) or P5
  *   NK, NE               keys (2), epochs in all (3)
  *   broken variants (each must yield a counterexample):
  *     BROKEN_HB_IGNORED  the grant ignores the holder's heartbeat: the row
@@ -126,8 +133,8 @@ inline accepted(k, tk) {
 	hi[k] = tk
 }
 
-/* A grant of key k committed (P2). e: the epoch the row names (0: a
- * per-lease row of the v0.1.0 Manager). */
+/* A grant of key k committed (P2). e: the epoch the row names (OLDEP: the
+ * v0.1.0 Manager's per-lease run). */
 inline granted(k, tk, e) {
 	assert(tk > last_grant[k]);   /* P2: every grant above every earlier one */
 	last_grant[k] = tk;
