@@ -198,7 +198,10 @@ func (m *Manager) beatLocked(ctx context.Context, ep *epoch) error {
 		trust := sentAt.Add(m.cfg.TTL - m.cfg.SafetyMargin)
 		ep.mu.Lock()
 		ep.failed = false
-		if !ep.dead && trust.After(ep.trust) {
+		// A reply that comes back after the epoch's trust passed extends
+		// nothing, even before the trust timer has run: the epoch may have
+		// expired in the database meanwhile (a renewal that committed late).
+		if !ep.dead && time.Now().Before(ep.trust) && trust.After(ep.trust) {
 			ep.trust, ep.sentAt, ep.expires, ep.dbNow = trust, sentAt, exp, dbNow
 			ep.timer.Reset(time.Until(trust))
 		}

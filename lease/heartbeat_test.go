@@ -367,3 +367,64 @@ func TestHeartbeatWatchExpiry(t *testing.T) {
 	require.Equal(t, l.RunID(), ev.RunID)
 	require.Equal(t, lease.StateExpired, ev.State)
 }
+
+// TestHeartbeatGrantSeesEpochNewerThanItsSnapshot: an Acquire that took its
+// snapshot and then waited on the key's row lock must not read a holder
+// whose heartbeat epoch was created after that snapshot as dead. The row
+// lock is held from a separate connection, which then writes the key's row
+// as a fresh grant of Manager b would (b's epoch created after a's
+// statement began, acquired_at the database time of that write). With the
+// plain live() in the ON CONFLICT condition, a's statement did not see b's
+// epoch in its snapshot and granted the key a second time.
+func TestHeartbeatGrantSeesEpochNewerThanItsSnapshot(t *testing.T) {
+	e := newEnv(t)
+	a := e.manager(heartbeat(lease.Config{}))
+	b := e.manager(heartbeat(lease.Config{}))
+	k := uniqueKey(t)
+	l, err := a.Acquire(bg(), k)
+	require.NoError(t, err)
+	_, err = l.Release(bg())
+	require.NoError(t, err)
+
+	locker, err := e.raw.Begin(bg())
+	require.NoError(t, err)
+	defer func() { _ = locker.Rollback(bg()) }()
+	_, err = locker.Exec(bg(), fmt.Sprintf(`SELECT 1 FROM %q.fencekit_leases WHERE account_id = $1 AND session_id = $2 FOR UPDATE`, e.schema), k.AccountID, k.SessionID)
+	require.NoError(t, err)
+
+	type result struct {
+		l   *lease.Lease
+		err error
+	}
+	done := make(chan result, 1)
+	go func() {
+		l, err := a.Acquire(bg(), k)
+		done <- result{l, err}
+	}()
+	// a's acquire has its snapshot once it waits for the row lock.
+	waitFor(t, 10*time.Second, "a's acquire waiting on the row lock", func() bool {
+		var n int
+		_ = e.raw.QueryRow(bg(), `SELECT count(*) FROM pg_stat_activity WHERE wait_event_type = 'Lock' AND query LIKE '%fencekit_leases%' AND pid <> pg_backend_pid()`).Scan(&n)
+		return n > 0
+	})
+	// b starts its epoch now, after a's snapshot (its first grant, another key).
+	_, err = b.Acquire(bg(), uniqueKey(t))
+	require.NoError(t, err)
+	bEpoch := lease.EpochOf(b)
+	require.NotEqual(t, uuid.Nil, bEpoch)
+	_, err = locker.Exec(bg(), fmt.Sprintf(`UPDATE %[1]q.fencekit_leases
+   SET run_id = gen_random_uuid(), fence_token = nextval('%[1]s.fencekit_token_seq'),
+       acquired_at = clock_timestamp(), renewed_at = clock_timestamp(), expires_at = 'infinity',
+       released_at = NULL, manager_id = $3
+ WHERE account_id = $1 AND session_id = $2`, e.schema), k.AccountID, k.SessionID, bEpoch)
+	require.NoError(t, err)
+	require.NoError(t, locker.Commit(bg()))
+
+	select {
+	case r := <-done:
+		require.ErrorIs(t, r.err, lease.ErrHeld, "a granted a key whose holder's epoch is live (double grant)")
+		require.Nil(t, r.l)
+	case <-time.After(20 * time.Second):
+		t.Fatal("a's acquire did not return")
+	}
+}

@@ -34,6 +34,24 @@ func liveSQL(row, now string) string {
     ELSE ` + row + `.expires_at > ` + now + ` END)`
 }
 
+// grantLiveSQL is liveSQL as a grant (Acquire, Takeover) decides it, on
+// the version of the key's row that ON CONFLICT locked. That is the newest
+// committed version, but a sub-select reads the statement's snapshot, in
+// which a heartbeat epoch created after the statement began is missing: a
+// grant that stalled could read such a fresh holder's epoch as gone and
+// grant the key twice (the model's broken-hb-snapshot trail). So a row
+// granted at or after this statement began is live: its grant started
+// after this statement's snapshot was taken, under an epoch live then. A
+// renewal that commits after the snapshot is covered by the heartbeat
+// statement's margin (it renews only an epoch with more than CallTimeout
+// left) and by the holder's trust (docs/lease.md, "One heartbeat per
+// Manager").
+func grantLiveSQL(row, now string) string {
+	return `(` + row + `.released_at IS NULL AND (` + row + `.acquired_at >= statement_timestamp() OR CASE WHEN ` + row + `.expires_at = 'infinity'
+    THEN coalesce((SELECT hb.expires_at FROM $S.fencekit_managers hb WHERE hb.manager_id = ` + row + `.manager_id) > ` + now + `, false)
+    ELSE ` + row + `.expires_at > ` + now + ` END))`
+}
+
 // expirySQL is the expiry a row reports (Inspect, List, Watch, a grant's
 // ExpiresAt): its expires_at, or for a heartbeat row its manager's
 // expires_at (its acquired_at when the manager row is gone: dead since
@@ -111,7 +129,7 @@ func newStatements(qSchema, schema string) statements {
     released_at = NULL,
     holder      = EXCLUDED.holder,
     manager_id  = EXCLUDED.manager_id
-  WHERE NOT ` + liveSQL("held", "EXCLUDED.acquired_at") + `
+  WHERE NOT ` + grantLiveSQL("held", "EXCLUDED.acquired_at") + `
 RETURNING held.fence_token, CASE WHEN held.expires_at <> 'infinity' THEN held.expires_at END`),
 
 		// $1 account, $2 session, $3 run_id, $4 ttl µs.
@@ -236,8 +254,8 @@ ins AS (
     released_at = NULL,
     holder      = EXCLUDED.holder,
     manager_id  = EXCLUDED.manager_id,
-    displaced_run_id = CASE WHEN ` + liveSQL("held", "EXCLUDED.acquired_at") + ` THEN held.run_id END,
-    displaced_manager_id = CASE WHEN held.expires_at = 'infinity' AND ` + liveSQL("held", "EXCLUDED.acquired_at") + `
+    displaced_run_id = CASE WHEN ` + grantLiveSQL("held", "EXCLUDED.acquired_at") + ` THEN held.run_id END,
+    displaced_manager_id = CASE WHEN held.expires_at = 'infinity' AND ` + grantLiveSQL("held", "EXCLUDED.acquired_at") + `
                                 THEN held.manager_id END
   RETURNING held.fence_token, ` + expirySQL("held") + ` AS expires_at, held.displaced_run_id, held.displaced_manager_id,
             CASE WHEN held.displaced_run_id IS NOT NULL
