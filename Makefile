@@ -27,6 +27,7 @@ test: ## run every test (race detector on) against the real services (make servi
 	@$(SERVICES); $(GO) test $(TESTFLAGS) $(PKGS); \
 	for m in $(NESTED); do echo "== $$m"; (cd $$m && $(GO) test $(TESTFLAGS) ./...); done
 	@$(MAKE) --no-print-directory test/execmodes
+	@$(MAKE) --no-print-directory test/renewalmodes
 
 # The exec-mode matrix: TEST_DATABASE_URL gets default_query_exec_mode, so
 # every pool and database/sql handle the tests open uses that mode. The text
@@ -49,6 +50,14 @@ test/execmodes: ## lease core and pgguard conformance in pgx's other exec modes 
 	for mode in $(EXECMODES_OTHER); do echo "== exec mode $$mode"; \
 	  TEST_DATABASE_URL="$$TEST_DATABASE_URL$$(case $$TEST_DATABASE_URL in *\?*) echo '&';; *) echo '?';; esac)default_query_exec_mode=$$mode" \
 	  $(GO) test $(TESTFLAGS) -run '$(PGGUARD_RUN)' ./guards/pgguard || exit 1; done
+
+# The lease core subset again with per-lease renewal (lease.RenewalPerLease):
+# the main suite runs the heartbeat, the default; TEST_LEASE_RENEWAL switches
+# every Manager whose Config leaves Renewal zero.
+.PHONY: test/renewalmodes
+test/renewalmodes: ## lease core subset in per-lease renewal mode (the main suite runs the heartbeat)
+	@$(SERVICES); echo "== lease renewal per-lease"; \
+	  TEST_LEASE_RENEWAL=per-lease $(GO) test $(TESTFLAGS) -run '$(LEASE_CORE_RUN)|TestRevoke|TestList|TestRollingDeploy|TestMigration9' ./lease
 
 .PHONY: test/short
 test/short: ## unit tests only: needs no service (with -short, tests and examples that need one skip)

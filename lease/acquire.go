@@ -62,34 +62,56 @@ func (m *Manager) tryAcquire(ctx context.Context, key Key, o grantOptions) (*Lea
 }
 
 func (m *Manager) acquireOnce(ctx context.Context, key Key, o grantOptions) (*Lease, error) {
+	for attempt := 0; ; attempt++ {
+		l, retry, err := m.acquireAttempt(ctx, key, o)
+		if !retry || attempt > 0 {
+			return l, err
+		}
+	}
+}
+
+// acquireAttempt runs one acquire statement. retry is true when the
+// statement granted nothing because the Manager's heartbeat epoch had
+// ended in the database (taken away): a fresh epoch may grant at once.
+func (m *Manager) acquireAttempt(ctx context.Context, key Key, o grantOptions) (_ *Lease, retry bool, _ error) {
 	runID, err := uuid.NewRandom()
 	if err != nil {
-		return nil, fmt.Errorf("lease: new run_id: %w", err)
+		return nil, false, fmt.Errorf("lease: new run_id: %w", err)
+	}
+	var ep *epoch
+	if m.cfg.Renewal == RenewalHeartbeat {
+		if ep, err = m.usableEpoch(ctx); err != nil {
+			m.met.onRefused(ctx, leasemetrics.ReasonError)
+			return nil, false, fmt.Errorf("lease: acquire %s: %w", key, err)
+		}
 	}
 	cctx, cancel := m.call(ctx)
 	defer cancel()
 	sentAt := time.Now() // before the request leaves: the trust window starts here
 	var (
 		token   int64
-		expires time.Time
+		expires *time.Time // NULL for a heartbeat row: the epoch's expiry
 	)
-	err = m.pool.QueryRow(cctx, m.st.acquire, key.AccountID, key.SessionID, runID, m.ttlMicros(), nullable(o.holder)).
+	err = m.pool.QueryRow(cctx, m.st.acquire, key.AccountID, key.SessionID, runID, m.ttlMicros(), nullable(o.holder), epochID(ep)).
 		Scan(&token, &expires)
 	switch {
 	case errors.Is(err, pgx.ErrNoRows):
 		// Refused: the key is held. Read the holder (committed state).
 		held := &HeldError{Key: key}
-		if st, ierr := m.inspect(ctx, key); ierr == nil && st.State == StateHeld {
+		st, ierr := m.inspect(ctx, key)
+		if ierr == nil && st.State == StateHeld {
 			held.RunID, held.Token, held.ExpiresAt, held.Remaining, held.Holder = st.RunID, st.Token, st.ExpiresAt, st.Remaining, st.Holder
+		} else if ierr == nil && ep != nil && m.epochGone(ctx, ep) {
+			return nil, true, held // the statement refused this Manager's dead heartbeat, not a holder
 		}
 		m.obs.held(key, held.Remaining)
 		m.met.onRefused(ctx, leasemetrics.ReasonHeld)
-		return nil, held
+		return nil, false, held
 	case grantRefusal(err) != nil:
 		// The database refused the grant (token floor or unchecked node,
 		// migration 0004): the statement failed as a whole, no row written.
 		m.obs.acquireFailed(key, err)
-		return nil, m.grantRefused(ctx, key, grantRefusal(err))
+		return nil, false, m.grantRefused(ctx, key, grantRefusal(err))
 	case err != nil:
 		// The statement may have committed with the reply lost: free the
 		// row of this run_id if we can (it expires by TTL otherwise).
@@ -97,14 +119,18 @@ func (m *Manager) acquireOnce(ctx context.Context, key Key, o grantOptions) (*Le
 		m.obs.acquireFailed(key, err)
 		m.met.onRefused(ctx, leasemetrics.ReasonError)
 		m.log.Debug("lease acquire failed", "key", key.String(), "err", err)
-		return nil, fmt.Errorf("lease: acquire %s: %w", key, classify(err))
+		return nil, false, fmt.Errorf("lease: acquire %s: %w", key, classify(err))
 	}
-	l := m.newLease(ctx, key, runID, fence.Token(token), o.holder, expires, sentAt)
+	var exp time.Time
+	if expires != nil {
+		exp = *expires
+	}
+	l := m.newLease(ctx, key, runID, fence.Token(token), o.holder, exp, sentAt, ep)
 	if l == nil { // closed while acquiring
 		rctx, rcancel := context.WithTimeout(context.WithoutCancel(ctx), m.cfg.CallTimeout)
 		defer rcancel()
 		_, _ = m.release(rctx, key, runID)
-		return nil, ErrClosed
+		return nil, false, ErrClosed
 	}
 	m.obs.acquired(key, token, time.Since(sentAt))
 	m.refusals.checked(m)
@@ -113,7 +139,23 @@ func (m *Manager) acquireOnce(ctx context.Context, key Key, o grantOptions) (*Le
 	if m.log.Enabled(ctx, slog.LevelDebug) {
 		m.log.Debug("lease acquired", "key", key.String(), "run_id", runID, "token", token)
 	}
-	return l, nil
+	return l, false, nil
+}
+
+// epochGone reports, after a grant statement naming ep granted nothing
+// although the key is not held, whether ep's heartbeat is over: it beats
+// ep now (unless it is already dead) and reports whether ep is dead after.
+func (m *Manager) epochGone(ctx context.Context, ep *epoch) bool {
+	m.hbMu.Lock()
+	defer m.hbMu.Unlock()
+	if dead, _ := ep.isDead(); dead {
+		return true
+	}
+	if err := m.beatLocked(ctx, ep); err != nil {
+		return false
+	}
+	dead, _ := ep.isDead()
+	return dead
 }
 
 // releaseOrphan releases the row of a run whose acquire reply was lost, in

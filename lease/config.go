@@ -4,6 +4,7 @@ import (
 	"context"
 	"io"
 	"log/slog"
+	"strconv"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -27,6 +28,39 @@ const (
 	// statement carries.
 	MaxBatch = 1000
 )
+
+// RenewalMode says how a Manager keeps its leases alive (Config.Renewal).
+type RenewalMode uint8
+
+const (
+	// RenewalHeartbeat (the default) keeps one heartbeat row per Manager
+	// (per epoch, migration 0009), renewed by one statement per RenewEvery
+	// however many leases the Manager holds; a lease is held while its row
+	// names the run and the heartbeat is unexpired. One Manager that
+	// cannot renew loses all its leases at once (docs/lease.md, "One
+	// heartbeat per Manager").
+	RenewalHeartbeat RenewalMode = iota + 1
+	// RenewalPerLease renews each lease's own row (batches of at most
+	// MaxBatch leases per statement, as before migration 0009): one
+	// lease's renewal failing does not end the others, at the cost of one
+	// statement per MaxBatch leases per period.
+	RenewalPerLease
+)
+
+// String names the mode ("heartbeat", "per-lease").
+func (r RenewalMode) String() string {
+	switch r {
+	case RenewalHeartbeat:
+		return "heartbeat"
+	case RenewalPerLease:
+		return "per-lease"
+	}
+	return "RenewalMode(" + strconv.Itoa(int(r)) + ")"
+}
+
+// defaultRenewal is the mode of a Config whose Renewal is zero. Tests
+// change it (TEST_LEASE_RENEWAL) to run the suite in per-lease mode.
+var defaultRenewal = RenewalHeartbeat
 
 // Authorizer decides whether the caller may compete for key. It runs before
 // any statement is sent: a refusal draws no token and writes no row.
@@ -111,6 +145,11 @@ type Config struct {
 	// MeterProvider; pass otel.GetTracerProvider() for the global one.
 	// Spans, unlike metrics, carry account, session and run ids and tokens.
 	TracerProvider trace.TracerProvider
+	// Renewal chooses how leases are renewed: RenewalHeartbeat (the zero
+	// value's default) or RenewalPerLease. Every lease of a Manager has the
+	// Manager's TTL in either mode. Managers of both modes (and of the
+	// previous release) may share a schema migrated to version 9.
+	Renewal RenewalMode
 	// Floor is where the Manager reads the token floor when a grant is
 	// refused because the floor was not checked on this database node
 	// (ErrFailoverUnchecked: after a promotion, switchover or restore) or
@@ -198,6 +237,12 @@ func (c Config) resolve() (resolved, error) {
 			return r, &ConfigError{Field: "ListenConnString", Reason: "not a valid connection string (pgx.ParseConfig refused it; it is not repeated here since it may hold a password)"}
 		}
 		r.listen = lc
+	}
+	if r.Renewal == 0 {
+		r.Renewal = defaultRenewal
+	}
+	if r.Renewal != RenewalHeartbeat && r.Renewal != RenewalPerLease {
+		return r, &ConfigError{Field: "Renewal", Reason: "unknown mode " + r.Renewal.String()}
 	}
 	if r.Logger == nil {
 		r.Logger = slog.New(slog.NewTextHandler(io.Discard, nil))

@@ -360,9 +360,7 @@ func TestRenewalRejectedCancelsWithErrLost(t *testing.T) {
 	require.NoError(t, err)
 	l2, err := m.Acquire(bg(), k2)
 	require.NoError(t, err)
-	_, err = e.raw.Exec(bg(), fmt.Sprintf(`UPDATE %q.fencekit_leases SET run_id = $3 WHERE account_id=$1 AND session_id=$2`, e.schema),
-		k1.AccountID, k1.SessionID, uuid.New())
-	require.NoError(t, err)
+	e.replaceRun(k1)
 	select {
 	case <-l1.Done():
 	case <-time.After(5 * time.Second):
@@ -377,11 +375,14 @@ func TestRenewalRejectedCancelsWithErrLost(t *testing.T) {
 	require.True(t, l2.TrustDeadline().After(firstDeadline))
 }
 
-// TestBatchedRenewal: one Manager holding 2,500 leases renews them in
-// statements of at most 1,000 leases (3 per round), and all stay held.
+// TestBatchedRenewal: one Manager holding 2,500 leases in per-lease mode
+// renews them in statements of at most 1,000 leases (3 per round), and all
+// stay held.
 func TestBatchedRenewal(t *testing.T) {
 	e := newEnv(t)
-	m, ev, err := lease.NewObserved(lease.Config{Pool: fencetest.Pool(t), Schema: e.schema, TTL: 6 * time.Second, RenewEvery: time.Second})
+	m, ev, err := lease.NewObserved(lease.Config{Pool: fencetest.Pool(t), Schema: e.schema, TTL: 6 * time.Second, RenewEvery: time.Second,
+		Renewal: lease.RenewalPerLease}) // batched per-lease renewal; TestHeartbeatManyLeasesOneStatement is the heartbeat's
+
 	require.NoError(t, err)
 	defer m.Close()
 	const n = 2500

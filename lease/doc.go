@@ -14,24 +14,39 @@
 // Context that keeps the caller's values, carries the claim (token, run_id
 // and Key.Scope, fence.ClaimFromContext) and is cancelled with a cause when
 // ownership ends. The Manager renews its leases in the background from New
-// until Close; docs/lease.md explains the design.
+// until Close: by default with one heartbeat (Config.Renewal,
+// RenewalHeartbeat, migration 0009) that keeps every lease it holds with
+// one statement per RenewEvery, or lease by lease (RenewalPerLease);
+// docs/lease.md explains the design.
 //
 // # Guaranteed
 //
 //   - Token order: per key, every later grant carries a larger token than
 //     every earlier one, across release and re-acquire.
 //   - One holder: a grant succeeds only if the key is free on the database
-//     clock (never acquired, released, or expired).
+//     clock (never acquired, released, or expired), judged in the grant's
+//     one statement under the row lock. A row is held while it is not
+//     released and either its own expiry (per-lease) or its Manager's
+//     heartbeat (heartbeat mode) is in the future; Managers of both modes
+//     and of the previous release share a schema safely.
 //   - Trust window: a Lease is trusted locally until
 //     sent_at + TTL − SafetyMargin on the monotonic clock (sent_at taken
-//     before the request left), which precedes the database's expiry by at
+//     before the request left) of its last successful grant or renewal —
+//     in heartbeat mode of its Manager's last successful heartbeat, shared
+//     by all its leases — which precedes the database's expiry by at
 //     least SafetyMargin minus clock-rate drift over one TTL. Its context
 //     is cancelled at that deadline unless a renewal moved it, even when no
 //     reply ever comes back.
-//   - Renew and Release match key and run_id; a renewal also requires an
-//     unexpired lease, so a late heartbeat cannot revive a lost one. Both
-//     are safe to retry after a lost reply, and Release reports what the
-//     database says (a ReleaseResult) instead of failing.
+//   - Renew and Release match key and run_id; a renewal also requires a
+//     live row, and a heartbeat an unexpired heartbeat (an expired one never
+//     comes back: the Manager starts a new one), so a late heartbeat cannot
+//     revive a lost lease. Both are safe to retry after a lost reply, and
+//     Release reports what the database says (a ReleaseResult) instead of
+//     failing.
+//   - Heartbeat mode: a refused heartbeat ends every lease of the Manager
+//     (ErrLost); a run a takeover displaced or Revoke revoked ends at the
+//     Manager's next heartbeat at the latest (ErrTakenOver, ErrLost), also
+//     when notifications are not delivered.
 //   - Run releases the lease however fn ends, also when fn panics (the
 //     panic then goes on unchanged).
 //   - Every statement is bounded by CallTimeout, which New keeps below
@@ -85,6 +100,11 @@
 //   - Consecutive tokens: refused attempts consume sequence values too.
 //   - Survival of the Manager: when the process dies its leases are not
 //     renewed and expire after at most TTL.
+//   - Isolation between the leases of one Manager in heartbeat mode: one
+//     stuck Manager (paused, partitioned, heartbeat refused) loses all its
+//     leases at once. RenewalPerLease renews each lease on its own, at one
+//     statement per MaxBatch leases per period.
+//   - Per-lease TTLs: every lease of a Manager has its TTL.
 //
 // # States of a key
 //

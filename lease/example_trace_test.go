@@ -111,7 +111,7 @@ func printTrace(spans []sdktrace.ReadOnlySpan) {
 	for _, s := range spans {
 		if s.Parent().IsValid() {
 			children[s.Parent().SpanID()] = append(children[s.Parent().SpanID()], s)
-		} else if s.Name() != lease.SpanRenewBatch {
+		} else if s.Name() != lease.SpanRenewBatch && s.Name() != lease.SpanHeartbeat {
 			roots = append(roots, s)
 		}
 	}

@@ -1,8 +1,11 @@
 package lease
 
 import (
+	"os"
 	"sync"
 	"time"
+
+	"github.com/google/uuid"
 )
 
 // Events records what a Manager's observer saw, for tests.
@@ -96,3 +99,39 @@ func CallTimeoutOf(m *Manager) time.Duration { return m.cfg.CallTimeout }
 
 // RenewEveryOf is m's effective RenewEvery.
 func RenewEveryOf(m *Manager) time.Duration { return m.cfg.RenewEvery }
+
+// TEST_LEASE_RENEWAL=per-lease runs the suite's Managers (those whose
+// Config leaves Renewal zero) in per-lease renewal mode; the default is
+// the heartbeat (make test/renewalmodes).
+func init() {
+	if os.Getenv("TEST_LEASE_RENEWAL") == "per-lease" {
+		defaultRenewal = RenewalPerLease
+	}
+}
+
+// HeartbeatMode reports whether m renews by heartbeat.
+func HeartbeatMode(m *Manager) bool { return m.cfg.Renewal == RenewalHeartbeat }
+
+// EpochOf is m's current heartbeat epoch id (uuid.Nil before the first
+// grant or in per-lease mode).
+func EpochOf(m *Manager) uuid.UUID {
+	if ep := m.ep.Load(); ep != nil {
+		return ep.id
+	}
+	return uuid.Nil
+}
+
+// EpochOfLease is the heartbeat epoch l belongs to (uuid.Nil per-lease).
+func EpochOfLease(l *Lease) uuid.UUID {
+	if l.ep == nil {
+		return uuid.Nil
+	}
+	return l.ep.id
+}
+
+// EndedAt is when l's context was cancelled (zero while it is held): taken
+// before the cancellation, under the lease's lock.
+func EndedAt(l *Lease) time.Time {
+	at, _ := l.ended()
+	return at
+}

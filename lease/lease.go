@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
 	"sync"
 	"time"
 
@@ -32,12 +33,13 @@ type Lease struct {
 	holder string
 	ctx    context.Context
 	cancel context.CancelCauseFunc
+	ep     *epoch // heartbeat mode: the epoch whose heartbeat keeps it (its trust and expiry); nil per-lease
 
 	mu       sync.Mutex
-	expires  time.Time   // database time of the last grant or renewal
-	trust    time.Time   // monotonic trust deadline
-	due      time.Time   // next background renewal
-	timer    *time.Timer // fires at trust
+	expires  time.Time   // per-lease: database time of the last grant or renewal; heartbeat: set at the end
+	trust    time.Time   // per-lease: monotonic trust deadline; heartbeat: set at the end
+	due      time.Time   // next background renewal (per-lease)
+	timer    *time.Timer // fires at trust (per-lease; heartbeat mode has one timer per epoch)
 	done     bool
 	inflight bool // a background renewal is in flight
 	failed   bool // a renewal statement failed since the last success
@@ -48,19 +50,21 @@ type Lease struct {
 // newLease registers a granted lease; nil if the Manager closed meanwhile.
 // The lease's context keeps the values of parent (the caller's ctx) but not
 // its cancellation or deadline, and carries the claim (token and run_id).
-func (m *Manager) newLease(parent context.Context, key Key, runID uuid.UUID, token fence.Token, holder string, expires, sentAt time.Time) *Lease {
+// With ep (heartbeat mode) the lease has no timer of its own: it is trusted
+// while its epoch is, and ends at once if the epoch ended meanwhile.
+func (m *Manager) newLease(parent context.Context, key Key, runID uuid.UUID, token fence.Token, holder string, expires, sentAt time.Time, ep *epoch) *Lease {
 	claim := fence.Claim{Token: token, Run: runID.String(), Scope: key.Scope()}
 	parent = m.outerContext(parent) // the caller's span, not the Manager's (trace.go)
 	ctx, cancel := context.WithCancelCause(fence.WithClaim(context.WithoutCancel(parent), claim))
-	l := &Lease{
-		m: m, key: key, runID: runID, token: token, holder: holder, ctx: ctx, cancel: cancel,
-		expires: expires,
-		trust:   sentAt.Add(m.cfg.TTL - m.cfg.SafetyMargin),
-		due:     sentAt.Add(m.cfg.RenewEvery),
+	l := &Lease{m: m, key: key, runID: runID, token: token, holder: holder, ctx: ctx, cancel: cancel, ep: ep}
+	if ep == nil {
+		l.expires = expires
+		l.trust = sentAt.Add(m.cfg.TTL - m.cfg.SafetyMargin)
+		l.due = sentAt.Add(m.cfg.RenewEvery)
+		l.mu.Lock()
+		l.timer = time.AfterFunc(time.Until(l.trust), l.onTrustTimer)
+		l.mu.Unlock()
 	}
-	l.mu.Lock()
-	l.timer = time.AfterFunc(time.Until(l.trust), l.onTrustTimer)
-	l.mu.Unlock()
 	m.mu.Lock()
 	if m.closed {
 		m.mu.Unlock()
@@ -68,8 +72,22 @@ func (m *Manager) newLease(parent context.Context, key Key, runID uuid.UUID, tok
 		cancel(ErrClosed)
 		return nil
 	}
+	var epochEnded error
+	if ep != nil {
+		// endEpoch marks the epoch dead before it collects its leases under
+		// m.mu: either it finds this lease or this check sees it dead.
+		if dead, cause := ep.isDead(); dead {
+			epochEnded = cause
+		}
+	}
 	m.leases[runID] = l
+	if ep != nil {
+		ep.held.Add(1)
+	}
 	m.mu.Unlock()
+	if epochEnded != nil {
+		l.end(epochEnded)
+	}
 	m.startListener() // tells the holder of a takeover
 	return l
 }
@@ -96,10 +114,23 @@ func (l *Lease) Token() fence.Token { return l.token }
 
 // ExpiresAt is the database's expiry after the last grant or renewal. It is
 // informational: local decisions use TrustDeadline.
+//
+// In heartbeat mode it is the heartbeat's expiry after its last renewal.
 func (l *Lease) ExpiresAt() time.Time {
+	_, exp := l.deadlines()
+	return exp
+}
+
+// deadlines returns the lease's trust deadline and database expiry: its
+// own (per-lease mode, or once ended) or its epoch's.
+func (l *Lease) deadlines() (trust, expires time.Time) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	return l.expires
+	if l.ep != nil && !l.done {
+		trust, expires, _ = l.ep.state()
+		return trust, expires
+	}
+	return l.trust, l.expires
 }
 
 // Context is cancelled when the lease is lost, released or its Manager
@@ -128,11 +159,11 @@ func (l *Lease) Err() error {
 }
 
 // TrustDeadline is sent_at + TTL − SafetyMargin of the last successful grant
-// or renewal, on the local monotonic clock.
+// or renewal, on the local monotonic clock; in heartbeat mode, of the
+// last successful heartbeat (shared by every lease of the Manager).
 func (l *Lease) TrustDeadline() time.Time {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.trust
+	trust, _ := l.deadlines()
+	return trust
 }
 
 // Remaining is the time left until TrustDeadline (0 once passed or lost).
@@ -152,12 +183,21 @@ func (l *Lease) Remaining() time.Duration {
 // (timeouts, network) change nothing: the trust timer still fires on time,
 // and a retry reports the true state. Renewing a lease that has ended
 // returns its cause.
+//
+// In heartbeat mode it renews the Manager's heartbeat now (which extends
+// every lease of the Manager) and then checks, in one more statement, that
+// the run still holds its row.
 func (l *Lease) Renew(ctx context.Context) (Renewal, error) {
 	if err := l.Err(); err != nil {
 		return Renewal{}, err
 	}
 	ctx, sp := l.m.startSpan(ctx, SpanRenew, l.key)
 	sp.run(l.runID, int64(l.token))
+	if l.ep != nil {
+		r, err := l.m.renewHeartbeatLease(ctx, l)
+		sp.endRenew(r, err)
+		return r, err
+	}
 	r, err := l.m.renewOne(ctx, l.key, l.runID)
 	defer sp.endRenew(r, err)
 	switch {
@@ -241,7 +281,12 @@ func (l *Lease) onTrustTimer() {
 
 // end cancels the lease with cause and unregisters it; false if it had
 // already ended.
-func (l *Lease) end(cause error) bool {
+func (l *Lease) end(cause error) bool { return l.endLogged(cause, true) }
+
+// endLogged is end; logWarn false leaves the per-lease Warn record to
+// Debug, for a heartbeat that ends every lease of a Manager at once (it
+// logs one Warn with the count instead of one per lease).
+func (l *Lease) endLogged(cause error, logWarn bool) bool {
 	detected := time.Now()
 	if !l.stop() {
 		return false
@@ -249,6 +294,10 @@ func (l *Lease) end(cause error) bool {
 	// The cause and time of the end are recorded before the context is
 	// cancelled, so that whoever wakes on Done (Run's overrun metric) reads
 	// them.
+	var epFailed bool
+	if l.ep != nil {
+		_, _, epFailed = l.ep.state()
+	}
 	l.mu.Lock()
 	var mcause string
 	switch {
@@ -257,7 +306,7 @@ func (l *Lease) end(cause error) bool {
 		mcause = leasemetrics.CauseTakenOver
 	case errors.Is(cause, ErrTrustExpired):
 		mcause = leasemetrics.CauseTrustDeadline
-		if l.failed {
+		if l.failed || epFailed {
 			mcause = leasemetrics.CauseDatabaseError
 		}
 	default:
@@ -279,8 +328,14 @@ func (l *Lease) end(cause error) bool {
 		l.m.obs.lost(l.key, cause)
 		l.m.traceLost(l, mcause, cause, cancelled.Add(-delay), cancelled)
 		l.m.met.onLost(l.ctx, mcause, delay)
-		l.m.log.Warn("lease lost", "key", l.key.String(), "run_id", l.runID, "token", int64(l.token),
-			"cause", mcause, "err", cause.Error(), "cancel_delay", delay)
+		level := slog.LevelWarn
+		if !logWarn {
+			level = slog.LevelDebug
+		}
+		if l.m.log.Enabled(l.ctx, level) {
+			l.m.log.Log(l.ctx, level, "lease lost", "key", l.key.String(), "run_id", l.runID, "token", int64(l.token),
+				"cause", mcause, "err", cause.Error(), "cancel_delay", delay)
+		}
 	}
 	return true
 }
@@ -291,6 +346,9 @@ func (l *Lease) stop() bool {
 	defer l.mu.Unlock()
 	if l.done {
 		return false
+	}
+	if l.ep != nil { // from now on the lease reports the epoch's last deadlines
+		l.trust, l.expires, _ = l.ep.state()
 	}
 	l.done = true
 	if l.timer != nil {

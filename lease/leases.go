@@ -18,7 +18,8 @@ type LocalLease struct {
 	// Holder is the grant's holder label (WithHolder), "" when none.
 	Holder string
 	// TrustDeadline is the local monotonic trust deadline (sent_at + TTL −
-	// SafetyMargin of the last grant or renewal).
+	// SafetyMargin of the last grant or renewal; in heartbeat mode of the
+	// Manager's last heartbeat).
 	TrustDeadline time.Time
 	// Remaining is TrustDeadline minus now (0 once passed).
 	Remaining time.Duration
@@ -41,11 +42,12 @@ func (m *Manager) Leases() []LocalLease {
 	out := make([]LocalLease, 0, len(ls))
 	for _, l := range ls {
 		l.mu.Lock()
-		done, trust, exp := l.done, l.trust, l.expires
+		done := l.done
 		l.mu.Unlock()
 		if done {
 			continue
 		}
+		trust, exp := l.deadlines()
 		rem := max(trust.Sub(now), 0)
 		out = append(out, LocalLease{
 			Key: l.key, RunID: l.runID, Token: l.token, Holder: l.holder,

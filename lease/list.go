@@ -41,12 +41,12 @@ type ListOptions struct {
 // held only, $3/$4 the key to continue after or NULLs, $5 limit. One
 // clock reading for every row.
 func listSQL(qSchema string) string {
-	return strings.ReplaceAll(`SELECT l.account_id, l.session_id, l.run_id::text, l.fence_token, l.acquired_at, l.renewed_at,
-       l.expires_at, l.released_at, l.holder, n.t
+	return strings.ReplaceAll(`SELECT l.account_id, l.session_id, `+readColumns+`
   FROM (SELECT clock_timestamp() AS t) n
   JOIN $S.fencekit_leases l ON ($1::text IS NULL OR l.account_id = $1::text)
-   AND (NOT $2::boolean OR (l.released_at IS NULL AND l.expires_at > n.t))
+   AND (NOT $2::boolean OR `+liveSQL("l", "n.t")+`)
    AND ($3::text IS NULL OR (l.account_id, l.session_id) > ($3::text, $4::text))
+  LEFT JOIN $S.fencekit_managers hb ON hb.manager_id = l.manager_id AND l.expires_at = 'infinity'
  ORDER BY l.account_id, l.session_id
  LIMIT $5::integer`, "$S", qSchema)
 }
@@ -91,20 +91,16 @@ func (m *Manager) List(ctx context.Context, opts ListOptions) ([]Ownership, erro
 	for rows.Next() {
 		var (
 			k                  Key
-			rid                string
+			rid                uuid.UUID
 			token              int64
 			acq, ren, exp, now time.Time
 			rel                *time.Time
 			holder             *string
 		)
-		if err := rows.Scan(&k.AccountID, &k.SessionID, &rid, &token, &acq, &ren, &exp, &rel, &holder, &now); err != nil {
+		if err := rows.Scan(&k.AccountID, &k.SessionID, &rid, &token, &acq, &ren, &exp, &rel, &now, &holder); err != nil {
 			return nil, fmt.Errorf("lease: list: %w", err)
 		}
-		id, err := uuid.Parse(rid)
-		if err != nil {
-			return nil, fmt.Errorf("lease: list: run id %q from the database: %w", rid, err)
-		}
-		out = append(out, ownershipOf(k, id, fence.Token(token), acq, ren, exp, rel, holder, now))
+		out = append(out, ownershipOf(k, rid, fence.Token(token), acq, ren, exp, rel, holder, now))
 	}
 	if err := rows.Err(); err != nil {
 		return nil, fmt.Errorf("lease: list: %w", classify(err))

@@ -63,12 +63,20 @@ type row struct {
 	Released  bool
 }
 
-// row reads the key's row; ok is false when there is none.
+// row reads the key's row; ok is false when there is none. A heartbeat
+// row (migration 0009) reports its heartbeat's expiry and last renewal, as
+// Inspect does.
 func (e *env) row(k lease.Key) (row, bool) {
 	e.t.Helper()
 	var r row
 	err := e.raw.QueryRow(bg(), fmt.Sprintf(
-		`SELECT run_id, fence_token, expires_at, renewed_at, released_at IS NOT NULL FROM %q.fencekit_leases WHERE account_id=$1 AND session_id=$2`, e.schema),
+		`SELECT l.run_id, l.fence_token,
+		        CASE WHEN l.expires_at = 'infinity' THEN coalesce(hb.expires_at, l.acquired_at) ELSE l.expires_at END,
+		        CASE WHEN l.expires_at = 'infinity' THEN greatest(l.renewed_at, hb.renewed_at) ELSE l.renewed_at END,
+		        l.released_at IS NOT NULL
+		   FROM %[1]q.fencekit_leases l
+		   LEFT JOIN %[1]q.fencekit_managers hb ON hb.manager_id = l.manager_id AND l.expires_at = 'infinity'
+		  WHERE l.account_id=$1 AND l.session_id=$2`, e.schema),
 		k.AccountID, k.SessionID).Scan(&r.RunID, &r.Token, &r.ExpiresAt, &r.RenewedAt, &r.Released)
 	if err != nil && err.Error() == "no rows in result set" {
 		return r, false
@@ -94,14 +102,33 @@ func (e *env) seq() (int64, bool) {
 }
 
 // expire moves the key's expiry into the past, as if its holder had
-// stopped renewing long ago.
+// stopped renewing long ago. A heartbeat row becomes a finite expired row
+// and its run is recorded as revoked (as Manager.Revoke does), so that its
+// holder learns at its next heartbeat, as a per-lease holder learns at its
+// next renewal.
 func (e *env) expire(k lease.Key) {
 	e.t.Helper()
-	tag, err := e.raw.Exec(bg(), fmt.Sprintf(
-		`UPDATE %q.fencekit_leases SET expires_at = clock_timestamp() - interval '1 hour' WHERE account_id=$1 AND session_id=$2`, e.schema),
-		k.AccountID, k.SessionID)
-	require.NoError(e.t, err)
-	require.EqualValues(e.t, 1, tag.RowsAffected())
+	e.behindTheBack(k, `expires_at = clock_timestamp() - interval '1 hour'`)
+}
+
+// replaceRun writes another run_id into the key's row, as if another run
+// held it now; a heartbeat holder is told as by expire.
+func (e *env) replaceRun(k lease.Key) {
+	e.t.Helper()
+	e.behindTheBack(k, `run_id = gen_random_uuid()`)
+}
+
+func (e *env) behindTheBack(k lease.Key, set string) {
+	e.t.Helper()
+	var n int
+	require.NoError(e.t, e.raw.QueryRow(bg(), fmt.Sprintf(`WITH old AS MATERIALIZED (
+  SELECT run_id, manager_id, expires_at FROM %[1]q.fencekit_leases WHERE account_id=$1 AND session_id=$2 FOR UPDATE),
+upd AS (UPDATE %[1]q.fencekit_leases l SET `+set+` FROM old o WHERE l.account_id=$1 AND l.session_id=$2 RETURNING 1),
+rec AS (INSERT INTO %[1]q.fencekit_displaced (run_id, account_id, session_id, displaced_at, by_run_id, manager_id, cause)
+  SELECT run_id, $1, $2, clock_timestamp(), NULL, manager_id, 'revoked' FROM old
+   WHERE expires_at = 'infinity' AND manager_id IS NOT NULL ON CONFLICT (run_id) DO NOTHING)
+SELECT count(*) FROM upd`, e.schema), k.AccountID, k.SessionID).Scan(&n))
+	require.Equal(e.t, 1, n)
 }
 
 // waitFor polls cond (external state) until true or the deadline.

@@ -2,6 +2,7 @@ package lease
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"log/slog"
 	"sync"
@@ -16,7 +17,8 @@ import (
 )
 
 // Manager acquires, renews and releases leases in one schema. It runs one
-// background renewer for all the leases it holds and, from its first grant
+// background renewer for all the leases it holds (in heartbeat mode, the
+// default, one heartbeat statement per renewal period for all of them) and, from its first grant
 // or waiter until Close, one LISTEN connection (its own, opened with the
 // pool's connection settings or Config.ListenConnString) that wakes waiters
 // and tells holders of a takeover, and that checks that notifications
@@ -32,6 +34,11 @@ type Manager struct {
 	tr   trace.Tracer // nil: tracing off (trace.go)
 
 	floor *floorChecker // the automatic token floor check (Config.Floor), nil without a source
+
+	// Heartbeat mode (heartbeat.go): the current epoch, nil before the
+	// first grant; hbMu serialises the heartbeat statements (create, beat).
+	ep   atomic.Pointer[epoch]
+	hbMu sync.Mutex
 
 	root       context.Context // cancelled (cause ErrClosed) by Close
 	rootCancel context.CancelCauseFunc
@@ -86,7 +93,11 @@ func newManager(cfg Config, obs observer) (*Manager, error) {
 	m.tr = newTracer(r.TracerProvider)
 	m.lastRound.Store(time.Now().UnixNano())
 	m.wg.Add(1)
-	go m.renewLoop()
+	if r.Renewal == RenewalHeartbeat {
+		go m.heartbeatLoop()
+	} else {
+		go m.renewLoop()
+	}
 	return m, nil
 }
 
@@ -155,7 +166,7 @@ func (m *Manager) Close() error {
 
 		ctx, cancel := context.WithTimeout(context.Background(), m.cfg.CallTimeout)
 		defer cancel()
-		m.closeError = m.releaseBatch(ctx, held)
+		m.closeError = errors.Join(m.releaseBatch(ctx, held), m.closeEpoch(ctx))
 	})
 	return m.closeError
 }
@@ -173,6 +184,9 @@ func (m *Manager) remove(l *Lease) {
 	m.mu.Lock()
 	if m.leases[l.runID] == l {
 		delete(m.leases, l.runID)
+		if l.ep != nil {
+			l.ep.held.Add(-1)
+		}
 	}
 	m.mu.Unlock()
 }

@@ -25,6 +25,8 @@ type metrics struct {
 	held                              metric.Int64UpDownCounter
 	probesLost                        metric.Int64Counter
 	fallback                          metric.Int64UpDownCounter
+	hbStarted, hbLost                 metric.Int64Counter
+	lostAttrs                         map[string]metric.MeasurementOption // by cause, built once: a heartbeat may end a million leases at once
 	ttl                               time.Duration
 }
 
@@ -39,7 +41,10 @@ func attrs(kv ...attribute.KeyValue) metric.MeasurementOption {
 
 func newMetrics(mp metric.MeterProvider, ttl time.Duration) (*metrics, error) {
 	m := obs.Meter(mp)
-	x := &metrics{ttl: ttl}
+	x := &metrics{ttl: ttl, lostAttrs: map[string]metric.MeasurementOption{}}
+	for _, c := range []string{leasemetrics.CauseRenewalRejected, leasemetrics.CauseTrustDeadline, leasemetrics.CauseDatabaseError, leasemetrics.CauseTakenOver} {
+		x.lostAttrs[c] = attrs(attribute.String("cause", c))
+	}
 	var errs []error
 	add := func(err error) {
 		if err != nil {
@@ -95,7 +100,19 @@ func newMetrics(mp metric.MeterProvider, ttl time.Duration) (*metrics, error) {
 	x.fallback, err = m.Int64UpDownCounter(leasemetrics.ListenerFallback, metric.WithUnit("{manager}"),
 		metric.WithDescription("Managers whose listener does not receive notifications and that poll every FallbackPoll instead."))
 	add(err)
+	x.hbStarted, err = m.Int64Counter(leasemetrics.HeartbeatStarted, metric.WithUnit("{heartbeat}"),
+		metric.WithDescription("Heartbeat epochs started (heartbeat renewal mode)."))
+	add(err)
+	x.hbLost, err = m.Int64Counter(leasemetrics.HeartbeatLost, metric.WithUnit("{heartbeat}"),
+		metric.WithDescription("Heartbeat epochs that ended other than by Close, by cause; each ended every lease of its Manager."))
+	add(err)
 	return x, errors.Join(errs...)
+}
+
+func (x *metrics) onHeartbeatStarted(ctx context.Context) { x.hbStarted.Add(ctx, 1) }
+
+func (x *metrics) onHeartbeatLost(ctx context.Context, cause string) {
+	x.hbLost.Add(ctx, 1, attrs(attribute.String(leasemetrics.AttrCause, cause)))
 }
 
 // errorType is the error.type attribute value of a failed call.
@@ -164,7 +181,10 @@ func (x *metrics) onRenew(ctx context.Context, d time.Duration, err error) {
 }
 
 func (x *metrics) onLost(ctx context.Context, cause string, delay time.Duration) {
-	a := attrs(attribute.String(leasemetrics.AttrCause, cause))
+	a, ok := x.lostAttrs[cause]
+	if !ok {
+		a = attrs(attribute.String(leasemetrics.AttrCause, cause))
+	}
 	x.lost.Add(ctx, 1, a)
 	x.cancelDelay.Record(ctx, max(delay, 0).Seconds(), a)
 }

@@ -31,6 +31,12 @@ type Renewal struct {
 // (expired, released or taken over) the error matches ErrLost, and also
 // ErrTakenOver when a Takeover displaced the run; nothing changes, and a
 // Lease of this Manager with that run_id is cancelled with that cause.
+//
+// A run whose row is a heartbeat row (migration 0009) is only checked:
+// its Manager's heartbeat keeps it, and the Renewal reports that
+// heartbeat's expiry, with TrustDeadline sent_at + (ExpiresAt − DBNow) −
+// SafetyMargin. For a lease of this Manager in heartbeat mode it is
+// Lease.Renew.
 func (m *Manager) Renew(ctx context.Context, key Key, runID uuid.UUID) (Renewal, error) {
 	if err := key.Validate(); err != nil {
 		return Renewal{}, err
@@ -43,9 +49,15 @@ func (m *Manager) Renew(ctx context.Context, key Key, runID uuid.UUID) (Renewal,
 	}
 	ctx, sp := m.startSpan(ctx, SpanRenew, key)
 	sp.run(runID, 0)
+	l := m.lookup(key, runID)
+	if l != nil && l.ep != nil {
+		r, err := m.renewHeartbeatLease(ctx, l)
+		sp.endRenew(r, err)
+		return r, err
+	}
 	r, err := m.renewOne(ctx, key, runID)
 	defer sp.endRenew(r, err)
-	if l := m.lookup(key, runID); l != nil {
+	if l != nil {
 		switch {
 		case err == nil:
 			l.extend(time.Time{}, r.TrustDeadline, r.ExpiresAt)
@@ -81,8 +93,11 @@ func (m *Manager) renewOne(ctx context.Context, key Key, runID uuid.UUID) (Renew
 	if m.log.Enabled(ctx, slog.LevelDebug) {
 		m.log.Debug("lease renewed", "key", key.String(), "run_id", runID)
 	}
+	// A per-lease row: exp − now = TTL. A heartbeat row: what is left of
+	// its heartbeat, on the database clock (never more than TTL).
+	left := min(exp.Sub(now), m.cfg.TTL)
 	return Renewal{
 		Token: fence.Token(token), ExpiresAt: exp, DBNow: now,
-		TrustDeadline: sentAt.Add(m.cfg.TTL - m.cfg.SafetyMargin),
+		TrustDeadline: sentAt.Add(left - m.cfg.SafetyMargin),
 	}, nil
 }

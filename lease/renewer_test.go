@@ -78,7 +78,8 @@ func TestParallelRenewalKeepsEveryLease(t *testing.T) {
 			c.MaxConns = 8
 			c.ConnConfig.Tracer = tr
 		})
-		m, ev, err := lease.NewObserved(lease.Config{Pool: pool, Schema: e.schema, TTL: 4 * time.Second, RenewEvery: renewEvery})
+		m, ev, err := lease.NewObserved(lease.Config{Pool: pool, Schema: e.schema, TTL: 4 * time.Second, RenewEvery: renewEvery,
+			Renewal: lease.RenewalPerLease}) // parallel batches exist in per-lease mode only
 		require.NoError(t, err)
 		t.Cleanup(func() { _ = m.Close() })
 		sides[i] = &side{m: m, ev: ev, tr: tr, leases: make([]*lease.Lease, perManager)}

@@ -38,22 +38,45 @@ type Revocation struct {
 // (only when the key was ever contended). It draws no token, so neither
 // the token floor nor the node check gates it. Values are bound as text,
 // booleans and strings only, so it runs in every QueryExecMode.
+//
+// A live row is judged by liveSQL (either kind, migration 0009), locked
+// first (FOR UPDATE re-reads a row changed meanwhile and checks it again).
+// A heartbeat row becomes a finite, expired row; its run is also recorded
+// in fencekit_displaced with its epoch and cause 'revoked', which the
+// holder's next heartbeat statement returns: the holder ends the lease
+// (ErrLost) within RenewEvery although its heartbeat goes on.
 func revokeSQL(qSchema string) string {
-	return strings.ReplaceAll(`UPDATE $S.fencekit_leases l
-   SET expires_at = statement_timestamp()
- WHERE l.account_id = $1::text AND l.session_id = $2::text
-   AND ($3::text IS NULL OR l.run_id = $3::text::uuid)
-   AND l.released_at IS NULL AND l.expires_at > statement_timestamp()
-RETURNING l.run_id::text, l.fence_token, l.acquired_at, l.renewed_at, l.expires_at, l.holder, statement_timestamp(),
-          CASE WHEN l.contended THEN pg_notify($4::text, $5::text) END IS NULL`, "$S", qSchema)
+	return strings.ReplaceAll(`WITH cur AS MATERIALIZED (
+  SELECT l.account_id, l.session_id, l.manager_id, l.expires_at AS old_expires
+    FROM $S.fencekit_leases l
+   WHERE l.account_id = $1::text AND l.session_id = $2::text
+     AND ($3::text IS NULL OR l.run_id = $3::text::uuid)
+     AND `+liveSQL("l", "statement_timestamp()")+`
+     FOR UPDATE OF l),
+upd AS (
+  UPDATE $S.fencekit_leases l
+     SET expires_at = statement_timestamp()
+    FROM cur c
+   WHERE l.account_id = c.account_id AND l.session_id = c.session_id
+  RETURNING l.run_id, l.fence_token, l.acquired_at, l.renewed_at, l.expires_at, l.holder, l.contended,
+            c.manager_id, c.old_expires),
+rec AS (
+  INSERT INTO $S.fencekit_displaced (run_id, account_id, session_id, displaced_at, by_run_id, manager_id, cause)
+  SELECT u.run_id, $1::text, $2::text, statement_timestamp(), NULL, u.manager_id, 'revoked'
+    FROM upd u
+   WHERE u.old_expires = 'infinity' AND u.manager_id IS NOT NULL
+  ON CONFLICT (run_id) DO NOTHING)
+SELECT u.run_id::text, u.fence_token, u.acquired_at, u.renewed_at, u.expires_at, u.holder, statement_timestamp(),
+       CASE WHEN u.contended THEN pg_notify($4::text, $5::text) END IS NULL
+  FROM upd u`, "$S", qSchema)
 }
 
 // Revoke ends the current grant of key now, for an operator whose
 // conversation is stuck with a holder that no longer makes progress: in
 // one statement the grant is expired on the database clock. From its commit
 // the holder's renewals are refused (ErrLost, so its Manager cancels the
-// lease's context at the latest at its next renewal; a Lease of this
-// Manager is cancelled at once), its release changes nothing
+// lease's context at the latest at its next renewal or heartbeat; a Lease
+// of this Manager is cancelled at once), its release changes nothing
 // (ReleaseExpired), and the next grant of the key carries a larger token,
 // which the guards prefer over the revoked one. Waiters and watchers of the
 // key are woken as by a release. Work the holder has in flight is not

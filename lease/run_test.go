@@ -3,7 +3,6 @@ package lease_test
 import (
 	"context"
 	"errors"
-	"fmt"
 	"runtime"
 	"testing"
 	"time"
@@ -63,11 +62,7 @@ func TestRunHoldsAndReleases(t *testing.T) {
 func TestRunReportsLoss(t *testing.T) {
 	e := newEnv(t)
 	m := e.manager(lease.Config{TTL: time.Second, RenewEvery: 100 * time.Millisecond})
-	takeOver := func(k lease.Key) {
-		_, err := e.raw.Exec(bg(), fmt.Sprintf(`UPDATE %q.fencekit_leases SET run_id = $3 WHERE account_id=$1 AND session_id=$2`, e.schema),
-			k.AccountID, k.SessionID, uuid.New())
-		require.NoError(t, err)
-	}
+	takeOver := e.replaceRun
 	for _, ret := range []string{"nil", "ctx.Err"} {
 		k := uniqueKey(t)
 		err := m.Run(bg(), k, func(ctx context.Context, l *lease.Lease) error {

@@ -16,13 +16,76 @@ type statements struct {
 	takeover, displaced                                        string // Takeover and the cause of a refused renewal
 	node                                                       string // Health: the node the floor was checked on, and this one
 	channel                                                    string // NOTIFY channel for releases
+	// Heartbeat mode (heartbeat.go): create an epoch, renew it (one
+	// statement per period, with the epoch's displaced and revoked runs),
+	// read those runs alone (the listener's catch-up), end it at Close.
+	epochCreate, beat, epochDisplaced, epochEnd string
+}
+
+// liveSQL is the one definition of a live lease row (docs/lease.md, "One
+// heartbeat per Manager"), for the row alias row at the database time now:
+// not released and either a finite expiry after now (a per-lease row) or
+// expires_at = 'infinity' and the row's manager (heartbeat epoch) unexpired
+// at now (a heartbeat row, migration 0009). The CASE reads
+// fencekit_managers for heartbeat rows only. $S is the quoted schema.
+func liveSQL(row, now string) string {
+	return `(` + row + `.released_at IS NULL AND CASE WHEN ` + row + `.expires_at = 'infinity'
+    THEN EXISTS (SELECT 1 FROM $S.fencekit_managers hb WHERE hb.manager_id = ` + row + `.manager_id AND hb.expires_at > ` + now + `)
+    ELSE ` + row + `.expires_at > ` + now + ` END)`
+}
+
+// grantLiveSQL is liveSQL as a grant (Acquire, Takeover) decides it, on
+// the version of the key's row that ON CONFLICT locked. That is the newest
+// committed version, but a sub-select reads the statement's snapshot, in
+// which a heartbeat epoch created after the statement began is missing: a
+// grant that stalled could read such a fresh holder's epoch as gone and
+// grant the key twice (the model's broken-hb-snapshot trail). So a row
+// granted at or after this statement began is live: its grant started
+// after this statement's snapshot was taken, under an epoch live then. A
+// renewal that commits after the snapshot is covered by the heartbeat
+// statement's margin (it renews only an epoch with more than CallTimeout
+// left) and by the holder's trust (docs/lease.md, "One heartbeat per
+// Manager").
+func grantLiveSQL(row, now string) string {
+	return `(` + row + `.released_at IS NULL AND (` + row + `.acquired_at >= statement_timestamp() OR CASE WHEN ` + row + `.expires_at = 'infinity'
+    THEN coalesce((SELECT hb.expires_at FROM $S.fencekit_managers hb WHERE hb.manager_id = ` + row + `.manager_id) > ` + now + `, false)
+    ELSE ` + row + `.expires_at > ` + now + ` END))`
+}
+
+// expirySQL is the expiry a row reports (Inspect, List, Watch, a grant's
+// ExpiresAt): its expires_at, or for a heartbeat row its manager's
+// expires_at (its acquired_at when the manager row is gone: dead since
+// then at the latest), so that held ⇔ not released and expiry > now agrees
+// with liveSQL.
+func expirySQL(row string) string {
+	return `CASE WHEN ` + row + `.expires_at = 'infinity'
+    THEN coalesce((SELECT hb.expires_at FROM $S.fencekit_managers hb WHERE hb.manager_id = ` + row + `.manager_id), ` + row + `.acquired_at)
+    ELSE ` + row + `.expires_at END`
+}
+
+// epochLiveSQL requires the granting Manager's epoch ($n, NULL in per-lease
+// mode) to be unexpired at now, so that a heartbeat row is never written
+// for an epoch that is already dead.
+func epochLiveSQL(param, now string) string {
+	return `(` + param + `::uuid IS NULL OR EXISTS (SELECT 1 FROM $S.fencekit_managers hb WHERE hb.manager_id = ` + param + `::uuid AND hb.expires_at > ` + now + `))`
 }
 
 func newStatements(qSchema, schema string) statements {
 	r := strings.NewReplacer("$S", qSchema)
 	st := statements{
 		// $1 account, $2 session, $3 run_id, $4 ttl in microseconds, $5
-		// holder label or NULL (migration 0005).
+		// holder label or NULL (migration 0005), $6 the Manager's heartbeat
+		// epoch or NULL (per-lease mode, migration 0009).
+		//
+		// In heartbeat mode the row names the epoch and expires_at is
+		// 'infinity': it is live while the epoch is (liveSQL). The SELECT
+		// yields no row, so nothing is written, when the epoch is not live
+		// at the statement's time; the caller then renews its heartbeat and
+		// retries once with a new epoch if that was refused. A key is
+		// granted only when its row is not live (liveSQL, the one
+		// definition), judged under the row lock. A heartbeat grant returns
+		// no expiry (NULL): the Manager reports its epoch's, which it knows
+		// (a lookup here cost the lease cycle measurably).
 		//
 		// The gate (migration 0004) reads the floor row and the node this
 		// statement runs on (system identifier and database oid cached per
@@ -43,17 +106,20 @@ func newStatements(qSchema, schema string) statements {
 		// taken when it starts. A refusal returns no row; the caller then
 		// reads the holder with the inspect statement (committed state).
 		acquire: r.Replace(`INSERT INTO $S.fencekit_leases AS held
-    (account_id, session_id, run_id, fence_token, acquired_at, renewed_at, expires_at, released_at, holder)
+    (account_id, session_id, run_id, fence_token, acquired_at, renewed_at, expires_at, released_at, holder, manager_id)
   SELECT $1::text, $2::text, $3::uuid,
          CASE WHEN g.checked = g.node AND g.v > g.floor THEN g.v
               ELSE $S.fencekit_refuse_grant(g.v, g.floor, g.checked, g.node) END,
          statement_timestamp(), statement_timestamp(),
-         statement_timestamp() + $4::bigint * interval '1 microsecond', NULL, $5::text
+         CASE WHEN $6::uuid IS NULL THEN statement_timestamp() + $4::bigint * interval '1 microsecond'
+              ELSE 'infinity'::timestamptz END,
+         NULL, $5::text, $6::uuid
     FROM (SELECT f.floor, f.checked_node AS checked,
                  coalesce(nullif(current_setting('fencekit.system', true), ''), $S.fencekit_system())
                    || '/' || left(pg_walfile_name(pg_current_wal_lsn()), 8) AS node,
                  nextval('$S.fencekit_token_seq') AS v
             FROM (SELECT) one LEFT JOIN $S.fencekit_token_floor f ON f.id) g
+   WHERE ` + epochLiveSQL("$6", "statement_timestamp()") + `
   ON CONFLICT (account_id, session_id) DO UPDATE SET
     run_id      = EXCLUDED.run_id,
     fence_token = nextval('$S.fencekit_token_seq'),
@@ -61,18 +127,24 @@ func newStatements(qSchema, schema string) statements {
     renewed_at  = EXCLUDED.renewed_at,
     expires_at  = EXCLUDED.expires_at,
     released_at = NULL,
-    holder      = EXCLUDED.holder
-  WHERE held.expires_at <= EXCLUDED.acquired_at
-RETURNING held.fence_token, held.expires_at`),
+    holder      = EXCLUDED.holder,
+    manager_id  = EXCLUDED.manager_id
+  WHERE NOT ` + grantLiveSQL("held", "EXCLUDED.acquired_at") + `
+RETURNING held.fence_token, CASE WHEN held.expires_at <> 'infinity' THEN held.expires_at END`),
 
 		// $1 account, $2 session, $3 run_id, $4 ttl µs.
+		// A heartbeat row (expires_at 'infinity') is only checked, not
+		// extended (its epoch's heartbeat extends it); the expiry returned
+		// is its epoch's.
 		renew: r.Replace(`WITH now_db AS MATERIALIZED (SELECT clock_timestamp() AS t)
 UPDATE $S.fencekit_leases l
-   SET renewed_at = n.t, expires_at = n.t + $4::bigint * interval '1 microsecond'
+   SET renewed_at = CASE WHEN l.expires_at = 'infinity' THEN l.renewed_at ELSE n.t END,
+       expires_at = CASE WHEN l.expires_at = 'infinity' THEN l.expires_at
+                         ELSE n.t + $4::bigint * interval '1 microsecond' END
   FROM now_db n
  WHERE l.account_id = $1::text AND l.session_id = $2::text AND l.run_id = $3::uuid
-   AND l.released_at IS NULL AND l.expires_at > n.t
-RETURNING l.fence_token, l.expires_at, n.t`),
+   AND ` + liveSQL("l", "n.t") + `
+RETURNING l.fence_token, ` + expirySQL("l") + `, n.t`),
 
 		// $1 accounts, $2 sessions, $3 run_ids (text), $4 ttl µs. Rows are
 		// locked in key order (the caller sorts), so two batches cannot
@@ -120,19 +192,25 @@ RETURNING CASE WHEN l.contended THEN pg_notify($4::text, q.payload) END`),
 		// rows means the holder is already gone (released, expired or
 		// replaced) and the waiter should retry at once. The row lock orders
 		// this against the release.
-		markContended: r.Replace(`UPDATE $S.fencekit_leases l SET contended = true
+		markContended: r.Replace(`WITH now_db AS MATERIALIZED (SELECT clock_timestamp() AS t)
+UPDATE $S.fencekit_leases l SET contended = true
+  FROM now_db n
  WHERE l.account_id = $1::text AND l.session_id = $2::text
    AND ($3::uuid IS NULL OR l.run_id = $3::uuid)
-   AND l.released_at IS NULL AND l.expires_at > clock_timestamp()
+   AND ` + liveSQL("l", "n.t") + `
 RETURNING true`),
 
-		// $1 account, $2 session.
-		inspect: r.Replace(`SELECT l.run_id, l.fence_token, l.acquired_at, l.renewed_at, l.expires_at, l.released_at, n.t, l.holder
+		// $1 account, $2 session. A heartbeat row reports its epoch's
+		// renewal and expiry (readColumns).
+		inspect: r.Replace(`SELECT ` + readColumns + `
   FROM (SELECT clock_timestamp() AS t) n
-  LEFT JOIN $S.fencekit_leases l ON l.account_id = $1::text AND l.session_id = $2::text`),
+  LEFT JOIN $S.fencekit_leases l ON l.account_id = $1::text AND l.session_id = $2::text
+  LEFT JOIN $S.fencekit_managers hb ON hb.manager_id = l.manager_id AND l.expires_at = 'infinity'`),
 
 		// $1 account, $2 session, $3 run_id, $4 ttl µs, $5 holder or NULL,
-		// $6 channel, $7 payload. A grant whether or not the key is held:
+		// $6 channel, $7 payload, $8 the Manager's heartbeat epoch or NULL
+		// (per-lease mode; written and checked as in acquire). A grant
+		// whether or not the key is held:
 		// the same gate as acquire (the INSERT's values, token floor and
 		// node check, are computed before the conflict is detected), the
 		// token drawn again under the row lock in DO UPDATE SET, and no
@@ -143,7 +221,11 @@ RETURNING true`),
 		// ask by run_id; the data-modifying CTE runs whether or not the
 		// outer query reads it) and notified on the channel
 		// ("<payload>:taken:<run_id>", at commit), so that its Manager
-		// cancels it at once.
+		// cancels it at once. A displaced heartbeat row's epoch is kept in
+		// displaced_manager_id (RETURNING cannot read the overwritten
+		// manager_id) and recorded with the run, so that the displaced
+		// run's Manager learns it from its next heartbeat statement even
+		// when the notification is lost.
 		takeover: r.Replace(`WITH now_db AS MATERIALIZED (SELECT clock_timestamp() AS t),
 gate AS MATERIALIZED (
   SELECT f.floor, f.checked_node AS checked,
@@ -153,12 +235,16 @@ gate AS MATERIALIZED (
     FROM (SELECT) one LEFT JOIN $S.fencekit_token_floor f ON f.id),
 ins AS (
   INSERT INTO $S.fencekit_leases AS held
-    (account_id, session_id, run_id, fence_token, acquired_at, renewed_at, expires_at, released_at, holder, displaced_run_id)
+    (account_id, session_id, run_id, fence_token, acquired_at, renewed_at, expires_at, released_at, holder,
+     displaced_run_id, manager_id, displaced_manager_id)
   SELECT $1::text, $2::text, $3::uuid,
          CASE WHEN g.checked = g.node AND g.v > g.floor THEN g.v
               ELSE $S.fencekit_refuse_grant(g.v, g.floor, g.checked, g.node) END,
-         n.t, n.t, n.t + $4::bigint * interval '1 microsecond', NULL, $5::text, NULL
+         n.t, n.t,
+         CASE WHEN $8::uuid IS NULL THEN n.t + $4::bigint * interval '1 microsecond' ELSE 'infinity'::timestamptz END,
+         NULL, $5::text, NULL, $8::uuid, NULL
     FROM now_db n, gate g
+   WHERE ` + epochLiveSQL("$8", "n.t") + `
   ON CONFLICT (account_id, session_id) DO UPDATE SET
     run_id      = EXCLUDED.run_id,
     fence_token = nextval('$S.fencekit_token_seq'),
@@ -167,15 +253,17 @@ ins AS (
     expires_at  = EXCLUDED.expires_at,
     released_at = NULL,
     holder      = EXCLUDED.holder,
-    displaced_run_id = CASE WHEN held.released_at IS NULL AND held.expires_at > EXCLUDED.acquired_at
-                            THEN held.run_id END
-  RETURNING held.fence_token, held.expires_at, held.displaced_run_id,
+    manager_id  = EXCLUDED.manager_id,
+    displaced_run_id = CASE WHEN ` + grantLiveSQL("held", "EXCLUDED.acquired_at") + ` THEN held.run_id END,
+    displaced_manager_id = CASE WHEN held.expires_at = 'infinity' AND ` + grantLiveSQL("held", "EXCLUDED.acquired_at") + `
+                                THEN held.manager_id END
+  RETURNING held.fence_token, ` + expirySQL("held") + ` AS expires_at, held.displaced_run_id, held.displaced_manager_id,
             CASE WHEN held.displaced_run_id IS NOT NULL
                  THEN pg_notify($6::text, $7::text || ':taken:' || held.displaced_run_id::text) END AS notified
 ),
 gone AS (
-  INSERT INTO $S.fencekit_displaced (run_id, account_id, session_id, displaced_at, by_run_id)
-  SELECT i.displaced_run_id, $1::text, $2::text, n.t, $3::uuid
+  INSERT INTO $S.fencekit_displaced (run_id, account_id, session_id, displaced_at, by_run_id, manager_id, cause)
+  SELECT i.displaced_run_id, $1::text, $2::text, n.t, $3::uuid, i.displaced_manager_id, 'taken'
     FROM ins i, now_db n
    WHERE i.displaced_run_id IS NOT NULL
   ON CONFLICT (run_id) DO NOTHING)
@@ -190,7 +278,8 @@ SELECT i.fence_token, i.expires_at, i.displaced_run_id, n.t FROM ins i, now_db n
 		displaced: r.Replace(`SELECT d.run_id::text
   FROM unnest($1::text[], $2::text[], $3::text[]) AS q(account_id, session_id, run_id)
   JOIN $S.fencekit_displaced d ON d.run_id = q.run_id::uuid
- WHERE d.account_id = q.account_id AND d.session_id = q.session_id`),
+ WHERE d.account_id = q.account_id AND d.session_id = q.session_id
+   AND d.cause IS DISTINCT FROM 'revoked'`),
 
 		// No parameters. The node the floor was last checked on (NULL if
 		// never) and the node this statement runs on, computed as the
@@ -201,10 +290,68 @@ SELECT i.fence_token, i.expires_at, i.displaced_run_id, n.t FROM ins i, now_db n
          || '/' || left(pg_walfile_name(pg_current_wal_lsn()), 8)
   FROM (SELECT) one LEFT JOIN $S.fencekit_token_floor f ON f.id`),
 
+		// $1 epoch id, $2 holder label or NULL, $3 ttl µs. A new epoch,
+		// live for one TTL from the statement's clock.
+		epochCreate: r.Replace(`INSERT INTO $S.fencekit_managers AS m (manager_id, holder, started_at, renewed_at, expires_at)
+SELECT $1::uuid, $2::text, n.t, n.t, n.t + $3::bigint * interval '1 microsecond'
+  FROM (SELECT clock_timestamp() AS t) n
+RETURNING m.started_at, m.expires_at`),
+
+		// $1 epoch id, $2 ttl µs, $3 CallTimeout µs, $4 since (database
+		// time). The heartbeat: ONE statement per period however many
+		// leases the epoch holds. It renews the epoch only while more than
+		// CallTimeout of it is left: the Manager trusts a reply only within
+		// CallTimeout of sending, so a renewal it trusts has committed
+		// before the expiry it extended, and a grant whose snapshot saw
+		// that expiry pass cannot have missed it (docs/lease.md). The first
+		// row is the renewal (none when refused: the epoch is over); then
+		// the runs of this epoch a takeover displaced or Revoke revoked
+		// since $4, and the runs an earlier release's takeover displaced
+		// since $4 (cause NULL: that release does not know manager_id; the
+		// Manager keeps those of its own runs).
+		beat: r.Replace(`WITH now_db AS MATERIALIZED (SELECT clock_timestamp() AS t),
+hb AS (
+  UPDATE $S.fencekit_managers m
+     SET renewed_at = n.t, expires_at = n.t + $2::bigint * interval '1 microsecond'
+    FROM now_db n
+   WHERE m.manager_id = $1::uuid AND m.expires_at > n.t + $3::bigint * interval '1 microsecond'
+  RETURNING n.t, m.expires_at)
+SELECT h.t, h.expires_at, NULL::text AS run_id, NULL::text AS cause FROM hb h
+UNION ALL
+SELECT NULL, NULL, d.run_id::text, d.cause FROM $S.fencekit_displaced d
+ WHERE d.manager_id = $1::uuid AND d.displaced_at >= $4::timestamptz
+UNION ALL
+SELECT NULL, NULL, d.run_id::text, 'taken' FROM $S.fencekit_displaced d
+ WHERE d.cause IS NULL AND d.displaced_at >= $4::timestamptz`),
+
+		// $1 epoch id, $2 since. The beat's second part alone: the
+		// listener's catch-up after it (re)connects, by epoch, not by a
+		// list of held runs.
+		epochDisplaced: r.Replace(`SELECT d.run_id::text, d.cause FROM $S.fencekit_displaced d
+ WHERE d.manager_id = $1::uuid AND d.displaced_at >= $2::timestamptz
+UNION ALL
+SELECT d.run_id::text, 'taken' FROM $S.fencekit_displaced d
+ WHERE d.cause IS NULL AND d.displaced_at >= $2::timestamptz`),
+
+		// $1 epoch id. Close: the epoch ends now (never later than it
+		// would have), so rows its release at Close missed are free at once.
+		epochEnd: r.Replace(`UPDATE $S.fencekit_managers SET expires_at = least(expires_at, clock_timestamp())
+ WHERE manager_id = $1::uuid`),
+
 		channel: channelName(schema),
 	}
 	return st
 }
+
+// readColumns are the columns Inspect, List and Watch read of a key's row
+// l (LEFT JOIN fencekit_managers hb for heartbeat rows) at n.t: run_id,
+// token, acquired_at, renewed_at and expires_at as the row reports them
+// (expirySQL; a heartbeat row's renewal is its epoch's last beat),
+// released_at, the clock, holder.
+const readColumns = `l.run_id, l.fence_token, l.acquired_at,
+       CASE WHEN l.expires_at = 'infinity' THEN greatest(l.renewed_at, hb.renewed_at) ELSE l.renewed_at END,
+       CASE WHEN l.expires_at = 'infinity' THEN coalesce(hb.expires_at, l.acquired_at) ELSE l.expires_at END,
+       l.released_at, n.t, l.holder`
 
 // channelName derives the release NOTIFY channel from the schema. Channel
 // names are identifiers of at most 63 bytes; a long schema is hashed.

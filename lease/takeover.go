@@ -48,6 +48,27 @@ func (m *Manager) Takeover(ctx context.Context, key Key, opts ...Option) (*Lease
 }
 
 func (m *Manager) takeover(ctx context.Context, key Key, opts []Option) (*Lease, error) {
+	l, retry, err := m.takeoverAttempt(ctx, key, opts)
+	if retry { // this Manager's heartbeat had ended: once more with a new one
+		l, _, err = m.takeoverAttempt(ctx, key, opts)
+	}
+	return l, err
+}
+
+// takeoverAttempt runs one takeover statement; retry as in acquireAttempt.
+func (m *Manager) takeoverAttempt(ctx context.Context, key Key, opts []Option) (_ *Lease, retry bool, _ error) {
+	l, err := m.takeoverOnce(ctx, key, opts)
+	if errors.Is(err, errEpochGone) {
+		return nil, true, fmt.Errorf("lease: takeover %s: this Manager's heartbeat ended: %w", key, ErrLost)
+	}
+	return l, false, err
+}
+
+// errEpochGone: a grant statement wrote nothing because the epoch it named
+// had ended in the database.
+var errEpochGone = errors.New("lease: heartbeat ended")
+
+func (m *Manager) takeoverOnce(ctx context.Context, key Key, opts []Option) (*Lease, error) {
 	if err := key.Validate(); err != nil {
 		return nil, err
 	}
@@ -65,6 +86,13 @@ func (m *Manager) takeover(ctx context.Context, key Key, opts []Option) (*Lease,
 	if err != nil {
 		return nil, fmt.Errorf("lease: new run_id: %w", err)
 	}
+	var ep *epoch
+	if m.cfg.Renewal == RenewalHeartbeat {
+		if ep, err = m.usableEpoch(ctx); err != nil {
+			m.met.onRefused(ctx, leasemetrics.ReasonError)
+			return nil, fmt.Errorf("lease: takeover %s: %w", key, err)
+		}
+	}
 	m.startListener()
 	cctx, cancel := m.call(ctx)
 	defer cancel()
@@ -75,8 +103,14 @@ func (m *Manager) takeover(ctx context.Context, key Key, opts []Option) (*Lease,
 		displaced    *uuid.UUID
 	)
 	err = m.pool.QueryRow(cctx, m.st.takeover, key.AccountID, key.SessionID, runID, m.ttlMicros(),
-		nullable(o.holder), m.st.channel, keyPayload(key)).Scan(&token, &expires, &displaced, &now)
+		nullable(o.holder), m.st.channel, keyPayload(key), epochID(ep)).Scan(&token, &expires, &displaced, &now)
 	switch {
+	case ep != nil && errors.Is(err, pgx.ErrNoRows):
+		// Nothing written: the epoch was not live at the statement's time.
+		if m.epochGone(ctx, ep) {
+			return nil, errEpochGone
+		}
+		return nil, fmt.Errorf("lease: takeover %s: granted nothing although this Manager's heartbeat is live", key)
 	case grantRefusal(err) != nil:
 		m.obs.acquireFailed(key, err)
 		return nil, m.grantRefused(ctx, key, grantRefusal(err))
@@ -92,7 +126,7 @@ func (m *Manager) takeover(ctx context.Context, key Key, opts []Option) (*Lease,
 			old.end(ErrTakenOver)
 		}
 	}
-	l := m.newLease(ctx, key, runID, fence.Token(token), o.holder, expires, sentAt)
+	l := m.newLease(ctx, key, runID, fence.Token(token), o.holder, expires, sentAt, ep)
 	if l == nil { // closed meanwhile
 		rctx, rcancel := context.WithTimeout(context.WithoutCancel(ctx), m.cfg.CallTimeout)
 		defer rcancel()
@@ -137,6 +171,13 @@ func (m *Manager) refusedCauses(ctx context.Context, refused []*Lease) []error {
 // a pool connection from the Manager's statements; the polling fallback
 // (listener.go) asks through the pool.
 func (m *Manager) endDisplaced(ctx context.Context, q querier) {
+	if m.cfg.Renewal == RenewalHeartbeat {
+		// By epoch, one statement whatever the number of leases.
+		if err := m.endEpochDisplaced(ctx, q); err != nil && m.root.Err() == nil {
+			m.log.Warn("lease: checking for takeovers after the listener connected", "err", err)
+		}
+		return
+	}
 	m.mu.Lock()
 	held := make([]*Lease, 0, len(m.leases))
 	for _, l := range m.leases {

@@ -32,9 +32,9 @@ const (
 	// SpanRenewBatch is one background renewal statement; it starts a trace
 	// of its own and counts the leases it carried.
 	SpanRenewBatch = "fencekit.lease.renew_batch"
-	// SpanHeartbeat is reserved for the heartbeat renewal: one statement
-	// renewing every lease of a Manager at once. No span of this name is
-	// recorded yet.
+	// SpanHeartbeat is one heartbeat statement (heartbeat renewal mode),
+	// renewing every lease of a Manager at once; like SpanRenewBatch it starts
+	// a trace of its own, with AttrManagerID and the AttrBatch* counts.
 	SpanHeartbeat = "fencekit.lease.heartbeat"
 	// SpanRun is one Run call: its Acquire, fn (whose ctx carries this span,
 	// so guarded writes in fn are its children) and the Release.
@@ -60,7 +60,8 @@ const (
 	AttrHeldByRunID     = "fencekit.lease.held_by.run_id"   // outcome held: the holder's run id
 	AttrHeldByToken     = "fencekit.lease.held_by.token"    //nolint:gosec // G101: an attribute key (outcome held: the holder's token)
 	AttrCause           = "fencekit.lease.cause"            // SpanLost: taken_over, renewal_rejected, trust_deadline, database_error
-	AttrBatchLeases     = "fencekit.lease.batch.leases"     // SpanRenewBatch: leases in the statement
+	AttrManagerID       = "fencekit.lease.manager_id"       // SpanHeartbeat: the heartbeat epoch (fencekit_managers.manager_id)
+	AttrBatchLeases     = "fencekit.lease.batch.leases"     // SpanRenewBatch, SpanHeartbeat: leases in the statement
 	AttrBatchRenewed    = "fencekit.lease.batch.renewed"    // SpanRenewBatch: leases renewed
 	AttrBatchLost       = "fencekit.lease.batch.lost"       // SpanRenewBatch: leases the database refused (each ends with a SpanLost)
 	AttrTrustDeadlineIn = "fencekit.lease.trust_remaining"  // SpanRenew: seconds of trust after the renewal
@@ -228,6 +229,17 @@ func (m *Manager) startBatch(ctx context.Context, n int) (context.Context, span)
 	}
 	ctx, s := m.tr.Start(ctx, SpanRenewBatch, trace.WithNewRoot(),
 		trace.WithAttributes(attribute.Int(AttrBatchLeases, n)))
+	return ctx, span{s}
+}
+
+// startHeartbeat starts SpanHeartbeat, a new trace, for one heartbeat
+// statement of epoch id covering n leases.
+func (m *Manager) startHeartbeat(ctx context.Context, id string, n int) (context.Context, span) {
+	if m.tr == nil {
+		return ctx, span{}
+	}
+	ctx, s := m.tr.Start(ctx, SpanHeartbeat, trace.WithNewRoot(),
+		trace.WithAttributes(attribute.String(AttrManagerID, id), attribute.Int(AttrBatchLeases, n)))
 	return ctx, span{s}
 }
 

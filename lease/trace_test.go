@@ -162,31 +162,42 @@ func TestTraceGrantHeldTakeoverRelease(t *testing.T) {
 }
 
 // TestTraceRenewBatch: each background renewal statement is a root span
-// counting its leases.
+// counting its leases: a batched renewal (per-lease mode) or a heartbeat
+// (heartbeat mode, which also names its epoch).
 func TestTraceRenewBatch(t *testing.T) {
-	e := newEnv(t)
-	s := newSpans(t)
-	m := e.manager(lease.Config{TracerProvider: s.tp, TTL: time.Second, SafetyMargin: 200 * time.Millisecond, RenewEvery: 250 * time.Millisecond})
-	for range 3 {
-		_, err := m.Acquire(bg(), uniqueKey(t))
-		require.NoError(t, err)
-	}
-	waitFor(t, 5*time.Second, "a renewal batch of 3 leases", func() bool {
-		for _, sp := range s.named(lease.SpanRenewBatch) {
-			if attrs(sp)[lease.AttrBatchLeases] == "3" {
-				return true
+	for _, tc := range []struct {
+		mode lease.RenewalMode
+		span string
+	}{{lease.RenewalPerLease, lease.SpanRenewBatch}, {lease.RenewalHeartbeat, lease.SpanHeartbeat}} {
+		t.Run(tc.span, func(t *testing.T) {
+			e := newEnv(t)
+			s := newSpans(t)
+			m := e.manager(lease.Config{TracerProvider: s.tp, Renewal: tc.mode, TTL: time.Second, SafetyMargin: 200 * time.Millisecond, RenewEvery: 250 * time.Millisecond})
+			for range 3 {
+				_, err := m.Acquire(bg(), uniqueKey(t))
+				require.NoError(t, err)
 			}
-		}
-		return false
-	})
-	for _, sp := range s.named(lease.SpanRenewBatch) {
-		require.False(t, sp.Parent().IsValid(), "a renewal batch starts its own trace")
-		a := attrs(sp)
-		if a[lease.AttrBatchLeases] == "3" {
-			require.Equal(t, "3", a[lease.AttrBatchRenewed])
-			require.Equal(t, "0", a[lease.AttrBatchLost])
-			require.Equal(t, codes.Unset, sp.Status().Code)
-		}
+			waitFor(t, 5*time.Second, "a renewal statement span of 3 leases", func() bool {
+				for _, sp := range s.named(tc.span) {
+					if attrs(sp)[lease.AttrBatchLeases] == "3" {
+						return true
+					}
+				}
+				return false
+			})
+			for _, sp := range s.named(tc.span) {
+				require.False(t, sp.Parent().IsValid(), "a renewal statement starts its own trace")
+				a := attrs(sp)
+				if a[lease.AttrBatchLeases] == "3" {
+					require.Equal(t, "3", a[lease.AttrBatchRenewed])
+					require.Equal(t, "0", a[lease.AttrBatchLost])
+					require.Equal(t, codes.Unset, sp.Status().Code)
+				}
+				if tc.mode == lease.RenewalHeartbeat {
+					require.NotEmpty(t, a[lease.AttrManagerID], "a heartbeat span names its epoch")
+				}
+			}
+		})
 	}
 }
 

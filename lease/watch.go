@@ -464,10 +464,13 @@ func (kw *keyWatch) read() (Ownership, uuid.UUID, error) {
 	return st, d, nil
 }
 
-// watchStatement reads a key's row for Watch: Inspect's columns and
+// watchStatement reads a key's row for Watch: Inspect's columns (a
+// heartbeat row reports its heartbeat's expiry, so an expired heartbeat is
+// reported as WatchExpired and each heartbeat as WatchRenewed) and
 // displaced_run_id. $1 account, $2 session.
 func watchStatement(qSchema string) string {
-	return strings.ReplaceAll(`SELECT l.run_id, l.fence_token, l.acquired_at, l.renewed_at, l.expires_at, l.released_at, n.t, l.holder, l.displaced_run_id
+	return strings.ReplaceAll(`SELECT `+readColumns+`, l.displaced_run_id
   FROM (SELECT clock_timestamp() AS t) n
-  LEFT JOIN $S.fencekit_leases l ON l.account_id = $1::text AND l.session_id = $2::text`, "$S", qSchema)
+  LEFT JOIN $S.fencekit_leases l ON l.account_id = $1::text AND l.session_id = $2::text
+  LEFT JOIN $S.fencekit_managers hb ON hb.manager_id = l.manager_id AND l.expires_at = 'infinity'`, "$S", qSchema)
 }

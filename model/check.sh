@@ -14,6 +14,7 @@ cd "$(dirname "$0")"
 command -v spin >/dev/null || { echo "spin not found: run scripts/install-spin.sh" >&2; exit 1; }
 CC=${CC:-gcc}
 DEPTH=${MODEL_DEPTH:-10000}
+HB="-DHEARTBEAT -DTTL=2 -DTMAX=3 -DMAXTOK=3"
 
 # name | spin -D flags | expected: "ok" or the text of the assertion that must fail
 configs=(
@@ -33,6 +34,16 @@ configs=(
   "failover-async-pg|-DGUARD_PG -DFAILOVER -DLOSS -DGAP=4 -DMAXTOK=4 -DNO_JANITOR -DTMAX=4|ok"
   "broken-check-no-compare|-DGUARD_PG -DFAILOVER -DLOSS -DGAP=4 -DMAXTOK=4 -DNO_JANITOR -DTMAX=4 -DBROKEN_CHECK_NO_COMPARE|(tok>last_grant)"
   "async-without-gap|-DGUARD_PG -DFAILOVER -DLOSS -DMAXTOK=4 -DNO_JANITOR -DTMAX=4|(tok>last_grant)"
+  # the heartbeat (model/heartbeat.pml): 2 Managers, 2 keys, TTL 2, clock 0..3
+  "hb|$HB -DHB_LOCKED_READ|ok"
+  "hb-takeover|$HB -DHB_LOCKED_READ -DTAKEOVER -DNO_JANITOR|ok"
+  "hb-rolling|$HB -DHB_LOCKED_READ -DROLLING -DTAKEOVER -DNO_JANITOR|ok"
+  "hb-plain-read|$HB -DNO_JANITOR|((gown[k]==0)||(gexp[gown[k]]==0))"
+  "hb-plain-read-holders|$HB -DNO_JANITOR -DNO_P3DB|ok"
+  "broken-hb-ignored|$HB -DHB_LOCKED_READ -DNO_JANITOR -DBROKEN_HB_IGNORED|((gown[k]==0)||(gexp[gown[k]]==0))"
+  "broken-hb-snapshot|$HB -DHB_LOCKED_READ -DNO_JANITOR -DBROKEN_HB_SNAPSHOT|((gown[k]==0)||(gexp[gown[k]]==0))"
+  "broken-hb-revive|$HB -DHB_LOCKED_READ -DNO_JANITOR -DBROKEN_HB_REVIVE| !(lapsed[hep[c]])"
+  "broken-hb-grant-trust|$HB -DHB_LOCKED_READ -DNO_JANITOR -DNO_P5 -DBROKEN_HB_GRANT_TRUST|(now<gexp[ep[c]])"
 )
 
 want=("$@")
@@ -50,7 +61,7 @@ for entry in "${configs[@]}"; do
   selected "$name" || continue
   dir=.build/$name
   rm -rf "$dir"; mkdir -p "$dir"
-  cp fencekit.pml "$dir/"
+  cp fencekit.pml heartbeat.pml "$dir/"
   # the clean configurations search millions of states: optimise; the
   # broken ones stop at their first counterexample: compile fast
   opt=-O1; [ "$expect" = ok ] || opt=-O0

@@ -17,6 +17,10 @@
  *                                    the state an asynchronous replica last
  *                                    received, possibly older)
  *   bounds:                          NC, MAXTOK, TMAX, GAP (see below)
+ *   HEARTBEAT                        the per-Manager heartbeat instead:
+ *                                    NC Managers holding NK keys under
+ *                                    heartbeat epochs (heartbeat.pml, its
+ *                                    own switches and broken variants)
  *   NO_JANITOR                       leave the janitor out (the failover
  *                                    configurations: it touches nothing
  *                                    the failover changes)
@@ -46,7 +50,9 @@
 #ifndef TMAX
 #define TMAX    5   /* last tick of the database clock */
 #endif
+#ifndef TTL
 #define TTL     3   /* lease TTL, ticks */
+#endif
 #define MARGIN  1   /* SafetyMargin: trust = sent_at + TTL - MARGIN */
 #define SB      1   /* statement bound (statement_timeout), ticks */
 #ifdef BROKEN_SHORT_RETENTION
@@ -67,6 +73,10 @@
 #ifndef GAP
 #define GAP     0   /* FloorConfig.Gap: jump of the sequence at a node change */
 #endif
+
+#ifdef HEARTBEAT
+#include "heartbeat.pml"
+#else
 
 /* ---- the database clock ---------------------------------------------- */
 byte now;                 /* clock_timestamp(); one tick per Clock step */
@@ -544,3 +554,4 @@ init {
 		c = 0
 	}
 }
+#endif /* HEARTBEAT */

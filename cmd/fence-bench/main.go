@@ -8,7 +8,7 @@
 //
 // Usage:
 //
-//	eval "$(scripts/services.sh)"; go run ./cmd/fence-bench [-quick] [-only lease_cycle,renewal] [-chart out/bench.svg]
+//	eval "$(scripts/services.sh)"; go run ./cmd/fence-bench [-quick] [-only lease_cycle,renewal,heartbeat] [-heartbeat.leases N] [-chart out/bench.svg]
 package main
 
 import (
@@ -28,16 +28,18 @@ func main() {
 	chart := flag.String("chart", "", "write the SVG chart to this path")
 	only := flag.String("only", "", "comma-separated cases to run (default all): "+caseNames())
 	peer := flag.String("peer", "cmd/fence-bench/internal/bench/pglockpeer", "directory of the pglock peer module (empty: no pglock side)")
+	hbLeases := flag.Int("heartbeat.leases", 0, "leases the heartbeat case holds in one Manager (default 1,000,000; 20,000 with -quick)")
 	stores := flag.String("stores", "cmd/fence-bench/internal/bench/storesbench", "directory of the store bench module (Redis, MySQL, NATS guard cases)")
 	flag.Parse()
 	e := &bench.Env{
-		Ctx:       context.Background(),
-		Quick:     *quick,
-		DBURL:     os.Getenv("TEST_DATABASE_URL"),
-		PeerDir:   *peer,
-		StoresDir: *stores,
-		Report:    &bench.Report{Info: map[string]any{}},
-		Log:       os.Stderr,
+		Ctx:             context.Background(),
+		Quick:           *quick,
+		DBURL:           os.Getenv("TEST_DATABASE_URL"),
+		PeerDir:         *peer,
+		StoresDir:       *stores,
+		HeartbeatLeases: *hbLeases,
+		Report:          &bench.Report{Info: map[string]any{}},
+		Log:             os.Stderr,
 	}
 	if e.DBURL == "" {
 		e.DBURL = "postgres://postgres@127.0.0.1:5432/test?sslmode=disable"

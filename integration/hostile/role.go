@@ -15,7 +15,8 @@ import (
 //   - USAGE on the schema (no CREATE: no DDL),
 //   - SELECT, INSERT, UPDATE on fencekit_leases and fencekit_guard_marks
 //     (no DELETE, no TRUNCATE: leases are kept on release, marks are
-//     raised, never removed),
+//     raised, never removed), and on fencekit_managers and
+//     fencekit_displaced (the heartbeat, takeover and revoke),
 //   - USAGE, SELECT on fencekit_token_seq (nextval and reading the current
 //     value; no UPDATE, so no setval).
 //
@@ -33,6 +34,7 @@ func Grants(schema, role string, extraTables ...string) ([]string, error) {
 	stmts := []string{
 		fmt.Sprintf("GRANT USAGE ON SCHEMA %s TO %s", qs, qr),
 		fmt.Sprintf("GRANT SELECT, INSERT, UPDATE ON %s.fencekit_leases, %s.fencekit_guard_marks TO %s", qs, qs, qr),
+		fmt.Sprintf("GRANT SELECT, INSERT, UPDATE ON %s.fencekit_managers, %s.fencekit_displaced TO %s", qs, qs, qr),
 		fmt.Sprintf("GRANT USAGE, SELECT ON SEQUENCE %s.fencekit_token_seq TO %s", qs, qr),
 	}
 	for _, t := range extraTables {

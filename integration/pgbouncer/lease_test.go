@@ -46,24 +46,27 @@ var rows = []row{
 
 // TestLeaseStatementsThroughPgBouncer runs every Manager statement
 // (leasecheck.Statements) through PgBouncer in each row's pool and exec
-// mode. Without a direct listen connection in transaction pooling the
+// mode, in both renewal modes. Without a direct listen connection in transaction pooling the
 // notifications are lost, and the scenario's waits are met by the polling
 // fallback (FallbackPoll 1 s) instead.
 func TestLeaseStatementsThroughPgBouncer(t *testing.T) {
 	schema := fencetest.Schema(t, migrations.Lease)
 	for _, r := range rows {
-		t.Run(r.name(), func(t *testing.T) {
-			url := fencetest.PgBouncer(t, r.pool)
-			leasecheck.Statements(t, leasecheck.Setup{
-				Schema: schema,
-				Pool:   func(t testing.TB) *pgxpool.Pool { return fencetest.PoolAt(t, url, r.exec) },
-				Config: func(cfg *lease.Config) {
-					if r.listen {
-						cfg.ListenConnString = fencetest.DatabaseURL()
-					}
-				},
+		for _, renewal := range []lease.RenewalMode{lease.RenewalHeartbeat, lease.RenewalPerLease} {
+			t.Run(r.name()+"/"+renewal.String(), func(t *testing.T) {
+				url := fencetest.PgBouncer(t, r.pool)
+				leasecheck.Statements(t, leasecheck.Setup{
+					Schema: schema,
+					Pool:   func(t testing.TB) *pgxpool.Pool { return fencetest.PoolAt(t, url, r.exec) },
+					Config: func(cfg *lease.Config) {
+						cfg.Renewal = renewal
+						if r.listen {
+							cfg.ListenConnString = fencetest.DatabaseURL()
+						}
+					},
+				})
 			})
-		})
+		}
 	}
 }
 

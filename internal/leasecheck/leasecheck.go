@@ -1,5 +1,7 @@
 // Package leasecheck drives every statement a lease.Manager sends (acquire,
-// inspect, renew, the batched background renewal, markContended and the
+// inspect, renew, the background renewal of the Manager's renewal mode —
+// batched per-lease renewal, or the heartbeat with its creation, the
+// listener's catch-up by epoch and its end at Close — markContended and the
 // release NOTIFY that wakes AcquireWait, takeover and its notification, the
 // displaced-run check, watch, and the batched release at Close) through
 // pools the caller provides, and fails the test when any of them does not
@@ -61,7 +63,7 @@ func Statements(t *testing.T, s Setup) {
 		return lease.Key{AccountID: "leasecheck", SessionID: name + "-" + time.Now().Format("150405.000000000")}
 	}
 
-	// Background (batched) renewal: a short TTL, so a failing renewal ends
+	// Background renewal (batched, or the heartbeat): a short TTL, so a failing renewal ends
 	// the lease at its trust deadline (well under a second).
 	short := newManager(time.Second)
 	k1 := key("renew")

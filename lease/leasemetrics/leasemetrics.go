@@ -39,6 +39,16 @@ const (
 	// listener receives no notifications (behind a pooler in transaction
 	// mode without lease.Config.ListenConnString). No attribute.
 	ListenerFallback = "fencekit.lease.listener.fallback"
+	// HeartbeatStarted counts the heartbeat epochs Managers started
+	// (lease.RenewalHeartbeat: one at the first grant, one after each lost
+	// heartbeat). No attribute.
+	HeartbeatStarted = "fencekit.lease.heartbeat.started"
+	// HeartbeatLost counts heartbeat epochs that ended other than by Close,
+	// by AttrCause (CauseRenewalRejected, CauseTrustDeadline,
+	// CauseDatabaseError); each ended every lease of its Manager. A
+	// heartbeat's round trip is recorded in RenewalDuration like a batched
+	// renewal's.
+	HeartbeatLost = "fencekit.lease.heartbeat.lost"
 )
 
 // Instrument name of a leaseops.Janitor.
@@ -138,6 +148,8 @@ const (
 	// TableLeases: rows of fencekit_leases released or expired longer ago
 	// than the retention.
 	TableLeases = "leases"
-	// TableDisplaced: records of runs displaced by a takeover.
+	// TableDisplaced: records of runs displaced by a takeover or revoked.
 	TableDisplaced = "displaced"
+	// TableManagers: heartbeat rows of Managers' ended epochs.
+	TableManagers = "managers"
 )

@@ -108,8 +108,8 @@ func TestNamespaces(t *testing.T) {
 			}
 		}
 	}
-	if n != 14 {
-		t.Errorf("%d lease instruments, want 14 (update this test and docs/operations.md together)", n)
+	if n != 16 {
+		t.Errorf("%d lease instruments, want 16 (update this test and docs/operations.md together)", n)
 	}
 	g := 0
 	for name, v := range consts(t, "../../guards/guardobs") {

@@ -164,6 +164,7 @@ func TestAutomaticFloorCheckLeastPrivilege(t *testing.T) {
 	for _, s := range []string{
 		`GRANT USAGE ON SCHEMA %q TO ` + role,
 		`GRANT SELECT, INSERT, UPDATE ON %q.fencekit_leases TO ` + role,
+		`GRANT SELECT, INSERT, UPDATE ON %[1]q.fencekit_managers, %[1]q.fencekit_displaced TO ` + role,
 		`GRANT USAGE, SELECT ON SEQUENCE %q.fencekit_token_seq TO ` + role,
 	} {
 		e.exec(s)

@@ -68,7 +68,8 @@ type JanitorConfig struct {
 	// ones. Nil discards them.
 	Logger *slog.Logger
 	// MeterProvider records leasemetrics.JanitorDeleted (attribute table:
-	// leasemetrics.TableLeases and leasemetrics.TableDisplaced).
+	// leasemetrics.TableLeases, leasemetrics.TableDisplaced and
+	// leasemetrics.TableManagers).
 	// Nil records nothing.
 	MeterProvider metric.MeterProvider
 	// TracerProvider records one SpanJanitorSweep span per sweep (a child
@@ -105,6 +106,22 @@ type JanitorConfig struct {
 // The scan for old rows is not indexed for expired-but-never-released rows
 // (an index on expires_at would be rewritten by every renewal).
 //
+// A heartbeat row (expires_at 'infinity', migration 0009) is dead since its
+// heartbeat epoch's expires_at: the epoch's renewal requires an unexpired
+// epoch, so a dead epoch never comes back and the row stays dead until a
+// new grant rewrites it. It is deleted once that time is more than
+// Retention in the past, as a per-lease row is. When the epoch's row is
+// gone (deleted below, only once it had been expired longer than
+// Retention) the row's acquired_at stands in for that time: no later than
+// the true one, and never older than Retention for a grant made while this
+// sweep's snapshot was taken (its epoch row may be invisible to the
+// snapshot but its acquired_at is recent, and a statement running longer
+// than Retention is excluded above). So the argument above holds unchanged
+// with "the row's expiry" read as "its epoch's expiry": every grant of the
+// key happened no later than the time compared, and every statement that
+// drew a token before it has ended. The same statement deletes at most
+// BatchSize rows of fencekit_managers expired more than Retention ago.
+//
 // The same statement deletes at most BatchSize rows of fencekit_displaced
 // (the runs a takeover displaced, migration 0007) whose displaced_at is more
 // than Retention in the past. A displaced run's Manager asks that table when
@@ -118,6 +135,7 @@ type Janitor struct {
 	deleted   metric.Int64Counter
 	delAttrs  metric.MeasurementOption
 	dispAttrs metric.MeasurementOption
+	mgrAttrs  metric.MeasurementOption
 	cancel    context.CancelFunc
 	done      chan struct{}
 	once      sync.Once
@@ -128,9 +146,13 @@ type Janitor struct {
 type SweepResult struct {
 	Deleted int64 // fencekit_leases rows deleted
 	// Displaced is the number of fencekit_displaced rows deleted (runs a
-	// takeover displaced more than Retention ago, migration 0007).
+	// takeover displaced, or Revoke revoked, more than Retention ago,
+	// migrations 0007 and 0009).
 	Displaced int64
-	Batches   int // statements sent
+	// Managers is the number of fencekit_managers rows deleted (heartbeat
+	// epochs expired more than Retention ago, migration 0009).
+	Managers int64
+	Batches  int // statements sent
 	// More is true when the last batch was full and MaxBatches stopped the
 	// sweep: old rows may remain for the next one.
 	More bool
@@ -202,6 +224,7 @@ func NewJanitor(cfg JanitorConfig) (*Janitor, error) {
 		cfg: cfg, log: log, deleted: deleted, tracer: obs.Tracer(cfg.TracerProvider),
 		delAttrs:  metric.WithAttributeSet(attribute.NewSet(attribute.String(leasemetrics.AttrTable, leasemetrics.TableLeases))),
 		dispAttrs: metric.WithAttributeSet(attribute.NewSet(attribute.String(leasemetrics.AttrTable, leasemetrics.TableDisplaced))),
+		mgrAttrs:  metric.WithAttributeSet(attribute.NewSet(attribute.String(leasemetrics.AttrTable, leasemetrics.TableManagers))),
 		done:      make(chan struct{}),
 		// $1 retention µs, $2 batch size. Returns the rows deleted from each
 		// table.
@@ -209,7 +232,9 @@ func NewJanitor(cfg JanitorConfig) (*Janitor, error) {
 victims AS (
   SELECT l.account_id, l.session_id
     FROM $S.fencekit_leases l, now_db n
-   WHERE l.expires_at < n.t - $1::bigint * interval '1 microsecond'
+   WHERE CASE WHEN l.expires_at = 'infinity'
+              THEN coalesce((SELECT m.expires_at FROM $S.fencekit_managers m WHERE m.manager_id = l.manager_id), l.acquired_at)
+              ELSE l.expires_at END < n.t - $1::bigint * interval '1 microsecond'
    LIMIT $2
      FOR UPDATE OF l SKIP LOCKED),
 gone AS (
@@ -225,8 +250,18 @@ old_displaced AS (
 gone_displaced AS (
   DELETE FROM $S.fencekit_displaced d USING old_displaced o
    WHERE d.run_id = o.run_id
+  RETURNING 1),
+old_managers AS (
+  SELECT m.manager_id
+    FROM $S.fencekit_managers m, now_db n
+   WHERE m.expires_at < n.t - $1::bigint * interval '1 microsecond'
+   LIMIT $2
+     FOR UPDATE OF m SKIP LOCKED),
+gone_managers AS (
+  DELETE FROM $S.fencekit_managers d USING old_managers o
+   WHERE d.manager_id = o.manager_id
   RETURNING 1)
-SELECT (SELECT count(*) FROM gone), (SELECT count(*) FROM gone_displaced)`),
+SELECT (SELECT count(*) FROM gone), (SELECT count(*) FROM gone_displaced), (SELECT count(*) FROM gone_managers)`),
 	}
 	ctx, cancel := context.WithCancel(context.Background())
 	j.cancel = cancel
@@ -244,8 +279,8 @@ func (j *Janitor) Sweep(ctx context.Context) (res SweepResult, err error) {
 	defer func() { endSweep(span, res, err) }()
 	for res.Batches < j.cfg.MaxBatches {
 		cctx, cancel := context.WithTimeout(ctx, j.cfg.CallTimeout)
-		var n, nd int64
-		err := j.cfg.Pool.QueryRow(cctx, j.sweepSQL, j.cfg.Retention.Microseconds(), j.cfg.BatchSize).Scan(&n, &nd)
+		var n, nd, nm int64
+		err := j.cfg.Pool.QueryRow(cctx, j.sweepSQL, j.cfg.Retention.Microseconds(), j.cfg.BatchSize).Scan(&n, &nd, &nm)
 		cancel()
 		if err != nil {
 			return res, fmt.Errorf("leaseops: janitor sweep: %w", err)
@@ -253,9 +288,11 @@ func (j *Janitor) Sweep(ctx context.Context) (res SweepResult, err error) {
 		res.Batches++
 		res.Deleted += n
 		res.Displaced += nd
+		res.Managers += nm
 		j.deleted.Add(ctx, n, j.delAttrs)
 		j.deleted.Add(ctx, nd, j.dispAttrs)
-		if n < int64(j.cfg.BatchSize) && nd < int64(j.cfg.BatchSize) {
+		j.deleted.Add(ctx, nm, j.mgrAttrs)
+		if n < int64(j.cfg.BatchSize) && nd < int64(j.cfg.BatchSize) && nm < int64(j.cfg.BatchSize) {
 			return res, nil
 		}
 	}
@@ -278,7 +315,7 @@ func (j *Janitor) loop(ctx context.Context) {
 		case err != nil && ctx.Err() == nil:
 			j.log.Warn("leaseops: janitor sweep failed", "err", err)
 		case err == nil:
-			j.log.Debug("leaseops: janitor sweep", "deleted", res.Deleted, "displaced", res.Displaced, "batches", res.Batches, "more", res.More)
+			j.log.Debug("leaseops: janitor sweep", "deleted", res.Deleted, "displaced", res.Displaced, "managers", res.Managers, "batches", res.Batches, "more", res.More)
 		}
 	}
 }

@@ -20,7 +20,9 @@ import (
 // whose row was deleted is granted a larger token than before.
 func TestJanitorSweep(t *testing.T) {
 	e := newEnv(t)
-	m := e.manager(lease.Config{})
+	// Per-lease rows, aged one by one (TestJanitorSweepsHeartbeatRows ages
+	// heartbeats).
+	m := e.manager(lease.Config{Renewal: lease.RenewalPerLease})
 	mt := obstest.NewMeter(t)
 	j, err := leaseops.NewJanitor(leaseops.JanitorConfig{Pool: fencetest.Pool(t), Schema: e.schema, BatchSize: 2, MeterProvider: mt.Provider})
 	require.NoError(t, err)
@@ -188,4 +190,59 @@ func TestJanitorConfig(t *testing.T) {
 	j, err := leaseops.NewJanitor(leaseops.JanitorConfig{Pool: pool, Retention: 200 * time.Minute, StatementBound: 2 * time.Minute})
 	require.NoError(t, err, "exactly 100 × bound")
 	require.NoError(t, j.Close())
+}
+
+// TestJanitorSweepsHeartbeatRows: a heartbeat row (migration 0009) is dead
+// since its heartbeat's expiry; it is deleted once that is older than the
+// retention, while a live heartbeat's rows and a recent dead one's stay. A
+// heartbeat row expired longer ago than the retention is deleted too, and
+// then a row whose heartbeat row is gone is judged by its grant time.
+func TestJanitorSweepsHeartbeatRows(t *testing.T) {
+	e := newEnv(t)
+	cfg := lease.Config{TTL: time.Hour, Renewal: lease.RenewalHeartbeat}
+	dead, recent, live := e.manager(cfg), e.manager(cfg), e.manager(cfg)
+	acquire := func(m *lease.Manager) *lease.Lease {
+		l, err := m.Acquire(bg(), uniqueKey(t))
+		require.NoError(t, err)
+		return l
+	}
+	ld1, ld2, lr, ll := acquire(dead), acquire(dead), acquire(recent), acquire(live)
+	epochOf := func(l *lease.Lease) uuid.UUID {
+		var id uuid.UUID
+		require.EqualValues(t, 1, e.exec(`SELECT manager_id FROM %q.fencekit_leases WHERE account_id=$1 AND session_id=$2 AND expires_at = 'infinity'`,
+			l.Key().AccountID, l.Key().SessionID))
+		require.NoError(t, e.raw.QueryRow(bg(), fmt.Sprintf(`SELECT manager_id FROM %q.fencekit_leases WHERE account_id=$1 AND session_id=$2`, e.schema),
+			l.Key().AccountID, l.Key().SessionID).Scan(&id))
+		return id
+	}
+	// The dead heartbeat expired 25 hours ago (and its grants were made
+	// before that); the recent one 23 hours ago.
+	e.exec(`UPDATE %q.fencekit_managers SET expires_at = clock_timestamp() - interval '25 hours' WHERE manager_id = $1`, epochOf(ld1))
+	e.exec(`UPDATE %q.fencekit_leases SET acquired_at = acquired_at - interval '26 hours' WHERE manager_id = $1`, epochOf(ld1))
+	e.exec(`UPDATE %q.fencekit_managers SET expires_at = clock_timestamp() - interval '23 hours' WHERE manager_id = $1`, epochOf(lr))
+
+	j, err := leaseops.NewJanitor(leaseops.JanitorConfig{Pool: fencetest.Pool(t), Schema: e.schema})
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = j.Close() })
+	res, err := j.Sweep(bg())
+	require.NoError(t, err)
+	require.EqualValues(t, 2, res.Deleted, "the dead heartbeat's two rows")
+	require.EqualValues(t, 1, res.Managers, "the dead heartbeat's own row")
+	require.False(t, e.hasRow(ld1.Key()))
+	require.False(t, e.hasRow(ld2.Key()))
+	require.True(t, e.hasRow(lr.Key()), "dead for less than the retention")
+	require.True(t, e.hasRow(ll.Key()), "live")
+	require.NoError(t, ll.Err())
+
+	// A heartbeat row whose heartbeat row is gone: judged by acquired_at.
+	e.exec(`DELETE FROM %q.fencekit_managers WHERE manager_id = $1`, epochOf(lr))
+	res, err = j.Sweep(bg())
+	require.NoError(t, err)
+	require.Zero(t, res.Deleted, "granted within the retention")
+	e.exec(`UPDATE %q.fencekit_leases SET acquired_at = acquired_at - interval '25 hours' WHERE account_id = $1 AND session_id = $2`,
+		lr.Key().AccountID, lr.Key().SessionID)
+	res, err = j.Sweep(bg())
+	require.NoError(t, err)
+	require.EqualValues(t, 1, res.Deleted)
+	require.True(t, e.hasRow(ll.Key()))
 }

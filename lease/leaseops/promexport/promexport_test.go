@@ -139,7 +139,8 @@ func TestPrometheusNames(t *testing.T) {
 	// Every lease instrument the package names reaches Prometheus.
 	for _, n := range []string{leasemetrics.Acquired, leasemetrics.Refused, leasemetrics.Lost, leasemetrics.Released,
 		leasemetrics.Held, leasemetrics.AcquireDuration, leasemetrics.WaitDuration, leasemetrics.RenewalDuration,
-		leasemetrics.RenewalTTLFraction, leasemetrics.LossCancelDelay, leasemetrics.RunOverrun, leasemetrics.JanitorDeleted} {
+		leasemetrics.RenewalTTLFraction, leasemetrics.LossCancelDelay, leasemetrics.RunOverrun, leasemetrics.JanitorDeleted,
+		leasemetrics.HeartbeatStarted} {
 		prefix := strings.ReplaceAll(n, ".", "_")
 		found := false
 		for _, e := range names {

@@ -33,9 +33,12 @@ type Env struct {
 	// run with `go run` by the Redis, MySQL and NATS guard cases); empty
 	// reports those cases as not measured.
 	StoresDir string
-	Report    *Report
-	Series    []Series  // latency samples for the chart
-	Log       io.Writer // progress lines; nil discards them
+	// HeartbeatLeases is the number of leases the heartbeat case holds in
+	// one Manager; 0 takes its default (20,000 with Quick, else 1,000,000).
+	HeartbeatLeases int
+	Report          *Report
+	Series          []Series  // latency samples for the chart
+	Log             io.Writer // progress lines; nil discards them
 }
 
 func (e *Env) logf(format string, args ...any) {
@@ -65,6 +68,7 @@ func Cases() []Case {
 		{"handover", []string{"handover_p50_ms", "handover_p99_ms"}, Handover},
 		{"contention", nil, Contention},
 		{"renewal", []string{"renew_leases_per_statement", "renew_batch_speedup", "heap_bytes_per_lease", "renew_busy_fraction"}, Renewal},
+		{"heartbeat", []string{"hb_heap_bytes_per_lease", "hb_statements_per_period", "hb_busy_fraction", "hb_takeover_cancelled", "hb_expiry_cancelled"}, Heartbeat},
 		{"deployment", []string{"deploy_direct_takeover_p50_ms", "deploy_pgb_tx_takeover_p50_ms", "deploy_pgb_tx_listen_takeover_p50_ms"}, Deployment},
 		{"takeover", []string{"takeover_ratio_vs_lease_cycle", "takeovers_per_s"}, Takeover},
 	}

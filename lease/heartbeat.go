@@ -1,0 +1,458 @@
+package lease
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/google/uuid"
+
+	"github.com/fencekit/fencekit/lease/leasemetrics"
+)
+
+// Heartbeat mode (Config.Renewal = RenewalHeartbeat, the default).
+//
+// The Manager keeps one row of fencekit_managers per epoch (migration
+// 0009) and every lease it grants names that epoch, with expires_at
+// 'infinity': a lease row is live while the epoch is (liveSQL). The
+// renewer sends ONE statement per RenewEvery (st.beat) however many leases
+// the epoch holds; it also returns the runs of the epoch a takeover
+// displaced or Revoke revoked since the previous beat, so each such lease
+// ends with its cause even when the listener is down. Local trust is the
+// epoch's, computed exactly as a per-lease renewal's (sent_at + TTL −
+// SafetyMargin of the last successful beat) and enforced by ONE timer per
+// epoch. A beat the database refuses (zero rows: the epoch expired or was
+// taken away) ends every lease of the epoch (ErrLost, or ErrTakenOver for a
+// displaced run); the trust timer ends them with ErrTrustExpired. An epoch
+// never comes back: the next grant starts a new one (a new id).
+
+// epoch is one heartbeat epoch of a Manager. Its leases point to it
+// (Lease.ep); the Manager's current epoch is Manager.ep.
+type epoch struct {
+	id   uuid.UUID
+	held atomic.Int64 // leases of the epoch registered with the Manager
+
+	mu      sync.Mutex
+	trust   time.Time   // sent_at + TTL − SafetyMargin of the last successful beat (monotonic)
+	sentAt  time.Time   // sent_at of the last successful beat (or of the creation)
+	expires time.Time   // database expiry after the last successful beat
+	dbNow   time.Time   // database time of the last successful beat: the next beat reads records since then
+	timer   *time.Timer // fires at trust
+	failed  bool        // a beat statement failed since the last success
+	dead    bool
+	cause   error // why it ended (dead)
+}
+
+// usable reports whether the epoch is live locally with at least left of
+// trust remaining.
+func (ep *epoch) usable(left time.Duration) bool {
+	if ep == nil {
+		return false
+	}
+	ep.mu.Lock()
+	defer ep.mu.Unlock()
+	return !ep.dead && time.Until(ep.trust) >= left
+}
+
+func (ep *epoch) isDead() (bool, error) {
+	ep.mu.Lock()
+	defer ep.mu.Unlock()
+	return ep.dead, ep.cause
+}
+
+// state returns the trust deadline, the database expiry and whether a beat
+// failed since the last success.
+func (ep *epoch) state() (trust, expires time.Time, failed bool) {
+	ep.mu.Lock()
+	defer ep.mu.Unlock()
+	return ep.trust, ep.expires, ep.failed
+}
+
+// heartbeatOverlap is how far before the previous beat's database time a
+// beat reads the displaced-run records: a record carries its takeover's
+// start time and may commit up to a statement bound later.
+func (m *Manager) heartbeatOverlap() time.Duration { return m.cfg.TTL + m.cfg.CallTimeout }
+
+// usableEpoch returns the epoch a grant is to name: the current one while it
+// has at least CallTimeout of trust left, else the current one after a beat,
+// else a new one.
+func (m *Manager) usableEpoch(ctx context.Context) (*epoch, error) {
+	if ep := m.ep.Load(); ep.usable(m.cfg.CallTimeout) {
+		return ep, nil
+	}
+	m.hbMu.Lock()
+	defer m.hbMu.Unlock()
+	ep := m.ep.Load()
+	if ep.usable(m.cfg.CallTimeout) {
+		return ep, nil
+	}
+	if ep != nil {
+		if dead, _ := ep.isDead(); !dead {
+			if err := m.beatLocked(ctx, ep); err != nil {
+				return nil, err
+			}
+			if dead, _ := ep.isDead(); !dead {
+				return ep, nil
+			}
+		}
+	}
+	return m.createEpochLocked(ctx)
+}
+
+// createEpochLocked starts a new epoch (hbMu held).
+func (m *Manager) createEpochLocked(ctx context.Context) (*epoch, error) {
+	if m.isClosed() {
+		return nil, ErrClosed
+	}
+	id, err := uuid.NewRandom()
+	if err != nil {
+		return nil, fmt.Errorf("lease: new heartbeat id: %w", err)
+	}
+	cctx, cancel := m.call(ctx)
+	defer cancel()
+	sentAt := time.Now()
+	var started, expires time.Time
+	if err := m.pool.QueryRow(cctx, m.st.epochCreate, id, nil, m.ttlMicros()).Scan(&started, &expires); err != nil {
+		return nil, fmt.Errorf("lease: start heartbeat: %w", classify(err))
+	}
+	ep := &epoch{id: id, trust: sentAt.Add(m.cfg.TTL - m.cfg.SafetyMargin), sentAt: sentAt, expires: expires, dbNow: started}
+	ep.mu.Lock()
+	ep.timer = time.AfterFunc(time.Until(ep.trust), func() { m.onEpochTrust(ep) })
+	ep.mu.Unlock()
+	if m.isClosed() { // Close ran meanwhile: it may have missed this epoch
+		m.endEpoch(ep, ErrClosed)
+		_ = m.expireEpoch(ctx, ep) // best effort: it expires by TTL otherwise
+		return nil, ErrClosed
+	}
+	m.ep.Store(ep)
+	m.met.onHeartbeatStarted(ctx)
+	m.log.Debug("lease heartbeat started", "manager_id", id)
+	return ep, nil
+}
+
+// beatLocked sends one heartbeat statement for ep (hbMu held) and applies
+// it: a renewal extends the epoch's trust; the runs it reports end with
+// their cause; a refusal ends the epoch. A failing statement changes
+// nothing (the trust timer still fires on time) and is returned.
+func (m *Manager) beatLocked(ctx context.Context, ep *epoch) error {
+	ep.mu.Lock()
+	since := ep.dbNow.Add(-m.heartbeatOverlap())
+	ep.mu.Unlock()
+	n := int(ep.held.Load())
+	ctx, sp := m.startHeartbeat(ctx, ep.id.String(), n)
+	cctx, cancel := m.call(ctx)
+	defer cancel()
+	sentAt := time.Now()
+	var (
+		renewed        bool
+		dbNow, exp     time.Time
+		taken, revoked []uuid.UUID
+	)
+	rows, err := m.pool.Query(cctx, m.st.beat, ep.id, m.ttlMicros(), m.cfg.CallTimeout.Microseconds(), since)
+	if err == nil {
+		for rows.Next() {
+			var (
+				t, e       *time.Time
+				run, cause *string
+			)
+			if err = rows.Scan(&t, &e, &run, &cause); err != nil {
+				break
+			}
+			switch {
+			case t != nil && e != nil:
+				renewed, dbNow, exp = true, *t, *e
+			case run != nil:
+				id, perr := uuid.Parse(*run)
+				if perr != nil {
+					err = fmt.Errorf("run id %q from the database: %w", *run, perr)
+				} else if cause != nil && *cause == "revoked" {
+					revoked = append(revoked, id)
+				} else {
+					taken = append(taken, id)
+				}
+			}
+		}
+		rows.Close()
+		if err == nil {
+			err = rows.Err()
+		}
+	}
+	d := time.Since(sentAt)
+	if err != nil {
+		ep.mu.Lock()
+		ep.failed = true
+		ep.mu.Unlock()
+		err = fmt.Errorf("lease: heartbeat: %w", classify(err))
+		m.met.onRenew(ctx, d, err)
+		m.obs.renewBatch(n, 0, 0, d, err)
+		sp.endBatch(0, 0, err)
+		if m.root.Err() == nil {
+			m.log.Warn("lease renewal failed; leases stay trusted until their deadlines", "heartbeat", ep.id, "leases", n, "err", err)
+		}
+		return err
+	}
+	if renewed {
+		trust := sentAt.Add(m.cfg.TTL - m.cfg.SafetyMargin)
+		ep.mu.Lock()
+		ep.failed = false
+		// A reply that comes back after the epoch's trust passed extends
+		// nothing, even before the trust timer has run: the epoch may have
+		// expired in the database meanwhile (a renewal that committed late).
+		if !ep.dead && time.Now().Before(ep.trust) && trust.After(ep.trust) {
+			ep.trust, ep.sentAt, ep.expires, ep.dbNow = trust, sentAt, exp, dbNow
+			ep.timer.Reset(time.Until(trust))
+		}
+		ep.mu.Unlock()
+		m.met.onRenew(ctx, d, nil)
+	} else {
+		m.met.onRenew(ctx, d, ErrLost)
+	}
+	lost := m.endRuns(ep, taken, ErrTakenOver) + m.endRuns(ep, revoked, ErrLost)
+	if !renewed {
+		lost += m.endEpoch(ep, ErrLost)
+		m.log.Warn("lease heartbeat refused: every lease of this heartbeat is lost", "manager_id", ep.id, "leases", n)
+	}
+	m.obs.renewBatch(n, n-lost, lost, d, nil)
+	sp.endBatch(n-lost, lost, nil)
+	return nil
+}
+
+// endRuns ends the leases of ep among runs with cause; it returns how many
+// it ended.
+func (m *Manager) endRuns(ep *epoch, runs []uuid.UUID, cause error) int {
+	ended := 0
+	for _, id := range runs {
+		m.mu.Lock()
+		l := m.leases[id]
+		m.mu.Unlock()
+		if l != nil && l.ep == ep && l.end(cause) {
+			ended++
+		}
+	}
+	return ended
+}
+
+// endEpoch marks ep dead and ends every lease of it with cause; it returns
+// how many it ended. Leases registered after it marked the epoch dead end
+// at registration (newLease).
+func (m *Manager) endEpoch(ep *epoch, cause error) int {
+	ep.mu.Lock()
+	if ep.dead {
+		ep.mu.Unlock()
+		return 0
+	}
+	ep.dead, ep.cause = true, cause
+	if ep.timer != nil {
+		ep.timer.Stop()
+	}
+	failed := ep.failed
+	ep.mu.Unlock()
+	if !errors.Is(cause, ErrClosed) {
+		mcause := leasemetrics.CauseRenewalRejected
+		if errors.Is(cause, ErrTrustExpired) {
+			mcause = leasemetrics.CauseTrustDeadline
+			if failed {
+				mcause = leasemetrics.CauseDatabaseError
+			}
+		}
+		m.met.onHeartbeatLost(m.root, mcause)
+	}
+	m.mu.Lock()
+	var ls []*Lease
+	for _, l := range m.leases {
+		if l.ep == ep {
+			ls = append(ls, l)
+		}
+	}
+	m.mu.Unlock()
+	// Past lossLogLimit leases the per-lease records go to Debug: the
+	// caller's one Warn for the heartbeat gives the count.
+	logEach := len(ls) <= lossLogLimit
+	ended := 0
+	for _, l := range ls {
+		if l.endLogged(cause, logEach) {
+			ended++
+		}
+	}
+	return ended
+}
+
+// lossLogLimit is the most leases a lost heartbeat logs one Warn record
+// each for.
+const lossLogLimit = 100
+
+// onEpochTrust is the epoch's trust timer: every lease of the epoch ends
+// with ErrTrustExpired unless a beat moved the deadline.
+func (m *Manager) onEpochTrust(ep *epoch) {
+	ep.mu.Lock()
+	if ep.dead {
+		ep.mu.Unlock()
+		return
+	}
+	if d := time.Until(ep.trust); d > 0 {
+		ep.timer.Reset(d)
+		ep.mu.Unlock()
+		return
+	}
+	ep.mu.Unlock()
+	n := m.endEpoch(ep, ErrTrustExpired)
+	m.log.Warn("lease heartbeat trust deadline passed: every lease of this heartbeat is lost", "manager_id", ep.id, "leases", n)
+}
+
+// heartbeatLoop is the renewer in heartbeat mode: it ticks every
+// RenewEvery/4 and sends the current epoch's beat when it falls due before
+// the next tick. A failed beat is retried on the next tick.
+func (m *Manager) heartbeatLoop() {
+	defer m.wg.Done()
+	tick := max(m.cfg.RenewEvery/4, time.Millisecond)
+	ticker := time.NewTicker(tick)
+	defer ticker.Stop()
+	for {
+		select {
+		case <-m.root.Done():
+			return
+		case <-ticker.C:
+		}
+		if m.beatIfDue(time.Now().Add(tick)) {
+			m.lastRound.Store(time.Now().UnixNano())
+		}
+	}
+}
+
+// beatIfDue beats the current epoch if its next beat falls due by horizon;
+// false when a beat statement failed.
+func (m *Manager) beatIfDue(horizon time.Time) bool {
+	due := func(ep *epoch) bool {
+		ep.mu.Lock()
+		defer ep.mu.Unlock()
+		return !ep.dead && !ep.sentAt.Add(m.cfg.RenewEvery).After(horizon)
+	}
+	ep := m.ep.Load()
+	if ep == nil || !due(ep) {
+		return true
+	}
+	m.hbMu.Lock()
+	defer m.hbMu.Unlock()
+	if ep != m.ep.Load() || !due(ep) { // an acquire beat meanwhile
+		return true
+	}
+	return m.beatLocked(m.root, ep) == nil
+}
+
+// endEpochDisplaced ends the leases of the current epoch that a takeover
+// displaced or Revoke revoked since its last beat (less the overlap):
+// the listener's catch-up, one statement whatever the number of leases.
+func (m *Manager) endEpochDisplaced(ctx context.Context, q querier) error {
+	ep := m.ep.Load()
+	if ep == nil {
+		return nil
+	}
+	ep.mu.Lock()
+	since, dead := ep.dbNow.Add(-m.heartbeatOverlap()), ep.dead
+	ep.mu.Unlock()
+	if dead {
+		return nil
+	}
+	cctx, cancel := m.call(ctx)
+	defer cancel()
+	rows, err := q.Query(cctx, m.st.epochDisplaced, ep.id, since)
+	if err != nil {
+		return err
+	}
+	var taken, revoked []uuid.UUID
+	for rows.Next() {
+		var run string
+		var cause *string
+		if err := rows.Scan(&run, &cause); err != nil {
+			rows.Close()
+			return err
+		}
+		id, err := uuid.Parse(run)
+		if err != nil {
+			rows.Close()
+			return err
+		}
+		if cause != nil && *cause == "revoked" {
+			revoked = append(revoked, id)
+		} else {
+			taken = append(taken, id)
+		}
+	}
+	rows.Close()
+	if err := rows.Err(); err != nil {
+		return err
+	}
+	m.endRuns(ep, taken, ErrTakenOver)
+	m.endRuns(ep, revoked, ErrLost)
+	return nil
+}
+
+// closeEpoch ends the current epoch at Close: locally (its leases are
+// already ended) and in the database, so that rows the release at Close
+// missed are free at once.
+func (m *Manager) closeEpoch(ctx context.Context) error {
+	m.hbMu.Lock()
+	defer m.hbMu.Unlock()
+	ep := m.ep.Load()
+	if ep == nil {
+		return nil
+	}
+	m.endEpoch(ep, ErrClosed)
+	return m.expireEpoch(ctx, ep)
+}
+
+// expireEpoch moves ep's expiry to now in the database.
+func (m *Manager) expireEpoch(ctx context.Context, ep *epoch) error {
+	cctx, cancel := m.call(context.WithoutCancel(ctx))
+	defer cancel()
+	if _, err := m.pool.Exec(cctx, m.st.epochEnd, ep.id); err != nil {
+		return fmt.Errorf("lease: end heartbeat at close: %w", classify(err))
+	}
+	return nil
+}
+
+// renewHeartbeatLease is Renew for a lease of this Manager in heartbeat
+// mode: a beat of its epoch now (which extends every lease of the epoch),
+// then the single-row check that the run still holds its row.
+func (m *Manager) renewHeartbeatLease(ctx context.Context, l *Lease) (Renewal, error) {
+	ep := l.ep
+	m.hbMu.Lock()
+	err := error(nil)
+	if dead, _ := ep.isDead(); !dead {
+		err = m.beatLocked(ctx, ep)
+	}
+	m.hbMu.Unlock()
+	// A lease that ended meanwhile (this beat, or the background one, found
+	// it taken over or revoked) reports its cause, even when ending it
+	// cancelled the ctx this beat was sent with (the lease's own).
+	if cause := l.Err(); cause != nil {
+		if errors.Is(cause, ErrTakenOver) {
+			return Renewal{}, errTakenOverRenew(l.key, l.runID)
+		}
+		return Renewal{}, fmt.Errorf("%w: %s run %s: its heartbeat ended (%w)", ErrLost, l.key, l.runID, cause)
+	}
+	if err != nil {
+		return Renewal{}, err
+	}
+	r, err := m.renewOne(ctx, l.key, l.runID)
+	if err != nil {
+		if errors.Is(err, ErrLost) {
+			l.end(lossCause(err))
+		}
+		return Renewal{}, err
+	}
+	trust, exp, _ := ep.state()
+	r.TrustDeadline, r.ExpiresAt = trust, exp
+	return r, nil
+}
+
+// epochID is the epoch a statement names: NULL (per-lease) for nil.
+func epochID(ep *epoch) any {
+	if ep == nil {
+		return nil
+	}
+	return ep.id
+}
