@@ -63,7 +63,9 @@ func stagerFrom(ctx context.Context) (*stager, error) {
 // become visible only when Fence's conditional pointer write succeeds after
 // write returns nil. Each write stages at most one change (ErrAlreadyStaged).
 //
-// A known size (0 or more) is checked: content shorter or longer than size
+// A nil r is refused with ErrInvalidOptions (empty content is a reader of
+// no bytes, e.g. bytes.NewReader(nil), with size 0). A known size (0 or
+// more) is checked: content shorter or longer than size
 // is a *SizeError (ErrSizeMismatch), any data object uploaded for it is
 // removed, and nothing is staged. The remaining length of an io.Seeker is
 // measured before the upload (the reader is left where it was and handed
@@ -79,6 +81,9 @@ func Stage(ctx context.Context, r io.Reader, size int64, opts PutOptions) error 
 	}
 	if size < -1 {
 		return fmt.Errorf("%w: size %d", ErrInvalidOptions, size)
+	}
+	if r == nil {
+		return fmt.Errorf("%w: nil reader", ErrInvalidOptions)
 	}
 	st.mu.Lock()
 	defer st.mu.Unlock()

@@ -1,6 +1,7 @@
 package s3guard
 
 import (
+	"bytes"
 	"context"
 	"testing"
 
@@ -31,7 +32,7 @@ func TestStoreSpans(t *testing.T) {
 		require.NoError(t, s.Do(at(6), key, func(ctx context.Context) error {
 			_, sp := spans.Start(ctx, "inner")
 			sp.End()
-			return Stage(ctx, nil, 0, PutOptions{})
+			return Stage(ctx, bytes.NewReader(nil), 0, PutOptions{})
 		}))
 		_, err = s.Delete(at(7), key)
 		require.NoError(t, err)
