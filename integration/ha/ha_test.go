@@ -115,6 +115,7 @@ func newWorld(t *testing.T, opts Options) *world {
 		`CREATE ROLE fk_app LOGIN NOSUPERUSER NOCREATEDB NOCREATEROLE NOINHERIT`,
 		`GRANT USAGE ON SCHEMA fk TO fk_app`,
 		`GRANT SELECT, INSERT, UPDATE ON fk.fencekit_leases TO fk_app`,
+		`GRANT SELECT, INSERT, UPDATE ON fk.fencekit_managers, fk.fencekit_displaced TO fk_app`,
 		`GRANT USAGE, SELECT ON SEQUENCE fk.fencekit_token_seq TO fk_app`,
 		`GRANT EXECUTE ON FUNCTION fk.fencekit_check_floor(bigint, bigint) TO fk_app`,
 	} {
