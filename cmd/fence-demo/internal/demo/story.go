@@ -148,8 +148,11 @@ func (s *scenario) story(ctx context.Context, res *Result) error {
 		return err
 	}
 	tell.stillInFlight(late)
-	s.restore()
+	// The heal event is stamped just before the network is restored: A's
+	// held bytes cannot be answered before it (stamped after, an answer
+	// could race ahead of the stamp).
 	heal := tell.healed(stall)
+	s.restore()
 	answers, err := late.answers(ctx, 2)
 	if err != nil {
 		return fmt.Errorf("run A's writes never returned: %w", err)
