@@ -277,3 +277,35 @@ func xactCommits(ctx context.Context, pool *pgxpool.Pool) (int64, error) {
 	err := pool.QueryRow(ctx, `SELECT xact_commit + xact_rollback FROM pg_stat_database WHERE datname = current_database()`).Scan(&n)
 	return n, err
 }
+
+// steadyRenewal is what a Counter matched over whole renewal periods.
+type steadyRenewal struct {
+	stmts, rows int64         // statements matched and rows they returned
+	stmtTime    time.Duration // their summed duration
+	window      time.Duration // the recorded wall time
+	busy        time.Duration // time with at least one statement in flight
+	periods     []float64     // busy fraction of each period
+	perPeriod   float64       // statements per period
+}
+
+// measureSteadyRenewal lets one period of renewEvery pass to settle, then
+// records c over periods whole periods.
+func measureSteadyRenewal(c *Counter, renewEvery time.Duration, periods int) steadyRenewal {
+	time.Sleep(renewEvery)
+	s0, d0, r0 := c.Matched()
+	c.Record(true)
+	w0 := time.Now()
+	time.Sleep(time.Duration(periods) * renewEvery)
+	w1 := time.Now()
+	c.Record(false)
+	s1, d1, r1 := c.Matched()
+	spans := c.Spans()
+	st := steadyRenewal{stmts: s1 - s0, stmtTime: d1 - d0, rows: r1 - r0, window: w1.Sub(w0),
+		busy: BusyTime(spans, w0, w1), periods: make([]float64, periods)}
+	for p := range periods {
+		from := w0.Add(time.Duration(p) * renewEvery)
+		st.periods[p] = float64(BusyTime(spans, from, from.Add(renewEvery))) / float64(renewEvery)
+	}
+	st.perPeriod = float64(st.stmts) * float64(renewEvery) / float64(st.window)
+	return st
+}

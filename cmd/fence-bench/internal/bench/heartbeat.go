@@ -104,26 +104,12 @@ func Heartbeat(e *Env) error {
 	e.logf("heartbeat: %d leases acquired in %v", n, acquireTime.Round(time.Millisecond))
 
 	// Steady state: one period to settle, then whole periods recorded.
-	time.Sleep(renewEvery)
-	s0, _, _ := c.Matched()
-	c.Record(true)
-	w0 := time.Now()
-	time.Sleep(time.Duration(periods) * renewEvery)
-	w1 := time.Now()
-	c.Record(false)
-	s1, _, _ := c.Matched()
-	spans := c.Spans()
-	busy := make([]float64, periods)
-	for p := range periods {
-		from := w0.Add(time.Duration(p) * renewEvery)
-		busy[p] = float64(BusyTime(spans, from, from.Add(renewEvery))) / float64(renewEvery)
-	}
-	window := w1.Sub(w0)
-	perPeriod := float64(s1-s0) * float64(renewEvery) / float64(window)
-	bs := Summarize(busy)
+	st := measureSteadyRenewal(c, renewEvery, periods)
+	window, perPeriod := st.window, st.perPeriod
+	bs := Summarize(st.periods)
 	e.Report.Add(Metric{Key: "hb_statements_per_period", Value: perPeriod, Unit: "stmts", Target: 1, Cmp: AtMost,
 		Note: fmt.Sprintf("heartbeat statements per %v period keeping %d leases, %d periods", renewEvery, n, periods)})
-	e.Report.Add(Metric{Key: "hb_busy_fraction", Value: float64(BusyTime(spans, w0, w1)) / float64(window), Unit: "period", Target: 0.01, Cmp: AtMost, Spread: &bs,
+	e.Report.Add(Metric{Key: "hb_busy_fraction", Value: float64(st.busy) / float64(window), Unit: "period", Target: 0.01, Cmp: AtMost, Spread: &bs,
 		Note: fmt.Sprintf("share of each %v period with the heartbeat statement in flight, %d leases", renewEvery, n)})
 	for _, l := range leases {
 		if l.Err() != nil {

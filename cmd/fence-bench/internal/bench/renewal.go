@@ -89,31 +89,17 @@ func Renewal(e *Env) error {
 	e.logf("renewal: %d leases acquired in %v", n, acquireTime.Round(time.Millisecond))
 
 	// Steady state: one period to settle, then whole periods recorded.
-	time.Sleep(renewEvery)
-	s0, d0, r0 := c.Matched()
-	c.Record(true)
-	w0 := time.Now()
-	time.Sleep(time.Duration(periods) * renewEvery)
-	w1 := time.Now()
-	c.Record(false)
-	s1, d1, r1 := c.Matched()
-	spans := c.Spans()
-	busy := make([]float64, periods)
-	for p := range periods {
-		from := w0.Add(time.Duration(p) * renewEvery)
-		busy[p] = float64(BusyTime(spans, from, from.Add(renewEvery))) / float64(renewEvery)
-	}
-	window := w1.Sub(w0)
-	stmts, stmtTime, renewed := s1-s0, d1-d0, r1-r0
-	perPeriod := float64(stmts) * float64(renewEvery) / float64(window)
-	bs := Summarize(busy)
-	e.Report.Add(Metric{Key: "renew_busy_fraction", Value: float64(BusyTime(spans, w0, w1)) / float64(window), Unit: "period", Target: 0.10, Cmp: AtMost, Spread: &bs,
+	st := measureSteadyRenewal(c, renewEvery, periods)
+	window, perPeriod := st.window, st.perPeriod
+	stmts, stmtTime, renewed := st.stmts, st.stmtTime, st.rows
+	bs := Summarize(st.periods)
+	e.Report.Add(Metric{Key: "renew_busy_fraction", Value: float64(st.busy) / float64(window), Unit: "period", Target: 0.10, Cmp: AtMost, Spread: &bs,
 		Note: fmt.Sprintf("share of each %v period with a renewal statement in flight, %d leases, %d periods", renewEvery, n, periods)})
 	e.Report.Add(Metric{Key: "renew_leases", Value: float64(n), Unit: "leases"})
 	e.Report.Add(Metric{Key: "renew_statements_per_period", Value: perPeriod, Unit: "stmts"})
 	e.Report.Add(Metric{Key: "renew_leases_per_statement", Value: float64(renewed) / float64(max(stmts, 1)), Unit: "leases", Target: 500, Cmp: AtLeast,
 		Note: fmt.Sprintf("%d batch statements renewed %d leases in %.2f periods", stmts, renewed, float64(window)/float64(renewEvery))})
-	e.Report.Add(Metric{Key: "renew_wall_us_per_lease", Value: float64(BusyTime(spans, w0, w1)) / 1e3 / float64(max(renewed, 1)), Unit: "µs",
+	e.Report.Add(Metric{Key: "renew_wall_us_per_lease", Value: float64(st.busy) / 1e3 / float64(max(renewed, 1)), Unit: "µs",
 		Note: "renewal wall time (statements in flight, overlapping counted once) per lease renewed"})
 	batchPerLease := float64(stmtTime) / float64(max(renewed, 1))
 	e.Report.Add(Metric{Key: "renew_statement_us_per_lease", Value: batchPerLease / 1e3, Unit: "µs", Note: "summed statement time per lease renewed"})
