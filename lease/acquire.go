@@ -114,8 +114,9 @@ func (m *Manager) acquireAttempt(ctx context.Context, key Key, o grantOptions) (
 		return nil, false, m.grantRefused(ctx, key, grantRefusal(err))
 	case err != nil:
 		// The statement may have committed with the reply lost: free the
-		// row of this run_id if we can (it expires by TTL otherwise).
-		m.releaseOrphan(ctx, key, runID)
+		// row of this run_id (a per-lease row expires by TTL otherwise; a
+		// heartbeat row is retried by the release loop, unreleased.go).
+		m.releaseOrphan(ctx, key, runID, ep)
 		m.obs.acquireFailed(key, err)
 		m.met.onRefused(ctx, leasemetrics.ReasonError)
 		m.log.Debug("lease acquire failed", "key", key.String(), "err", err)
@@ -161,8 +162,9 @@ func (m *Manager) epochGone(ctx context.Context, ep *epoch) bool {
 // releaseOrphan releases the row of a run whose acquire reply was lost, in
 // the background, with ctx's values but not its cancellation (the caller's
 // ctx may be gone already), bounded by CallTimeout; it gives up when the
-// Manager closes.
-func (m *Manager) releaseOrphan(ctx context.Context, key Key, runID uuid.UUID) {
+// Manager closes. A failed release of a heartbeat row (ep non-nil) is left
+// to the release loop.
+func (m *Manager) releaseOrphan(ctx context.Context, key Key, runID uuid.UUID, ep *epoch) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	if m.closed {
@@ -175,7 +177,8 @@ func (m *Manager) releaseOrphan(ctx context.Context, key Key, runID uuid.UUID) {
 		defer cancel()
 		defer m.whenClosed(cancel)()
 		if res, err := m.release(ctx, key, runID); err != nil {
-			m.log.Debug("orphan release failed; the row expires by TTL", "key", key.String(), "run_id", runID, "err", err)
+			m.log.Debug("orphan release failed", "key", key.String(), "run_id", runID, "err", err)
+			m.keepReleasing(key, runID, ep)
 		} else {
 			m.log.Debug("orphan release", "key", key.String(), "run_id", runID, "result", res.String())
 		}

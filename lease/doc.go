@@ -46,7 +46,11 @@
 //   - Heartbeat mode: a refused heartbeat ends every lease of the Manager
 //     (ErrLost); a run a takeover displaced or Revoke revoked ends at the
 //     Manager's next heartbeat at the latest (ErrTakenOver, ErrLost), also
-//     when notifications are not delivered.
+//     when notifications are not delivered. A release of a run of this
+//     Manager that failed (its outcome unknown) is retried by the Manager
+//     until one succeeds, the heartbeat ends or Close, so a failed release
+//     does not hold a key for the Manager's lifetime; until then the key
+//     stays held.
 //   - Run releases the lease however fn ends, also when fn panics (the
 //     panic then goes on unchanged).
 //   - Every statement is bounded by CallTimeout, which New keeps below

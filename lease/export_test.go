@@ -135,3 +135,7 @@ func EndedAt(l *Lease) time.Time {
 	at, _ := l.ended()
 	return at
 }
+
+// Unreleased is how many runs of m wait for their release to be confirmed
+// (unreleased.go).
+func Unreleased(m *Manager) int { return m.unreleasedCount() }

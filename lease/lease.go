@@ -217,6 +217,9 @@ func (l *Lease) Release(ctx context.Context) (ReleaseResult, error) {
 	sp.run(l.runID, int64(l.token))
 	l.end(ErrReleased)
 	res, err := l.m.release(ctx, l.key, l.runID)
+	if err != nil {
+		l.m.keepReleasing(l.key, l.runID, l.ep)
+	}
 	sp.endRelease(res, err)
 	return res, err
 }

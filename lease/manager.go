@@ -47,6 +47,10 @@ type Manager struct {
 	mu     sync.Mutex
 	closed bool
 	leases map[uuid.UUID]*Lease // held leases by run_id
+	// Heartbeat mode: runs whose release is not confirmed (unreleased.go),
+	// retried by releaseLoop, which unrelKick wakes.
+	unrel     map[uuid.UUID]unreleased
+	unrelKick chan struct{}
 
 	fan        *fanout     // the listener's notifications, by key (listener.go)
 	watches    watches     // Watch's shared readers, by key (watch.go)
@@ -81,6 +85,8 @@ func newManager(cfg Config, obs observer) (*Manager, error) {
 		root:       root,
 		rootCancel: cancel,
 		leases:     make(map[uuid.UUID]*Lease),
+		unrel:      make(map[uuid.UUID]unreleased),
+		unrelKick:  make(chan struct{}, 1),
 		fan:        newFanout(),
 		floor:      newFloorChecker(r),
 	}
@@ -94,6 +100,8 @@ func newManager(cfg Config, obs observer) (*Manager, error) {
 	m.lastRound.Store(time.Now().UnixNano())
 	m.wg.Add(1)
 	if r.Renewal == RenewalHeartbeat {
+		m.wg.Add(1)
+		go m.releaseLoop()
 		go m.heartbeatLoop()
 	} else {
 		go m.renewLoop()
@@ -140,9 +148,11 @@ func (m *Manager) authorize(ctx context.Context, key Key) error {
 }
 
 // Close stops the renewer and the listener, cancels the context of every
-// lease the Manager holds (cause ErrClosed) and releases them in batched
-// statements under a fresh context bounded by CallTimeout. Leases that
-// cannot be released then expire by TTL. Close is idempotent; later calls
+// lease the Manager holds (cause ErrClosed) and releases them, with the
+// runs whose earlier release was not confirmed, in batched statements
+// under a fresh context bounded by CallTimeout; in heartbeat mode it also
+// ends the heartbeat, which frees every row of it at once. Rows it cannot
+// release or end then expire by TTL. Close is idempotent; later calls
 // return the first call's result. It does not close the pool.
 func (m *Manager) Close() error {
 	m.closeOnce.Do(func() {
@@ -153,7 +163,15 @@ func (m *Manager) Close() error {
 			held = append(held, l)
 		}
 		m.leases = map[uuid.UUID]*Lease{}
+		runs := make([]unreleased, 0, len(held)+len(m.unrel))
+		for _, u := range m.unrel {
+			runs = append(runs, u)
+		}
+		m.unrel = map[uuid.UUID]unreleased{}
 		m.mu.Unlock()
+		for _, l := range held {
+			runs = append(runs, unreleased{key: l.key, run: l.runID})
+		}
 
 		m.met.onHeld(m.root, -len(held))
 		m.rootCancel(ErrClosed) // renewer, listener, waiters
@@ -166,7 +184,7 @@ func (m *Manager) Close() error {
 
 		ctx, cancel := context.WithTimeout(context.Background(), m.cfg.CallTimeout)
 		defer cancel()
-		m.closeError = errors.Join(m.releaseBatch(ctx, held), m.closeEpoch(ctx))
+		m.closeError = errors.Join(m.releaseRuns(ctx, runs), m.closeEpoch(ctx))
 	})
 	return m.closeError
 }

@@ -54,7 +54,10 @@ func (r ReleaseResult) String() string {
 // commit). It never fails because the run no longer holds the lease: that
 // is a ReleaseResult, and a retry reports the true state (ReleaseAlreadyDone
 // after a release whose reply was lost). A Lease of this Manager with that
-// run_id is cancelled (cause ErrReleased) before the statement is sent.
+// run_id is cancelled (cause ErrReleased) before the statement is sent. When
+// the statement fails for such a lease in heartbeat mode, the Manager goes
+// on releasing the run in the background until a release succeeds or the
+// heartbeat ends (docs/lease.md, "A release that failed").
 func (m *Manager) Release(ctx context.Context, key Key, runID uuid.UUID) (res ReleaseResult, err error) {
 	ctx, sp := m.startSpan(ctx, SpanRelease, key)
 	sp.run(runID, 0)
@@ -68,10 +71,16 @@ func (m *Manager) Release(ctx context.Context, key Key, runID uuid.UUID) (res Re
 	if m.isClosed() {
 		return 0, ErrClosed
 	}
+	var ep *epoch
 	if l := m.lookup(key, runID); l != nil {
+		ep = l.ep
 		l.end(ErrReleased)
 	}
-	return m.release(ctx, key, runID)
+	res, err = m.release(ctx, key, runID)
+	if err != nil {
+		m.keepReleasing(key, runID, ep)
+	}
+	return res, err
 }
 
 func (m *Manager) release(ctx context.Context, key Key, runID uuid.UUID) (ReleaseResult, error) {
@@ -110,21 +119,6 @@ func (m *Manager) release(ctx context.Context, key Key, runID uuid.UUID) (Releas
 		m.log.Debug("lease released", "key", key.String(), "run_id", runID, "result", res.String())
 	}
 	return res, nil
-}
-
-func (m *Manager) releaseBatch(ctx context.Context, leases []*Lease) error {
-	var errs []error
-	for start := 0; start < len(leases); start += MaxBatch {
-		chunk := leases[start:min(start+MaxBatch, len(leases))]
-		accts, sess, runs, payloads := make([]string, len(chunk)), make([]string, len(chunk)), make([]string, len(chunk)), make([]string, len(chunk))
-		for i, l := range chunk {
-			accts[i], sess[i], runs[i], payloads[i] = l.key.AccountID, l.key.SessionID, l.runID.String(), keyPayload(l.key)
-		}
-		if _, err := m.pool.Exec(ctx, m.st.releaseBatch, accts, sess, runs, m.st.channel, payloads); err != nil {
-			errs = append(errs, fmt.Errorf("lease: release %d leases at close: %w", len(chunk), err))
-		}
-	}
-	return errors.Join(errs...)
 }
 
 // lookup returns this Manager's held lease of (key, runID), if any.

@@ -115,7 +115,7 @@ func (m *Manager) takeoverOnce(ctx context.Context, key Key, opts []Option) (*Le
 		m.obs.acquireFailed(key, err)
 		return nil, m.grantRefused(ctx, key, grantRefusal(err))
 	case err != nil:
-		m.releaseOrphan(ctx, key, runID)
+		m.releaseOrphan(ctx, key, runID, ep)
 		m.obs.acquireFailed(key, err)
 		m.met.onRefused(ctx, leasemetrics.ReasonError)
 		return nil, fmt.Errorf("lease: takeover %s: %w", key, classify(err))

@@ -188,7 +188,7 @@ func (x *execution) hold(ctx context.Context, key Key, h Held) {
 	x.rec.Record(rel)
 	rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 2*time.Second)
 	defer cancel()
-	_ = h.Release(rctx) // a failed release falls back to expiry
+	_ = h.Release(rctx) // a failed release expires (per-lease row) or is retried by the Manager (heartbeat row)
 }
 
 func (x *execution) renew(ctx context.Context, key Key, h Held) {

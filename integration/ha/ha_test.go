@@ -51,6 +51,7 @@ type grant struct {
 // failure is one failed acquisition of the workload.
 type failure struct {
 	at   time.Time
+	key  int
 	kind string // "unchecked", "floor", "held", "other"
 	err  error
 }
@@ -211,7 +212,7 @@ func (w *world) once(k int) {
 			kind = "held"
 		}
 		w.mu.Lock()
-		w.failures = append(w.failures, failure{at: now, kind: kind, err: err})
+		w.failures = append(w.failures, failure{at: now, key: k, kind: kind, err: err})
 		w.mu.Unlock()
 		return
 	}
@@ -370,17 +371,14 @@ func (w *world) measure(name string, evAt time.Time, oldNode string) result {
 	}
 	// More traffic after recovery, until every key has been granted (and
 	// written) again above every earlier token.
-	w.c.waitFor(time.Minute, "every key granted after recovery", func() bool {
-		w.mu.Lock()
-		defer w.mu.Unlock()
-		seen := map[int]bool{}
-		for _, g := range w.grants {
-			if g.at.After(r.writableAt) {
-				seen[g.key] = true
-			}
+	everyKey := time.Now().Add(time.Minute)
+	for missing := w.notGrantedSince(r.writableAt); len(missing) > 0; missing = w.notGrantedSince(r.writableAt) {
+		if time.Now().After(everyKey) {
+			w.c.dumpLogs()
+			w.t.Fatalf("%s: keys not granted within a minute after recovery (key: last failed acquisition): %v", name, missing)
 		}
-		return len(seen) == keys
-	})
+		time.Sleep(50 * time.Millisecond)
+	}
 	w.halt()
 
 	var first time.Time
@@ -425,6 +423,28 @@ func (w *world) measure(name string, evAt time.Time, oldNode string) result {
 		}
 	}
 	return r
+}
+
+// notGrantedSince returns the keys not granted since t, each with the
+// error of its latest failed acquisition ("" if none failed).
+func (w *world) notGrantedSince(t time.Time) map[int]string {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	missing := map[int]string{}
+	for k := range keys {
+		missing[k] = ""
+	}
+	for _, g := range w.grants {
+		if g.at.After(t) {
+			delete(missing, g.key)
+		}
+	}
+	for _, f := range w.failures {
+		if _, ok := missing[f.key]; ok && f.at.After(t) {
+			missing[f.key] = f.err.Error()
+		}
+	}
+	return missing
 }
 
 // verify asserts the case's safety and liveness and logs its figures.

@@ -1,0 +1,133 @@
+package lease
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/google/uuid"
+)
+
+// Releases that failed in heartbeat mode.
+//
+// A heartbeat row (expires_at 'infinity') is live while its epoch is, and
+// the epoch is renewed for as long as the Manager runs. A run of the epoch
+// whose release statement failed (an ended context, a lost connection, an
+// Acquire or Takeover whose reply was lost and whose background release
+// failed too) would hold its key until the Manager closed, where a
+// per-lease row would have expired after one TTL. The Manager therefore
+// keeps such runs (Manager.unrel) and one goroutine (releaseLoop) releases
+// them in batched statements until a statement succeeds, which settles
+// them whatever each row's state (the release statement changes only the
+// run's own live row), or until their epoch ends (the rows end with it),
+// or until Close (which ends the epoch).
+
+// unreleased is a run of a heartbeat epoch whose release is not confirmed.
+type unreleased struct {
+	key Key
+	run uuid.UUID
+	ep  *epoch
+}
+
+// keepReleasing records that the release of (key, run), a run of ep, is not
+// confirmed; the release loop retries it. A nil (per-lease mode) or ended
+// epoch needs nothing: the row expires on its own.
+func (m *Manager) keepReleasing(key Key, run uuid.UUID, ep *epoch) {
+	if ep == nil {
+		return
+	}
+	if dead, _ := ep.isDead(); dead {
+		return
+	}
+	m.mu.Lock()
+	if m.closed {
+		m.mu.Unlock()
+		return
+	}
+	m.unrel[run] = unreleased{key: key, run: run, ep: ep}
+	m.mu.Unlock()
+	m.log.Debug("lease release not confirmed; retrying while the heartbeat lives", "key", key.String(), "run_id", run, "manager_id", ep.id)
+	select {
+	case m.unrelKick <- struct{}{}:
+	default:
+	}
+}
+
+// unreleasedCount is how many runs wait for their release to be confirmed.
+func (m *Manager) unreleasedCount() int {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	return len(m.unrel)
+}
+
+// releaseLoop retries the unconfirmed releases: at once when one is
+// recorded, then every RenewEvery/2 while a retry fails. It sends nothing
+// while there is nothing to release.
+func (m *Manager) releaseLoop() {
+	defer m.wg.Done()
+	ticker := time.NewTicker(max(m.cfg.RenewEvery/2, time.Millisecond))
+	defer ticker.Stop()
+	failed := false
+	for {
+		select {
+		case <-m.root.Done():
+			return
+		case <-ticker.C:
+		case <-m.unrelKick:
+			if failed { // a retry failed: wait for the next tick
+				continue
+			}
+		}
+		failed = m.retryReleases() != nil
+	}
+}
+
+// retryReleases sends the release of every unconfirmed run whose epoch is
+// live (forgetting the others) and forgets those it sent once the
+// statements succeed.
+func (m *Manager) retryReleases() error {
+	m.mu.Lock()
+	var batch []unreleased
+	for run, u := range m.unrel {
+		if dead, _ := u.ep.isDead(); dead {
+			delete(m.unrel, run)
+			continue
+		}
+		batch = append(batch, u)
+	}
+	m.mu.Unlock()
+	if len(batch) == 0 {
+		return nil
+	}
+	ctx, cancel := m.call(m.root)
+	defer cancel()
+	if err := m.releaseRuns(ctx, batch); err != nil {
+		m.log.Debug("lease release retry failed", "runs", len(batch), "err", err)
+		return err
+	}
+	m.mu.Lock()
+	for _, u := range batch {
+		delete(m.unrel, u.run)
+	}
+	m.mu.Unlock()
+	m.log.Debug("lease releases confirmed", "runs", len(batch))
+	return nil
+}
+
+// releaseRuns releases runs in statements of at most MaxBatch rows each;
+// it sends every statement and joins their errors.
+func (m *Manager) releaseRuns(ctx context.Context, runs []unreleased) error {
+	var errs []error
+	for start := 0; start < len(runs); start += MaxBatch {
+		chunk := runs[start:min(start+MaxBatch, len(runs))]
+		accts, sess, ids, payloads := make([]string, len(chunk)), make([]string, len(chunk)), make([]string, len(chunk)), make([]string, len(chunk))
+		for i, u := range chunk {
+			accts[i], sess[i], ids[i], payloads[i] = u.key.AccountID, u.key.SessionID, u.run.String(), keyPayload(u.key)
+		}
+		if _, err := m.pool.Exec(ctx, m.st.releaseBatch, accts, sess, ids, m.st.channel, payloads); err != nil {
+			errs = append(errs, fmt.Errorf("lease: release %d leases: %w", len(chunk), classify(err)))
+		}
+	}
+	return errors.Join(errs...)
+}
