@@ -154,6 +154,12 @@ func TestHeartbeatTakenAway(t *testing.T) {
 	st, err := b.Inspect(bg(), la[2].Key())
 	require.NoError(t, err)
 	require.Equal(t, lease.StateExpired, st.State, "the dead heartbeat's rows read as expired")
+	res, err := la[2].Release(bg())
+	require.NoError(t, err)
+	require.Equal(t, lease.ReleaseExpired, res, "releasing a row of a dead heartbeat reports it expired, as for a per-lease row")
+	st, err = b.Inspect(bg(), la[2].Key())
+	require.NoError(t, err)
+	require.Equal(t, lease.StateExpired, st.State, "a release changes nothing on a dead row")
 }
 
 // TestHeartbeatTakeoverLearnedFromHeartbeat: with the takeover's

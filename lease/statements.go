@@ -162,18 +162,21 @@ UPDATE $S.fencekit_leases l
 RETURNING l.account_id, l.session_id, l.run_id, l.expires_at`),
 
 		// $1 account, $2 session, $3 run_id, $4 channel, $5 payload.
-		// Releases only an unexpired lease of this run; the row is kept, with
+		// Releases only a live lease of this run (liveSQL: a heartbeat row
+		// whose epoch expired is left alone and reports ReleaseExpired, as an
+		// expired per-lease row does); the row is kept, with
 		// expires_at moved to now (statement_timestamp(): one value per
 		// statement). The NOTIFY is sent (at commit) from the RETURNING, so
 		// it fires exactly when a release happened, and only if a waiter has
 		// ever marked the key contended (migration 0003; the flag is sticky,
 		// see there). When nothing was released no row comes back and the
 		// caller reads the key's row with the inspect statement to explain
-		// the outcome; a release reads no row beyond the one it updates.
+		// the outcome; a release reads no row beyond the one it updates and,
+		// for a heartbeat row, its epoch's.
 		release: r.Replace(`UPDATE $S.fencekit_leases l
    SET released_at = statement_timestamp(), expires_at = statement_timestamp()
  WHERE l.account_id = $1::text AND l.session_id = $2::text AND l.run_id = $3::uuid
-   AND l.released_at IS NULL AND l.expires_at > statement_timestamp()
+   AND ` + liveSQL("l", "statement_timestamp()") + `
 RETURNING CASE WHEN l.contended THEN pg_notify($4::text, $5::text) END IS NULL`),
 
 		// $1 accounts, $2 sessions, $3 run_ids (text, as in renewBatch), $4
@@ -183,7 +186,7 @@ req AS (SELECT * FROM unnest($1::text[], $2::text[], $3::text[]::uuid[], $5::tex
 UPDATE $S.fencekit_leases l SET released_at = n.t, expires_at = n.t
   FROM now_db n, req q
  WHERE l.account_id = q.account_id AND l.session_id = q.session_id AND l.run_id = q.run_id
-   AND l.released_at IS NULL AND l.expires_at > n.t
+   AND ` + liveSQL("l", "n.t") + `
 RETURNING CASE WHEN l.contended THEN pg_notify($4::text, q.payload) END`),
 
 		// $1 account, $2 session, $3 holder's run_id or NULL (any holder).
