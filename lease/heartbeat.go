@@ -339,7 +339,7 @@ func (m *Manager) beatIfDue(horizon time.Time) bool {
 	if ep != m.ep.Load() || !due(ep) { // an acquire beat meanwhile
 		return true
 	}
-	return m.beatLocked(m.root, ep) == nil
+	return m.beatLocked(m.background(), ep) == nil
 }
 
 // endEpochDisplaced ends the leases of the current epoch that a takeover

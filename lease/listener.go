@@ -296,9 +296,14 @@ func (m *Manager) listenOnce(ctx context.Context) (connected bool, err error) {
 	// last statement then reads "LISTEN <shared channel>" in
 	// pg_stat_activity.
 	probeChannel := "fencekit_probe_" + randomHex(12)
-	_, err = conn.Exec(cctx, "LISTEN "+pgx.Identifier{probeChannel}.Sanitize())
+	cancel()
+	// Statements run on sctx: Close (ctx) does not interrupt one in flight
+	// (Manager.background); each is bounded by CallTimeout.
+	sctx := context.WithoutCancel(ctx)
+	lctx, cancel := m.call(sctx)
+	_, err = conn.Exec(lctx, "LISTEN "+pgx.Identifier{probeChannel}.Sanitize())
 	if err == nil {
-		_, err = conn.Exec(cctx, "LISTEN "+pgx.Identifier{m.st.channel}.Sanitize())
+		_, err = conn.Exec(lctx, "LISTEN "+pgx.Identifier{m.st.channel}.Sanitize())
 	}
 	cancel()
 	if err != nil {
@@ -307,7 +312,7 @@ func (m *Manager) listenOnce(ctx context.Context) (connected bool, err error) {
 	m.fan.setReady(true)
 	m.obs.listener(true, nil)
 	m.lh.set(ListenerUnverified)
-	m.endDisplaced(ctx, conn)
+	m.endDisplaced(sctx, conn)
 
 	prober := &probeConn{m: m}
 	defer prober.close(ctx)
@@ -324,11 +329,11 @@ func (m *Manager) listenOnce(ctx context.Context) (connected bool, err error) {
 			probe = randomHex(8)
 			probeExpires = now.Add(m.cfg.CallTimeout)
 			probeDue = now.Add(m.cfg.WaitPoll)
-			if perr := prober.send(ctx, probeChannel, probe); perr != nil {
+			if perr := prober.send(sctx, probeChannel, probe); perr != nil {
 				// The database cannot be reached that way: nothing is
 				// learned about delivery. Check this connection as before.
 				probe = ""
-				if err := m.pingListen(ctx, conn); err != nil {
+				if err := m.pingListen(sctx, conn); err != nil {
 					return true, err
 				}
 				m.log.Debug("lease: listener probe not sent", "err", perr)
@@ -364,7 +369,7 @@ func (m *Manager) listenOnce(ctx context.Context) (connected bool, err error) {
 		if probe != "" && !now.Before(probeExpires) {
 			probe = ""
 			// Lost, or this connection is gone: tell which.
-			if err := m.pingListen(ctx, conn); err != nil {
+			if err := m.pingListen(sctx, conn); err != nil {
 				return true, err
 			}
 			if m.probeLost() {
@@ -373,7 +378,7 @@ func (m *Manager) listenOnce(ctx context.Context) (connected bool, err error) {
 		}
 		if m.lh.polling() && !now.Before(fallbackDue) {
 			fallbackDue = now.Add(m.cfg.FallbackPoll)
-			m.fallbackPoll(ctx)
+			m.fallbackPoll(sctx)
 		}
 	}
 }

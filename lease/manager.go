@@ -131,6 +131,15 @@ func (m *Manager) isClosed() bool {
 func (m *Manager) ttlMicros() int64 { return m.cfg.TTL.Microseconds() }
 
 // call bounds one statement by CallTimeout.
+// background is the context of the Manager's own statements (renewer,
+// heartbeat, listener, release retries, watchers): the root's values
+// without its cancellation, so that Close does not interrupt a statement
+// in flight. pgx closes a connection whose statement's context ends and
+// sends a cancel request for it, which PgBouncer 1.18 to 1.20 can exit on
+// (docs/operations.md, "PgBouncer version"). Each statement is still bounded
+// by CallTimeout, and the loops stop between statements.
+func (m *Manager) background() context.Context { return context.WithoutCancel(m.root) }
+
 func (m *Manager) call(ctx context.Context) (context.Context, context.CancelFunc) {
 	return context.WithTimeout(ctx, m.cfg.CallTimeout)
 }

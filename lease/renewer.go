@@ -2,7 +2,6 @@ package lease
 
 import (
 	"cmp"
-	"context"
 	"slices"
 	"sync"
 	"sync/atomic"
@@ -125,7 +124,7 @@ func (m *Manager) renewChunk(chunk []*Lease) bool {
 	for i, l := range chunk {
 		accts[i], sess[i], runs[i] = l.key.AccountID, l.key.SessionID, l.runID.String()
 	}
-	ctx, cancel := context.WithTimeout(m.root, m.cfg.CallTimeout)
+	ctx, cancel := m.call(m.background())
 	defer cancel()
 	ctx, sp := m.startBatch(ctx, len(chunk))
 	sentAt := time.Now()

@@ -100,7 +100,7 @@ func (m *Manager) retryReleases() error {
 	if len(batch) == 0 {
 		return nil
 	}
-	ctx, cancel := m.call(m.root)
+	ctx, cancel := m.call(m.background())
 	defer cancel()
 	if err := m.releaseRuns(ctx, batch); err != nil {
 		m.log.Debug("lease release retry failed", "runs", len(batch), "err", err)

@@ -352,7 +352,7 @@ func (kw *keyWatch) run() {
 			expiry.Reset(cur.Remaining + time.Millisecond)
 			if flagged != cur.Token {
 				// Ask this grant's release to NOTIFY (migration 0003).
-				if _, err := m.markContended(m.root, kw.key, cur.RunID); err == nil {
+				if _, err := m.markContended(m.background(), kw.key, cur.RunID); err == nil {
 					flagged = cur.Token
 				}
 			}
@@ -428,7 +428,7 @@ func changes(prev, cur Ownership, displaced uuid.UUID) []WatchEvent {
 // read is Inspect plus the run a takeover displaced (migration 0005).
 func (kw *keyWatch) read() (Ownership, uuid.UUID, error) {
 	m := kw.m
-	cctx, cancel := m.call(m.root)
+	cctx, cancel := m.call(m.background())
 	defer cancel()
 	var (
 		rid, disp          *uuid.UUID
