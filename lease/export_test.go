@@ -3,6 +3,7 @@ package lease
 import (
 	"os"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/google/uuid"
@@ -18,6 +19,7 @@ type Events struct {
 	waitingC chan Key
 	wokenC   chan string
 	listen   chan bool
+	lastHeld atomic.Bool // the latest acquire attempt was refused as held (not a failed statement)
 }
 
 // NewObserved is New with a recording observer.
@@ -44,8 +46,13 @@ func (e *Events) Snapshot() (batches []int, failed int, lost []Key) {
 }
 
 func (e *Events) acquired(Key, int64, time.Duration) {}
-func (e *Events) held(Key, time.Duration)            {}
-func (e *Events) acquireFailed(Key, error)           {}
+func (e *Events) held(Key, time.Duration)            { e.lastHeld.Store(true) }
+func (e *Events) acquireFailed(Key, error)           { e.lastHeld.Store(false) }
+
+// LastHeld reports whether the latest acquire attempt was refused because
+// the key is held (rather than failing, which makes a waiter retry after a
+// short backoff).
+func (e *Events) LastHeld() bool { return e.lastHeld.Load() }
 func (e *Events) renewBatch(n, renewed, lost int, _ time.Duration, err error) {
 	e.mu.Lock()
 	defer e.mu.Unlock()

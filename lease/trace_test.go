@@ -3,6 +3,8 @@ package lease_test
 import (
 	"context"
 	"errors"
+	"fmt"
+	"strconv"
 	"testing"
 	"time"
 
@@ -177,9 +179,16 @@ func TestTraceRenewBatch(t *testing.T) {
 				_, err := m.Acquire(bg(), uniqueKey(t))
 				require.NoError(t, err)
 			}
-			waitFor(t, 5*time.Second, "a renewal statement span of 3 leases", func() bool {
+			// A heartbeat carries all 3 leases; per-lease batches carry the
+			// leases due together, so on a loaded machine, where the three
+			// grants spread over more than a renewer tick, 3 batches of 1.
+			want := 3
+			if tc.mode == lease.RenewalPerLease {
+				want = 1
+			}
+			waitFor(t, 5*time.Second, fmt.Sprintf("a renewal statement span of %d to 3 leases", want), func() bool {
 				for _, sp := range s.named(tc.span) {
-					if attrs(sp)[lease.AttrBatchLeases] == "3" {
+					if n, err := strconv.Atoi(attrs(sp)[lease.AttrBatchLeases]); err == nil && n >= want && n <= 3 {
 						return true
 					}
 				}
@@ -188,8 +197,8 @@ func TestTraceRenewBatch(t *testing.T) {
 			for _, sp := range s.named(tc.span) {
 				require.False(t, sp.Parent().IsValid(), "a renewal statement starts its own trace")
 				a := attrs(sp)
-				if a[lease.AttrBatchLeases] == "3" {
-					require.Equal(t, "3", a[lease.AttrBatchRenewed])
+				if n := a[lease.AttrBatchLeases]; n != "" && n != "0" {
+					require.Equal(t, n, a[lease.AttrBatchRenewed])
 					require.Equal(t, "0", a[lease.AttrBatchLost])
 					require.Equal(t, codes.Unset, sp.Status().Code)
 				}
