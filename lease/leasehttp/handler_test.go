@@ -282,9 +282,13 @@ func TestNonReadingClientDroppedWithDefaultBuffers(t *testing.T) {
 	// Grants keep coming while the silent stream fills up; the fast one
 	// sees each of them (or, when they come faster than its pace, the
 	// latest state).
+	// How many it takes depends on the socket buffers and on how many
+	// heartbeats (1 ms) the machine's load let through meanwhile, so the
+	// bound is a time, not a count.
 	n := 0
+	giveUp := time.Now().Add(time.Minute)
 	for ; f.h.Dropped() == 0; n++ {
-		require.Less(t, n, 2000, "the non-reading client was never dropped")
+		require.True(t, time.Now().Before(giveUp), "the non-reading client was not dropped within a minute (%d takeovers)", n)
 		l, err := taker.Takeover(context.Background(), k)
 		require.NoError(t, err)
 		var ev sse
