@@ -5,18 +5,22 @@ import (
 	"database/sql"
 	"errors"
 	"fmt"
+	"net"
+	"strconv"
+	"sync"
 	"sync/atomic"
 	"testing"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
-	_ "github.com/jackc/pgx/v5/stdlib" // database/sql driver "pgx"
+	"github.com/jackc/pgx/v5/stdlib" // also the database/sql driver "pgx"
 	"github.com/stretchr/testify/require"
 
 	"github.com/fencekit/fencekit/fence"
 	"github.com/fencekit/fencekit/fencetest"
 	"github.com/fencekit/fencekit/guards/guardtest"
 	"github.com/fencekit/fencekit/guards/pgguard"
+	"github.com/fencekit/fencekit/internal/netproxy"
 	"github.com/fencekit/fencekit/sql/migrations"
 )
 
@@ -33,6 +37,61 @@ type guardSubject struct {
 	schema  string
 	write   func(ctx context.Context, g *pgguard.Guard, r string, c *fence.Claim, fn func(exec func(ctx context.Context, sql string, args ...any) error) error) error
 	read    *pgxpool.Pool
+	held    *heldGuard // the guard whose replies can be held (WriteHeld)
+}
+
+// heldGuard is a guard whose one connection reaches PgBouncer through a
+// proxy that can hold PgBouncer's replies back (guardtest.OutcomeWriter).
+// Its pool runs in pgx's exec mode, which sends COMMIT in one round trip
+// (a first use in the cache modes prepares it in a round trip of its own,
+// whose reply the hold would catch instead).
+type heldGuard struct {
+	p *netproxy.Proxy
+	g *pgguard.Guard
+}
+
+// newHeldProxy starts a proxy in front of the PgBouncer at url and returns
+// it with the pgx config of a one-connection pool through it.
+func newHeldProxy(t *testing.T, url string) (*netproxy.Proxy, *pgxpool.Config) {
+	t.Helper()
+	cfg, err := pgxpool.ParseConfig(url)
+	require.NoError(t, err)
+	p, err := netproxy.New(net.JoinHostPort(cfg.ConnConfig.Host, strconv.Itoa(int(cfg.ConnConfig.Port))))
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = p.Close() }) // after the pool's cleanup (LIFO)
+	cfg.ConnConfig.Host, cfg.ConnConfig.Port = p.Host(), p.Port()
+	cfg.ConnConfig.Fallbacks = nil
+	cfg.ConnConfig.DefaultQueryExecMode = pgx.QueryExecModeExec
+	cfg.MaxConns = 1
+	return p, cfg
+}
+
+// upsert is the guarded write of every subject.
+func (s *guardSubject) upsert(ctx context.Context, exec func(ctx context.Context, sql string, args ...any) error, r, v string, tok int64) error {
+	return exec(ctx, fmt.Sprintf(`INSERT INTO %q.guarded (resource, value, token) VALUES ($1, $2, $3)
+ON CONFLICT (resource) DO UPDATE SET value = EXCLUDED.value, token = EXCLUDED.token`, s.schema), r, v, tok)
+}
+
+// WriteHeld writes through the held guard and holds PgBouncer's replies
+// from the guard's COMMIT on: the first reply that reaches the proxy (the
+// COMMIT's, so the database has committed) calls applied; none reaches the
+// guard until it returns.
+func (s *guardSubject) WriteHeld(ctx context.Context, r string, tok fence.Token, v string, applied func()) error {
+	h := s.held
+	defer func() {
+		h.p.OnHold(nil)
+		h.p.Restore()
+	}()
+	c := fence.ClaimFor(ctx, tok)
+	return s.write(ctx, h.g, r, &c, func(exec func(ctx context.Context, sql string, args ...any) error) error {
+		if err := s.upsert(ctx, exec, r, v, int64(tok)); err != nil {
+			return err
+		}
+		var once sync.Once
+		h.p.OnHold(func(netproxy.Direction) { once.Do(applied) })
+		h.p.Pause(netproxy.Downstream)
+		return nil
+	})
 }
 
 // take returns the next guard of gs in turn.
@@ -52,8 +111,7 @@ func (s *guardSubject) doWith(ctx context.Context, g *pgguard.Guard, r string, c
 		tok = int64(cc.Token)
 	}
 	return s.write(ctx, g, r, c, func(exec func(ctx context.Context, sql string, args ...any) error) error {
-		if err := exec(ctx, fmt.Sprintf(`INSERT INTO %q.guarded (resource, value, token) VALUES ($1, $2, $3)
-ON CONFLICT (resource) DO UPDATE SET value = EXCLUDED.value, token = EXCLUDED.token`, s.schema), r, v, tok); err != nil {
+		if err := s.upsert(ctx, exec, r, v, tok); err != nil {
 			return err
 		}
 		if fail {
@@ -100,6 +158,7 @@ var (
 	_ guardtest.ContextWriter = (*guardSubject)(nil)
 	_ guardtest.FailingWriter = (*guardSubject)(nil)
 	_ guardtest.StrictWriter  = (*guardSubject)(nil)
+	_ guardtest.OutcomeWriter = (*guardSubject)(nil)
 )
 
 func guardSchema(t *testing.T) string {
@@ -148,8 +207,12 @@ func TestGuardConformanceThroughPgBouncer(t *testing.T) {
 				for range 3 {
 					cfgs = append(cfgs, pgguard.Config{DB: fencetest.PoolAt(t, url, c.exec)})
 				}
+				p, hcfg := newHeldProxy(t, url)
+				cfgs = append(cfgs, pgguard.Config{DB: fencetest.PoolFor(t, hcfg)})
 				gs, stricts := guards(cfgs)
-				s := &guardSubject{gs: gs, stricts: stricts, schema: schema, read: read,
+				held := &heldGuard{p: p, g: gs[len(gs)-1]}
+				gs, stricts = gs[:len(gs)-1], stricts[:len(stricts)-1]
+				s := &guardSubject{gs: gs, stricts: stricts, schema: schema, read: read, held: held,
 					write: func(ctx context.Context, g *pgguard.Guard, r string, cl *fence.Claim, fn func(func(context.Context, string, ...any) error) error) error {
 						body := func(ctx context.Context, tx pgx.Tx) error {
 							return fn(func(ctx context.Context, q string, args ...any) error { _, err := tx.Exec(ctx, q, args...); return err })
@@ -171,8 +234,15 @@ func TestGuardConformanceThroughPgBouncer(t *testing.T) {
 					t.Cleanup(func() { _ = db.Close() })
 					cfgs = append(cfgs, pgguard.Config{SQLDB: db})
 				}
+				p, hcfg := newHeldProxy(t, url)
+				hdb := stdlib.OpenDB(*hcfg.ConnConfig)
+				hdb.SetMaxOpenConns(1)
+				t.Cleanup(func() { _ = hdb.Close() })
+				cfgs = append(cfgs, pgguard.Config{SQLDB: hdb})
 				gs, stricts := guards(cfgs)
-				s := &guardSubject{gs: gs, stricts: stricts, schema: schema, read: read,
+				held := &heldGuard{p: p, g: gs[len(gs)-1]}
+				gs, stricts = gs[:len(gs)-1], stricts[:len(stricts)-1]
+				s := &guardSubject{gs: gs, stricts: stricts, schema: schema, read: read, held: held,
 					write: func(ctx context.Context, g *pgguard.Guard, r string, cl *fence.Claim, fn func(func(context.Context, string, ...any) error) error) error {
 						body := func(ctx context.Context, tx *sql.Tx) error {
 							return fn(func(ctx context.Context, q string, args ...any) error {
