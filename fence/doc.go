@@ -42,7 +42,22 @@
 // which also matches the context's error and cause when the context ended
 // meanwhile ([OutcomeUnknown]). A guard that settles the outcome afterwards
 // (a read, with a fresh bounded context, that finds its own write) reports
-// what it found instead: success when the write was applied.
+// what it found instead: success when the write was applied, an
+// *[NotAppliedError] ([ErrNotApplied]) when it proved the write did not and
+// never will take effect, and a *[StaleError] with Overtaken set when a newer
+// holder's mark is found (the write may have been applied, then overwritten).
+//
+// # Typed outcomes
+//
+// Every guard reports each outcome of a write with the same sentinel, so a
+// caller branches once for all stores: nil (applied), [ErrStale] (refused;
+// StaleError.Overtaken tells a certain refusal from an overtaken-after-lost-
+// reply one), [ErrTokenReused], [ErrOutOfScope], [ErrBusy] (nothing sent or
+// nothing decided; retry), [ErrNotApplied] (sent, settled as not applied;
+// retry), [ErrOutcomeUnknown] (sent, may have been applied), the context's
+// error (ended before anything was sent), and [ErrInvalidToken],
+// [ErrInvalidResource], [ErrInvalidRun] for bad input. A read of a resource
+// without a value matches [ErrNotFound].
 //
 // # Scopes
 //

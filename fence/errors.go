@@ -23,10 +23,19 @@ type StaleError struct {
 	Resource  string // the resource name as given to the guard
 	Presented Token  // the token the refused write carried
 	Highest   Token  // the highest token the resource had accepted
+	// Overtaken is true when the refused write's own request was sent and
+	// its reply lost before the guard found the higher mark: the write may
+	// have been applied and then overwritten by the newer holder, or never
+	// applied. False means the refusal is certain: this write never took
+	// effect.
+	Overtaken bool
 }
 
 // Error implements error.
 func (e *StaleError) Error() string {
+	if e.Overtaken {
+		return fmt.Sprintf("fence: stale token %d for %q: resource has accepted %d (this write's reply was lost: it may have been applied before being overtaken)", e.Presented, e.Resource, e.Highest)
+	}
 	return fmt.Sprintf("fence: stale token %d for %q: resource has accepted %d", e.Presented, e.Resource, e.Highest)
 }
 
@@ -39,4 +48,46 @@ func IsStale(err error) (*StaleError, bool) {
 	var se *StaleError
 	ok := errors.As(err, &se)
 	return se, ok
+}
+
+// ErrNotFound is matched by the error of a guard's read of a resource that
+// holds no value: never written, or deleted by a fenced delete. Every guard's
+// read matches it, whatever its store calls a missing key.
+var ErrNotFound = errors.New("fence: not found")
+
+// ErrNotApplied is matched by a *NotAppliedError: the guard sent a write's
+// committing request, lost its reply, and then settled that the write was
+// not applied and never will be (its copy in transit can no longer take
+// effect). Nothing was written; unlike ErrBusy it says a request did leave,
+// and unlike ErrOutcomeUnknown the outcome is known. Retrying under the same
+// claim is safe.
+var ErrNotApplied = errors.New("fence: settled: not applied")
+
+// NotAppliedError is the error of a write whose reply was lost and whose
+// outcome the guard then settled as "not applied". It matches ErrNotApplied
+// and unwraps to Err (what came back instead of the reply; once the call's
+// context has ended it matches ctx.Err() and context.Cause(ctx) too).
+type NotAppliedError struct {
+	Op       string // the request whose reply was lost, prefixed by the guard: "redisguard: put"
+	Resource string // the resource name as given to the guard
+	Err      error  // what came back instead of the reply
+}
+
+// Error implements error.
+func (e *NotAppliedError) Error() string {
+	return fmt.Sprintf("%s %q: not applied (the reply was lost; settled: the write did not and will not take effect): %v",
+		e.Op, e.Resource, e.Err)
+}
+
+// Is reports whether target is ErrNotApplied.
+func (e *NotAppliedError) Is(target error) bool { return target == ErrNotApplied }
+
+// Unwrap returns Err.
+func (e *NotAppliedError) Unwrap() error { return e.Err }
+
+// IsNotApplied returns the *NotAppliedError in err's chain, if any.
+func IsNotApplied(err error) (*NotAppliedError, bool) {
+	var ne *NotAppliedError
+	ok := errors.As(err, &ne)
+	return ne, ok
 }

@@ -189,6 +189,7 @@ func TestClaimChecksNeedTheirInterfaces(t *testing.T) {
 		"TokenReuseRefused":              guardtest.InterfaceClaimWriter,
 		"FailedWriteKeepsMark":           "FailingWriter",
 		"OutcomeUnknownReported":         guardtest.InterfaceOutcomeWriter,
+		"DelayedDuplicateNotApplied":     guardtest.InterfaceDuplicateWriter,
 		"StrictScopeRefused":             guardtest.InterfaceStrictWriter,
 	}
 	s := fenceOnlySubject{guardtest.FromGuard(fenceOnly{newRef()}, guardtest.NewMapStore())}
@@ -241,10 +242,10 @@ func TestRunRequiresOptionalInterfaces(t *testing.T) {
 	out, err = child("pending")
 	require.NoError(t, err, "Run with Pending failed:\n%s", out)
 	for _, name := range []string{"EndedContextRefusedContextForm", "NoTokenRefused", "ContextFormMatchesWrite", "TokenReuseRefused",
-		"FailedWriteKeepsMark", "OutcomeUnknownReported", "StrictScopeRefused"} {
+		"FailedWriteKeepsMark", "OutcomeUnknownReported", "DelayedDuplicateNotApplied", "StrictScopeRefused"} {
 		assert.Contains(t, out, "--- SKIP: TestRunRequiresOptionalInterfaces/"+name, out)
 	}
-	assert.Contains(t, out, "guardtest: 7 check(s) skipped: ")
+	assert.Contains(t, out, "guardtest: 8 check(s) skipped: ")
 	assert.Contains(t, out, "OutcomeUnknownReported (no guardtest.OutcomeWriter: not implemented)")
 	assert.Contains(t, out, "TokenReuseRefused (no guardtest.ClaimWriter: listed in Config.Pending)")
 	assert.Contains(t, out, "FailedWriteKeepsMark (no guardtest.FailingWriter: not implemented)")

@@ -16,8 +16,10 @@
 // [Config.Pending]: Run then skips only the checks that need it and logs
 // which checks it skipped and why.
 //
-// Two are optional (their checks are skipped, and logged, without them):
-// [FailingWriter], and [OutcomeWriter], which holds back the store's reply
+// Three are optional (their checks are skipped, and logged, without them):
+// [FailingWriter], [DuplicateWriter] (a write whose first request is held in
+// transit while retries go through, delivered after a later write), and
+// [OutcomeWriter], which holds back the store's reply
 // to the request that commits a write until the write's context ends.
 // Every guard whose commit crosses a network should implement the latter
 // (with a TCP proxy such as a test's, an http.RoundTripper, or the server
@@ -65,6 +67,9 @@
 //     under a context that ended before the call never reports an unknown
 //     outcome (nothing can have been sent); these errors name the context's
 //     end ("fence: context ended") at most once;
+//   - a copy of an earlier write of a run, held in transit while the client
+//     or the guard re-sent it (DuplicateWriter), is never applied after a
+//     later write of the same run or of a newer one: the later value stays;
 //   - in strict mode (StrictWriter), a claim scoped to one key is accepted
 //     inside its scope; another key's claim, a claim without a scope, a
 //     mere text-prefix scope and the scope itself as a resource are refused

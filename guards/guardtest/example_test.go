@@ -37,5 +37,6 @@ func ExampleChecks() {
 	// ContextFormMatchesWrite        <nil>
 	// TokenReuseRefused              <nil>
 	// OutcomeUnknownReported         guardtest: subject does not implement guardtest.OutcomeWriter
+	// DelayedDuplicateNotApplied     guardtest: subject does not implement guardtest.DuplicateWriter
 	// StrictScopeRefused             <nil>
 }

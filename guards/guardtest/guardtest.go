@@ -81,7 +81,7 @@ type Config struct {
 	// other check still runs. By default these interfaces are required: a
 	// Subject lacking one fails the checks that need it. (FailingWriter
 	// and OutcomeWriter stay optional: their checks are skipped, and
-	// logged, when the Subject lacks them.)
+	// logged, when the Subject lacks them; so does DuplicateWriter.)
 	Pending []string
 }
 
@@ -167,6 +167,7 @@ func Checks() []Check {
 		{"ContextFormMatchesWrite", CheckContextForm},
 		{"TokenReuseRefused", CheckTokenReuse},
 		{"OutcomeUnknownReported", CheckOutcomeUnknown},
+		{"DelayedDuplicateNotApplied", CheckDelayedDuplicate},
 		{"StrictScopeRefused", CheckStrictScope},
 	}
 }

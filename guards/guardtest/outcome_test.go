@@ -150,3 +150,37 @@ func TestStrictCheck(t *testing.T) {
 	assert.Contains(t, err.Error(), "WriteClaim")
 	assert.Contains(t, err.Error(), "want fence.ErrInvalidScope")
 }
+
+// reportReapplied makes remoteSubject's WriteDelayed apply the held copy
+// when it is delivered, as a store that compares a write id only with the
+// mark's current one does: the defect CheckDelayedDuplicate finds.
+const reportReapplied = "held copy applied on delivery"
+
+// WriteDelayed models a client that re-sends the held request: the second
+// copy is applied and acknowledged. The server consumes each write id once,
+// so the first copy, delivered later, is a no-op (unless report is
+// reportReapplied).
+func (s *remoteSubject) WriteDelayed(ctx context.Context, r string, c fence.Claim, v string) (func(context.Context) error, error) {
+	apply := func(ctx context.Context) error {
+		return s.g.Fence(fence.WithClaim(ctx, c), r, c.Token, func(ctx context.Context) error {
+			return s.store.Put(ctx, r, c.Token, v)
+		})
+	}
+	err := apply(ctx)
+	return func(ctx context.Context) error {
+		if s.report == reportReapplied {
+			_ = apply(ctx) // the store's verdict on the late copy reaches nobody
+		}
+		return nil
+	}, err
+}
+
+func TestDelayedDuplicateCheck(t *testing.T) {
+	cfg := defaults(t)
+	require.NoError(t, guardtest.CheckDelayedDuplicate(context.Background(), newRemote(reportUnknown), cfg))
+	err := guardtest.CheckDelayedDuplicate(context.Background(), newRemote(reportReapplied), cfg)
+	require.Error(t, err)
+	assert.Contains(t, err.Error(), "a delayed copy of an earlier write was applied after a later write")
+	err = guardtest.CheckDelayedDuplicate(context.Background(), newRefSubject(), cfg)
+	require.ErrorIs(t, err, guardtest.ErrUnsupported)
+}

@@ -1,0 +1,113 @@
+package guardtest
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/fencekit/fencekit/fence"
+)
+
+// DuplicateWriter is implemented by Subjects whose committing request can
+// reach the store twice: a client that re-sends a request on its own after a
+// read timeout (go-redis), an SDK that retries on network errors (S3, GCS), a
+// publish re-sent within a duplicate window (NATS), a driver that re-runs a
+// statement whose reply was lost.
+//
+// WriteDelayed performs WriteClaim(ctx, resource, c, value), except that the
+// subject holds the FIRST copy of the write's committing request in transit,
+// as a network that delays one packet past the client's read timeout would.
+// Every later copy (the client's or the guard's own retries, the guard's
+// settling reads) goes through. WriteDelayed returns what the guard returned
+// and a deliver function that sends the held copy on to the store and
+// returns once the store has answered it or closed its connection. The kit
+// calls deliver exactly once.
+//
+// The check is skipped, and logged, for a Subject without it; every guard
+// whose store client can re-send a request should implement it.
+type DuplicateWriter interface {
+	WriteDelayed(ctx context.Context, resource string, c fence.Claim, value string) (deliver func(context.Context) error, err error)
+}
+
+// InterfaceDuplicateWriter names DuplicateWriter in messages.
+const InterfaceDuplicateWriter = "DuplicateWriter"
+
+// DelayedWriteTimeout bounds the context of the delayed write in
+// CheckDelayedDuplicate: a guard that neither retries nor settles returns
+// when it ends.
+const DelayedWriteTimeout = 3 * time.Second
+
+// CheckDelayedDuplicate checks that a delayed copy of an earlier write of a
+// run can never be applied after a later write of the same run: with the
+// mark at (5, run A), a write of "first" under (5, A) whose first request is
+// held in transit returns nil, an error matching fence.ErrOutcomeUnknown or
+// one matching fence.ErrNotApplied; a later write of "later" under (5, A)
+// is accepted; the held copy is then delivered; and Read still returns
+// "later" at token 5. The same holds when the later write comes from a newer
+// run (6, B). Needs a DuplicateWriter and a ClaimWriter.
+func CheckDelayedDuplicate(ctx context.Context, s Subject, cfg Config) error {
+	dw, ok := s.(DuplicateWriter)
+	if !ok {
+		return &UnsupportedError{Interface: InterfaceDuplicateWriter}
+	}
+	cw, ok := s.(ClaimWriter)
+	if !ok {
+		return &UnsupportedError{Interface: InterfaceClaimWriter}
+	}
+	var errs []error
+	for i, later := range []fence.Claim{{Token: 5, Run: runA}, {Token: 6, Run: runB}} {
+		if err := checkDelayed(ctx, s, dw, cw, resourceName(cfg, "delayed", i), later); err != nil {
+			errs = append(errs, err)
+		}
+	}
+	return errors.Join(errs...)
+}
+
+func checkDelayed(ctx context.Context, s Subject, dw DuplicateWriter, cw ClaimWriter, r string, later fence.Claim) error {
+	first := fence.Claim{Token: 5, Run: runA}
+	if err := cw.WriteClaim(ctx, r, first, "base"); err != nil {
+		return fmt.Errorf("WriteClaim(%q, token 5, run A) refused, want accepted: %w", r, err)
+	}
+	wctx, cancel := context.WithTimeout(ctx, DelayedWriteTimeout)
+	deliver, err := dw.WriteDelayed(wctx, r, first, "first")
+	cancel()
+	what := fmt.Sprintf("WriteDelayed(%q, token 5, run A)", r)
+	var errs []error
+	switch {
+	case deliver == nil:
+		return fmt.Errorf("%s returned no deliver function (error %s)", what, errText(err))
+	case err == nil, errors.Is(err, fence.ErrOutcomeUnknown), errors.Is(err, fence.ErrNotApplied):
+	default:
+		errs = append(errs, fmt.Errorf("%s: error %q matches neither fence.ErrOutcomeUnknown nor fence.ErrNotApplied: its request was sent", what, err.Error()))
+	}
+	// The later write runs while the first copy is still held. A store that
+	// serialises the two (a row lock) may make it wait for the held copy:
+	// deliver it after the later write returned, or after a grace period.
+	done := make(chan error, 1)
+	go func() { done <- cw.WriteClaim(ctx, r, later, "later") }()
+	var laterErr error
+	delivered := false
+	select {
+	case laterErr = <-done:
+	case <-time.After(2 * time.Second):
+		delivered = true
+		if err := deliver(ctx); err != nil {
+			errs = append(errs, fmt.Errorf("delivering the held copy: %w", err))
+		}
+		laterErr = <-done
+	}
+	if !delivered {
+		if err := deliver(ctx); err != nil {
+			errs = append(errs, fmt.Errorf("delivering the held copy: %w", err))
+		}
+	}
+	if laterErr != nil {
+		errs = append(errs, fmt.Errorf("WriteClaim(%q, token %d, run %s) after the delayed write refused, want accepted: %w", r, later.Token, later.Run, laterErr))
+		return errors.Join(errs...)
+	}
+	if err := expectState(ctx, s, r, found("later", later.Token), "after the held first copy of an earlier write was delivered"); err != nil {
+		errs = append(errs, fmt.Errorf("a delayed copy of an earlier write was applied after a later write: %w", err))
+	}
+	return errors.Join(errs...)
+}
