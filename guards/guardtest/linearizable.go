@@ -23,7 +23,8 @@ import (
 // of interleaved, shuffled tokens (see Workload), with run identities: each
 // token's holder writes under its own run, sometimes twice in a row, now and
 // then without a run, and now and then the same token is presented by
-// another run (a re-issued token). Writers also read back now and then.
+// another run (a re-issued token). Writers also read back now and then, and
+// start each round together, so tokens race within a round.
 //
 // One write in cfg.FaultEvery (at most one at a time per resource) is
 // faulted, as the Subject allows: through OutcomeWriter.WriteHeld (its
@@ -31,7 +32,8 @@ import (
 // the subject reports it applied) or through DuplicateWriter.WriteDelayed
 // (its first request copy held in transit; delivered after a random number
 // of other writes, or after cfg.DeliveryDelay, while the writers go on, and
-// always followed by a later write of the same run to the same resource).
+// always followed by a later write of the same run to the same resource;
+// the resource is read as soon as the delivery returns).
 // Held writes carry no run identity (WriteHeld takes a token; see
 // OutcomeWriter), so every subject's held write presents the same claim.
 //
@@ -139,6 +141,7 @@ type PlannedWrite struct {
 	Value    string
 	Fault    Fault
 	ReadBack bool // the writer reads Resource right after this write
+	Round    int  // the round of its token: writers start each round together
 }
 
 // LinearizablePlan returns, for each writer, the writes CheckLinearizable
@@ -155,7 +158,9 @@ func LinearizablePlan(rng *rand.Rand, resources []string, writers, rounds, fault
 	base := Workload(rng, resources, writers, rounds)
 	plan := make([][]PlannedWrite, writers)
 	val := func(w int, tok fence.Token) string { return fmt.Sprintf("w%d.%d-t%d", w, len(plan[w]), tok) }
+	round := 0
 	add := func(w int, p PlannedWrite) {
+		p.Round = round
 		p.Value = val(w, p.Claim.Token)
 		p.ReadBack = rng.IntN(4) == 0
 		plan[w] = append(plan[w], p)
@@ -163,6 +168,7 @@ func LinearizablePlan(rng *rand.Rand, resources []string, writers, rounds, fault
 	nFaults := 0
 	per := len(resources)
 	for j := 0; j < rounds; j++ {
+		round = j
 		for w := 0; w < writers; w++ {
 			for _, a := range base[w][j*per : (j+1)*per] {
 				c := fence.Claim{Token: a.Token}
@@ -604,8 +610,12 @@ type linRunner struct {
 	slots     map[string]*atomic.Bool // a faulted write in flight (or its copy held) per resource
 	rng       *rand.Rand              // used before the goroutines start only
 
-	clock atomic.Int64
-	post  postman
+	clock  atomic.Int64
+	post   postman
+	rounds barrier
+
+	mu            sync.Mutex
+	deliveryReads []Observation // a read right after each delivery
 }
 
 func (r *linRunner) run(ctx context.Context) (LinearHistory, error) {
@@ -621,6 +631,7 @@ func (r *linRunner) run(ctx context.Context) (LinearHistory, error) {
 	for i := range seeds {
 		seeds[i] = r.rng.Uint64()
 	}
+	r.rounds.init(len(r.plan), r.cfg.FaultRounds)
 	var writers, readers sync.WaitGroup
 	for w := range r.plan {
 		writers.Add(1)
@@ -628,7 +639,12 @@ func (r *linRunner) run(ctx context.Context) (LinearHistory, error) {
 			defer writers.Done()
 			rng := rand.New(rand.NewPCG(seeds[w], uint64(w)))
 			<-start
+			next := 0 // the next round this writer arrives at
+			defer func() { r.rounds.leave(next) }()
 			for i, p := range r.plan[w] {
+				for ; next <= p.Round; next++ {
+					r.rounds.arrive(ctx, next)
+				}
 				if ctx.Err() != nil {
 					return
 				}
@@ -678,6 +694,7 @@ func (r *linRunner) run(ctx context.Context) (LinearHistory, error) {
 	for _, os := range reads {
 		h.Reads = append(h.Reads, os...)
 	}
+	h.Reads = append(h.Reads, r.deliveryReads...)
 	final := len(reads)
 	for _, res := range r.resources {
 		h.Reads = append(h.Reads, r.read(ctx, final, res))
@@ -744,12 +761,18 @@ func (r *linRunner) write(ctx context.Context, rng *rand.Rand, p PlannedWrite, l
 		// Delivered after a random number of other writes, or after
 		// DeliveryDelay when the writers stall (a store that serialises
 		// writes behind the held copy).
-		r.post.send(ctx, rng.IntN(2*len(r.plan)+1), r.cfg.DeliveryDelay, func(ctx context.Context) {
+		r.post.send(ctx, 1+rng.IntN(len(r.plan)), r.cfg.DeliveryDelay, func(ctx context.Context) {
 			defer slot.Store(false)
 			if err := deliver(ctx); err != nil {
 				lw.Violation = fmt.Sprintf("delivering the held copy: %v", err)
 			}
 			lw.Delivered = r.clock.Add(1)
+			// Read at once: a copy applied on delivery shows before the
+			// next write to the resource hides it.
+			o := r.read(ctx, lw.Writer, p.Resource)
+			r.mu.Lock()
+			r.deliveryReads = append(r.deliveryReads, o)
+			r.mu.Unlock()
 		})
 	default:
 		lw.Invoked = r.clock.Add(1)
@@ -827,4 +850,51 @@ func (p *postman) flush() {
 		close(pc.ready)
 	}
 	p.waiting = nil
+}
+
+// barrier starts each round's writes together, so that a slow writer
+// drifts at most a round behind: tokens race within a round instead of one
+// writer's finishing before another starts (in-process subjects).
+type barrier struct {
+	mu      sync.Mutex
+	n       int
+	arrived []int
+	open    []chan struct{}
+}
+
+func (b *barrier) init(n, rounds int) {
+	b.n = n
+	b.arrived = make([]int, rounds)
+	b.open = make([]chan struct{}, rounds)
+	for i := range b.open {
+		b.open[i] = make(chan struct{})
+	}
+}
+
+// arrive waits until every writer has reached round j, or ctx ends.
+func (b *barrier) arrive(ctx context.Context, j int) {
+	if j >= len(b.open) {
+		return
+	}
+	b.count(j)
+	select {
+	case <-b.open[j]:
+	case <-ctx.Done():
+	}
+}
+
+// leave counts a finished writer as arrived at every round from j on.
+func (b *barrier) leave(j int) {
+	for ; j < len(b.open); j++ {
+		b.count(j)
+	}
+}
+
+func (b *barrier) count(j int) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	b.arrived[j]++
+	if b.arrived[j] == b.n {
+		close(b.open[j])
+	}
 }
