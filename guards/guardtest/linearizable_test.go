@@ -303,3 +303,63 @@ func TestCheckLinearizableHistory(t *testing.T) {
 		})
 	}
 }
+
+// countingSubject records how many faulted writes are in flight per
+// resource (a delayed one until its copy's delivery returned) and in all.
+type countingSubject struct {
+	*remoteSubject
+	mu       sync.Mutex
+	inFlight map[string]int
+	total    int
+	maxTotal int
+	overlaps []string
+}
+
+func (s *countingSubject) enter(r string) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.inFlight[r]++
+	s.total++
+	s.maxTotal = max(s.maxTotal, s.total)
+	if s.inFlight[r] > 1 {
+		s.overlaps = append(s.overlaps, r)
+	}
+}
+
+func (s *countingSubject) leave(r string) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.inFlight[r]--
+	s.total--
+}
+
+func (s *countingSubject) WriteHeld(ctx context.Context, r string, tok fence.Token, v string, applied func()) error {
+	s.enter(r)
+	defer s.leave(r)
+	return s.remoteSubject.WriteHeld(ctx, r, tok, v, applied)
+}
+
+func (s *countingSubject) WriteDelayed(ctx context.Context, r string, c fence.Claim, v string) (func(context.Context) error, error) {
+	s.enter(r)
+	deliver, err := s.remoteSubject.WriteDelayed(ctx, r, c, v)
+	return func(ctx context.Context) error {
+		defer s.leave(r)
+		return deliver(ctx)
+	}, err
+}
+
+// Faulted writes run concurrently on different resources, never two at a
+// time on one resource (a delayed one's until its delivery returned).
+func TestLinearizableFaultsOnePerResource(t *testing.T) {
+	cfg := defaults(t)
+	cfg.Writers, cfg.FaultEvery = 8, 1 // every write faulted where the resource is free
+	maxTotal := 0
+	for range 3 {
+		s := &countingSubject{remoteSubject: newRemote(reportUnknown), inFlight: map[string]int{}}
+		require.NoError(t, guardtest.CheckLinearizable(context.Background(), s, cfg))
+		assert.Empty(t, s.overlaps, "two faulted writes at once on one resource")
+		maxTotal = max(maxTotal, s.maxTotal)
+	}
+	assert.Greater(t, maxTotal, 1, "faulted writes never ran concurrently")
+	t.Logf("at most %d faulted writes in flight at once", maxTotal)
+}
