@@ -105,9 +105,12 @@
 //     one, and a read returns the last applied write. Writes whose outcome is
 //     unknown, or stale after a lost reply, may or may not have taken effect
 //     (until their held copy was answered; for ever when no fault was
-//     injected); settled not-applied and busy writes never did. Without
-//     OutcomeWriter and DuplicateWriter the faults are skipped, and logged,
-//     and the fault-free history is still checked.
+//     injected); settled not-applied and busy writes never did; a stale
+//     refusal needs a write with a higher token, a reused one a write of its
+//     token from another run, that may have been applied and was invoked
+//     before the refusal completed. Without OutcomeWriter and
+//     DuplicateWriter the faults are skipped, and logged, and the
+//     fault-free history is still checked.
 //
 // # What the kit does not check
 //
