@@ -23,7 +23,11 @@
 // to the request that commits a write until the write's context ends.
 // Every guard whose commit crosses a network should implement the latter
 // (with a TCP proxy such as a test's, an http.RoundTripper, or the server
-// itself holding the reply); an in-process guard cannot.
+// itself holding the reply); an in-process guard cannot. The
+// linearizability check calls WriteHeld and WriteDelayed from several
+// goroutines at once, never for two writes of one resource at a time (a
+// delayed write's resource stays taken until its held copy is delivered):
+// implementations must be safe for that.
 //
 //	func TestConformance(t *testing.T) {
 //		guardtest.Run(t, guardtest.Config{
@@ -85,14 +89,38 @@
 //     completed, that concurrent reads never return a value no accepted
 //     write stored, never return an older token than a write or a read that
 //     completed before them, and that the final stored value and token are
-//     those of the highest accepted token.
+//     those of the highest accepted token;
+//   - linearizability under faults ([CheckLinearizable]): many concurrent
+//     writers and readers over a few resources, with interleaved tokens, run
+//     identities (repeated writes of a run, run-less writes, re-issued
+//     tokens), and a fraction of the writes made through WriteHeld (reply
+//     held; the check ends the write's context once it was applied) and
+//     WriteDelayed (first copy held, delivered at a random later moment
+//     while the other writes go on, after a later write of the same run).
+//     The history of every write, read and delivery, with its outcome (ok,
+//     stale, stale after a lost reply, reused, busy, settled not applied,
+//     outcome unknown), must be linearizable, checked with Porcupine, against
+//     a fenced register: a write is applied if and only if fence.DecideClaim
+//     admits it, never as a copy of an earlier write of its run after a later
+//     one, and a read returns the last applied write. Writes whose outcome is
+//     unknown, or stale after a lost reply, may or may not have taken effect
+//     (until their held copy was answered; for ever when no fault was
+//     injected); settled not-applied and busy writes never did; a stale
+//     refusal needs a write with a higher token, a reused one a write of its
+//     token from another run, that may have been applied and was invoked
+//     before the refusal completed. Without OutcomeWriter and
+//     DuplicateWriter the faults are skipped, and logged, and the
+//     fault-free history is still checked.
 //
 // # What the kit does not check
 //
-// The history check is over real time as observed by the test process; it
-// cannot see effects a guard performs outside Write and Read, and a passing
-// run is evidence, not proof: an atomicity bug may need many rounds to show.
-// Raise [Config.Rounds] when hunting one. Apart from the held reply of
-// OutcomeWriter, the kit does not test behaviour under store failures
-// (lost replies, crashes); adapters test those themselves.
+// The history checks are over real time as observed by the test process;
+// they cannot see effects a guard performs outside Write and Read, and a
+// passing run is evidence, not proof: an atomicity bug may need many rounds
+// to show, and a late copy applied and overwritten before any read saw it
+// leaves no trace. Raise [Config.Rounds] and [Config.FaultRounds] (and
+// [Config.SearchTimeout], since the search is NP-hard) when hunting one.
+// Apart from the held reply of OutcomeWriter and the delayed copy of
+// DuplicateWriter, the kit does not test behaviour under store failures
+// (crashes, partitions, failover); adapters test those themselves.
 package guardtest

@@ -24,6 +24,10 @@ import (
 // returns once the store has answered it or closed its connection. The kit
 // calls deliver exactly once.
 //
+// CheckLinearizable calls WriteDelayed from several goroutines at once, for
+// different resources, and delivers each held copy while other writes go
+// on (it takes a resource's next faulted write only after delivering).
+//
 // The check is skipped, and logged, for a Subject without it; every guard
 // whose store client can re-send a request should implement it.
 type DuplicateWriter interface {

@@ -38,5 +38,6 @@ func ExampleChecks() {
 	// TokenReuseRefused              <nil>
 	// OutcomeUnknownReported         guardtest: subject does not implement guardtest.OutcomeWriter
 	// DelayedDuplicateNotApplied     guardtest: subject does not implement guardtest.DuplicateWriter
+	// LinearizableUnderFaults        <nil>
 	// StrictScopeRefused             <nil>
 }

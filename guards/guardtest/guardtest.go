@@ -61,6 +61,23 @@ type Config struct {
 	// Readers is the number of goroutines reading the resources while the
 	// concurrency check's writers run. Default 2; negative means none.
 	Readers int
+	// FaultRounds is the number of rounds of tokens in the linearizability
+	// check (CheckLinearizable): each writer writes every resource once
+	// per round, plus repeats. Default 6.
+	FaultRounds int
+	// FaultEvery makes about one write in FaultEvery of the
+	// linearizability check a faulted one (held reply or delayed
+	// duplicate), when the Subject offers the fault. Default 4.
+	FaultEvery int
+	// DeliveryDelay bounds how long the linearizability check keeps a
+	// delayed write's first copy in transit when no other write completes
+	// meanwhile (a store that serialises writes behind the held copy).
+	// Default 200ms.
+	DeliveryDelay time.Duration
+	// SearchTimeout bounds the linearizability search of each resource's
+	// history; a search that does not finish fails the check. Default 1
+	// minute.
+	SearchTimeout time.Duration
 	// Prefix starts every resource name the kit uses. Default "guardtest/".
 	// It must itself be acceptable in a resource name.
 	Prefix string
@@ -93,6 +110,11 @@ const (
 	DefaultReaders   = 2
 	DefaultPrefix    = "guardtest/"
 	DefaultTimeout   = 2 * time.Minute
+
+	DefaultFaultRounds   = 6
+	DefaultFaultEvery    = 4
+	DefaultDeliveryDelay = 200 * time.Millisecond
+	DefaultSearchTimeout = time.Minute
 )
 
 // ErrUnsupported is matched by the *UnsupportedError a check returns when it
@@ -125,11 +147,25 @@ func (cfg Config) WithDefaults() (Config, error) {
 	if cfg.Timeout == 0 {
 		cfg.Timeout = DefaultTimeout
 	}
+	if cfg.FaultRounds == 0 {
+		cfg.FaultRounds = DefaultFaultRounds
+	}
+	if cfg.FaultEvery == 0 {
+		cfg.FaultEvery = DefaultFaultEvery
+	}
+	if cfg.DeliveryDelay == 0 {
+		cfg.DeliveryDelay = DefaultDeliveryDelay
+	}
+	if cfg.SearchTimeout == 0 {
+		cfg.SearchTimeout = DefaultSearchTimeout
+	}
 	switch {
 	case cfg.Writers < 1 || cfg.Rounds < 1 || cfg.Resources < 1:
 		return cfg, fmt.Errorf("%w: Writers, Rounds and Resources must be positive", ErrInvalidConfig)
-	case cfg.Timeout < 0:
-		return cfg, fmt.Errorf("%w: negative Timeout", ErrInvalidConfig)
+	case cfg.FaultRounds < 1 || cfg.FaultEvery < 1:
+		return cfg, fmt.Errorf("%w: FaultRounds and FaultEvery must be positive", ErrInvalidConfig)
+	case cfg.Timeout < 0 || cfg.DeliveryDelay < 0 || cfg.SearchTimeout < 0:
+		return cfg, fmt.Errorf("%w: negative Timeout, DeliveryDelay or SearchTimeout", ErrInvalidConfig)
 	case fence.ValidateResource(cfg.Prefix+"x") != nil:
 		return cfg, fmt.Errorf("%w: Prefix %q does not make valid resource names", ErrInvalidConfig, cfg.Prefix)
 	}
@@ -168,6 +204,7 @@ func Checks() []Check {
 		{"TokenReuseRefused", CheckTokenReuse},
 		{"OutcomeUnknownReported", CheckOutcomeUnknown},
 		{"DelayedDuplicateNotApplied", CheckDelayedDuplicate},
+		{"LinearizableUnderFaults", CheckLinearizable},
 		{"StrictScopeRefused", CheckStrictScope},
 	}
 }

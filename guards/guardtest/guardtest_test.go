@@ -373,7 +373,12 @@ func TestConfigDefaults(t *testing.T) {
 	assert.Equal(t, guardtest.DefaultWriters, cfg.Writers)
 	assert.Equal(t, guardtest.DefaultRounds, cfg.Rounds)
 	assert.Equal(t, guardtest.DefaultPrefix, cfg.Prefix)
-	for _, bad := range []guardtest.Config{{Writers: -1}, {Rounds: -2}, {Prefix: "a\x00"}, {Timeout: -1}} {
+	assert.Equal(t, guardtest.DefaultFaultRounds, cfg.FaultRounds)
+	assert.Equal(t, guardtest.DefaultFaultEvery, cfg.FaultEvery)
+	assert.Equal(t, guardtest.DefaultDeliveryDelay, cfg.DeliveryDelay)
+	assert.Equal(t, guardtest.DefaultSearchTimeout, cfg.SearchTimeout)
+	for _, bad := range []guardtest.Config{{Writers: -1}, {Rounds: -2}, {Prefix: "a\x00"}, {Timeout: -1},
+		{FaultRounds: -1}, {FaultEvery: -3}, {DeliveryDelay: -1}, {SearchTimeout: -1}} {
 		_, err := bad.WithDefaults()
 		assert.ErrorIs(t, err, guardtest.ErrInvalidConfig, "%+v", bad)
 	}

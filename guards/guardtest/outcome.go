@@ -21,6 +21,9 @@ import (
 // the reply in flight. WriteHeld returns what the guard returned, after
 // releasing the hold.
 //
+// CheckLinearizable calls WriteHeld from several goroutines at once, for
+// different resources: the hold must catch each call's own reply.
+//
 // Every guard whose commit is a request over a network should implement it;
 // in-process guards (memguard) cannot. The check is skipped, and logged,
 // for a Subject without it.

@@ -168,8 +168,11 @@ func (s *remoteSubject) WriteDelayed(ctx context.Context, r string, c fence.Clai
 	}
 	err := apply(ctx)
 	return func(ctx context.Context) error {
-		if s.report == reportReapplied {
+		switch s.report {
+		case reportReapplied:
 			_ = apply(ctx) // the store's verdict on the late copy reaches nobody
+		case reportStaleApplied:
+			return s.store.Put(ctx, r, c.Token, v) // past the guard: whatever the mark is now
 		}
 		return nil
 	}, err
