@@ -207,6 +207,13 @@ func (f *Fence) Policy(name string) Policy {
 // server.AddReceivingMiddleware(f.Middleware).
 func (f *Fence) Middleware(next mcp.MethodHandler) mcp.MethodHandler {
 	return func(ctx context.Context, method string, req mcp.Request) (mcp.Result, error) {
+		if method == "tools/list" {
+			res, err := next(ctx, method, req)
+			if lr, ok := res.(*mcp.ListToolsResult); ok && err == nil {
+				f.widenOutputSchemas(lr)
+			}
+			return res, err
+		}
 		ctr, ok := req.(*mcp.CallToolRequest)
 		if method != "tools/call" || !ok || ctr.Params == nil {
 			return next(ctx, method, req)
@@ -525,5 +532,31 @@ func (f *Fence) release(l *lease.Lease) {
 	defer cancel()
 	if _, err := l.Release(ctx); err != nil {
 		f.cfg.Logger.Warn("mcpfence: release failed (the Manager retries it)", "key", l.Key().String(), "run_id", l.RunID(), "err", err)
+	}
+}
+
+// refusalSchema is the JSON schema of a Refusal (the fields every one has).
+var refusalSchema = map[string]any{
+	"type":     "object",
+	"required": []any{"cause", "message"},
+	"properties": map[string]any{
+		"cause":   map[string]any{"type": "string"},
+		"message": map[string]any{"type": "string"},
+	},
+}
+
+// widenOutputSchemas lets the output schema of every fenced tool in a
+// tools/list result admit a Refusal as well: clients that validate an error
+// result's structured content against the tool's output schema (the
+// TypeScript SDK does) then accept a refusal. The server's tools are not
+// changed; lr gets copies.
+func (f *Fence) widenOutputSchemas(lr *mcp.ListToolsResult) {
+	for i, t := range lr.Tools {
+		if t == nil || t.OutputSchema == nil || f.Policy(t.Name) == Unfenced {
+			continue
+		}
+		tt := *t
+		tt.OutputSchema = map[string]any{"type": "object", "anyOf": []any{t.OutputSchema, refusalSchema}}
+		lr.Tools[i] = &tt
 	}
 }
