@@ -67,6 +67,10 @@ test/short: ## unit tests only: needs no service (with -short, tests and example
 demo: ## run the two-devices scenario end to end (picture: out/timeline.svg; DEMOFLAGS=--help for more)
 	@mkdir -p out; $(SERVICES); $(GO) run ./cmd/fence-demo --timeline out/timeline.svg $(DEMOFLAGS)
 
+.PHONY: demo-mcp
+demo-mcp: ## the two-devices story over MCP: two MCP clients of one conversation, the desktop's late call refused (examples/mcpserver)
+	@$(SERVICES); cd examples/mcpserver && DATABASE_URL="$$TEST_DATABASE_URL" $(GO) run . demo
+
 .PHONY: lint
 lint: ## gofmt, go vet and golangci-lint (pinned, installed on first use)
 	@out=$$(gofmt -l $$(git ls-files '*.go')); if [ -n "$$out" ]; then echo "gofmt needed:"; echo "$$out"; exit 1; fi
