@@ -306,14 +306,14 @@ func (f *Fence) call(ctx context.Context, policy Policy, req *mcp.CallToolReques
 		if refusal != nil {
 			return refuse(*refusal)
 		}
-		defer f.leaveRun(r, rm.end)
+		defer f.leaveRun(ctx, r, rm.end)
 	} else {
 		var refusal *Refusal
 		l, refusal = f.obtain(ctx, policy, req, key)
 		if refusal != nil {
 			return refuse(*refusal)
 		}
-		defer f.release(l)
+		defer f.release(ctx, l)
 	}
 	if span != nil {
 		span.SetAttributes(attribute.String(lease.AttrRunID, l.RunID().String()),
@@ -526,9 +526,10 @@ func (f *Fence) owner(key lease.Key) *Owner {
 	return ownerOf(o)
 }
 
-// release releases a per-call lease on a context of its own.
-func (f *Fence) release(l *lease.Lease) {
-	ctx, cancel := context.WithTimeout(context.Background(), f.cfg.ReleaseTimeout)
+// release releases l on a context of its own: ctx's values (its span) but
+// not its cancellation, bounded by ReleaseTimeout.
+func (f *Fence) release(ctx context.Context, l *lease.Lease) {
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), f.cfg.ReleaseTimeout)
 	defer cancel()
 	if _, err := l.Release(ctx); err != nil {
 		f.cfg.Logger.Warn("mcpfence: release failed (the Manager retries it)", "key", l.Key().String(), "run_id", l.RunID(), "err", err)

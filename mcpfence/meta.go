@@ -84,7 +84,7 @@ func FromMeta(name string) KeySource {
 		if !ok {
 			return "", &MetaError{Field: name, Reason: fmt.Sprintf("want a string, got %s", jsonType(v))}
 		}
-		return s, checkID(name, s, maxIDLen)
+		return validID(name, s, maxIDLen)
 	}
 }
 
@@ -103,7 +103,7 @@ func FromHeader(name string) KeySource {
 		case 0:
 			return "", ErrNoKey
 		case 1:
-			return vs[0], checkID(canon, vs[0], maxIDLen)
+			return validID(canon, vs[0], maxIDLen)
 		default:
 			return "", &MetaError{Field: canon, Reason: fmt.Sprintf("%d values, want one", len(vs))}
 		}
@@ -123,7 +123,7 @@ func FromSession(fn func(ss *mcp.ServerSession) string) KeySource {
 		if s == "" {
 			return "", ErrNoKey
 		}
-		return s, checkID("session", s, maxIDLen)
+		return validID("session", s, maxIDLen)
 	}
 }
 
@@ -184,6 +184,14 @@ func parseRun(req *mcp.CallToolRequest) (runMeta, error) {
 }
 
 const maxIDLen = lease.MaxIDLen
+
+// validID returns s when checkID admits it, and "" with its error otherwise.
+func validID(field, s string, max int) (string, error) {
+	if err := checkID(field, s, max); err != nil {
+		return "", err
+	}
+	return s, nil
+}
 
 func checkID(field, s string, max int) error {
 	switch {

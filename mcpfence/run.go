@@ -62,11 +62,11 @@ func (f *Fence) joinRun(ctx context.Context, policy Policy, req *mcp.CallToolReq
 	select {
 	case <-r.ready:
 	case <-ctx.Done():
-		f.leaveRun(r, false)
+		f.leaveRun(ctx, r, false)
 		return nil, nil, &Refusal{Cause: CauseCanceled, Message: "cancelled while the run's first call obtained the lease", Conversation: key.SessionID}
 	}
 	if r.fail != nil {
-		f.leaveRun(r, false)
+		f.leaveRun(ctx, r, false)
 		return nil, nil, r.fail
 	}
 	f.mu.Lock()
@@ -79,14 +79,14 @@ func (f *Fence) joinRun(ctx context.Context, policy Policy, req *mcp.CallToolReq
 		} else {
 			rf.Cause, rf.Message = CauseRunEnded, "the run has ended: start a new one"
 		}
-		f.leaveRun(r, false)
+		f.leaveRun(ctx, r, false)
 		return nil, nil, &rf
 	}
 	return r, r.l, nil
 }
 
 // leaveRun ends one call of r; end (MetaRunEnd) releases the run's lease.
-func (f *Fence) leaveRun(r *run, end bool) {
+func (f *Fence) leaveRun(ctx context.Context, r *run, end bool) {
 	f.mu.Lock()
 	r.calls--
 	r.lastUsed = time.Now()
@@ -96,7 +96,7 @@ func (f *Fence) leaveRun(r *run, end bool) {
 	}
 	f.mu.Unlock()
 	if release && r.l != nil {
-		f.release(r.l)
+		f.release(ctx, r.l)
 	}
 }
 
@@ -137,7 +137,7 @@ func (f *Fence) reap() {
 		}
 		f.mu.Unlock()
 		for _, r := range idle {
-			f.release(r.l)
+			f.release(context.Background(), r.l)
 		}
 	}
 }
