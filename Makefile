@@ -95,6 +95,10 @@ bench: ## run cmd/fence-bench against the real services (BENCH_QUICK=1: under 60
 	@scripts/install-pgbouncer.sh; scripts/install-ha.sh
 	@$(SERVICES); mkdir -p out; $(GO) run ./cmd/fence-bench -chart out/bench.svg $(BENCHFLAGS)
 
+.PHONY: bench-mcp
+bench-mcp: ## an MCP tool call over streamable HTTP: unfenced vs fenced per call vs a later call of a run (p50/p99; BENCHFLAGS=-n=1000)
+	@$(SERVICES); cd examples/mcpserver && DATABASE_URL="$$TEST_DATABASE_URL" $(GO) run . bench -schema mcpbench $(BENCHFLAGS)
+
 .PHONY: migrations
 migrations: ## regenerate the goose and golang-migrate files of sql/migrations
 	$(GO) generate ./sql/migrations
