@@ -3,7 +3,7 @@ module github.com/fencekit/fencekit/mcpfence
 go 1.26.0
 
 require (
-	github.com/fencekit/fencekit v0.0.0
+	github.com/fencekit/fencekit v0.1.0
 	go.opentelemetry.io/otel v1.47.0
 	go.opentelemetry.io/otel/sdk v1.47.0
 	go.opentelemetry.io/otel/trace v1.47.0

@@ -3,8 +3,8 @@ module github.com/fencekit/fencekit/examples/mcpserver
 go 1.26.0
 
 require (
-	github.com/fencekit/fencekit v0.0.0
-	github.com/fencekit/fencekit/mcpfence v0.0.0
+	github.com/fencekit/fencekit v0.1.0
+	github.com/fencekit/fencekit/mcpfence v0.1.0
 	github.com/google/uuid v1.6.0
 	github.com/jackc/pgx/v5 v5.12.0
 	github.com/modelcontextprotocol/go-sdk v1.8.0
