@@ -400,9 +400,10 @@ func (f *Fence) wait(ctx context.Context, req *mcp.CallToolRequest, key lease.Ke
 	defer cancel()
 	if token != nil && req.Session != nil {
 		start := time.Now()
+		holder, token0 := held.Holder, held.Token // the notifier's own copies: held is reused below
 		notify := func(n int) {
 			msg := fmt.Sprintf("waiting for the conversation: held by %s with token %d (%s so far)",
-				ownerName(held.Holder), held.Token, time.Since(start).Round(time.Millisecond))
+				ownerName(holder), token0, time.Since(start).Round(time.Millisecond))
 			_ = req.Session.NotifyProgress(wctx, &mcp.ProgressNotificationParams{ProgressToken: token, Message: msg, Progress: float64(n)})
 		}
 		notify(0)
@@ -427,8 +428,9 @@ func (f *Fence) wait(ctx context.Context, req *mcp.CallToolRequest, key lease.Ke
 	l, err = f.cfg.Manager.AcquireWait(wctx, key, opts...)
 	if err != nil && ctx.Err() == nil && errors.Is(err, context.DeadlineExceeded) {
 		// Waited MaxWait: report the holder the last attempt saw.
-		if errors.As(err, &held) {
-			return nil, held
+		var last *lease.HeldError
+		if errors.As(err, &last) {
+			return nil, last
 		}
 	}
 	return l, err

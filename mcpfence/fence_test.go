@@ -3,6 +3,7 @@ package mcpfence_test
 import (
 	"context"
 	"fmt"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -332,5 +333,57 @@ func TestTakeoverEndsHandlerCtx(t *testing.T) {
 	}
 	if refusal.Owner == nil || refusal.Owner.Holder != "browser" || refusal.Token == 0 || refusal.Owner.Token <= refusal.Token {
 		t.Errorf("refusal %+v (owner %+v)", refusal, refusal.Owner)
+	}
+}
+
+// TestWaitTimesOutHeld: a Wait call waits at most MaxWait, sending progress
+// notifications that name the holder, then is refused as held, naming it.
+func TestWaitTimesOutHeld(t *testing.T) {
+	h := newHarness(t, mcpfence.Config{MaxWait: 400 * time.Millisecond, ProgressEvery: 50 * time.Millisecond,
+		Tools: map[string]mcpfence.Policy{"write": mcpfence.Wait}}, lease.Config{})
+	key := lease.Key{AccountID: "acme", SessionID: "c1"}
+	l, err := h.m.Acquire(t.Context(), key, lease.WithHolder("phone"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Release(context.WithoutCancel(t.Context())) //nolint:errcheck // test teardown
+
+	var mu sync.Mutex
+	var msgs []string
+	ct, st := mcp.NewInMemoryTransports()
+	ss, err := h.server.Connect(t.Context(), st, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cs, err := mcp.NewClient(&mcp.Implementation{Name: "desktop", Version: "v0"}, &mcp.ClientOptions{
+		ProgressNotificationHandler: func(_ context.Context, req *mcp.ProgressNotificationClientRequest) {
+			mu.Lock()
+			msgs = append(msgs, req.Params.Message)
+			mu.Unlock()
+		}}).Connect(t.Context(), ct, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { cs.Close(); ss.Wait() }() //nolint:errcheck // test teardown
+
+	p := &mcp.CallToolParams{Name: "write", Meta: mcp.Meta{mcpfence.MetaConversation: "c1"}}
+	p.SetProgressToken("w")
+	start := time.Now()
+	res, err := cs.CallTool(t.Context(), p)
+	waited := time.Since(start)
+	r, ok := mcpfence.RefusalFrom(res)
+	if err != nil || !ok || r.Cause != mcpfence.CauseHeld || r.Owner == nil || r.Owner.Holder != "phone" || r.Owner.Token != l.Token() {
+		t.Fatalf("after MaxWait: %+v (owner %+v), %v", r, r.Owner, err)
+	}
+	if waited < 400*time.Millisecond {
+		t.Errorf("refused after %s, before MaxWait", waited)
+	}
+	if h.calls.Load() != 0 {
+		t.Errorf("the tool ran %d times", h.calls.Load())
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	if len(msgs) < 2 || !strings.Contains(msgs[0], `"phone"`) {
+		t.Errorf("progress notifications %q: want several, naming the holder", msgs)
 	}
 }
