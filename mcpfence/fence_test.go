@@ -2,6 +2,7 @@ package mcpfence_test
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"strings"
 	"sync"
@@ -54,7 +55,7 @@ func newHarness(t *testing.T, cfg mcpfence.Config, mcfg lease.Config) *harness {
 		cfg.Account = mcpfence.Fixed("acme")
 	}
 	if cfg.Tools == nil {
-		cfg.Tools = map[string]mcpfence.Policy{"write": mcpfence.Acquire, "take": mcpfence.ContinueHere, "read": mcpfence.Unfenced}
+		cfg.Tools = map[string]mcpfence.Policy{"write": mcpfence.Acquire, "take": mcpfence.ContinueHere, "read": mcpfence.Unfenced, "fail": mcpfence.Acquire}
 	}
 	if h.f, err = mcpfence.New(cfg); err != nil {
 		t.Fatal(err)
@@ -94,6 +95,22 @@ func newHarness(t *testing.T, cfg mcpfence.Config, mcfg lease.Config) *harness {
 	}
 	mcp.AddTool(h.server, &mcp.Tool{Name: "write"}, tool)
 	mcp.AddTool(h.server, &mcp.Tool{Name: "take"}, tool)
+	mcp.AddTool(h.server, &mcp.Tool{Name: "fail"}, func(ctx context.Context, _ *mcp.CallToolRequest, a struct {
+		Kind string `json:"kind"`
+	}) (*mcp.CallToolResult, map[string]any, error) {
+		claim, err := fence.ClaimFromContext(ctx)
+		if err != nil {
+			return nil, nil, err
+		}
+		switch a.Kind {
+		case "outcome_unknown":
+			return nil, nil, fence.OutcomeUnknown(ctx, "test: commit", "r1", errors.New("connection reset"))
+		case "stale":
+			return nil, nil, fmt.Errorf("writing: %w", &fence.StaleError{Resource: "r1", Presented: claim.Token, Highest: claim.Token + 5})
+		default:
+			return nil, nil, errors.New("the tool's own failure")
+		}
+	})
 	mcp.AddTool(h.server, &mcp.Tool{Name: "read"}, func(ctx context.Context, _ *mcp.CallToolRequest, _ in) (*mcp.CallToolResult, map[string]any, error) {
 		_, err := fence.ClaimFromContext(ctx)
 		return nil, map[string]any{"has_claim": err == nil}, nil
@@ -385,5 +402,31 @@ func TestWaitTimesOutHeld(t *testing.T) {
 	defer mu.Unlock()
 	if len(msgs) < 2 || !strings.Contains(msgs[0], `"phone"`) {
 		t.Errorf("progress notifications %q: want several, naming the holder", msgs)
+	}
+}
+
+// TestToolErrorsClassified: a guard's typed errors from inside the tool
+// become refusals with their details; the tool's own errors stay its own.
+func TestToolErrorsClassified(t *testing.T) {
+	h := newHarness(t, mcpfence.Config{}, lease.Config{})
+	cs := h.client("desktop")
+	res, err := call(t.Context(), cs, "fail", "c1", "", false, map[string]any{"kind": "outcome_unknown"})
+	r, ok := mcpfence.RefusalFrom(res)
+	if err != nil || !ok || r.Cause != mcpfence.CauseOutcomeUnknown || r.Resource != "r1" || r.Token == 0 {
+		t.Errorf("outcome unknown: %+v, %v", r, err)
+	}
+	res, err = call(t.Context(), cs, "fail", "c1", "", false, map[string]any{"kind": "stale"})
+	r, ok = mcpfence.RefusalFrom(res)
+	if err != nil || !ok || r.Cause != mcpfence.CauseStale || r.Presented == 0 || r.Highest != r.Presented+5 || r.Resource != "r1" {
+		t.Errorf("stale: %+v, %v", r, err)
+	}
+	res, err = call(t.Context(), cs, "fail", "c1", "", false, map[string]any{"kind": "plain"})
+	if _, ok := mcpfence.RefusalFrom(res); ok || err != nil || !res.IsError {
+		t.Errorf("the tool's own error: %v %v", res, err)
+	} else if txt := res.Content[0].(*mcp.TextContent).Text; txt != "the tool's own failure" {
+		t.Errorf("the tool's own error text: %q", txt)
+	}
+	if o, err := h.m.Inspect(t.Context(), lease.Key{AccountID: "acme", SessionID: "c1"}); err != nil || o.State != lease.StateReleased {
+		t.Errorf("after failed calls: %v, %v (want released)", o.State, err)
 	}
 }
