@@ -41,7 +41,11 @@
 // CauseUnavailable), the call's token and, when known, the conversation's
 // Owner (holder label, token, run id, whether it still holds). A successful
 // fenced call's result carries a LeaseInfo in its _meta under MetaLease.
-// RefusalFrom decodes a Refusal on the client side.
+// RefusalFrom decodes a Refusal on the client side. The Middleware's
+// tools/list result advertises each fenced tool's output schema as "the
+// tool's schema or a Refusal" (anyOf), so that clients that validate an
+// error result's structured content (the TypeScript SDK does) accept
+// refusals; the server's own tools are not changed.
 //
 // # Guaranteed
 //
