@@ -67,6 +67,10 @@ test/short: ## unit tests only: needs no service (with -short, tests and example
 demo: ## run the two-devices scenario end to end (picture: out/timeline.svg; DEMOFLAGS=--help for more)
 	@mkdir -p out; $(SERVICES); $(GO) run ./cmd/fence-demo --timeline out/timeline.svg $(DEMOFLAGS)
 
+.PHONY: demo-mcp
+demo-mcp: ## the two-devices story over MCP: two MCP clients of one conversation, the desktop's late call refused (examples/mcpserver)
+	@$(SERVICES); cd examples/mcpserver && DATABASE_URL="$$TEST_DATABASE_URL" $(GO) run . demo
+
 .PHONY: lint
 lint: ## gofmt, go vet and golangci-lint (pinned, installed on first use)
 	@out=$$(gofmt -l $$(git ls-files '*.go')); if [ -n "$$out" ]; then echo "gofmt needed:"; echo "$$out"; exit 1; fi
@@ -90,6 +94,10 @@ chaos: ## chaos soak: CHAOS_DURATION=10m (default 5m), CHAOS_SEED=, CHAOS_FAULTS
 bench: ## run cmd/fence-bench against the real services (BENCH_QUICK=1: under 60 s; BENCHFLAGS=-only=lease_cycle); chart in out/bench.svg
 	@scripts/install-pgbouncer.sh; scripts/install-ha.sh
 	@$(SERVICES); mkdir -p out; $(GO) run ./cmd/fence-bench -chart out/bench.svg $(BENCHFLAGS)
+
+.PHONY: bench-mcp
+bench-mcp: ## an MCP tool call over streamable HTTP: unfenced vs fenced per call vs a later call of a run (p50/p99; BENCHFLAGS=-n=1000)
+	@$(SERVICES); cd examples/mcpserver && DATABASE_URL="$$TEST_DATABASE_URL" $(GO) run . bench -schema mcpbench $(BENCHFLAGS)
 
 .PHONY: migrations
 migrations: ## regenerate the goose and golang-migrate files of sql/migrations

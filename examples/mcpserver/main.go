@@ -1,0 +1,154 @@
+// Command mcpserver is an MCP server whose side-effecting tools are fenced
+// with fencekit leases (package mcpfence): notes of a conversation, written
+// as PostgreSQL rows through pgguard and as a file through fileguard. Two
+// devices (MCP clients) of one conversation cannot both write: "continue
+// here" on one ends the other's run, whose late writes the guards refuse.
+//
+//	DATABASE_URL=postgres://postgres@127.0.0.1:5432/test go run . -http 127.0.0.1:8808
+//	DATABASE_URL=... go run . -user alice          # stdio, for a client that starts it
+//	DATABASE_URL=... go run . demo                 # two clients, one conversation (make demo-mcp)
+//	DATABASE_URL=... go run . bench -n 300         # fenced vs unfenced tool call (make bench-mcp)
+//
+// Over HTTP the bearer token is the user's name (a stand-in for real
+// auth); -members says which accounts each user belongs to.
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"log"
+	"log/slog"
+	"net"
+	"net/http"
+	"os"
+	"os/signal"
+	"strings"
+	"syscall"
+	"time"
+
+	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/modelcontextprotocol/go-sdk/auth"
+	"github.com/modelcontextprotocol/go-sdk/mcp"
+)
+
+func main() {
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	if err := run(ctx, os.Args[1:], os.Stdin, os.Stdout, os.Stderr); err != nil {
+		log.Fatal(err)
+	}
+}
+
+func run(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io.Writer) error {
+	var sub string
+	if len(args) > 0 && (args[0] == "demo" || args[0] == "bench") {
+		sub, args = args[0], args[1:]
+	}
+	fs := flag.NewFlagSet("mcpserver", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	httpAddr := fs.String("http", "", "serve streamable HTTP on this address (default: stdio)")
+	schema := fs.String("schema", "mcpnotes", "PostgreSQL schema of fencekit's tables and the notes")
+	dir := fs.String("dir", "", "directory of the fileguard files (default: a new temporary directory)")
+	members := fs.String("members", "alice=acme,bob=acme,mallory=other", "user=account,... memberships")
+	user := fs.String("user", "alice", "stdio: the user this process runs for")
+	ttl := fs.Duration("ttl", 0, "lease TTL (0: fencekit's default)")
+	benchN := fs.Int("n", 300, "bench: calls of each case")
+	if err := fs.Parse(args); err != nil {
+		return err
+	}
+	url := os.Getenv("DATABASE_URL")
+	if url == "" {
+		url = os.Getenv("TEST_DATABASE_URL")
+	}
+	if url == "" {
+		return errors.New("set DATABASE_URL")
+	}
+	if *dir == "" {
+		d, err := os.MkdirTemp("", "mcpnotes-")
+		if err != nil {
+			return err
+		}
+		defer os.RemoveAll(d) //nolint:errcheck // best effort
+		*dir = d
+	}
+	ms, err := parseMembers(*members)
+	if err != nil {
+		return err
+	}
+	pool, err := pgxpool.New(ctx, url)
+	if err != nil {
+		return err
+	}
+	defer pool.Close()
+	if sub == "bench" {
+		return runBench(ctx, pool, *schema, *benchN, stdout)
+	}
+	logger := slog.New(slog.NewTextHandler(stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))
+	notes, err := NewNotes(ctx, pool, Options{Schema: *schema, Dir: *dir, Members: ms, User: *user, TTL: *ttl, Logger: logger})
+	if err != nil {
+		return err
+	}
+	defer notes.Close() //nolint:errcheck // shutdown
+
+	switch {
+	case sub == "demo":
+		return runDemo(ctx, notes, stdout)
+	case *httpAddr != "":
+		ln, err := net.Listen("tcp", *httpAddr)
+		if err != nil {
+			return err
+		}
+		fmt.Fprintf(stdout, "listening on http://%s/mcp\n", ln.Addr())
+		srv := &http.Server{Handler: notes.HTTPHandler(), ReadHeaderTimeout: 10 * time.Second}
+		go func() {
+			<-ctx.Done()
+			sctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+			defer cancel()
+			srv.Shutdown(sctx) //nolint:errcheck,contextcheck // shutdown
+		}()
+		if err := srv.Serve(ln); !errors.Is(err, http.ErrServerClosed) {
+			return err
+		}
+		return nil
+	default:
+		return notes.Server().Run(ctx, &mcp.IOTransport{Reader: io.NopCloser(stdin), Writer: nopWriteCloser{stdout}})
+	}
+}
+
+// HTTPHandler serves the notes over streamable HTTP at /mcp, behind bearer
+// auth: the token names the user (a stand-in for an OAuth verifier).
+func (n *Notes) HTTPHandler() http.Handler {
+	server := n.Server()
+	h := mcp.NewStreamableHTTPHandler(func(*http.Request) *mcp.Server { return server }, nil)
+	verify := func(_ context.Context, token string, _ *http.Request) (*auth.TokenInfo, error) {
+		if token == "" {
+			return nil, auth.ErrInvalidToken
+		}
+		return &auth.TokenInfo{UserID: token, Expiration: time.Now().Add(time.Hour)}, nil
+	}
+	mux := http.NewServeMux()
+	mux.Handle("/mcp", auth.RequireBearerToken(verify, nil)(h))
+	return mux
+}
+
+type nopWriteCloser struct{ io.Writer }
+
+func (nopWriteCloser) Close() error { return nil }
+
+func parseMembers(s string) (map[string][]string, error) {
+	out := map[string][]string{}
+	for _, p := range strings.Split(s, ",") {
+		if p == "" {
+			continue
+		}
+		u, a, ok := strings.Cut(p, "=")
+		if !ok || u == "" || a == "" {
+			return nil, fmt.Errorf("-members: %q is not user=account", p)
+		}
+		out[u] = append(out[u], a)
+	}
+	return out, nil
+}

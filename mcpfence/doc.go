@@ -1,0 +1,86 @@
+// Package mcpfence fences the tool calls of a Model Context Protocol server
+// (the official Go SDK, github.com/modelcontextprotocol/go-sdk) with
+// fencekit leases: a side-effecting tool runs only while its call holds the
+// lease of its conversation, and its handler's ctx carries the lease's claim,
+// so every fencekit guard works inside the tool unchanged.
+//
+// A Fence (New with a Config) is installed as receiving middleware:
+//
+//	f, err := mcpfence.New(mcpfence.Config{
+//		Manager: manager,                                  // a *lease.Manager
+//		Account: mcpfence.FromMeta(mcpfence.MetaAccount),  // or from the server's auth
+//		Authorize: isMember,                               // the membership check
+//		Tools: map[string]mcpfence.Policy{"read": mcpfence.Unfenced, "write": mcpfence.ContinueHere},
+//	})
+//	server.AddReceivingMiddleware(f.Middleware)
+//
+// For each tools/call of a fenced tool the Fence, in this order: finds the
+// conversation (Config.Conversation: the _meta key MetaConversation by
+// default, or an HTTP header, or a function of the MCP session) and the
+// account (Config.Account); runs Config.Authorize; obtains the lease of
+// lease.Key{AccountID: account, SessionID: conversation} by the tool's Policy
+// (Acquire, Wait, ContinueHere) or joins the call's run (MetaRun); calls the
+// tool with a ctx that has the request's values and cancellation, the
+// lease's claim (fence.ClaimFromContext) and ends, with the lease's cause,
+// when the lease ends; releases a per-call lease when the tool returns (a
+// run's lease when a call presents MetaRunEnd, when the run was idle for
+// Config.RunIdle, or at Close).
+//
+// A lease spans one call, or a run of calls: a client that sends the same
+// MetaRun id with several calls of one MCP session has them run under the
+// one lease (one token) its first call obtained. Only the first call's
+// Policy is used; a run is bound to its conversation and MCP session.
+//
+// # What the client sees
+//
+// A refused or stopped call is never a transport error: it is a tool result
+// with isError set, a text content for models and people, and structured
+// content, a Refusal, naming the cause (CauseTakenOver, CauseStale,
+// CauseHeld, CauseOutcomeUnknown, CauseLost, CauseRunEnded,
+// CauseUnauthorized, CauseNoKey, CauseInvalidMeta, CauseCanceled,
+// CauseUnavailable), the call's token and, when known, the conversation's
+// Owner (holder label, token, run id, whether it still holds). A successful
+// fenced call's result carries a LeaseInfo in its _meta under MetaLease.
+// RefusalFrom decodes a Refusal on the client side. The Middleware's
+// tools/list result advertises each fenced tool's output schema as "the
+// tool's schema or a Refusal" (anyOf), so that clients that validate an
+// error result's structured content (the TypeScript SDK does) accept
+// refusals; the server's own tools are not changed.
+//
+// # Guaranteed
+//
+//   - Nothing of a fenced tool runs without the lease: the handler is
+//     called only after the grant, and its ctx ends when the lease ends
+//     (taken over, lost, trust deadline passed, released).
+//   - Authorize before competing: a call without a key, with malformed
+//     _meta (wrong JSON type, empty, longer than lease.MaxIDLen or
+//     MaxRunIDLen, invalid UTF-8), or refused by Config.Authorize sends no
+//     lease statement and runs nothing.
+//   - The claim in the handler's ctx is the lease's (token, run id, key's
+//     scope): guards refuse the writes of a displaced run once the new
+//     holder has written, and the Refusal says so (CauseStale, with both
+//     tokens).
+//   - A per-call lease is released when the handler returns, however it
+//     returns, also when the call was cancelled (notifications/cancelled
+//     cancels the handler's ctx): the release runs on a context of its own
+//     bounded by Config.ReleaseTimeout. A release that fails is retried by
+//     the Manager (lease package).
+//   - A Wait call sends a progress notification (naming the holder) at once
+//     and every Config.ProgressEvery while it waits, when the client asked
+//     for progress; it waits at most Config.MaxWait.
+//   - With Config.TracerProvider each fenced call is one SpanToolCall; the
+//     lease's spans and the guards' spans of the tool's writes are its
+//     children (the lease's and guards' metrics are theirs, unchanged).
+//
+// # Not guaranteed
+//
+//   - Mutual exclusion of effects outside guards: a displaced tool whose
+//     handler ignores its ctx keeps running; only guarded writes are
+//     refused (see the lease package).
+//   - That the client sees a cancelled call's result: MCP drops it.
+//   - Run ids are chosen by clients and bound to the MCP session that began
+//     the run; they are not secrets, and a run survives no server restart
+//     (its lease then expires after its TTL).
+//   - The Owner named in a Refusal is the database's answer when the
+//     refusal was built; it may have changed since.
+package mcpfence

@@ -1,0 +1,565 @@
+package mcpfence
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"sync"
+	"time"
+
+	"github.com/modelcontextprotocol/go-sdk/mcp"
+	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/codes"
+	"go.opentelemetry.io/otel/trace"
+
+	"github.com/fencekit/fencekit/fence"
+	"github.com/fencekit/fencekit/lease"
+)
+
+// Policy says how a tool's call obtains the conversation's lease.
+type Policy uint8
+
+const (
+	// Acquire takes the lease if it is free and refuses the call with
+	// CauseHeld (naming the holder) when another run holds it. It is the
+	// default for tools Config.Tools does not name.
+	Acquire Policy = iota + 1
+	// Wait waits for the lease (lease.Manager.AcquireWait) for at most
+	// Config.MaxWait, sending a progress notification every
+	// Config.ProgressEvery when the call asked for progress; then CauseHeld.
+	Wait
+	// ContinueHere takes the lease over (lease.Manager.Takeover): the
+	// newest device wins, and the run that held it is told at once (its
+	// calls' ctx ends with lease.ErrTakenOver, they return CauseTakenOver).
+	ContinueHere
+	// Unfenced runs the tool without a lease and without reading any key:
+	// for read-only tools. A server opts in per tool.
+	Unfenced
+)
+
+func (p Policy) String() string {
+	switch p {
+	case Acquire:
+		return "acquire"
+	case Wait:
+		return "wait"
+	case ContinueHere:
+		return "continue_here"
+	case Unfenced:
+		return "unfenced"
+	default:
+		return fmt.Sprintf("Policy(%d)", uint8(p))
+	}
+}
+
+// Defaults of Config.
+const (
+	DefaultMaxWait        = 30 * time.Second
+	DefaultProgressEvery  = time.Second
+	DefaultRunIdle        = 2 * time.Minute
+	DefaultReleaseTimeout = 5 * time.Second
+)
+
+// SpanToolCall is the span of one fenced tool call, from the key lookup to
+// the release; the lease's spans (acquire, takeover, release) and the
+// guards' spans of the tool's writes are its children.
+const SpanToolCall = "fencekit.mcp.tool_call"
+
+// Span attribute keys of SpanToolCall (with lease.AttrAccountID,
+// lease.AttrSessionID, lease.AttrRunID, lease.AttrToken, lease.AttrHolder).
+const (
+	AttrTool    = "fencekit.mcp.tool"
+	AttrPolicy  = "fencekit.mcp.policy"
+	AttrRun     = "fencekit.mcp.run"     // the MetaRun id
+	AttrOutcome = "fencekit.mcp.outcome" // "ok", "tool_error" or a Cause*
+)
+
+// Config configures a Fence. Manager and Account are required.
+type Config struct {
+	// Manager grants the conversations' leases.
+	Manager *lease.Manager
+	// Conversation finds a call's conversation, the SessionID of its
+	// lease.Key. Default FromMeta(MetaConversation).
+	Conversation KeySource
+	// Account finds the account, the AccountID of the key: from the
+	// server's auth (req.Extra.TokenInfo over HTTP), from the request
+	// (FromMeta(MetaAccount)) or fixed (Fixed). Required.
+	Account KeySource
+	// Authorize is the membership check: it runs for every fenced call,
+	// after the key is known and before any lease statement, and a non-nil
+	// error refuses the call with CauseUnauthorized. Nil admits every
+	// caller (the Manager's own Authorizer, if any, still runs).
+	Authorize func(ctx context.Context, req *mcp.CallToolRequest, key lease.Key) error
+	// Holder labels the grants (lease.WithHolder): the name clients see in
+	// Owner. Default: the client's name from its initialize request.
+	Holder func(ctx context.Context, req *mcp.CallToolRequest) string
+	// Tools maps tool names to their policy; Default applies to the others.
+	Tools map[string]Policy
+	// Default is the policy of tools Tools does not name. Zero: Acquire.
+	Default Policy
+	// MaxWait bounds a Wait call's wait. Default DefaultMaxWait.
+	MaxWait time.Duration
+	// ProgressEvery is the period of a Wait call's progress notifications.
+	// Default DefaultProgressEvery.
+	ProgressEvery time.Duration
+	// RunIdle releases a run's lease when none of its calls ran for this
+	// long. Default DefaultRunIdle.
+	RunIdle time.Duration
+	// ReleaseTimeout bounds each release, which runs on a context of its
+	// own (not the possibly cancelled call's). Default DefaultReleaseTimeout.
+	ReleaseTimeout time.Duration
+	// TracerProvider records one SpanToolCall per fenced call. Nil: none.
+	TracerProvider trace.TracerProvider
+	// Logger receives a Warn record for a release that failed. Nil discards.
+	Logger *slog.Logger
+}
+
+// Fence fences the tool calls of MCP servers: install Middleware with
+// mcp.Server.AddReceivingMiddleware. It is safe for concurrent use, also by
+// several servers (one per streamable-HTTP session, say). Close stops it.
+type Fence struct {
+	cfg    Config
+	tracer trace.Tracer
+
+	mu     sync.Mutex
+	runs   map[string]*run
+	closed bool
+
+	stop chan struct{}
+	done chan struct{}
+}
+
+// New validates cfg, fills its defaults and starts the Fence's reaper of
+// idle runs (stopped by Close).
+func New(cfg Config) (*Fence, error) {
+	if cfg.Manager == nil {
+		return nil, errors.New("mcpfence: Config.Manager is required")
+	}
+	if cfg.Account == nil {
+		return nil, errors.New("mcpfence: Config.Account is required")
+	}
+	for name, p := range cfg.Tools {
+		if p < Acquire || p > Unfenced {
+			return nil, fmt.Errorf("mcpfence: Config.Tools[%q]: invalid policy %d", name, p)
+		}
+	}
+	if cfg.Default == 0 {
+		cfg.Default = Acquire
+	} else if cfg.Default > Unfenced {
+		return nil, fmt.Errorf("mcpfence: Config.Default: invalid policy %d", cfg.Default)
+	}
+	if cfg.Conversation == nil {
+		cfg.Conversation = FromMeta(MetaConversation)
+	}
+	if cfg.Holder == nil {
+		cfg.Holder = clientName
+	}
+	if cfg.MaxWait <= 0 {
+		cfg.MaxWait = DefaultMaxWait
+	}
+	if cfg.ProgressEvery <= 0 {
+		cfg.ProgressEvery = DefaultProgressEvery
+	}
+	if cfg.RunIdle <= 0 {
+		cfg.RunIdle = DefaultRunIdle
+	}
+	if cfg.ReleaseTimeout <= 0 {
+		cfg.ReleaseTimeout = DefaultReleaseTimeout
+	}
+	if cfg.Logger == nil {
+		cfg.Logger = slog.New(slog.DiscardHandler)
+	}
+	f := &Fence{cfg: cfg, runs: map[string]*run{}, stop: make(chan struct{}), done: make(chan struct{})}
+	if cfg.TracerProvider != nil {
+		f.tracer = cfg.TracerProvider.Tracer("github.com/fencekit/fencekit")
+	}
+	go f.reap()
+	return f, nil
+}
+
+// clientName is the default Holder: the name the client gave at initialize.
+func clientName(_ context.Context, req *mcp.CallToolRequest) string {
+	if req.Session == nil {
+		return ""
+	}
+	p := req.Session.InitializeParams()
+	if p == nil || p.ClientInfo == nil {
+		return ""
+	}
+	name := p.ClientInfo.Name
+	if lease.ValidateHolder(name) != nil {
+		return ""
+	}
+	return name
+}
+
+// Policy returns the policy of the tool named name.
+func (f *Fence) Policy(name string) Policy {
+	if p, ok := f.cfg.Tools[name]; ok {
+		return p
+	}
+	return f.cfg.Default
+}
+
+// Middleware fences every tools/call the server receives according to the
+// tool's Policy and passes every other request through. Install it with
+// server.AddReceivingMiddleware(f.Middleware).
+func (f *Fence) Middleware(next mcp.MethodHandler) mcp.MethodHandler {
+	return func(ctx context.Context, method string, req mcp.Request) (mcp.Result, error) {
+		if method == "tools/list" {
+			res, err := next(ctx, method, req)
+			if lr, ok := res.(*mcp.ListToolsResult); ok && err == nil {
+				f.widenOutputSchemas(lr)
+			}
+			return res, err
+		}
+		ctr, ok := req.(*mcp.CallToolRequest)
+		if method != "tools/call" || !ok || ctr.Params == nil {
+			return next(ctx, method, req)
+		}
+		policy := f.Policy(ctr.Params.Name)
+		if policy == Unfenced {
+			return next(ctx, method, req)
+		}
+		return f.call(ctx, policy, ctr, func(ctx context.Context) (mcp.Result, error) { return next(ctx, method, req) })
+	}
+}
+
+// Close stops the reaper and releases the leases of the runs still open.
+// Calls still running keep their leases until they return. It is
+// idempotent.
+func (f *Fence) Close() error {
+	f.mu.Lock()
+	if f.closed {
+		f.mu.Unlock()
+		<-f.done
+		return nil
+	}
+	f.closed = true
+	runs := f.runs
+	f.runs = map[string]*run{}
+	f.mu.Unlock()
+	close(f.stop)
+	<-f.done
+	var errs []error
+	for _, r := range runs {
+		if err := f.releaseRun(r); err != nil {
+			errs = append(errs, err)
+		}
+	}
+	return errors.Join(errs...)
+}
+
+// call runs one fenced tool call.
+func (f *Fence) call(ctx context.Context, policy Policy, req *mcp.CallToolRequest, next func(context.Context) (mcp.Result, error)) (res mcp.Result, err error) {
+	tool := req.Params.Name
+	var span trace.Span
+	if f.tracer != nil {
+		ctx, span = f.tracer.Start(ctx, SpanToolCall, trace.WithSpanKind(trace.SpanKindServer),
+			trace.WithAttributes(attribute.String(AttrTool, tool), attribute.String(AttrPolicy, policy.String())))
+		defer func() {
+			outcome := "ok"
+			if r, ok := res.(*mcp.CallToolResult); ok && r != nil && r.IsError {
+				outcome = "tool_error"
+				var re *RefusalError
+				if errors.As(r.GetError(), &re) {
+					outcome = re.Refusal.Cause
+				}
+			}
+			if err != nil {
+				outcome = "error"
+				span.SetStatus(codes.Error, err.Error())
+			}
+			span.SetAttributes(attribute.String(AttrOutcome, outcome))
+			span.End()
+		}()
+	}
+	refuse := func(r Refusal) (mcp.Result, error) {
+		r.Tool = tool
+		return r.result(), nil
+	}
+
+	key, rm, refusal := f.key(ctx, req)
+	if refusal != nil {
+		return refuse(*refusal)
+	}
+	if span != nil {
+		span.SetAttributes(attribute.String(lease.AttrAccountID, key.AccountID), attribute.String(lease.AttrSessionID, key.SessionID))
+		if rm.id != "" {
+			span.SetAttributes(attribute.String(AttrRun, rm.id))
+		}
+	}
+	if f.cfg.Authorize != nil {
+		if aerr := f.cfg.Authorize(ctx, req, key); aerr != nil {
+			return refuse(Refusal{Cause: CauseUnauthorized, Message: aerr.Error(), Conversation: key.SessionID})
+		}
+	}
+
+	var (
+		l *lease.Lease
+		r *run
+	)
+	if rm.id != "" {
+		var refusal *Refusal
+		r, l, refusal = f.joinRun(ctx, policy, req, key, rm.id)
+		if refusal != nil {
+			return refuse(*refusal)
+		}
+		defer f.leaveRun(ctx, r, rm.end)
+	} else {
+		var refusal *Refusal
+		l, refusal = f.obtain(ctx, policy, req, key)
+		if refusal != nil {
+			return refuse(*refusal)
+		}
+		defer f.release(ctx, l)
+	}
+	if span != nil {
+		span.SetAttributes(attribute.String(lease.AttrRunID, l.RunID().String()),
+			attribute.Int64(lease.AttrToken, int64(l.Token())), attribute.String(lease.AttrHolder, l.Holder()))
+	}
+
+	// The handler's ctx: this request's values and cancellation, the lease's
+	// claim, and the lease's end (with its cause).
+	hctx, cancel := context.WithCancelCause(fence.WithClaim(ctx, fence.Claim{Token: l.Token(), Run: l.RunID().String(), Scope: key.Scope()}))
+	defer cancel(nil)
+	stopAfter := context.AfterFunc(l.Context(), func() { cancel(context.Cause(l.Context())) })
+	defer stopAfter()
+
+	res, err = next(hctx)
+	info := LeaseInfo{Conversation: key.SessionID, Token: l.Token(), Holder: l.Holder(), RunID: l.RunID().String(), Run: rm.id}
+	return f.classify(ctx, hctx, l, info, tool, res, err)
+}
+
+// key reads a call's key and run metadata.
+func (f *Fence) key(ctx context.Context, req *mcp.CallToolRequest) (lease.Key, runMeta, *Refusal) {
+	conv, err := f.cfg.Conversation(ctx, req)
+	if err != nil {
+		return lease.Key{}, runMeta{}, metaRefusal(err, "conversation")
+	}
+	acct, err := f.cfg.Account(ctx, req)
+	if err != nil {
+		if errors.Is(err, ErrNoKey) || errors.Is(err, ErrInvalidMeta) {
+			return lease.Key{}, runMeta{}, metaRefusal(err, "account")
+		}
+		return lease.Key{}, runMeta{}, &Refusal{Cause: CauseUnauthorized, Message: err.Error(), Conversation: conv}
+	}
+	key := lease.Key{AccountID: acct, SessionID: conv}
+	if err := key.Validate(); err != nil {
+		return key, runMeta{}, &Refusal{Cause: CauseInvalidMeta, Message: err.Error()}
+	}
+	rm, err := parseRun(req)
+	if err != nil {
+		return key, rm, &Refusal{Cause: CauseInvalidMeta, Message: err.Error(), Conversation: conv}
+	}
+	return key, rm, nil
+}
+
+func metaRefusal(err error, what string) *Refusal {
+	if errors.Is(err, ErrNoKey) {
+		return &Refusal{Cause: CauseNoKey, Message: fmt.Sprintf("the call names no %s (this tool is fenced: set _meta %q)", what, MetaConversation)}
+	}
+	return &Refusal{Cause: CauseInvalidMeta, Message: err.Error()}
+}
+
+// obtain gets key's lease according to policy.
+func (f *Fence) obtain(ctx context.Context, policy Policy, req *mcp.CallToolRequest, key lease.Key) (*lease.Lease, *Refusal) {
+	opts := []lease.Option{}
+	if h := f.cfg.Holder(ctx, req); h != "" {
+		opts = append(opts, lease.WithHolder(h))
+	}
+	var (
+		l   *lease.Lease
+		err error
+	)
+	switch policy {
+	case ContinueHere:
+		l, err = f.cfg.Manager.Takeover(ctx, key, opts...)
+	case Wait:
+		l, err = f.wait(ctx, req, key, opts)
+	default:
+		l, err = f.cfg.Manager.Acquire(ctx, key, opts...)
+	}
+	if err == nil {
+		return l, nil
+	}
+	return nil, f.leaseRefusal(ctx, key, err)
+}
+
+// wait is the Wait policy: one Acquire, then (when held) AcquireWait for at
+// most MaxWait with progress notifications naming the holder.
+func (f *Fence) wait(ctx context.Context, req *mcp.CallToolRequest, key lease.Key, opts []lease.Option) (*lease.Lease, error) {
+	l, err := f.cfg.Manager.Acquire(ctx, key, opts...)
+	var held *lease.HeldError
+	if !errors.As(err, &held) {
+		return l, err
+	}
+	token := req.Params.GetProgressToken()
+	wctx, cancel := context.WithTimeout(ctx, f.cfg.MaxWait)
+	defer cancel()
+	if token != nil && req.Session != nil {
+		start := time.Now()
+		holder, token0 := held.Holder, held.Token // the notifier's own copies: held is reused below
+		notify := func(n int) {
+			msg := fmt.Sprintf("waiting for the conversation: held by %s with token %d (%s so far)",
+				ownerName(holder), token0, time.Since(start).Round(time.Millisecond))
+			_ = req.Session.NotifyProgress(wctx, &mcp.ProgressNotificationParams{ProgressToken: token, Message: msg, Progress: float64(n)})
+		}
+		notify(0)
+		stopped := make(chan struct{})
+		var wg sync.WaitGroup
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			t := time.NewTicker(f.cfg.ProgressEvery)
+			defer t.Stop()
+			for n := 1; ; n++ {
+				select {
+				case <-t.C:
+					notify(n)
+				case <-stopped:
+					return
+				}
+			}
+		}()
+		defer func() { close(stopped); wg.Wait() }()
+	}
+	l, err = f.cfg.Manager.AcquireWait(wctx, key, opts...)
+	if err != nil && ctx.Err() == nil && errors.Is(err, context.DeadlineExceeded) {
+		// Waited MaxWait: report the holder the last attempt saw.
+		var last *lease.HeldError
+		if errors.As(err, &last) {
+			return nil, last
+		}
+	}
+	return l, err
+}
+
+// leaseRefusal turns a lease error into a Refusal.
+func (f *Fence) leaseRefusal(ctx context.Context, key lease.Key, err error) *Refusal {
+	r := &Refusal{Conversation: key.SessionID, Message: err.Error()}
+	var held *lease.HeldError
+	switch {
+	case errors.As(err, &held):
+		r.Cause = CauseHeld
+		r.Owner = &Owner{Holder: held.Holder, Token: held.Token, RunID: held.RunID.String(), Held: true}
+		if held.Token == 0 {
+			r.Owner = nil
+		}
+	case errors.Is(err, lease.ErrUnauthorized):
+		r.Cause = CauseUnauthorized
+	case errors.Is(err, lease.ErrInvalidKey), errors.Is(err, lease.ErrInvalidHolder):
+		r.Cause = CauseInvalidMeta
+	case ctx.Err() != nil:
+		r.Cause = CauseCanceled
+	default:
+		r.Cause = CauseUnavailable
+	}
+	return r
+}
+
+// classify turns the handler's outcome into the call's result: errors that
+// say the lease ended or a guard refused become Refusals; a successful
+// result gets MetaLease.
+func (f *Fence) classify(ctx, hctx context.Context, l *lease.Lease, info LeaseInfo, tool string, res mcp.Result, err error) (mcp.Result, error) {
+	ctr, _ := res.(*mcp.CallToolResult)
+	cause := err
+	if err == nil && ctr != nil && ctr.IsError {
+		cause = ctr.GetError()
+	}
+	if cause == nil {
+		if ctr != nil {
+			if ctr.Meta == nil {
+				ctr.Meta = mcp.Meta{}
+			}
+			ctr.Meta[MetaLease] = info
+		}
+		return res, err
+	}
+	r := Refusal{Tool: tool, Conversation: info.Conversation, Token: info.Token, Message: cause.Error()}
+	ended := l.Err() != nil && ctx.Err() == nil // the lease ended, the request did not
+	if se, ok := fence.IsStale(cause); ok {
+		r.Cause, r.Presented, r.Highest, r.Resource, r.Overtaken = CauseStale, se.Presented, se.Highest, se.Resource, se.Overtaken
+		r.Owner = f.owner(l.Key())
+		return r.result(), nil
+	}
+	if oe, ok := fence.IsOutcomeUnknown(cause); ok {
+		r.Cause, r.Resource = CauseOutcomeUnknown, oe.Resource
+		return r.result(), nil
+	}
+	if ended && (errors.Is(cause, context.Canceled) || errors.Is(cause, lease.ErrTakenOver) ||
+		errors.Is(cause, lease.ErrLost) || errors.Is(cause, lease.ErrTrustExpired) || errors.Is(cause, lease.ErrClosed) ||
+		errors.Is(hctx.Err(), context.Canceled)) {
+		r = f.endedRefusal(l, r)
+		return r.result(), nil
+	}
+	return res, err
+}
+
+// endedRefusal fills r for a call whose lease ended under it.
+func (f *Fence) endedRefusal(l *lease.Lease, r Refusal) Refusal {
+	cause := context.Cause(l.Context())
+	switch {
+	case errors.Is(cause, lease.ErrTakenOver):
+		r.Cause = CauseTakenOver
+		r.Message = "another device took the conversation over (continue here); this call was stopped"
+		r.Owner = f.owner(l.Key())
+	case errors.Is(cause, lease.ErrReleased):
+		r.Cause = CauseRunEnded
+		r.Message = "the run's lease was released"
+	default:
+		r.Cause = CauseLost
+		r.Message = fmt.Sprintf("the lease ended: %v", cause)
+		r.Owner = f.owner(l.Key())
+	}
+	return r
+}
+
+// owner asks the database for key's last grant (one statement); nil when
+// it cannot tell.
+func (f *Fence) owner(key lease.Key) *Owner {
+	ctx, cancel := context.WithTimeout(context.Background(), f.cfg.ReleaseTimeout)
+	defer cancel()
+	o, err := f.cfg.Manager.Inspect(ctx, key)
+	if err != nil {
+		return nil
+	}
+	return ownerOf(o)
+}
+
+// release releases l on a context of its own: ctx's values (its span) but
+// not its cancellation, bounded by ReleaseTimeout.
+func (f *Fence) release(ctx context.Context, l *lease.Lease) {
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), f.cfg.ReleaseTimeout)
+	defer cancel()
+	if _, err := l.Release(ctx); err != nil {
+		f.cfg.Logger.Warn("mcpfence: release failed (the Manager retries it)", "key", l.Key().String(), "run_id", l.RunID(), "err", err)
+	}
+}
+
+// refusalSchema is the JSON schema of a Refusal (the fields every one has).
+var refusalSchema = map[string]any{
+	"type":     "object",
+	"required": []any{"cause", "message"},
+	"properties": map[string]any{
+		"cause":   map[string]any{"type": "string"},
+		"message": map[string]any{"type": "string"},
+	},
+}
+
+// widenOutputSchemas lets the output schema of every fenced tool in a
+// tools/list result admit a Refusal as well: clients that validate an error
+// result's structured content against the tool's output schema (the
+// TypeScript SDK does) then accept a refusal. The server's tools are not
+// changed; lr gets copies.
+func (f *Fence) widenOutputSchemas(lr *mcp.ListToolsResult) {
+	for i, t := range lr.Tools {
+		if t == nil || t.OutputSchema == nil || f.Policy(t.Name) == Unfenced {
+			continue
+		}
+		tt := *t
+		tt.OutputSchema = map[string]any{"type": "object", "anyOf": []any{t.OutputSchema, refusalSchema}}
+		lr.Tools[i] = &tt
+	}
+}
