@@ -21,6 +21,13 @@ var ErrCorrupt = errors.New("fileguard: not a fileguard file")
 // ErrNotFound is matched by a *NotFoundError: the resource has no content.
 var ErrNotFound = errors.New("fileguard: not found")
 
+// ErrUnsafePath is matched by an *UnsafePathError: something on a
+// resource's path below Dir (its file, one of its directories, or the
+// guard's own lock, temporary or state directory) is a symbolic link, a
+// FIFO, a socket or a device. The guard opens nothing through it and
+// writes nothing.
+var ErrUnsafePath = errors.New("fileguard: unsafe path")
+
 // ResourceError reports a resource name this guard refuses on top of
 // fence.ValidateResource. It matches fence.ErrInvalidResource.
 type ResourceError struct {
@@ -71,6 +78,24 @@ func (e *NotFoundError) Error() string {
 
 // Is reports whether target is ErrNotFound.
 func (e *NotFoundError) Is(target error) bool { return target == ErrNotFound }
+
+// UnsafePathError reports a symbolic link or a special file (FIFO, socket,
+// device) found where the guard needs a directory or a regular file below
+// Dir. It matches ErrUnsafePath. Nothing was opened through it, nothing
+// was written.
+type UnsafePathError struct {
+	Resource string
+	Path     string // what was found
+	Reason   string // what it is: "a symbolic link", "a FIFO", ...
+}
+
+// Error implements error.
+func (e *UnsafePathError) Error() string {
+	return fmt.Sprintf("fileguard: %q: refused to open %s: %s", e.Resource, e.Path, e.Reason)
+}
+
+// Is reports whether target is ErrUnsafePath.
+func (e *UnsafePathError) Is(target error) bool { return target == ErrUnsafePath }
 
 // outcomeUnknown returns the *fence.OutcomeUnknownError of a write renamed
 // into place whose directory could not be synced.
