@@ -93,7 +93,14 @@
 //   - Nothing outside Dir is created, read or written through a symbolic
 //     link, and no open waits on a FIFO (*UnsafePathError, above).
 //   - Once ctx has ended, calls return an error matching ctx.Err() and
-//     context.Cause(ctx), never fence.ErrBusy.
+//     context.Cause(ctx), never fence.ErrBusy. A nil ctx is refused with
+//     ErrNilContext before any I/O (Stage: ErrNoStager).
+//   - A read of a resource without content (never written, tombstoned, or
+//     a directory holding other resources) returns a *NotFoundError, which
+//     matches ErrNotFound and fence.ErrNotFound.
+//   - No write is ever in transit outside its own call: a copy of a write
+//     cannot reach the file later (the guardtest delayed-duplicate check,
+//     which needs a copy in transit on a network, does not apply).
 //
 // # What is not guaranteed
 //

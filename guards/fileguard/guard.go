@@ -165,6 +165,11 @@ func (g *Guard) Path(resource string) string {
 	return filepath.Join(g.dir, filepath.FromSlash(resource))
 }
 
+// nilContext is the error of a call given a nil context.
+func nilContext(resource string) error {
+	return fmt.Errorf("fileguard: %q: %w", resource, ErrNilContext)
+}
+
 // checkResource applies fence.ValidateResource and the rules of a path
 // below Dir: segments separated by '/', none empty, ".", ".." or longer
 // than 255 bytes, and the first not StateDir.
@@ -230,11 +235,14 @@ func (g *Guard) DeleteClaim(ctx context.Context, resource string, c fence.Claim)
 // Get returns resource's content and mark. A resource without a file (also
 // one whose path is a directory holding other resources, as a's is when
 // a/b was written; a itself cannot be written then), or with a tombstone,
-// yields a *NotFoundError.
+// yields a *NotFoundError (it matches ErrNotFound and fence.ErrNotFound).
 // A symbolic link or a special file on the way yields an *UnsafePathError.
 // Reads take no lock: a rename replaces a file whole, so a reader sees the
 // old or the new one.
 func (g *Guard) Get(ctx context.Context, resource string) ([]byte, Info, error) {
+	if ctx == nil {
+		return nil, Info{}, nilContext(resource)
+	}
 	if err := checkResource(resource); err != nil {
 		return nil, Info{}, err
 	}
@@ -266,6 +274,9 @@ func (g *Guard) Get(ctx context.Context, resource string) ([]byte, Info, error) 
 // Mark returns resource's mark: the claim of its last admitted write, or
 // the zero Claim when it has no file (or a directory at its path).
 func (g *Guard) Mark(ctx context.Context, resource string) (fence.Claim, error) {
+	if ctx == nil {
+		return fence.Claim{}, nilContext(resource)
+	}
 	if err := checkResource(resource); err != nil {
 		return fence.Claim{}, err
 	}
@@ -400,6 +411,9 @@ func (g *Guard) body(resource string, f *os.File, m mark) ([]byte, error) {
 // args checks a call's input before any I/O: resource, claim, the claim's
 // scope when strict, and a ctx that has not ended.
 func (g *Guard) args(ctx context.Context, resource string, c fence.Claim) error {
+	if ctx == nil {
+		return nilContext(resource)
+	}
 	err := g.checkArgs(ctx, resource, c)
 	g.rec.Refused(ctx, resource, c, err)
 	return err
@@ -425,6 +439,9 @@ func (g *Guard) checkArgs(ctx context.Context, resource string, c fence.Claim) e
 
 // ctxClaim returns the claim ctx carries, checked like args.
 func (g *Guard) ctxClaim(ctx context.Context, resource string) (fence.Claim, error) {
+	if ctx == nil {
+		return fence.Claim{}, nilContext(resource)
+	}
 	if err := checkResource(resource); err != nil {
 		return fence.Claim{}, err
 	}
