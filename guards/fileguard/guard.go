@@ -470,6 +470,10 @@ func (g *Guard) write(ctx context.Context, resource string, c fence.Claim,
 	span.End(err)
 	return err
 }
+
+// writeLocked is write's work: every step from taking the resource's lock
+// to the directory's fsync, each path opened below the directory held
+// before it (see path.go).
 func (g *Guard) writeLocked(ctx context.Context, resource string, c fence.Claim,
 	content func(ctx context.Context) (kind, []byte, error)) error {
 	root, err := g.openRoot()
