@@ -481,7 +481,12 @@ func (g *Guard) writeLocked(ctx context.Context, resource string, c fence.Claim,
 		return fmt.Errorf("fileguard: write %q: %w", resource, err)
 	}
 	defer root.close()
-	lockf, err := g.lock(ctx, root, resource)
+	state, err := g.openDir(resource, root, StateDir, true, false)
+	if err != nil {
+		return g.pathError(resource, "lock", err)
+	}
+	defer state.close()
+	lockf, err := g.lock(ctx, state, resource)
 	if err != nil {
 		return err
 	}
@@ -535,7 +540,7 @@ func (g *Guard) writeLocked(ctx context.Context, resource string, c fence.Claim,
 		}
 	}
 	tok, run := fence.NextMark(c, m.info.Token, m.info.Run)
-	tmp, err := g.walk(resource, root, []string{StateDir, "tmp"}, true, false)
+	tmp, err := g.openDir(resource, state, "tmp", true, false)
 	if err != nil {
 		return g.pathError(resource, "write", err)
 	}
@@ -667,9 +672,9 @@ func (g *Guard) writeTemp(f *os.File, b []byte) error {
 // ends or LockTimeout passes, and returns it open: closing it releases
 // the lock. Lock files are created with LockPerm and never removed (see
 // the package documentation).
-func (g *Guard) lock(ctx context.Context, root dir, resource string) (*os.File, error) {
+func (g *Guard) lock(ctx context.Context, state dir, resource string) (*os.File, error) {
 	dirs, name := split(resource)
-	d, err := g.walk(resource, root, append([]string{StateDir, "lock"}, dirs...), true, false)
+	d, err := g.walk(resource, state, append([]string{"lock"}, dirs...), true, false)
 	if err != nil {
 		return nil, g.pathError(resource, "lock", err)
 	}
