@@ -91,7 +91,8 @@
 //   - A file the guard did not write (*FileError) is neither read through
 //     nor overwritten. Bad input returns a typed error before any I/O.
 //   - Nothing outside Dir is created, read or written through a symbolic
-//     link, and no open waits on a FIFO (*UnsafePathError, above).
+//     link below Dir, and no open waits on a FIFO (*UnsafePathError,
+//     above).
 //   - Once ctx has ended, calls return an error matching ctx.Err() and
 //     context.Cause(ctx), never fence.ErrBusy. A nil ctx is refused with
 //     ErrNilContext before any I/O (Stage: ErrNoStager).
