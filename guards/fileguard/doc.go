@@ -30,7 +30,9 @@
 // is refused with an *UnsafePathError (ErrUnsafePath) and nothing is read
 // or written through it. Files are opened with O_NONBLOCK and checked with
 // fstat before use: a FIFO, socket or device is refused the same way at
-// once, never waited on. Dir itself is opened by name and may be a link.
+// once, never waited on, and so is a lock file with a second hard link
+// (the guard writes into lock files). Dir itself is opened by name and may
+// be a link.
 //
 // Permissions: files get Config.Perm (default 0o644), directories the guard
 // creates Config.DirPerm (default: the owner's rwx, plus r-x for each class

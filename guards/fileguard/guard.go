@@ -683,6 +683,12 @@ func (g *Guard) lock(ctx context.Context, state dir, resource string) (*os.File,
 	if err != nil {
 		return nil, g.pathError(resource, "lock", err)
 	}
+	if st.Nlink != 1 {
+		// The lock file holds the name of the temporary file, written in
+		// place: never write into a file that has another name elsewhere.
+		_ = f.Close()
+		return nil, &UnsafePathError{Resource: resource, Path: f.Name(), Reason: fmt.Sprintf("a lock file with %d hard links", st.Nlink)}
+	}
 	fd := int(f.Fd()) //nolint:gosec // a file descriptor fits an int
 	if fs.FileMode(st.Mode)&fs.ModePerm&^g.lockPerm != 0 {
 		// Created with broader permissions (by Perm, before LockPerm

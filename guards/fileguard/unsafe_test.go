@@ -170,6 +170,35 @@ func TestSymlinksRefused(t *testing.T) {
 	sameTree(t, "dot-dot", before, snapshot(t, base))
 }
 
+// TestHardLinkedLockFileRefused: a lock file with a second name (a hard
+// link to a file outside Dir) is refused with an *UnsafePathError: the
+// guard writes into its lock files (the temporary file's name), and never
+// into a file that is also somewhere else.
+func TestHardLinkedLockFileRefused(t *testing.T) {
+	base := t.TempDir()
+	dir, outside := filepath.Join(base, "dir"), filepath.Join(base, "outside")
+	if err := os.MkdirAll(filepath.Join(dir, StateDir, "lock"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Mkdir(outside, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	victim := filepath.Join(outside, "victim")
+	if err := os.WriteFile(victim, []byte("precious content"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Link(victim, filepath.Join(dir, StateDir, "lock", "hl")); err != nil {
+		t.Fatal(err)
+	}
+	g := newGuard(t, dir, Config{})
+	if err := g.PutClaim(context.Background(), "hl", fence.Claim{Token: 1}, []byte("x")); !errors.Is(err, ErrUnsafePath) {
+		t.Errorf("PutClaim with a hard-linked lock file: %v, want ErrUnsafePath", err)
+	}
+	if b, err := os.ReadFile(victim); err != nil || string(b) != "precious content" {
+		t.Errorf("the lock file's other name after the write: %q %v", b, err)
+	}
+}
+
 // TestLinkSwappedDuringWrite: a directory on a resource's path replaced by
 // a link out of Dir while a write runs (between its mark's read and its
 // rename) does not redirect the write: it lands in the directory it had
