@@ -49,7 +49,7 @@ func TestNilContext(t *testing.T) {
 		"Get":         func() error { _, _, err := g.Get(nilCtx, "r"); return err },
 		"Mark":        func() error { _, err := g.Mark(nilCtx, "r"); return err },
 	} {
-		err, panicked := callRecover(call)
+		panicked, err := callRecover(call)
 		if panicked != nil || !errors.Is(err, ErrNilContext) {
 			t.Errorf("%s(nil ctx): error %v, panic %v; want ErrNilContext", name, err, panicked)
 		}
@@ -58,7 +58,7 @@ func TestNilContext(t *testing.T) {
 		"Stage":       func() error { return Stage(nilCtx, []byte("x")) },
 		"StageDelete": func() error { return StageDelete(nilCtx) },
 	} {
-		if err, panicked := callRecover(call); panicked != nil || !errors.Is(err, ErrNoStager) {
+		if panicked, err := callRecover(call); panicked != nil || !errors.Is(err, ErrNoStager) {
 			t.Errorf("%s(nil ctx): error %v, panic %v; want ErrNoStager", name, err, panicked)
 		}
 	}
@@ -67,7 +67,9 @@ func TestNilContext(t *testing.T) {
 	}
 }
 
-func callRecover(f func() error) (err error, panicked any) {
+// callRecover calls f and returns what it panicked with, if anything, and
+// its error.
+func callRecover(f func() error) (panicked any, err error) {
 	defer func() { panicked = recover() }()
-	return f(), nil
+	return nil, f()
 }

@@ -153,7 +153,7 @@ func (g *Guard) openFile(resource string, d dir, name string, flag int, perm fs.
 		return nil, st, &fs.PathError{Op: "open", Path: p, Err: unix.EISDIR}
 	default:
 		_ = unix.Close(fd)
-		return nil, st, &UnsafePathError{Resource: resource, Path: p, Reason: kindName(uint32(st.Mode))}
+		return nil, st, &UnsafePathError{Resource: resource, Path: p, Reason: kindName(&st)}
 	}
 }
 
@@ -169,16 +169,16 @@ func (g *Guard) classify(resource string, d dir, name, op string, err error) err
 			switch st.Mode & unix.S_IFMT {
 			case unix.S_IFREG, unix.S_IFDIR:
 			default:
-				return &UnsafePathError{Resource: resource, Path: p, Reason: kindName(uint32(st.Mode))}
+				return &UnsafePathError{Resource: resource, Path: p, Reason: kindName(&st)}
 			}
 		}
 	}
 	return &fs.PathError{Op: op, Path: p, Err: err}
 }
 
-// kindName names a file type for messages.
-func kindName(mode uint32) string {
-	switch mode & unix.S_IFMT {
+// kindName names the type of the file st describes, for messages.
+func kindName(st *unix.Stat_t) string {
+	switch st.Mode & unix.S_IFMT {
 	case unix.S_IFLNK:
 		return "a symbolic link"
 	case unix.S_IFIFO:
@@ -190,7 +190,7 @@ func kindName(mode uint32) string {
 	case unix.S_IFBLK:
 		return "a block device"
 	default:
-		return fmt.Sprintf("not a regular file (mode %#o)", mode)
+		return fmt.Sprintf("not a regular file (mode %#o)", st.Mode)
 	}
 }
 
