@@ -7,6 +7,7 @@ import (
 	"errors"
 	"os"
 	"os/exec"
+	"path/filepath"
 	"syscall"
 	"testing"
 
@@ -40,8 +41,8 @@ const crashResource = "reports/q3"
 // token 7 over content written under token 5. After each crash the file
 // holds the old or the new content, whole, and the mark that wrote it; a
 // token below that mark is refused; the dead writer's lock does not block
-// the next writer; and the file is never a fileguard file that is not
-// one of the two.
+// the next writer, which also removes the temporary file it left; and the
+// file is never a fileguard file that is not one of the two.
 func TestCrashAtEveryStep(t *testing.T) {
 	if step := os.Getenv(envCrashStep); step != "" {
 		crashChild(t, os.Getenv(envCrashDir), step)
@@ -87,6 +88,11 @@ func TestCrashAtEveryStep(t *testing.T) {
 			}
 			if b, info, err := g.Get(ctx, crashResource); err != nil || string(b) != "after" || info.Token != 8 {
 				t.Fatalf("after a crash at %s and a new write: %q %+v %v", step.name, b, info, err)
+			}
+			// The dead writer's temporary file, named at random, was
+			// removed by the next writer of the resource.
+			if left := snapshot(t, filepath.Join(dir, StateDir, "tmp")); len(left) != 1 {
+				t.Fatalf("after a crash at %s and a new write, temporary files are left: %v", step.name, left)
 			}
 		})
 	}

@@ -16,9 +16,37 @@
 // (k=d is a tombstone left by a fenced Delete: the mark stays, the content
 // is gone). Get strips the header; other programs reading the file see it.
 // Dir/.fencekit holds the guard's lock files (lock/<resource>) and
-// temporary files (tmp/<resource>). A resource is a relative path: '/'
+// temporary files (tmp/<random>.tmp). A resource is a relative path: '/'
 // separated segments, none empty, "." or "..", none longer than 255 bytes,
 // the first not ".fencekit" (*ResourceError otherwise).
+//
+// # Paths below Dir
+//
+// The guard opens every path below Dir one component at a time, relative
+// to the directory opened before it, with O_NOFOLLOW, and renames between
+// directories it holds open: it never resolves a name from Dir down, so a
+// symbolic link on the way (the resource's file, any of its directories,
+// the state directory, a lock or temporary file), whenever it was created,
+// is refused with an *UnsafePathError (ErrUnsafePath) and nothing is read
+// or written through it. Files are opened with O_NONBLOCK and checked with
+// fstat before use: a FIFO, socket or device is refused the same way at
+// once, never waited on, and so is a lock file with a second hard link
+// (the guard writes into lock files). Dir itself is opened by name and may
+// be a link.
+//
+// Permissions: files get Config.Perm (default 0o644), directories the guard
+// creates Config.DirPerm (default: the owner's rwx, plus r-x for each class
+// Perm lets read, so never writable by others), lock files
+// Config.LockPerm (default 0o600: whoever can open a lock file can hold it
+// and stall every writer of its resource). All before the umask.
+//
+// Lock files stay after their write. A lock file can be removed safely only
+// if every writer checks, after taking the lock, that the file it locked is
+// still the one at the path; guards of earlier releases sharing Dir do not,
+// and two writers would then hold "the" lock on different files. Each holds
+// only the name of its resource's last temporary file (36 bytes), one per
+// resource ever written: remove Dir/.fencekit/lock while no writer runs to
+// reclaim them.
 //
 // # Writing
 //
@@ -28,7 +56,9 @@
 //  1. take the resource's lock file with flock (exclusive), waiting until
 //     ctx ends or Config.LockTimeout passes (then fence.ErrBusy);
 //  2. read the mark from the file's header and apply fence.DecideClaim;
-//  3. write header and content to the temporary file and fsync it;
+//  3. write header and content to a new temporary file, created with a
+//     random name, O_EXCL and O_NOFOLLOW (its name recorded in the lock
+//     file first), and fsync it;
 //  4. rename it over the resource's file, then fsync the directory (a
 //     write that creates the resource's missing directories fsyncs the
 //     parent of each one it creates);
@@ -36,8 +66,13 @@
 //
 // The rename is the commit point. A writer that dies at any step (tested
 // with SIGKILL at each) leaves the old file or the new one, whole, with the
-// mark that wrote it; the kernel releases its lock, and the next writer
-// overwrites its temporary file.
+// mark that wrote it; the kernel releases its lock, and the next writer of
+// the resource removes the temporary file the lock file names.
+//
+// A Fence callback that staged nothing raises the mark and carries the
+// content over, read from the file whose mark was decided on; if that
+// content cannot be read, or another program changed the file meanwhile,
+// the write fails (a *FileError for a changed file) and nothing is written.
 //
 // # What is guaranteed
 //
@@ -57,8 +92,18 @@
 //     *fence.ScopeError before any I/O.
 //   - A file the guard did not write (*FileError) is neither read through
 //     nor overwritten. Bad input returns a typed error before any I/O.
+//   - Nothing outside Dir is created, read or written through a symbolic
+//     link below Dir, and no open waits on a FIFO (*UnsafePathError,
+//     above).
 //   - Once ctx has ended, calls return an error matching ctx.Err() and
-//     context.Cause(ctx), never fence.ErrBusy.
+//     context.Cause(ctx), never fence.ErrBusy. A nil ctx is refused with
+//     ErrNilContext before any I/O (Stage: ErrNoStager).
+//   - A read of a resource without content (never written, tombstoned, or
+//     a directory holding other resources) returns a *NotFoundError, which
+//     matches ErrNotFound and fence.ErrNotFound.
+//   - No write is ever in transit outside its own call: a copy of a write
+//     cannot reach the file later (the guardtest delayed-duplicate check,
+//     which needs a copy in transit on a network, does not apply).
 //
 // # What is not guaranteed
 //
@@ -68,7 +113,14 @@
 //     one host are fine.
 //   - Writers that bypass the guard (editing, replacing or deleting the
 //     file) are not fenced; a deleted file has lost its mark and admits
-//     every token.
+//     every token. A user who can write to Dir or to a directory below it
+//     can do that, and can move a directory while a write runs: the write
+//     lands in the directory it opened, wherever that is now (they could
+//     move the file as well). Grant write access to Dir only to writers.
+//   - Modes of files and directories that already exist are not changed,
+//     except that a lock file with more permission bits than LockPerm is
+//     narrowed when this process may: directories made by earlier releases
+//     from a Perm such as 0o666 (mode 0o777) keep their mode.
 //   - Durability is what fsync gives on the file system and disk: file
 //     systems or disks that ignore flushes can lose an acknowledged write.
 //   - Effects of a Fence callback outside the file are not fenced; a

@@ -19,7 +19,21 @@ var ErrInvalidConfig = errors.New("fileguard: invalid config")
 var ErrCorrupt = errors.New("fileguard: not a fileguard file")
 
 // ErrNotFound is matched by a *NotFoundError: the resource has no content.
+// A *NotFoundError matches fence.ErrNotFound too, as every guard's read of a
+// missing resource does.
 var ErrNotFound = errors.New("fileguard: not found")
+
+// ErrUnsafePath is matched by an *UnsafePathError: something on a
+// resource's path below Dir (its file, one of its directories, or the
+// guard's own lock, temporary or state directory) is a symbolic link, a
+// FIFO, a socket or a device. The guard opens nothing through it and
+// writes nothing.
+var ErrUnsafePath = errors.New("fileguard: unsafe path")
+
+// ErrNilContext is returned (wrapped, with the resource) by every call
+// given a nil context, before any I/O; Stage and StageDelete return
+// ErrNoStager for one.
+var ErrNilContext = errors.New("fileguard: nil context")
 
 // ResourceError reports a resource name this guard refuses on top of
 // fence.ValidateResource. It matches fence.ErrInvalidResource.
@@ -69,8 +83,28 @@ func (e *NotFoundError) Error() string {
 	return fmt.Sprintf("fileguard: %q not found", e.Resource)
 }
 
-// Is reports whether target is ErrNotFound.
-func (e *NotFoundError) Is(target error) bool { return target == ErrNotFound }
+// Is reports whether target is ErrNotFound or fence.ErrNotFound.
+func (e *NotFoundError) Is(target error) bool {
+	return target == ErrNotFound || target == fence.ErrNotFound
+}
+
+// UnsafePathError reports a symbolic link or a special file (FIFO, socket,
+// device) found where the guard needs a directory or a regular file below
+// Dir. It matches ErrUnsafePath. Nothing was opened through it, nothing
+// was written.
+type UnsafePathError struct {
+	Resource string
+	Path     string // what was found
+	Reason   string // what it is: "a symbolic link", "a FIFO", ...
+}
+
+// Error implements error.
+func (e *UnsafePathError) Error() string {
+	return fmt.Sprintf("fileguard: %q: refused to open %s: %s", e.Resource, e.Path, e.Reason)
+}
+
+// Is reports whether target is ErrUnsafePath.
+func (e *UnsafePathError) Is(target error) bool { return target == ErrUnsafePath }
 
 // outcomeUnknown returns the *fence.OutcomeUnknownError of a write renamed
 // into place whose directory could not be synced.

@@ -51,6 +51,9 @@ func (s *stage) set(k kind, value []byte) error {
 // call guards; Fence writes it once the callback returns nil. ctx must be
 // (derived from) the callback's context.
 func Stage(ctx context.Context, value []byte) error {
+	if ctx == nil {
+		return ErrNoStager
+	}
 	s, ok := ctx.Value(stageKey{}).(*stage)
 	if !ok {
 		return ErrNoStager
@@ -60,6 +63,9 @@ func Stage(ctx context.Context, value []byte) error {
 
 // StageDelete records the deletion (a tombstone) of the resource.
 func StageDelete(ctx context.Context) error {
+	if ctx == nil {
+		return ErrNoStager
+	}
 	s, ok := ctx.Value(stageKey{}).(*stage)
 	if !ok {
 		return ErrNoStager
@@ -77,6 +83,9 @@ var _ fence.Guard = (*Guard)(nil)
 // raises the mark alone (the content is kept). If write fails, nothing is
 // written. Effects of write outside the file are not fenced.
 func (g *Guard) Fence(ctx context.Context, resource string, token fence.Token, write func(ctx context.Context) error) error {
+	if ctx == nil {
+		return nilContext(resource)
+	}
 	c := fence.ClaimFor(ctx, token)
 	if err := g.args(ctx, resource, c); err != nil {
 		return err

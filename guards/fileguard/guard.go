@@ -6,19 +6,22 @@ import (
 	"bufio"
 	"bytes"
 	"context"
+	"crypto/rand"
+	"encoding/hex"
 	"errors"
 	"fmt"
 	"io"
 	"io/fs"
 	"log/slog"
+	"math"
 	"os"
 	"path/filepath"
 	"strings"
-	"syscall"
 	"time"
 
 	"go.opentelemetry.io/otel/metric"
 	"go.opentelemetry.io/otel/trace"
+	"golang.org/x/sys/unix"
 
 	"github.com/fencekit/fencekit/fence"
 	"github.com/fencekit/fencekit/guards/guardobs"
@@ -45,9 +48,26 @@ type Config struct {
 	// resource is a file at Dir/<resource>.
 	Dir string
 	// Perm is the permission of the files written (before the umask).
-	// Default 0o644. Directories are created with Perm plus the execute
-	// bits of its readable classes.
+	// Default 0o644.
 	Perm fs.FileMode
+	// DirPerm is the permission of the directories the guard creates (a
+	// resource's directories and those of its state directory), before the
+	// umask. It must give the owner rwx. Default: rwx for the owner, and
+	// r-x for the group and for others when Perm lets them read: 0o755
+	// for Perm 0o644 or 0o666, 0o750 for 0o640, 0o700 for 0o600. Write
+	// permission on a directory lets its holder replace or remove the
+	// files in it, bypassing the guard: grant it (0o770, say) only when
+	// writers running as several users of one group share Dir.
+	DirPerm fs.FileMode
+	// LockPerm is the permission of the lock files the guard creates,
+	// before the umask. Default 0o600. Whoever can open a lock file can
+	// hold its flock and stall every writer of the resource (with
+	// LockTimeout zero, until each writer's ctx ends): give access only to
+	// the users that run writers (0o660 for a shared group). It must give
+	// the owner read and write. A lock file found with more permission
+	// bits than LockPerm is narrowed to LockPerm when the guard may change
+	// it.
+	LockPerm fs.FileMode
 	// LockTimeout, when positive, bounds how long a write waits for the
 	// resource's lock held by another writer; then it fails with an error
 	// matching fence.ErrBusy. Zero: wait until ctx ends.
@@ -84,6 +104,7 @@ type Guard struct {
 	dir         string
 	perm        fs.FileMode
 	dirPerm     fs.FileMode
+	lockPerm    fs.FileMode
 	lockTimeout time.Duration
 	strict      bool
 	rec         *guardobs.Recorder
@@ -110,6 +131,18 @@ func New(cfg Config) (*Guard, error) {
 	if cfg.Perm&^fs.ModePerm != 0 {
 		return nil, fmt.Errorf("%w: Perm %v has bits beyond the permission bits", ErrInvalidConfig, cfg.Perm)
 	}
+	if cfg.DirPerm == 0 {
+		cfg.DirPerm = 0o700 | cfg.Perm&0o044 | (cfg.Perm&0o044)>>2
+	}
+	if cfg.DirPerm&^fs.ModePerm != 0 || cfg.DirPerm&0o700 != 0o700 {
+		return nil, fmt.Errorf("%w: DirPerm %v must be permission bits only, with rwx for the owner", ErrInvalidConfig, cfg.DirPerm)
+	}
+	if cfg.LockPerm == 0 {
+		cfg.LockPerm = 0o600
+	}
+	if cfg.LockPerm&^fs.ModePerm != 0 || cfg.LockPerm&0o600 != 0o600 {
+		return nil, fmt.Errorf("%w: LockPerm %v must be permission bits only, with rw for the owner", ErrInvalidConfig, cfg.LockPerm)
+	}
 	if cfg.LockTimeout < 0 {
 		return nil, fmt.Errorf("%w: LockTimeout %v is negative", ErrInvalidConfig, cfg.LockTimeout)
 	}
@@ -118,24 +151,23 @@ func New(cfg Config) (*Guard, error) {
 	if err != nil {
 		return nil, fmt.Errorf("%w: %w", ErrInvalidConfig, err)
 	}
-	dirPerm := cfg.Perm | (cfg.Perm&0o444)>>2
-	return &Guard{dir: cfg.Dir, perm: cfg.Perm, dirPerm: dirPerm, lockTimeout: cfg.LockTimeout, strict: cfg.Strict, rec: rec}, nil
+	return &Guard{dir: cfg.Dir, perm: cfg.Perm, dirPerm: cfg.DirPerm, lockPerm: cfg.LockPerm,
+		lockTimeout: cfg.LockTimeout, strict: cfg.Strict, rec: rec}, nil
 }
 
 // Dir returns the guard's directory.
 func (g *Guard) Dir() string { return g.dir }
 
 // Path returns the file that holds resource's content (with its header).
+// The guard itself never opens it by this name: see the package
+// documentation on symbolic links.
 func (g *Guard) Path(resource string) string {
 	return filepath.Join(g.dir, filepath.FromSlash(resource))
 }
 
-func (g *Guard) lockPath(resource string) string {
-	return filepath.Join(g.dir, StateDir, "lock", filepath.FromSlash(resource))
-}
-
-func (g *Guard) tempPath(resource string) string {
-	return filepath.Join(g.dir, StateDir, "tmp", filepath.FromSlash(resource))
+// nilContext is the error of a call given a nil context.
+func nilContext(resource string) error {
+	return fmt.Errorf("fileguard: %q: %w", resource, ErrNilContext)
 }
 
 // checkResource applies fence.ValidateResource and the rules of a path
@@ -203,21 +235,29 @@ func (g *Guard) DeleteClaim(ctx context.Context, resource string, c fence.Claim)
 // Get returns resource's content and mark. A resource without a file (also
 // one whose path is a directory holding other resources, as a's is when
 // a/b was written; a itself cannot be written then), or with a tombstone,
-// yields a *NotFoundError. Reads take no lock: a rename
-// replaces a file whole, so a reader sees the old or the new one.
-//
-//nolint:gosec // G304/G703: every path here is below Dir, built from a resource checkResource validated (no "..", not absolute)
+// yields a *NotFoundError (it matches ErrNotFound and fence.ErrNotFound).
+// A symbolic link or a special file on the way yields an *UnsafePathError.
+// Reads take no lock: a rename replaces a file whole, so a reader sees the
+// old or the new one.
 func (g *Guard) Get(ctx context.Context, resource string) ([]byte, Info, error) {
+	if ctx == nil {
+		return nil, Info{}, nilContext(resource)
+	}
 	if err := checkResource(resource); err != nil {
 		return nil, Info{}, err
 	}
 	if err := fence.ContextError(ctx); err != nil {
 		return nil, Info{}, err
 	}
-	b, err := os.ReadFile(g.Path(resource))
-	if errors.Is(err, fs.ErrNotExist) || errors.Is(err, syscall.EISDIR) {
+	f, err := g.openResource(resource)
+	if err != nil {
+		return nil, Info{}, err
+	}
+	if f == nil {
 		return nil, Info{}, &NotFoundError{Resource: resource}
 	}
+	defer func() { _ = f.Close() }()
+	b, err := io.ReadAll(f)
 	if err != nil {
 		return nil, Info{}, fmt.Errorf("fileguard: read %q: %w", resource, err)
 	}
@@ -232,16 +272,50 @@ func (g *Guard) Get(ctx context.Context, resource string) ([]byte, Info, error) 
 }
 
 // Mark returns resource's mark: the claim of its last admitted write, or
-// the zero Claim when it has no file.
+// the zero Claim when it has no file (or a directory at its path).
 func (g *Guard) Mark(ctx context.Context, resource string) (fence.Claim, error) {
+	if ctx == nil {
+		return fence.Claim{}, nilContext(resource)
+	}
 	if err := checkResource(resource); err != nil {
 		return fence.Claim{}, err
 	}
 	if err := fence.ContextError(ctx); err != nil {
 		return fence.Claim{}, err
 	}
-	m, err := g.readMark(resource)
+	f, err := g.openResource(resource)
+	if err != nil || f == nil {
+		return fence.Claim{}, err
+	}
+	defer func() { _ = f.Close() }()
+	m, err := g.readHeader(resource, f)
 	return fence.Claim{Token: m.info.Token, Run: m.info.Run}, err
+}
+
+// openResource opens resource's file for reading, or returns nil and no
+// error when it has none (missing, a directory, or below a regular file).
+func (g *Guard) openResource(resource string) (*os.File, error) {
+	root, err := g.openRoot()
+	if err != nil {
+		return nil, fmt.Errorf("fileguard: read %q: %w", resource, err)
+	}
+	defer root.close()
+	dirs, name := split(resource)
+	d, err := g.walk(resource, root, dirs, false, false)
+	if err == nil {
+		defer d.closeUnless(root)
+		var f *os.File
+		if f, _, err = g.openFile(resource, d, name, unix.O_RDONLY, 0); err == nil {
+			return f, nil
+		}
+	}
+	switch {
+	case errors.Is(err, fs.ErrNotExist), errors.Is(err, unix.ENOTDIR), errors.Is(err, unix.EISDIR):
+		return nil, nil
+	case errors.Is(err, ErrUnsafePath):
+		return nil, err
+	}
+	return nil, fmt.Errorf("fileguard: read %q: %w", resource, err)
 }
 
 type kind byte
@@ -298,19 +372,8 @@ func (g *Guard) parse(resource string, b []byte) (mark, []byte, error) {
 	return mark{info: Info{Token: tok, Run: run}, kind: k}, b[nl+1:], nil
 }
 
-// readMark reads the header of resource's file (kindNone when it has
-// none).
-//
-//nolint:gosec // G304/G703: every path here is below Dir, built from a resource checkResource validated (no "..", not absolute)
-func (g *Guard) readMark(resource string) (mark, error) {
-	f, err := os.Open(g.Path(resource))
-	if errors.Is(err, fs.ErrNotExist) {
-		return mark{}, nil
-	}
-	if err != nil {
-		return mark{}, fmt.Errorf("fileguard: read %q: %w", resource, err)
-	}
-	defer func() { _ = f.Close() }()
+// readHeader reads the header of resource's file f.
+func (g *Guard) readHeader(resource string, f *os.File) (mark, error) {
 	line, err := bufio.NewReaderSize(f, maxHeader).ReadSlice('\n')
 	if err != nil && !errors.Is(err, io.EOF) && !errors.Is(err, bufio.ErrBufferFull) {
 		return mark{}, fmt.Errorf("fileguard: read %q: %w", resource, err)
@@ -325,9 +388,32 @@ func (g *Guard) readMark(resource string) (mark, error) {
 	return m, perr
 }
 
+// body returns the content of resource's file f, whose header was read as
+// m when the write took the lock. A read error, or a file changed in place
+// since (by something other than this guard), fails the write: a mark-only
+// write must carry the content over, never write an empty one instead.
+func (g *Guard) body(resource string, f *os.File, m mark) ([]byte, error) {
+	b, err := io.ReadAll(io.NewSectionReader(f, 0, math.MaxInt64))
+	if err != nil {
+		return nil, fmt.Errorf("fileguard: read %q: %w", resource, err)
+	}
+	now, body, err := g.parse(resource, b)
+	if err != nil {
+		return nil, err
+	}
+	if now != m {
+		return nil, &FileError{Resource: resource, Path: g.Path(resource),
+			Reason: "changed by another program while this write held its lock"}
+	}
+	return body, nil
+}
+
 // args checks a call's input before any I/O: resource, claim, the claim's
 // scope when strict, and a ctx that has not ended.
 func (g *Guard) args(ctx context.Context, resource string, c fence.Claim) error {
+	if ctx == nil {
+		return nilContext(resource)
+	}
 	err := g.checkArgs(ctx, resource, c)
 	g.rec.Refused(ctx, resource, c, err)
 	return err
@@ -353,6 +439,9 @@ func (g *Guard) checkArgs(ctx context.Context, resource string, c fence.Claim) e
 
 // ctxClaim returns the claim ctx carries, checked like args.
 func (g *Guard) ctxClaim(ctx context.Context, resource string) (fence.Claim, error) {
+	if ctx == nil {
+		return fence.Claim{}, nilContext(resource)
+	}
 	if err := checkResource(resource); err != nil {
 		return fence.Claim{}, err
 	}
@@ -382,20 +471,52 @@ func (g *Guard) write(ctx context.Context, resource string, c fence.Claim,
 	return err
 }
 
-//nolint:gosec // G304/G703: every path here is below Dir, built from a resource checkResource validated (no "..", not absolute)
+// writeLocked is write's work: every step from taking the resource's lock
+// to the directory's fsync, each path opened below the directory held
+// before it (see path.go).
 func (g *Guard) writeLocked(ctx context.Context, resource string, c fence.Claim,
 	content func(ctx context.Context) (kind, []byte, error)) error {
-	unlock, err := g.lock(ctx, resource)
+	root, err := g.openRoot()
+	if err != nil {
+		return fmt.Errorf("fileguard: write %q: %w", resource, err)
+	}
+	defer root.close()
+	state, err := g.openDir(resource, root, StateDir, true, false)
+	if err != nil {
+		return g.pathError(resource, "lock", err)
+	}
+	defer state.close()
+	lockf, err := g.lock(ctx, state, resource)
 	if err != nil {
 		return err
 	}
-	defer unlock()
+	defer func() { _ = lockf.Close() }() // closing releases the lock
 	if err := g.at("locked"); err != nil {
 		return err
 	}
-	m, err := g.readMark(resource)
-	if err != nil {
-		return err
+	dirs, name := split(resource)
+	parent, err := g.walk(resource, root, dirs, false, false)
+	switch {
+	case err == nil:
+		defer parent.closeUnless(root)
+	case errors.Is(err, fs.ErrNotExist): // created below once the write is admitted
+		parent = dir{fd: -1}
+	default:
+		return g.pathError(resource, "write", err)
+	}
+	var cur *os.File // the resource's file, open from the mark's read to the rename
+	var m mark
+	if parent.fd >= 0 {
+		cur, _, err = g.openFile(resource, parent, name, unix.O_RDONLY, 0)
+		switch {
+		case err == nil:
+			defer func() { _ = cur.Close() }()
+			if m, err = g.readHeader(resource, cur); err != nil {
+				return err
+			}
+		case !errors.Is(err, fs.ErrNotExist):
+			return g.pathError(resource, "write", err)
+		}
 	}
 	if err := fence.DecideClaim(resource, c, m.info.Token, m.info.Run); err != nil {
 		return err
@@ -411,49 +532,127 @@ func (g *Guard) writeLocked(ctx context.Context, resource string, c fence.Claim,
 		k, value = m.kind, nil
 		if m.kind != kindDeleted {
 			k = kindValue
-			if body, _, err := g.Get(ctx, resource); err == nil {
-				value = body
+			if cur != nil {
+				if value, err = g.body(resource, cur, m); err != nil {
+					return err
+				}
 			}
 		}
 	}
 	tok, run := fence.NextMark(c, m.info.Token, m.info.Run)
-	tmp := g.tempPath(resource)
-	if err := g.writeTemp(tmp, append(encodeHeader(fence.Claim{Token: tok, Run: run}, k), value...)); err != nil {
+	tmp, err := g.openDir(resource, state, "tmp", true, false)
+	if err != nil {
+		return g.pathError(resource, "write", err)
+	}
+	defer tmp.close()
+	tf, tname, err := g.createTemp(resource, lockf, tmp)
+	if err != nil {
+		return g.pathError(resource, "write", err)
+	}
+	renamed := false
+	defer func() {
+		if !renamed {
+			_ = unix.Unlinkat(tmp.fd, tname, 0)
+		}
+	}()
+	if err := g.writeTemp(tf, append(encodeHeader(fence.Claim{Token: tok, Run: run}, k), value...)); err != nil {
 		return fmt.Errorf("fileguard: write %q: %w", resource, err)
 	}
 	if err := g.at("synced"); err != nil {
 		return err
 	}
-	dst := g.Path(resource)
-	err = os.Rename(tmp, dst)
-	if errors.Is(err, fs.ErrNotExist) { // the resource's directory is missing
-		if err = g.mkdirs(filepath.Dir(dst)); err == nil {
-			err = os.Rename(tmp, dst)
+	if parent.fd < 0 {
+		// The resource's directories were missing: create them, syncing
+		// the parent of each one created, so a machine crash after the
+		// write returned cannot lose the path to it.
+		if parent, err = g.walk(resource, root, dirs, true, true); err != nil {
+			return g.pathError(resource, "write", err)
 		}
+		defer parent.closeUnless(root)
 	}
-	if err != nil {
-		return fmt.Errorf("fileguard: write %q: %w", resource, err)
+	// The commit point. Both names are single entries of directories held
+	// open, so nothing is resolved through a link created meanwhile.
+	if err := ignoringEINTR(func() error { return unix.Renameat(tmp.fd, tname, parent.fd, name) }); err != nil {
+		return fmt.Errorf("fileguard: write %q: %w", resource,
+			&fs.PathError{Op: "rename", Path: filepath.Join(parent.path, name), Err: err})
 	}
+	renamed = true
 	if err := g.at("renamed"); err != nil {
 		return outcomeUnknown(ctx, resource, err)
 	}
-	if err := syncDir(filepath.Dir(dst)); err != nil {
-		return outcomeUnknown(ctx, resource, err)
+	if err := ignoringEINTR(func() error { return unix.Fsync(parent.fd) }); err != nil {
+		return outcomeUnknown(ctx, resource, &fs.PathError{Op: "fsync", Path: parent.path, Err: err})
 	}
 	return g.at("done")
 }
 
-// writeTemp writes b to path (truncating what a crashed writer left) and
-// syncs it.
-//
-//nolint:gosec // G304/G703: every path here is below Dir, built from a resource checkResource validated (no "..", not absolute)
-func (g *Guard) writeTemp(path string, b []byte) error {
-	f, err := g.create(path, os.O_WRONLY|os.O_CREATE|os.O_TRUNC)
-	if err != nil {
+// pathError types the error of opening a path of resource: an
+// *UnsafePathError as it is, a regular file where a directory is needed
+// or a directory where a file is needed as a *FileError, anything else
+// wrapped with op and resource.
+func (g *Guard) pathError(resource, op string, err error) error {
+	var pe *fs.PathError
+	switch {
+	case errors.Is(err, ErrUnsafePath):
 		return err
+	case errors.Is(err, unix.ENOTDIR) && errors.As(err, &pe):
+		return &FileError{Resource: resource, Path: pe.Path, Reason: "a regular file where a directory is needed"}
+	case errors.Is(err, unix.EISDIR) && errors.As(err, &pe):
+		return &FileError{Resource: resource, Path: pe.Path, Reason: "a directory (it holds other resources)"}
 	}
+	return fmt.Errorf("fileguard: %s %q: %w", op, resource, err)
+}
+
+// tempNameLen is the length of a temporary file's name: 32 hexadecimal
+// digits and ".tmp".
+const tempNameLen = 36
+
+func newTempName() string {
+	var b [16]byte
+	_, _ = rand.Read(b[:]) // never fails (crypto/rand)
+	return hex.EncodeToString(b[:]) + ".tmp"
+}
+
+func isTempName(b []byte) bool {
+	if len(b) != tempNameLen || !bytes.HasSuffix(b, []byte(".tmp")) {
+		return false
+	}
+	_, err := hex.DecodeString(string(b[:tempNameLen-4]))
+	return err == nil
+}
+
+// createTemp creates the write's temporary file in tmp (StateDir/tmp) with
+// a new random name, O_EXCL and O_NOFOLLOW, so it never opens a file that
+// exists, nor follows a link. Its name is recorded in the resource's lock
+// file first: a writer killed before its rename leaves the file behind,
+// and the next writer of the resource (the only one that can hold the lock
+// then) removes the file the record names.
+func (g *Guard) createTemp(resource string, lockf *os.File, tmp dir) (*os.File, string, error) {
+	var rec [tempNameLen]byte
+	if n, _ := lockf.ReadAt(rec[:], 0); n == tempNameLen && isTempName(rec[:]) {
+		// A crashed writer's leftover, or (usually) a name a completed
+		// write already renamed away: ENOENT.
+		_ = unix.Unlinkat(tmp.fd, string(rec[:]), 0)
+	}
+	var err error
+	for range 3 {
+		name := newTempName()
+		if _, err = lockf.WriteAt([]byte(name), 0); err != nil {
+			return nil, "", err
+		}
+		var f *os.File
+		f, _, err = g.openFile(resource, tmp, name, unix.O_WRONLY|unix.O_CREAT|unix.O_EXCL, g.perm)
+		if !errors.Is(err, fs.ErrExist) {
+			return f, name, err
+		}
+	}
+	return nil, "", err
+}
+
+// writeTemp writes b to the new temporary file f, syncs and closes it.
+func (g *Guard) writeTemp(f *os.File, b []byte) error {
 	half := len(b) / 2
-	_, err = f.Write(b[:half])
+	_, err := f.Write(b[:half])
 	if err == nil {
 		err = g.at("partial")
 	}
@@ -469,76 +668,33 @@ func (g *Guard) writeTemp(path string, b []byte) error {
 	return err
 }
 
-//nolint:gosec // G304/G703: every path here is below Dir, built from a resource checkResource validated (no "..", not absolute)
-func syncDir(dir string) error {
-	d, err := os.Open(dir)
-	if err != nil {
-		return err
-	}
-	err = d.Sync()
-	if cerr := d.Close(); err == nil {
-		err = cerr
-	}
-	return err
-}
-
-// create opens (creating) a file of the state directory, creating its
-// directories first when they are missing: they exist on every write but
-// a resource's first, which saves the MkdirAll on the others. The state
-// directory's entries need no sync: a lost lock or temporary file is
-// created again by the next write.
-//
-//nolint:gosec // G304/G703: every path here is below Dir, built from a resource checkResource validated (no "..", not absolute)
-func (g *Guard) create(path string, flag int) (*os.File, error) {
-	f, err := os.OpenFile(path, flag, g.perm)
-	if errors.Is(err, fs.ErrNotExist) {
-		if err := os.MkdirAll(filepath.Dir(path), g.dirPerm); err != nil {
-			return nil, err
-		}
-		f, err = os.OpenFile(path, flag, g.perm)
-	}
-	return f, err
-}
-
-// mkdirs creates dir, a resource's directory below Dir, and its missing
-// parents, and syncs the parent of each one created: the write's own
-// directory sync makes the file's entry durable, these make the path to
-// it durable, so a machine crash after the write returned cannot lose a
-// directory created for it.
-//
-//nolint:gosec // G304/G703: every path here is below Dir, built from a resource checkResource validated (no "..", not absolute)
-func (g *Guard) mkdirs(dir string) error {
-	var missing []string
-	base := filepath.Clean(g.dir) // dir is below it: Path joins (and cleans) Dir and the resource
-	for d := dir; len(d) > len(base); d = filepath.Dir(d) {
-		if _, err := os.Lstat(d); err == nil {
-			break
-		} else if !errors.Is(err, fs.ErrNotExist) {
-			return err
-		}
-		missing = append(missing, d)
-	}
-	for i := len(missing) - 1; i >= 0; i-- {
-		// Another writer may create it meanwhile (EEXIST): its parent is
-		// synced below all the same, as this write needs it durable too.
-		if err := os.Mkdir(missing[i], g.dirPerm); err != nil && !errors.Is(err, fs.ErrExist) {
-			return err
-		}
-		if err := syncDir(filepath.Dir(missing[i])); err != nil {
-			return err
-		}
-	}
-	return nil
-}
-
 // lock takes resource's lock file (flock, exclusive), waiting until ctx
-// ends or LockTimeout passes.
-//
-//nolint:gosec // G304/G703: every path here is below Dir, built from a resource checkResource validated (no "..", not absolute)
-func (g *Guard) lock(ctx context.Context, resource string) (func(), error) {
-	f, err := g.create(g.lockPath(resource), os.O_RDWR|os.O_CREATE)
+// ends or LockTimeout passes, and returns it open: closing it releases
+// the lock. Lock files are created with LockPerm and never removed (see
+// the package documentation).
+func (g *Guard) lock(ctx context.Context, state dir, resource string) (*os.File, error) {
+	dirs, name := split(resource)
+	d, err := g.walk(resource, state, append([]string{"lock"}, dirs...), true, false)
 	if err != nil {
-		return nil, fmt.Errorf("fileguard: lock %q: %w", resource, err)
+		return nil, g.pathError(resource, "lock", err)
+	}
+	f, st, err := g.openFile(resource, d, name, unix.O_RDWR|unix.O_CREAT, g.lockPerm)
+	d.close()
+	if err != nil {
+		return nil, g.pathError(resource, "lock", err)
+	}
+	if st.Nlink != 1 {
+		// The lock file holds the name of the temporary file, written in
+		// place: never write into a file that has another name elsewhere.
+		_ = f.Close()
+		return nil, &UnsafePathError{Resource: resource, Path: f.Name(), Reason: fmt.Sprintf("a lock file with %d hard links", st.Nlink)}
+	}
+	fd := int(f.Fd()) //nolint:gosec // a file descriptor fits an int
+	if fs.FileMode(st.Mode)&fs.ModePerm&^g.lockPerm != 0 {
+		// Created with broader permissions (by Perm, before LockPerm
+		// existed, or by a guard with another LockPerm): narrow them when
+		// this process may; a file of another user stays as it is.
+		_ = unix.Fchmod(fd, uint32(g.lockPerm))
 	}
 	var deadline time.Time
 	if g.lockTimeout > 0 {
@@ -546,11 +702,11 @@ func (g *Guard) lock(ctx context.Context, resource string) (func(), error) {
 	}
 	wait := 50 * time.Microsecond
 	for {
-		err := syscall.Flock(int(f.Fd()), syscall.LOCK_EX|syscall.LOCK_NB) //nolint:gosec // a file descriptor fits an int
+		err := unix.Flock(fd, unix.LOCK_EX|unix.LOCK_NB)
 		if err == nil {
-			return func() { _ = f.Close() }, nil // closing releases the lock
+			return f, nil
 		}
-		if !errors.Is(err, syscall.EWOULDBLOCK) && !errors.Is(err, syscall.EINTR) {
+		if !errors.Is(err, unix.EWOULDBLOCK) && !errors.Is(err, unix.EINTR) {
 			_ = f.Close()
 			return nil, fmt.Errorf("fileguard: lock %q: %w", resource, err)
 		}

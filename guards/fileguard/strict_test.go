@@ -21,10 +21,15 @@ var (
 )
 
 // kitSubject is subject (PutClaim, Put, Get) plus WriteStrict through a
-// guard with Config.Strict over the same directory. It has no WriteHeld
-// (guardtest.OutcomeWriter): a write is local system calls, with no reply
-// that could be lost while the write is applied, so the kit's
-// outcome-unknown check is skipped (and logged) by design.
+// guard with Config.Strict over the same directory: it runs every kit check
+// that applies to local files. Two do not, and are skipped (and logged) by
+// design rather than faked: it has no WriteHeld (guardtest.OutcomeWriter),
+// because a write is local system calls, with no reply that could be lost
+// while the write is applied; and no WriteDelayed
+// (guardtest.DuplicateWriter), because nothing carries a copy of a write in
+// transit that could reach the file later: no network, no client that
+// re-sends, no request queued outside the writer's own call, which holds
+// the resource's lock until it returns.
 type kitSubject struct {
 	subject
 	strict *Guard

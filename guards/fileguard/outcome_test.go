@@ -1,0 +1,75 @@
+//go:build unix
+
+package fileguard
+
+import (
+	"context"
+	"errors"
+	"os"
+	"testing"
+
+	"github.com/fencekit/fencekit/fence"
+)
+
+// TestNotFoundMatchesFence: a read of a missing, deleted or directory
+// resource matches fence.ErrNotFound as well as ErrNotFound.
+func TestNotFoundMatchesFence(t *testing.T) {
+	ctx := context.Background()
+	g := newGuard(t, t.TempDir(), Config{})
+	if err := g.PutClaim(ctx, "d/x", fence.Claim{Token: 1}, []byte("x")); err != nil {
+		t.Fatal(err)
+	}
+	if err := g.DeleteClaim(ctx, "del", fence.Claim{Token: 1}); err != nil {
+		t.Fatal(err)
+	}
+	for _, r := range []string{"missing", "missing/deeper", "del", "d", "d/x/below-a-file"} {
+		_, _, err := g.Get(ctx, r)
+		if !errors.Is(err, fence.ErrNotFound) || !errors.Is(err, ErrNotFound) {
+			t.Errorf("Get(%q): %v, want fence.ErrNotFound and ErrNotFound", r, err)
+		}
+	}
+}
+
+// TestNilContext: every call given a nil context returns an error matching
+// ErrNilContext (Stage and StageDelete: ErrNoStager) without panicking or
+// touching the directory.
+func TestNilContext(t *testing.T) {
+	dir := t.TempDir()
+	g := newGuard(t, dir, Config{})
+	var nilCtx context.Context
+	c := fence.Claim{Token: 1}
+	noop := func(context.Context) error { return nil }
+	for name, call := range map[string]func() error{
+		"Put":         func() error { return g.Put(nilCtx, "r", []byte("x")) },
+		"PutClaim":    func() error { return g.PutClaim(nilCtx, "r", c, []byte("x")) },
+		"Delete":      func() error { return g.Delete(nilCtx, "r") },
+		"DeleteClaim": func() error { return g.DeleteClaim(nilCtx, "r", c) },
+		"Fence":       func() error { return g.Fence(nilCtx, "r", 1, noop) },
+		"Do":          func() error { return g.Do(nilCtx, "r", noop) },
+		"Get":         func() error { _, _, err := g.Get(nilCtx, "r"); return err },
+		"Mark":        func() error { _, err := g.Mark(nilCtx, "r"); return err },
+	} {
+		panicked, err := callRecover(call)
+		if panicked != nil || !errors.Is(err, ErrNilContext) {
+			t.Errorf("%s(nil ctx): error %v, panic %v; want ErrNilContext", name, err, panicked)
+		}
+	}
+	for name, call := range map[string]func() error{
+		"Stage":       func() error { return Stage(nilCtx, []byte("x")) },
+		"StageDelete": func() error { return StageDelete(nilCtx) },
+	} {
+		if panicked, err := callRecover(call); panicked != nil || !errors.Is(err, ErrNoStager) {
+			t.Errorf("%s(nil ctx): error %v, panic %v; want ErrNoStager", name, err, panicked)
+		}
+	}
+	if ents, _ := os.ReadDir(dir); len(ents) != 0 {
+		t.Errorf("directory not empty after calls with a nil context: %v", ents)
+	}
+}
+
+// callRecover calls f and returns what it panicked with, if anything, and
+// its error.
+func callRecover(f func() error) (panicked any, err error) {
+	defer func() { panicked = recover() }()
+	return nil, f()
+}
