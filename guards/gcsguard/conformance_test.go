@@ -19,27 +19,33 @@ import (
 // Config.Strict; WriteHeld through a Store whose client holds the upload's
 // reply until the write's context ends.
 type subject struct {
-	s, strict, held *Store
-	hold            *holdTransport
-	viaFence        bool
+	s, strict, held, delayed *Store
+	hold                     *holdTransport
+	delay                    *dupTransport
+	viaFence                 bool
 }
 
 var (
-	_ guardtest.ClaimWriter   = (*subject)(nil)
-	_ guardtest.ContextWriter = (*subject)(nil)
-	_ guardtest.FailingWriter = (*subject)(nil)
-	_ guardtest.StrictWriter  = (*subject)(nil)
-	_ guardtest.OutcomeWriter = (*subject)(nil)
+	_ guardtest.ClaimWriter     = (*subject)(nil)
+	_ guardtest.ContextWriter   = (*subject)(nil)
+	_ guardtest.FailingWriter   = (*subject)(nil)
+	_ guardtest.StrictWriter    = (*subject)(nil)
+	_ guardtest.OutcomeWriter   = (*subject)(nil)
+	_ guardtest.DuplicateWriter = (*subject)(nil)
 )
 
 func newSubject(t *testing.T, e *emulator, bucket string, viaFence bool) *subject {
 	h := &holdTransport{}
 	held := e.clientVia(t, func(rt http.RoundTripper) http.RoundTripper { h.next = rt; return h })
+	d := &dupTransport{}
+	delayed := e.clientVia(t, func(rt http.RoundTripper) http.RoundTripper { d.next = rt; return d })
 	return &subject{
 		s:        e.store(t, bucket, Config{}),
 		strict:   e.store(t, bucket, Config{Strict: true}),
 		held:     e.store(t, bucket, Config{Client: held}),
+		delayed:  e.store(t, bucket, Config{Client: delayed}),
 		hold:     h,
+		delay:    d,
 		viaFence: viaFence,
 	}
 }
@@ -69,7 +75,7 @@ func (a *subject) WriteStrict(ctx context.Context, r string, c fence.Claim, v st
 
 func (a *subject) WriteHeld(ctx context.Context, r string, tok fence.Token, v string, applied func()) error {
 	a.hold.arm(r, applied)
-	defer a.hold.arm("", nil)
+	defer a.hold.disarm(r)
 	return a.write(ctx, a.held, r, fence.ClaimFor(ctx, tok), v)
 }
 
@@ -106,26 +112,39 @@ func (a *subject) Read(ctx context.Context, r string) (string, fence.Token, bool
 // context that does not end with the caller's, so the emulator applies
 // it; the transport then calls applied and keeps the reply from the client
 // library until the request's context ends, and fails it with the
-// context's error, as a transport whose caller gave up waiting does.
+// context's error, as a transport whose caller gave up waiting does. It
+// may be armed for several keys at once (concurrent writes to different
+// resources).
 type holdTransport struct {
-	next    http.RoundTripper
-	mu      sync.Mutex
-	key     string
-	applied func()
+	next  http.RoundTripper
+	mu    sync.Mutex
+	armed map[string]func() // key -> applied, until its first upload
 }
 
 func (h *holdTransport) arm(key string, applied func()) {
 	h.mu.Lock()
-	h.key, h.applied = key, applied
+	if h.armed == nil {
+		h.armed = map[string]func(){}
+	}
+	h.armed[key] = applied
+	h.mu.Unlock()
+}
+
+func (h *holdTransport) disarm(key string) {
+	h.mu.Lock()
+	delete(h.armed, key)
 	h.mu.Unlock()
 }
 
 func (h *holdTransport) RoundTrip(req *http.Request) (*http.Response, error) {
 	h.mu.Lock()
-	held := h.key != "" && strings.HasPrefix(req.URL.Path, "/upload/") && req.URL.Query().Get("name") == h.key
-	applied := h.applied
-	if held {
-		h.key, h.applied = "", nil // the first attempt only
+	var applied func()
+	held := false
+	if strings.HasPrefix(req.URL.Path, "/upload/") {
+		key := req.URL.Query().Get("name")
+		if applied, held = h.armed[key]; held {
+			delete(h.armed, key) // the first attempt only
+		}
 	}
 	h.mu.Unlock()
 	if !held {

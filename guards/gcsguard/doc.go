@@ -74,6 +74,17 @@
 //     error and cause when it ended): the upload may still complete. A ctx
 //     that ends before the upload is sent is reported as the context's end:
 //     nothing was written.
+//   - An upload settled by the read as replaced by a higher token's object
+//     is reported as a *fence.StaleError with Overtaken set, not as an
+//     unknown outcome: its generation precondition can no longer hold.
+//   - A delayed copy of an earlier write of a run (an upload held in transit
+//     while the client library's retry landed and a later write of the run
+//     followed) is never applied: its generation precondition names the
+//     generation the later write replaced.
+//   - Stat, Get and GetBytes of a resource without content return a
+//     *NotFoundError matching ErrNotFound and fence.ErrNotFound. A nil
+//     context is refused with an error matching ErrNilContext (Stage and
+//     StageDelete: ErrNoStager), before any I/O.
 //   - With Config.Strict, a resource outside the claim's scope, or a claim
 //     without a scope, is refused with a *fence.ScopeError
 //     (fence.ErrOutOfScope) before anything is read or written.
@@ -88,6 +99,12 @@
 //     write lands, the write is reported as stale (or, once ctx has ended,
 //     as the context's end) although it was briefly visible; the final
 //     state is that of the highest token.
+//     When the library's retry met 412 the guard cannot tell it from a race
+//     with another writer, and Overtaken stays unset; it is set when the
+//     guard itself saw the reply lost (the library gave up, or ctx ended
+//     while it waited) and its settling read found a higher token. No
+//     outcome is settled as "not applied" (fence.ErrNotApplied): an upload
+//     in flight can still complete until the object's generation moves on.
 //   - An unknown outcome that the settling read cannot resolve stays
 //     unknown: read the resource back, or retry with the same claim (an equal
 //     token is admitted).

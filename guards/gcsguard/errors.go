@@ -77,8 +77,18 @@ func (e *NotFoundError) Error() string {
 	return fmt.Sprintf("gcsguard: %q not found", e.Resource)
 }
 
-// Is reports whether target is ErrNotFound.
-func (e *NotFoundError) Is(target error) bool { return target == ErrNotFound }
+// Is reports whether target is ErrNotFound or fence.ErrNotFound.
+func (e *NotFoundError) Is(target error) bool {
+	return target == ErrNotFound || target == fence.ErrNotFound
+}
+
+// ErrNilContext is matched by the error of every call given a nil context;
+// nothing is read or written.
+var ErrNilContext = errors.New("gcsguard: nil context")
+
+func nilContext(resource string) error {
+	return fmt.Errorf("gcsguard: %q: %w", resource, ErrNilContext)
+}
 
 // ObjectError reports the object of Resource whose metadata is not
 // gcsguard's. It matches ErrForeignObject.

@@ -44,6 +44,9 @@ func (st *stager) close() *change {
 }
 
 func stagerFrom(ctx context.Context) (*stager, error) {
+	if ctx == nil {
+		return nil, ErrNoStager
+	}
 	st, ok := ctx.Value(stagerKey{}).(*stager)
 	if !ok {
 		return nil, ErrNoStager

@@ -143,6 +143,9 @@ func (s *Store) read(ctx context.Context, key string) (state, error) {
 // resource without object yields *NotFoundError; a tombstone yields its
 // Info together with a *NotFoundError whose Deleted is set.
 func (s *Store) Stat(ctx context.Context, resource string) (Info, error) {
+	if ctx == nil {
+		return Info{}, nilContext(resource)
+	}
 	if err := checkResource(resource); err != nil {
 		return Info{}, err
 	}
@@ -165,6 +168,9 @@ func (s *Store) Stat(ctx context.Context, resource string) (Info, error) {
 // with its object (content or tombstone) and the run identity stored with
 // it, or the zero Claim when the resource has no object.
 func (s *Store) Mark(ctx context.Context, resource string) (fence.Claim, error) {
+	if ctx == nil {
+		return fence.Claim{}, nilContext(resource)
+	}
 	if err := checkResource(resource); err != nil {
 		return fence.Claim{}, err
 	}
@@ -184,6 +190,9 @@ func (s *Store) Mark(ctx context.Context, resource string) (fence.Claim, error) 
 // object is replaced between the metadata read and the content read, Get
 // reads again.
 func (s *Store) Get(ctx context.Context, resource string) (io.ReadCloser, Info, error) {
+	if ctx == nil {
+		return nil, Info{}, nilContext(resource)
+	}
 	if err := checkResource(resource); err != nil {
 		return nil, Info{}, err
 	}
@@ -240,6 +249,9 @@ func (s *Store) GetBytes(ctx context.Context, resource string) ([]byte, Info, er
 // (rounded up to 256 KiB) instead of a whole chunk; the upload is then one
 // request, which the client library can retry.
 func (s *Store) Put(ctx context.Context, resource string, r io.Reader, size int64, opts PutOptions) (Info, error) {
+	if ctx == nil {
+		return Info{}, nilContext(resource)
+	}
 	c, err := fence.ClaimFromContext(ctx)
 	if err != nil {
 		return Info{}, err
@@ -301,6 +313,9 @@ func (s *Store) PutClaim(ctx context.Context, resource string, claim fence.Claim
 // *NotFoundError with Deleted and Token set. Deleting a resource without object
 // writes the tombstone all the same, raising the mark.
 func (s *Store) Delete(ctx context.Context, resource string) (Info, error) {
+	if ctx == nil {
+		return Info{}, nilContext(resource)
+	}
 	c, err := fence.ClaimFromContext(ctx)
 	if err != nil {
 		return Info{}, err
@@ -328,6 +343,9 @@ func (s *Store) DeleteClaim(ctx context.Context, resource string, claim fence.Cl
 // claim in ctx it returns an error matching fence.ErrNoToken, calls nothing
 // and writes nothing.
 func (s *Store) Do(ctx context.Context, resource string, write func(ctx context.Context) error) error {
+	if ctx == nil {
+		return nilContext(resource)
+	}
 	c, err := fence.ClaimFromContext(ctx)
 	if err != nil {
 		return err
@@ -351,6 +369,9 @@ func (s *Store) Do(ctx context.Context, resource string, write func(ctx context.
 // When write fails, its error is returned and nothing is written. A nil
 // write yields ErrNilWrite (after the resource and token checks).
 func (s *Store) Fence(ctx context.Context, resource string, token fence.Token, write func(ctx context.Context) error) error {
+	if ctx == nil {
+		return nilContext(resource)
+	}
 	return s.fence(ctx, resource, fence.ClaimFor(ctx, token), write)
 }
 
@@ -381,6 +402,9 @@ func (s *Store) fence(ctx context.Context, resource string, c fence.Claim, write
 }
 
 func (s *Store) checkArgs(ctx context.Context, key string, c fence.Claim) error {
+	if ctx == nil {
+		return nilContext(key)
+	}
 	err := s.argsError(ctx, key, c)
 	s.met.Refused(ctx, key, c, err)
 	return err
@@ -446,8 +470,15 @@ func (s *Store) commit(ctx context.Context, key string, c fence.Claim, writeID s
 			// ordered before any newer token's write). Anything else leaves
 			// the outcome unknown: the upload may still complete, or
 			// completed and was replaced.
-			if got, rerr := s.settleRead(ctx, key); rerr == nil && got.writeID == writeID {
+			got, rerr := s.settleRead(ctx, key)
+			if rerr == nil && got.writeID == writeID {
 				return got.info(key), nil
+			}
+			if rerr == nil && got.token > c.Token && got.gen != cur.gen {
+				// A newer holder's generation replaced the one the upload
+				// was conditional on, so it can no longer land; it may have
+				// landed before and been overwritten.
+				return Info{}, fence.WrapContext(ctx, overtaken(key, c, got))
 			}
 			return Info{}, fence.OutcomeUnknown(ctx, "gcsguard: write", key, fmt.Errorf("write id %s: %w", writeID, err))
 		}
@@ -695,4 +726,11 @@ func (b *bodyReader) Read(p []byte) (int, error) {
 		err = &bodyError{err: err}
 	}
 	return n, err
+}
+
+// overtaken is the refusal of a write under c whose upload was sent
+// without a conclusive answer and which the settling read found replaced by
+// a newer holder's object got: it may have landed before being overwritten.
+func overtaken(key string, c fence.Claim, got state) error {
+	return &fence.StaleError{Resource: key, Presented: c.Token, Highest: got.token, Overtaken: true}
 }

@@ -50,7 +50,7 @@ func TestConformance(t *testing.T) {
 		// Every check gets a Guard on its own connection.
 		New: func(t *testing.T) guardtest.Subject {
 			return kitSubject{subject{guard(t, bucket, Config{MaxAttempts: 100})},
-				guard(t, bucket, Config{MaxAttempts: 100, Strict: true}), newReplyHold(t, bucket)}
+				guard(t, bucket, Config{MaxAttempts: 100, Strict: true}), bucket}
 		},
 	})
 }
@@ -74,7 +74,7 @@ func TestConformanceFence(t *testing.T) {
 	guardtest.Run(t, guardtest.Config{
 		New: func(t *testing.T) guardtest.Subject {
 			return fenceKitSubject{fenceSubject{subject{guard(t, bucket, Config{MaxAttempts: 100})}},
-				guard(t, bucket, Config{MaxAttempts: 100, Strict: true}), newReplyHold(t, bucket)}
+				guard(t, bucket, Config{MaxAttempts: 100, Strict: true}), bucket}
 		},
 		Rounds: 10,
 	})

@@ -42,19 +42,33 @@
 //
 // # Lost replies
 //
-// When a publish gets no reply, the guard sends the identical message
+// A publish waits at most Config.ReplyTimeout (within the call's context)
+// for its reply. When none comes, the guard sends the identical message
 // again (same write id, same expected revision) on a fresh context bounded
 // by Config.SettleTimeout, at most twice. JetStream answers a copy of a
 // stored message as a duplicate (within the bucket's duplicate window,
-// which New requires to be at least MinDuplicateWindow), stores it if no
-// copy was stored and the key has not changed, and refuses it otherwise;
-// in every case the first copy can no longer be stored later. The re-sends
-// run on a fresh context (context.WithoutCancel plus SettleTimeout), also
-// when the call's context has ended: a write found stored is reported as
-// success (nil). When no re-send gets a reply the error is a
-// *fence.OutcomeUnknownError (fence.ErrOutcomeUnknown; once ctx has ended
-// it matches ctx.Err() and context.Cause(ctx) too), never "nothing
-// written".
+// which New requires to be at least MinDuplicateWindow and longer than
+// ReplyTimeout + 2 × SettleTimeout), stores it if no copy was stored and
+// the key has not changed, and refuses it otherwise; in every case the
+// first copy can no longer be stored later. The re-sends run on a fresh
+// context (context.WithoutCancel plus SettleTimeout), also when the call's
+// context has ended: a write found stored is reported as success (nil).
+//
+// Only a failure nats.go returns before writing the request (bad subject,
+// payload too large, a draining connection, a full reconnect buffer, or a
+// connection already closed when the publish starts) is reported as
+// "nothing written". nats.ErrConnectionClosed during the wait, a
+// disconnection, or the context's end is a lost reply: the request may
+// have left. When no re-send gets a reply (on a closed connection none is
+// sent) the error is a *fence.OutcomeUnknownError (fence.ErrOutcomeUnknown;
+// once ctx has ended it matches ctx.Err() and context.Cause(ctx) too).
+//
+// When a re-send is refused because the key moved on, the first copy was
+// not stored and never will be, and the guard reads and decides again. If
+// it then cannot write (the context ended, the read failed) the error is a
+// *fence.NotAppliedError (fence.ErrNotApplied): a request left, and it did
+// not take effect. If it finds a higher mark, the *fence.StaleError has
+// Overtaken set.
 //
 // # Metrics and logs
 //
@@ -70,8 +84,17 @@
 //     both carry different run identities (*fence.ReusedError). Value and
 //     mark are one record.
 //   - A write whose reply was lost reports success only if its record was
-//     stored, and is otherwise decided again or reported as a
-//     *fence.OutcomeUnknownError.
+//     stored, and is otherwise decided again, reported as a
+//     *fence.NotAppliedError (settled: not stored), or reported as a
+//     *fence.OutcomeUnknownError; never as "nothing written". A lost reply
+//     costs at most ReplyTimeout + 2 × SettleTimeout.
+//   - A delayed copy of an earlier write of a run (a publish held in
+//     transit while the guard's re-send was stored and a later write of the
+//     run followed) is never stored: it carries the revision its write
+//     decided on, which the later write replaced (and, within the duplicate
+//     window, its write id is answered as a duplicate).
+//   - A read of a resource without value (Get) returns a *NotFoundError
+//     matching both ErrNotFound and fence.ErrNotFound.
 //   - With Config.Strict, a write whose resource lies outside its claim's
 //     scope, or whose claim has no scope, is refused with a
 //     *fence.ScopeError before any I/O.
@@ -79,7 +102,10 @@
 //     read through nor overwritten. Bad input returns a typed error before
 //     any I/O.
 //   - New refuses a bucket whose records expire (TTL) or are discarded when
-//     it is full, unless Config.AllowExpiry is set (*BucketError).
+//     it is full, unless Config.AllowExpiry is set, and a missing bucket
+//     (*BucketError, ErrBucket).
+//   - A nil context is refused with an error matching ErrNilContext,
+//     before any I/O.
 //   - Once ctx has ended, calls return an error matching ctx.Err() and
 //     context.Cause(ctx), never fence.ErrBusy.
 //
@@ -89,9 +115,11 @@
 //     guard then refuses the key as foreign); a Purge, or a Delete on a
 //     bucket keeping one record per key, erases the mark and re-admits
 //     older tokens.
-//   - A write whose reply was lost and which a newer write overtook before
-//     the re-send is reported stale, although it may have been stored
-//     briefly.
+//   - A write whose reply was lost, settled as not stored, and then
+//     refused by a newer mark is reported stale with
+//     fence.StaleError.Overtaken set (the guard does not claim certainty
+//     that rests on the duplicate window); one whose first copy was stored
+//     before a newer write overtook it is reported as success.
 //   - Durability is the stream's: a bucket with one replica on file
 //     storage survives a server restart; memory storage does not.
 //   - Plain buckets only (no mirrors, sources or JetStream domains).

@@ -22,18 +22,35 @@ var ErrBucket = errors.New("natsguard: bucket unsuitable for fencing")
 var ErrForeignEntry = errors.New("natsguard: entry not written by natsguard")
 
 // ErrNotFound is matched by a *NotFoundError: the resource has no value.
+// A *NotFoundError matches fence.ErrNotFound too.
 var ErrNotFound = errors.New("natsguard: not found")
 
-// BucketError reports a bucket New refuses. It matches ErrBucket.
+// ErrNilContext is matched by the error of every call given a nil
+// context; nothing is read or written.
+var ErrNilContext = errors.New("natsguard: nil context")
+
+func nilContext(resource string) error {
+	return fmt.Errorf("natsguard: %q: %w", resource, ErrNilContext)
+}
+
+// BucketError reports a bucket New refuses. It matches ErrBucket and
+// unwraps to Err.
 type BucketError struct {
 	Bucket string
 	Reason string
+	Err    error // the client's error (jetstream.ErrBucketNotFound), or nil
 }
 
 // Error implements error.
 func (e *BucketError) Error() string {
+	if e.Err != nil {
+		return fmt.Sprintf("natsguard: bucket %q: %s: %v", e.Bucket, e.Reason, e.Err)
+	}
 	return fmt.Sprintf("natsguard: bucket %q: %s", e.Bucket, e.Reason)
 }
+
+// Unwrap returns Err.
+func (e *BucketError) Unwrap() error { return e.Err }
 
 // Is reports whether target is ErrBucket.
 func (e *BucketError) Is(target error) bool { return target == ErrBucket }
@@ -73,8 +90,10 @@ func (e *NotFoundError) Error() string {
 	return fmt.Sprintf("natsguard: %q not found", e.Resource)
 }
 
-// Is reports whether target is ErrNotFound.
-func (e *NotFoundError) Is(target error) bool { return target == ErrNotFound }
+// Is reports whether target is ErrNotFound or fence.ErrNotFound.
+func (e *NotFoundError) Is(target error) bool {
+	return target == ErrNotFound || target == fence.ErrNotFound
+}
 
 // outcomeUnknown returns the *fence.OutcomeUnknownError of a publish that
 // was sent, and re-sent, without a reply.

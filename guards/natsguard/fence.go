@@ -75,6 +75,9 @@ var _ fence.Guard = (*Guard)(nil)
 // kept). If write fails nothing is written. Effects of write outside the
 // bucket are not fenced.
 func (g *Guard) Fence(ctx context.Context, resource string, token fence.Token, write func(ctx context.Context) error) error {
+	if ctx == nil {
+		return nilContext(resource)
+	}
 	c := fence.ClaimFor(ctx, token)
 	if err := g.args(ctx, resource, c); err != nil {
 		return err

@@ -31,12 +31,15 @@ const (
 // Defaults of Config.
 const (
 	DefaultCheckTimeout  = 5 * time.Second
+	DefaultReplyTimeout  = 5 * time.Second
 	DefaultSettleTimeout = 5 * time.Second
 	DefaultMaxAttempts   = 8
 	// MinDuplicateWindow is the shortest duplicate window of a bucket New
 	// accepts: a write whose reply was lost is settled by sending it again
 	// within this window, which the server answers as a duplicate if the
-	// first copy was stored.
+	// first copy was stored. New also requires the window to exceed
+	// ReplyTimeout + 2 × SettleTimeout, the longest a re-send can follow
+	// its first copy.
 	MinDuplicateWindow = 30 * time.Second
 )
 
@@ -55,6 +58,12 @@ type Config struct {
 	// CheckTimeout bounds New's lookup of the bucket. Default
 	// DefaultCheckTimeout.
 	CheckTimeout time.Duration
+	// ReplyTimeout bounds how long a publish waits for its reply (within
+	// the call's context) before the guard takes the reply as lost and
+	// settles the write by re-sending it: a lost reply costs at most
+	// ReplyTimeout + 2 × SettleTimeout, whatever the call's deadline.
+	// Default DefaultReplyTimeout.
+	ReplyTimeout time.Duration
 	// SettleTimeout bounds each re-send of a write whose reply was lost (on
 	// a fresh context, so it runs even when the call's context has ended).
 	// Default DefaultSettleTimeout.
@@ -97,10 +106,12 @@ type Info struct {
 // starts no goroutine of its own; the connection stays the caller's.
 type Guard struct {
 	js            jetstream.JetStream
+	nc            *nats.Conn
 	kv            jetstream.KeyValue
 	stream        jetstream.Stream
 	bucket        string
 	prefix        string // "$KV.<bucket>."
+	replyTimeout  time.Duration
 	settleTimeout time.Duration
 	max           int
 	strict        bool
@@ -145,7 +156,10 @@ func (g *Guard) forget(key string) {
 // returns a Guard. A bucket whose records may be dropped by the server
 // (MaxAge, or DiscardOld with a size limit) is refused unless
 // cfg.AllowExpiry is set, and one whose duplicate window is below
-// MinDuplicateWindow is refused always (*BucketError).
+// MinDuplicateWindow, or not above ReplyTimeout + 2 × SettleTimeout, is
+// refused always (*BucketError). A bucket that does not exist is a
+// *BucketError too (matching jetstream.ErrBucketNotFound); a lookup that
+// fails otherwise returns the client's error, wrapped.
 func New(cfg Config) (*Guard, error) {
 	if cfg.JS == nil {
 		return nil, fmt.Errorf("%w: JS is nil", ErrInvalidConfig)
@@ -157,7 +171,8 @@ func New(cfg Config) (*Guard, error) {
 		name string
 		v    *time.Duration
 		def  time.Duration
-	}{{"CheckTimeout", &cfg.CheckTimeout, DefaultCheckTimeout}, {"SettleTimeout", &cfg.SettleTimeout, DefaultSettleTimeout}} {
+	}{{"CheckTimeout", &cfg.CheckTimeout, DefaultCheckTimeout}, {"ReplyTimeout", &cfg.ReplyTimeout, DefaultReplyTimeout},
+		{"SettleTimeout", &cfg.SettleTimeout, DefaultSettleTimeout}} {
 		if *d.v < 0 {
 			return nil, fmt.Errorf("%w: %s %v is negative", ErrInvalidConfig, d.name, *d.v)
 		}
@@ -179,19 +194,28 @@ func New(cfg Config) (*Guard, error) {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), cfg.CheckTimeout)
 	defer cancel()
+	bad := func(reason string) error { return &BucketError{Bucket: cfg.Bucket, Reason: reason} }
 	kv, err := cfg.JS.KeyValue(ctx, cfg.Bucket)
+	if errors.Is(err, jetstream.ErrBucketNotFound) {
+		return nil, &BucketError{Bucket: cfg.Bucket, Reason: "no such key-value bucket", Err: err}
+	}
 	if err != nil {
 		return nil, fmt.Errorf("natsguard: bucket %q: %w", cfg.Bucket, err)
 	}
 	stream, err := cfg.JS.Stream(ctx, "KV_"+cfg.Bucket)
+	if errors.Is(err, jetstream.ErrStreamNotFound) {
+		return nil, &BucketError{Bucket: cfg.Bucket, Reason: "no stream KV_" + cfg.Bucket, Err: err}
+	}
 	if err != nil {
 		return nil, fmt.Errorf("natsguard: bucket %q: %w", cfg.Bucket, err)
 	}
 	sc := stream.CachedInfo().Config
-	bad := func(reason string) error { return &BucketError{Bucket: cfg.Bucket, Reason: reason} }
 	switch {
 	case sc.Duplicates < MinDuplicateWindow:
 		return nil, bad(fmt.Sprintf("duplicate window %v is below %v", sc.Duplicates, MinDuplicateWindow))
+	case sc.Duplicates <= cfg.ReplyTimeout+2*cfg.SettleTimeout:
+		return nil, bad(fmt.Sprintf("duplicate window %v does not exceed ReplyTimeout + 2 × SettleTimeout (%v): a re-send could come too late to be recognised as a duplicate",
+			sc.Duplicates, cfg.ReplyTimeout+2*cfg.SettleTimeout))
 	case cfg.AllowExpiry:
 	case sc.MaxAge > 0:
 		return nil, bad(fmt.Sprintf("records expire after %v (set Config.AllowExpiry to accept lost marks)", sc.MaxAge))
@@ -199,8 +223,8 @@ func New(cfg Config) (*Guard, error) {
 		return nil, bad("old records are discarded when the bucket is full (set Config.AllowExpiry to accept lost marks)")
 	}
 	return &Guard{
-		js: cfg.JS, kv: kv, stream: stream, bucket: cfg.Bucket, prefix: "$KV." + cfg.Bucket + ".",
-		settleTimeout: cfg.SettleTimeout, max: cfg.MaxAttempts, strict: cfg.Strict, rec: rec, cache: map[string]state{},
+		js: cfg.JS, nc: cfg.JS.Conn(), kv: kv, stream: stream, bucket: cfg.Bucket, prefix: "$KV." + cfg.Bucket + ".",
+		replyTimeout: cfg.ReplyTimeout, settleTimeout: cfg.SettleTimeout, max: cfg.MaxAttempts, strict: cfg.Strict, rec: rec, cache: map[string]state{},
 	}, nil
 }
 
@@ -347,6 +371,9 @@ func (g *Guard) DeleteClaim(ctx context.Context, resource string, c fence.Claim)
 // Get returns resource's value and the mark written with it (one record).
 // A resource without value yields a *NotFoundError with the mark known.
 func (g *Guard) Get(ctx context.Context, resource string) ([]byte, Info, error) {
+	if ctx == nil {
+		return nil, Info{}, nilContext(resource)
+	}
 	if err := fence.ValidateResource(resource); err != nil {
 		return nil, Info{}, err
 	}
@@ -366,6 +393,9 @@ func (g *Guard) Get(ctx context.Context, resource string) ([]byte, Info, error) 
 // Mark returns resource's mark: the token and run identity of the last
 // write admitted, or the zero Claim.
 func (g *Guard) Mark(ctx context.Context, resource string) (fence.Claim, error) {
+	if ctx == nil {
+		return fence.Claim{}, nilContext(resource)
+	}
 	if err := fence.ValidateResource(resource); err != nil {
 		return fence.Claim{}, err
 	}
@@ -379,6 +409,9 @@ func (g *Guard) Mark(ctx context.Context, resource string) (fence.Claim, error) 
 // args checks a call's input before any I/O: resource, claim, the claim's
 // scope when strict, and a ctx that has not ended.
 func (g *Guard) args(ctx context.Context, resource string, c fence.Claim) error {
+	if ctx == nil {
+		return nilContext(resource)
+	}
 	err := g.checkArgs(ctx, resource, c)
 	g.rec.Refused(ctx, resource, c, err)
 	return err
@@ -404,6 +437,9 @@ func (g *Guard) checkArgs(ctx context.Context, resource string, c fence.Claim) e
 
 // ctxClaim returns the claim ctx carries, checked like args.
 func (g *Guard) ctxClaim(ctx context.Context, resource string) (fence.Claim, error) {
+	if ctx == nil {
+		return fence.Claim{}, nilContext(resource)
+	}
 	if err := fence.ValidateResource(resource); err != nil {
 		return fence.Claim{}, err
 	}
@@ -436,15 +472,38 @@ type pubResult int
 const (
 	pubStored    pubResult = iota // stored (or a duplicate of a stored copy)
 	pubConflict                   // wrong last sequence: another write came in between
-	pubMaybeSent                  // no reply: may have been stored
-	pubFailed                     // refused or not sent
+	pubMaybeSent                  // sent (or perhaps sent), no reply: may have been stored
+	pubFailed                     // refused by the server, or failed before anything was sent
 )
 
+// notSent reports errors nats.go returns only before a request is written
+// (validation, a draining connection, a full reconnect buffer).
+// nats.ErrConnectionClosed is not one of them: nats.go also returns it for
+// a request already sent when the connection closes before the reply.
+func notSent(err error) bool {
+	for _, e := range []error{nats.ErrBadSubject, nats.ErrMaxPayload, nats.ErrInvalidMsg, nats.ErrInvalidContext,
+		nats.ErrInvalidConnection, nats.ErrHeadersNotSupported, nats.ErrConnectionDraining, nats.ErrReconnectBufExceeded,
+		jetstream.ErrInvalidOption} {
+		if errors.Is(err, e) {
+			return true
+		}
+	}
+	return false
+}
+
+// publish sends m, expecting the key's latest revision to be expect, and
+// waits at most ReplyTimeout (within ctx) for the reply.
 func (g *Guard) publish(ctx context.Context, m *nats.Msg, expect uint64, id string) (pubResult, uint64, error) {
+	if g.nc != nil && g.nc.IsClosed() {
+		// Closed before this request: nothing is sent.
+		return pubFailed, 0, nats.ErrConnectionClosed
+	}
 	if g.beforePublish != nil {
 		g.beforePublish()
 	}
-	ack, err := g.js.PublishMsg(ctx, m, jetstream.WithExpectLastSequencePerSubject(expect), jetstream.WithMsgID(id))
+	pctx, cancel := context.WithTimeout(ctx, g.replyTimeout)
+	ack, err := g.js.PublishMsg(pctx, m, jetstream.WithExpectLastSequencePerSubject(expect), jetstream.WithMsgID(id))
+	cancel()
 	if g.afterPublish != nil {
 		g.afterPublish(err)
 	}
@@ -457,8 +516,9 @@ func (g *Guard) publish(ctx context.Context, m *nats.Msg, expect uint64, id stri
 			return pubConflict, 0, err
 		}
 		return pubFailed, 0, err
-	case errors.Is(err, jetstream.ErrNoStreamResponse), errors.Is(err, nats.ErrConnectionClosed),
-		errors.Is(err, nats.ErrBadSubject), errors.Is(err, nats.ErrMaxPayload), errors.Is(err, jetstream.ErrInvalidOption):
+	case errors.Is(err, jetstream.ErrNoStreamResponse), notSent(err):
+		// No responders: the server answered that no stream took the
+		// message, for every copy nats.go sent.
 		return pubFailed, 0, err
 	}
 	return pubMaybeSent, 0, err
@@ -467,6 +527,9 @@ func (g *Guard) publish(ctx context.Context, m *nats.Msg, expect uint64, id stri
 func (g *Guard) writeAttempts(ctx context.Context, resource string, c fence.Claim, o op, value []byte) error {
 	key := Key(resource)
 	subject := g.prefix + key
+	// lost is the error of an earlier publish of this call whose reply was
+	// lost and which settling found not stored (nil: none).
+	var lost error
 	for attempt := 1; attempt <= g.max; attempt++ {
 		if attempt > 1 {
 			g.rec.Retried(ctx, 1)
@@ -478,14 +541,20 @@ func (g *Guard) writeAttempts(ctx context.Context, resource string, c fence.Clai
 		if !ok || o == opMark || fence.DecideClaim(resource, c, st.info.Token, st.info.Run) != nil {
 			var err error
 			if st, err = g.read(ctx, resource); err != nil {
-				return err
+				return g.notApplied(ctx, resource, lost, err)
 			}
 		}
 		if err := fence.DecideClaim(resource, c, st.info.Token, st.info.Run); err != nil {
+			if se, ok := fence.IsStale(err); ok && lost != nil {
+				// This call's earlier request left and its reply was lost.
+				// Settling found it not stored, but the refusal does not
+				// rest on that: say it may have been applied.
+				se.Overtaken = true
+			}
 			return fence.WrapContext(ctx, err)
 		}
 		if err := fence.ContextError(ctx); err != nil {
-			return fmt.Errorf("natsguard: %q: %w", resource, err)
+			return g.notApplied(ctx, resource, lost, fmt.Errorf("natsguard: %q: %w", resource, err))
 		}
 		tok, run := fence.NextMark(c, st.info.Token, st.info.Run)
 		m := nats.NewMsg(subject)
@@ -506,8 +575,10 @@ func (g *Guard) writeAttempts(ctx context.Context, resource string, c fence.Clai
 		}
 		id := newWriteID()
 		res, seq, err := g.publish(ctx, m, st.seq, id)
+		var lostNow error
 		if res == pubMaybeSent {
-			res, seq, err = g.settle(ctx, m, st.seq, id)
+			lostNow = err
+			res, seq, err = g.settle(ctx, m, st.seq, id, err)
 		}
 		switch res {
 		case pubStored:
@@ -518,36 +589,54 @@ func (g *Guard) writeAttempts(ctx context.Context, resource string, c fence.Clai
 			return nil
 		case pubConflict:
 			g.forget(key)
+			if lostNow != nil {
+				lost = lostNow
+			}
 			continue // another write came in between: read and decide again
 		case pubMaybeSent:
 			g.forget(key)
 			return outcomeUnknown(ctx, resource, err)
 		}
 		g.forget(key)
-		return fence.WrapContext(ctx, fmt.Errorf("natsguard: write %q: %w", resource, err))
+		return g.notApplied(ctx, resource, lost, fence.WrapContext(ctx, fmt.Errorf("natsguard: write %q: %w", resource, err)))
 	}
 	return fence.WrapContext(ctx, fmt.Errorf("natsguard: write %q: lost the race in each of %d attempts: %w", resource, g.max, fence.ErrBusy))
 }
 
-// settle sends a write whose reply was lost again, identical (same write
-// id, same expected revision), on a fresh context bounded by
-// SettleTimeout, twice at most. The server answers a duplicate if the
-// first copy was stored (within the bucket's duplicate window), stores it
-// now if nothing was, and refuses it as a conflict if another write came
-// in between; either way the first copy can no longer be stored later.
-func (g *Guard) settle(ctx context.Context, m *nats.Msg, expect uint64, id string) (pubResult, uint64, error) {
-	var (
-		res = pubMaybeSent
-		seq uint64
-		err error
-	)
+// notApplied returns err, the error that ended a call before it could
+// write, as a *fence.NotAppliedError when an earlier publish of the call
+// had left (lost != nil) and was settled as not stored: a request did
+// leave, and it can no longer take effect.
+func (g *Guard) notApplied(ctx context.Context, resource string, lost, err error) error {
+	if lost == nil {
+		return err
+	}
+	return &fence.NotAppliedError{Op: "natsguard: publish", Resource: resource, Err: fence.WrapContext(ctx, err)}
+}
+
+// settle sends a write whose reply was lost (first: the error that came
+// instead) again, identical (same write id, same expected revision), on a
+// fresh context bounded by SettleTimeout, twice at most. The server
+// answers a duplicate if the first copy was stored (within the bucket's
+// duplicate window), stores it now if nothing was, and refuses it as a
+// conflict if another write came in between; either way the first copy
+// can no longer be stored later. Any other answer settles nothing: the
+// result stays pubMaybeSent. On a closed connection nothing can be sent.
+func (g *Guard) settle(ctx context.Context, m *nats.Msg, expect uint64, id string, first error) (pubResult, uint64, error) {
+	err := first
 	for range 2 {
+		if g.nc != nil && g.nc.IsClosed() {
+			break
+		}
 		sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), g.settleTimeout)
-		res, seq, err = g.publish(sctx, m, expect, id)
+		res, seq, rerr := g.publish(sctx, m, expect, id)
 		cancel()
-		if res != pubMaybeSent {
-			return res, seq, err
+		if res == pubStored || res == pubConflict {
+			return res, seq, rerr
+		}
+		if res == pubMaybeSent {
+			err = rerr
 		}
 	}
-	return res, seq, err
+	return pubMaybeSent, 0, err
 }

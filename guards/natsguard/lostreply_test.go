@@ -4,11 +4,11 @@ import (
 	"context"
 	"errors"
 	"net"
+	"sync"
 	"testing"
 	"time"
 
 	"github.com/nats-io/nats.go"
-	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/fencekit/fencekit/fence"
 	"github.com/fencekit/fencekit/internal/netproxy"
@@ -28,9 +28,11 @@ func proxied(t *testing.T, bucket string, cfg Config) (*Guard, *Guard, *netproxy
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { _ = p.Close() })
-	// Each request waits 300 ms for its reply (the call's ctx has no
-	// deadline).
-	cfg.JS = connect(t, "nats://"+p.Addr(), []jetstream.JetStreamOpt{jetstream.WithDefaultTimeout(300 * time.Millisecond)}, nats.NoReconnect())
+	// Each request waits 300 ms for its reply.
+	if cfg.ReplyTimeout == 0 {
+		cfg.ReplyTimeout = 300 * time.Millisecond
+	}
+	cfg.JS = connect(t, "nats://"+p.Addr(), nil, nats.NoReconnect())
 	return guard(t, bucket, cfg), direct, p
 }
 
@@ -83,8 +85,9 @@ func TestLostReplyStored(t *testing.T) {
 
 // TestLostRequestOvertaken: the request is held on the way; meanwhile a
 // higher token writes. The held request, delivered later, and the re-send
-// both meet a newer revision: the write is reported stale and the value is
-// the higher token's.
+// both meet a newer revision: the write is reported stale, with Overtaken
+// set since its request left and its reply was lost, and the value is the
+// higher token's.
 func TestLostRequestOvertaken(t *testing.T) {
 	bucket := newBucket(t, jetstreamKV(0))
 	g, direct, p := proxied(t, bucket, Config{})
@@ -98,8 +101,8 @@ func TestLostRequestOvertaken(t *testing.T) {
 	})
 	err := g.PutClaim(context.Background(), "lost/overtaken", fence.Claim{Token: 8}, []byte("eight"))
 	se, ok := fence.IsStale(err)
-	if !ok || se.Presented != 8 || se.Highest != 9 {
-		t.Fatalf("overtaken write: %v, want StaleError{8, 9}", err)
+	if !ok || se.Presented != 8 || se.Highest != 9 || !se.Overtaken {
+		t.Fatalf("overtaken write: %v, want StaleError{8, 9} with Overtaken set (its reply was lost)", err)
 	}
 	if b, info, err := direct.Get(ctx, "lost/overtaken"); err != nil || string(b) != "nine" || info.Token != 9 {
 		t.Fatalf("stored %q %+v %v", b, info, err)
@@ -123,5 +126,57 @@ func TestLostReplyUnsettled(t *testing.T) {
 	}
 	if b, info, err := direct.Get(context.Background(), "lost/unsettled"); err != nil || string(b) != "two" || info.Token != 2 {
 		t.Fatalf("stored %q %+v %v", b, info, err)
+	}
+}
+
+// TestLostReplyBoundedByDefault: a publish whose reply is lost waits
+// DefaultReplyTimeout (5 s), not the call's whole deadline, before the
+// guard settles it; the re-sends get no reply either, and the call returns
+// an unknown outcome long before its 30 s deadline.
+func TestLostReplyBoundedByDefault(t *testing.T) {
+	bucket := newBucket(t, jetstreamKV(0))
+	g, _, p, _ := viaProxy(t, bucket, Config{SettleTimeout: 300 * time.Millisecond}, nats.NoReconnect())
+	g.beforePublish = func() { p.Pause(netproxy.Downstream) }
+	defer p.Restore()
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	start := time.Now()
+	err := g.PutClaim(ctx, "lost/bounded", fence.Claim{Token: 2}, []byte("two"))
+	took := time.Since(start)
+	if !errors.Is(err, fence.ErrOutcomeUnknown) || errors.Is(err, context.DeadlineExceeded) && ctx.Err() != nil {
+		t.Fatalf("write whose replies were all lost: %v, want fence.ErrOutcomeUnknown before the call's deadline", err)
+	}
+	// 5 s for the first reply, 2 × 300 ms for the re-sends, and slack for
+	// a loaded machine.
+	if took > 12*time.Second {
+		t.Fatalf("write whose reply was lost returned after %v: bounded by the call's deadline, not by the reply timeout", took)
+	}
+}
+
+// TestLostReplyStoredThenOvertaken: the record is stored, its reply lost,
+// and a newer token writes before the re-send. The re-send is answered as
+// a duplicate of the stored copy: success (it was applied, then
+// overtaken), and the newer value stays.
+func TestLostReplyStoredThenOvertaken(t *testing.T) {
+	bucket := newBucket(t, jetstreamKV(0))
+	g, direct, p := proxied(t, bucket, Config{})
+	ctx := context.Background()
+	pauseFirst(g, p, netproxy.Downstream)
+	var stored sync.WaitGroup
+	stored.Add(1)
+	var once sync.Once
+	p.OnHold(func(netproxy.Direction) { once.Do(stored.Done) })
+	onFirstPublish(g, func(error) {
+		stored.Wait()
+		if err := direct.PutClaim(ctx, "lost/stored-overtaken", fence.Claim{Token: 9}, []byte("nine")); err != nil {
+			t.Error(err)
+		}
+		p.Restore()
+	})
+	if err := g.PutClaim(ctx, "lost/stored-overtaken", fence.Claim{Token: 8}, []byte("eight")); err != nil {
+		t.Fatalf("write stored, then overtaken before its re-send: %v, want nil (it was applied)", err)
+	}
+	if b, info, err := direct.Get(ctx, "lost/stored-overtaken"); err != nil || string(b) != "nine" || info.Token != 9 || info.Revision != 2 {
+		t.Fatalf("stored %q %+v %v, want nine at revision 2", b, info, err)
 	}
 }

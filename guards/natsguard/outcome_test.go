@@ -6,6 +6,9 @@ import (
 	"testing"
 	"time"
 
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+
 	"github.com/fencekit/fencekit/fence"
 	"github.com/fencekit/fencekit/guards/guardtest"
 	"github.com/fencekit/fencekit/internal/netproxy"
@@ -21,46 +24,47 @@ var (
 	_ guardtest.OutcomeWriter = fenceKitSubject{}
 )
 
-// replyHold is a Guard whose connection goes through a fault proxy (each
-// request waits 300 ms for its reply, re-sends 300 ms each), for the kit's
-// outcome-unknown check.
-type replyHold struct {
-	g *Guard
-	p *netproxy.Proxy
-}
-
-func newReplyHold(t *testing.T, bucket string) *replyHold {
-	t.Helper()
-	g, _, p := proxied(t, bucket, Config{SettleTimeout: 300 * time.Millisecond})
-	return &replyHold{g: g, p: p}
-}
-
-// run calls write with the server's replies held from the moment the
-// guard publishes (after any read it makes to decide): the first reply
-// that then reaches the proxy (the publish's acknowledgement: the server
-// has stored the record) calls applied, and no reply reaches the client
-// until write returns, the re-sends' included. Calls are sequential (the
-// kit makes one at a time).
-func (h *replyHold) run(applied func(), write func() error) error {
-	var once sync.Once
-	h.g.beforePublish = func() {
-		h.p.OnHold(func(netproxy.Direction) { once.Do(applied) })
-		h.p.Pause(netproxy.Downstream)
+// heldReply writes through a Guard of its own on bucket whose connection
+// goes through a fault proxy (each request waits 300 ms for its reply,
+// re-sends 300 ms each), for the kit's outcome-unknown check: the
+// server's replies are held from the moment the guard publishes (after
+// any read it makes to decide); the first reply that then reaches the
+// proxy (the publish's acknowledgement: the server has stored the record)
+// calls applied, and no reply reaches the client until write returns, the
+// re-sends' included. Each call has its own proxy, connection and Guard,
+// so calls may run concurrently.
+func heldReply(bucket string, applied func(), write func(g *Guard) error) error {
+	p, err := netproxy.New(natsURL()[len("nats://"):])
+	if err != nil {
+		return err
 	}
-	defer func() {
-		h.g.beforePublish = nil
-		h.p.OnHold(nil)
-		h.p.Restore()
-	}()
-	return write()
+	defer func() { _ = p.Close() }()
+	nc, err := nats.Connect("nats://"+p.Addr(), nats.NoReconnect())
+	if err != nil {
+		return err
+	}
+	defer nc.Close()
+	g, err := openGuard(nc, bucket, Config{ReplyTimeout: 300 * time.Millisecond, SettleTimeout: 300 * time.Millisecond})
+	if err != nil {
+		return err
+	}
+	var once sync.Once
+	g.beforePublish = func() {
+		p.OnHold(func(netproxy.Direction) { once.Do(applied) })
+		p.Pause(netproxy.Downstream)
+	}
+	return write(g)
 }
+
+func jetstreamOf(nc *nats.Conn) (jetstream.JetStream, error) { return jetstream.New(nc) }
 
 // kitSubject is subject (PutClaim, Put, Get) plus WriteStrict through a
-// guard with Config.Strict on the same bucket, and WriteHeld through h.
+// guard with Config.Strict on the same bucket, and WriteHeld and
+// WriteDelayed through Guards of their own on bucket.
 type kitSubject struct {
 	subject
 	strict *Guard
-	h      *replyHold
+	bucket string
 }
 
 func (a kitSubject) WriteStrict(ctx context.Context, r string, c fence.Claim, v string) error {
@@ -68,7 +72,7 @@ func (a kitSubject) WriteStrict(ctx context.Context, r string, c fence.Claim, v 
 }
 
 func (a kitSubject) WriteHeld(ctx context.Context, r string, tok fence.Token, v string, applied func()) error {
-	return a.h.run(applied, func() error { return a.h.g.PutClaim(ctx, r, fence.Claim{Token: tok}, []byte(v)) })
+	return heldReply(a.bucket, applied, func(g *Guard) error { return g.PutClaim(ctx, r, fence.Claim{Token: tok}, []byte(v)) })
 }
 
 // fenceKitSubject is fenceSubject (Fence, Do with Stage) with the same
@@ -76,7 +80,7 @@ func (a kitSubject) WriteHeld(ctx context.Context, r string, tok fence.Token, v 
 type fenceKitSubject struct {
 	fenceSubject
 	strict *Guard
-	h      *replyHold
+	bucket string
 }
 
 func (a fenceKitSubject) WriteStrict(ctx context.Context, r string, c fence.Claim, v string) error {
@@ -84,8 +88,8 @@ func (a fenceKitSubject) WriteStrict(ctx context.Context, r string, c fence.Clai
 }
 
 func (a fenceKitSubject) WriteHeld(ctx context.Context, r string, tok fence.Token, v string, applied func()) error {
-	return a.h.run(applied, func() error {
-		return a.h.g.Fence(ctx, r, tok, func(ctx context.Context) error { return Stage(ctx, []byte(v)) })
+	return heldReply(a.bucket, applied, func(g *Guard) error {
+		return g.Fence(ctx, r, tok, func(ctx context.Context) error { return Stage(ctx, []byte(v)) })
 	})
 }
 

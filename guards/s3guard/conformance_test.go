@@ -21,6 +21,8 @@ type subject struct {
 	strict   *Store         // Config.Strict, for WriteStrict
 	held     *Store         // its client holds pointer replies, for WriteHeld
 	hold     *holdTransport // held's transport
+	delayed  *Store         // its client holds a pointer PUT's first copy, for WriteDelayed
+	delay    *dupTransport  // delayed's transport
 }
 
 func (s *subject) pick() *Store { return s.stores[s.next.Add(1)%uint64(len(s.stores))] }

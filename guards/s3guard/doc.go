@@ -135,6 +135,17 @@
 //   - A write whose reply is lost and whose SDK retry meets 412 is reported as
 //     a success when its pointer landed, and never as success when the 412 was
 //     caused by someone else.
+//   - A pointer PUT settled by the read as replaced by a higher token's
+//     pointer is reported as a *fence.StaleError with Overtaken set, not as
+//     an unknown outcome: its If-Match names an ETag that is gone for good.
+//   - A delayed copy of an earlier write of a run (a pointer PUT held in
+//     transit while the SDK's retry landed and a later write of the run
+//     followed) is never applied: its If-Match names the ETag the later
+//     write replaced, and every accepted pointer has a fresh ETag.
+//   - Get and GetBytes of a resource without content return a
+//     *NotFoundError matching ErrNotFound and fence.ErrNotFound. A nil
+//     context is refused with an error matching ErrNilContext (Stage and
+//     StageDelete: ErrNoStager), before any I/O.
 //   - Bad input (invalid resources, tokens, options) returns a typed error and
 //     changes nothing. Content shorter or longer than the size given to Put,
 //     PutClaim or Stage (0 or more) is a *SizeError (ErrSizeMismatch): no
@@ -157,9 +168,15 @@
 //     data object already removed by a newer write; it must read the pointer
 //     again (Get does this).
 //   - When a write's reply is lost and, before the SDK's retry, a newer
-//     holder's write lands, the write is reported as stale (or, once ctx
-//     has ended, as the context's end) although it was briefly visible;
-//     the final state is still that of the highest token.
+//     holder's write lands, the retry's 412 cannot be told from a race with
+//     another writer: the write is reported as stale without Overtaken (or,
+//     once ctx has ended, as the context's end) although it was briefly
+//     visible; the final state is still that of the highest token.
+//     Overtaken is set only when the guard itself saw the reply lost (the
+//     SDK gave up, or ctx ended while it waited) and its settling read found
+//     a higher token. No outcome is settled as "not applied"
+//     (fence.ErrNotApplied): a pointer PUT in flight can still land until
+//     the pointer moves on.
 //   - Versioned buckets work (conditions apply to the latest version), but
 //     removals only add delete markers: old pointers and data stay as
 //     noncurrent versions until a lifecycle rule expires them.

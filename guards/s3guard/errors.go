@@ -91,8 +91,18 @@ func (e *NotFoundError) Error() string {
 	return fmt.Sprintf("s3guard: %q not found", e.Resource)
 }
 
-// Is reports whether target is ErrNotFound.
-func (e *NotFoundError) Is(target error) bool { return target == ErrNotFound }
+// Is reports whether target is ErrNotFound or fence.ErrNotFound.
+func (e *NotFoundError) Is(target error) bool {
+	return target == ErrNotFound || target == fence.ErrNotFound
+}
+
+// ErrNilContext is matched by the error of every call given a nil context;
+// nothing is read or written.
+var ErrNilContext = errors.New("s3guard: nil context")
+
+func nilContext(key string) error {
+	return fmt.Errorf("s3guard: %q: %w", truncate(key), ErrNilContext)
+}
 
 // PointerError reports an object at Resource that is not a valid pointer.
 // It matches ErrNotPointer.

@@ -18,27 +18,34 @@ import (
 // context that does not end with the caller's, so MinIO applies it; the
 // transport then calls applied and keeps the reply from the SDK until the
 // request's context ends, and fails it with the context's error, as a
-// transport whose caller gave up waiting does.
+// transport whose caller gave up waiting does. It may be armed for several
+// keys at once (concurrent writes to different resources).
 type holdTransport struct {
-	mu      sync.Mutex
-	path    string // "/bucket/key" while armed
-	applied func()
+	mu    sync.Mutex
+	armed map[string]func() // "/bucket/key" -> applied, until its first PUT
 }
 
 func (h *holdTransport) arm(bucket, key string, applied func()) {
 	h.mu.Lock()
-	h.path, h.applied = "/"+bucket+"/"+key, applied
+	if h.armed == nil {
+		h.armed = map[string]func(){}
+	}
+	h.armed["/"+bucket+"/"+key] = applied
 	h.mu.Unlock()
 }
 
-func (h *holdTransport) disarm() { h.arm("", "", nil) }
+func (h *holdTransport) disarm(bucket, key string) {
+	h.mu.Lock()
+	delete(h.armed, "/"+bucket+"/"+key)
+	h.mu.Unlock()
+}
 
 func (h *holdTransport) RoundTrip(req *http.Request) (*http.Response, error) {
 	h.mu.Lock()
-	held := req.Method == http.MethodPut && h.path != "" && req.URL.Path == h.path
-	applied := h.applied
+	applied, held := h.armed[req.URL.Path]
+	held = held && req.Method == http.MethodPut
 	if held {
-		h.path, h.applied = "", nil // the first attempt only
+		delete(h.armed, req.URL.Path) // the first attempt only
 	}
 	h.mu.Unlock()
 	if !held {
@@ -70,7 +77,7 @@ func heldStore(t *testing.T, e env, mod func(*Config)) (*Store, *holdTransport) 
 // pointer PUT's reply held until ctx ends.
 func (s *subject) WriteHeld(ctx context.Context, resource string, token fence.Token, value string, applied func()) error {
 	s.hold.arm(s.held.bucket, resource, applied)
-	defer s.hold.disarm()
+	defer s.hold.disarm(s.held.bucket, resource)
 	return s.write(ctx, s.held, resource, token, value)
 }
 
@@ -98,6 +105,8 @@ func newSubject(t *testing.T, e env, viaFence bool, mod func(*Config)) *subject 
 		c.Strict = true
 	})
 	sub.held, sub.hold = heldStore(t, e, mod)
+	sub.delay = &dupTransport{}
+	sub.delayed = e.store(t, e.newClient(t, sub.delay), mod)
 	return sub
 }
 

@@ -121,6 +121,9 @@ func (s *Store) DeleteClaim(ctx context.Context, resource string, claim fence.Cl
 // documentation): success when it landed, otherwise a
 // *fence.OutcomeUnknownError.
 func (s *Store) Fence(ctx context.Context, resource string, token fence.Token, write func(ctx context.Context) error) error {
+	if ctx == nil {
+		return nilContext(resource)
+	}
 	_, err := s.fence(ctx, resource, fence.ClaimFor(ctx, token), write, false)
 	return err
 }
@@ -139,6 +142,9 @@ func (s *Store) put(ctx context.Context, key string, c fence.Claim, r io.Reader,
 
 // claimFrom is fence.ClaimFromContext for a ctx-first call on key.
 func claimFrom(ctx context.Context, key string) (fence.Claim, error) {
+	if ctx == nil {
+		return fence.Claim{}, nilContext(key)
+	}
 	c, err := fence.ClaimFromContext(ctx)
 	if err != nil {
 		return fence.Claim{}, fmt.Errorf("s3guard: %q: %w", truncate(key), err)

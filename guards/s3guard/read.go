@@ -111,6 +111,9 @@ func (s *Store) getPointer(ctx context.Context, key string) (current, error) {
 // current pointer (content or tombstone) with the run identity stored with
 // it, or the zero Claim when the resource has none.
 func (s *Store) Mark(ctx context.Context, resource string) (_ fence.Claim, err error) {
+	if ctx == nil {
+		return fence.Claim{}, nilContext(resource)
+	}
 	defer func() { err = contextErr(ctx, err) }()
 	if err := checkResource(s.prefix, resource); err != nil {
 		return fence.Claim{}, err
@@ -128,6 +131,9 @@ func (s *Store) Mark(ctx context.Context, resource string) (_ fence.Claim, err e
 // If the data object was removed between the pointer read and the data
 // read (a newer write superseded it), Get reads the pointer again.
 func (s *Store) Get(ctx context.Context, resource string) (_ io.ReadCloser, _ Info, err error) {
+	if ctx == nil {
+		return nil, Info{}, nilContext(resource)
+	}
 	defer func() { err = contextErr(ctx, err) }()
 	if err := checkResource(s.prefix, resource); err != nil {
 		return nil, Info{}, err
@@ -173,6 +179,9 @@ func (s *Store) Get(ctx context.Context, resource string) (_ io.ReadCloser, _ In
 
 // GetBytes is Get reading the whole content into memory.
 func (s *Store) GetBytes(ctx context.Context, resource string) (_ []byte, _ Info, err error) {
+	if ctx == nil {
+		return nil, Info{}, nilContext(resource)
+	}
 	defer func() { err = contextErr(ctx, err) }()
 	rc, info, err := s.Get(ctx, resource)
 	if err != nil {

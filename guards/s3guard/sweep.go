@@ -15,6 +15,9 @@ import (
 // clock and is safe to run at any time, concurrently with writers. It
 // returns how many objects it removed.
 func (s *Store) Sweep(ctx context.Context, resource string) (_ int, err error) {
+	if ctx == nil {
+		return 0, nilContext(resource)
+	}
 	defer func() { err = contextErr(ctx, err) }()
 	if err := checkResource(s.prefix, resource); err != nil {
 		return 0, err

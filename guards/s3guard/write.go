@@ -15,6 +15,9 @@ import (
 // stands in for the pointer GET (Put and Delete: their write only stages).
 // Every error it returns passes through s.fail.
 func (s *Store) fence(ctx context.Context, key string, c fence.Claim, write func(ctx context.Context) error, useCache bool) (_ Info, err error) {
+	if ctx == nil {
+		return Info{}, nilContext(key)
+	}
 	ctx, span := s.met.Start(ctx, key, c)
 	defer func() { span.End(err) }() // after fail: the error the caller gets
 	defer func() { err = s.fail(ctx, key, err) }()
@@ -195,9 +198,16 @@ func (s *Store) commit(ctx context.Context, key string, c fence.Claim, writeID s
 			// the request may still be applied, or was applied and then
 			// superseded. Never remove the staged data here.
 			s.cache.drop(key)
-			if c, rerr := s.settleRead(ctx, key); rerr == nil && c.p != nil && c.p.WriteID == writeID {
-				s.dropSuperseded(ctx, cur, c.p)
-				return s.info(key, c.p), nil
+			got, rerr := s.settleRead(ctx, key)
+			if rerr == nil && got.p != nil && got.p.WriteID == writeID {
+				s.dropSuperseded(ctx, cur, got.p)
+				return s.info(key, got.p), nil
+			}
+			if rerr == nil && got.token() > c.Token && got.etag != cur.etag {
+				// A newer holder's pointer replaced the one our request was
+				// conditional on, so it can no longer land; it may have
+				// landed before and been overwritten.
+				return Info{}, fence.WrapContext(ctx, overtaken(key, c, got))
 			}
 			return Info{}, fence.OutcomeUnknown(ctx, "s3guard: write pointer", key, fmt.Errorf("write id %s: %w", writeID, err))
 		}
@@ -287,4 +297,11 @@ func wait(ctx context.Context, d time.Duration) error {
 	case <-ctx.Done():
 		return ctx.Err()
 	}
+}
+
+// overtaken is the refusal of a write under c whose pointer PUT was sent
+// without a conclusive answer and which the settling read found replaced by
+// a newer holder's pointer got: it may have landed before being overwritten.
+func overtaken(key string, c fence.Claim, got current) error {
+	return &fence.StaleError{Resource: key, Presented: c.Token, Highest: got.token(), Overtaken: true}
 }

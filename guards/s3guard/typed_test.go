@@ -1,0 +1,146 @@
+package s3guard
+
+import (
+	"context"
+	"crypto/x509"
+	"errors"
+	"io"
+	"net/http"
+	"sync"
+	"testing"
+
+	"github.com/fencekit/fencekit/fence"
+)
+
+// overtakeTransport lets the first PUT of path land, then runs overtake (a
+// newer holder's write) and fails the PUT with err instead of its reply.
+// With refuseLater, every later PUT of path fails with err without
+// reaching MinIO (an SDK that gave up).
+type overtakeTransport struct {
+	path        string
+	err         error
+	refuseLater bool
+	overtake    func()
+
+	mu sync.Mutex
+	n  int
+}
+
+func (o *overtakeTransport) RoundTrip(req *http.Request) (*http.Response, error) {
+	if req.Method != http.MethodPut || req.URL.Path != o.path {
+		return http.DefaultTransport.RoundTrip(req)
+	}
+	o.mu.Lock()
+	o.n++
+	n := o.n
+	o.mu.Unlock()
+	if n > 1 {
+		if o.refuseLater {
+			return nil, o.err
+		}
+		return http.DefaultTransport.RoundTrip(req)
+	}
+	resp, err := http.DefaultTransport.RoundTrip(req)
+	if err != nil {
+		return nil, err
+	}
+	_, _ = io.Copy(io.Discard, resp.Body)
+	_ = resp.Body.Close()
+	o.overtake()
+	return nil, o.err
+}
+
+// TestLostReplyOvertakenIsMarked: the pointer PUT lands, its reply is lost,
+// the SDK gives up, and a newer holder writes before the Store's settling
+// read. The write was applied and then overwritten, and its request can no
+// longer land (the pointer's ETag moved on): the error is a
+// *fence.StaleError with Overtaken set, not an unknown outcome.
+func TestLostReplyOvertakenIsMarked(t *testing.T) {
+	forEachClient(t, func(t *testing.T, e env) {
+		for _, tc := range []struct {
+			name string
+			err  error
+		}{
+			{"sdk gave up", x509.UnknownAuthorityError{}}, // minio-go does not retry it
+		} {
+			t.Run(tc.name, func(t *testing.T) {
+				key := "overtaken/" + map[bool]string{true: "gave-up", false: "retried"}[tc.err != errReplyLost]
+				direct := e.store(t, nil, nil)
+				if _, err := put(t, direct, key, 7, "seven"); err != nil {
+					t.Fatal(err)
+				}
+				ot := &overtakeTransport{path: "/" + e.bucket + "/" + key, err: tc.err,
+					refuseLater: tc.err != errReplyLost, overtake: func() {
+						if _, err := put(t, direct, key, 9, "nine"); err != nil {
+							t.Error(err)
+						}
+					}}
+				s := e.store(t, e.newClient(t, ot), nil)
+				_, err := put(t, s, key, 8, "eight")
+				se, ok := fence.IsStale(err)
+				if !ok || se.Presented != 8 || se.Highest != 9 || !se.Overtaken {
+					t.Fatalf("landed, reply lost, overtaken: %v, want StaleError{8, 9} with Overtaken", err)
+				}
+				if got, gi := content(t, direct, key); got != "nine" || gi.Token != 9 {
+					t.Fatalf("final %q %+v", got, gi)
+				}
+			})
+		}
+	})
+}
+
+// TestNotFoundMatchesFence: a read of a resource without content matches
+// fence.ErrNotFound as well as s3guard.ErrNotFound.
+func TestNotFoundMatchesFence(t *testing.T) {
+	forEachClient(t, func(t *testing.T, e env) {
+		ctx := testCtx(t)
+		s := e.store(t, nil, nil)
+		if _, err := s.DeleteClaim(ctx, "nf/deleted", fence.Claim{Token: 2}); err != nil {
+			t.Fatal(err)
+		}
+		for _, r := range []string{"nf/never", "nf/deleted"} {
+			_, _, err := s.GetBytes(ctx, r)
+			if !errors.Is(err, fence.ErrNotFound) || !errors.Is(err, ErrNotFound) {
+				t.Errorf("GetBytes(%q): %v, want fence.ErrNotFound and s3guard.ErrNotFound", r, err)
+			}
+		}
+	})
+}
+
+// TestNilContext: every call given a nil context returns ErrNilContext
+// instead of panicking, and writes nothing.
+func TestNilContext(t *testing.T) {
+	forEachClient(t, func(t *testing.T, e env) {
+		s := e.store(t, nil, nil)
+		c := fence.Claim{Token: 1}
+		write := func(context.Context) error { t.Error("Fence ran its write with a nil context"); return nil }
+		//nolint:staticcheck // a nil context is the input under test
+		calls := map[string]func() error{
+			"Put":           func() error { _, err := s.PutBytes(nil, "nil/ctx", []byte("v"), PutOptions{}); return err },
+			"PutBytesClaim": func() error { _, err := s.PutBytesClaim(nil, "nil/ctx", c, []byte("v"), PutOptions{}); return err },
+			"Delete":        func() error { _, err := s.Delete(nil, "nil/ctx"); return err },
+			"DeleteClaim":   func() error { _, err := s.DeleteClaim(nil, "nil/ctx", c); return err },
+			"Get":           func() error { _, _, err := s.Get(nil, "nil/ctx"); return err },
+			"GetBytes":      func() error { _, _, err := s.GetBytes(nil, "nil/ctx"); return err },
+			"Mark":          func() error { _, err := s.Mark(nil, "nil/ctx"); return err },
+			"Sweep":         func() error { _, err := s.Sweep(nil, "nil/ctx"); return err },
+			"Fence":         func() error { return s.Fence(nil, "nil/ctx", 1, write) },
+			"Do":            func() error { return s.Do(nil, "nil/ctx", write) },
+		}
+		for name, call := range calls {
+			func() {
+				defer func() {
+					if r := recover(); r != nil {
+						t.Errorf("%s(nil ctx) panicked: %v", name, r)
+					}
+				}()
+				if err := call(); !errors.Is(err, ErrNilContext) {
+					t.Errorf("%s(nil ctx): %v, want ErrNilContext", name, err)
+				}
+			}()
+		}
+		for _, k := range e.listAll(t) {
+			t.Errorf("object %q written by a call with a nil context", k)
+		}
+	})
+}
