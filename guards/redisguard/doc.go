@@ -67,7 +67,11 @@
 // resource written a thousand times a second keeps tens of thousands of
 // ids (a few MB); lower W for such resources (W must exceed how long the
 // client's own retries of one request take; a copy that misses its
-// deadline is refused and settled, never applied).
+// deadline is refused and settled, never applied). This was chosen over
+// refusing client retries at New: retries are go-redis's default, a
+// cluster client's redirects cannot be turned off, and the guard's own
+// settling needs a record that outlives every copy in any case (a cancel
+// key with a TTL protects only until it expires).
 //
 // When the request may have reached the server but no reply came (a
 // timeout, a broken connection, the context ending mid-request), the
