@@ -6,6 +6,8 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/redis/go-redis/v9"
+
 	"github.com/fencekit/fencekit/fence"
 )
 
@@ -186,4 +188,119 @@ func keySlot(key string) uint16 {
 		}
 	}
 	return crc % 16384
+}
+
+// TestForeignValueNotReplaced: a value key of another type (hash, list,
+// set, sorted set, stream) under a valid mark is not this guard's to
+// replace or delete: PutClaim, DeleteClaim, Fence and Do with a higher
+// token are refused with a *MarkError naming the value key, Do's and
+// Fence's callbacks do not run, and neither the key nor the mark changes.
+func TestForeignValueNotReplaced(t *testing.T) {
+	ctx := context.Background()
+	s := newSpace(t)
+	g := s.guard(t, Config{})
+	c := g.client
+	for _, tc := range []struct {
+		typ  string
+		make func(k string) error
+	}{
+		{"hash", func(k string) error { return c.HSet(ctx, k, "f", "v").Err() }},
+		{"list", func(k string) error { return c.RPush(ctx, k, "x").Err() }},
+		{"set", func(k string) error { return c.SAdd(ctx, k, "x").Err() }},
+		{"zset", func(k string) error { return c.ZAdd(ctx, k, redis.Z{Score: 1, Member: "x"}).Err() }},
+		{"stream", func(k string) error {
+			return c.XAdd(ctx, &redis.XAddArgs{Stream: k, Values: []string{"f", "v"}}).Err()
+		}},
+	} {
+		r := s.resources + "foreign/" + tc.typ
+		if err := g.PutClaim(ctx, r, fence.Claim{Token: 5, Run: "run-a"}, []byte("v")); err != nil {
+			t.Fatal(err)
+		}
+		if err := c.Del(ctx, r).Err(); err != nil {
+			t.Fatal(err)
+		}
+		if err := tc.make(r); err != nil {
+			t.Fatal(err)
+		}
+		before, err := g.Mark(ctx, r)
+		if err != nil {
+			t.Fatal(err)
+		}
+		high := fence.Claim{Token: 9, Run: "run-b"}
+		ran := func(name string) func(context.Context) error {
+			return func(ctx context.Context) error {
+				t.Errorf("%s: %s ran its callback over a %s value key", tc.typ, name, tc.typ)
+				return Stage(ctx, []byte("x"))
+			}
+		}
+		for name, err := range map[string]error{
+			"PutClaim":    g.PutClaim(ctx, r, high, []byte("x")),
+			"DeleteClaim": g.DeleteClaim(ctx, r, high),
+			"Fence":       g.Fence(fence.WithClaim(ctx, high), r, high.Token, ran("Fence")),
+			"Do":          g.Do(fence.WithClaim(ctx, high), r, ran("Do")),
+		} {
+			var me *MarkError
+			if !errors.As(err, &me) || me.Key != r || errors.Is(err, fence.ErrStale) {
+				t.Errorf("%s value key: %s: %v, want *MarkError on the value key", tc.typ, name, err)
+			}
+		}
+		if typ, err := c.Type(ctx, r).Result(); err != nil || typ != tc.typ {
+			t.Errorf("%s value key is now %q (%v)", tc.typ, typ, err)
+		}
+		if after, err := g.Mark(ctx, r); err != nil || after != before {
+			t.Errorf("%s value key: mark %+v (%v) after refused writes, want %+v", tc.typ, after, err, before)
+		}
+	}
+}
+
+// TestNilContext: every call given a nil context returns ErrNilContext
+// (Stage and StageDelete: ErrNoStager) before any I/O, without panicking.
+func TestNilContext(t *testing.T) {
+	s := newSpace(t)
+	g := s.guard(t, Config{})
+	r := s.resources + "nilctx"
+	var nilCtx context.Context
+	check := func(name string, err, want error) {
+		t.Helper()
+		if !errors.Is(err, want) {
+			t.Errorf("%s(nil ctx): %v, want %v", name, err, want)
+		}
+	}
+	check("Put", g.Put(nilCtx, r, []byte("x")), ErrNilContext)
+	check("PutClaim", g.PutClaim(nilCtx, r, fence.Claim{Token: 1}, []byte("x")), ErrNilContext)
+	check("Delete", g.Delete(nilCtx, r), ErrNilContext)
+	check("DeleteClaim", g.DeleteClaim(nilCtx, r, fence.Claim{Token: 1}), ErrNilContext)
+	check("Fence", g.Fence(nilCtx, r, 1, func(context.Context) error { return nil }), ErrNilContext)
+	check("Do", g.Do(nilCtx, r, func(context.Context) error { return nil }), ErrNilContext)
+	_, _, err := g.Get(nilCtx, r)
+	check("Get", err, ErrNilContext)
+	_, err = g.Mark(nilCtx, r)
+	check("Mark", err, ErrNilContext)
+	check("CheckEviction", g.CheckEviction(nilCtx), ErrNilContext)
+	check("Stage", Stage(nilCtx, []byte("x")), ErrNoStager)
+	check("StageDelete", StageDelete(nilCtx), ErrNoStager)
+	if n, err := g.client.Exists(context.Background(), r, g.markKey(r)).Result(); err != nil || n != 0 {
+		t.Errorf("keys written by calls with a nil ctx: %d (%v)", n, err)
+	}
+}
+
+// TestGetMissingMatchesFenceNotFound: Get of a resource never written, and
+// of one deleted by a fenced delete, matches fence.ErrNotFound as well as
+// ErrNotFound.
+func TestGetMissingMatchesFenceNotFound(t *testing.T) {
+	ctx := context.Background()
+	s := newSpace(t)
+	g := s.guard(t, Config{})
+	r := s.resources + "missing"
+	for _, step := range []string{"never written", "deleted"} {
+		if step == "deleted" {
+			if err := g.DeleteClaim(ctx, r, fence.Claim{Token: 3}); err != nil {
+				t.Fatal(err)
+			}
+		}
+		_, _, err := g.Get(ctx, r)
+		if !errors.Is(err, fence.ErrNotFound) || !errors.Is(err, ErrNotFound) {
+			t.Errorf("Get %s: %v, want fence.ErrNotFound and redisguard.ErrNotFound", step, err)
+		}
+	}
 }

@@ -48,7 +48,7 @@ func TestConformance(t *testing.T) {
 	guardtest.Run(t, guardtest.Config{
 		// Every check gets a Guard on its own client (own connections).
 		New: func(t *testing.T) guardtest.Subject {
-			return kitSubject{subject{s.guard(t, Config{})}, s.guard(t, Config{Strict: true}), newReplyHold(t, s)}
+			return kitSubject{subject{s.guard(t, Config{})}, s.guard(t, Config{Strict: true}), newReplyHold(t, s), duplicateSubject{t, s, Config{}, false}}
 		},
 		Prefix:       s.resources,
 		BadResources: badResources(s),
@@ -61,7 +61,7 @@ func TestConformanceTTL(t *testing.T) {
 	s := newSpace(t)
 	guardtest.Run(t, guardtest.Config{
 		New: func(t *testing.T) guardtest.Subject {
-			return kitSubject{subject{s.guard(t, Config{TTL: 3600e9})}, s.guard(t, Config{TTL: 3600e9, Strict: true}), newReplyHold(t, s)}
+			return kitSubject{subject{s.guard(t, Config{TTL: 3600e9})}, s.guard(t, Config{TTL: 3600e9, Strict: true}), newReplyHold(t, s), duplicateSubject{t, s, Config{TTL: 3600e9}, false}}
 		},
 		Prefix: s.resources + "{ttl}/",
 		Rounds: 10,
@@ -131,7 +131,7 @@ func TestConformanceFence(t *testing.T) {
 	s := newSpace(t)
 	guardtest.Run(t, guardtest.Config{
 		New: func(t *testing.T) guardtest.Subject {
-			return fenceKitSubject{fenceSubject{subject{s.guard(t, Config{})}}, s.guard(t, Config{Strict: true}), newReplyHold(t, s)}
+			return fenceKitSubject{fenceSubject{subject{s.guard(t, Config{})}}, s.guard(t, Config{Strict: true}), newReplyHold(t, s), duplicateSubject{t, s, Config{}, true}}
 		},
 		Prefix:       s.resources,
 		BadResources: badResources(s),

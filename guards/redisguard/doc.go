@@ -14,7 +14,10 @@
 // with the fields t (the token, canonical decimal), r (the run identity,
 // empty when none) and w (the write id of the write that set it). The mark
 // key's hash tag is the value key's slot, so on Redis Cluster both keys
-// are in one slot and the script may touch them together. The default
+// are in one slot and the script may touch them together. Beside them,
+// <MarkPrefix>w{...} (the mark key with "w" after the prefix) is the
+// resource's write-id record, a sorted set of recent write ids (see
+// Duplicates and lost replies). The default
 // MarkPrefix is "fencekit:mark:". A resource that has no non-empty hash
 // tag and contains '}', or that starts with MarkPrefix, is refused
 // (*ResourceError, matching fence.ErrInvalidResource).
@@ -28,23 +31,58 @@
 // PX Config.TTL when set; DEL for a delete) and the mark (fence.NextMark,
 // and the write's id). Tokens are compared as decimal strings in the
 // script, never as Lua numbers. A fenced delete removes the value and
-// keeps the mark; an expired value keeps its mark too.
+// keeps the mark; an expired value keeps its mark too. A value key of
+// another type (hash, list, set, ...) is not this guard's: every write to
+// it is refused with a *MarkError, nothing written.
 //
 // Fence (fence.Guard) and Do run a callback that stages the new value
-// with Stage or StageDelete; the script then writes it as above.
+// with Stage or StageDelete; the script then writes it as above. Fence
+// and Do read the mark and the value key's type first, and run no
+// callback over a value key of another type.
 //
-// # Lost replies
+// # Duplicates and lost replies
 //
-// Every write carries a fresh 128-bit write id. When the request may have
-// reached the server but no reply came (a timeout, a broken connection,
-// the context ending mid-request), the guard settles it on a fresh context
-// bounded by Config.SettleTimeout: if the mark carries the write id, the
-// write was applied and the call succeeds. Otherwise a per-write cancel key
-// (beside the mark, one hour) is set in the same script, so the request
-// can never be applied later; if the mark is below the write's token the
-// write is sent again with a new id (up to Config.MaxAttempts writes per
-// call). The client's own retries of one request are harmless: a request
-// whose write id is already the mark's is not applied twice.
+// One write's request can reach the server more than once, and late:
+// go-redis re-sends a request whose reply timed out on a new connection
+// (Options.MaxRetries, 3 by default) while the first copy may still be in
+// transit, a cluster client re-sends on redirects, and a copy held by the
+// network can arrive after the call returned and after a later write of
+// the same run. Comparing the write id with the mark's alone would apply
+// such a copy once a later write replaced the mark's id: the value would
+// go back. So every write carries a fresh 128-bit write id and a deadline,
+// this host's clock at sending plus Config.DuplicateWindow (W, 20 s by
+// default). The script refuses a copy whose id it has recorded (applied:
+// "dup", not applied again; cancelled) and a copy that arrives after its
+// deadline by the server's clock (TIME); an applied write's id is
+// recorded in the resource's write-id record until W after its deadline.
+// A copy that arrives in time therefore finds its id if any copy was
+// applied, and a copy that arrives later is refused, whichever Guard,
+// process or client retry sent the later write. This needs no agreement
+// between the host's clock and the server's for safety: the deadline and
+// the record's end are both judged by the server's clock. It needs that
+// clock not to step back by more than W (across restarts and failovers).
+// A host whose clock is more than about W/2 behind the server's, or W
+// ahead, has its writes refused with a *ClockError (ErrClockSkew). The
+// record holds one id per write of the last two to three windows: a
+// resource written a thousand times a second keeps tens of thousands of
+// ids (a few MB); lower W for such resources (W must exceed how long the
+// client's own retries of one request take; a copy that misses its
+// deadline is refused and settled, never applied). This was chosen over
+// refusing client retries at New: retries are go-redis's default, a
+// cluster client's redirects cannot be turned off, and the guard's own
+// settling needs a record that outlives every copy in any case (a cancel
+// key with a TTL protects only until it expires).
+//
+// When the request may have reached the server but no reply came (a
+// timeout, a broken connection, the context ending mid-request), the
+// guard settles it on a fresh context bounded by Config.SettleTimeout: if
+// the mark or the record carries the write id, the write was applied and
+// the call succeeds (also when a newer write has overwritten it since).
+// Otherwise the id is recorded as cancelled until the record's end, so a
+// copy still in transit is refused until its deadline and by the deadline
+// afterwards; if the mark is not above the write's token the write is sent
+// again with a new id (up to Config.MaxAttempts writes per call), and
+// after the last a *fence.NotAppliedError is returned.
 //
 // # Metrics and logs
 //
@@ -60,22 +98,36 @@
 //     Value and mark change together or not at all.
 //   - Get returns a value and the mark that was written with it, read in
 //     one script.
+//   - A copy of a write's request is never applied after a later write
+//     of the same run (or a newer run), whatever the client's retry and
+//     redirect settings, as long as the server's clock does not step back
+//     by more than Config.DuplicateWindow; a write's id is applied at most
+//     once.
 //   - A write whose reply was lost is settled by its write id with a
 //     request on a fresh context (context.WithoutCancel plus
 //     Config.SettleTimeout), also when the call's context has ended: it
-//     reports success (nil) only if it was applied, and after it is settled
-//     as not applied it never will be. When the settling request itself
-//     fails, or the mark has the write's token under another write's id,
+//     reports success (nil) only if it was applied, and after it is
+//     settled as not applied it never will be: then the error is a
+//     *fence.NotAppliedError (fence.ErrNotApplied), or a *fence.StaleError
+//     when a newer mark is in place (Overtaken false: the record proves it
+//     was never applied; true when the settling request came more than a
+//     window after the deadline, when it may have been applied and then
+//     overtaken). When the settling request itself fails, or came that
+//     late and the mark has the write's token under another write's id,
 //     the error is a *fence.OutcomeUnknownError (fence.ErrOutcomeUnknown;
 //     once ctx has ended it matches ctx.Err() and context.Cause(ctx) too):
 //     the write may have been applied, never "nothing written".
+//   - Get of a resource without a value returns a *NotFoundError, which
+//     matches both ErrNotFound and fence.ErrNotFound.
+//   - A nil context is refused with ErrNilContext before any I/O (Stage
+//     and StageDelete: ErrNoStager); no call panics on it.
 //   - With Config.Strict, a write whose resource lies outside its claim's
 //     scope, or whose claim has no scope, is refused with a
 //     *fence.ScopeError before any I/O.
 //   - Bad input (resource, token, run, config) returns a typed error
 //     before any I/O. A mark the guard cannot read (malformed token or
 //     run, a key of another type) refuses the write with *MarkError and
-//     nothing is written.
+//     nothing is written. So is a value key of another type than string.
 //   - New refuses a server whose maxmemory-policy is allkeys-* unless
 //     Config.AllowEviction is set (*EvictionError).
 //   - Once ctx has ended, calls return an error matching ctx.Err() and
@@ -94,9 +146,14 @@
 //   - Writers that bypass the guard (SET or DEL of the value key, DEL or
 //     HSET of the mark) are not fenced; a deleted mark re-admits older
 //     tokens.
-//   - A write whose reply was lost and which a newer write overtook before
-//     it was settled is reported stale, although it may have been applied
-//     briefly.
+//   - A write whose reply was lost, settled more than a window after its
+//     deadline, and which a newer write overtook is reported stale with
+//     Overtaken set: it may have been applied briefly.
+//   - A server clock stepped back by more than Config.DuplicateWindow (a
+//     reset, a failover to a replica whose clock is behind) can admit a
+//     copy whose record has gone: configure NTP to slew, not step.
+//   - Write-id records use ZMSCORE and TIME in scripts: Redis 6.2 or
+//     later.
 //   - Marks are never deleted by this package: one small hash per resource
 //     ever written stays.
 //   - Effects of a Fence callback outside Redis are not fenced. A Fence

@@ -3,6 +3,7 @@ package redisguard
 import (
 	"errors"
 	"fmt"
+	"time"
 
 	"github.com/fencekit/fencekit/fence"
 )
@@ -18,7 +19,13 @@ var ErrEvictionPolicy = errors.New("redisguard: server may evict marks")
 // its value key) is not what this guard writes. Nothing is written.
 var ErrCorruptMark = errors.New("redisguard: unreadable mark")
 
+// ErrNilContext is returned, before any I/O, by every call given a nil
+// context (Stage and StageDelete return ErrNoStager). Nothing is written.
+var ErrNilContext = errors.New("redisguard: nil context")
+
 // ErrNotFound is matched by a *NotFoundError: the resource has no value.
+// The same error matches fence.ErrNotFound, which every guard's read
+// matches.
 var ErrNotFound = errors.New("redisguard: not found")
 
 // errUnsettled is settle's answer when it could not decide the outcome of
@@ -91,5 +98,35 @@ func (e *NotFoundError) Error() string {
 	return fmt.Sprintf("redisguard: %q not found", e.Resource)
 }
 
-// Is reports whether target is ErrNotFound.
-func (e *NotFoundError) Is(target error) bool { return target == ErrNotFound }
+// Is reports whether target is ErrNotFound or fence.ErrNotFound.
+func (e *NotFoundError) Is(target error) bool {
+	return target == ErrNotFound || target == fence.ErrNotFound
+}
+
+// ErrClockSkew is matched by a *ClockError: this host's clock and the
+// server's differ by more than a write's deadline allows. Nothing is
+// written.
+var ErrClockSkew = errors.New("redisguard: clocks of host and server differ too much")
+
+// ClockError reports a write the server refused because its deadline
+// (this host's clock at sending plus Config.DuplicateWindow) had passed on
+// arrival although the request was young, or lay more than two windows
+// ahead of the server's clock. Nothing was written. It matches
+// ErrClockSkew.
+type ClockError struct {
+	Resource string
+	Window   time.Duration // Config.DuplicateWindow
+	// Offset is the server's clock at arrival minus this host's at sending
+	// (the request's transit time included): positive when the server is
+	// ahead.
+	Offset time.Duration
+}
+
+// Error implements error.
+func (e *ClockError) Error() string {
+	return fmt.Sprintf("redisguard: write %q refused: the server's clock at arrival minus this host's at sending is %v, beyond what the duplicate window %v allows (check both clocks); nothing written",
+		e.Resource, e.Offset, e.Window)
+}
+
+// Is reports whether target is ErrClockSkew.
+func (e *ClockError) Is(target error) bool { return target == ErrClockSkew }

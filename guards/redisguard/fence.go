@@ -6,6 +6,8 @@ import (
 	"fmt"
 	"sync"
 
+	"github.com/redis/go-redis/v9"
+
 	"github.com/fencekit/fencekit/fence"
 )
 
@@ -51,6 +53,9 @@ func (s *stage) set(op string, value []byte) error {
 // call guards; Fence writes it, with the mark, once the callback returns
 // nil. ctx must be (derived from) the callback's context.
 func Stage(ctx context.Context, value []byte) error {
+	if ctx == nil {
+		return ErrNoStager
+	}
 	s, ok := ctx.Value(stageKey{}).(*stage)
 	if !ok {
 		return ErrNoStager
@@ -60,6 +65,9 @@ func Stage(ctx context.Context, value []byte) error {
 
 // StageDelete records the deletion of the resource's value (its mark stays).
 func StageDelete(ctx context.Context) error {
+	if ctx == nil {
+		return ErrNoStager
+	}
 	s, ok := ctx.Value(stageKey{}).(*stage)
 	if !ok {
 		return ErrNoStager
@@ -79,6 +87,9 @@ var _ fence.Guard = (*Guard)(nil)
 // A write that staged nothing raises the mark only. If write fails nothing
 // is written. Effects of write outside Redis are not fenced.
 func (g *Guard) Fence(ctx context.Context, resource string, token fence.Token, write func(ctx context.Context) error) error {
+	if ctx == nil {
+		return ErrNilContext
+	}
 	c := fence.ClaimFor(ctx, token)
 	if err := g.args(ctx, resource, c); err != nil {
 		return err
@@ -89,6 +100,9 @@ func (g *Guard) Fence(ctx context.Context, resource string, token fence.Token, w
 // Do is Fence under the claim ctx carries (fence.ClaimFromContext; none:
 // fence.ErrNoToken, write not called).
 func (g *Guard) Do(ctx context.Context, resource string, write func(ctx context.Context) error) error {
+	if ctx == nil {
+		return ErrNilContext
+	}
 	c, err := g.ctxClaim(ctx, resource)
 	if err != nil {
 		return err
@@ -100,7 +114,7 @@ func (g *Guard) fence(ctx context.Context, resource string, c fence.Claim, write
 	if write == nil {
 		return ErrNilWrite
 	}
-	m, err := g.Mark(ctx, resource)
+	m, err := g.peek(ctx, resource)
 	if err != nil {
 		return err
 	}
@@ -122,4 +136,34 @@ func (g *Guard) fence(ctx context.Context, resource string, c fence.Claim, write
 		return fmt.Errorf("redisguard: %q: %w", resource, err)
 	}
 	return g.write(ctx, resource, c, op, value)
+}
+
+// peek reads resource's mark and checks, in the same round trip, that its
+// value key is a string or absent: a key of another type is not this
+// guard's to replace (*MarkError), and the callback must not run.
+func (g *Guard) peek(ctx context.Context, resource string) (fence.Claim, error) {
+	key := g.markKey(resource)
+	var hm *redis.SliceCmd
+	var typ *redis.StatusCmd
+	_, err := g.client.Pipelined(ctx, func(p redis.Pipeliner) error {
+		hm = p.HMGet(ctx, key, "t", "r", "w")
+		typ = p.Type(ctx, resource)
+		return nil
+	})
+	if err != nil && !redis.HasErrorPrefix(hm.Err(), "WRONGTYPE") {
+		return fence.Claim{}, fence.WrapContext(ctx, fmt.Errorf("redisguard: read mark of %q: %w", resource, err))
+	}
+	if redis.HasErrorPrefix(hm.Err(), "WRONGTYPE") {
+		return fence.Claim{}, &MarkError{Resource: resource, Key: key, Reason: "mark key is not a hash"}
+	}
+	if t := typ.Val(); t != "none" && t != "string" {
+		return fence.Claim{}, &MarkError{Resource: resource, Key: resource, Reason: "value key holds a " + t}
+	}
+	v := hm.Val()
+	if v[0] == nil && v[1] == nil && v[2] == nil {
+		return fence.Claim{}, nil
+	}
+	str := func(x any) string { s, _ := x.(string); return s }
+	info, err := g.info(resource, str(v[0]), str(v[1]), str(v[2]))
+	return fence.Claim{Token: info.Token, Run: info.Run}, err
 }

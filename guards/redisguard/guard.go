@@ -26,19 +26,22 @@ const (
 	DefaultCheckTimeout  = 5 * time.Second
 	DefaultSettleTimeout = 5 * time.Second
 	DefaultMaxAttempts   = 3
+	// DefaultDuplicateWindow is Config.DuplicateWindow's default: longer
+	// than go-redis's default retries of one request take (four attempts
+	// of a 3 s read timeout, and their back-off).
+	DefaultDuplicateWindow = 20 * time.Second
 )
-
-// cancelTTL is how long a settled write's cancel key lives: far longer
-// than any request can stay in flight on a connection the client has
-// given up.
-const cancelTTL = time.Hour
 
 // Config configures a Guard. Client is required.
 type Config struct {
 	// Client talks to the server: a *redis.Client, *redis.ClusterClient,
-	// *redis.Ring or any other redis.UniversalClient. Required. Its own
-	// retries (Options.MaxRetries) are safe: every write carries a write id
-	// and a write whose id is already the mark's is not applied twice.
+	// *redis.Ring or any other redis.UniversalClient. Required. The
+	// client may send one write's request more than once (go-redis
+	// re-sends a request whose reply timed out, Options.MaxRetries, and a
+	// cluster client follows redirects), and a copy held in transit may
+	// arrive after a later write: the write-id record and the request's
+	// deadline (DuplicateWindow) make every such copy a no-op, whatever
+	// the client's settings.
 	Client redis.UniversalClient
 	// MarkPrefix starts every mark key (see the package documentation for
 	// the layout). Resources starting with it are refused. It must be a
@@ -64,6 +67,20 @@ type Config struct {
 	// write id) while attempts remain and the context is live. Default
 	// DefaultMaxAttempts.
 	MaxAttempts int
+	// DuplicateWindow is how long a write's request stays valid: the
+	// request carries a deadline, this host's clock at sending plus
+	// DuplicateWindow, and the server refuses a copy that arrives after it
+	// by its own clock. The ids of applied and of cancelled writes are
+	// kept (in a sorted set beside the mark) until a window after the
+	// deadline, so a copy that arrives before its deadline finds its id.
+	// A copy is never applied after a later write of its run if the
+	// server's clock never steps back by more than DuplicateWindow. A
+	// host whose clock is more than about half a window behind the
+	// server's, or a window ahead, has its writes refused with a
+	// *ClockError. Longer windows keep more ids (one per write made in
+	// the last two to three windows). At least 10ms, in whole
+	// milliseconds. Default DefaultDuplicateWindow.
+	DuplicateWindow time.Duration
 	// MeterProvider records the guard instruments of package guardobs with
 	// guard="redis", and fencekit.guard.redis.retries (writes sent again
 	// after a lost reply was settled as not applied). Nil records nothing.
@@ -101,9 +118,12 @@ type Guard struct {
 	ttlArg         string
 	settleTimeout  time.Duration
 	maxAttempts    int
+	window         time.Duration
+	windowArg      string // window in ms
 	strict         bool
 	rec            *guardobs.Recorder
-	afterWriteSent func() // tests: runs after a write's reply arrived or failed
+	afterWriteSent func()           // tests: runs after a write's reply arrived or failed
+	now            func() time.Time // this host's clock (tests shift it)
 }
 
 // New validates cfg, fills defaults and, unless cfg.AllowEviction is set,
@@ -145,6 +165,12 @@ func New(cfg Config) (*Guard, error) {
 	case cfg.MaxAttempts == 0:
 		cfg.MaxAttempts = DefaultMaxAttempts
 	}
+	switch {
+	case cfg.DuplicateWindow == 0:
+		cfg.DuplicateWindow = DefaultDuplicateWindow
+	case cfg.DuplicateWindow < 10*time.Millisecond || cfg.DuplicateWindow%time.Millisecond != 0:
+		return nil, fmt.Errorf("%w: DuplicateWindow %v: want at least 10ms, in whole milliseconds", ErrInvalidConfig, cfg.DuplicateWindow)
+	}
 	rec, err := guardobs.New(guardobs.Config{Kind: guardobs.KindRedis, Name: "redisguard",
 		Retries:       "Redis writes sent again after a lost reply was settled as not applied.",
 		MeterProvider: cfg.MeterProvider, TracerProvider: cfg.TracerProvider, Logger: cfg.Logger})
@@ -152,7 +178,8 @@ func New(cfg Config) (*Guard, error) {
 		return nil, fmt.Errorf("%w: %w", ErrInvalidConfig, err)
 	}
 	g := &Guard{client: cfg.Client, prefix: cfg.MarkPrefix, ttlArg: ttlArg,
-		settleTimeout: cfg.SettleTimeout, maxAttempts: cfg.MaxAttempts, strict: cfg.Strict, rec: rec}
+		settleTimeout: cfg.SettleTimeout, maxAttempts: cfg.MaxAttempts, strict: cfg.Strict, rec: rec,
+		now: time.Now, window: cfg.DuplicateWindow, windowArg: strconv.FormatInt(cfg.DuplicateWindow.Milliseconds(), 10)}
 	if !cfg.AllowEviction {
 		ctx, cancel := context.WithTimeout(context.Background(), cfg.CheckTimeout)
 		defer cancel()
@@ -169,6 +196,9 @@ func New(cfg Config) (*Guard, error) {
 // keys without a TTL. The policy can be changed at run time (CONFIG SET);
 // call it again whenever that may have happened.
 func (g *Guard) CheckEviction(ctx context.Context) error {
+	if ctx == nil {
+		return ErrNilContext
+	}
 	check := func(ctx context.Context, c *redis.Client) error {
 		return checkPolicy(ctx, c, c.Options().Addr)
 	}
@@ -203,6 +233,9 @@ func checkPolicy(ctx context.Context, c redis.Cmdable, addr string) error {
 // Put writes value to resource under the claim ctx carries
 // (fence.ClaimFromContext; none: fence.ErrNoToken, nothing written).
 func (g *Guard) Put(ctx context.Context, resource string, value []byte) error {
+	if ctx == nil {
+		return ErrNilContext
+	}
 	c, err := g.ctxClaim(ctx, resource)
 	if err != nil {
 		return err
@@ -217,6 +250,9 @@ func (g *Guard) Put(ctx context.Context, resource string, value []byte) error {
 // refused with *fence.StaleError, the mark's token from another run with
 // *fence.ReusedError.
 func (g *Guard) PutClaim(ctx context.Context, resource string, c fence.Claim, value []byte) error {
+	if ctx == nil {
+		return ErrNilContext
+	}
 	if err := g.args(ctx, resource, c); err != nil {
 		return err
 	}
@@ -226,6 +262,9 @@ func (g *Guard) PutClaim(ctx context.Context, resource string, c fence.Claim, va
 // Delete deletes resource's value under the claim ctx carries. The mark
 // stays: it is what refuses older tokens afterwards.
 func (g *Guard) Delete(ctx context.Context, resource string) error {
+	if ctx == nil {
+		return ErrNilContext
+	}
 	c, err := g.ctxClaim(ctx, resource)
 	if err != nil {
 		return err
@@ -235,6 +274,9 @@ func (g *Guard) Delete(ctx context.Context, resource string) error {
 
 // DeleteClaim is Delete under the claim c, passed explicitly.
 func (g *Guard) DeleteClaim(ctx context.Context, resource string, c fence.Claim) error {
+	if ctx == nil {
+		return ErrNilContext
+	}
 	if err := g.args(ctx, resource, c); err != nil {
 		return err
 	}
@@ -245,6 +287,9 @@ func (g *Guard) DeleteClaim(ctx context.Context, resource string, c fence.Claim)
 // A resource without value (never written, deleted, or expired) yields a
 // *NotFoundError carrying the mark's token.
 func (g *Guard) Get(ctx context.Context, resource string) ([]byte, Info, error) {
+	if ctx == nil {
+		return nil, Info{}, ErrNilContext
+	}
 	if err := g.checkResource(resource); err != nil {
 		return nil, Info{}, err
 	}
@@ -277,6 +322,9 @@ func (g *Guard) Get(ctx context.Context, resource string) ([]byte, Info, error) 
 // Mark returns resource's mark: the token and run identity of the last
 // write admitted, or the zero Claim when none was.
 func (g *Guard) Mark(ctx context.Context, resource string) (fence.Claim, error) {
+	if ctx == nil {
+		return fence.Claim{}, ErrNilContext
+	}
 	if err := g.checkResource(resource); err != nil {
 		return fence.Claim{}, err
 	}
@@ -370,28 +418,42 @@ func (g *Guard) write(ctx context.Context, resource string, c fence.Claim, op st
 }
 
 func (g *Guard) writeAttempts(ctx context.Context, resource string, c fence.Claim, op string, value []byte) error {
-	mark := g.markKey(resource)
+	keys := []string{resource, g.markKey(resource), g.idsKey(resource)}
 	for attempt := 1; ; attempt++ {
 		id := newWriteID()
-		r, err := writeScript.Run(ctx, g.client, []string{resource, mark, g.cancelKey(resource, id)},
-			c.Token.String(), c.Run, id, op, value, g.ttlArg).StringSlice()
+		sent := g.now()
+		deadline := strconv.FormatInt(sent.Add(g.window).UnixMilli(), 10)
+		r, err := writeScript.Run(ctx, g.client, keys,
+			c.Token.String(), c.Run, id, op, value, g.ttlArg, deadline, g.windowArg).StringSlice()
 		if g.afterWriteSent != nil {
 			g.afterWriteSent()
 		}
 		if err == nil {
-			return g.outcome(resource, c, r)
-		}
-		if !maybeSent(err) {
+			switch {
+			case len(r) == 3 && r[0] == "clock":
+				return g.clockError(resource, sent, r[1])
+			case len(r) == 3 && r[0] == "expired" && g.now().Sub(sent) < g.window/2:
+				// Refused at once as too late: the server's clock is
+				// ahead of this host's. Nothing was written by this copy
+				// (an applied copy would have been answered "dup").
+				return g.clockError(resource, sent, r[1])
+			case len(r) == 3 && (r[0] == "expired" || r[0] == "cancelled"):
+				// This copy was refused: settle the write as a whole.
+				err = fmt.Errorf("the request was refused as %s", r[0])
+			default:
+				return g.outcome(resource, c, r)
+			}
+		} else if !maybeSent(err) {
 			return fence.WrapContext(ctx, fmt.Errorf("redisguard: write %q: %w", resource, err))
 		}
 		// The request may have been applied: settle it by its write id.
-		applied, serr := g.settle(ctx, resource, c, id)
+		applied, serr := g.settle(ctx, resource, c, id, deadline)
 		switch {
 		case applied:
 			return nil
 		case serr == nil: // definitely not applied, and never will be
 			if attempt >= g.maxAttempts || fence.ContextError(ctx) != nil {
-				return fence.WrapContext(ctx, fmt.Errorf("redisguard: write %q: not applied (reply lost, settled): %w", resource, err))
+				return &fence.NotAppliedError{Op: "redisguard: write", Resource: resource, Err: fence.WrapContext(ctx, err)}
 			}
 			g.rec.Retried(ctx, 1)
 		case errors.Is(serr, errUnsettled):
@@ -400,6 +462,16 @@ func (g *Guard) writeAttempts(ctx context.Context, resource string, c fence.Clai
 			return fence.WrapContext(ctx, serr)
 		}
 	}
+}
+
+// clockError reports a write refused because this host's clock and the
+// server's (serverMs, Unix ms) differ too much.
+func (g *Guard) clockError(resource string, sent time.Time, serverMs string) error {
+	ms, err := strconv.ParseInt(serverMs, 10, 64)
+	if err != nil {
+		return fmt.Errorf("redisguard: write %q: unexpected server time %q", resource, serverMs)
+	}
+	return &ClockError{Resource: resource, Window: g.window, Offset: time.UnixMilli(ms).Sub(sent)}
 }
 
 // outcome interprets writeScript's reply.
@@ -425,25 +497,28 @@ func (g *Guard) outcome(resource string, c fence.Claim, r []string) error {
 	return fmt.Errorf("redisguard: write %q: unexpected reply %q", resource, r)
 }
 
-// settle decides the outcome of write id after its reply was lost, on a
-// fresh context bounded by SettleTimeout: applied (true, nil); definitely
-// not applied (false, nil), the cancel key guaranteeing it never will be;
-// refused by the mark now in place (false, *fence.StaleError or
-// *fence.ReusedError); unknown (false, error matching errUnsettled).
-func (g *Guard) settle(ctx context.Context, resource string, c fence.Claim, id string) (bool, error) {
+// settle decides the outcome of write id (sent with deadline, Unix ms)
+// after its reply was lost, on a fresh context bounded by SettleTimeout:
+// applied (true, nil); definitely not applied (false, nil), the record
+// guaranteeing it never will be; refused by the mark now in place (false,
+// *fence.StaleError or *fence.ReusedError; the stale error's Overtaken
+// set when the write may have been applied before the newer mark);
+// unknown (false, error matching errUnsettled).
+func (g *Guard) settle(ctx context.Context, resource string, c fence.Claim, id, deadline string) (bool, error) {
 	sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), g.settleTimeout)
 	defer cancel()
-	r, err := settleScript.Run(sctx, g.client, []string{g.markKey(resource), g.cancelKey(resource, id)},
-		id, strconv.FormatInt(cancelTTL.Milliseconds(), 10)).StringSlice()
+	r, err := settleScript.Run(sctx, g.client, []string{g.markKey(resource), g.idsKey(resource)},
+		id, deadline, g.windowArg).StringSlice()
 	switch {
 	case err != nil:
 		return false, fmt.Errorf("%w: the settling request failed: %w", errUnsettled, err)
-	case len(r) != 3 || r[0] == "bad":
+	case len(r) != 4 || r[0] == "bad":
 		return false, fmt.Errorf("%w: unexpected settling reply %q", errUnsettled, r)
 	}
 	if r[0] == "applied" {
 		return true, nil
 	}
+	complete := r[3] == "1" // the record proves no copy was applied
 	if r[1] == "" {
 		return false, nil // no mark: not applied
 	}
@@ -452,13 +527,18 @@ func (g *Guard) settle(ctx context.Context, resource string, c fence.Claim, id s
 		return false, fmt.Errorf("%w: malformed mark %q", errUnsettled, r[1])
 	}
 	if derr := fence.DecideClaim(resource, c, mt, r[2]); derr != nil {
+		if se, ok := fence.IsStale(derr); ok {
+			se.Overtaken = !complete
+		}
 		return false, derr
 	}
-	if mt < c.Token {
-		return false, nil // the mark is below the write's token: not applied
+	if complete || mt < c.Token {
+		return false, nil // not applied (a mark below the write's token never had it)
 	}
-	// The mark has the write's token but another write's id: this write may
-	// have been applied and then overwritten under the same token.
+	// The record of this write may have been pruned (the settling request
+	// came more than a window after the deadline) and the mark has the
+	// write's token under another write's id: this write may have been
+	// applied and then overwritten under the same token.
 	return false, fmt.Errorf("%w: the mark carries the write's token under another write id", errUnsettled)
 }
 

@@ -35,10 +35,14 @@ func (g *Guard) markKey(resource string) string {
 	return g.prefix + "{" + resource + "}"
 }
 
-// cancelKey is the key settleScript sets to refuse a write whose reply was
-// lost; same slot as the mark.
-func (g *Guard) cancelKey(resource, writeID string) string {
-	return g.markKey(resource) + ":cancel:" + writeID
+// idsKey is the key of resource's write-id record (see writeScript): the
+// mark key with "w" after the prefix, so in the same slot, and never equal
+// to a mark key (those continue the prefix with '{') nor to a resource
+// (those never start with the prefix).
+//
+//	"doc:1" -> <prefix>w{doc:1}
+func (g *Guard) idsKey(resource string) string {
+	return g.prefix + "w" + g.markKey(resource)[len(g.prefix):]
 }
 
 // checkResource applies fence.ValidateResource and the rules of this

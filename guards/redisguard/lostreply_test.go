@@ -3,6 +3,9 @@ package redisguard
 import (
 	"context"
 	"errors"
+	"fmt"
+	"strconv"
+	"strings"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -30,8 +33,27 @@ func proxied(t *testing.T, s space, cfg Config) (*Guard, *Guard, *netproxy.Proxy
 		o.WriteTimeout = 300 * time.Millisecond
 		o.MaxRetries = -1
 		o.PoolSize = 1
+		o.ClientName = proxyClientName(p)
 	})
 	return s.guard(t, cfg), direct, p
+}
+
+// proxyClientName is the CLIENT SETNAME of the connections proxied opens.
+func proxyClientName(p *netproxy.Proxy) string {
+	return fmt.Sprintf("fktest-proxied-%d", p.Port())
+}
+
+// deliverHeld restores p and waits until the server has run what p held:
+// the proxied connections, which their client gave up, are gone from
+// CLIENT LIST (the server runs what it received before it reads the end
+// of the connection).
+func deliverHeld(t *testing.T, direct *Guard, p *netproxy.Proxy) {
+	t.Helper()
+	p.Restore()
+	waitFor(t, "the held request run", func() bool {
+		list, err := direct.client.ClientList(context.Background()).Result()
+		return err == nil && !strings.Contains(list, " name="+proxyClientName(p)+" ")
+	})
 }
 
 // loseReply makes the next write's reply disappear: replies are paused
@@ -123,12 +145,9 @@ func TestLostReplyNotApplied(t *testing.T) {
 	if v != "five" || info.Token != 5 {
 		t.Fatalf("stored %q %+v", v, info)
 	}
-	// Deliver the held request and wait for the proxy to have passed it
-	// on (its connection ends once the server answered and the client side
-	// is gone).
+	// Deliver the held request and wait for the server to have run it.
 	accepted := p.Accepted()
-	p.Restore()
-	waitFor(t, "the held request delivered", func() bool { return p.Live() == 0 })
+	deliverHeld(t, direct, p)
 	if got := p.Accepted(); got != accepted {
 		t.Fatalf("proxy accepted %d connections after restore", got-accepted)
 	}
@@ -138,9 +157,9 @@ func TestLostReplyNotApplied(t *testing.T) {
 }
 
 // TestLostReplyOvertaken: the reply is lost and, before the write is
-// settled, a higher token writes. The write is reported stale (the
-// resource has accepted a higher token), not as success, and the value is
-// the higher token's.
+// settled, a higher token writes. The write had been applied (its reply
+// was lost on the way back), and its write-id record says so: it reports
+// success, and the value is the higher token's.
 func TestLostReplyOvertaken(t *testing.T) {
 	ctx := context.Background()
 	s := newSpace(t)
@@ -152,13 +171,89 @@ func TestLostReplyOvertaken(t *testing.T) {
 		}
 		return true
 	})
-	err := g.PutClaim(ctx, r, fence.Claim{Token: 8}, []byte("eight"))
-	se, ok := fence.IsStale(err)
-	if !ok || se.Presented != 8 || se.Highest != 9 {
-		t.Fatalf("overtaken lost reply: %v, want StaleError{8, 9}", err)
+	if err := g.PutClaim(ctx, r, fence.Claim{Token: 8}, []byte("eight")); err != nil {
+		t.Fatalf("applied write whose reply was lost, then overtaken: %v, want nil (settled: applied)", err)
 	}
 	if v, info := mustGet(t, direct, r); v != "nine" || info.Token != 9 {
 		t.Fatalf("stored %q %+v", v, info)
+	}
+}
+
+// TestLostReplyOvertakenUnrecorded: as TestLostReplyOvertaken, but the
+// settling script runs after the write's record was dropped (a window of
+// 50ms, a read timeout of 300ms): the write may have been applied before
+// the higher mark, so the *fence.StaleError has Overtaken set.
+func TestLostReplyOvertakenUnrecorded(t *testing.T) {
+	ctx := context.Background()
+	s := newSpace(t)
+	g, direct, p := proxied(t, s, Config{DuplicateWindow: 50 * time.Millisecond})
+	r := s.resources + "overtaken"
+	loseReply(g, p, func() bool {
+		if err := direct.PutClaim(ctx, r, fence.Claim{Token: 9}, []byte("nine")); err != nil {
+			t.Error(err)
+		}
+		return true
+	})
+	err := g.PutClaim(ctx, r, fence.Claim{Token: 8}, []byte("eight"))
+	se, ok := fence.IsStale(err)
+	if !ok || se.Presented != 8 || se.Highest != 9 || !se.Overtaken {
+		t.Fatalf("overtaken lost reply: %#v, want StaleError{8, 9, Overtaken: true}", err)
+	}
+	if v, info := mustGet(t, direct, r); v != "nine" || info.Token != 9 {
+		t.Fatalf("stored %q %+v", v, info)
+	}
+}
+
+// TestLostRequestOvertaken: the request is held on the way (never
+// applied) while a higher token writes; settling finds the higher mark
+// and the record proves this write was not applied: a certain
+// *fence.StaleError (Overtaken false). The held request, delivered
+// afterwards, changes nothing.
+func TestLostRequestOvertaken(t *testing.T) {
+	ctx := context.Background()
+	s := newSpace(t)
+	g, direct, p := proxied(t, s, Config{})
+	r := s.resources + "overtaken"
+	p.Pause(netproxy.Upstream)
+	var n atomic.Int32
+	g.afterWriteSent = func() {
+		if n.Add(1) == 1 {
+			g.client = direct.client // settle past the partition
+			if err := direct.PutClaim(ctx, r, fence.Claim{Token: 9}, []byte("nine")); err != nil {
+				t.Error(err)
+			}
+		}
+	}
+	err := g.PutClaim(ctx, r, fence.Claim{Token: 8}, []byte("eight"))
+	se, ok := fence.IsStale(err)
+	if !ok || se.Presented != 8 || se.Highest != 9 || se.Overtaken {
+		t.Fatalf("overtaken lost request: %#v, want StaleError{8, 9, Overtaken: false}", err)
+	}
+	deliverHeld(t, direct, p)
+	if v, info := mustGet(t, direct, r); v != "nine" || info.Token != 9 {
+		t.Fatalf("stored %q %+v", v, info)
+	}
+}
+
+// TestLostReplyNotAppliedTyped: a write whose request was held on the way
+// and settled as not applied, with no attempt left, returns a
+// *fence.NotAppliedError (fence.ErrNotApplied), neither outcome unknown
+// nor busy; nothing was written.
+func TestLostReplyNotAppliedTyped(t *testing.T) {
+	ctx := context.Background()
+	s := newSpace(t)
+	g, direct, p := proxied(t, s, Config{MaxAttempts: 1})
+	r := s.resources + "notappliedtyped"
+	p.Pause(netproxy.Upstream)
+	g.afterWriteSent = func() { g.client = direct.client }
+	err := g.PutClaim(ctx, r, fence.Claim{Token: 5}, []byte("five"))
+	ne, ok := fence.IsNotApplied(err)
+	if !ok || ne.Op != "redisguard: write" || ne.Resource != r || errors.Is(err, fence.ErrOutcomeUnknown) || errors.Is(err, fence.ErrBusy) {
+		t.Fatalf("settled not applied: %#v, want *fence.NotAppliedError only", err)
+	}
+	deliverHeld(t, direct, p)
+	if _, _, err := direct.Get(ctx, r); !errors.Is(err, fence.ErrNotFound) {
+		t.Fatalf("Get after a write settled as not applied: %v, want fence.ErrNotFound", err)
 	}
 }
 
@@ -210,9 +305,10 @@ func TestRetriedScriptNotAppliedTwice(t *testing.T) {
 	s := newSpace(t)
 	g := s.guard(t, Config{})
 	r := s.resources + "dup"
-	keys := []string{r, g.markKey(r), g.cancelKey(r, "id-1")}
+	keys := []string{r, g.markKey(r), g.idsKey(r)}
+	deadline := strconv.FormatInt(time.Now().Add(time.Minute).UnixMilli(), 10)
 	for i, want := range []string{"ok", "dup"} {
-		got, err := writeScript.Run(ctx, g.client, keys, "7", "run-a", "id-1", "p", "v"+want, "0").StringSlice()
+		got, err := writeScript.Run(ctx, g.client, keys, "7", "run-a", "id-1", "p", "v"+want, "0", deadline, "60000").StringSlice()
 		if err != nil || got[0] != want {
 			t.Fatalf("send %d: %q %v, want %s", i, got, err, want)
 		}
@@ -231,5 +327,61 @@ func waitFor(t *testing.T, what string, cond func() bool) {
 			t.Fatalf("timed out waiting for %s", what)
 		}
 		time.Sleep(5 * time.Millisecond)
+	}
+}
+
+// TestHeldCopyAfterWindow: the guard's own settling path. The request is
+// held on the way, settled as not applied (its id recorded as cancelled)
+// and sent again under a new id. The held copy is delivered only after
+// the cancellation record is gone (a window of 100ms): it is refused by
+// its deadline, so the value stays the second write's.
+func TestHeldCopyAfterWindow(t *testing.T) {
+	ctx := context.Background()
+	s := newSpace(t)
+	g, direct, p := proxied(t, s, Config{DuplicateWindow: 100 * time.Millisecond})
+	r := s.resources + "afterwindow"
+	p.Pause(netproxy.Upstream)
+	var n atomic.Int32
+	g.afterWriteSent = func() {
+		if n.Add(1) == 1 {
+			g.client = direct.client
+		}
+	}
+	if err := g.PutClaim(ctx, r, fence.Claim{Token: 5}, []byte("five")); err != nil {
+		t.Fatalf("write re-sent after a settled lost reply: %v", err)
+	}
+	if n.Load() != 2 {
+		t.Fatalf("%d writes sent, want 2 (held, re-sent)", n.Load())
+	}
+	_, info := mustGet(t, direct, r)
+	waitFor(t, "the write-id record to expire", func() bool {
+		n, err := direct.client.Exists(ctx, g.idsKey(r)).Result()
+		return err == nil && n == 0
+	})
+	deliverHeld(t, direct, p)
+	if v, info2 := mustGet(t, direct, r); v != "five" || info2 != info {
+		t.Fatalf("after the held copy arrived past its window: %q %+v, want five %+v", v, info2, info)
+	}
+}
+
+// TestClockSkew: a host whose clock is far behind the server's (every
+// request arrives past its deadline) or far ahead (deadlines more than two
+// windows ahead) has its writes refused with a *ClockError, nothing
+// written.
+func TestClockSkew(t *testing.T) {
+	ctx := context.Background()
+	s := newSpace(t)
+	for _, shift := range []time.Duration{-time.Hour, time.Hour} {
+		g := s.guard(t, Config{})
+		g.now = func() time.Time { return time.Now().Add(shift) }
+		r := s.resources + "skew"
+		err := g.PutClaim(ctx, r, fence.Claim{Token: 5}, []byte("x"))
+		var ce *ClockError
+		if !errors.As(err, &ce) || !errors.Is(err, ErrClockSkew) || (ce.Offset > 0) != (shift < 0) {
+			t.Errorf("host clock shifted by %v: %v, want *ClockError with an offset of the other sign", shift, err)
+		}
+		if _, _, err := g.Get(ctx, r); !errors.Is(err, fence.ErrNotFound) {
+			t.Errorf("host clock shifted by %v: Get: %v, want not found", shift, err)
+		}
 	}
 }

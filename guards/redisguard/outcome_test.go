@@ -14,36 +14,51 @@ import (
 )
 
 var (
-	_ guardtest.ClaimWriter   = kitSubject{}
-	_ guardtest.ContextWriter = kitSubject{}
-	_ guardtest.FailingWriter = kitSubject{}
-	_ guardtest.StrictWriter  = kitSubject{}
-	_ guardtest.OutcomeWriter = kitSubject{}
+	_ guardtest.ClaimWriter     = kitSubject{}
+	_ guardtest.ContextWriter   = kitSubject{}
+	_ guardtest.FailingWriter   = kitSubject{}
+	_ guardtest.StrictWriter    = kitSubject{}
+	_ guardtest.OutcomeWriter   = kitSubject{}
+	_ guardtest.DuplicateWriter = kitSubject{}
+	_ guardtest.DuplicateWriter = fenceKitSubject{}
 )
 
 // replyHold is a Guard whose client reaches the server through a fault
 // proxy (one connection, a short read timeout, no client retries, a short
-// SettleTimeout), for the kit's outcome-unknown check.
+// SettleTimeout), for the kit's outcome-unknown check. Each WriteHeld
+// call makes its own (holds.open), so that several may run at once on
+// different resources.
 type replyHold struct {
 	g      *Guard
 	client *redis.Client
 	p      *netproxy.Proxy
 }
 
-func newReplyHold(t *testing.T, s space) *replyHold {
-	t.Helper()
+// holds makes replyHolds over a space's keys.
+type holds struct{ s space }
+
+func newReplyHold(_ *testing.T, s space) holds { return holds{s} }
+
+// open returns a new replyHold; its close releases the proxy and client.
+func (hs holds) open() (*replyHold, error) {
 	p, err := netproxy.New(redisAddr())
 	if err != nil {
-		t.Fatal(err)
+		return nil, err
 	}
-	t.Cleanup(func() { _ = p.Close() }) // after the client's cleanup (LIFO)
-	c := newClient(t, p.Addr(), func(o *redis.Options) {
-		o.ReadTimeout = 300 * time.Millisecond
-		o.WriteTimeout = 300 * time.Millisecond
-		o.MaxRetries = -1
-		o.PoolSize = 1
-	})
-	return &replyHold{g: s.guard(t, Config{Client: c, SettleTimeout: 300 * time.Millisecond}), client: c, p: p}
+	c := redis.NewClient(&redis.Options{Addr: p.Addr(), PoolSize: 1, MaxRetries: -1,
+		ReadTimeout: 300 * time.Millisecond, WriteTimeout: 300 * time.Millisecond})
+	h := &replyHold{client: c, p: p}
+	h.g, err = New(Config{Client: c, MarkPrefix: hs.s.marks, SettleTimeout: 300 * time.Millisecond, AllowEviction: true})
+	if err != nil {
+		h.close()
+		return nil, err
+	}
+	return h, nil
+}
+
+func (h *replyHold) close() {
+	_ = h.client.Close()
+	_ = h.p.Close()
 }
 
 // run calls write, which calls hold at the point from which the server's
@@ -77,7 +92,8 @@ func (h *replyHold) run(ctx context.Context, applied func(), write func(hold fun
 type kitSubject struct {
 	subject
 	strict *Guard
-	h      *replyHold
+	h      holds
+	duplicateSubject
 }
 
 func (a kitSubject) WriteStrict(ctx context.Context, r string, c fence.Claim, v string) error {
@@ -85,9 +101,14 @@ func (a kitSubject) WriteStrict(ctx context.Context, r string, c fence.Claim, v 
 }
 
 func (a kitSubject) WriteHeld(ctx context.Context, r string, tok fence.Token, v string, applied func()) error {
-	return a.h.run(ctx, applied, func(hold func()) error {
+	h, err := a.h.open()
+	if err != nil {
+		return err
+	}
+	defer h.close()
+	return h.run(ctx, applied, func(hold func()) error {
 		hold() // PutClaim's only request is the script
-		return a.h.g.PutClaim(ctx, r, fence.Claim{Token: tok}, []byte(v))
+		return h.g.PutClaim(ctx, r, fence.Claim{Token: tok}, []byte(v))
 	})
 }
 
@@ -96,7 +117,8 @@ func (a kitSubject) WriteHeld(ctx context.Context, r string, tok fence.Token, v 
 type fenceKitSubject struct {
 	fenceSubject
 	strict *Guard
-	h      *replyHold
+	h      holds
+	duplicateSubject
 }
 
 func (a fenceKitSubject) WriteStrict(ctx context.Context, r string, c fence.Claim, v string) error {
@@ -104,8 +126,13 @@ func (a fenceKitSubject) WriteStrict(ctx context.Context, r string, c fence.Clai
 }
 
 func (a fenceKitSubject) WriteHeld(ctx context.Context, r string, tok fence.Token, v string, applied func()) error {
-	return a.h.run(ctx, applied, func(hold func()) error {
-		return a.h.g.Fence(ctx, r, tok, func(ctx context.Context) error {
+	h, err := a.h.open()
+	if err != nil {
+		return err
+	}
+	defer h.close()
+	return h.run(ctx, applied, func(hold func()) error {
+		return h.g.Fence(ctx, r, tok, func(ctx context.Context) error {
 			hold() // after Fence read the mark: the next request is the script
 			return Stage(ctx, []byte(v))
 		})

@@ -27,13 +27,15 @@ func redisCase(e *bench.Env) error {
 		return err
 	}
 	plainKey, guardKey := prefix+"plain", prefix+"guarded"
-	defer func() { _ = c.Del(ctx, plainKey, guardKey, prefix+"mark:{"+guardKey+"}").Err() }()
+	defer func() {
+		_ = c.Del(ctx, plainKey, guardKey, prefix+"mark:{"+guardKey+"}", prefix+"mark:w{"+guardKey+"}").Err()
+	}()
 	body := bytes.Repeat([]byte("x"), 1<<10)
 	run := bench.RunIdentity()
 	var tok fence.Token
-	// The keys and arguments of PutClaim's script (value, mark, cancel key;
-	// token, run, write id, op, value, TTL), the mark key as redisguard
-	// names it (see its package documentation).
+	// The keys and arguments of PutClaim's script (value, mark, write-id
+	// record; token, run, write id, op, value, TTL, deadline, window), the
+	// keys as redisguard names them (see its package documentation).
 	floorKey := prefix + "floor"
 	floorMark := prefix + "mark:{" + floorKey + "}"
 	in, err := bench.Interleave([]bench.Op{
@@ -44,18 +46,19 @@ func redisCase(e *bench.Env) error {
 		}},
 		{Name: "no-op script", Run: func(int) error {
 			id := fmt.Sprintf("%032x", tok)
-			return noopScript.Run(ctx, c, []string{floorKey, floorMark, floorMark + ":cancel:" + id},
-				tok.String(), run, id, "p", body, "0").Err()
+			deadline := time.Now().Add(redisguard.DefaultDuplicateWindow).UnixMilli()
+			return noopScript.Run(ctx, c, []string{floorKey, floorMark, prefix + "mark:w{" + floorKey + "}"},
+				tok.String(), run, id, "p", body, "0", deadline, redisguard.DefaultDuplicateWindow.Milliseconds()).Err()
 		}},
 	}, rounds(e, 300*time.Microsecond), time.Time{})
 	if err != nil {
 		return err
 	}
 	e.Report.Add(bench.GuardRatio(in, "redis_guard_ratio", 1, 0, 1.10, fmt.Sprintf(
-		"redisguard PutClaim (EVALSHA: mark check + SET + HSET) vs SET, 1 KiB, go-redis, one connection; %d rounds of 3 sides interleaved, median of %d blocks",
+		"redisguard PutClaim (EVALSHA: write-id record and mark check + SET + HSET + ZADD) vs SET, 1 KiB, go-redis, one connection; %d rounds of 3 sides interleaved, median of %d blocks",
 		in.Rounds(), bench.RatioBlocks)))
 	e.Report.Add(bench.GuardRatio(in, "redis_script_floor_ratio", 2, 0, 0,
-		"EVALSHA of a script that only returns {'ok', token, run}, with PutClaim's 3 keys and 6 arguments, vs SET: the floor of a check-and-write script"))
+		"EVALSHA of a script that only returns {'ok', token, run}, with PutClaim's 3 keys and 8 arguments, vs SET: the floor of a check-and-write script"))
 	e.Report.Add(bench.Metric{Key: "redis_set_us", Value: float64(in.PerOp(0)) / 1e3, Unit: "µs", Note: "plain SET of 1 KiB"})
 	return nil
 }
