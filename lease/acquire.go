@@ -85,6 +85,8 @@ func (m *Manager) acquireAttempt(ctx context.Context, key Key, o grantOptions) (
 			return nil, false, fmt.Errorf("lease: acquire %s: %w", key, err)
 		}
 	}
+	m.beginGrant(runID)
+	defer m.endGrant(runID)
 	cctx, cancel := m.call(ctx)
 	defer cancel()
 	sentAt := time.Now() // before the request leaves: the trust window starts here
@@ -147,12 +149,10 @@ func (m *Manager) acquireAttempt(ctx context.Context, key Key, o grantOptions) (
 // although the key is not held, whether ep's heartbeat is over: it beats
 // ep now (unless it is already dead) and reports whether ep is dead after.
 func (m *Manager) epochGone(ctx context.Context, ep *epoch) bool {
-	m.hbMu.Lock()
-	defer m.hbMu.Unlock()
 	if dead, _ := ep.isDead(); dead {
 		return true
 	}
-	if err := m.beatLocked(ctx, ep); err != nil {
+	if err := m.beat(ctx, ep); err != nil {
 		return false
 	}
 	dead, _ := ep.isDead()

@@ -46,7 +46,14 @@
 //   - Heartbeat mode: a refused heartbeat ends every lease of the Manager
 //     (ErrLost); a run a takeover displaced or Revoke revoked ends at the
 //     Manager's next heartbeat at the latest (ErrTakenOver, ErrLost), also
-//     when notifications are not delivered. A release of a run of this
+//     when notifications are not delivered, and at once when the
+//     takeover's notification arrives — also when it arrives while the
+//     run's own grant reply is still in flight (the lease then ends as its
+//     Acquire or Takeover returns it). The heartbeat statement runs on the
+//     Manager's own context, one at a time: Acquire, Renew and the renewer
+//     share the one in flight, and a caller whose ctx ends stops waiting
+//     without failing the heartbeat. What it reads grows with the
+//     Manager's own leases, not with other Managers' takeovers. A release of a run of this
 //     Manager that failed (its outcome unknown) is retried by the Manager
 //     until one succeeds, the heartbeat ends or Close, so a failed release
 //     does not hold a key for the Manager's lifetime; until then the key

@@ -146,3 +146,21 @@ func EndedAt(l *Lease) time.Time {
 // Unreleased is how many runs of m wait for their release to be confirmed
 // (unreleased.go).
 func Unreleased(m *Manager) int { return m.unreleasedCount() }
+
+// BeatSQL is m's heartbeat statement.
+func BeatSQL(m *Manager) string { return m.st.beat }
+
+// SetBeatSQL replaces m's heartbeat statement (call it right after New):
+// a test's stand-in for a reply the database would not send.
+func SetBeatSQL(m *Manager, sql string) { m.st.beat = sql }
+
+// HeartbeatFailed reports whether a heartbeat statement of m's current
+// epoch failed since its last success (what a later loss is blamed on).
+func HeartbeatFailed(m *Manager) bool {
+	ep := m.ep.Load()
+	if ep == nil {
+		return false
+	}
+	_, _, failed := ep.state()
+	return failed
+}

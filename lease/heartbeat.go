@@ -91,7 +91,7 @@ func (m *Manager) usableEpoch(ctx context.Context) (*epoch, error) {
 	}
 	if ep != nil {
 		if dead, _ := ep.isDead(); !dead {
-			if err := m.beatLocked(ctx, ep); err != nil {
+			if err := m.beat(ctx, ep); err != nil {
 				return nil, err
 			}
 			if dead, _ := ep.isDead(); !dead {
@@ -133,11 +133,80 @@ func (m *Manager) createEpochLocked(ctx context.Context) (*epoch, error) {
 	return ep, nil
 }
 
-// beatLocked sends one heartbeat statement for ep (hbMu held) and applies
-// it: a renewal extends the epoch's trust; the runs it reports end with
-// their cause; a refusal ends the epoch. A failing statement changes
-// nothing (the trust timer still fires on time) and is returned.
-func (m *Manager) beatLocked(ctx context.Context, ep *epoch) error {
+// beatCall is one heartbeat statement in flight, shared by every caller
+// that asks for a beat meanwhile (beat).
+type beatCall struct {
+	ep   *epoch
+	done chan struct{} // closed when the beat has been applied
+	err  error         // its outcome, set before done is closed
+}
+
+// beat sends ep's heartbeat statement and applies it (beatOnce), or, when a
+// beat of ep is in flight already, waits for that one: concurrent callers
+// (Acquire, Renew, the background renewer) share one statement. The
+// statement runs on the Manager's own context (background), in a goroutine
+// of its own, never on a caller's: a caller whose ctx ends stops waiting
+// (and gets ctx's error) while the beat goes on and is applied, so a
+// cancelled call neither fails the epoch nor logs a failed renewal. After
+// Close it returns ErrClosed without a statement.
+func (m *Manager) beat(ctx context.Context, ep *epoch) error {
+	for {
+		m.beatMu.Lock()
+		c := m.beating
+		if c == nil {
+			c = &beatCall{ep: ep, done: make(chan struct{})}
+			if !m.goBackground(func() { m.runBeat(c) }) {
+				m.beatMu.Unlock()
+				return ErrClosed
+			}
+			m.beating = c
+		}
+		m.beatMu.Unlock()
+		select {
+		case <-c.done:
+		case <-ctx.Done():
+			return ctx.Err()
+		}
+		if c.ep == ep {
+			return c.err
+		}
+		// That beat was another (older) epoch's: now beat ep.
+	}
+}
+
+// runBeat runs c's statement and publishes its outcome.
+func (m *Manager) runBeat(c *beatCall) {
+	c.err = m.beatOnce(c.ep)
+	m.beatMu.Lock()
+	m.beating = nil
+	m.beatMu.Unlock()
+	close(c.done)
+}
+
+// goBackground runs f in a goroutine that Close waits for; false (f not
+// run) once the Manager is closed.
+func (m *Manager) goBackground(f func()) bool {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if m.closed {
+		return false
+	}
+	m.wg.Add(1)
+	go func() {
+		defer m.wg.Done()
+		f()
+	}()
+	return true
+}
+
+// beatOnce sends one heartbeat statement for ep, on the Manager's own
+// context (only beat calls it, so one runs at a time), and applies it: a
+// renewal extends the epoch's trust; the runs it reports end with their
+// cause; a refusal ends the epoch. A failing statement, or a reply it
+// cannot read (a run id that does not parse), changes nothing (the trust
+// timer still fires on time) and is returned.
+func (m *Manager) beatOnce(ep *epoch) error {
+	ctx := m.background()
 	ep.mu.Lock()
 	since := ep.dbNow.Add(-m.heartbeatOverlap())
 	ep.mu.Unlock()
@@ -150,9 +219,11 @@ func (m *Manager) beatLocked(ctx context.Context, ep *epoch) error {
 		renewed        bool
 		dbNow, exp     time.Time
 		taken, revoked []uuid.UUID
+		legacy         bool
 	)
 	rows, err := m.pool.Query(cctx, m.st.beat, ep.id, m.ttlMicros(), m.cfg.CallTimeout.Microseconds(), since)
 	if err == nil {
+		var parseErr error // the first run id that did not parse: the reply is not trusted
 		for rows.Next() {
 			var (
 				t, e       *time.Time
@@ -166,18 +237,26 @@ func (m *Manager) beatLocked(ctx context.Context, ep *epoch) error {
 				renewed, dbNow, exp = true, *t, *e
 			case run != nil:
 				id, perr := uuid.Parse(*run)
-				if perr != nil {
-					err = fmt.Errorf("run id %q from the database: %w", *run, perr)
-				} else if cause != nil && *cause == "revoked" {
+				switch {
+				case perr != nil:
+					if parseErr == nil {
+						parseErr = fmt.Errorf("run id %q from the database: %w", *run, perr)
+					}
+				case cause != nil && *cause == "revoked":
 					revoked = append(revoked, id)
-				} else {
+				default:
 					taken = append(taken, id)
 				}
+			case cause != nil && *cause == legacyFlag:
+				legacy = true
 			}
 		}
 		rows.Close()
 		if err == nil {
 			err = rows.Err()
+		}
+		if err == nil {
+			err = parseErr
 		}
 	}
 	d := time.Since(sentAt)
@@ -211,6 +290,9 @@ func (m *Manager) beatLocked(ctx context.Context, ep *epoch) error {
 		m.met.onRenew(ctx, d, ErrLost)
 	}
 	lost := m.endRuns(ep, taken, ErrTakenOver) + m.endRuns(ep, revoked, ErrLost)
+	if legacy {
+		lost += m.endLegacyDisplaced(ctx, m.pool, ep)
+	}
 	if !renewed {
 		lost += m.endEpoch(ep, ErrLost)
 		m.log.Warn("lease heartbeat refused: every lease of this heartbeat is lost", "manager_id", ep.id, "leases", n)
@@ -225,12 +307,50 @@ func (m *Manager) beatLocked(ctx context.Context, ep *epoch) error {
 func (m *Manager) endRuns(ep *epoch, runs []uuid.UUID, cause error) int {
 	ended := 0
 	for _, id := range runs {
-		m.mu.Lock()
-		l := m.leases[id]
-		m.mu.Unlock()
-		if l != nil && l.ep == ep && l.end(cause) {
+		if l := m.leaseOrGrant(id, cause); l != nil && l.ep == ep && l.end(cause) {
 			ended++
 		}
+	}
+	return ended
+}
+
+// legacyFlag is the cause the heartbeat statement (and its catch-up) reports,
+// in a row without a run, when the schema holds records of an earlier
+// release's takeovers since its time (cause NULL, no epoch: they cannot be
+// read by epoch).
+const legacyFlag = "legacy"
+
+// endLegacyDisplaced ends, with ErrTakenOver, the leases of ep that a
+// takeover displaced, asking by run_id (one primary-key lookup per lease,
+// MaxBatch per statement): the records an earlier release's takeovers
+// write carry no epoch, so this is how a heartbeat finds its own among
+// them without reading everyone's. It returns how many it ended; a failed
+// statement is logged, and the next beat that sees such records asks again.
+func (m *Manager) endLegacyDisplaced(ctx context.Context, q querier, ep *epoch) int {
+	m.mu.Lock()
+	held := make([]*Lease, 0, ep.held.Load())
+	for _, l := range m.leases {
+		if l.ep == ep {
+			held = append(held, l)
+		}
+	}
+	m.mu.Unlock()
+	ended := 0
+	for len(held) > 0 {
+		n := min(len(held), MaxBatch)
+		taken, err := m.displacedRuns(ctx, q, held[:n])
+		if err != nil {
+			if m.root.Err() == nil {
+				m.log.Warn("lease: checking for takeovers by an earlier release", "heartbeat", ep.id, "err", err)
+			}
+			return ended
+		}
+		for _, l := range held[:n] {
+			if taken[l.runID] && l.end(ErrTakenOver) {
+				ended++
+			}
+		}
+		held = held[n:]
 	}
 	return ended
 }
@@ -334,12 +454,7 @@ func (m *Manager) beatIfDue(horizon time.Time) bool {
 	if ep == nil || !due(ep) {
 		return true
 	}
-	m.hbMu.Lock()
-	defer m.hbMu.Unlock()
-	if ep != m.ep.Load() || !due(ep) { // an acquire beat meanwhile
-		return true
-	}
-	return m.beatLocked(m.background(), ep) == nil
+	return m.beat(m.background(), ep) == nil
 }
 
 // endEpochDisplaced ends the leases of the current epoch that a takeover
@@ -363,17 +478,21 @@ func (m *Manager) endEpochDisplaced(ctx context.Context, q querier) error {
 		return err
 	}
 	var taken, revoked []uuid.UUID
+	legacy := false
 	for rows.Next() {
-		var run string
-		var cause *string
+		var run, cause *string
 		if err := rows.Scan(&run, &cause); err != nil {
 			rows.Close()
 			return err
 		}
-		id, err := uuid.Parse(run)
+		if run == nil {
+			legacy = legacy || (cause != nil && *cause == legacyFlag)
+			continue
+		}
+		id, err := uuid.Parse(*run)
 		if err != nil {
 			rows.Close()
-			return err
+			return fmt.Errorf("run id %q from the database: %w", *run, err)
 		}
 		if cause != nil && *cause == "revoked" {
 			revoked = append(revoked, id)
@@ -387,6 +506,9 @@ func (m *Manager) endEpochDisplaced(ctx context.Context, q querier) error {
 	}
 	m.endRuns(ep, taken, ErrTakenOver)
 	m.endRuns(ep, revoked, ErrLost)
+	if legacy {
+		m.endLegacyDisplaced(ctx, q, ep)
+	}
 	return nil
 }
 
@@ -415,16 +537,14 @@ func (m *Manager) expireEpoch(ctx context.Context, ep *epoch) error {
 }
 
 // renewHeartbeatLease is Renew for a lease of this Manager in heartbeat
-// mode: a beat of its epoch now (which extends every lease of the epoch),
-// then the single-row check that the run still holds its row.
+// mode: a beat of its epoch now, or the one in flight (which extends every
+// lease of the epoch; beat), then the single-row check that the run still holds its row.
 func (m *Manager) renewHeartbeatLease(ctx context.Context, l *Lease) (Renewal, error) {
 	ep := l.ep
-	m.hbMu.Lock()
 	err := error(nil)
 	if dead, _ := ep.isDead(); !dead {
-		err = m.beatLocked(ctx, ep)
+		err = m.beat(ctx, ep)
 	}
-	m.hbMu.Unlock()
 	// A lease that ended meanwhile (this beat, or the background one, found
 	// it taken over or revoked) reports its cause, even when ending it
 	// cancelled the ctx this beat was sent with (the lease's own).

@@ -80,12 +80,17 @@ func (m *Manager) newLease(parent context.Context, key Key, runID uuid.UUID, tok
 			epochEnded = cause
 		}
 	}
+	// A takeover or revocation of this run reported while its grant's
+	// reply was in flight (leaseOrGrant): the run ends at once.
+	ended := m.granting[runID]
 	m.leases[runID] = l
 	if ep != nil {
 		ep.held.Add(1)
 	}
 	m.mu.Unlock()
-	if epochEnded != nil {
+	if ended != nil {
+		l.end(ended)
+	} else if epochEnded != nil {
 		l.end(epochEnded)
 	}
 	m.startListener() // tells the holder of a takeover

@@ -186,10 +186,9 @@ func (m *Manager) onNotification(payload string) {
 		return
 	}
 	if id, err := uuid.Parse(run); err == nil {
-		m.mu.Lock()
-		l := m.leases[id]
-		m.mu.Unlock()
-		if l != nil && keyPayload(l.key) == key {
+		// A run whose grant's reply is still in flight ends as soon as the
+		// grant registers it (leaseOrGrant).
+		if l := m.leaseOrGrant(id, ErrTakenOver); l != nil && keyPayload(l.key) == key {
 			l.end(ErrTakenOver)
 		}
 	}

@@ -36,9 +36,13 @@ type Manager struct {
 	floor *floorChecker // the automatic token floor check (Config.Floor), nil without a source
 
 	// Heartbeat mode (heartbeat.go): the current epoch, nil before the
-	// first grant; hbMu serialises the heartbeat statements (create, beat).
-	ep   atomic.Pointer[epoch]
-	hbMu sync.Mutex
+	// first grant; hbMu serialises the choice of the epoch a grant names
+	// (and its creation); beating is the heartbeat statement in flight
+	// (beatMu), which concurrent callers share.
+	ep      atomic.Pointer[epoch]
+	hbMu    sync.Mutex
+	beatMu  sync.Mutex
+	beating *beatCall
 
 	root       context.Context // cancelled (cause ErrClosed) by Close
 	rootCancel context.CancelCauseFunc
@@ -47,6 +51,11 @@ type Manager struct {
 	mu     sync.Mutex
 	closed bool
 	leases map[uuid.UUID]*Lease // held leases by run_id
+	// granting holds the run_ids whose grant statement is in flight, with
+	// the cause to end the lease with at registration when a notification
+	// or a heartbeat reported the run displaced or revoked before its reply
+	// came back (nil: none).
+	granting map[uuid.UUID]error
 	// Heartbeat mode: runs whose release is not confirmed (unreleased.go),
 	// retried by releaseLoop, which unrelKick wakes.
 	unrel     map[uuid.UUID]unreleased
@@ -85,6 +94,7 @@ func newManager(cfg Config, obs observer) (*Manager, error) {
 		root:       root,
 		rootCancel: cancel,
 		leases:     make(map[uuid.UUID]*Lease),
+		granting:   make(map[uuid.UUID]error),
 		unrel:      make(map[uuid.UUID]unreleased),
 		unrelKick:  make(chan struct{}, 1),
 		fan:        newFanout(),
@@ -203,6 +213,38 @@ func (m *Manager) lookup(key Key, runID uuid.UUID) *Lease {
 	defer m.mu.Unlock()
 	if l := m.leases[runID]; l != nil && l.key == key {
 		return l
+	}
+	return nil
+}
+
+// beginGrant records a grant of runID in flight (endGrant removes it), so
+// that news of the run that arrives before the grant's reply is kept for
+// newLease (leaseOrGrant).
+func (m *Manager) beginGrant(runID uuid.UUID) {
+	m.mu.Lock()
+	m.granting[runID] = nil
+	m.mu.Unlock()
+}
+
+// endGrant forgets the grant of runID in flight.
+func (m *Manager) endGrant(runID uuid.UUID) {
+	m.mu.Lock()
+	delete(m.granting, runID)
+	m.mu.Unlock()
+}
+
+// leaseOrGrant returns the held lease of run id; when there is none but a
+// grant of that run is in flight, it records cause for the grant to end
+// the lease with as soon as it registers it (a takeover or revocation that
+// committed while the grant's reply was on its way) and returns nil.
+func (m *Manager) leaseOrGrant(id uuid.UUID, cause error) *Lease {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if l := m.leases[id]; l != nil {
+		return l
+	}
+	if prev, ok := m.granting[id]; ok && prev == nil {
+		m.granting[id] = cause
 	}
 	return nil
 }

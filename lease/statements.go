@@ -309,9 +309,12 @@ RETURNING m.started_at, m.expires_at`),
 		// that expiry pass cannot have missed it (docs/lease.md). The first
 		// row is the renewal (none when refused: the epoch is over); then
 		// the runs of this epoch a takeover displaced or Revoke revoked
-		// since $4, and the runs an earlier release's takeover displaced
-		// since $4 (cause NULL: that release does not know manager_id; the
-		// Manager keeps those of its own runs).
+		// since $4 (by the epoch's index: rows read grow with the epoch's
+		// own leases, not with the schema's takeovers); and one row with
+		// cause 'legacy' (no run) when an earlier release's takeover
+		// displaced any run since $4 (cause NULL: that release does not
+		// know manager_id), reading at most one such record: the Manager
+		// then asks for its own runs by run_id (endLegacyDisplaced).
 		beat: r.Replace(`WITH now_db AS MATERIALIZED (SELECT clock_timestamp() AS t),
 hb AS (
   UPDATE $S.fencekit_managers m
@@ -324,8 +327,8 @@ UNION ALL
 SELECT NULL, NULL, d.run_id::text, d.cause FROM $S.fencekit_displaced d
  WHERE d.manager_id = $1::uuid AND d.displaced_at >= $4::timestamptz
 UNION ALL
-SELECT NULL, NULL, d.run_id::text, 'taken' FROM $S.fencekit_displaced d
- WHERE d.cause IS NULL AND d.displaced_at >= $4::timestamptz`),
+SELECT NULL, NULL, NULL, 'legacy'
+ WHERE EXISTS (SELECT 1 FROM $S.fencekit_displaced d WHERE d.cause IS NULL AND d.displaced_at >= $4::timestamptz)`),
 
 		// $1 epoch id, $2 since. The beat's second part alone: the
 		// listener's catch-up after it (re)connects, by epoch, not by a
@@ -333,8 +336,8 @@ SELECT NULL, NULL, d.run_id::text, 'taken' FROM $S.fencekit_displaced d
 		epochDisplaced: r.Replace(`SELECT d.run_id::text, d.cause FROM $S.fencekit_displaced d
  WHERE d.manager_id = $1::uuid AND d.displaced_at >= $2::timestamptz
 UNION ALL
-SELECT d.run_id::text, 'taken' FROM $S.fencekit_displaced d
- WHERE d.cause IS NULL AND d.displaced_at >= $2::timestamptz`),
+SELECT NULL, 'legacy'
+ WHERE EXISTS (SELECT 1 FROM $S.fencekit_displaced d WHERE d.cause IS NULL AND d.displaced_at >= $2::timestamptz)`),
 
 		// $1 epoch id. Close: the epoch ends now (never later than it
 		// would have), so rows its release at Close missed are free at once.

@@ -94,6 +94,8 @@ func (m *Manager) takeoverOnce(ctx context.Context, key Key, opts []Option) (*Le
 		}
 	}
 	m.startListener()
+	m.beginGrant(runID)
+	defer m.endGrant(runID)
 	cctx, cancel := m.call(ctx)
 	defer cancel()
 	sentAt := time.Now()
@@ -122,7 +124,7 @@ func (m *Manager) takeoverOnce(ctx context.Context, key Key, opts []Option) (*Le
 	}
 	if displaced != nil {
 		m.traceDisplaced(ctx, *displaced)
-		if old := m.lookup(key, *displaced); old != nil {
+		if old := m.leaseOrGrant(*displaced, ErrTakenOver); old != nil && old.key == key {
 			old.end(ErrTakenOver)
 		}
 	}
