@@ -44,7 +44,8 @@ func configErr(field, reason string, err error) error {
 	return &ConfigError{Field: field, Reason: reason, Err: err}
 }
 
-// ErrNilArgument is returned for a nil transaction, querier or function.
+// ErrNilArgument is returned, before any I/O, for a nil context,
+// transaction, querier or function, and for a querier Upsert cannot use.
 var ErrNilArgument = errors.New("mysqlguard: nil argument")
 
 // ErrKeyArity is matched by the error of an in-row write whose key or value
@@ -108,6 +109,26 @@ func maybeSent(err error) bool {
 		return false
 	}
 	return true
+}
+
+// notApplied returns the *fence.NotAppliedError of request op (commit),
+// sent, failed with err without a reply, and settled as not applied.
+func notApplied(ctx context.Context, resource, op string, err error) error {
+	return &fence.NotAppliedError{Op: "mysqlguard: " + op, Resource: resource, Err: fence.WrapContext(ctx, err)}
+}
+
+// stmtError maps the error of a statement that cannot commit anything by
+// itself (the fence statement, the in-row upsert inside a transaction, a
+// read of the mark). When its reply was lost while ctx is live (the
+// driver's readTimeout expired: a row-lock wait longer than it, or the
+// network), the driver has closed the connection, so the transaction is
+// gone and nothing it wrote can commit: the error matches fence.ErrBusy.
+func stmtError(ctx context.Context, table, resource, op string, err error) error {
+	if fence.ContextError(ctx) == nil && errors.Is(err, mysql.ErrInvalidConn) {
+		return fmt.Errorf("mysqlguard: %s %q: reply lost (a row-lock wait longer than the driver's readTimeout, or the network); the transaction is gone, nothing committed: %w: %w",
+			op, resource, fence.ErrBusy, err)
+	}
+	return dbError(ctx, table, resource, op, err)
 }
 
 // outcomeUnknown returns the *fence.OutcomeUnknownError of request op
