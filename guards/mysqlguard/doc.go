@@ -19,7 +19,8 @@
 //   - FenceTx / FenceTxClaim: fence inside a transaction the caller opened
 //     (for example through an ORM).
 //   - Fence: the fence.Guard method, on Config.DB; the callback finds the
-//     transaction with TxFromContext. Mark reads a mark on Config.DB, and
+//     transaction with TxFromContext. Mark reads a mark on Config.DB (a
+//     resource never written matches fence.ErrNotFound), and
 //     CreateTable creates the marks table there.
 //
 // In-row mode (Rows, built by NewRows) keeps the token and run identity in

@@ -530,7 +530,9 @@ func (g *Guard) Fence(ctx context.Context, resource string, token fence.Token, w
 }
 
 // Mark returns resource's mark, read on Config.DB: the token and run
-// identity of the last admitted write that committed, or the zero Claim.
+// identity of the last admitted write that committed. A resource without
+// a mark (never written) is an error matching fence.ErrNotFound, with the
+// zero Claim.
 func (g *Guard) Mark(ctx context.Context, resource string) (fence.Claim, error) {
 	if ctx == nil {
 		return fence.Claim{}, fmt.Errorf("%w: Mark with nil ctx", ErrNilArgument)
@@ -544,7 +546,7 @@ func (g *Guard) Mark(ctx context.Context, resource string) (fence.Claim, error) 
 	)
 	err := g.db.QueryRowContext(ctx, g.markSQL, resource).Scan(&tok, &run)
 	if errors.Is(err, sql.ErrNoRows) {
-		return fence.Claim{}, nil
+		return fence.Claim{}, fmt.Errorf("mysqlguard: mark %q: %w", resource, fence.ErrNotFound)
 	}
 	if err != nil {
 		return fence.Claim{}, dbError(ctx, g.table, resource, "read mark", err)

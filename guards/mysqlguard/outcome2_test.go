@@ -129,8 +129,8 @@ func TestInTxFunctionErrorNamesGuard(t *testing.T) {
 	if !errors.Is(err, mine) || !strings.HasPrefix(err.Error(), "mysqlguard: ") || !strings.Contains(err.Error(), `"fn/err"`) {
 		t.Fatalf("function error: %v, want it wrapped with mysqlguard's prefix and the resource", err)
 	}
-	if m, err := g.Mark(ctx, "fn/err"); err != nil || m.Token != 0 {
-		t.Fatalf("mark after a failed function: %+v %v, want none", m, err)
+	if m, err := g.Mark(ctx, "fn/err"); !errors.Is(err, fence.ErrNotFound) || m.Token != 0 {
+		t.Fatalf("mark after a failed function: %+v %v, want none (fence.ErrNotFound)", m, err)
 	}
 }
 
@@ -212,5 +212,22 @@ func TestInRowKeyBytesAndNullToken(t *testing.T) {
 	}
 	if err := nr.UpsertClaim(ctx, f.db, []any{"null/run"}, fence.Claim{Token: 5, Run: "run-a"}, "five"); err != nil {
 		t.Errorf("higher token over a NULL run: %v, want admitted", err)
+	}
+}
+
+// TestMarkNotFound: Mark of a resource never written matches
+// fence.ErrNotFound; of a written one, returns its claim.
+func TestMarkNotFound(t *testing.T) {
+	ctx := context.Background()
+	f := newFixture(t)
+	g := f.guard(t, Config{DB: f.db})
+	if m, err := g.Mark(ctx, "mark/none"); !errors.Is(err, fence.ErrNotFound) || m != (fence.Claim{}) {
+		t.Fatalf("Mark of a resource never written: %+v %v, want fence.ErrNotFound", m, err)
+	}
+	if err := (marksSubject{f: f, g: g, db: f.db}).WriteClaim(ctx, "mark/some", fence.Claim{Token: 4, Run: "run-a"}, "v"); err != nil {
+		t.Fatal(err)
+	}
+	if m, err := g.Mark(ctx, "mark/some"); err != nil || m != (fence.Claim{Token: 4, Run: "run-a"}) {
+		t.Fatalf("Mark of a written resource: %+v %v", m, err)
 	}
 }
