@@ -121,6 +121,12 @@
 //     *fence.OutcomeUnknownError (fence.ErrOutcomeUnknown; once ctx has
 //     ended it matches ctx.Err() and context.Cause(ctx) too), never
 //     "nothing written".
+//   - Guard.CheckTable and Rows.CheckTable refuse a table that is missing
+//     or lacks a column the guard uses with *TableError
+//     (ErrTableMismatch); a write to such a table fails with an error
+//     matching it too. New and NewRows do no I/O (the marks table may be
+//     created after New, by CreateTable; Rows has no database): call
+//     CheckTable at start-up.
 //   - With Config.Strict (RowsConfig.Strict in in-row mode), a write whose
 //     resource lies outside its claim's scope, or whose claim has no scope,
 //     is refused with a *fence.ScopeError before any I/O.

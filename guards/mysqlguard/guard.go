@@ -93,6 +93,7 @@ type Guard struct {
 	runSQL        string
 	markSQL       string
 	settleSQL     string
+	checkSQL      string
 	createSQL     string
 	rec           *guardobs.Recorder
 
@@ -137,6 +138,7 @@ func New(cfg Config) (*Guard, error) {
 		runSQL:    `SELECT token, run FROM ` + t + ` WHERE resource = ? FOR UPDATE`,
 		markSQL:   `SELECT token, run FROM ` + t + ` WHERE resource = ?`,
 		settleSQL: `SELECT token, write_id FROM ` + t + ` WHERE resource = ? FOR UPDATE`,
+		checkSQL:  `SELECT 1 FROM ` + t + ` WHERE 1 = 0 AND resource = '' AND token = 0 AND run = '' AND write_id = '' AND updated_at IS NULL`,
 		createSQL: strings.Replace(schemaSQL, "IF NOT EXISTS "+DefaultTable, "IF NOT EXISTS "+t, 1),
 	}, nil
 }
@@ -213,6 +215,15 @@ func (g *Guard) CreateTable(ctx context.Context) error {
 		return fence.WrapContext(ctx, fmt.Errorf("mysqlguard: create table %s: %w", g.table, err))
 	}
 	return nil
+}
+
+// CheckTable checks that the marks table exists in Config.DB with the
+// columns the guard uses: a *TableError (ErrTableMismatch) otherwise, so a
+// wrong table shows up before the first write. New does no I/O (the table
+// may be created after it, by CreateTable); call CheckTable once the table
+// should exist.
+func (g *Guard) CheckTable(ctx context.Context) error {
+	return checkTable(ctx, g.db, g.table, g.checkSQL)
 }
 
 // Table returns the marks table's name.

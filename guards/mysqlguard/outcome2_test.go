@@ -231,3 +231,61 @@ func TestMarkNotFound(t *testing.T) {
 		t.Fatalf("Mark of a written resource: %+v %v", m, err)
 	}
 }
+
+// TestCheckTable: CheckTable refuses a missing table and one without a
+// column the guard uses with *TableError (ErrTableMismatch), and accepts
+// the right one; a write to a missing table matches ErrTableMismatch too.
+func TestCheckTable(t *testing.T) {
+	ctx := context.Background()
+	f := newFixture(t)
+	missing := randomName("fk_missing_")
+	g := f.guard(t, Config{DB: f.db})
+	if err := g.CheckTable(ctx); err != nil {
+		t.Fatalf("CheckTable of the created marks table: %v", err)
+	}
+	gm, err := New(Config{DB: f.db, Table: missing})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var te *TableError
+	if err := gm.CheckTable(ctx); !errors.As(err, &te) || te.Table != missing || !errors.Is(err, ErrTableMismatch) {
+		t.Errorf("CheckTable of a missing marks table: %v, want *TableError", err)
+	}
+	if err := (marksSubject{f: f, g: gm, db: f.db}).Write(ctx, "check/r", 1, "v"); !errors.Is(err, ErrTableMismatch) {
+		t.Errorf("write to a missing marks table: %v, want ErrTableMismatch", err)
+	}
+	if err := gm.CreateTable(ctx); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _, _ = f.db.ExecContext(context.Background(), "DROP TABLE IF EXISTS "+missing) })
+	if err := gm.CheckTable(ctx); err != nil {
+		t.Errorf("CheckTable after CreateTable: %v", err)
+	}
+	narrow := randomName("fk_narrow_")
+	if _, err := f.db.ExecContext(ctx, "CREATE TABLE "+narrow+" (resource VARBINARY(512) PRIMARY KEY, value VARCHAR(255) NOT NULL, token BIGINT NOT NULL) ENGINE=InnoDB"); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _, _ = f.db.ExecContext(context.Background(), "DROP TABLE IF EXISTS "+narrow) })
+	gn, err := New(Config{DB: f.db, Table: narrow})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := gn.CheckTable(ctx); !errors.Is(err, ErrTableMismatch) {
+		t.Errorf("CheckTable of a marks table without run and write_id: %v, want ErrTableMismatch", err)
+	}
+	if err := f.inRow(t, RowsConfig{}).CheckTable(ctx, f.db); err != nil {
+		t.Errorf("Rows.CheckTable of the right table: %v", err)
+	}
+	for name, cfg := range map[string]RowsConfig{
+		"missing table":  {Table: missing + "_x", Key: []string{"resource"}, Columns: []string{"value"}},
+		"missing column": {Table: narrow, Key: []string{"resource"}, Columns: []string{"value"}, RunColumn: "fence_run"},
+	} {
+		r, err := NewRows(cfg)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := r.CheckTable(ctx, f.db); !errors.Is(err, ErrTableMismatch) {
+			t.Errorf("Rows.CheckTable, %s: %v, want ErrTableMismatch", name, err)
+		}
+	}
+}

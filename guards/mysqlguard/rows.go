@@ -65,6 +65,7 @@ type Rows struct {
 	strict      bool
 	upsertSQL   string // the conditional upsert under the whole decision rule
 	lockSQL     string // the locking read of the row's token and run
+	checkSQL    string // CheckTable's probe
 	rec         *guardobs.Recorder
 
 	beforeCommit func() // tests: runs just before the COMMIT of a transaction Upsert opened
@@ -168,6 +169,15 @@ func (r *Rows) statements(table string, keys, cols []string, tok, run string) {
 		sel = tok + ", " + run
 	}
 	r.lockSQL = "SELECT " + sel + " FROM " + table + " WHERE " + strings.Join(where, " AND ") + " FOR UPDATE"
+	r.checkSQL = "SELECT 1 FROM " + table + " WHERE 1 = 0 AND " + strings.Join(names, " IS NULL AND ") + " IS NULL"
+}
+
+// CheckTable checks, on q, that the table exists with every column
+// RowsConfig names: a *TableError (ErrTableMismatch) otherwise, so a wrong
+// table shows up before the first write. NewRows does no I/O (it has no
+// database).
+func (r *Rows) CheckTable(ctx context.Context, q Querier) error {
+	return checkTable(ctx, q, r.table, r.checkSQL)
 }
 
 // resource names the row in errors and checks: the key's single value as
