@@ -113,12 +113,11 @@ func TestConformance(t *testing.T) {
 				// Every check gets its own pool.
 				New: func(t *testing.T) guardtest.Subject {
 					db := openDB(t, nil)
-					h := newReplyHold(t)
 					return marksKit{
 						marksSubject: marksSubject{f: f, g: f.guard(t, Config{DB: db, IsoLevel: iso.level}), db: db},
+						t:            t,
+						iso:          iso.level,
 						strict:       f.guard(t, Config{DB: db, IsoLevel: iso.level, Strict: true}),
-						held:         f.healing(t, Config{DB: h.db, IsoLevel: iso.level}, h),
-						h:            h,
 					}
 				},
 			})
@@ -131,12 +130,10 @@ func TestConformanceFence(t *testing.T) {
 	guardtest.Run(t, guardtest.Config{
 		New: func(t *testing.T) guardtest.Subject {
 			db := openDB(t, nil)
-			h := newReplyHold(t)
 			return fenceKit{
 				fenceSubject: fenceSubject{marksSubject{f: f, g: f.guard(t, Config{DB: db}), db: db}},
+				t:            t,
 				strict:       f.guard(t, Config{DB: db, Strict: true}),
-				held:         f.guard(t, Config{DB: h.db, SettleTimeout: settleTimeout}),
-				h:            h,
 			}
 		},
 		Rounds: 10,
@@ -149,8 +146,8 @@ func TestConformanceInRow(t *testing.T) {
 		New: func(t *testing.T) guardtest.Subject {
 			return rowsKit{
 				rowsSubject: rowsSubject{f: f, r: f.inRow(t, RowsConfig{}), db: openDB(t, nil)},
+				t:           t,
 				strict:      f.inRow(t, RowsConfig{Strict: true}),
-				h:           newReplyHold(t),
 			}
 		},
 	})

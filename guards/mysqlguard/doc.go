@@ -19,40 +19,72 @@
 //   - FenceTx / FenceTxClaim: fence inside a transaction the caller opened
 //     (for example through an ORM).
 //   - Fence: the fence.Guard method, on Config.DB; the callback finds the
-//     transaction with TxFromContext. Mark reads a mark on Config.DB, and
+//     transaction with TxFromContext. Mark reads a mark on Config.DB (a
+//     resource never written matches fence.ErrNotFound), and
 //     CreateTable creates the marks table there.
 //
 // In-row mode (Rows, built by NewRows) keeps the token and run identity in
 // columns of the user's own rows: Upsert / UpsertClaim write one row with
 // one INSERT ... ON DUPLICATE KEY UPDATE that changes nothing when the
-// claim is refused. Their querier argument says where the statement runs:
-// a *sql.DB or *sql.Conn (the statement is its own transaction) or the
-// caller's *sql.Tx. The mark is the row: deleting the row deletes the mark.
+// claim is refused, followed in the same transaction by a locking read of
+// the row's token and run that decides. Their querier argument says where
+// the statements run: the caller's *sql.Tx, or a *sql.DB or *sql.Conn, on
+// which Upsert opens a transaction of its own and commits an admitted
+// write. The mark is the row: deleting the row deletes the mark.
 //
 // Each entry point has a ctx-first form, which takes the claim from ctx
 // (fence.ClaimFromContext), and a ...Claim form for a claim passed
 // explicitly.
 //
-// # One statement, one round trip
+// # How the decision is made
 //
-// The fence statement is an upsert whose update part assigns every column
-// through the decision (fence.DecideClaim over the stored token and run).
-// Its token assignment also sets LAST_INSERT_ID: 0 when admitted, minus the
-// stored token when refused, math.MinInt64 when the stored mark is not one
-// the guard writes. The OK reply carries that value, so an admitted or
-// stale write needs no second statement; only a refusal at the mark's own
-// token (a reuse) reads the mark's run. The stored run is checked with a
-// regular expression only when the tokens are equal, so a write with a
-// higher token evaluates none. The statement therefore sets the
-// session's LAST_INSERT_ID(). The assignments read only columns assigned
-// after them, so they mean the same under left-to-right assignment
-// (MySQL, MariaDB) and under MariaDB's SIMULTANEOUS_ASSIGNMENT.
+// Marks mode: the fence statement is an upsert whose update part assigns
+// every column through the decision (fence.DecideClaim over the stored
+// token and run). Its token assignment also sets LAST_INSERT_ID: 0 when
+// admitted, minus the stored token when refused, math.MinInt64 when the
+// stored mark is not one the guard writes. The OK reply carries that value,
+// so an admitted or stale write needs no second statement; only a refusal
+// at the mark's own token (a reuse) reads the mark's run. The marks table
+// is the guard's own: a trigger on it would change that reply, and is not
+// supported. The assignments read only columns assigned after them, so
+// they mean the same under left-to-right assignment (MySQL, MariaDB) and
+// under MariaDB's SIMULTANEOUS_ASSIGNMENT.
 //
-// In-row mode with a RunColumn first sends a shorter form of the upsert
-// that admits only a higher token or the stored run again (the usual
-// writes) and refuses the rest the same way; a refusal at the claim's own
-// token, or over a mark the guard did not write, is then decided by the
-// upsert under the whole rule: such a write costs one statement more.
+// In-row mode decides from the row itself, never from the statement's
+// reply, which the user's triggers change (any UPDATE trigger, a SET @var
+// or an audit insert in one, resets the insert id). The upsert takes the
+// row's exclusive lock (inserted, updated or left as it was) until the
+// transaction ends; the locking read that follows it in the same
+// transaction (SELECT ... FOR UPDATE reads the latest version under READ
+// COMMITTED, REPEATABLE READ and SERIALIZABLE alike, not the transaction's
+// snapshot) therefore returns the row exactly as the upsert left it. An
+// admitted claim left fence.NextMark of the old mark and the claim, which
+// fence.DecideClaim admits again; a refused one left the old mark, which
+// refuses it again. So the decision over the row read back is the decision
+// the upsert made. An admitted write costs the upsert and the read in the
+// caller's *sql.Tx; on a *sql.DB or *sql.Conn also START TRANSACTION and
+// COMMIT (four round trips). Triggers may change other columns and write
+// other tables; they must not change the token or run columns.
+//
+// A transaction is also what keeps a delayed copy of a request from
+// landing after a later write of the same claim: only COMMIT makes the
+// upsert durable, COMMIT is sent after the row is locked, and a later
+// write of the row waits for that lock until the held transaction ends
+// (committed when its COMMIT arrives, rolled back when its connection
+// goes). go-sql-driver/mysql itself re-sends nothing whose bytes left:
+// it returns driver.ErrBadConn (which database/sql retries on another
+// connection) only when nothing was written.
+//
+// # Contexts and COMMIT
+//
+// database/sql's Tx.Commit takes no context. When ctx can end, the guard
+// sends COMMIT as a statement under ctx instead (the driver closes the
+// connection when ctx ends, so the wait ends with it) and then ends
+// database/sql's transaction with a ROLLBACK, which changes nothing after
+// a COMMIT: one more round trip. A COMMIT of InTx or Fence whose wait
+// ended is then settled (below) within Config.SettleTimeout, so InTx
+// returns at most SettleTimeout after ctx ends, with the driver's default
+// DSN (no readTimeout) too. A nil ctx is refused with ErrNilArgument.
 //
 // # What is guaranteed
 //
@@ -68,19 +100,33 @@
 //     until the first transaction ends, under READ COMMITTED and
 //     REPEATABLE READ alike (the upsert reads the latest committed row).
 //   - Deadlock (1213) and lock wait timeout (1205) match fence.ErrBusy:
-//     nothing was committed; retry the transaction. Once ctx has ended,
+//     nothing was committed; retry the transaction. So does a statement
+//     before COMMIT (the fence statement, the in-row upsert or read) whose
+//     reply the driver gave up on ("invalid connection": a row-lock wait
+//     longer than the DSN's readTimeout, or the network): the driver closed
+//     the connection, so its transaction cannot commit. Once ctx has ended,
 //     every error matches ctx.Err() and context.Cause(ctx) and none
-//     matches fence.ErrBusy.
+//     matches fence.ErrBusy. Errors of InTx's function carry the guard's
+//     prefix and the resource and match the function's error (errors.Is).
 //   - A COMMIT of InTx or Fence whose reply is lost is settled by the
 //     write's id with a locking read on a fresh connection of Config.DB,
 //     which waits for the transaction to end, on a fresh context
 //     (context.WithoutCancel plus Config.SettleTimeout) also when the
 //     call's context has ended:
-//     committed is reported as success (nil), a mark still below the
-//     write's token as a definite error; otherwise the error is a
+//     committed is reported as success (nil); a mark still below the
+//     write's token (or none) as *fence.NotAppliedError (fence.ErrNotApplied:
+//     the transaction has ended without committing); a mark above it as
+//     *fence.StaleError with Overtaken set (the write may have committed
+//     and been overwritten); otherwise the error is a
 //     *fence.OutcomeUnknownError (fence.ErrOutcomeUnknown; once ctx has
 //     ended it matches ctx.Err() and context.Cause(ctx) too), never
 //     "nothing written".
+//   - Guard.CheckTable and Rows.CheckTable refuse a table that is missing
+//     or lacks a column the guard uses with *TableError
+//     (ErrTableMismatch); a write to such a table fails with an error
+//     matching it too. New and NewRows do no I/O (the marks table may be
+//     created after New, by CreateTable; Rows has no database): call
+//     CheckTable at start-up.
 //   - With Config.Strict (RowsConfig.Strict in in-row mode), a write whose
 //     resource lies outside its claim's scope, or whose claim has no scope,
 //     is refused with a *fence.ScopeError before any I/O.
@@ -97,9 +143,9 @@
 //   - Lock waits are bounded by ctx and the session's
 //     innodb_lock_wait_timeout (50 s unless set, for example with the DSN
 //     parameter innodb_lock_wait_timeout=5).
-//   - In-row mode: when the upsert's reply is lost the error is a
-//     *fence.OutcomeUnknownError without settling (the user's row has no write id);
-//     sending the same upsert again is safe. A FenceTx caller's own COMMIT
+//   - In-row mode: when the COMMIT of Upsert's own transaction loses its
+//     reply the error is a *fence.OutcomeUnknownError without settling (the
+//     user's row has no write id); sending the same upsert again is safe. A FenceTx caller's own COMMIT
 //     is the caller's to settle (compare Mark with the claim). In-row mode
 //     needs Key to be the table's only unique key.
 //   - Tested on MariaDB 10.11; the SQL is MySQL 8 syntax too (VALUES() in

@@ -9,9 +9,8 @@ import (
 )
 
 // TestInRowEqualTokenRules: in-row writes at the mark's own token follow
-// fence.DecideClaim and fence.NextMark whichever form of the upsert
-// decides them (the fast form admits a higher token or the same run again;
-// the rest goes to the whole rule): a claim without run is admitted and
+// fence.DecideClaim and fence.NextMark (decided over the row read back
+// after the upsert): a claim without run is admitted and
 // keeps the stored run, a run over an empty stored run is admitted and
 // stored, another run is refused as reused, a lower token as stale.
 //

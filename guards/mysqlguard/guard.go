@@ -93,6 +93,7 @@ type Guard struct {
 	runSQL        string
 	markSQL       string
 	settleSQL     string
+	checkSQL      string
 	createSQL     string
 	rec           *guardobs.Recorder
 
@@ -137,6 +138,7 @@ func New(cfg Config) (*Guard, error) {
 		runSQL:    `SELECT token, run FROM ` + t + ` WHERE resource = ? FOR UPDATE`,
 		markSQL:   `SELECT token, run FROM ` + t + ` WHERE resource = ?`,
 		settleSQL: `SELECT token, write_id FROM ` + t + ` WHERE resource = ? FOR UPDATE`,
+		checkSQL:  `SELECT 1 FROM ` + t + ` WHERE 1 = 0 AND resource = '' AND token = 0 AND run = '' AND write_id = '' AND updated_at IS NULL`,
 		createSQL: strings.Replace(schemaSQL, "IF NOT EXISTS "+DefaultTable, "IF NOT EXISTS "+t, 1),
 	}, nil
 }
@@ -206,10 +208,22 @@ ON DUPLICATE KEY UPDATE
 // CreateTable creates the marks table (schema.sql) in Config.DB if it does
 // not exist.
 func (g *Guard) CreateTable(ctx context.Context) error {
+	if ctx == nil {
+		return fmt.Errorf("%w: CreateTable with nil ctx", ErrNilArgument)
+	}
 	if _, err := g.db.ExecContext(ctx, g.createSQL); err != nil {
 		return fence.WrapContext(ctx, fmt.Errorf("mysqlguard: create table %s: %w", g.table, err))
 	}
 	return nil
+}
+
+// CheckTable checks that the marks table exists in Config.DB with the
+// columns the guard uses: a *TableError (ErrTableMismatch) otherwise, so a
+// wrong table shows up before the first write. New does no I/O (the table
+// may be created after it, by CreateTable); call CheckTable once the table
+// should exist.
+func (g *Guard) CheckTable(ctx context.Context) error {
+	return checkTable(ctx, g.db, g.table, g.checkSQL)
 }
 
 // Table returns the marks table's name.
@@ -264,15 +278,23 @@ func newWriteID() string {
 // Errors: input errors (fence.ErrInvalidResource, fence.ErrInvalidToken,
 // fence.ErrInvalidRun, fence.ErrInvalidScope, ErrNilArgument) and
 // *fence.ScopeError under Config.Strict, before any I/O; a refused claim
-// is a *fence.StaleError or *fence.ReusedError; deadlock (1213) and lock
-// wait timeout (1205) match fence.ErrBusy; fn's error as is. When
-// COMMIT's reply is lost, the outcome is settled by the write's id with a
-// locking read of the mark on a fresh connection of Config.DB, on a fresh
-// context (context.WithoutCancel plus Config.SettleTimeout) so it runs
-// even when ctx has ended: committed is success (nil); otherwise the error
-// is a *fence.OutcomeUnknownError (fence.ErrOutcomeUnknown) unless the
-// mark shows the write was not committed.
+// is a *fence.StaleError or *fence.ReusedError; deadlock (1213), lock
+// wait timeout (1205) and a fence statement whose reply the driver gave up
+// on match fence.ErrBusy; fn's error is wrapped with the guard's prefix
+// and the resource (errors.Is still finds it). COMMIT is sent under ctx
+// (see the package documentation). When COMMIT's reply is lost, the
+// outcome is settled by the write's id with a locking read of the mark on
+// a fresh connection of Config.DB, on a fresh context
+// (context.WithoutCancel plus Config.SettleTimeout) so it runs even when
+// ctx has ended: committed is success (nil); not committed is a
+// *fence.NotAppliedError; a newer mark a *fence.StaleError with Overtaken;
+// otherwise the error is a *fence.OutcomeUnknownError
+// (fence.ErrOutcomeUnknown). InTx returns at most Config.SettleTimeout
+// after ctx ends.
 func (g *Guard) InTx(ctx context.Context, resource string, fn func(ctx context.Context, tx *sql.Tx) error) error {
+	if ctx == nil {
+		return fmt.Errorf("%w: InTx with nil ctx", ErrNilArgument)
+	}
 	c, err := ctxClaim(ctx, resource, g.strict)
 	if err != nil {
 		return err
@@ -283,6 +305,9 @@ func (g *Guard) InTx(ctx context.Context, resource string, fn func(ctx context.C
 // InTxClaim is InTx for a claim passed explicitly (fence.ClaimFor(ctx,
 // token) for a token from elsewhere).
 func (g *Guard) InTxClaim(ctx context.Context, resource string, claim fence.Claim, fn func(ctx context.Context, tx *sql.Tx) error) error {
+	if ctx == nil {
+		return fmt.Errorf("%w: InTxClaim with nil ctx", ErrNilArgument)
+	}
 	if err := args(ctx, resource, claim, g.strict); err != nil {
 		return err
 	}
@@ -305,7 +330,7 @@ func (g *Guard) inTx(ctx context.Context, resource string, c fence.Claim, fn fun
 		return err
 	}
 	if err := fn(ctx, tx); err != nil {
-		return fence.WrapContext(ctx, err)
+		return fence.WrapContext(ctx, fmt.Errorf("mysqlguard: %q: write: %w", resource, err))
 	}
 	return g.commit(ctx, tx, resource, c, id)
 }
@@ -315,57 +340,79 @@ func (g *Guard) commit(ctx context.Context, tx *sql.Tx, resource string, c fence
 	if g.beforeCommit != nil {
 		g.beforeCommit()
 	}
-	err := tx.Commit()
+	sent, err := commitTx(ctx, tx)
 	if g.afterCommit != nil {
 		g.afterCommit(err)
 	}
 	if err == nil {
 		return nil
 	}
-	if !maybeSent(err) {
+	if !sent {
 		return dbError(ctx, g.table, resource, "commit", err)
 	}
-	committed, known := g.settle(ctx, resource, c, id)
-	switch {
-	case committed:
-		return nil
-	case known:
-		return dbError(ctx, g.table, resource, "commit (reply lost; settled: not committed)", err)
-	}
-	return outcomeUnknown(ctx, resource, "commit", err)
+	return g.settle(ctx, resource, c, id, err)
 }
 
-// settle reads the mark with a locking read in a fresh transaction, which
+// commitTx commits tx. database/sql's Tx.Commit takes no context, so when
+// ctx can end, COMMIT is sent as a statement under ctx instead: the
+// driver closes the connection when ctx ends, so the wait for its reply
+// ends with ctx; database/sql's transaction is then ended with a ROLLBACK,
+// which changes nothing after a COMMIT. sent reports whether COMMIT may
+// have reached the server.
+func commitTx(ctx context.Context, tx *sql.Tx) (sent bool, err error) {
+	if ctx.Done() == nil {
+		err = tx.Commit()
+		return err == nil || maybeSent(err), err
+	}
+	if err := fence.ContextError(ctx); err != nil {
+		return false, err
+	}
+	if _, err := tx.ExecContext(ctx, "COMMIT"); err != nil {
+		return maybeSent(err), err
+	}
+	_ = tx.Rollback()
+	return true, nil
+}
+
+// settle decides a COMMIT whose reply was lost (failed with err) by
+// reading the mark with a locking read in a fresh transaction on
+// Config.DB, on a fresh context bounded by Config.SettleTimeout. The read
 // waits for the transaction whose COMMIT reply was lost to end (committed,
-// or rolled back once the server sees its connection gone). committed:
-// the mark carries the write id. known and not committed: the mark is
-// below the write's token, so the transaction did not commit. Otherwise
-// (the mark moved on under another write, or the read failed) the outcome
-// is unknown.
-func (g *Guard) settle(ctx context.Context, resource string, c fence.Claim, id string) (committed, known bool) {
+// or rolled back once the server sees its connection gone). The mark
+// carries the write id: committed, nil. The mark is below the write's
+// token (or absent): the transaction did not commit and, having ended,
+// never will: *fence.NotAppliedError. The mark is above it: another
+// holder's write came after, and this one may have been applied before it:
+// *fence.StaleError with Overtaken. Otherwise (the mark at the write's
+// token under another write id, or the read failed) the outcome is
+// unknown: *fence.OutcomeUnknownError.
+func (g *Guard) settle(ctx context.Context, resource string, c fence.Claim, id string, err error) error {
 	sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), g.settleTimeout)
 	defer cancel()
-	tx, err := g.db.BeginTx(sctx, &sql.TxOptions{Isolation: sql.LevelReadCommitted})
-	if err != nil {
-		return false, false
+	tx, berr := g.db.BeginTx(sctx, &sql.TxOptions{Isolation: sql.LevelReadCommitted})
+	if berr != nil {
+		return outcomeUnknown(ctx, resource, "commit", err)
 	}
 	defer rollback(tx)
 	var (
 		tok int64
 		wid string
 	)
-	err = tx.QueryRowContext(sctx, g.settleSQL, resource).Scan(&tok, &wid)
+	rerr := tx.QueryRowContext(sctx, g.settleSQL, resource).Scan(&tok, &wid)
 	switch {
-	case errors.Is(err, sql.ErrNoRows):
-		return false, true
-	case err != nil:
-		return false, false
+	case errors.Is(rerr, sql.ErrNoRows):
+		return notApplied(ctx, resource, "commit", err)
+	case rerr != nil:
+		return outcomeUnknown(ctx, resource, "commit", err)
 	case wid == id:
-		return true, true
+		return nil
 	case fence.Token(tok) < c.Token:
-		return false, true
+		return notApplied(ctx, resource, "commit", err)
+	case fence.Token(tok) > c.Token:
+		return fence.WrapContext(ctx, fmt.Errorf("%w (this write's COMMIT reply was lost: %w)",
+			&fence.StaleError{Resource: resource, Presented: c.Token, Highest: fence.Token(tok), Overtaken: true}, err))
 	}
-	return false, false
+	return outcomeUnknown(ctx, resource, "commit", err)
 }
 
 // FenceTx fences a transaction the caller opened (directly or through an
@@ -374,6 +421,9 @@ func (g *Guard) settle(ctx context.Context, resource string, c fence.Claim, id s
 // rolled back. The caller commits; if its COMMIT's reply is lost, compare
 // Mark with the claim before assuming either outcome.
 func (g *Guard) FenceTx(ctx context.Context, tx *sql.Tx, resource string) error {
+	if ctx == nil {
+		return fmt.Errorf("%w: FenceTx with nil ctx", ErrNilArgument)
+	}
 	c, err := ctxClaim(ctx, resource, g.strict)
 	if err != nil {
 		return err
@@ -383,6 +433,9 @@ func (g *Guard) FenceTx(ctx context.Context, tx *sql.Tx, resource string) error 
 
 // FenceTxClaim is FenceTx for a claim passed explicitly.
 func (g *Guard) FenceTxClaim(ctx context.Context, tx *sql.Tx, resource string, c fence.Claim) error {
+	if ctx == nil {
+		return fmt.Errorf("%w: FenceTxClaim with nil ctx", ErrNilArgument)
+	}
 	if err := args(ctx, resource, c, g.strict); err != nil {
 		return err
 	}
@@ -412,11 +465,11 @@ func (g *Guard) fence(ctx context.Context, tx *sql.Tx, resource string, c fence.
 func (g *Guard) fenceOnce(ctx context.Context, tx *sql.Tx, resource string, c fence.Claim, id string) error {
 	res, err := tx.ExecContext(ctx, g.fenceSQL, resource, int64(c.Token), c.Run, id)
 	if err != nil {
-		return dbError(ctx, g.table, resource, "fence", err)
+		return stmtError(ctx, g.table, resource, "fence", err)
 	}
 	li, err := res.LastInsertId()
 	if err != nil {
-		return dbError(ctx, g.table, resource, "fence", err)
+		return stmtError(ctx, g.table, resource, "fence", err)
 	}
 	switch {
 	case li >= 0:
@@ -435,7 +488,7 @@ func (g *Guard) fenceOnce(ctx context.Context, tx *sql.Tx, resource string, c fe
 		run string
 	)
 	if err := tx.QueryRowContext(ctx, g.runSQL, resource).Scan(&tok, &run); err != nil {
-		return dbError(ctx, g.table, resource, "read mark", err)
+		return stmtError(ctx, g.table, resource, "read mark", err)
 	}
 	if err := (fence.Claim{Token: fence.Token(tok), Run: run}).Validate(); err != nil {
 		return &MarkError{Resource: resource, Reason: fmt.Sprintf("token %d, run %q", tok, run)}
@@ -453,7 +506,7 @@ func (g *Guard) corrupt(ctx context.Context, tx *sql.Tx, resource string) error 
 		run string
 	)
 	if err := tx.QueryRowContext(ctx, g.runSQL, resource).Scan(&tok, &run); err != nil {
-		return dbError(ctx, g.table, resource, "read mark", err)
+		return stmtError(ctx, g.table, resource, "read mark", err)
 	}
 	return &MarkError{Resource: resource, Reason: fmt.Sprintf("token %d, run %q", tok, run)}
 }
@@ -472,6 +525,9 @@ type txKey struct{}
 // the transaction, and commits when write returns nil (rolls back
 // otherwise). Errors are InTx's.
 func (g *Guard) Fence(ctx context.Context, resource string, token fence.Token, write func(ctx context.Context) error) error {
+	if ctx == nil {
+		return fmt.Errorf("%w: Fence with nil ctx", ErrNilArgument)
+	}
 	c := fence.ClaimFor(ctx, token)
 	if err := args(ctx, resource, c, g.strict); err != nil {
 		return err
@@ -485,8 +541,13 @@ func (g *Guard) Fence(ctx context.Context, resource string, token fence.Token, w
 }
 
 // Mark returns resource's mark, read on Config.DB: the token and run
-// identity of the last admitted write that committed, or the zero Claim.
+// identity of the last admitted write that committed. A resource without
+// a mark (never written) is an error matching fence.ErrNotFound, with the
+// zero Claim.
 func (g *Guard) Mark(ctx context.Context, resource string) (fence.Claim, error) {
+	if ctx == nil {
+		return fence.Claim{}, fmt.Errorf("%w: Mark with nil ctx", ErrNilArgument)
+	}
 	if err := fence.ValidateResource(resource); err != nil {
 		return fence.Claim{}, err
 	}
@@ -496,7 +557,7 @@ func (g *Guard) Mark(ctx context.Context, resource string) (fence.Claim, error) 
 	)
 	err := g.db.QueryRowContext(ctx, g.markSQL, resource).Scan(&tok, &run)
 	if errors.Is(err, sql.ErrNoRows) {
-		return fence.Claim{}, nil
+		return fence.Claim{}, fmt.Errorf("mysqlguard: mark %q: %w", resource, fence.ErrNotFound)
 	}
 	if err != nil {
 		return fence.Claim{}, dbError(ctx, g.table, resource, "read mark", err)

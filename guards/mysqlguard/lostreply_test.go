@@ -60,8 +60,8 @@ func TestLostCommitReplyCommitted(t *testing.T) {
 // TestLostCommitNotCommitted: COMMIT is held on the way and the client
 // gives up; then the connection is cut, so the server rolls the
 // transaction back, and the network heals. The locking read, on a fresh
-// connection of Config.DB, finds the old mark: the error says the write
-// was not committed (not unknown), and nothing was written.
+// connection of Config.DB, finds the old mark: the error is a
+// *fence.NotAppliedError (not unknown), and nothing was written.
 func TestLostCommitNotCommitted(t *testing.T) {
 	ctx := context.Background()
 	f := newFixture(t)
@@ -77,8 +77,9 @@ func TestLostCommitNotCommitted(t *testing.T) {
 	err := s.Write(ctx, r, 3, "three")
 	p.Restore()
 	g.beforeCommit, g.afterCommit = nil, nil
-	if err == nil || errors.Is(err, fence.ErrOutcomeUnknown) || errors.Is(err, fence.ErrStale) || errors.Is(err, fence.ErrBusy) {
-		t.Fatalf("held COMMIT, rolled back: %v, want a definite store error", err)
+	ne, ok := fence.IsNotApplied(err)
+	if !ok || ne.Op != "mysqlguard: commit" || ne.Resource != r || errors.Is(err, fence.ErrOutcomeUnknown) || errors.Is(err, fence.ErrStale) || errors.Is(err, fence.ErrBusy) {
+		t.Fatalf("held COMMIT, rolled back: %v, want *fence.NotAppliedError of mysqlguard: commit", err)
 	}
 	if v, tok, _, err := s.Read(ctx, r); err != nil || v != "two" || tok != 2 {
 		t.Fatalf("stored %q %d %v", v, tok, err)
@@ -111,11 +112,11 @@ func TestLostCommitUnsettled(t *testing.T) {
 	}
 }
 
-// TestLostUpsertReply: in-row mode's single upsert is applied, its reply
-// lost: the error matches fence.ErrOutcomeUnknown; sending it again succeeds.
-// (interpolateParams makes the upsert one request; with the driver's
-// default, a prepared statement, the lost reply may be the PREPARE's.)
-func TestLostUpsertReply(t *testing.T) {
+// TestLostInRowCommitReply: in-row mode's own transaction (on a *sql.DB)
+// commits, the COMMIT's reply is lost: the error is a
+// *fence.OutcomeUnknownError of the commit; the row holds the write; sending
+// the same upsert again succeeds.
+func TestLostInRowCommitReply(t *testing.T) {
 	ctx := context.Background()
 	f := newFixture(t)
 	db, p := proxiedDB(t, func(c *mysql.Config) { c.InterpolateParams = true })
@@ -124,18 +125,19 @@ func TestLostUpsertReply(t *testing.T) {
 	if err := rows.UpsertClaim(ctx, db, []any{"lost/row"}, fence.Claim{Token: 7}, "seven"); err != nil {
 		t.Fatal(err)
 	}
-	p.Pause(netproxy.Downstream)
+	rows.beforeCommit = func() { p.Pause(netproxy.Downstream) }
 	err := rows.UpsertClaim(ctx, db, []any{"lost/row"}, c, "eight")
 	p.Restore()
+	rows.beforeCommit = nil
 	if !errors.Is(err, fence.ErrOutcomeUnknown) || errors.Is(err, fence.ErrBusy) {
-		t.Fatalf("lost upsert reply: %v, want fence.ErrOutcomeUnknown", err)
+		t.Fatalf("lost COMMIT reply: %v, want fence.ErrOutcomeUnknown", err)
 	}
-	if oe, ok := fence.IsOutcomeUnknown(err); !ok || oe.Op != "mysqlguard: upsert" || oe.Resource != "lost/row" {
-		t.Fatalf("lost upsert reply: %#v, want *fence.OutcomeUnknownError of mysqlguard: upsert", err)
+	if oe, ok := fence.IsOutcomeUnknown(err); !ok || oe.Op != "mysqlguard: commit" || oe.Resource != "lost/row" {
+		t.Fatalf("lost COMMIT reply: %#v, want *fence.OutcomeUnknownError of mysqlguard: commit", err)
 	}
 	s := rowsSubject{f: f, r: rows, db: f.db}
 	if v, tok, _, err := s.Read(ctx, "lost/row"); err != nil || v != "eight" || tok != 8 {
-		t.Fatalf("stored %q %d %v (the upsert had reached the server)", v, tok, err)
+		t.Fatalf("stored %q %d %v (the COMMIT had reached the server)", v, tok, err)
 	}
 	if err := rows.UpsertClaim(ctx, db, []any{"lost/row"}, c, "eight"); err != nil {
 		t.Fatalf("sending the same upsert again: %v", err)

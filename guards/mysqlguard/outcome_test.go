@@ -4,7 +4,10 @@ import (
 	"context"
 	"database/sql"
 	"errors"
+	"fmt"
+	"net"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -16,18 +19,22 @@ import (
 )
 
 var (
-	_ guardtest.StrictWriter  = marksKit{}
-	_ guardtest.OutcomeWriter = marksKit{}
-	_ guardtest.StrictWriter  = fenceKit{}
-	_ guardtest.OutcomeWriter = fenceKit{}
-	_ guardtest.StrictWriter  = rowsKit{}
-	_ guardtest.OutcomeWriter = rowsKit{}
-	_ guardtest.FailingWriter = rowsKit{}
+	_ guardtest.StrictWriter    = marksKit{}
+	_ guardtest.OutcomeWriter   = marksKit{}
+	_ guardtest.DuplicateWriter = marksKit{}
+	_ guardtest.StrictWriter    = fenceKit{}
+	_ guardtest.OutcomeWriter   = fenceKit{}
+	_ guardtest.DuplicateWriter = fenceKit{}
+	_ guardtest.StrictWriter    = rowsKit{}
+	_ guardtest.OutcomeWriter   = rowsKit{}
+	_ guardtest.DuplicateWriter = rowsKit{}
+	_ guardtest.FailingWriter   = rowsKit{}
 )
 
-// replyHold is a pool of one connection through a fault proxy (short read
-// timeout, one request per statement), for the kit's outcome-unknown
-// check.
+// replyHold is a pool of one connection through a fault proxy of its own
+// (short read timeout, one request per statement), for one call of the
+// kit's outcome-unknown check: each call has its own, so calls on
+// different resources run concurrently.
 type replyHold struct {
 	db *sql.DB
 	p  *netproxy.Proxy
@@ -38,6 +45,12 @@ func newReplyHold(t *testing.T) *replyHold {
 	db, p := proxiedDB(t, func(c *mysql.Config) { c.InterpolateParams = true })
 	db.SetMaxOpenConns(1)
 	return &replyHold{db: db, p: p}
+}
+
+// close releases the pool and the proxy before the test ends.
+func (h *replyHold) close() {
+	_ = h.db.Close()
+	_ = h.p.Close()
 }
 
 // run calls write, which calls hold at the point from which the server's
@@ -61,16 +74,80 @@ func (h *replyHold) run(ctx context.Context, applied func(), write func(hold fun
 	})
 }
 
+// firstConnDB opens a pool with the DSN's own timeouts (none) whose first
+// connection goes through a fault proxy of its own and every later one
+// straight to the server: a fault on the proxy affects that connection
+// only. The pool's first connection is open when it returns.
+func firstConnDB(t *testing.T) (*sql.DB, *netproxy.Proxy) {
+	t.Helper()
+	p, err := netproxy.New(dsnConfig(t).Addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = p.Close() })
+	var dials atomic.Int32
+	db := openDB(t, func(c *mysql.Config) {
+		c.InterpolateParams = true
+		c.DialFunc = func(ctx context.Context, network, addr string) (net.Conn, error) {
+			if dials.Add(1) == 1 {
+				addr = p.Addr()
+			}
+			var d net.Dialer
+			return d.DialContext(ctx, network, addr)
+		}
+	})
+	return db, p
+}
+
+// delayed is WriteDelayed for a write made by write on a pool whose first
+// connection (the one the write uses) runs through a proxy: write calls
+// hold just before the committing request, which the proxy then holds
+// (with everything after it on that connection). deliver releases it and
+// returns once the proxy's connection is gone (the server answered, and
+// the client had closed its end) and a locking read of lockSQL finds the
+// row free (the held transaction has ended).
+func delayed(t *testing.T, f fixture, lockSQL, r string, write func(db *sql.DB, hold func()) error) (func(context.Context) error, error) {
+	db, p := firstConnDB(t)
+	err := write(db, func() { p.Pause(netproxy.Upstream) })
+	deliver := func(ctx context.Context) error {
+		defer func() { _ = db.Close(); _ = p.Close() }()
+		p.Restore()
+		for p.Live() > 0 {
+			select {
+			case <-ctx.Done():
+				return fmt.Errorf("the held connection is still open: %w", ctx.Err())
+			case <-time.After(10 * time.Millisecond):
+			}
+		}
+		tx, err := f.db.BeginTx(ctx, nil)
+		if err != nil {
+			return err
+		}
+		defer rollback(tx)
+		q, err := tx.QueryContext(ctx, lockSQL, r)
+		if err != nil {
+			return fmt.Errorf("waiting for the held transaction to end: %w", err)
+		}
+		for q.Next() {
+		}
+		_ = q.Close()
+		return q.Err()
+	}
+	return deliver, err
+}
+
 // marksKit is marksSubject (InTx) plus WriteStrict through a guard with
-// Config.Strict over the same marks, and WriteHeld through InTx of a
-// guard whose Config.DB is h's pool and whose held replies are released
-// once its COMMIT has failed (f.healing): the settling read, on a fresh
-// connection through the healed proxy, finds the COMMIT applied, so the
-// guard reports success.
+// Config.Strict over the same marks; WriteHeld through InTx of a guard
+// whose Config.DB is a replyHold's pool and whose held replies are
+// released once its COMMIT has failed (f.healing): the settling read, on a
+// fresh connection through the healed proxy, finds the COMMIT applied, so
+// the guard reports success; and WriteDelayed through InTx on a pool whose
+// first connection's COMMIT is held.
 type marksKit struct {
 	marksSubject
-	strict, held *Guard
-	h            *replyHold
+	t      *testing.T
+	iso    sql.IsolationLevel
+	strict *Guard
 }
 
 func (s marksKit) WriteStrict(ctx context.Context, r string, c fence.Claim, v string) error {
@@ -78,9 +155,12 @@ func (s marksKit) WriteStrict(ctx context.Context, r string, c fence.Claim, v st
 }
 
 func (s marksKit) WriteHeld(ctx context.Context, r string, tok fence.Token, v string, applied func()) error {
+	h := newReplyHold(s.t)
+	defer h.close()
+	g := s.f.healing(s.t, Config{DB: h.db, IsoLevel: s.iso}, h)
 	var held bool
-	err := s.h.run(ctx, applied, func(hold func()) error {
-		return s.held.InTxClaim(ctx, r, fence.Claim{Token: tok}, func(ctx context.Context, tx *sql.Tx) error {
+	err := h.run(ctx, applied, func(hold func()) error {
+		return g.InTxClaim(ctx, r, fence.Claim{Token: tok}, func(ctx context.Context, tx *sql.Tx) error {
 			if err := s.f.writeData(ctx, tx, r, int64(tok), v); err != nil {
 				return err
 			}
@@ -97,14 +177,23 @@ func (s marksKit) WriteHeld(ctx context.Context, r string, tok fence.Token, v st
 	return err
 }
 
+func (s marksKit) WriteDelayed(ctx context.Context, r string, c fence.Claim, v string) (func(context.Context) error, error) {
+	return delayed(s.t, s.f, s.f.marksLockSQL(), r, func(db *sql.DB, hold func()) error {
+		g := s.f.guard(s.t, Config{DB: db, IsoLevel: s.iso, SettleTimeout: settleTimeout})
+		g.beforeCommit = hold
+		return marksSubject{f: s.f, g: g, db: db}.WriteClaim(ctx, r, c, v)
+	})
+}
+
 // fenceKit is fenceSubject (Fence on Config.DB) plus WriteStrict through
-// a strict guard's Fence, and WriteHeld through Fence of a guard whose
-// Config.DB is h's pool: the settling read goes through the held proxy
-// too and gets no answer, so the outcome stays unknown.
+// a strict guard's Fence; WriteHeld through Fence of a guard whose
+// Config.DB is a replyHold's pool: the settling read goes through the held
+// proxy too and gets no answer, so the outcome stays unknown; and
+// WriteDelayed as marksKit's, through Fence.
 type fenceKit struct {
 	fenceSubject
-	strict, held *Guard
-	h            *replyHold
+	t      *testing.T
+	strict *Guard
 }
 
 func (s fenceKit) WriteStrict(ctx context.Context, r string, c fence.Claim, v string) error {
@@ -112,8 +201,11 @@ func (s fenceKit) WriteStrict(ctx context.Context, r string, c fence.Claim, v st
 }
 
 func (s fenceKit) WriteHeld(ctx context.Context, r string, tok fence.Token, v string, applied func()) error {
-	return s.h.run(ctx, applied, func(hold func()) error {
-		return s.held.Fence(ctx, r, tok, func(ctx context.Context) error {
+	h := newReplyHold(s.t)
+	defer h.close()
+	g := s.f.guard(s.t, Config{DB: h.db, SettleTimeout: settleTimeout})
+	return h.run(ctx, applied, func(hold func()) error {
+		return g.Fence(ctx, r, tok, func(ctx context.Context) error {
 			tx, ok := TxFromContext(ctx)
 			if !ok {
 				return errors.New("no transaction in the write's ctx")
@@ -127,13 +219,22 @@ func (s fenceKit) WriteHeld(ctx context.Context, r string, tok fence.Token, v st
 	})
 }
 
+func (s fenceKit) WriteDelayed(ctx context.Context, r string, c fence.Claim, v string) (func(context.Context) error, error) {
+	return delayed(s.t, s.f, s.f.marksLockSQL(), r, func(db *sql.DB, hold func()) error {
+		g := s.f.guard(s.t, Config{DB: db, SettleTimeout: settleTimeout})
+		g.beforeCommit = hold
+		return fenceSubject{marksSubject{f: s.f, g: g, db: db}}.WriteClaim(ctx, r, c, v)
+	})
+}
+
 // rowsKit is rowsSubject (in-row Upsert) plus WriteStrict through Rows
-// with RowsConfig.Strict, and WriteHeld: one upsert on h's pool, its own
-// transaction, whose reply is held (in-row mode does not settle).
+// with RowsConfig.Strict; WriteHeld: one Upsert on a replyHold's pool (its
+// own transaction) whose COMMIT reply is held (in-row mode does not
+// settle); and WriteDelayed: one Upsert whose COMMIT request is held.
 type rowsKit struct {
 	rowsSubject
+	t      *testing.T
 	strict *Rows
-	h      *replyHold
 }
 
 func (s rowsKit) WriteStrict(ctx context.Context, r string, c fence.Claim, v string) error {
@@ -141,9 +242,20 @@ func (s rowsKit) WriteStrict(ctx context.Context, r string, c fence.Claim, v str
 }
 
 func (s rowsKit) WriteHeld(ctx context.Context, r string, tok fence.Token, v string, applied func()) error {
-	return s.h.run(ctx, applied, func(hold func()) error {
-		hold() // the upsert is the only request
-		return s.r.UpsertClaim(ctx, s.h.db, []any{r}, fence.Claim{Token: tok}, v)
+	h := newReplyHold(s.t)
+	defer h.close()
+	return h.run(ctx, applied, func(hold func()) error {
+		rows := s.f.inRow(s.t, RowsConfig{})
+		rows.beforeCommit = hold
+		return rows.UpsertClaim(ctx, h.db, []any{r}, fence.Claim{Token: tok}, v)
+	})
+}
+
+func (s rowsKit) WriteDelayed(ctx context.Context, r string, c fence.Claim, v string) (func(context.Context) error, error) {
+	return delayed(s.t, s.f, "SELECT fence_token FROM "+s.f.rows+" WHERE resource = ? FOR UPDATE", r, func(db *sql.DB, hold func()) error {
+		rows := s.f.inRow(s.t, RowsConfig{})
+		rows.beforeCommit = hold
+		return rows.UpsertClaim(ctx, db, []any{r}, c, v)
 	})
 }
 
@@ -201,4 +313,9 @@ func (f fixture) healing(t *testing.T, cfg Config, h *replyHold) *Guard {
 		h.p.Restore()
 	}
 	return g
+}
+
+// marksLockSQL is a locking read of a marks row (one ? for the resource).
+func (f fixture) marksLockSQL() string {
+	return "SELECT token FROM " + f.marks + " WHERE resource = ? FOR UPDATE"
 }

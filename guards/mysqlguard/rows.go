@@ -64,16 +64,19 @@ type Rows struct {
 	withRun     bool
 	strict      bool
 	upsertSQL   string // the conditional upsert under the whole decision rule
-	fastSQL     string // with a run column: the upsert admitting only a higher token or the stored run again ("": none)
-	readSQL     string
-	lockSQL     string
+	lockSQL     string // the locking read of the row's token and run
+	checkSQL    string // CheckTable's probe
 	rec         *guardobs.Recorder
+
+	beforeCommit func() // tests: runs just before the COMMIT of a transaction Upsert opened
 }
 
-// refusedRetries bounds how often a refused write is tried again when the
-// read that names the mark finds the row admitting (it changed between the
-// two statements, outside a transaction).
-const refusedRetries = 3
+// Beginner opens transactions: *sql.DB and *sql.Conn implement it. Upsert
+// runs its statements in a transaction of its own on a Querier that is a
+// Beginner and not a *sql.Tx.
+type Beginner interface {
+	BeginTx(ctx context.Context, opts *sql.TxOptions) (*sql.Tx, error)
+}
 
 // NewRows validates cfg, fills defaults and returns a Rows. It does no I/O;
 // the table must exist with the named columns. Every error is a
@@ -136,9 +139,10 @@ func NewRows(cfg RowsConfig) (*Rows, error) {
 	return r, nil
 }
 
-// statements builds the conditional upsert and the reads that name the
-// mark. The data columns are assigned first, then the run, then the token:
-// each assignment reads only columns assigned after it (see marksFenceSQL).
+// statements builds the conditional upsert and the locking read that
+// decides it. The data columns are assigned first, then the run, then the
+// token: each assignment reads only columns assigned after it (see
+// marksFenceSQL).
 func (r *Rows) statements(table string, keys, cols []string, tok, run string) {
 	names := append(append(append([]string{}, keys...), cols...), tok)
 	if run != "" {
@@ -153,24 +157,9 @@ func (r *Rows) statements(table string, keys, cols []string, tok, run string) {
 	if run != "" {
 		set = append(set, run+" = IF("+admit+", "+nextRunSQL(tok, run)+", "+run+")")
 	}
-	set = append(set, refusedSQL(tok, run))
-	insert := "INSERT INTO " + table + " (" + strings.Join(names, ", ") + ") VALUES (" + marks + ")\n" +
-		"ON DUPLICATE KEY UPDATE\n    "
-	r.upsertSQL = insert + strings.Join(set, ",\n    ")
-	if run != "" {
-		// The fast form: what it admits, the whole rule admits with the
-		// same new mark (the claim's token and run), and it names the mark
-		// in its reply as the whole form does. It refuses the rest, and a
-		// refusal at the claim's own token or over an invalid mark goes to
-		// the whole form (Rows.attempts).
-		fast := fastAdmitSQL(tok, run)
-		set = set[:0]
-		for _, c := range cols {
-			set = append(set, c+" = IF("+fast+", VALUES("+c+"), "+c+")")
-		}
-		set = append(set, run+" = IF("+fast+", VALUES("+run+"), "+run+")", decideSQL(tok, fast))
-		r.fastSQL = insert + strings.Join(set, ",\n    ")
-	}
+	set = append(set, tok+" = IF("+admit+", VALUES("+tok+"), "+tok+")")
+	r.upsertSQL = "INSERT INTO " + table + " (" + strings.Join(names, ", ") + ") VALUES (" + marks + ")\n" +
+		"ON DUPLICATE KEY UPDATE\n    " + strings.Join(set, ",\n    ")
 	var where []string
 	for _, k := range keys {
 		where = append(where, k+" = ?")
@@ -179,55 +168,68 @@ func (r *Rows) statements(table string, keys, cols []string, tok, run string) {
 	if run != "" {
 		sel = tok + ", " + run
 	}
-	r.readSQL = "SELECT " + sel + " FROM " + table + " WHERE " + strings.Join(where, " AND ")
-	r.lockSQL = r.readSQL + " FOR UPDATE"
+	r.lockSQL = "SELECT " + sel + " FROM " + table + " WHERE " + strings.Join(where, " AND ") + " FOR UPDATE"
+	r.checkSQL = "SELECT 1 FROM " + table + " WHERE 1 = 0 AND " + strings.Join(names, " IS NULL AND ") + " IS NULL"
 }
 
-// fastAdmitSQL is a part of admitSQL's rule that needs neither the run's
-// check nor fence.NextMark's cases: a valid stored token below the claim's,
-// or equal to it with the stored run byte for byte the claim's (which was
-// validated; both may be empty). It is the usual write: a new token, or
-// the same claim again.
-func fastAdmitSQL(tok, run string) string {
-	return "(" + validSQL(tok) + " AND (" + tok + " < VALUES(" + tok + ") OR (" + tok + " = VALUES(" + tok + ") AND " +
-		run + " = CAST(VALUES(" + run + ") AS BINARY))))"
+// CheckTable checks, on q, that the table exists with every column
+// RowsConfig names: a *TableError (ErrTableMismatch) otherwise, so a wrong
+// table shows up before the first write. NewRows does no I/O (it has no
+// database).
+func (r *Rows) CheckTable(ctx context.Context, q Querier) error {
+	return checkTable(ctx, q, r.table, r.checkSQL)
 }
 
 // resource names the row in errors and checks: the key's single value as
 // text, or fence.JoinResource of the values of a composite key.
 func (r *Rows) resource(key []any) string {
 	if len(key) == 1 {
-		return fmt.Sprint(key[0])
+		return keyText(key[0])
 	}
 	parts := make([]string, len(key))
 	for i, k := range key {
-		parts[i] = fmt.Sprint(k)
+		parts[i] = keyText(k)
 	}
 	return fence.JoinResource(parts...)
+}
+
+// keyText is a key value as text: a []byte's own bytes (the value the
+// server stores), anything else as fmt.Sprint writes it.
+func keyText(k any) string {
+	if b, ok := k.([]byte); ok {
+		return string(b)
+	}
+	return fmt.Sprint(k)
 }
 
 // Upsert writes one row under the claim ctx carries: key holds the values
 // of RowsConfig.Key, values those of RowsConfig.Columns. The row is
 // inserted, or updated with its token (and run identity) in its own
 // columns, only if the claim is admitted by the token (and run) the row
-// holds: one INSERT ... ON DUPLICATE KEY UPDATE whose reply also carries
-// the decision, so an admitted or stale write is one round trip. With a
-// RunColumn, that statement admits only a higher token or the stored run
-// again; a write at the mark's own token under another run, or without
-// one, or over an empty stored run, is decided by a second upsert under
-// the whole rule, and a refusal there (a reuse) reads the row's run.
+// holds: one INSERT ... ON DUPLICATE KEY UPDATE that changes nothing when
+// the claim is refused, followed in the same transaction by a locking read
+// of the row's token and run, which decides (see the package
+// documentation: the decision never depends on the statement's reply, so
+// the user's triggers cannot change it).
 //
-// q may be a *sql.DB or *sql.Conn (the write is then its own transaction)
-// or a *sql.Tx, whose other writes then commit or roll back with it; after
-// a refusal or a database error such a transaction has been rolled back.
-// The resource named in errors is the key's value as text
-// (fence.JoinResource of the values for a composite key) and must pass
-// fence.ValidateResource. The upsert sets the session's LAST_INSERT_ID().
-// When the upsert (outside a transaction) was sent and no reply came back,
-// the error is a *fence.OutcomeUnknownError (fence.ErrOutcomeUnknown): the
-// row has no write id to settle it by; sending the same upsert again is
-// safe (the same claim is admitted again).
+// q may be a *sql.Tx: both statements run in it, and its other writes
+// then commit or roll back with it; after a refusal or a database error
+// it has been rolled back. q may be a *sql.DB or *sql.Conn (any Beginner):
+// Upsert then opens a transaction on it (the server's isolation level),
+// runs both statements, and commits an admitted write (rolls a refused one
+// back). Any other Querier is refused with ErrNilArgument.
+//
+// The resource named in errors is the key's value as text (a []byte's
+// bytes; fence.JoinResource of the values for a composite key) and must
+// pass fence.ValidateResource. When the COMMIT of a transaction Upsert
+// opened was sent and no reply came back, the error is a
+// *fence.OutcomeUnknownError (fence.ErrOutcomeUnknown): the row has no
+// write id to settle it by; sending the same upsert again is safe (the same
+// claim is admitted again). Once ctx ends, the COMMIT's wait ends with it.
 func (r *Rows) Upsert(ctx context.Context, q Querier, key []any, values ...any) error {
+	if ctx == nil {
+		return fmt.Errorf("%w: Upsert with nil ctx", ErrNilArgument)
+	}
 	res, err := r.arity(key, values)
 	if err != nil {
 		return err
@@ -241,6 +243,9 @@ func (r *Rows) Upsert(ctx context.Context, q Querier, key []any, values ...any) 
 
 // UpsertClaim is Upsert for a claim passed explicitly, right after the key.
 func (r *Rows) UpsertClaim(ctx context.Context, q Querier, key []any, c fence.Claim, values ...any) error {
+	if ctx == nil {
+		return fmt.Errorf("%w: UpsertClaim with nil ctx", ErrNilArgument)
+	}
 	res, err := r.arity(key, values)
 	if err != nil {
 		return err
@@ -262,94 +267,96 @@ func (r *Rows) arity(key, values []any) (string, error) {
 
 func (r *Rows) upsert(ctx context.Context, q Querier, res string, c fence.Claim, key, values []any) (err error) {
 	ctx, span := r.rec.Start(ctx, res, c)
-	defer func() { span.End(err) }()
-	if q == nil {
-		return fmt.Errorf("%w: Upsert with nil querier", ErrNilArgument)
-	}
-	tx, inTx := q.(*sql.Tx)
+	defer func() {
+		r.rec.Decision(ctx, err)
+		span.End(err)
+	}()
 	a := make([]any, 0, len(key)+len(values)+2)
 	a = append(append(append(a, key...), values...), int64(c.Token))
 	if r.withRun {
 		a = append(a, c.Run)
 	}
-	err = r.attempts(ctx, q, inTx, res, c, key, a)
-	if err != nil && inTx {
-		rollback(tx)
+	switch q := q.(type) {
+	case nil:
+		return fmt.Errorf("%w: Upsert with nil querier", ErrNilArgument)
+	case *sql.Tx:
+		if q == nil {
+			return fmt.Errorf("%w: Upsert with nil *sql.Tx", ErrNilArgument)
+		}
+		if err := r.decide(ctx, q, res, c, key, a); err != nil {
+			rollback(q)
+			return fence.WrapContext(ctx, err)
+		}
+		return nil
+	case Beginner:
+		return fence.WrapContext(ctx, r.ownTx(ctx, q, res, c, key, a))
 	}
-	r.rec.Decision(ctx, err)
-	return fence.WrapContext(ctx, err)
+	return fmt.Errorf("%w: Upsert's querier %T is neither a *sql.Tx nor a Beginner (*sql.DB, *sql.Conn)", ErrNilArgument, q)
 }
 
-// attempts runs the conditional upsert and decides from its insert id; a
-// refusal at the mark's token reads the row's run. If that read finds the
-// row admitting (changed between the statements, outside a transaction),
-// the write is tried again.
-func (r *Rows) attempts(ctx context.Context, q Querier, inTx bool, res string, c fence.Claim, key, a []any) error {
-	if r.fastSQL != "" {
-		// The usual write is admitted by the fast form, a stale one refused
-		// by it; the rest (the claim's token with another run, or an
-		// invalid mark) is decided by the whole rule below.
-		li, err := r.exec(ctx, q, inTx, res, r.fastSQL, a)
-		switch {
-		case err != nil:
-			return err
-		case li >= 0:
-			return nil
-		case li != corruptInsertID && fence.Token(-li) > c.Token:
-			return &fence.StaleError{Resource: res, Presented: c.Token, Highest: fence.Token(-li)}
-		}
+// ownTx runs the upsert and its decision in a transaction of its own on b
+// and commits it when the claim was admitted.
+func (r *Rows) ownTx(ctx context.Context, b Beginner, res string, c fence.Claim, key, a []any) error {
+	tx, err := b.BeginTx(ctx, nil)
+	if err != nil {
+		return dbError(ctx, r.table, res, "begin", err)
 	}
-	for range refusedRetries {
-		li, err := r.exec(ctx, q, inTx, res, r.upsertSQL, a)
-		if err != nil {
-			return err
-		}
-		if li >= 0 {
-			return nil
-		}
-		if li != corruptInsertID && fence.Token(-li) > c.Token {
-			return &fence.StaleError{Resource: res, Presented: c.Token, Highest: fence.Token(-li)}
-		}
-		read := r.readSQL
-		if inTx {
-			read = r.lockSQL
-		}
-		var (
-			tok int64
-			run string
-		)
-		err = q.QueryRowContext(ctx, read, key...).Scan(&tok, &run)
-		switch {
-		case errors.Is(err, sql.ErrNoRows):
-			continue // deleted meanwhile: try again
-		case err != nil:
-			return dbError(ctx, r.table, res, "read mark", err)
-		}
-		mark := fence.Claim{Token: fence.Token(tok), Run: run}
-		if err := mark.Validate(); err != nil {
-			return &MarkError{Resource: res, Reason: fmt.Sprintf("token %d, run %q", tok, run)}
-		}
-		if derr := fence.DecideClaim(res, c, mark.Token, mark.Run); derr != nil {
-			return derr
-		}
+	defer rollback(tx) // no-op (sql.ErrTxDone) after the commit
+	if err := r.decide(ctx, tx, res, c, key, a); err != nil {
+		return err
 	}
-	return fmt.Errorf("mysqlguard: upsert %q: row changed under every one of %d attempts: %w", res, refusedRetries, fence.ErrBusy)
+	if r.beforeCommit != nil {
+		r.beforeCommit()
+	}
+	sent, err := commitTx(ctx, tx)
+	if err == nil {
+		return nil
+	}
+	if !sent {
+		return dbError(ctx, r.table, res, "commit", err)
+	}
+	return outcomeUnknown(ctx, res, "commit", err)
 }
 
-// exec runs one form of the conditional upsert and returns its insert id:
-// 0 or more when admitted (or inserted), minus the mark when refused,
-// corruptInsertID over an invalid stored token.
-func (r *Rows) exec(ctx context.Context, q Querier, inTx bool, res, stmt string, a []any) (int64, error) {
-	sr, err := q.ExecContext(ctx, stmt, a...)
-	if err != nil {
-		if maybeSent(err) && !inTx {
-			return 0, outcomeUnknown(ctx, res, "upsert", err)
-		}
-		return 0, dbError(ctx, r.table, res, "upsert", err)
+// decide runs the conditional upsert in tx, then reads the row back with a
+// locking read in the same transaction and decides from what it holds.
+//
+// The upsert leaves the row exclusively locked by tx (inserted, updated or
+// left as it was), so the locking read (which reads the latest version,
+// under every isolation level) returns the row exactly as the upsert left
+// it. If the claim was admitted, the row holds fence.NextMark of the old
+// mark and the claim, which fence.DecideClaim admits; if it was refused,
+// the row holds the old mark, which refuses it again. So deciding over the
+// row read back is deciding over the row the upsert found, without
+// relying on anything the statement's reply carries.
+func (r *Rows) decide(ctx context.Context, tx *sql.Tx, res string, c fence.Claim, key, a []any) error {
+	if _, err := tx.ExecContext(ctx, r.upsertSQL, a...); err != nil {
+		return stmtError(ctx, r.table, res, "upsert", err)
 	}
-	li, err := sr.LastInsertId()
-	if err != nil {
-		return 0, dbError(ctx, r.table, res, "upsert", err)
+	var (
+		tok sql.NullInt64
+		run sql.NullString
+	)
+	err := tx.QueryRowContext(ctx, r.lockSQL, key...).Scan(&tok, &run)
+	switch {
+	case errors.Is(err, sql.ErrNoRows):
+		return &MarkError{Resource: res, Reason: "the row is gone right after the upsert (a trigger?)"}
+	case err != nil:
+		return stmtError(ctx, r.table, res, "read mark", err)
+	case !tok.Valid:
+		return &MarkError{Resource: res, Reason: "token is NULL"}
+	case tok.Int64 < 1:
+		return &MarkError{Resource: res, Reason: fmt.Sprintf("token %d", tok.Int64)}
+	case fence.Token(tok.Int64) > c.Token:
+		return &fence.StaleError{Resource: res, Presented: c.Token, Highest: fence.Token(tok.Int64)}
+	case fence.Token(tok.Int64) < c.Token:
+		return &MarkError{Resource: res, Reason: fmt.Sprintf("token %d below the admitted claim's %d after the upsert (a trigger changed it?)", tok.Int64, c.Token)}
+	case !run.Valid:
+		return &MarkError{Resource: res, Reason: fmt.Sprintf("token %d, run NULL", tok.Int64)}
 	}
-	return li, nil
+	mark := fence.Claim{Token: fence.Token(tok.Int64), Run: run.String}
+	if err := mark.Validate(); err != nil {
+		return &MarkError{Resource: res, Reason: fmt.Sprintf("token %d, run %q", tok.Int64, run.String)}
+	}
+	return fence.DecideClaim(res, c, mark.Token, mark.Run)
 }
