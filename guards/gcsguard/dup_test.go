@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"errors"
+	"fmt"
 	"io"
 	"net/http"
 	"strings"
@@ -11,6 +12,7 @@ import (
 	"testing"
 
 	"github.com/fencekit/fencekit/fence"
+	"github.com/fencekit/fencekit/guards/guardtest"
 )
 
 // errHeld is what the client library sees for an upload the dupTransport
@@ -108,7 +110,7 @@ func (a *subject) WriteDelayed(ctx context.Context, r string, c fence.Claim, v s
 	h, err := a.writeDelayed(ctx, r, c, v)
 	return func(ctx context.Context) error {
 		if h == nil {
-			return errors.New("no upload was held")
+			return fmt.Errorf("no upload was held: %w", guardtest.ErrNothingHeld)
 		}
 		return h.deliver(ctx)
 	}, err

@@ -22,7 +22,11 @@ import (
 // settling reads) goes through. WriteDelayed returns what the guard returned
 // and a deliver function that sends the held copy on to the store and
 // returns once the store has answered it or closed its connection. The kit
-// calls deliver exactly once.
+// calls deliver exactly once. When the guard sent no committing request at
+// all (it refused the write from a read before committing), deliver returns
+// an error matching ErrNothingHeld; the kit accepts that only for a write
+// that was refused (stale, reused or busy), never for one that reported
+// success, an unknown outcome or "not applied".
 //
 // CheckLinearizable calls WriteDelayed from several goroutines at once, for
 // different resources, and delivers each held copy while other writes go
@@ -33,6 +37,10 @@ import (
 type DuplicateWriter interface {
 	WriteDelayed(ctx context.Context, resource string, c fence.Claim, value string) (deliver func(context.Context) error, err error)
 }
+
+// ErrNothingHeld is matched by the error of a DuplicateWriter's deliver
+// function when the write sent no committing request, so no copy was held.
+var ErrNothingHeld = errors.New("guardtest: no committing request was held")
 
 // InterfaceDuplicateWriter names DuplicateWriter in messages.
 const InterfaceDuplicateWriter = "DuplicateWriter"

@@ -764,7 +764,15 @@ func (r *linRunner) write(ctx context.Context, rng *rand.Rand, p PlannedWrite, l
 		r.post.send(ctx, 1+rng.IntN(len(r.plan)), r.cfg.DeliveryDelay, func(ctx context.Context) {
 			defer slot.Store(false)
 			if err := deliver(ctx); err != nil {
-				lw.Violation = fmt.Sprintf("delivering the held copy: %v", err)
+				switch writeOutcome(lw.Err) {
+				case outcomeStale, outcomeReused, outcomeBusy:
+					if errors.Is(err, ErrNothingHeld) {
+						break // refused before any committing request left
+					}
+					fallthrough
+				default:
+					lw.Violation = fmt.Sprintf("delivering the held copy: %v", err)
+				}
 			}
 			lw.Delivered = r.clock.Add(1)
 			// Read at once: a copy applied on delivery shows before the

@@ -363,3 +363,39 @@ func TestLinearizableFaultsOnePerResource(t *testing.T) {
 	assert.Greater(t, maxTotal, 1, "faulted writes never ran concurrently")
 	t.Logf("at most %d faulted writes in flight at once", maxTotal)
 }
+
+// nothingHeldSubject's deliver reports guardtest.ErrNothingHeld: for every
+// delayed write (all), or only for the refused ones (refusedOnly), as a
+// guard that refuses from a read before committing would.
+type nothingHeldSubject struct {
+	*remoteSubject
+	refusedOnly bool
+}
+
+func (s nothingHeldSubject) WriteDelayed(ctx context.Context, r string, c fence.Claim, v string) (func(context.Context) error, error) {
+	deliver, err := s.remoteSubject.WriteDelayed(ctx, r, c, v)
+	return func(ctx context.Context) error {
+		if derr := deliver(ctx); derr != nil {
+			return derr
+		}
+		if s.refusedOnly && err == nil {
+			return nil
+		}
+		return fmt.Errorf("no request left: %w", guardtest.ErrNothingHeld)
+	}, err
+}
+
+// ErrNothingHeld is accepted for refused writes only: a write that reported
+// success must have sent the request the subject claims it did not hold.
+func TestLinearizableNothingHeld(t *testing.T) {
+	cfg := defaults(t)
+	for range 3 {
+		require.NoError(t, guardtest.CheckLinearizable(context.Background(),
+			nothingHeldSubject{newRemote(reportUnknown), true}, cfg))
+	}
+	err, runs := untilCaught(30, func() error {
+		return guardtest.CheckLinearizable(context.Background(), nothingHeldSubject{newRemote(reportUnknown), false}, cfg)
+	})
+	require.Error(t, err, "passed %d runs", runs)
+	assert.Contains(t, err.Error(), "no committing request was held")
+}

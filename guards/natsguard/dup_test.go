@@ -4,7 +4,6 @@ import (
 	"bufio"
 	"bytes"
 	"context"
-	"errors"
 	"fmt"
 	"io"
 	"net"
@@ -122,7 +121,7 @@ func (h *pubHold) deliver(ctx context.Context) error {
 	frame := h.held
 	h.mu.Unlock()
 	if frame == nil {
-		return errors.New("no publish to the held subject was sent")
+		return fmt.Errorf("no publish to the held subject was sent: %w", guardtest.ErrNothingHeld)
 	}
 	m, err := parseHPUB(frame)
 	if err != nil {

@@ -33,6 +33,7 @@ type delayed struct {
 	p      *netproxy.Proxy
 	name   string // CLIENT SETNAME of the held connection
 	once   sync.Once
+	caught atomic.Bool // the proxy held a request
 }
 
 // newDelayed returns a delayed over the space's keys, with cfg's settings
@@ -44,6 +45,7 @@ func newDelayed(ctx context.Context, s space, cfg Config) (*delayed, error) {
 	}
 	var dials atomic.Int32
 	d := &delayed{p: p}
+	p.OnHold(func(netproxy.Direction) { d.caught.Store(true) })
 	var b [6]byte
 	_, _ = rand.Read(b[:])
 	d.name = "fktest-held-" + hex.EncodeToString(b[:])
@@ -93,6 +95,9 @@ func (d *delayed) hold() { d.p.Pause(netproxy.Upstream) }
 func (d *delayed) deliver(ctx context.Context) error {
 	defer d.close()
 	d.p.Restore()
+	if !d.caught.Load() {
+		return fmt.Errorf("the write sent no script: %w", guardtest.ErrNothingHeld)
+	}
 	c := redis.NewClient(&redis.Options{Addr: redisAddr(), PoolSize: 1})
 	defer func() { _ = c.Close() }()
 	ctx, cancel := context.WithTimeout(ctx, 10*time.Second)

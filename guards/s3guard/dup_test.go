@@ -3,7 +3,7 @@ package s3guard
 import (
 	"bytes"
 	"context"
-	"errors"
+	"fmt"
 	"io"
 	"net/http"
 	"sync"
@@ -101,7 +101,7 @@ func (s *subject) WriteDelayed(ctx context.Context, resource string, c fence.Cla
 	h, err := s.writeDelayed(ctx, resource, c, value)
 	return func(ctx context.Context) error {
 		if h == nil {
-			return errors.New("no pointer PUT was held")
+			return fmt.Errorf("no pointer PUT was held: %w", guardtest.ErrNothingHeld)
 		}
 		return h.deliver(ctx)
 	}, err
