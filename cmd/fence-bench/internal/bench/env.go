@@ -59,6 +59,7 @@ type Case struct {
 func Cases() []Case {
 	return []Case{
 		{"pg_guard", []string{"pg_guard_overhead_ratio"}, PGGuard},
+		PGLockGuardCase(),
 		{"s3_guard", []string{"s3_guard_overhead_ratio"}, S3Guard},
 		{"file_guard", FileGuardKeys, FileGuard},
 		StoreCase("redis_guard", "redis", RedisGuardKeys),
