@@ -16,10 +16,16 @@ const pglockVersion = "cirello.io/pglock v1.16.1"
 
 // guardMode runs bench.PGGuardVsLock with pglock as the lock library and
 // prints its metrics as lines of JSON on standard output.
-func guardMode(dsn string, quick bool) error {
+func guardMode(dsn string, quick, heartbeat bool) error {
 	e := bench.StoreEnv(context.Background(), quick)
 	e.DBURL = dsn
-	err := bench.PGGuardVsLock(e, pglockVersion, openPglock(dsn))
+	lib := pglockVersion
+	var opts []pglock.ClientOption
+	if !heartbeat {
+		lib += " (heartbeat off)"
+		opts = append(opts, pglock.WithHeartbeatFrequency(0))
+	}
+	err := bench.PGGuardVsLock(e, lib, openPglock(dsn, opts...))
 	if werr := bench.WriteMetricLines(os.Stdout, e.Report.Metrics); err == nil {
 		err = werr
 	}
@@ -27,19 +33,21 @@ func guardMode(dsn string, quick bool) error {
 }
 
 // openPglock opens pglock as a user would protect a write with it: one
-// client on lib/pq with default options (lease and heartbeat), its table
+// client on lib/pq with default options (lease and heartbeat) plus opts, its table
 // created in the bench's schema (unquoted table name: pglock appends
 // "_rvn" for its sequence), and the lock taken with FailIfLocked (the
 // bench is the only writer, so a lock not obtained is an error).
-func openPglock(dsn string) bench.OpenWriteLock {
+func openPglock(dsn string, opts ...pglock.ClientOption) bench.OpenWriteLock {
 	return func(ctx context.Context, schema string) (bench.WriteLock, func() error, error) {
 		db, err := sql.Open("postgres", dsn)
 		if err != nil {
 			return nil, nil, err
 		}
-		db.SetMaxOpenConns(1)
-		db.SetMaxIdleConns(1)
-		c, err := pglock.New(db, pglock.WithCustomTable(pgx.Identifier{schema}.Sanitize()+".pglock_locks"))
+		// Room for the lock's heartbeat goroutine beside the acquire and
+		// release, as database/sql's default pool would give it.
+		db.SetMaxOpenConns(4)
+		db.SetMaxIdleConns(4)
+		c, err := pglock.New(db, append([]pglock.ClientOption{pglock.WithCustomTable(pgx.Identifier{schema}.Sanitize() + ".pglock_locks")}, opts...)...)
 		if err == nil {
 			err = c.CreateTable()
 		}
