@@ -1,7 +1,9 @@
 // Command fence-bench measures fencekit against the floor set by PostgreSQL
 // and MinIO: the lease cycle against the design note's own statements and
-// cirello.io/pglock, renewal at scale, guard overhead, handover latency and
-// contention (the measurements are in internal/bench). Each comparison
+// cirello.io/pglock, renewal at scale, guard overhead (against the plain
+// writes and against redislock, redsync and pglock), growth with workers
+// and held leases, handover latency and contention (the measurements are
+// in internal/bench). Each comparison
 // alternates its sides in rounds within one run and reports ratios with
 // their spread over the rounds. It prints a table and, as its last line,
 // one JSON object; -chart writes an SVG chart.
