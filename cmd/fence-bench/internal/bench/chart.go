@@ -148,7 +148,7 @@ func GrowthPanels(sb *strings.Builder, g *Growth, top int) {
 		[]curve{{"fencekit", "#2980b9", lease}, {"seed UPSERT+DELETE", "#7f8c8d", seed}}, math.NaN())
 	linePanel(sb, 560, y1, "lease cycle / seed (median over rounds; dashed: 0.90)", "workers", wx, wl,
 		[]curve{{"ratio", "#8e44ad", ratio}}, 0.90)
-	linePanel(sb, 60, y2, "heartbeat statement time per 3 s period (ms)", "held leases", lx, ll,
+	linePanel(sb, 60, y2, "heartbeat statement time per renewal period (ms)", "held leases", lx, ll,
 		[]curve{{"heartbeat", "#27ae60", ms}}, math.NaN())
 	linePanel(sb, 560, y2, "heap per held lease (bytes)", "held leases", lx, ll,
 		[]curve{{"HeapAlloc / lease", "#d35400", heap}}, math.NaN())

@@ -176,7 +176,10 @@ func growthRenewal(e *Env, g *Growth) error {
 	}
 	defer drop()
 	c := NewCounter(heartbeatMatch)
-	const renewEvery = 3 * time.Second
+	renewEvery := 3 * time.Second
+	if e.Quick {
+		renewEvery = time.Second
+	}
 	pool, err := e.pool(32, c)
 	if err != nil {
 		return err
