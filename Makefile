@@ -91,7 +91,7 @@ chaos: ## chaos soak: CHAOS_DURATION=10m (default 5m), CHAOS_SEED=, CHAOS_FAULTS
 		| grep -v '^=== RUN' 
 
 .PHONY: bench
-bench: ## run cmd/fence-bench against the real services (BENCH_QUICK=1: under 60 s; BENCHFLAGS=-only=lease_cycle); chart in out/bench.svg
+bench: ## run cmd/fence-bench against the real services (BENCH_QUICK=1: about 90 s; BENCHFLAGS=-only=lease_cycle, -growth.million); chart in out/bench.svg
 	@scripts/install-pgbouncer.sh; scripts/install-ha.sh
 	@$(SERVICES); mkdir -p out; $(GO) run ./cmd/fence-bench -chart out/bench.svg $(BENCHFLAGS)
 

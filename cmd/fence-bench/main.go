@@ -1,14 +1,16 @@
 // Command fence-bench measures fencekit against the floor set by PostgreSQL
 // and MinIO: the lease cycle against the design note's own statements and
-// cirello.io/pglock, renewal at scale, guard overhead, handover latency and
-// contention (the measurements are in internal/bench). Each comparison
+// cirello.io/pglock, renewal at scale, guard overhead (against the plain
+// writes and against redislock, redsync and pglock), growth with workers
+// and held leases, handover latency and contention (the measurements are
+// in internal/bench). Each comparison
 // alternates its sides in rounds within one run and reports ratios with
 // their spread over the rounds. It prints a table and, as its last line,
 // one JSON object; -chart writes an SVG chart.
 //
 // Usage:
 //
-//	eval "$(scripts/services.sh)"; go run ./cmd/fence-bench [-quick] [-only lease_cycle,renewal,heartbeat] [-heartbeat.leases N] [-chart out/bench.svg]
+//	eval "$(scripts/services.sh)"; go run ./cmd/fence-bench [-quick] [-only lease_cycle,renewal,heartbeat] [-heartbeat.leases N] [-growth.million] [-chart out/bench.svg]
 package main
 
 import (
@@ -29,6 +31,7 @@ func main() {
 	only := flag.String("only", "", "comma-separated cases to run (default all): "+caseNames())
 	peer := flag.String("peer", "cmd/fence-bench/internal/bench/pglockpeer", "directory of the pglock peer module (empty: no pglock side)")
 	hbLeases := flag.Int("heartbeat.leases", 0, "leases the heartbeat case holds in one Manager (default 1,000,000; 20,000 with -quick)")
+	million := flag.Bool("growth.million", false, "growth case: also grow the heartbeat Manager to 1,000,000 leases (minutes of grants)")
 	stores := flag.String("stores", "cmd/fence-bench/internal/bench/storesbench", "directory of the store bench module (Redis, MySQL, NATS guard cases)")
 	flag.Parse()
 	e := &bench.Env{
@@ -38,6 +41,7 @@ func main() {
 		PeerDir:         *peer,
 		StoresDir:       *stores,
 		HeartbeatLeases: *hbLeases,
+		GrowthMillion:   *million,
 		Report:          &bench.Report{Info: map[string]any{}},
 		Log:             os.Stderr,
 	}
@@ -119,7 +123,7 @@ func writeChart(path string, e *bench.Env) error {
 	if err != nil {
 		return err
 	}
-	if err := bench.WriteSVG(f, e.Report, e.Series); err != nil {
+	if err := bench.WriteSVG(f, e.Report, e.Series, e.Growth); err != nil {
 		_ = f.Close()
 		return err
 	}

@@ -81,7 +81,7 @@ func TestStatusAndTable(t *testing.T) {
 func TestWriteSVG(t *testing.T) {
 	var buf bytes.Buffer
 	s := []Series{{Name: "notify", Samples: []time.Duration{time.Millisecond, 3 * time.Millisecond}}}
-	require.NoError(t, WriteSVG(&buf, sample(), s))
+	require.NoError(t, WriteSVG(&buf, sample(), s, nil))
 	dec := xml.NewDecoder(&buf)
 	bars, lats := 0, 0
 	for {

@@ -1,7 +1,10 @@
 // Package bench is fencekit's measurement harness, run by cmd/fence-bench
 // (make bench): one function per case (lease cycle against the design
 // note's statements and cirello.io/pglock, renewal at scale, guard
-// overhead, handover, contention), the side-by-side round runner
+// overhead against the plain writes and against the lock libraries users
+// would otherwise pick (redislock, redsync, pglock), growth of the lease
+// cycle with workers and of renewal with held leases, handover,
+// contention), the side-by-side round runner
 // (Alternate, Parallel), statistics (Summarize, Percentile, BusyTime), the
 // report (a table for people and one JSON line for machines) and the SVG
 // chart.
@@ -18,5 +21,6 @@
 // fields the cases fill in; the method and the figures of real runs are in
 // docs/performance.md. The pglock side needs the go command to build the
 // peer module (the pglockpeer directory); without it that side is reported
-// as not measured.
+// as not measured, as are the pg_guard_pglock case (run in that module) and
+// the Redis, MySQL and NATS guard cases (run in the storesbench module).
 package bench

@@ -36,9 +36,14 @@ type Env struct {
 	// HeartbeatLeases is the number of leases the heartbeat case holds in
 	// one Manager; 0 takes its default (20,000 with Quick, else 1,000,000).
 	HeartbeatLeases int
-	Report          *Report
-	Series          []Series  // latency samples for the chart
-	Log             io.Writer // progress lines; nil discards them
+	// GrowthMillion adds 1,000,000 held leases to the growth case's
+	// renewal sizes (10,000 and 100,000; minutes of grants on a shared
+	// machine, so off by default).
+	GrowthMillion bool
+	Report        *Report
+	Series        []Series  // latency samples for the chart
+	Growth        *Growth   // the growth case's points for the chart; nil if it did not run
+	Log           io.Writer // progress lines; nil discards them
 }
 
 func (e *Env) logf(format string, args ...any) {
@@ -59,6 +64,7 @@ type Case struct {
 func Cases() []Case {
 	return []Case{
 		{"pg_guard", []string{"pg_guard_overhead_ratio"}, PGGuard},
+		PGLockGuardCase(),
 		{"s3_guard", []string{"s3_guard_overhead_ratio"}, S3Guard},
 		{"file_guard", FileGuardKeys, FileGuard},
 		StoreCase("redis_guard", "redis", RedisGuardKeys),
@@ -71,6 +77,7 @@ func Cases() []Case {
 		{"heartbeat", []string{"hb_heap_bytes_per_lease", "hb_statements_per_period", "hb_busy_fraction", "hb_takeover_cancelled", "hb_expiry_cancelled"}, Heartbeat},
 		{"deployment", []string{"deploy_direct_takeover_p50_ms", "deploy_pgb_tx_takeover_p50_ms", "deploy_pgb_tx_listen_takeover_p50_ms"}, Deployment},
 		{"takeover", []string{"takeover_ratio_vs_lease_cycle", "takeovers_per_s"}, Takeover},
+		{"growth", []string{"growth_cycle_ratio_w1", "growth_cycle_ratio_w8", "growth_cycle_ratio_w32", "growth_cycle_ratio_w128"}, GrowthCase},
 	}
 }
 

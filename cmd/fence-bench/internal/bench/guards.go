@@ -224,10 +224,10 @@ ON CONFLICT (resource) DO UPDATE SET value = EXCLUDED.value, fence_token = EXCLU
 	us := func(key string, k int, note string) {
 		e.Report.Add(Metric{Key: key, Value: float64(in.PerOp(k)) / 1e3, Unit: "µs", Note: note})
 	}
-	ratio("pg_guard_overhead_ratio", beginClaim, plainTx, 1.15,
+	ratio("pg_guard_overhead_ratio", beginClaim, plainTx, 1.10,
 		fmt.Sprintf("marks mode, pgx: BeginClaim+write+COMMIT vs BEGIN+write+COMMIT; %d rounds of 10 sides interleaved, median of %d blocks of rounds", n, ratioBlocks))
 	ratio("pg_guard_fencetx_ratio", fenceTx, plainTx, 0, "marks mode, pgx: BEGIN+FenceTxClaim (extra round trip)+write+COMMIT vs unguarded")
-	ratio("pg_guard_intx_ratio", inTx, plainTx, 1.15, "marks mode, pgx: InTx (claim from ctx)+write vs unguarded BEGIN+write+COMMIT")
+	ratio("pg_guard_intx_ratio", inTx, plainTx, 1.10, "marks mode, pgx: InTx (claim from ctx)+write vs unguarded BEGIN+write+COMMIT")
 	ratio("pg_guard_sql_intx_ratio", inSQLTx, plainSQLTx, 1.15, "marks mode, database/sql (pgx stdlib): InSQLTx+write vs BeginTx+write+Commit")
 	ratio("pg_guard_rows_ratio", rowsUpsert, plainUpsert, 1.05, "in-row mode, pgx: Rows.Upsert vs the unguarded upsert (one statement, autocommit)")
 	ratio("pg_guard_rows_sql_ratio", rowsSQLUpsert, plainSQLUpsert, 1.05, "in-row mode, database/sql: Rows.UpsertSQL vs the unguarded upsert")

@@ -16,9 +16,9 @@ import (
 // Peer drives the pglock peer (the pglockpeer module beside this package):
 // a subprocess that runs cirello.io/pglock lock cycles on command and
 // reports how many it completed. The peer is a separate module, so the
-// main module does not depend on pglock, and a separate process, because a
-// nested module cannot import this one; it is idle while the other sides
-// of a comparison run.
+// main module does not depend on pglock, and a separate process, because
+// the main module cannot import the peer's; it is idle while the other
+// sides of a comparison run.
 type Peer struct {
 	cmd  *exec.Cmd
 	in   io.WriteCloser

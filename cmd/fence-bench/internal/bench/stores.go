@@ -38,7 +38,7 @@ func GuardRatio(in *Interleaved, key string, b, a int, target float64, note stri
 // reporting them.
 var (
 	FileGuardKeys  = []string{"file_guard_ratio", "file_same_size_ratio", "file_write_us"}
-	RedisGuardKeys = []string{"redis_guard_ratio", "redis_script_floor_ratio", "redis_set_us"}
+	RedisGuardKeys = []string{"redis_guard_ratio", "redis_guard_vs_redislock_ratio", "redis_guard_vs_redsync_ratio", "redislock_set_ratio", "redsync_set_ratio", "redis_script_floor_ratio", "redis_set_us"}
 	MySQLGuardKeys = []string{"mysql_guard_rows_ratio", "mysql_conditional_floor_ratio", "mysql_guard_intx_ratio", "mysql_upsert_us", "mysql_write_tx_us"}
 	NATSGuardKeys  = []string{"nats_guard_ratio", "nats_put_us"}
 )
@@ -162,36 +162,59 @@ func fsName(dir string) string {
 // the go command as `go run . -only <store>` in e.StoresDir. Its metrics
 // come back as lines of JSON (WriteMetricLines).
 func StoreCase(name, store string, keys []string) Case {
-	return Case{Name: name, Keys: keys, Run: func(e *Env) (err error) {
-		defer func() {
-			if err != nil {
-				e.nullMissing(keys, "failed: "+name)
-			}
-		}()
+	return Case{Name: name, Keys: keys, Run: func(e *Env) error {
 		if e.StoresDir == "" {
+			e.nullMissing(keys, "failed: "+name)
 			return fmt.Errorf("no store bench directory (-stores)")
 		}
-		args := []string{"run", ".", "-only", store}
-		if e.Quick {
-			args = append(args, "-quick")
-		}
-		cmd := exec.CommandContext(e.Ctx, "go", args...) //nolint:gosec // the go command on the repository's own bench module
-		cmd.Dir = e.StoresDir
-		var out bytes.Buffer
-		cmd.Stdout = &out
-		if e.Log != nil {
-			cmd.Stderr = e.Log
-		}
-		runErr := cmd.Run()
-		ms, perr := ReadMetricLines(&out)
-		for _, m := range ms {
-			e.Report.Add(m)
-		}
-		if runErr != nil {
-			return fmt.Errorf("%s: store bench in %s: %w", name, e.StoresDir, runErr)
-		}
-		return perr
+		return runModule(e, name, e.StoresDir, keys, "-only", store)
 	}}
+}
+
+// PGLockGuardCase is pgguard's marks mode against a write protected by
+// cirello.io/pglock (PGGuardVsLock), measured by the pglock peer module
+// (e.PeerDir, a separate module so that the main module does not depend on
+// pglock and lib/pq) run as `go run . -guard -db <url>`.
+func PGLockGuardCase() Case {
+	const name = "pg_guard_pglock"
+	return Case{Name: name, Keys: PGLockGuardKeys, Run: func(e *Env) error {
+		if e.PeerDir == "" {
+			e.nullMissing(PGLockGuardKeys, "failed: "+name)
+			return fmt.Errorf("no pglock peer directory (-peer)")
+		}
+		return runModule(e, name, e.PeerDir, PGLockGuardKeys, "-guard", "-db", e.DBURL)
+	}}
+}
+
+// runModule runs `go run . args...` (plus -quick in a quick run) in the
+// nested bench module dir and adds the metric lines it prints to the
+// report; on failure the keys not reported are set to NaN.
+func runModule(e *Env, name, dir string, keys []string, args ...string) (err error) {
+	defer func() {
+		if err != nil {
+			e.nullMissing(keys, "failed: "+name)
+		}
+	}()
+	args = append([]string{"run", "."}, args...)
+	if e.Quick {
+		args = append(args, "-quick")
+	}
+	cmd := exec.CommandContext(e.Ctx, "go", args...) //nolint:gosec // the go command on the repository's own bench module
+	cmd.Dir = dir
+	var out bytes.Buffer
+	cmd.Stdout = &out
+	if e.Log != nil {
+		cmd.Stderr = e.Log
+	}
+	runErr := cmd.Run()
+	ms, perr := ReadMetricLines(&out)
+	for _, m := range ms {
+		e.Report.Add(m)
+	}
+	if runErr != nil {
+		return fmt.Errorf("%s: bench module in %s: %w", name, dir, runErr)
+	}
+	return perr
 }
 
 // metricLine is a Metric as one line of JSON: NaN becomes null.

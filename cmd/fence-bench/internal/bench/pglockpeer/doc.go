@@ -1,10 +1,21 @@
 // Command pglockpeer is the cirello.io/pglock side of fence-bench's lease
-// cycle comparison. It lives in a module of its own so that the main
-// module's dependency list stays free of pglock and lib/pq.
+// cycle comparison and of its pgguard comparison. It lives in a module of
+// its own so that the main module's dependency list stays free of pglock
+// and lib/pq.
 //
-// It opens the database with lib/pq (the driver pglock.New accepts),
-// creates pglock's table under the given schema-qualified name and then
-// serves commands on standard input, one per line, answering on standard
+// With -guard it measures pgguard's marks mode against a write protected
+// by pglock (fence-bench's pg_guard_pglock case): it runs
+// bench.PGGuardVsLock in this process with pglock as the lock library
+// (default options, lib/pq, FailIfLocked), interleaving the unguarded
+// transaction, pgguard's InTx and pglock's lock + the same transaction +
+// release operation by operation, and prints the metrics as lines of JSON
+// (bench.WriteMetricLines). Its import path lies under
+// cmd/fence-bench/internal, so it may import the bench package (its go.mod
+// replaces the main module with the repository).
+//
+// Without -guard, it opens the database with lib/pq (the driver pglock.New
+// accepts), creates pglock's table under the given schema-qualified name
+// and then serves commands on standard input, one per line, answering on standard
 // output:
 //
 //	run <nanoseconds>   ->  ok <cycles> <elapsed nanoseconds>  |  err <message>

@@ -15,7 +15,21 @@ func main() {
 	dsn := flag.String("db", "", "PostgreSQL URL (required)")
 	table := flag.String("table", "", "schema-qualified name of pglock's table, created at start (required)")
 	workers := flag.Int("workers", 8, "concurrent workers per run")
+	guard := flag.Bool("guard", false, "measure pgguard's marks mode against a pglock-protected write and print metric lines (no -table)")
+	quick := flag.Bool("quick", false, "with -guard: short run")
+	heartbeat := flag.Bool("heartbeat", true, "with -guard: pglock's default heartbeat (false: WithHeartbeatFrequency(0), to see what the heartbeat costs)")
 	flag.Parse()
+	if *guard {
+		if *dsn == "" {
+			fmt.Fprintln(os.Stderr, "pglockpeer: -db is required")
+			os.Exit(2)
+		}
+		if err := guardMode(*dsn, *quick, *heartbeat); err != nil {
+			fmt.Fprintln(os.Stderr, "pglockpeer:", err)
+			os.Exit(1)
+		}
+		return
+	}
 	if err := run(*dsn, *table, *workers); err != nil {
 		fmt.Fprintln(os.Stderr, "pglockpeer:", err)
 		os.Exit(1)
