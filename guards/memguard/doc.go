@@ -43,6 +43,9 @@
 //
 // # What is not guaranteed
 //
+//   - A nil ctx is a programming error and panics, as it does in the
+//     standard library; the store guards with a network settle path return
+//     a typed error for it instead.
 //   - Marks live in memory only: they are lost when the process exits and
 //     are not shared with other processes. Use guards/pgguard (or another
 //     persistent guard) when more than one process writes.

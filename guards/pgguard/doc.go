@@ -88,6 +88,9 @@
 //
 // # What is not guaranteed
 //
+//   - A nil ctx is a programming error and panics, as it does in the
+//     standard library; the store guards with a network settle path return
+//     a typed error for it instead.
 //   - Only writes made in the fenced transaction are fenced; writes on
 //     other connections or in a savepoint rolled back on its own are not.
 //   - FenceTx and FenceSQLTx leave the caller's transaction settings alone:
