@@ -155,7 +155,7 @@ func (m *Manager) beat(ctx context.Context, ep *epoch) error {
 		c := m.beating
 		if c == nil {
 			c = &beatCall{ep: ep, done: make(chan struct{})}
-			if !m.goBackground(func() { m.runBeat(c) }) {
+			if !m.goBackground(func() { m.runBeat(c) }) { //nolint:contextcheck // the beat runs on the Manager's own context, never a caller's
 				m.beatMu.Unlock()
 				return ErrClosed
 			}

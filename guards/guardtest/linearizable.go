@@ -426,7 +426,7 @@ func CheckLinearizableHistory(h LinearHistory, timeout time.Duration) error {
 		}
 		out := writeOutcome(w.Err)
 		if out == outcomeUnexpected {
-			errs = append(errs, fmt.Errorf("%s write %q to %q (token %d, run %q): unexpected error (not stale, reused, busy, not applied or outcome unknown): %v",
+			errs = append(errs, fmt.Errorf("%s write %q to %q (token %d, run %q): unexpected error (not stale, reused, busy, not applied or outcome unknown): %w",
 				w.Fault.label(), w.Value, w.Resource, w.Claim.Token, w.Claim.Run, w.Err))
 		}
 		switch out {
@@ -461,7 +461,7 @@ func CheckLinearizableHistory(h LinearHistory, timeout time.Duration) error {
 	}
 	for _, o := range h.Reads {
 		if o.Err != nil {
-			errs = append(errs, fmt.Errorf("%q: Read failed: %v", o.Resource, o.Err))
+			errs = append(errs, fmt.Errorf("%q: Read failed: %w", o.Resource, o.Err))
 			continue
 		}
 		st := o.State
@@ -585,7 +585,7 @@ func describeStates(states []any) string {
 		rs := st.(regState)
 		if !seen[rs] {
 			seen[rs] = true
-			parts = append(parts, rs.State.String())
+			parts = append(parts, rs.String())
 		}
 	}
 	return strings.Join(parts, " or ")

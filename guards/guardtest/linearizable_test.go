@@ -87,13 +87,13 @@ func TestLinearizableWithoutFaultInterfaces(t *testing.T) {
 
 // untilCaught runs check until it fails (at most runs times) and returns
 // its error and the number of runs.
-func untilCaught(runs int, check func() error) (error, int) {
+func untilCaught(runs int, check func() error) (int, error) {
 	for i := 1; i <= runs; i++ {
 		if err := check(); err != nil {
-			return err, i
+			return i, err
 		}
 	}
-	return nil, runs
+	return runs, nil
 }
 
 // The check catches subjects that are broken only under faults, and
@@ -115,7 +115,7 @@ func TestLinearizableDetectsBrokenSubjects(t *testing.T) {
 		"accept all": {func() guardtest.Subject { return guardtest.FromGuard(acceptAll{}, guardtest.NewMapStore()) }, "not linearizable"},
 	} {
 		t.Run(name, func(t *testing.T) {
-			err, runs := untilCaught(30, func() error {
+			runs, err := untilCaught(30, func() error {
 				return guardtest.CheckLinearizable(context.Background(), tc.s(), cfg)
 			})
 			require.Error(t, err, "passed %d runs", runs)
@@ -393,7 +393,7 @@ func TestLinearizableNothingHeld(t *testing.T) {
 		require.NoError(t, guardtest.CheckLinearizable(context.Background(),
 			nothingHeldSubject{newRemote(reportUnknown), true}, cfg))
 	}
-	err, runs := untilCaught(30, func() error {
+	runs, err := untilCaught(30, func() error {
 		return guardtest.CheckLinearizable(context.Background(), nothingHeldSubject{newRemote(reportUnknown), false}, cfg)
 	})
 	require.Error(t, err, "passed %d runs", runs)

@@ -64,13 +64,13 @@ func TestLostReplyOvertakenIsMarked(t *testing.T) {
 			{"sdk gave up", x509.UnknownAuthorityError{}}, // minio-go does not retry it
 		} {
 			t.Run(tc.name, func(t *testing.T) {
-				key := "overtaken/" + map[bool]string{true: "gave-up", false: "retried"}[tc.err != errReplyLost]
+				key := "overtaken/" + map[bool]string{true: "gave-up", false: "retried"}[!errors.Is(tc.err, errReplyLost)]
 				direct := e.store(t, nil, nil)
 				if _, err := put(t, direct, key, 7, "seven"); err != nil {
 					t.Fatal(err)
 				}
 				ot := &overtakeTransport{path: "/" + e.bucket + "/" + key, err: tc.err,
-					refuseLater: tc.err != errReplyLost, overtake: func() {
+					refuseLater: !errors.Is(tc.err, errReplyLost), overtake: func() {
 						if _, err := put(t, direct, key, 9, "nine"); err != nil {
 							t.Error(err)
 						}
