@@ -179,9 +179,7 @@ func TestConformanceMemguard(t *testing.T) {
 type kitSubject struct {
 	*httpSubject
 	strictURL string
-	proxy     *netproxy.Proxy
-	held      *http.Client
-	heldURL   string
+	srvAddr   string // the service, behind a proxy of each WriteHeld's own
 }
 
 var (
@@ -197,17 +195,10 @@ func newKitSubject(t *testing.T, g fence.Guard, h http.Handler, read func(ctx co
 	mux.Handle("/", mustMiddleware(t, g, httpguard.Config{})(h))
 	mux.Handle("/strict", mustMiddleware(t, g, httpguard.Config{Strict: true})(h))
 	srv, client := server(t, mux)
-	p, err := netproxy.New(srv.Listener.Addr().String())
-	require.NoError(t, err)
-	t.Cleanup(func() { _ = p.Close() })
-	base := &http.Transport{}
-	t.Cleanup(base.CloseIdleConnections)
 	return &kitSubject{
 		httpSubject: &httpSubject{url: srv.URL, client: client, read: read},
 		strictURL:   srv.URL + "/strict",
-		proxy:       p,
-		held:        &http.Client{Transport: &httpguard.Transport{Base: base}},
-		heldURL:     "http://" + p.Addr() + "/",
+		srvAddr:     srv.Listener.Addr().String(),
 	}
 }
 
@@ -215,17 +206,25 @@ func (s *kitSubject) WriteStrict(ctx context.Context, r string, c fence.Claim, v
 	return post(httpguard.WithResource(fence.WithClaim(ctx, c), r), s.client, s.strictURL, v, false)
 }
 
-// WriteHeld: the service's reply is held by the proxy; the first reply
+// WriteHeld: the service's reply is held by a proxy of this call's own
+// (so that calls on different resources can run at once); the first reply
 // bytes reaching it mean the handler ran and the guard committed.
 func (s *kitSubject) WriteHeld(ctx context.Context, r string, tok fence.Token, v string, applied func()) error {
-	var once sync.Once
-	s.proxy.OnHold(func(netproxy.Direction) { once.Do(applied) })
-	s.proxy.Pause(netproxy.Downstream)
+	p, err := netproxy.New(s.srvAddr)
+	if err != nil {
+		return err
+	}
+	base := &http.Transport{}
 	defer func() {
-		s.proxy.OnHold(nil)
-		s.proxy.Restore()
+		p.Restore()
+		base.CloseIdleConnections()
+		_ = p.Close()
 	}()
-	return post(httpguard.WithResource(fence.WithToken(ctx, tok), r), s.held, s.heldURL, v, false)
+	var once sync.Once
+	p.OnHold(func(netproxy.Direction) { once.Do(applied) })
+	p.Pause(netproxy.Downstream)
+	held := &http.Client{Transport: &httpguard.Transport{Base: base}}
+	return post(httpguard.WithResource(fence.WithToken(ctx, tok), r), held, "http://"+p.Addr()+"/", v, false)
 }
 
 func get(t *testing.T, client *http.Client, url string, ctx context.Context, hdr map[string][]string) *http.Response {
