@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"sync"
 	"time"
 
 	"github.com/fencekit/fencekit/fence"
@@ -121,5 +122,25 @@ func checkDelayed(ctx context.Context, s Subject, dw DuplicateWriter, cw ClaimWr
 	if err := expectState(ctx, s, r, found("later", later.Token), "after the held first copy of an earlier write was delivered"); err != nil {
 		errs = append(errs, fmt.Errorf("a delayed copy of an earlier write was applied after a later write: %w", err))
 	}
+	return errors.Join(errs...)
+}
+
+// CheckFaultWritersConcurrent runs CheckDelayedDuplicate and
+// CheckOutcomeUnknown from Writers goroutines at once (half each), on
+// resources of their own, and joins their errors: a Subject's
+// DuplicateWriter and OutcomeWriter must give each call the outcome it has
+// alone (a hold shared between calls shows here). Needs both interfaces.
+func CheckFaultWritersConcurrent(ctx context.Context, s Subject, cfg Config) error {
+	n := max(cfg.Writers, 2)
+	errs := make([]error, n)
+	var wg sync.WaitGroup
+	for i := range n {
+		check := CheckDelayedDuplicate
+		if i%2 == 1 {
+			check = CheckOutcomeUnknown
+		}
+		wg.Go(func() { errs[i] = check(ctx, s, cfg) })
+	}
+	wg.Wait()
 	return errors.Join(errs...)
 }
