@@ -32,7 +32,7 @@ import (
 // one more acquire statement: the call grants if the check passed. A
 // failed check returns the refusal with a *FloorCheckError.
 func (m *Manager) Acquire(ctx context.Context, key Key, opts ...Option) (l *Lease, err error) {
-	ctx, sp := m.startSpan(ctx, SpanAcquire, key)
+	ctx, sp := m.startSpan(ctx, spanAcquire, key)
 	defer func() { sp.endGrant(l, err) }()
 	if err := key.Validate(); err != nil {
 		return nil, err

@@ -139,8 +139,8 @@ type Config struct {
 	// in package lease/leasemetrics, documented in docs/operations.md). Nil
 	// records nothing (the no-op provider).
 	MeterProvider metric.MeterProvider
-	// TracerProvider records the Manager's spans (names in the Span*
-	// constants, attributes in the Attr* constants, both documented in
+	// TracerProvider records the Manager's spans (names, attribute keys
+	// and outcomes in package lease/leasetrace, documented in
 	// docs/operations.md). Nil records none and costs nothing, like a nil
 	// MeterProvider; pass otel.GetTracerProvider() for the global one.
 	// Spans, unlike metrics, carry account, session and run ids and tokens.

@@ -89,8 +89,9 @@
 //     Health) and polls every FallbackPoll instead; Config.ListenConnString
 //     gives it a connection that delivers.
 //   - With Config.TracerProvider, each Acquire, AcquireWait, Takeover,
-//     Release, Renew and Run is one span (the Span* names; Attr* keys carry
-//     the key's ids, the run id and the token), a child of the span in the
+//     Release, Renew and Run is one span (names, attribute keys and
+//     outcomes in package lease/leasetrace; the attributes carry the key's
+//     ids, the run id and the token), a child of the span in the
 //     call's ctx; a lease's Context carries the caller's span, not the
 //     Manager's. A span's status is Error only for failures; a refusal
 //     (held, unauthorized, token floor, busy) is an outcome. Without it no

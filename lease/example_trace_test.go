@@ -19,6 +19,7 @@ import (
 	"github.com/fencekit/fencekit/guards/guardobs"
 	"github.com/fencekit/fencekit/guards/memguard"
 	"github.com/fencekit/fencekit/lease"
+	"github.com/fencekit/fencekit/lease/leasetrace"
 	"github.com/fencekit/fencekit/sql/migrations"
 )
 
@@ -111,12 +112,12 @@ func printTrace(spans []sdktrace.ReadOnlySpan) {
 	for _, s := range spans {
 		if s.Parent().IsValid() {
 			children[s.Parent().SpanID()] = append(children[s.Parent().SpanID()], s)
-		} else if s.Name() != lease.SpanRenewBatch && s.Name() != lease.SpanHeartbeat {
+		} else if s.Name() != leasetrace.SpanRenewBatch && s.Name() != leasetrace.SpanHeartbeat {
 			roots = append(roots, s)
 		}
 	}
 	shown := map[string]string{
-		lease.AttrOutcome: "outcome", lease.AttrCause: "cause",
+		leasetrace.AttrOutcome: "outcome", leasetrace.AttrCause: "cause",
 		guardobs.AttrKind: "kind", guardobs.AttrOutcome: "outcome",
 	}
 	var walk func(s sdktrace.ReadOnlySpan, depth int)

@@ -196,7 +196,7 @@ func (l *Lease) Renew(ctx context.Context) (Renewal, error) {
 	if err := l.Err(); err != nil {
 		return Renewal{}, err
 	}
-	ctx, sp := l.m.startSpan(ctx, SpanRenew, l.key)
+	ctx, sp := l.m.startSpan(ctx, spanRenew, l.key)
 	sp.run(l.runID, int64(l.token))
 	if l.ep != nil {
 		r, err := l.m.renewHeartbeatLease(ctx, l)
@@ -218,7 +218,7 @@ func (l *Lease) Renew(ctx context.Context) (Renewal, error) {
 // it in the database; see Manager.Release for the results. Release after
 // loss is allowed and harmless: it matches this run_id only.
 func (l *Lease) Release(ctx context.Context) (ReleaseResult, error) {
-	ctx, sp := l.m.startSpan(ctx, SpanRelease, l.key)
+	ctx, sp := l.m.startSpan(ctx, spanRelease, l.key)
 	sp.run(l.runID, int64(l.token))
 	l.end(ErrReleased)
 	res, err := l.m.release(ctx, l.key, l.runID)

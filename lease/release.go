@@ -59,7 +59,7 @@ func (r ReleaseResult) String() string {
 // on releasing the run in the background until a release succeeds or the
 // heartbeat ends (docs/lease.md, "A release that failed").
 func (m *Manager) Release(ctx context.Context, key Key, runID uuid.UUID) (res ReleaseResult, err error) {
-	ctx, sp := m.startSpan(ctx, SpanRelease, key)
+	ctx, sp := m.startSpan(ctx, spanRelease, key)
 	sp.run(runID, 0)
 	defer func() { sp.endRelease(res, err) }()
 	if err := key.Validate(); err != nil {

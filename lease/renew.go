@@ -47,7 +47,7 @@ func (m *Manager) Renew(ctx context.Context, key Key, runID uuid.UUID) (Renewal,
 	if m.isClosed() {
 		return Renewal{}, ErrClosed
 	}
-	ctx, sp := m.startSpan(ctx, SpanRenew, key)
+	ctx, sp := m.startSpan(ctx, spanRenew, key)
 	sp.run(runID, 0)
 	l := m.lookup(key, runID)
 	if l != nil && l.ep != nil {

@@ -35,7 +35,7 @@ import (
 // Manager checks the floor and tries once more (the Authorizer runs again).
 func (m *Manager) Takeover(ctx context.Context, key Key, opts ...Option) (*Lease, error) {
 	start := time.Now()
-	ctx, sp := m.startSpan(ctx, SpanTakeover, key)
+	ctx, sp := m.startSpan(ctx, spanTakeover, key)
 	l, err := m.takeover(ctx, key, opts)
 	if err != nil && m.floorCheckAfter(ctx, &err) { // refused on an unchecked node: checked now
 		l, err = m.takeover(ctx, key, opts)

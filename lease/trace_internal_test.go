@@ -13,10 +13,10 @@ import (
 // cycle: the Acquire span (started, handed to newLease, ended with the
 // grant) and the Release span.
 func traceSteps(m *Manager, ctx context.Context, key Key, l *Lease) {
-	actx, sp := m.startSpan(ctx, SpanAcquire, key)
+	actx, sp := m.startSpan(ctx, spanAcquire, key)
 	_ = m.outerContext(actx)
 	sp.endGrant(l, nil)
-	_, rs := m.startSpan(ctx, SpanRelease, key)
+	_, rs := m.startSpan(ctx, spanRelease, key)
 	rs.run(l.runID, int64(l.token))
 	rs.endRelease(ReleaseDone, nil)
 }

@@ -17,6 +17,7 @@ import (
 
 	"github.com/fencekit/fencekit/fencetest"
 	"github.com/fencekit/fencekit/lease"
+	"github.com/fencekit/fencekit/lease/leasetrace"
 )
 
 // spans is an in-memory trace pipeline: every span ends in the recorder
@@ -90,12 +91,12 @@ func TestTraceGrantHeldTakeoverRelease(t *testing.T) {
 
 	l, err := m.Acquire(ctx, key, lease.WithHolder("desktop"))
 	require.NoError(t, err)
-	acq := s.one(lease.SpanAcquire)
+	acq := s.one(leasetrace.SpanAcquire)
 	requireChild(t, acq, caller)
 	require.Equal(t, map[string]string{
-		lease.AttrAccountID: key.AccountID, lease.AttrSessionID: key.SessionID,
-		lease.AttrRunID: l.RunID().String(), lease.AttrToken: l.Token().String(),
-		lease.AttrHolder: "desktop", lease.AttrOutcome: lease.OutcomeGranted,
+		leasetrace.AttrAccountID: key.AccountID, leasetrace.AttrSessionID: key.SessionID,
+		leasetrace.AttrRunID: l.RunID().String(), leasetrace.AttrToken: l.Token().String(),
+		leasetrace.AttrHolder: "desktop", leasetrace.AttrOutcome: leasetrace.OutcomeGranted,
 	}, attrs(acq))
 	require.Equal(t, codes.Unset, acq.Status().Code)
 	require.Equal(t, caller, trace.SpanContextFromContext(l.Context()),
@@ -103,34 +104,34 @@ func TestTraceGrantHeldTakeoverRelease(t *testing.T) {
 
 	_, err = other.Acquire(ctx, key)
 	require.ErrorIs(t, err, lease.ErrHeld)
-	held := s.named(lease.SpanAcquire)[1]
+	held := s.named(leasetrace.SpanAcquire)[1]
 	requireChild(t, held, caller)
 	a := attrs(held)
-	require.Equal(t, lease.OutcomeHeld, a[lease.AttrOutcome])
-	require.Equal(t, l.RunID().String(), a[lease.AttrHeldByRunID])
-	require.Equal(t, l.Token().String(), a[lease.AttrHeldByToken])
-	require.Empty(t, a[lease.AttrRunID], "no run was granted")
+	require.Equal(t, leasetrace.OutcomeHeld, a[leasetrace.AttrOutcome])
+	require.Equal(t, l.RunID().String(), a[leasetrace.AttrHeldByRunID])
+	require.Equal(t, l.Token().String(), a[leasetrace.AttrHeldByToken])
+	require.Empty(t, a[leasetrace.AttrRunID], "no run was granted")
 	require.Equal(t, codes.Unset, held.Status().Code, "a refusal is an outcome, not an error")
 	require.Empty(t, held.Events(), "no error recorded for a refusal")
 
 	l2, err := other.Takeover(ctx, key)
 	require.NoError(t, err)
-	tk := s.one(lease.SpanTakeover)
+	tk := s.one(leasetrace.SpanTakeover)
 	requireChild(t, tk, caller)
 	a = attrs(tk)
-	require.Equal(t, lease.OutcomeGranted, a[lease.AttrOutcome])
-	require.Equal(t, l.RunID().String(), a[lease.AttrDisplacedRunID])
-	require.Equal(t, l2.Token().String(), a[lease.AttrToken])
+	require.Equal(t, leasetrace.OutcomeGranted, a[leasetrace.AttrOutcome])
+	require.Equal(t, l.RunID().String(), a[leasetrace.AttrDisplacedRunID])
+	require.Equal(t, l2.Token().String(), a[leasetrace.AttrToken])
 
 	<-l.Done() // told through the listener
 	require.ErrorIs(t, l.Err(), lease.ErrTakenOver)
-	s.await(lease.SpanLost) // recorded just after the context is cancelled
-	lost := s.one(lease.SpanLost)
+	s.await(leasetrace.SpanLost) // recorded just after the context is cancelled
+	lost := s.one(leasetrace.SpanLost)
 	requireChild(t, lost, caller) // the displaced run's trace
 	a = attrs(lost)
-	require.Equal(t, "taken_over", a[lease.AttrCause])
-	require.Equal(t, l.RunID().String(), a[lease.AttrRunID])
-	require.Equal(t, l.Token().String(), a[lease.AttrToken])
+	require.Equal(t, "taken_over", a[leasetrace.AttrCause])
+	require.Equal(t, l.RunID().String(), a[leasetrace.AttrRunID])
+	require.Equal(t, l.Token().String(), a[leasetrace.AttrToken])
 	require.Equal(t, codes.Error, lost.Status().Code)
 
 	res, err := l.Release(ctx)
@@ -139,25 +140,25 @@ func TestTraceGrantHeldTakeoverRelease(t *testing.T) {
 	res, err = other.Release(ctx, key, l2.RunID())
 	require.NoError(t, err)
 	require.Equal(t, lease.ReleaseDone, res)
-	rel := s.named(lease.SpanRelease)
+	rel := s.named(leasetrace.SpanRelease)
 	require.Len(t, rel, 2)
 	for i, want := range []struct {
 		run, outcome string
 	}{{l.RunID().String(), "not-holder"}, {l2.RunID().String(), "released"}} {
 		requireChild(t, rel[i], caller)
 		a := attrs(rel[i])
-		require.Equal(t, want.run, a[lease.AttrRunID])
-		require.Equal(t, want.outcome, a[lease.AttrOutcome])
-		require.Equal(t, key.AccountID, a[lease.AttrAccountID])
+		require.Equal(t, want.run, a[leasetrace.AttrRunID])
+		require.Equal(t, want.outcome, a[leasetrace.AttrOutcome])
+		require.Equal(t, key.AccountID, a[leasetrace.AttrAccountID])
 		require.Equal(t, codes.Unset, rel[i].Status().Code)
 	}
 
 	// Explicit renewal of a released lease: refused, a failure of the run.
 	_, err = other.Renew(ctx, key, l2.RunID())
 	require.ErrorIs(t, err, lease.ErrLost)
-	rn := s.one(lease.SpanRenew)
+	rn := s.one(leasetrace.SpanRenew)
 	requireChild(t, rn, caller)
-	require.Equal(t, lease.OutcomeLost, attrs(rn)[lease.AttrOutcome])
+	require.Equal(t, leasetrace.OutcomeLost, attrs(rn)[leasetrace.AttrOutcome])
 	require.Equal(t, codes.Error, rn.Status().Code)
 
 	call.End()
@@ -170,7 +171,7 @@ func TestTraceRenewBatch(t *testing.T) {
 	for _, tc := range []struct {
 		mode lease.RenewalMode
 		span string
-	}{{lease.RenewalPerLease, lease.SpanRenewBatch}, {lease.RenewalHeartbeat, lease.SpanHeartbeat}} {
+	}{{lease.RenewalPerLease, leasetrace.SpanRenewBatch}, {lease.RenewalHeartbeat, leasetrace.SpanHeartbeat}} {
 		t.Run(tc.span, func(t *testing.T) {
 			e := newEnv(t)
 			s := newSpans(t)
@@ -188,7 +189,7 @@ func TestTraceRenewBatch(t *testing.T) {
 			}
 			waitFor(t, 5*time.Second, fmt.Sprintf("a renewal statement span of %d to 3 leases", want), func() bool {
 				for _, sp := range s.named(tc.span) {
-					if n, err := strconv.Atoi(attrs(sp)[lease.AttrBatchLeases]); err == nil && n >= want && n <= 3 {
+					if n, err := strconv.Atoi(attrs(sp)[leasetrace.AttrBatchLeases]); err == nil && n >= want && n <= 3 {
 						return true
 					}
 				}
@@ -197,13 +198,13 @@ func TestTraceRenewBatch(t *testing.T) {
 			for _, sp := range s.named(tc.span) {
 				require.False(t, sp.Parent().IsValid(), "a renewal statement starts its own trace")
 				a := attrs(sp)
-				if n := a[lease.AttrBatchLeases]; n != "" && n != "0" {
-					require.Equal(t, n, a[lease.AttrBatchRenewed])
-					require.Equal(t, "0", a[lease.AttrBatchLost])
+				if n := a[leasetrace.AttrBatchLeases]; n != "" && n != "0" {
+					require.Equal(t, n, a[leasetrace.AttrBatchRenewed])
+					require.Equal(t, "0", a[leasetrace.AttrBatchLost])
 					require.Equal(t, codes.Unset, sp.Status().Code)
 				}
 				if tc.mode == lease.RenewalHeartbeat {
-					require.NotEmpty(t, a[lease.AttrManagerID], "a heartbeat span names its epoch")
+					require.NotEmpty(t, a[leasetrace.AttrManagerID], "a heartbeat span names its epoch")
 				}
 			}
 		})
@@ -227,19 +228,19 @@ func TestTraceRun(t *testing.T) {
 		work.End()
 		return nil
 	}))
-	run := s.one(lease.SpanRun)
+	run := s.one(leasetrace.SpanRun)
 	require.False(t, run.Parent().IsValid())
-	require.Equal(t, lease.OutcomeCompleted, attrs(run)[lease.AttrOutcome])
-	for _, name := range []string{lease.SpanAcquire, "work", lease.SpanRelease} {
+	require.Equal(t, leasetrace.OutcomeCompleted, attrs(run)[leasetrace.AttrOutcome])
+	for _, name := range []string{leasetrace.SpanAcquire, "work", leasetrace.SpanRelease} {
 		requireChild(t, s.one(name), run.SpanContext())
 	}
-	require.Equal(t, attrs(s.one(lease.SpanAcquire))[lease.AttrRunID], attrs(run)[lease.AttrRunID])
+	require.Equal(t, attrs(s.one(leasetrace.SpanAcquire))[leasetrace.AttrRunID], attrs(run)[leasetrace.AttrRunID])
 
 	// fn's error: status Error, outcome fn_error.
 	boom := errors.New("boom")
 	require.ErrorIs(t, m.Run(bg(), uniqueKey(t), func(context.Context, *lease.Lease) error { return boom }), boom)
-	runs := s.named(lease.SpanRun)
-	require.Equal(t, lease.OutcomeFnError, attrs(runs[1])[lease.AttrOutcome])
+	runs := s.named(leasetrace.SpanRun)
+	require.Equal(t, leasetrace.OutcomeFnError, attrs(runs[1])[leasetrace.AttrOutcome])
 	require.Equal(t, codes.Error, runs[1].Status().Code)
 
 	// Displaced while fn runs.
@@ -257,16 +258,16 @@ func TestTraceRun(t *testing.T) {
 	_, err := other.Takeover(bg(), key)
 	require.NoError(t, err)
 	require.ErrorIs(t, <-done, lease.ErrTakenOver)
-	runs = s.named(lease.SpanRun)
+	runs = s.named(leasetrace.SpanRun)
 	require.Len(t, runs, 3)
 	displaced := runs[2]
-	require.Equal(t, lease.OutcomeTakenOver, attrs(displaced)[lease.AttrOutcome])
+	require.Equal(t, leasetrace.OutcomeTakenOver, attrs(displaced)[leasetrace.AttrOutcome])
 	require.Equal(t, codes.Error, displaced.Status().Code)
-	s.await(lease.SpanLost)
-	lost := s.one(lease.SpanLost)
+	s.await(leasetrace.SpanLost)
+	lost := s.one(leasetrace.SpanLost)
 	requireChild(t, lost, displaced.SpanContext())
-	require.Equal(t, "taken_over", attrs(lost)[lease.AttrCause])
-	require.Equal(t, attrs(displaced)[lease.AttrRunID], attrs(lost)[lease.AttrRunID])
+	require.Equal(t, "taken_over", attrs(lost)[leasetrace.AttrCause])
+	require.Equal(t, attrs(displaced)[leasetrace.AttrRunID], attrs(lost)[leasetrace.AttrRunID])
 }
 
 // TestTraceOff: without a TracerProvider the Manager records no span, even
@@ -307,8 +308,8 @@ func TestTraceAcquireWait(t *testing.T) {
 	_, err = m.AcquireWait(ctx, key)
 	require.ErrorIs(t, err, context.DeadlineExceeded)
 	require.ErrorIs(t, err, lease.ErrHeld)
-	gaveUp := s.one(lease.SpanAcquireWait)
-	require.Equal(t, lease.OutcomeDeadlineExceeded, attrs(gaveUp)[lease.AttrOutcome])
+	gaveUp := s.one(leasetrace.SpanAcquireWait)
+	require.Equal(t, leasetrace.OutcomeDeadlineExceeded, attrs(gaveUp)[leasetrace.AttrOutcome])
 	require.Equal(t, codes.Error, gaveUp.Status().Code)
 
 	for len(ev.Waiting()) > 0 { // the first waiter's events
@@ -327,11 +328,11 @@ func TestTraceAcquireWait(t *testing.T) {
 	require.NoError(t, err)
 	l := <-done
 	require.NotNil(t, l)
-	got := s.named(lease.SpanAcquireWait)
+	got := s.named(leasetrace.SpanAcquireWait)
 	require.Len(t, got, 2)
 	a := attrs(got[1])
-	require.Equal(t, lease.OutcomeGranted, a[lease.AttrOutcome])
-	require.Equal(t, l.RunID().String(), a[lease.AttrRunID])
+	require.Equal(t, leasetrace.OutcomeGranted, a[leasetrace.AttrOutcome])
+	require.Equal(t, l.RunID().String(), a[leasetrace.AttrRunID])
 	require.Equal(t, codes.Unset, got[1].Status().Code)
 }
 

@@ -50,7 +50,7 @@ func (m *Manager) AcquireWait(ctx context.Context, key Key, opts ...Option) (got
 		return nil, err
 	}
 	start := time.Now()
-	ctx, sp := m.startSpan(ctx, SpanAcquireWait, key)
+	ctx, sp := m.startSpan(ctx, spanAcquireWait, key)
 	defer func() { sp.endGrant(got, err) }()
 	defer func() { m.met.onWaitDone(ctx, time.Since(start), err) }()
 	if m.isClosed() {

@@ -15,6 +15,7 @@ import (
 
 	"github.com/fencekit/fencekit/fence"
 	"github.com/fencekit/fencekit/lease"
+	"github.com/fencekit/fencekit/lease/leasetrace"
 )
 
 // Policy says how a tool's call obtains the conversation's lease.
@@ -66,8 +67,9 @@ const (
 // guards' spans of the tool's writes are its children.
 const SpanToolCall = "fencekit.mcp.tool_call"
 
-// Span attribute keys of SpanToolCall (with lease.AttrAccountID,
-// lease.AttrSessionID, lease.AttrRunID, lease.AttrToken, lease.AttrHolder).
+// Span attribute keys of SpanToolCall (with leasetrace.AttrAccountID,
+// leasetrace.AttrSessionID, leasetrace.AttrRunID, leasetrace.AttrToken,
+// leasetrace.AttrHolder).
 const (
 	AttrTool    = "fencekit.mcp.tool"
 	AttrPolicy  = "fencekit.mcp.policy"
@@ -285,7 +287,7 @@ func (f *Fence) call(ctx context.Context, policy Policy, req *mcp.CallToolReques
 		return refuse(*refusal)
 	}
 	if span != nil {
-		span.SetAttributes(attribute.String(lease.AttrAccountID, key.AccountID), attribute.String(lease.AttrSessionID, key.SessionID))
+		span.SetAttributes(attribute.String(leasetrace.AttrAccountID, key.AccountID), attribute.String(leasetrace.AttrSessionID, key.SessionID))
 		if rm.id != "" {
 			span.SetAttributes(attribute.String(AttrRun, rm.id))
 		}
@@ -316,8 +318,8 @@ func (f *Fence) call(ctx context.Context, policy Policy, req *mcp.CallToolReques
 		defer f.release(ctx, l)
 	}
 	if span != nil {
-		span.SetAttributes(attribute.String(lease.AttrRunID, l.RunID().String()),
-			attribute.Int64(lease.AttrToken, int64(l.Token())), attribute.String(lease.AttrHolder, l.Holder()))
+		span.SetAttributes(attribute.String(leasetrace.AttrRunID, l.RunID().String()),
+			attribute.Int64(leasetrace.AttrToken, int64(l.Token())), attribute.String(leasetrace.AttrHolder, l.Holder()))
 	}
 
 	// The handler's ctx: this request's values and cancellation, the lease's

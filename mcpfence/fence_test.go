@@ -18,6 +18,7 @@ import (
 	"github.com/fencekit/fencekit/fence"
 	"github.com/fencekit/fencekit/fencetest"
 	"github.com/fencekit/fencekit/lease"
+	"github.com/fencekit/fencekit/lease/leasetrace"
 	"github.com/fencekit/fencekit/mcpfence"
 	"github.com/fencekit/fencekit/sql/migrations"
 )
@@ -246,7 +247,7 @@ func TestSpanPerCall(t *testing.T) {
 	for _, a := range tool.Attributes() {
 		attrs[string(a.Key)] = a.Value.Emit()
 	}
-	if attrs[mcpfence.AttrTool] != "write" || attrs[mcpfence.AttrOutcome] != "ok" || attrs[lease.AttrSessionID] != "c1" || attrs[lease.AttrToken] == "" {
+	if attrs[mcpfence.AttrTool] != "write" || attrs[mcpfence.AttrOutcome] != "ok" || attrs[leasetrace.AttrSessionID] != "c1" || attrs[leasetrace.AttrToken] == "" {
 		t.Errorf("span attributes %v", attrs)
 	}
 	children := map[string]bool{}
@@ -255,7 +256,7 @@ func TestSpanPerCall(t *testing.T) {
 			children[s.Name()] = true
 		}
 	}
-	if !children[lease.SpanAcquire] || !children[lease.SpanRelease] {
+	if !children[leasetrace.SpanAcquire] || !children[leasetrace.SpanRelease] {
 		t.Errorf("children of the tool call span: %v", children)
 	}
 }
