@@ -30,7 +30,7 @@ import (
 // after a failover, switchover or restore; ErrTokenFloor) is followed,
 // when Config.Floor names a source, by the Manager's own floor check and
 // one more acquire statement: the call grants if the check passed. A
-// failed check returns the refusal with a *FloorCheckError.
+// failed check returns the refusal also matching ErrFloorCheck.
 func (m *Manager) Acquire(ctx context.Context, key Key, opts ...Option) (l *Lease, err error) {
 	ctx, sp := m.startSpan(ctx, spanAcquire, key)
 	defer func() { sp.endGrant(l, err) }()

@@ -148,7 +148,7 @@ type Config struct {
 	// Renewal chooses how leases are renewed: RenewalHeartbeat (the zero
 	// value's default) or RenewalPerLease. Every lease of a Manager has the
 	// Manager's TTL in either mode. Managers of both modes (and of the
-	// previous release) may share a schema migrated to version 9.
+	// previous release) may share a schema migrated to version 9 or later.
 	Renewal RenewalMode
 	// Floor is where the Manager reads the token floor when a grant is
 	// refused because the floor was not checked on this database node

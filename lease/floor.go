@@ -32,35 +32,25 @@ var ErrTokenFloor = errors.New("lease: token sequence not above the token floor"
 // (Config.Floor), or the operator's (package leaseops).
 var ErrFailoverUnchecked = errors.New("lease: token floor not checked since failover or restore")
 
-// ErrFloorCheck is matched by *FloorCheckError: the automatic token floor
-// check of a Manager (Config.Floor) failed. The grant that triggered it
-// stays refused: the error returned also matches ErrFailoverUnchecked or
-// ErrTokenFloor. The next refused grant checks again.
+// ErrFloorCheck is matched by the error of a failed automatic token floor
+// check of a Manager (Config.Floor): a floor source that could not be read,
+// or the check statement's error, which the error also wraps. The grant
+// that triggered it stays refused: the error returned also matches
+// ErrFailoverUnchecked or ErrTokenFloor. The next refused grant checks
+// again.
 var ErrFloorCheck = errors.New("lease: automatic token floor check failed")
 
-// FloorCheckError reports a failed automatic token floor check: a floor
-// source that could not be read, or the check statement's error. It
-// matches ErrFloorCheck and unwraps to the cause.
-type FloorCheckError struct {
-	Err error
-}
-
-func (e *FloorCheckError) Error() string {
-	return "lease: automatic token floor check failed: " + e.Err.Error()
-}
-
-// Is reports whether target is ErrFloorCheck.
-func (e *FloorCheckError) Is(target error) bool { return target == ErrFloorCheck }
-
-// Unwrap returns the cause.
-func (e *FloorCheckError) Unwrap() error { return e.Err }
+// floorCheckError is a failed automatic floor check: it matches
+// ErrFloorCheck and cause.
+func floorCheckError(cause error) error { return fmt.Errorf("%w: %w", ErrFloorCheck, cause) }
 
 // FloorSource returns a token floor: every token issued after a check
 // against it is greater. Typical sources are the highest token a
-// PostgreSQL guard has accepted (FloorConfig.Marks, or the method value
-// pgguard.Marks.Highest) and a value kept by the operator outside the
-// lease database (StaticFloor). An error or a negative value fails the
-// check; nothing is recorded then.
+// PostgreSQL guard has accepted (the method value pgguard.Marks.Highest,
+// of marks in a database that survives the lease database's failover or
+// restore) and a value kept by the operator outside the lease database
+// (StaticFloor), combined with MaxFloor. An error or a negative value fails
+// the check; nothing is recorded then.
 type FloorSource func(ctx context.Context) (fence.Token, error)
 
 // StaticFloor is a FloorSource of a fixed value, e.g. the highest token
@@ -93,35 +83,27 @@ func MaxFloor(srcs ...FloorSource) FloorSource {
 	}
 }
 
-// FloorConfig names the token floor sources and the node change gap of the
+// FloorConfig names the token floor source and the node change gap of the
 // floor check: the check a Manager runs by itself when a grant is refused
 // (Config.Floor), and the one an operator runs (leaseops.CheckFloor, which
-// takes a FloorConfig too). The floor is the largest value of the
-// configured sources. The check (lease migration 0008's SECURITY DEFINER
-// function fencekit_check_floor, which the role must be granted EXECUTE on:
-// docs/operations.md) raises the floor stored in the schema to it, moves
-// the token sequence past the stored floor when it is behind, and records
-// the node as checked; grants on that node resume at its commit. A source
-// that cannot be read fails the check and nothing is recorded.
+// takes a FloorConfig too). The check (lease migration 0008's SECURITY
+// DEFINER function fencekit_check_floor, which the role must be granted
+// EXECUTE on: docs/operations.md) raises the floor stored in the schema to
+// the source's value, moves the token sequence past the stored floor when
+// it is behind, and records the node as checked; grants on that node resume
+// at its commit. A source that cannot be read fails the check and nothing
+// is recorded.
 //
-// The zero value configures no source. A source must know every token a
+// The zero value configures no source. The source must know every token a
 // guard may have accepted: a floor below one lets the sequence re-issue it.
 type FloorConfig struct {
-	// Marks is a pool to the database holding the PostgreSQL guard's marks
-	// (table fencekit_guard_marks, migration set migrations.Guard), read as
-	// the highest token any mark holds. It must be a database that survives
-	// the lease database's failover or restore (another cluster): marks kept
-	// in the lease database are replicated and restored with it, so they
-	// are as old as its sequence. The lease pool itself, and a pool whose
-	// first host, port and database are the lease pool's, are refused. It
-	// is never closed.
-	Marks *pgxpool.Pool
-	// MarksSchema is the schema of the marks table. Default "public"; must
-	// pass migrations.ValidateIdentifier; only with Marks.
-	MarksSchema string
-	// Source is any other source: an operator's value (StaticFloor), the
-	// highest token of guards that are not PostgreSQL tables, several of
-	// them (MaxFloor). Each call is bounded by CallTimeout.
+	// Source is the floor: the PostgreSQL guard's marks
+	// (pgguard.Marks.Highest) in a database that survives the lease
+	// database's failover or restore (another cluster: marks kept in the
+	// lease database are replicated and restored with it, so they are as
+	// old as its sequence), an operator's value (StaticFloor), the highest
+	// token of guards that are not PostgreSQL tables, or several of them
+	// (MaxFloor). Each call is bounded by CallTimeout.
 	Source FloorSource
 	// Gap, when positive, makes the first check after a node change move
 	// the token sequence forward by Gap (and the stored floor with it), past
@@ -130,30 +112,23 @@ type FloorConfig struct {
 	// knows until their holders write. Set it above the number of grants
 	// the lease database can lose in a failover (grant rate × the largest
 	// replication lag a failover accepts, such as Patroni's
-	// maximum_lag_on_failover). 0: the sources alone set the floor. Gap is
-	// not a source: it needs Marks or Source.
+	// maximum_lag_on_failover). 0: the source alone sets the floor. Gap is
+	// not a source: it needs Source.
 	Gap fence.Token
-}
-
-// sources is f's sources as the shared check reads them.
-func (f FloorConfig) sources() floorcheck.Sources {
-	return floorcheck.Sources{Marks: f.Marks, MarksSchema: f.MarksSchema, Source: f.Source}
 }
 
 // resolveFloor validates Config.Floor.
 func (r *resolved) resolveFloor() error {
-	schema, p := floorcheck.Validate(r.Floor.sources(), r.Floor.Gap, r.Pool)
-	if p != nil {
-		return &ConfigError{Field: "Floor." + p.Field, Reason: p.Reason, Err: p.Err}
+	if p := floorcheck.Validate(r.Floor.Source, r.Floor.Gap); p != nil {
+		return &ConfigError{Field: "Floor." + p.Field, Reason: p.Reason}
 	}
-	r.Floor.MarksSchema = schema
 	return nil
 }
 
 // floorChecker runs a Manager's automatic token floor check: one at a time,
 // callers refused meanwhile wait for the running check's outcome.
 type floorChecker struct {
-	src      floorcheck.Sources
+	src      FloorSource
 	gap      fence.Token
 	pool     *pgxpool.Pool
 	schema   string
@@ -170,19 +145,17 @@ type floorRun struct {
 
 // newFloorChecker returns nil when r configures no floor source.
 func newFloorChecker(r resolved) *floorChecker {
-	src := r.Floor.sources()
-	if !src.Configured() {
+	if r.Floor.Source == nil {
 		return nil
 	}
-	return &floorChecker{src: src, gap: r.Floor.Gap, pool: r.Pool, schema: r.Schema,
+	return &floorChecker{src: r.Floor.Source, gap: r.Floor.Gap, pool: r.Pool, schema: r.Schema,
 		timeout: r.CallTimeout, log: r.Logger}
 }
 
 // floorCheckAfter runs the automatic floor check when *errp is a grant
 // refused by the floor or node gate and a floor source is configured. It
 // reports whether the check passed, so that the grant is worth one more
-// statement; when the check fails, *errp also carries its
-// *FloorCheckError.
+// statement; when the check fails, *errp also matches ErrFloorCheck.
 func (m *Manager) floorCheckAfter(ctx context.Context, errp *error) bool {
 	if m.floor == nil || (!errors.Is(*errp, ErrFailoverUnchecked) && !errors.Is(*errp, ErrTokenFloor)) {
 		return false
@@ -203,7 +176,7 @@ func (c *floorChecker) check(ctx context.Context) error {
 		case <-run.done:
 			return run.err
 		case <-ctx.Done():
-			return &FloorCheckError{Err: context.Cause(ctx)}
+			return floorCheckError(context.Cause(ctx))
 		}
 	}
 	run := &floorRun{done: make(chan struct{})}
@@ -219,15 +192,15 @@ func (c *floorChecker) check(ctx context.Context) error {
 }
 
 func (c *floorChecker) checkOnce(ctx context.Context) error {
-	src, err := c.src.Read(ctx, c.timeout)
+	src, err := floorcheck.Read(ctx, c.src, c.timeout)
 	if err != nil {
 		c.log.Error("lease: automatic token floor check failed: floor source unreadable; grants on this node stay refused", "err", err)
-		return &FloorCheckError{Err: err}
+		return floorCheckError(err)
 	}
-	res, err := floorcheck.Check(ctx, c.pool, c.schema, src, c.gap, c.timeout)
+	res, err := floorcheck.Check(ctx, c.pool, c.schema, src, c.gap, true, c.timeout)
 	if err != nil {
 		c.log.Error("lease: automatic token floor check failed; grants on this node stay refused", "source_floor", int64(src), "err", err)
-		return &FloorCheckError{Err: err}
+		return floorCheckError(err)
 	}
 	c.log.Info("lease: token floor checked automatically; grants resume on this node",
 		"node", res.Node, "checked_before", res.Before, "next", res.Next, "floor", res.Stored,
@@ -246,7 +219,7 @@ type TokenFloorError struct {
 }
 
 func (e *TokenFloorError) Error() string {
-	return fmt.Sprintf("lease: token sequence behind the token floor: token %d is not above floor %d (advance the sequence with leaseops.TokenFloor.Advance)", e.Token, e.Floor)
+	return fmt.Sprintf("lease: token sequence behind the token floor: token %d is not above floor %d (advance the sequence with leaseops.CheckFloor or fencekit floor advance)", e.Token, e.Floor)
 }
 
 // Is reports whether target is ErrTokenFloor.

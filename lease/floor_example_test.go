@@ -7,6 +7,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/fencekit/fencekit/fence"
+	"github.com/fencekit/fencekit/guards/pgguard"
 	"github.com/fencekit/fencekit/lease"
 )
 
@@ -28,12 +29,15 @@ func ExampleFloorConfig() {
 		panic(err)
 	}
 	defer marksPool.Close()
+	marks, err := pgguard.NewMarks(pgguard.MarksConfig{DB: marksPool, Schema: "app"}) // pgguard marks on another cluster
+	if err != nil {
+		panic(err)
+	}
 	var operatorFloor fence.Token // e.g. the highest token your monitoring recorded
 	m, err := lease.New(lease.Config{Pool: pool, Schema: "app",
 		Floor: lease.FloorConfig{
-			Marks: marksPool, MarksSchema: "app", // pgguard marks on another cluster
-			Source: lease.StaticFloor(operatorFloor), // highest token your monitoring saw, 0 if none
-			Gap:    1_000_000,                        // asynchronous replication: jump past lost grants
+			Source: lease.MaxFloor(marks.Highest, lease.StaticFloor(operatorFloor)), // the larger of both
+			Gap:    1_000_000,                                                       // asynchronous replication: jump past lost grants
 		}})
 	if err != nil {
 		panic(err)

@@ -223,7 +223,7 @@ func TestAsyncFailover(t *testing.T) {
 			if procedureFirst {
 				_, err := floor.Check(bg())
 				require.ErrorIs(t, err, lease.ErrTokenFloor)
-				_, err = floor.Advance(bg(), 0)
+				_, err = leaseops.CheckFloor(bg(), rp, schema, lease.FloorConfig{Source: w.marks.Highest})
 				require.NoError(t, err)
 			} else {
 				m2 := manager(t, rp, lease.Config{})
@@ -237,7 +237,7 @@ func TestAsyncFailover(t *testing.T) {
 				require.ErrorIs(t, err, lease.ErrTokenFloor, "the check sees the sequence behind the marks")
 				_, _, first = acquireAll(t, m2, 1)
 				require.ErrorIs(t, first, lease.ErrFailoverUnchecked, "a failed check records nothing")
-				_, err = floor.Advance(bg(), 0)
+				_, err = leaseops.CheckFloor(bg(), rp, schema, lease.FloorConfig{Source: w.marks.Highest})
 				require.NoError(t, err)
 			}
 			m3 := manager(t, rp, lease.Config{})
@@ -389,7 +389,7 @@ func TestRestoreFromDump(t *testing.T) {
 	require.NoError(t, err)
 	_, err = floor.Check(bg())
 	require.ErrorIs(t, err, lease.ErrTokenFloor)
-	rep, err := floor.Advance(bg(), 0)
+	rep, err := leaseops.CheckFloor(bg(), rp, schema, lease.FloorConfig{Source: w.marks.Highest})
 	require.NoError(t, err)
 	require.Greater(t, rep.Next, w.highest)
 	w.resume(m2, keys)

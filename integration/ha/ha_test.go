@@ -133,7 +133,7 @@ func newWorld(t *testing.T, opts Options) *world {
 	standby := fencetest.PoolWith(t, c.Other(c.Nodes[0]).NodeURL(), nil)
 	c.waitFor(30*time.Second, "the standby to replay the schema", func() bool {
 		var ok bool
-		err := standby.QueryRow(bg(), `SELECT to_regproc('fk.fencekit_check_floor') IS NOT NULL AND to_regclass('public.ha_probe') IS NOT NULL`).Scan(&ok)
+		err := standby.QueryRow(bg(), `SELECT to_regprocedure('fk.fencekit_check_floor(bigint, bigint, boolean)') IS NOT NULL AND to_regclass('public.ha_probe') IS NOT NULL`).Scan(&ok)
 		return err == nil && ok
 	})
 
@@ -143,7 +143,9 @@ func newWorld(t *testing.T, opts Options) *world {
 	cfg := lease.Config{Pool: app, Schema: schema, TTL: 3 * time.Second, CallTimeout: time.Second,
 		Logger: log, MeterProvider: w.meter.Provider}
 	if !*noFloor {
-		cfg.Floor = lease.FloorConfig{Marks: w.shared, MarksSchema: w.gs}
+		marks, err := pgguard.NewMarks(pgguard.MarksConfig{DB: w.shared, Schema: w.gs})
+		require.NoError(t, err)
+		cfg.Floor = lease.FloorConfig{Source: marks.Highest}
 	}
 	w.m, err = lease.New(cfg)
 	require.NoError(t, err)

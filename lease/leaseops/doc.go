@@ -2,15 +2,17 @@
 // what an operator runs, mounts or configures beside the Managers. It
 // defines no lease semantics of its own; package lease does.
 //
-//   - Token floor: CheckFloor runs the token floor check (the schema's
-//     fencekit_check_floor, any role granted EXECUTE on it) against a
-//     lease.FloorConfig — the same check, with the same sources and Gap,
-//     that a Manager configured with lease.Config.Floor runs by itself.
-//     TokenFloor holds the schema owner's procedures: Check (records the
-//     node only when the sequence is already above the floor), Advance
-//     (moves the sequence under a table lock) and Status (reads, changes
-//     nothing). Every one returns a FloorReport; floor sources are
-//     lease.FloorSource values (lease.StaticFloor, lease.MaxFloor,
+//   - Token floor: one SQL function, the schema's fencekit_check_floor,
+//     runs every check. CheckFloor runs it with advance (any role granted
+//     EXECUTE on it) against a lease.FloorConfig — the same check, with
+//     the same source and Gap, that a Manager configured with
+//     lease.Config.Floor runs by itself: it moves the sequence past the
+//     floor under a table lock when it is behind and records the node.
+//     TokenFloor holds the schema owner's procedures: Check (the function
+//     without advance: records the node only when the sequence is already
+//     above the floor, never moves it) and Status (reads, changes nothing,
+//     works on a standby). Every one returns a FloorReport; floor sources
+//     are lease.FloorSource values (lease.StaticFloor, lease.MaxFloor,
 //     pgguard.Marks.Highest).
 //   - Housekeeping: the Janitor deletes old lease rows in the background
 //     (metric leasemetrics.JanitorDeleted).
@@ -26,7 +28,7 @@
 // Router only chooses the Manager), and nothing here holds a lease of its
 // own. Everything that runs in the background follows the lease package's
 // lifecycle: New starts it, Close stops it. Bad arguments return an error
-// matching ErrInvalidArgument or a *ConfigError and change nothing.
+// matching ErrInvalidArgument or a *lease.ConfigError and change nothing.
 //
 // Not guaranteed: Router keeps tokens ordered per key only (a key lives in
 // one partition); tokens of different partitions are unrelated, so a

@@ -15,8 +15,8 @@ import (
 
 // After a failover or restore (grants are refused with
 // lease.ErrFailoverUnchecked meanwhile): check the sequence against the
-// highest token the guards accepted and advance it when behind; grants
-// resume at once.
+// highest token the guards accepted and, when it is behind, advance it with
+// CheckFloor on the same source; grants resume at once.
 func ExampleTokenFloor() {
 	ctx := context.Background()
 	pool, err := pgxpool.New(ctx, "postgres://postgres@127.0.0.1:5432/test")
@@ -29,10 +29,10 @@ func ExampleTokenFloor() {
 		panic(err)
 	}
 	const operatorFloor = 0 // e.g. the highest token your monitoring recorded
-	floor, _ := leaseops.NewTokenFloor(leaseops.TokenFloorConfig{Pool: pool, Schema: "app",
-		Source: lease.MaxFloor(marks.Highest, lease.StaticFloor(operatorFloor))})
+	source := lease.MaxFloor(marks.Highest, lease.StaticFloor(operatorFloor))
+	floor, _ := leaseops.NewTokenFloor(leaseops.TokenFloorConfig{Pool: pool, Schema: "app", Source: source})
 	if _, err := floor.Check(ctx); errors.Is(err, lease.ErrTokenFloor) {
-		if _, err := floor.Advance(ctx, 0); err != nil { // the source floor is included
+		if _, err := leaseops.CheckFloor(ctx, pool, "app", lease.FloorConfig{Source: source}); err != nil {
 			panic(err)
 		}
 	}
@@ -55,10 +55,13 @@ func ExampleCheckFloor() {
 		panic(err)
 	}
 	defer marksPool.Close()
+	marks, err := pgguard.NewMarks(pgguard.MarksConfig{DB: marksPool, Schema: "app"})
+	if err != nil {
+		panic(err)
+	}
 	const operatorFloor = 0 // e.g. the highest token your monitoring recorded
 	rep, err := leaseops.CheckFloor(ctx, pool, "app", lease.FloorConfig{
-		Marks: marksPool, MarksSchema: "app",
-		Source: lease.StaticFloor(operatorFloor),
+		Source: lease.MaxFloor(marks.Highest, lease.StaticFloor(operatorFloor)),
 		Gap:    1_000_000, // asynchronous replication: jump past lost grants
 	})
 	if err != nil {

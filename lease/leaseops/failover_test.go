@@ -7,6 +7,7 @@ import (
 	"testing"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/stretchr/testify/require"
 
@@ -88,10 +89,10 @@ func TestGrantsFailClosedOnUncheckedNode(t *testing.T) {
 }
 
 // TestFailedFloorCheckKeepsGrantsRefused: on an unchecked node whose
-// sequence is behind the floor source, Check fails with ErrTokenFloor and
-// records nothing (grants stay refused as unchecked); Advance moves the
-// sequence past the floor and records the node; grants then carry tokens
-// above the floor.
+// sequence is behind the floor source, Check fails with ErrTokenFloor,
+// records no node and leaves the sequence (grants stay refused as
+// unchecked); CheckFloor moves the sequence past the floor and records the
+// node; grants then carry tokens above the floor.
 func TestFailedFloorCheckKeepsGrantsRefused(t *testing.T) {
 	e := newEnv(t)
 	m := e.manager(lease.Config{})
@@ -100,15 +101,19 @@ func TestFailedFloorCheckKeepsGrantsRefused(t *testing.T) {
 	node := e.checkedNode()
 	e.otherNode()
 
+	seqBefore, _ := e.seq()
 	rep, err := tf.Check(bg())
 	require.ErrorIs(t, err, lease.ErrTokenFloor)
 	require.Equal(t, node, rep.Node)
-	require.Equal(t, "1:1/00000001", rep.CheckedNode, "a failed check records nothing")
+	require.Equal(t, "1:1/00000001", rep.CheckedNode, "a failed check records no node")
+	require.Equal(t, "1:1/00000001", rep.CheckedBefore)
 	require.EqualValues(t, floor, rep.Stored)
+	seqAfter, _ := e.seq()
+	require.Equal(t, seqBefore, seqAfter, "Check never moves the sequence")
 	_, err = m.Acquire(bg(), uniqueKey(t))
 	require.ErrorIs(t, err, lease.ErrFailoverUnchecked)
 
-	rep, err = tf.Advance(bg(), 0)
+	rep, err = e.advance(lease.StaticFloor(floor))
 	require.NoError(t, err)
 	require.EqualValues(t, floor+1, rep.Next)
 	require.Equal(t, node, rep.CheckedNode)
@@ -225,7 +230,7 @@ func TestFloorStatus(t *testing.T) {
 			require.Equal(t, node, fe.Node)
 			require.Equal(t, before, state(), "Status changes nothing")
 
-			_, err = e.floor(lease.StaticFloor(500)).Advance(bg(), 0)
+			_, err = e.advance(lease.StaticFloor(500))
 			require.NoError(t, err)
 			st, err = tf.Status(bg())
 			require.NoError(t, err)
@@ -244,4 +249,21 @@ func TestFloorStatus(t *testing.T) {
 	}
 	standby := leaseops.FloorReport{InRecovery: true}
 	require.ErrorIs(t, standby.Refused(), leaseops.ErrStandby)
+}
+
+// TestCheckWithoutAdvanceRefusesGap: the floor check function without
+// advance never moves the sequence, so it refuses a node change gap
+// (SQLSTATE 22023) and changes nothing.
+func TestCheckWithoutAdvanceRefusesGap(t *testing.T) {
+	e := newEnv(t)
+	e.otherNode()
+	before, _ := e.seq()
+	_, err := e.raw.Exec(bg(), fmt.Sprintf(`SELECT * FROM %q.fencekit_check_floor(0, 5, false)`, e.schema))
+	var pe *pgconn.PgError
+	require.ErrorAs(t, err, &pe)
+	require.Equal(t, "22023", pe.Code)
+	after, _ := e.seq()
+	require.Equal(t, before, after)
+	_, checked := e.floorRow()
+	require.Equal(t, "1:1/00000001", checked, "nothing recorded")
 }

@@ -62,6 +62,12 @@ func (e *env) floor(src lease.FloorSource) *leaseops.TokenFloor {
 	return f
 }
 
+// advance runs the recovery (leaseops.CheckFloor) on the schema with src as
+// the source.
+func (e *env) advance(src lease.FloorSource) (leaseops.FloorReport, error) {
+	return leaseops.CheckFloor(bg(), e.raw, e.schema, lease.FloorConfig{Source: src})
+}
+
 // TestTokenFloorAfterRestore: failing, then fixed. Leases are granted and
 // their tokens accepted by a PostgreSQL guard in another schema; the lease
 // schema is then restored from an earlier backup. First the hazard: with
@@ -69,7 +75,7 @@ func (e *env) floor(src lease.FloorSource) *leaseops.TokenFloor {
 // accepted from another run (and a guard admits it as "the same run"). Then
 // the fix: the floor check (guard marks as the floor source) detects the
 // stale sequence and makes the database refuse every grant at or below the
-// floor, for new keys and for takeovers of existing rows; Advance
+// floor, for new keys and for takeovers of existing rows; CheckFloor
 // moves the sequence past the floor, and grants carry larger tokens again.
 func TestTokenFloorAfterRestore(t *testing.T) {
 	e := newEnv(t)
@@ -155,7 +161,7 @@ func TestTokenFloorAfterRestore(t *testing.T) {
 	require.Contains(t, warns[len(warns)-1].Message, "token floor")
 
 	// The fix.
-	rep, err = tf.Advance(bg(), 0)
+	rep, err = e.advance(lease.MaxFloor(marks.Highest, lease.StaticFloor(0)))
 	require.NoError(t, err)
 	require.Equal(t, highest+1, rep.Next)
 	rep, err = tf.Check(bg())
@@ -174,7 +180,7 @@ func TestTokenFloorAfterRestore(t *testing.T) {
 
 	// Never backwards: a lower floor changes neither the floor nor the sequence.
 	before, _ := e.seq()
-	rep, err = tf.Advance(bg(), 1)
+	rep, err = e.advance(lease.MaxFloor(marks.Highest, lease.StaticFloor(1)))
 	require.NoError(t, err)
 	after, _ := e.seq()
 	require.Equal(t, before, after)
@@ -182,14 +188,16 @@ func TestTokenFloorAfterRestore(t *testing.T) {
 	require.NoError(t, err)
 	require.Greater(t, nowHighest, highest)
 	require.Equal(t, nowHighest, rep.Stored, "the stored floor follows the guard marks up, never down to 1")
-	_, err = tf.Advance(bg(), -1)
-	require.ErrorIs(t, err, leaseops.ErrInvalidArgument)
+	rep, err = e.advance(lease.StaticFloor(1))
+	require.NoError(t, err)
+	require.Equal(t, nowHighest, rep.Stored, "nor down to a source below the stored floor")
+	require.Zero(t, rep.AdvancedFrom)
 }
 
-// TestTokenFloorAdvanceConcurrent: advancing the sequence while several
-// processes acquire and release never re-issues a token (all tokens are
-// distinct) and every grant that starts after an advance returned carries a
-// token above its floor.
+// TestTokenFloorAdvanceConcurrent: advancing the sequence (CheckFloor)
+// while several processes acquire and release never re-issues a token (all
+// tokens are distinct) and every grant that starts after an advance
+// returned carries a token above its floor.
 func TestTokenFloorAdvanceConcurrent(t *testing.T) {
 	e := newEnv(t)
 	admin := e.floor(lease.StaticFloor(0))
@@ -238,7 +246,7 @@ func TestTokenFloorAdvanceConcurrent(t *testing.T) {
 		defer wg.Done()
 		for i := 1; i <= 10; i++ {
 			target := fence.Token(i * 1000)
-			if _, err := admin.Advance(bg(), target); err != nil {
+			if _, err := e.advance(lease.StaticFloor(target)); err != nil {
 				errs <- err
 				return
 			}

@@ -42,10 +42,10 @@ type Router struct {
 // NewRouter validates cfg. It does no I/O.
 func NewRouter(cfg RouterConfig) (*Router, error) {
 	if len(cfg.Partitions) == 0 {
-		return nil, &ConfigError{Field: "Partitions", Reason: "empty"}
+		return nil, &lease.ConfigError{Field: "Partitions", Reason: "empty"}
 	}
 	if slices.Contains(cfg.Partitions, nil) {
-		return nil, &ConfigError{Field: "Partitions", Reason: "nil lease.Manager"}
+		return nil, &lease.ConfigError{Field: "Partitions", Reason: "nil lease.Manager"}
 	}
 	r := &Router{parts: slices.Clone(cfg.Partitions), partition: cfg.Partition}
 	if r.partition == nil {

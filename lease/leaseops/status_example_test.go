@@ -103,5 +103,5 @@ func ExampleRouter() {
 	fmt.Println(err)
 	// Output:
 	// same partition for one account: true
-	// leaseops: invalid config Partitions: empty
+	// lease: invalid config Partitions: empty
 }

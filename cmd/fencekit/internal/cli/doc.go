@@ -3,7 +3,7 @@
 // calls:
 //
 //	fencekit migrate up | down | status | validate   sql/migrations: Migrate, Down, Status, Validate
-//	fencekit floor status | check | advance          leaseops.TokenFloor: Status, Check, Advance
+//	fencekit floor status | check | advance          leaseops.TokenFloor: Status, Check; leaseops.CheckFloor
 //	fencekit leases list | inspect | revoke | watch  lease.Manager: List, Inspect, Revoke, Watch
 //	fencekit janitor sweep                           leaseops.Janitor.Sweep
 //	fencekit marks highest | prune                   pgguard.Marks: Highest, DeleteIdle

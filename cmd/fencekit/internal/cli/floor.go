@@ -59,10 +59,10 @@ harmless).
 		{group: "floor", name: "advance", args: "[ACTION ROLE CLUSTER]", maxPos: 3,
 			summary: "move the sequence above the floor and record this node (the recovery)", timeout: DefaultFloorTimeout,
 			long: `The whole recovery after a failover or restore in one command
-(leaseops.TokenFloor.Advance): raises the stored floor to the largest of
---floor and the marks, moves the token sequence above it when it is behind
-(never backwards) and records this node as checked, in one transaction that
-briefly locks the lease table. Grants resume at its commit, above every token
+(leaseops.CheckFloor): raises the stored floor to the largest of --floor and
+the marks, moves the token sequence above it when it is behind (never
+backwards) and records this node as checked, in one statement that briefly
+locks the lease table when it moves the sequence. Grants resume at its commit, above every token
 the sources know. Safe to run again. Run it as the schema owner.
 
 ` + floorSourcesHelp + `
@@ -279,8 +279,9 @@ func (j skippedJSON) text(w io.Writer) {
 }
 
 // floorCall is the one library call behind "floor check" and "floor
-// advance". check is TokenFloor.Check: it records the node only when the
-// sequence is already above the floor, and changes nothing otherwise.
+// advance", both the schema's fencekit_check_floor. check is
+// TokenFloor.Check: it records the node only when the sequence is already
+// above the floor, and never moves the sequence.
 // advance is leaseops.CheckFloor, the privilege-safe function a Manager
 // with lease.Config.Floor runs by itself: it raises the floor to the
 // sources' value, moves the sequence past it when behind and records the

@@ -142,7 +142,7 @@ func TestFloorCommands(t *testing.T) {
 	_, err = m.Acquire(bg(), lease.Key{AccountID: "a", SessionID: "s1"})
 	require.ErrorIs(t, err, lease.ErrFailoverUnchecked)
 
-	// Advance, as a primary's callback: grants resume above the marks.
+	// The advance, as a primary's callback: grants resume above the marks.
 	r = w.fk(append([]string{"floor", "advance", "--json"}, append(marksFlags, "on_role_change", "primary", "c1")...)...)
 	require.Equal(t, 0, r.code, "%s", r)
 	rep := r.one(t)
