@@ -106,20 +106,20 @@ func (m *Manager) acquireAttempt(ctx context.Context, key Key, o grantOptions) (
 		} else if ierr == nil && ep != nil && m.epochGone(ctx, ep) {
 			return nil, true, held // the statement refused this Manager's dead heartbeat, not a holder
 		}
-		m.obs.held(key, held.Remaining)
+		m.observe(event{kind: evHeld, key: key})
 		m.met.onRefused(ctx, leasemetrics.ReasonHeld)
 		return nil, false, held
 	case grantRefusal(err) != nil:
 		// The database refused the grant (token floor or unchecked node,
 		// migration 0004): the statement failed as a whole, no row written.
-		m.obs.acquireFailed(key, err)
+		m.observe(event{kind: evAcquireFailed, key: key})
 		return nil, false, m.grantRefused(ctx, key, grantRefusal(err))
 	case err != nil:
 		// The statement may have committed with the reply lost: free the
 		// row of this run_id (a per-lease row expires by TTL otherwise; a
 		// heartbeat row is retried by the release loop, unreleased.go).
 		m.releaseOrphan(ctx, key, runID, ep)
-		m.obs.acquireFailed(key, err)
+		m.observe(event{kind: evAcquireFailed, key: key})
 		m.met.onRefused(ctx, leasemetrics.ReasonError)
 		m.log.Debug("lease acquire failed", "key", key.String(), "err", err)
 		return nil, false, fmt.Errorf("lease: acquire %s: %w", key, classify(err))
@@ -135,7 +135,6 @@ func (m *Manager) acquireAttempt(ctx context.Context, key Key, o grantOptions) (
 		_, _ = m.release(rctx, key, runID)
 		return nil, false, ErrClosed
 	}
-	m.obs.acquired(key, token, time.Since(sentAt))
 	m.refusals.checked(m)
 	m.met.onAcquired(ctx)
 	m.met.onHeld(ctx, 1) // the -1 (end or Close) may come first; the sum is right once both are in

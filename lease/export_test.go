@@ -9,7 +9,7 @@ import (
 	"github.com/google/uuid"
 )
 
-// Events records what a Manager's observer saw, for tests.
+// Events records a Manager's events (observer.go), for tests.
 type Events struct {
 	mu       sync.Mutex
 	Wakes    []string // wake reasons, in order
@@ -22,10 +22,10 @@ type Events struct {
 	lastHeld atomic.Bool // the latest acquire attempt was refused as held (not a failed statement)
 }
 
-// NewObserved is New with a recording observer.
+// NewObserved is New with a hook recording the Manager's events.
 func NewObserved(cfg Config) (*Manager, *Events, error) {
 	ev := &Events{waitingC: make(chan Key, 1024), wokenC: make(chan string, 1024), listen: make(chan bool, 64)}
-	m, err := newManager(cfg, ev)
+	m, err := newManager(cfg, ev.record)
 	return m, ev, err
 }
 
@@ -45,48 +45,48 @@ func (e *Events) Snapshot() (batches []int, failed int, lost []Key) {
 	return append([]int(nil), e.Batches...), e.Failed, append([]Key(nil), e.LostKeys...)
 }
 
-func (e *Events) acquired(Key, int64, time.Duration) {}
-func (e *Events) held(Key, time.Duration)            { e.lastHeld.Store(true) }
-func (e *Events) acquireFailed(Key, error)           { e.lastHeld.Store(false) }
-
 // LastHeld reports whether the latest acquire attempt was refused because
 // the key is held (rather than failing, which makes a waiter retry after a
 // short backoff).
 func (e *Events) LastHeld() bool { return e.lastHeld.Load() }
-func (e *Events) renewBatch(n, renewed, lost int, _ time.Duration, err error) {
-	e.mu.Lock()
-	defer e.mu.Unlock()
-	if err != nil {
-		e.Failed++
-		return
-	}
-	e.Batches = append(e.Batches, n)
-}
-func (e *Events) lost(k Key, _ error) {
-	e.mu.Lock()
-	e.LostKeys = append(e.LostKeys, k)
-	e.mu.Unlock()
-}
-func (e *Events) released(Key, ReleaseResult, error) {}
-func (e *Events) waiting(k Key) {
-	select {
-	case e.waitingC <- k:
-	default:
-	}
-}
-func (e *Events) woken(_ Key, r wakeReason) {
-	e.mu.Lock()
-	e.Wakes = append(e.Wakes, r.String())
-	e.mu.Unlock()
-	select {
-	case e.wokenC <- r.String():
-	default:
-	}
-}
-func (e *Events) listener(up bool, _ error) {
-	select {
-	case e.listen <- up:
-	default:
+
+// record is the Manager's hook.
+func (e *Events) record(ev event) {
+	switch ev.kind {
+	case evHeld:
+		e.lastHeld.Store(true)
+	case evAcquireFailed:
+		e.lastHeld.Store(false)
+	case evBatch:
+		e.mu.Lock()
+		if ev.failed {
+			e.Failed++
+		} else {
+			e.Batches = append(e.Batches, ev.n)
+		}
+		e.mu.Unlock()
+	case evLost:
+		e.mu.Lock()
+		e.LostKeys = append(e.LostKeys, ev.key)
+		e.mu.Unlock()
+	case evWaiting:
+		select {
+		case e.waitingC <- ev.key:
+		default:
+		}
+	case evWoken:
+		e.mu.Lock()
+		e.Wakes = append(e.Wakes, ev.wake.String())
+		e.mu.Unlock()
+		select {
+		case e.wokenC <- ev.wake.String():
+		default:
+		}
+	case evListener:
+		select {
+		case e.listen <- ev.up:
+		default:
+		}
 	}
 }
 

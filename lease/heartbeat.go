@@ -266,7 +266,7 @@ func (m *Manager) beatOnce(ep *epoch) error {
 		ep.mu.Unlock()
 		err = fmt.Errorf("lease: heartbeat: %w", classify(err))
 		m.met.onRenew(ctx, d, err)
-		m.obs.renewBatch(n, 0, 0, d, err)
+		m.observe(event{kind: evBatch, n: n, failed: true})
 		sp.endBatch(0, 0, err)
 		if m.root.Err() == nil {
 			m.log.Warn("lease renewal failed; leases stay trusted until their deadlines", "heartbeat", ep.id, "leases", n, "err", err)
@@ -297,7 +297,7 @@ func (m *Manager) beatOnce(ep *epoch) error {
 		lost += m.endEpoch(ep, ErrLost)
 		m.log.Warn("lease heartbeat refused: every lease of this heartbeat is lost", "manager_id", ep.id, "leases", n)
 	}
-	m.obs.renewBatch(n, n-lost, lost, d, nil)
+	m.observe(event{kind: evBatch, n: n})
 	sp.endBatch(n-lost, lost, nil)
 	return nil
 }

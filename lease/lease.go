@@ -333,7 +333,7 @@ func (l *Lease) endLogged(cause error, logWarn bool) bool {
 		if errors.Is(cause, ErrTrustExpired) {
 			delay = cancelled.Sub(trust)
 		}
-		l.m.obs.lost(l.key, cause)
+		l.m.observe(event{kind: evLost, key: l.key})
 		l.m.traceLost(l, mcause, cause, cancelled.Add(-delay), cancelled)
 		l.m.met.onLost(l.ctx, mcause, delay)
 		level := slog.LevelWarn

@@ -228,7 +228,7 @@ func (m *Manager) listenLoop(ctx context.Context) {
 			m.stopListenHealth()
 			return
 		}
-		m.obs.listener(false, err)
+		m.observe(event{kind: evListener})
 		m.log.Warn("lease: listener disconnected; reconnecting", "err", err, "backoff", backoff)
 		if connected {
 			backoff = minBackoff
@@ -309,7 +309,7 @@ func (m *Manager) listenOnce(ctx context.Context) (connected bool, err error) {
 		return false, fmt.Errorf("listen: %w", err)
 	}
 	m.fan.setReady(true)
-	m.obs.listener(true, nil)
+	m.observe(event{kind: evListener, up: true})
 	m.lh.set(ListenerUnverified)
 	m.endDisplaced(sctx, conn)
 

@@ -29,7 +29,7 @@ type Manager struct {
 	pool *pgxpool.Pool
 	st   statements
 	log  *slog.Logger
-	obs  observer
+	hook func(event) // tests only (observer.go); nil in production
 	met  *metrics
 	tr   trace.Tracer // nil: tracing off (trace.go)
 
@@ -73,13 +73,13 @@ type Manager struct {
 
 // New validates cfg, fills defaults and starts the renewer. It sends no
 // statement.
-func New(cfg Config) (*Manager, error) { return newManager(cfg, noopObserver{}) }
+func New(cfg Config) (*Manager, error) { return newManager(cfg, nil) }
 
 // newManager builds the Manager. Its goroutines run on a context the
 // Manager owns (cancelled by Close), never on a caller's.
 //
 //nolint:contextcheck // deliberately not inheriting a caller's context
-func newManager(cfg Config, obs observer) (*Manager, error) {
+func newManager(cfg Config, hook func(event)) (*Manager, error) {
 	r, err := cfg.resolve()
 	if err != nil {
 		return nil, err
@@ -90,7 +90,7 @@ func newManager(cfg Config, obs observer) (*Manager, error) {
 		pool:       r.Pool,
 		st:         newStatements(r.qSchema, r.Schema),
 		log:        r.Logger,
-		obs:        obs,
+		hook:       hook,
 		root:       root,
 		rootCancel: cancel,
 		leases:     make(map[uuid.UUID]*Lease),

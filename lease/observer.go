@@ -1,33 +1,37 @@
 package lease
 
-import "time"
-
-// observer is the seam for metrics and tracing. Every method is
-// called synchronously from the Manager's goroutines and must not block.
-// The default is noopObserver; tests install a recording one.
-type observer interface {
-	acquired(k Key, token int64, d time.Duration)
-	held(k Key, d time.Duration)
-	acquireFailed(k Key, err error)
-	renewBatch(n, renewed, lost int, d time.Duration, err error)
-	lost(k Key, cause error)
-	released(k Key, result ReleaseResult, err error)
-	waiting(k Key)
-	woken(k Key, reason wakeReason)
-	listener(connected bool, err error)
+// event is one thing a Manager did that a test may wait for
+// (export_test.go's Events). The Manager's metrics, spans and logs are
+// recorded where each thing happens; events are only for tests: a
+// production Manager has no hook and observe does nothing.
+type event struct {
+	kind   eventKind
+	key    Key
+	n      int        // evBatch: leases in the statement
+	failed bool       // evBatch: the statement failed
+	wake   wakeReason // evWoken
+	up     bool       // evListener: connected (true) or lost (false)
 }
 
-type noopObserver struct{}
+type eventKind uint8
 
-func (noopObserver) acquired(Key, int64, time.Duration)             {}
-func (noopObserver) held(Key, time.Duration)                        {}
-func (noopObserver) acquireFailed(Key, error)                       {}
-func (noopObserver) renewBatch(int, int, int, time.Duration, error) {}
-func (noopObserver) lost(Key, error)                                {}
-func (noopObserver) released(Key, ReleaseResult, error)             {}
-func (noopObserver) waiting(Key)                                    {}
-func (noopObserver) woken(Key, wakeReason)                          {}
-func (noopObserver) listener(bool, error)                           {}
+const (
+	evHeld          eventKind = iota + 1 // an acquire refused: the key is held
+	evAcquireFailed                      // an acquire failed, or was refused by the database
+	evBatch                              // a renewal or heartbeat statement ran or failed
+	evLost                               // a lease ended by loss
+	evWaiting                            // an AcquireWait caller goes to sleep
+	evWoken                              // an AcquireWait caller woke up
+	evListener                           // the listener connected or lost its connection
+)
+
+// observe hands ev to the test hook, if any. It is called synchronously
+// from the Manager's goroutines; the hook must not block.
+func (m *Manager) observe(ev event) {
+	if m.hook != nil {
+		m.hook(ev)
+	}
+}
 
 // wakeReason says why an AcquireWait waiter re-tried.
 type wakeReason uint8

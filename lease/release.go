@@ -91,7 +91,6 @@ func (m *Manager) release(ctx context.Context, key Key, runID uuid.UUID) (Releas
 		Scan(&notified)
 	if err != nil && !errors.Is(err, pgx.ErrNoRows) {
 		err = fmt.Errorf("lease: release %s: %w", key, classify(err))
-		m.obs.released(key, 0, err)
 		m.met.onReleased(ctx, 0, err)
 		m.log.Debug("lease release failed", "key", key.String(), "run_id", runID, "err", err)
 		return 0, err
@@ -113,7 +112,6 @@ func (m *Manager) release(ctx context.Context, key Key, runID uuid.UUID) (Releas
 			res = ReleaseExpired
 		}
 	}
-	m.obs.released(key, res, nil)
 	m.met.onReleased(ctx, res, nil)
 	if m.log.Enabled(ctx, slog.LevelDebug) {
 		m.log.Debug("lease released", "key", key.String(), "run_id", runID, "result", res.String())

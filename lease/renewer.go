@@ -153,7 +153,7 @@ func (m *Manager) renewChunk(chunk []*Lease) bool {
 			l.renewFailed()
 			l.retryAt(time.Now()) // next tick
 		}
-		m.obs.renewBatch(len(chunk), 0, 0, time.Since(sentAt), err)
+		m.observe(event{kind: evBatch, n: len(chunk), failed: true})
 		sp.endBatch(0, 0, err)
 		if m.root.Err() == nil {
 			m.log.Warn("lease renewal failed; leases stay trusted until their deadlines", "leases", len(chunk), "err", err)
@@ -174,7 +174,7 @@ func (m *Manager) renewChunk(chunk []*Lease) bool {
 		refused[i].end(cause)
 	}
 	lost := len(refused)
-	m.obs.renewBatch(len(chunk), len(chunk)-lost, lost, time.Since(sentAt), nil)
+	m.observe(event{kind: evBatch, n: len(chunk)})
 	sp.endBatch(len(chunk)-lost, lost, nil)
 	return true
 }

@@ -114,11 +114,11 @@ func (m *Manager) takeoverOnce(ctx context.Context, key Key, opts []Option) (*Le
 		}
 		return nil, fmt.Errorf("lease: takeover %s: granted nothing although this Manager's heartbeat is live", key)
 	case grantRefusal(err) != nil:
-		m.obs.acquireFailed(key, err)
+		m.observe(event{kind: evAcquireFailed, key: key})
 		return nil, m.grantRefused(ctx, key, grantRefusal(err))
 	case err != nil:
 		m.releaseOrphan(ctx, key, runID, ep)
-		m.obs.acquireFailed(key, err)
+		m.observe(event{kind: evAcquireFailed, key: key})
 		m.met.onRefused(ctx, leasemetrics.ReasonError)
 		return nil, fmt.Errorf("lease: takeover %s: %w", key, classify(err))
 	}
@@ -135,7 +135,6 @@ func (m *Manager) takeoverOnce(ctx context.Context, key Key, opts []Option) (*Le
 		_, _ = m.release(rctx, key, runID)
 		return nil, ErrClosed
 	}
-	m.obs.acquired(key, token, time.Since(sentAt))
 	m.refusals.checked(m)
 	m.met.onAcquired(ctx)
 	m.met.onHeld(ctx, 1)

@@ -154,7 +154,7 @@ func (m *Manager) AcquireWait(ctx context.Context, key Key, opts ...Option) (got
 			m.log.Debug("lease: acquire attempt failed while waiting", "key", key.String(), "err", err)
 			expiry.Reset(min(m.cfg.WaitPoll, time.Second))
 		}
-		m.obs.waiting(key)
+		m.observe(event{kind: evWaiting, key: key})
 		var reason wakeReason
 		select {
 		case sig := <-w.ch:
@@ -178,7 +178,7 @@ func (m *Manager) AcquireWait(ctx context.Context, key Key, opts ...Option) (got
 		}
 		notified = reason == wakeNotify
 		immediate = 0
-		m.obs.woken(key, reason)
+		m.observe(event{kind: evWoken, key: key, wake: reason})
 	}
 }
 
