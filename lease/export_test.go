@@ -145,7 +145,11 @@ func EndedAt(l *Lease) time.Time {
 
 // Unreleased is how many runs of m wait for their release to be confirmed
 // (unreleased.go).
-func Unreleased(m *Manager) int { return m.unreleasedCount() }
+func Unreleased(m *Manager) int {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	return len(m.unrel)
+}
 
 // BeatSQL is m's heartbeat statement.
 func BeatSQL(m *Manager) string { return m.st.beat }

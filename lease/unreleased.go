@@ -54,13 +54,6 @@ func (m *Manager) keepReleasing(key Key, run uuid.UUID, ep *epoch) {
 	}
 }
 
-// unreleasedCount is how many runs wait for their release to be confirmed.
-func (m *Manager) unreleasedCount() int {
-	m.mu.Lock()
-	defer m.mu.Unlock()
-	return len(m.unrel)
-}
-
 // releaseLoop retries the unconfirmed releases: at once when one is
 // recorded, then every RenewEvery/2 while a retry fails. It sends nothing
 // while there is nothing to release.

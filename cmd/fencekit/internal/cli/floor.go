@@ -5,6 +5,7 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"strconv"
 	"time"
 
 	"github.com/jackc/pgx/v5/pgxpool"
@@ -355,3 +356,20 @@ func setupFloorRun(advance bool) func(fs *flag.FlagSet, r *runner) runFunc {
 		}
 	}
 }
+
+// parseFloor reads an operator floor: a decimal integer in 0..MaxFloor.
+func parseFloor(flagName, s string) (fence.Token, error) {
+	v, err := strconv.ParseInt(s, 10, 64)
+	switch {
+	case err != nil:
+		return 0, usagef("%s %q: not a whole number in 0..%d", flagName, s, int64(MaxFloor))
+	case v < 0:
+		return 0, usagef("%s %d: negative (a floor is 0 or more)", flagName, v)
+	case v > int64(MaxFloor):
+		return 0, usagef("%s %d: absurd, above %d (2^53, the largest integer every JSON reader keeps exact; at a million grants a second the sequence would take 285 years to get there)", flagName, v, int64(MaxFloor))
+	}
+	return fence.Token(v), nil
+}
+
+// MaxFloor is the largest operator floor the floor commands accept.
+const MaxFloor = fence.Token(1 << 53)

@@ -2,13 +2,11 @@ package cli
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"flag"
 	"fmt"
 	"io"
 	"net"
-	"strconv"
 	"strings"
 	"syscall"
 	"time"
@@ -16,60 +14,8 @@ import (
 	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgxpool"
 
-	"github.com/fencekit/fencekit/fence"
-	"github.com/fencekit/fencekit/guards/pgguard"
-	"github.com/fencekit/fencekit/lease"
-	"github.com/fencekit/fencekit/lease/leaseops"
 	"github.com/fencekit/fencekit/sql/migrations"
 )
-
-// Exit codes of every fencekit command.
-const (
-	// ExitOK: the command did what it was asked (also: a revoke of a key
-	// nobody holds, a floor status showing grants refused).
-	ExitOK = 0
-	// ExitFailed: the command failed (database unreachable, statement
-	// failed, schema not migrated for validate); the cause is printed.
-	ExitFailed = 1
-	// ExitUsage: bad command line or input; nothing was sent or changed.
-	ExitUsage = 2
-	// ExitRefused: refused as unsafe: the floor check failed and grants
-	// stay refused.
-	ExitRefused = 3
-)
-
-// ErrUsage is matched by every *UsageError.
-var ErrUsage = errors.New("fencekit: usage")
-
-// UsageError reports a bad command line or input. It maps to ExitUsage.
-type UsageError struct{ Msg string }
-
-func (e *UsageError) Error() string { return e.Msg }
-
-// Is reports whether target is ErrUsage.
-func (e *UsageError) Is(target error) bool { return target == ErrUsage }
-
-func usagef(format string, args ...any) error {
-	return &UsageError{Msg: fmt.Sprintf(format, args...)}
-}
-
-// ExitCode maps a command's error to its exit code.
-func ExitCode(err error) int {
-	switch {
-	case err == nil:
-		return ExitOK
-	case errors.Is(err, ErrUsage),
-		errors.Is(err, migrations.ErrInvalidIdentifier), errors.Is(err, migrations.ErrInvalidVersion),
-		errors.Is(err, lease.ErrInvalidKey), errors.Is(err, lease.ErrInvalidRunID),
-		errors.Is(err, lease.ErrInvalidConfig), errors.Is(err, lease.ErrInvalidListOptions),
-		errors.Is(err, leaseops.ErrInvalidArgument),
-		errors.Is(err, pgguard.ErrInvalidArgument), errors.Is(err, pgguard.ErrInvalidConfig):
-		return ExitUsage
-	case errors.Is(err, lease.ErrTokenFloor), errors.Is(err, lease.ErrFailoverUnchecked):
-		return ExitRefused
-	}
-	return ExitFailed
-}
 
 // globals are the flags every command takes.
 type globals struct {
@@ -215,104 +161,4 @@ func retryable(err error) bool {
 	var ne net.Error
 	return errors.As(err, &ce) || errors.As(err, &ne) || errors.Is(err, syscall.ECONNREFUSED) ||
 		errors.Is(err, io.ErrUnexpectedEOF) || errors.Is(err, io.EOF)
-}
-
-// parseFloor reads an operator floor: a decimal integer in 0..MaxFloor.
-func parseFloor(flagName, s string) (fence.Token, error) {
-	v, err := strconv.ParseInt(s, 10, 64)
-	switch {
-	case err != nil:
-		return 0, usagef("%s %q: not a whole number in 0..%d", flagName, s, int64(MaxFloor))
-	case v < 0:
-		return 0, usagef("%s %d: negative (a floor is 0 or more)", flagName, v)
-	case v > int64(MaxFloor):
-		return 0, usagef("%s %d: absurd, above %d (2^53, the largest integer every JSON reader keeps exact; at a million grants a second the sequence would take 285 years to get there)", flagName, v, int64(MaxFloor))
-	}
-	return fence.Token(v), nil
-}
-
-// MaxFloor is the largest operator floor the floor commands accept.
-const MaxFloor = fence.Token(1 << 53)
-
-// printer writes results: JSON Lines with --json, text otherwise.
-type printer struct {
-	w    io.Writer
-	json bool
-}
-
-// result is one printable result.
-type result interface{ text(w io.Writer) }
-
-func (p printer) print(v result) {
-	if p.json {
-		writeJSON(p.w, v)
-		return
-	}
-	v.text(p.w)
-}
-
-func writeJSON(w io.Writer, v any) {
-	b, err := json.Marshal(v)
-	if err != nil {
-		b, _ = json.Marshal(errorJSON{Error: "encoding output: " + err.Error(), ExitCode: ExitFailed})
-	}
-	_, _ = w.Write(append(b, '\n'))
-}
-
-type errorJSON struct {
-	Error    string `json:"error"`
-	ExitCode int    `json:"exit_code"`
-}
-
-// ownershipJSON is a key's state as every leases command prints it.
-type ownershipJSON struct {
-	Account     string     `json:"account"`
-	Session     string     `json:"session"`
-	State       string     `json:"state"`
-	RunID       string     `json:"run_id,omitempty"`
-	Token       int64      `json:"token,omitempty"`
-	Holder      string     `json:"holder,omitempty"`
-	AcquiredAt  *time.Time `json:"acquired_at,omitempty"`
-	RenewedAt   *time.Time `json:"renewed_at,omitempty"`
-	ExpiresAt   *time.Time `json:"expires_at,omitempty"`
-	ReleasedAt  *time.Time `json:"released_at,omitempty"`
-	RemainingMS int64      `json:"remaining_ms"`
-	DBNow       time.Time  `json:"db_now"`
-}
-
-func ownership(o lease.Ownership) ownershipJSON {
-	t := func(v time.Time) *time.Time {
-		if v.IsZero() {
-			return nil
-		}
-		u := v.UTC()
-		return &u
-	}
-	j := ownershipJSON{
-		Account: o.Key.AccountID, Session: o.Key.SessionID, State: o.State.String(),
-		Token: int64(o.Token), Holder: o.Holder,
-		AcquiredAt: t(o.AcquiredAt), RenewedAt: t(o.RenewedAt), ExpiresAt: t(o.ExpiresAt), ReleasedAt: t(o.ReleasedAt),
-		RemainingMS: o.Remaining.Milliseconds(), DBNow: o.DBNow.UTC(),
-	}
-	if o.State != lease.StateNotFound {
-		j.RunID = o.RunID.String()
-	}
-	return j
-}
-
-// describe is one line about a key's state, for people.
-func (o ownershipJSON) describe() string {
-	k := lease.Key{AccountID: o.Account, SessionID: o.Session}.String()
-	switch o.State {
-	case lease.StateNotFound.String():
-		return k + " was never acquired (or its row was deleted)"
-	case lease.StateHeld.String():
-		h := ""
-		if o.Holder != "" {
-			h = fmt.Sprintf(" by %q", o.Holder)
-		}
-		return fmt.Sprintf("%s is held%s: run %s, token %d, expires in %s", k, h, o.RunID, o.Token,
-			(time.Duration(o.RemainingMS) * time.Millisecond).String())
-	}
-	return fmt.Sprintf("%s is %s: last run %s, token %d", k, o.State, o.RunID, o.Token)
 }
