@@ -72,13 +72,14 @@ demo-mcp: ## the two-devices story over MCP: two MCP clients of one conversation
 	@$(SERVICES); cd examples/mcpserver && DATABASE_URL="$$TEST_DATABASE_URL" $(GO) run . demo
 
 .PHONY: lint
-lint: ## gofmt, go vet and golangci-lint (pinned, installed on first use)
+lint: ## gofmt, go vet and golangci-lint (pinned, installed on first use); doc snippets; package lease's API budget
 	@out=$$(gofmt -l $$(git ls-files '*.go')); if [ -n "$$out" ]; then echo "gofmt needed:"; echo "$$out"; exit 1; fi
 	$(GO) vet $(PKGS)
 	@for m in $(NESTED); do (cd $$m && $(GO) vet ./...); done
 	@if [ ! -x $(GOLANGCI) ]; then GOBIN=$(dir $(GOLANGCI)) $(GO) install github.com/golangci/golangci-lint/v2/cmd/golangci-lint@$(GOLANGCI_VERSION); fi
 	$(GOLANGCI) run $(PKGS)
 	$(GO) run ./internal/tools/docsnippets
+	$(GO) run ./internal/tools/apisurface -max 140 lease
 
 .PHONY: fuzz
 fuzz: ## run every Go fuzz target briefly (FUZZTIME=5s each; FUZZ_PKG=dir filter)
