@@ -85,6 +85,7 @@ func (m *Manager) acquireAttempt(ctx context.Context, key Key, o grantOptions) (
 			return nil, false, fmt.Errorf("lease: acquire %s: %w", key, err)
 		}
 	}
+	m.awaitListener(ctx)
 	m.beginGrant(runID)
 	defer m.endGrant(runID)
 	cctx, cancel := m.call(ctx)

@@ -49,7 +49,9 @@
 //     when notifications are not delivered, and at once when the
 //     takeover's notification arrives — also when it arrives while the
 //     run's own grant reply is still in flight (the lease then ends as its
-//     Acquire or Takeover returns it). The heartbeat statement runs on the
+//     Acquire or Takeover returns it). A Manager's first grant waits
+//     (bounded by CallTimeout) until its listener is listening, so its
+//     first leases are told like later ones. The heartbeat statement runs on the
 //     Manager's own context, one at a time: Acquire, Renew and the renewer
 //     share the one in flight, and a caller whose ctx ends stops waiting
 //     without failing the heartbeat. What it reads grows with the

@@ -210,6 +210,35 @@ func (m *Manager) startListener() {
 	go m.listenLoop(m.root)
 }
 
+// firstListenDone records the end of the listener's first connection
+// attempt: LISTEN in place, or the attempt failed.
+func (m *Manager) firstListenDone() { m.firstListen.Do(func() { close(m.listenFirst) }) }
+
+// awaitListener starts the listener and, until its first connection has
+// LISTEN in place (or its first attempt failed), waits for that, bounded by
+// CallTimeout, ctx and Close. A grant sent after it is then displaced only
+// by a takeover that commits after LISTEN, whose notification the listener
+// receives: the first leases of a new Manager are told of a takeover as
+// soon as later ones, not when the listener connects. Later grants never
+// wait (a reconnecting listener is covered by its sweep on connect, the
+// heartbeat and the fallback poll).
+func (m *Manager) awaitListener(ctx context.Context) {
+	m.startListener()
+	select {
+	case <-m.listenFirst:
+		return
+	default:
+	}
+	t := time.NewTimer(m.cfg.CallTimeout)
+	defer t.Stop()
+	select {
+	case <-m.listenFirst:
+	case <-t.C:
+	case <-ctx.Done():
+	case <-m.root.Done():
+	}
+}
+
 // listenLoop keeps one LISTEN connection up until ctx (the Manager's root,
 // cancelled by Close) ends, reconnecting with exponential backoff (50ms to
 // 5s).
@@ -223,6 +252,7 @@ func (m *Manager) listenLoop(ctx context.Context) {
 	for {
 		m.lh.set(ListenerConnecting)
 		connected, err := m.listenOnce(ctx)
+		m.firstListenDone() // the first attempt failed: grants no longer wait for it
 		m.fan.setReady(false)
 		if ctx.Err() != nil {
 			m.stopListenHealth()
@@ -309,12 +339,16 @@ func (m *Manager) listenOnce(ctx context.Context) (connected bool, err error) {
 		return false, fmt.Errorf("listen: %w", err)
 	}
 	m.fan.setReady(true)
+	m.firstListenDone()
 	m.observe(event{kind: evListener, up: true})
 	m.lh.set(ListenerUnverified)
 	m.endDisplaced(sctx, conn)
 
 	prober := &probeConn{m: m}
-	defer prober.close(ctx)
+	defer func() {
+		prober.await()
+		prober.close(ctx)
+	}()
 	var (
 		probe        string    // payload of the probe in flight, "" when none
 		probeDue     time.Time // when to send the next probe
@@ -325,18 +359,13 @@ func (m *Manager) listenOnce(ctx context.Context) (connected bool, err error) {
 	for {
 		now := time.Now()
 		if probe == "" && !now.Before(probeDue) {
+			// Sent on a goroutine of its own: this loop keeps reading
+			// notifications while the probe's NOTIFY waits for its
+			// commit (behind every other notifying commit, in a storm).
 			probe = randomHex(8)
 			probeExpires = now.Add(m.cfg.CallTimeout)
 			probeDue = now.Add(m.cfg.WaitPoll)
-			if perr := prober.send(sctx, probeChannel, probe); perr != nil {
-				// The database cannot be reached that way: nothing is
-				// learned about delivery. Check this connection as before.
-				probe = ""
-				if err := m.pingListen(sctx, conn); err != nil {
-					return true, err
-				}
-				m.log.Debug("lease: listener probe not sent", "err", perr)
-			}
+			prober.start(sctx, probeChannel, probe)
 		}
 		next := probeDue
 		if probe != "" {
@@ -354,6 +383,8 @@ func (m *Manager) listenOnce(ctx context.Context) (connected bool, err error) {
 				// Only this listener's probes use the channel: even one
 				// that arrives after it was counted lost shows delivery.
 				probe = ""
+				// Its commit is done: the send's reply is at hand.
+				prober.await()
 				m.probeDelivered()
 				continue
 			}
@@ -367,11 +398,17 @@ func (m *Manager) listenOnce(ctx context.Context) (connected bool, err error) {
 		now = time.Now()
 		if probe != "" && !now.Before(probeExpires) {
 			probe = ""
-			// Lost, or this connection is gone: tell which.
+			// The send ends by its own deadline, about now.
+			perr := prober.await()
+			// Lost, not sent, or this connection is gone: tell which.
 			if err := m.pingListen(sctx, conn); err != nil {
 				return true, err
 			}
-			if m.probeLost() {
+			if perr != nil {
+				// The database cannot be reached that way: nothing is
+				// learned about delivery.
+				m.log.Debug("lease: listener probe not sent", "err", perr)
+			} else if m.probeLost() {
 				fallbackDue = now
 			}
 		}
@@ -388,8 +425,28 @@ func (m *Manager) listenOnce(ctx context.Context) (connected bool, err error) {
 // nor holds, a connection the Manager's statements need. It is opened on
 // the first probe, reopened after a failure, and closed with the listener.
 type probeConn struct {
-	m    *Manager
-	conn *pgx.Conn
+	m      *Manager
+	conn   *pgx.Conn  // used by the send in flight only
+	result chan error // the outcome of the send in flight; nil when none
+}
+
+// start sends one probe on a goroutine of its own; the listener collects
+// its outcome (await) before it starts another.
+func (p *probeConn) start(ctx context.Context, channel, payload string) {
+	res := make(chan error, 1)
+	p.result = res
+	go func() { res <- p.send(ctx, channel, payload) }()
+}
+
+// await waits for the send in flight, if any (bounded by CallTimeout), and
+// returns its error.
+func (p *probeConn) await() error {
+	if p.result == nil {
+		return nil
+	}
+	err := <-p.result
+	p.result = nil
+	return err
 }
 
 // send sends one probe NOTIFY, bounded by CallTimeout.

@@ -61,14 +61,18 @@ type Manager struct {
 	unrel     map[uuid.UUID]unreleased
 	unrelKick chan struct{}
 
-	fan        *fanout     // the listener's notifications, by key (listener.go)
-	watches    watches     // Watch's shared readers, by key (watch.go)
-	listening  atomic.Bool // the listener was started
-	lh         listenHealth
-	lastRound  atomic.Int64 // unix ns: end of the last renewal round without a failed statement
-	refusals   refusalLog
-	closeOnce  sync.Once
-	closeError error
+	fan         *fanout     // the listener's notifications, by key (listener.go)
+	watches     watches     // Watch's shared readers, by key (watch.go)
+	listening   atomic.Bool // the listener was started
+	firstListen sync.Once   // closes listenFirst
+	// listenFirst is closed once the listener's first connection has
+	// LISTEN in place, or its first attempt failed (awaitListener).
+	listenFirst chan struct{}
+	lh          listenHealth
+	lastRound   atomic.Int64 // unix ns: end of the last renewal round without a failed statement
+	refusals    refusalLog
+	closeOnce   sync.Once
+	closeError  error
 }
 
 // New validates cfg, fills defaults and starts the renewer. It sends no
@@ -86,19 +90,20 @@ func newManager(cfg Config, hook func(event)) (*Manager, error) {
 	}
 	root, cancel := context.WithCancelCause(context.Background())
 	m := &Manager{
-		cfg:        r,
-		pool:       r.Pool,
-		st:         newStatements(r.qSchema, r.Schema),
-		log:        r.Logger,
-		hook:       hook,
-		root:       root,
-		rootCancel: cancel,
-		leases:     make(map[uuid.UUID]*Lease),
-		granting:   make(map[uuid.UUID]error),
-		unrel:      make(map[uuid.UUID]unreleased),
-		unrelKick:  make(chan struct{}, 1),
-		fan:        newFanout(),
-		floor:      newFloorChecker(r),
+		cfg:         r,
+		pool:        r.Pool,
+		st:          newStatements(r.qSchema, r.Schema),
+		log:         r.Logger,
+		hook:        hook,
+		root:        root,
+		rootCancel:  cancel,
+		leases:      make(map[uuid.UUID]*Lease),
+		granting:    make(map[uuid.UUID]error),
+		unrel:       make(map[uuid.UUID]unreleased),
+		unrelKick:   make(chan struct{}, 1),
+		fan:         newFanout(),
+		listenFirst: make(chan struct{}),
+		floor:       newFloorChecker(r),
 	}
 	met, err := newMetrics(r.MeterProvider, r.TTL)
 	if err != nil {

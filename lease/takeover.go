@@ -93,7 +93,7 @@ func (m *Manager) takeoverOnce(ctx context.Context, key Key, opts []Option) (*Le
 			return nil, fmt.Errorf("lease: takeover %s: %w", key, err)
 		}
 	}
-	m.startListener()
+	m.awaitListener(ctx)
 	m.beginGrant(runID)
 	defer m.endGrant(runID)
 	cctx, cancel := m.call(ctx)

@@ -77,6 +77,7 @@ func Cases() []Case {
 		{"heartbeat", []string{"hb_heap_bytes_per_lease", "hb_statements_per_period", "hb_busy_fraction", "hb_takeover_cancelled", "hb_expiry_cancelled"}, Heartbeat},
 		{"deployment", []string{"deploy_direct_takeover_p50_ms", "deploy_pgb_tx_takeover_p50_ms", "deploy_pgb_tx_listen_takeover_p50_ms"}, Deployment},
 		{"takeover", []string{"takeover_ratio_vs_lease_cycle", "takeovers_per_s"}, Takeover},
+		{"storm", StormKeys, Storm},
 		{"growth", []string{"growth_cycle_ratio_w1", "growth_cycle_ratio_w8", "growth_cycle_ratio_w32", "growth_cycle_ratio_w128"}, GrowthCase},
 	}
 }
