@@ -119,7 +119,7 @@ func run(e *bench.Env, dbURL string, rounds int, log io.Writer) (err error) {
 	fixed := fence.Claim{Token: 1, Run: uuid.NewString()}
 
 	newServer := func(releaseBeforeReply bool) (*benchServer, *mcpfence.Fence, error) {
-		f, err := mcpfence.New(mcpfence.Config{Manager: m, Account: mcpfence.Fixed("bench"), ReleaseBeforeReply: releaseBeforeReply,
+		f, err := mcpfence.New(mcpfence.Config{Manager: m, Account: mcpfence.Fixed("bench"), ReleaseBeforeReply: releaseBeforeReply, //nolint:contextcheck // the Fence's reaper runs until Close
 			Tools: map[string]mcpfence.Policy{"note_unfenced": mcpfence.Unfenced, "note": mcpfence.Acquire}})
 		if err != nil {
 			return nil, nil, err
@@ -163,7 +163,7 @@ func run(e *bench.Env, dbURL string, rounds int, log io.Writer) (err error) {
 		}
 		mcp.AddTool(s, &mcp.Tool{Name: "note_unfenced"}, note)
 		mcp.AddTool(s, &mcp.Tool{Name: "note"}, note)
-		ln, err := net.Listen("tcp", "127.0.0.1:0")
+		ln, err := (&net.ListenConfig{}).Listen(ctx, "tcp", "127.0.0.1:0")
 		if err != nil {
 			return nil, nil, err
 		}
