@@ -97,8 +97,8 @@ bench: ## run cmd/fence-bench against the real services (BENCH_QUICK=1: about 90
 	@$(SERVICES); mkdir -p out; $(GO) run ./cmd/fence-bench -chart out/bench.svg $(BENCHFLAGS)
 
 .PHONY: bench-mcp
-bench-mcp: ## an MCP tool call over streamable HTTP: unfenced vs fenced per call vs a later call of a run (p50/p99; BENCHFLAGS=-n=1000)
-	@$(SERVICES); cd examples/mcpserver && DATABASE_URL="$$TEST_DATABASE_URL" $(GO) run . bench -schema mcpbench $(BENCHFLAGS)
+bench-mcp: ## make bench's mcp_call case alone: a fenced MCP tool call vs the same tool unfenced over streamable HTTP (p50/p99, ratio, stages)
+	@$(SERVICES); mkdir -p out; $(GO) run ./cmd/fence-bench -only mcp_call $(BENCHFLAGS)
 
 .PHONY: migrations
 migrations: ## regenerate the goose and golang-migrate files of sql/migrations

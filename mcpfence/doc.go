@@ -64,7 +64,10 @@
 //     returns, also when the call was cancelled (notifications/cancelled
 //     cancels the handler's ctx): the release runs on a context of its own
 //     bounded by Config.ReleaseTimeout. A release that fails is retried by
-//     the Manager (lease package).
+//     the Manager (lease package). The call's result does not wait for the
+//     release's commit (unless Config.ReleaseBeforeReply): a later Acquire
+//     or Wait call of the same conversation through this Fence waits for it
+//     before its own acquire, and Close waits for every release in flight.
 //   - A Wait call sends a progress notification (naming the holder) at once
 //     and every Config.ProgressEvery while it waits, when the client asked
 //     for progress; it waits at most Config.MaxWait.
@@ -83,4 +86,9 @@
 //     (its lease then expires after its TTL).
 //   - The Owner named in a Refusal is the database's answer when the
 //     refusal was built; it may have changed since.
+//   - That a conversation is free the moment a per-call result arrived,
+//     for a call through another Fence (another server replica): the
+//     release may still be in flight for its round trip, and such a call
+//     finds the conversation held until then (Config.ReleaseBeforeReply
+//     makes the result wait for the release).
 package mcpfence

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"slices"
 	"sync"
 	"time"
 
@@ -63,8 +64,9 @@ const (
 )
 
 // SpanToolCall is the span of one fenced tool call, from the key lookup to
-// the release; the lease's spans (acquire, takeover, release) and the
-// guards' spans of the tool's writes are its children.
+// the result; the lease's spans (acquire, takeover, release) and the
+// guards' spans of the tool's writes are its children (a per-call lease's
+// release span may end after it: the release runs after the result).
 const SpanToolCall = "fencekit.mcp.tool_call"
 
 // Span attribute keys of SpanToolCall (with leasetrace.AttrAccountID,
@@ -111,6 +113,16 @@ type Config struct {
 	// ReleaseTimeout bounds each release, which runs on a context of its
 	// own (not the possibly cancelled call's). Default DefaultReleaseTimeout.
 	ReleaseTimeout time.Duration
+	// ReleaseBeforeReply makes a per-call lease's release finish before the
+	// call's result is returned. By default the release is sent when the
+	// tool returns and the result goes back without waiting for its commit:
+	// a later call of the same conversation through this Fence waits for
+	// it (Acquire and Wait), but a call through another Fence (another
+	// server replica) that arrives within the release's round trip finds
+	// the conversation still held. Set it when clients must find a
+	// conversation free as soon as a call's result arrived, wherever their
+	// next call goes.
+	ReleaseBeforeReply bool
 	// TracerProvider records one SpanToolCall per fenced call. Nil: none.
 	TracerProvider trace.TracerProvider
 	// Logger receives a Warn record for a release that failed. Nil discards.
@@ -124,9 +136,11 @@ type Fence struct {
 	cfg    Config
 	tracer trace.Tracer
 
-	mu     sync.Mutex
-	runs   map[string]*run
-	closed bool
+	mu        sync.Mutex
+	runs      map[string]*run
+	releasing map[lease.Key][]chan struct{} // per-call releases in flight, closed when done
+	closed    bool
+	bg        sync.WaitGroup // the goroutines of releases in flight
 
 	stop chan struct{}
 	done chan struct{}
@@ -172,7 +186,8 @@ func New(cfg Config) (*Fence, error) {
 	if cfg.Logger == nil {
 		cfg.Logger = slog.New(slog.DiscardHandler)
 	}
-	f := &Fence{cfg: cfg, runs: map[string]*run{}, stop: make(chan struct{}), done: make(chan struct{})}
+	f := &Fence{cfg: cfg, runs: map[string]*run{}, releasing: map[lease.Key][]chan struct{}{},
+		stop: make(chan struct{}), done: make(chan struct{})}
 	if cfg.TracerProvider != nil {
 		f.tracer = cfg.TracerProvider.Tracer("github.com/fencekit/fencekit")
 	}
@@ -228,9 +243,10 @@ func (f *Fence) Middleware(next mcp.MethodHandler) mcp.MethodHandler {
 	}
 }
 
-// Close stops the reaper and releases the leases of the runs still open.
-// Calls still running keep their leases until they return. It is
-// idempotent.
+// Close stops the reaper, waits for the per-call releases in flight and
+// releases the leases of the runs still open. Calls still running keep
+// their leases until they return (then released before their result). It
+// is idempotent.
 func (f *Fence) Close() error {
 	f.mu.Lock()
 	if f.closed {
@@ -244,6 +260,7 @@ func (f *Fence) Close() error {
 	f.mu.Unlock()
 	close(f.stop)
 	<-f.done
+	f.bg.Wait()
 	var errs []error
 	for _, r := range runs {
 		if err := f.releaseRun(r); err != nil {
@@ -315,7 +332,7 @@ func (f *Fence) call(ctx context.Context, policy Policy, req *mcp.CallToolReques
 		if refusal != nil {
 			return refuse(*refusal)
 		}
-		defer f.release(ctx, l)
+		defer f.releaseCall(ctx, l)
 	}
 	if span != nil {
 		span.SetAttributes(attribute.String(leasetrace.AttrRunID, l.RunID().String()),
@@ -365,8 +382,15 @@ func metaRefusal(err error, what string) *Refusal {
 	return &Refusal{Cause: CauseInvalidMeta, Message: err.Error()}
 }
 
-// obtain gets key's lease according to policy.
+// obtain gets key's lease according to policy. Acquire and Wait first
+// wait for this Fence's releases of key in flight, which would otherwise
+// refuse them.
 func (f *Fence) obtain(ctx context.Context, policy Policy, req *mcp.CallToolRequest, key lease.Key) (*lease.Lease, *Refusal) {
+	if policy != ContinueHere {
+		if err := f.awaitReleases(ctx, key); err != nil {
+			return nil, &Refusal{Cause: CauseCanceled, Message: err.Error(), Conversation: key.SessionID}
+		}
+	}
 	opts := []lease.Option{}
 	if h := f.cfg.Holder(ctx, req); h != "" {
 		opts = append(opts, lease.WithHolder(h))
@@ -528,6 +552,52 @@ func (f *Fence) owner(key lease.Key) *Owner {
 		return nil
 	}
 	return ownerOf(o)
+}
+
+// releaseCall releases a per-call lease when its tool returned: in the
+// background (the call's result does not wait for the release's commit;
+// awaitReleases orders this Fence's next obtain of the key after it), or
+// before returning with Config.ReleaseBeforeReply or once Close began.
+func (f *Fence) releaseCall(ctx context.Context, l *lease.Lease) {
+	key := l.Key()
+	done := make(chan struct{})
+	f.mu.Lock()
+	if f.cfg.ReleaseBeforeReply || f.closed {
+		f.mu.Unlock()
+		f.release(ctx, l)
+		return
+	}
+	f.releasing[key] = append(f.releasing[key], done)
+	f.bg.Add(1)
+	f.mu.Unlock()
+	go func() {
+		defer f.bg.Done()
+		f.release(ctx, l)
+		f.mu.Lock()
+		rest := slices.DeleteFunc(f.releasing[key], func(c chan struct{}) bool { return c == done })
+		if len(rest) == 0 {
+			delete(f.releasing, key)
+		} else {
+			f.releasing[key] = rest
+		}
+		f.mu.Unlock()
+		close(done)
+	}()
+}
+
+// awaitReleases waits for this Fence's per-call releases of key in flight.
+func (f *Fence) awaitReleases(ctx context.Context, key lease.Key) error {
+	f.mu.Lock()
+	pending := slices.Clone(f.releasing[key])
+	f.mu.Unlock()
+	for _, c := range pending {
+		select {
+		case <-c:
+		case <-ctx.Done():
+			return context.Cause(ctx)
+		}
+	}
+	return nil
 }
 
 // release releases l on a context of its own: ctx's values (its span) but

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -234,6 +235,15 @@ func TestSpanPerCall(t *testing.T) {
 	if c := cause(call(t.Context(), cs, "write", "c1", "", false, nil)); c != "ok" {
 		t.Fatal(c)
 	}
+	// The release runs after the result went back: wait for its span.
+	for deadline := time.Now().Add(5 * time.Second); ; time.Sleep(5 * time.Millisecond) {
+		if slices.ContainsFunc(sr.Ended(), func(s sdktrace.ReadOnlySpan) bool { return s.Name() == lease.SpanRelease }) {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("no release span within 5s")
+		}
+	}
 	var tool sdktrace.ReadOnlySpan
 	for _, s := range sr.Ended() {
 		if s.Name() == mcpfence.SpanToolCall {
@@ -427,7 +437,38 @@ func TestToolErrorsClassified(t *testing.T) {
 	} else if txt := res.Content[0].(*mcp.TextContent).Text; txt != "the tool's own failure" {
 		t.Errorf("the tool's own error text: %q", txt)
 	}
-	if o, err := h.m.Inspect(t.Context(), lease.Key{AccountID: "acme", SessionID: "c1"}); err != nil || o.State != lease.StateReleased {
-		t.Errorf("after failed calls: %v, %v (want released)", o.State, err)
+	h.watchReleased(lease.Key{AccountID: "acme", SessionID: "c1"}, 5*time.Second)
+}
+
+// TestSequentialCallsAwaitRelease: a per-call lease is released after the
+// result went back, and the next call of the conversation through the same
+// Fence waits for that release: back-to-back Acquire calls are never
+// refused as held by the previous call's lease.
+func TestSequentialCallsAwaitRelease(t *testing.T) {
+	h := newHarness(t, mcpfence.Config{}, lease.Config{})
+	cs := h.client("desktop")
+	for i := range 40 {
+		if c := cause(call(t.Context(), cs, "write", "c1", "", false, nil)); c != "ok" {
+			t.Fatalf("call %d: %s", i, c)
+		}
+	}
+	h.watchReleased(lease.Key{AccountID: "acme", SessionID: "c1"}, 5*time.Second)
+	if err := h.f.Close(); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// TestReleaseBeforeReply: with Config.ReleaseBeforeReply the conversation
+// is free as soon as a call's result has arrived.
+func TestReleaseBeforeReply(t *testing.T) {
+	h := newHarness(t, mcpfence.Config{ReleaseBeforeReply: true}, lease.Config{})
+	cs := h.client("desktop")
+	for i := range 5 {
+		if c := cause(call(t.Context(), cs, "write", "c1", "", false, nil)); c != "ok" {
+			t.Fatalf("call %d: %s", i, c)
+		}
+		if o, err := h.m.Inspect(t.Context(), lease.Key{AccountID: "acme", SessionID: "c1"}); err != nil || o.State != lease.StateReleased {
+			t.Fatalf("after call %d returned: %v, %v (want released)", i, o.State, err)
+		}
 	}
 }

@@ -33,6 +33,7 @@ func main() {
 	hbLeases := flag.Int("heartbeat.leases", 0, "leases the heartbeat case holds in one Manager (default 1,000,000; 20,000 with -quick)")
 	million := flag.Bool("growth.million", false, "growth case: also grow the heartbeat Manager to 1,000,000 leases (minutes of grants)")
 	stores := flag.String("stores", "cmd/fence-bench/internal/bench/storesbench", "directory of the store bench module (Redis, MySQL, NATS guard cases)")
+	mcpDir := flag.String("mcp", "cmd/fence-bench/internal/bench/mcpbench", "directory of the MCP bench module (mcp_call: a fenced MCP tool call vs the same tool unfenced)")
 	flag.Parse()
 	e := &bench.Env{
 		Ctx:             context.Background(),
@@ -40,6 +41,7 @@ func main() {
 		DBURL:           os.Getenv("TEST_DATABASE_URL"),
 		PeerDir:         *peer,
 		StoresDir:       *stores,
+		MCPDir:          *mcpDir,
 		HeartbeatLeases: *hbLeases,
 		GrowthMillion:   *million,
 		Report:          &bench.Report{Info: map[string]any{}},

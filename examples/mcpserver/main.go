@@ -7,7 +7,6 @@
 //	DATABASE_URL=postgres://postgres@127.0.0.1:5432/test go run . -http 127.0.0.1:8808
 //	DATABASE_URL=... go run . -user alice          # stdio, for a client that starts it
 //	DATABASE_URL=... go run . demo                 # two clients, one conversation (make demo-mcp)
-//	DATABASE_URL=... go run . bench -n 300         # fenced vs unfenced tool call (make bench-mcp)
 //
 // Over HTTP the bearer token is the user's name (a stand-in for real
 // auth); -members says which accounts each user belongs to.
@@ -44,7 +43,7 @@ func main() {
 
 func run(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io.Writer) error {
 	var sub string
-	if len(args) > 0 && (args[0] == "demo" || args[0] == "bench") {
+	if len(args) > 0 && args[0] == "demo" {
 		sub, args = args[0], args[1:]
 	}
 	fs := flag.NewFlagSet("mcpserver", flag.ContinueOnError)
@@ -55,7 +54,6 @@ func run(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io.
 	members := fs.String("members", "alice=acme,bob=acme,mallory=other", "user=account,... memberships")
 	user := fs.String("user", "alice", "stdio: the user this process runs for")
 	ttl := fs.Duration("ttl", 0, "lease TTL (0: fencekit's default)")
-	benchN := fs.Int("n", 300, "bench: calls of each case")
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
@@ -83,9 +81,6 @@ func run(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io.
 		return err
 	}
 	defer pool.Close()
-	if sub == "bench" {
-		return runBench(ctx, pool, *schema, *benchN, stdout)
-	}
 	logger := slog.New(slog.NewTextHandler(stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))
 	notes, err := NewNotes(ctx, pool, Options{Schema: *schema, Dir: *dir, Members: ms, User: *user, TTL: *ttl, Logger: logger})
 	if err != nil {

@@ -33,6 +33,9 @@ type Env struct {
 	// run with `go run` by the Redis, MySQL and NATS guard cases); empty
 	// reports those cases as not measured.
 	StoresDir string
+	// MCPDir is the directory of the MCP bench module (mcpbench, beside
+	// this package); empty skips the mcp_call case with an error.
+	MCPDir string
 	// HeartbeatLeases is the number of leases the heartbeat case holds in
 	// one Manager; 0 takes its default (20,000 with Quick, else 1,000,000).
 	HeartbeatLeases int
@@ -78,6 +81,7 @@ func Cases() []Case {
 		{"deployment", []string{"deploy_direct_takeover_p50_ms", "deploy_pgb_tx_takeover_p50_ms", "deploy_pgb_tx_listen_takeover_p50_ms"}, Deployment},
 		{"takeover", []string{"takeover_ratio_vs_lease_cycle", "takeovers_per_s"}, Takeover},
 		{"storm", StormKeys, Storm},
+		MCPCallCase(),
 		{"growth", []string{"growth_cycle_ratio_w1", "growth_cycle_ratio_w8", "growth_cycle_ratio_w32", "growth_cycle_ratio_w128"}, GrowthCase},
 	}
 }

@@ -1,0 +1,33 @@
+// Command mcpbench measures one MCP tool call over streamable HTTP (the Go
+// SDK's client and server on loopback, one client session per server)
+// fenced by mcpfence against the same tool unfenced, side by side in one
+// run, and prints the metrics as lines of JSON (bench.WriteMetricLines) and
+// a table on stderr.
+//
+// Every side calls the same tool handler, which does the same guarded
+// write: pgguard's InTx (the mark checked and raised in the transaction)
+// around one INSERT. The sides differ only in the lease:
+//
+//   - unfenced: the tool's policy is mcpfence.Unfenced; the handler finds no
+//     claim in its ctx and writes under a fixed claim of its own (the same
+//     statements, no lease);
+//   - fenced: policy Acquire, a lease per call (acquire, the handler's
+//     write under the lease's claim, release after the result);
+//   - run: the same fenced tool as a later call of a run (io.fencekit/run;
+//     the run's first call, in the warm-up, obtained the lease);
+//   - fenced, release before reply: a second server whose Fence has
+//     Config.ReleaseBeforeReply (the result waits for the release).
+//
+// Rounds run one call of each side, in an order rotated every round
+// (bench.Order), so that the machine's load hits every side alike. The
+// ratios are of p50s, per block of consecutive rounds (the median over
+// bench.RatioBlocks blocks, with min and max); the stages (transport, the
+// Fence, the guarded write) are timed by the server for every call. It is
+// a module of its own so that the main module does not depend on the MCP
+// SDK; cmd/fence-bench runs it with `go run . -db <url>` (make bench, case
+// mcp_call).
+//
+// Usage:
+//
+//	eval "$(scripts/services.sh)"; cd cmd/fence-bench/internal/bench/mcpbench && go run . [-quick] [-rounds N]
+package main

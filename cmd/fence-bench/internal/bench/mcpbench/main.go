@@ -1,0 +1,326 @@
+package main
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"os"
+	"sync/atomic"
+	"time"
+
+	"github.com/google/uuid"
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/modelcontextprotocol/go-sdk/mcp"
+
+	"github.com/fencekit/fencekit/cmd/fence-bench/internal/bench"
+	"github.com/fencekit/fencekit/fence"
+	"github.com/fencekit/fencekit/guards/pgguard"
+	"github.com/fencekit/fencekit/lease"
+	"github.com/fencekit/fencekit/mcpfence"
+	"github.com/fencekit/fencekit/sql/migrations"
+)
+
+func main() {
+	quick := flag.Bool("quick", false, "short run")
+	db := flag.String("db", env("TEST_DATABASE_URL", "postgres://postgres@127.0.0.1:5432/test?sslmode=disable"), "PostgreSQL URL")
+	rounds := flag.Int("rounds", 0, "rounds of one call per side (default 1500; 200 with -quick)")
+	flag.Parse()
+	if *rounds <= 0 {
+		*rounds = 1500
+		if *quick {
+			*rounds = 200
+		}
+	}
+	e := bench.StoreEnv(context.Background(), *quick)
+	failed := false
+	if err := run(e, *db, *rounds, os.Stderr); err != nil {
+		fmt.Fprintln(os.Stderr, "mcpbench:", err)
+		e.NullMissing(bench.MCPCallKeys, "failed: mcp_call")
+		failed = true
+	}
+	if err := bench.WriteMetricLines(os.Stdout, e.Report.Metrics); err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		os.Exit(1)
+	}
+	if failed {
+		os.Exit(1)
+	}
+}
+
+func env(name, def string) string {
+	if v := os.Getenv(name); v != "" {
+		return v
+	}
+	return def
+}
+
+// The sides, in the order of their columns.
+const (
+	sideUnfenced = iota
+	sideFenced
+	sideRun
+	sideBeforeReply
+	nSides
+)
+
+var sideNames = [nSides]string{"unfenced (same guarded write)", "fenced per call", "fenced, later call of a run", "fenced per call, release before reply"}
+
+// timing is what the server measured of the last call (calls are
+// sequential): its whole time in the server and the guarded write's.
+type timing struct {
+	server, write atomic.Int64 // ns
+}
+
+// benchServer is one MCP server over streamable HTTP with the bench's tools.
+type benchServer struct {
+	url  string
+	srv  *http.Server
+	last *timing
+}
+
+func run(e *bench.Env, dbURL string, rounds int, log io.Writer) (err error) {
+	ctx := e.Ctx
+	pool, err := pgxpool.New(ctx, dbURL)
+	if err != nil {
+		return err
+	}
+	defer pool.Close()
+	var rb [4]byte
+	_, _ = rand.Read(rb[:])
+	schema := "fencebench_mcp_" + hex.EncodeToString(rb[:])
+	if _, err := migrations.Migrate(ctx, pool, migrations.Options{Schema: schema}, migrations.Lease, migrations.Guard); err != nil {
+		return err
+	}
+	defer func() {
+		_, derr := pool.Exec(context.Background(), "DROP SCHEMA "+pgx.Identifier{schema}.Sanitize()+" CASCADE")
+		err = errors.Join(err, derr)
+	}()
+	table := pgx.Identifier{schema, "notes"}.Sanitize()
+	if _, err := pool.Exec(ctx, "CREATE TABLE "+table+" (id bigserial PRIMARY KEY, conversation text NOT NULL, body text NOT NULL, token bigint NOT NULL)"); err != nil {
+		return err
+	}
+	m, err := lease.New(lease.Config{Pool: pool, Schema: schema})
+	if err != nil {
+		return err
+	}
+	defer m.Close() //nolint:errcheck // bench teardown
+	g, err := pgguard.New(pgguard.Config{DB: pool, Schema: schema})
+	if err != nil {
+		return err
+	}
+	insert := "INSERT INTO " + table + " (conversation, body, token) VALUES ($1, $2, $3)"
+	fixed := fence.Claim{Token: 1, Run: uuid.NewString()}
+
+	newServer := func(releaseBeforeReply bool) (*benchServer, *mcpfence.Fence, error) {
+		f, err := mcpfence.New(mcpfence.Config{Manager: m, Account: mcpfence.Fixed("bench"), ReleaseBeforeReply: releaseBeforeReply, //nolint:contextcheck // the Fence's reaper runs until Close
+			Tools: map[string]mcpfence.Policy{"note_unfenced": mcpfence.Unfenced, "note": mcpfence.Acquire}})
+		if err != nil {
+			return nil, nil, err
+		}
+		b := &benchServer{last: &timing{}}
+		s := mcp.NewServer(&mcp.Implementation{Name: "bench", Version: "v0"}, nil)
+		s.AddReceivingMiddleware(func(next mcp.MethodHandler) mcp.MethodHandler {
+			return func(ctx context.Context, method string, req mcp.Request) (mcp.Result, error) {
+				t0 := time.Now()
+				res, err := next(ctx, method, req)
+				if method == "tools/call" {
+					b.last.server.Store(int64(time.Since(t0)))
+				}
+				return res, err
+			}
+		}, f.Middleware)
+		type in struct {
+			Text string `json:"text"`
+		}
+		type out struct {
+			OK bool `json:"ok"`
+		}
+		// One handler for both tools: the unfenced tool's ctx carries no
+		// claim, and the handler writes under a fixed claim of its own.
+		note := func(ctx context.Context, req *mcp.CallToolRequest, a in) (*mcp.CallToolResult, out, error) {
+			conv, _ := req.Params.Meta[mcpfence.MetaConversation].(string)
+			key := lease.Key{AccountID: "bench", SessionID: conv}
+			c, cerr := fence.ClaimFromContext(ctx)
+			if cerr != nil {
+				c = fixed
+				c.Scope = key.Scope()
+				ctx = fence.WithClaim(ctx, c)
+			}
+			t0 := time.Now()
+			err := g.InTx(ctx, key.Resource("notes"), func(ctx context.Context, tx pgx.Tx) error {
+				_, err := tx.Exec(ctx, insert, conv, a.Text, int64(c.Token))
+				return err
+			})
+			b.last.write.Store(int64(time.Since(t0)))
+			return nil, out{OK: err == nil}, err
+		}
+		mcp.AddTool(s, &mcp.Tool{Name: "note_unfenced"}, note)
+		mcp.AddTool(s, &mcp.Tool{Name: "note"}, note)
+		ln, err := (&net.ListenConfig{}).Listen(ctx, "tcp", "127.0.0.1:0")
+		if err != nil {
+			return nil, nil, err
+		}
+		b.url = "http://" + ln.Addr().String()
+		b.srv = &http.Server{Handler: mcp.NewStreamableHTTPHandler(func(*http.Request) *mcp.Server { return s }, nil), ReadHeaderTimeout: 10 * time.Second}
+		go b.srv.Serve(ln) //nolint:errcheck // ends with Close
+		return b, f, nil
+	}
+	main, fMain, err := newServer(false)
+	if err != nil {
+		return err
+	}
+	defer fMain.Close()    //nolint:errcheck // bench teardown
+	defer main.srv.Close() //nolint:errcheck // bench teardown
+	waiting, fWaiting, err := newServer(true)
+	if err != nil {
+		return err
+	}
+	defer fWaiting.Close()    //nolint:errcheck // bench teardown
+	defer waiting.srv.Close() //nolint:errcheck // bench teardown
+	connect := func(url string) (*mcp.ClientSession, error) {
+		return mcp.NewClient(&mcp.Implementation{Name: "bench", Version: "v0"}, nil).
+			Connect(ctx, &mcp.StreamableClientTransport{Endpoint: url}, nil)
+	}
+	csMain, err := connect(main.url)
+	if err != nil {
+		return err
+	}
+	defer csMain.Close() //nolint:errcheck // bench teardown
+	csWaiting, err := connect(waiting.url)
+	if err != nil {
+		return err
+	}
+	defer csWaiting.Close() //nolint:errcheck // bench teardown
+
+	id := hex.EncodeToString(rb[:])
+	runID := uuid.NewString()
+	type call struct {
+		cs   *mcp.ClientSession
+		srv  *benchServer
+		tool string
+		meta mcp.Meta
+	}
+	calls := [nSides]call{
+		sideUnfenced:    {csMain, main, "note_unfenced", mcp.Meta{mcpfence.MetaConversation: "u-" + id}},
+		sideFenced:      {csMain, main, "note", mcp.Meta{mcpfence.MetaConversation: "f-" + id}},
+		sideRun:         {csMain, main, "note", mcp.Meta{mcpfence.MetaConversation: "r-" + id, mcpfence.MetaRun: runID}},
+		sideBeforeReply: {csWaiting, waiting, "note", mcp.Meta{mcpfence.MetaConversation: "w-" + id}},
+	}
+	one := func(k int) (total, server, write time.Duration, err error) {
+		c := calls[k]
+		t0 := time.Now()
+		res, err := c.cs.CallTool(ctx, &mcp.CallToolParams{Name: c.tool, Meta: c.meta, Arguments: map[string]any{"text": "x"}})
+		total = time.Since(t0)
+		if err == nil && res.IsError {
+			err = fmt.Errorf("%s: %v", sideNames[k], res.Content)
+		}
+		return total, time.Duration(c.srv.last.server.Load()), time.Duration(c.srv.last.write.Load()), err
+	}
+	// Warm-up (the run's first call obtains its lease here).
+	for range 30 {
+		for k := range nSides {
+			if _, _, _, err := one(k); err != nil {
+				return err
+			}
+		}
+	}
+	var total, server, write [nSides][]time.Duration
+	for r := range rounds {
+		for _, k := range bench.Order(r, nSides) {
+			t, s, w, err := one(k)
+			if err != nil {
+				return fmt.Errorf("round %d: %w", r, err)
+			}
+			total[k], server[k], write[k] = append(total[k], t), append(server[k], s), append(write[k], w)
+		}
+	}
+	if _, err := csMain.CallTool(ctx, &mcp.CallToolParams{Name: "note", Arguments: map[string]any{"text": "end"},
+		Meta: mcp.Meta{mcpfence.MetaConversation: "r-" + id, mcpfence.MetaRun: runID, mcpfence.MetaRunEnd: true}}); err != nil {
+		return err
+	}
+	report(e, total, server, write, rounds, log)
+	return nil
+}
+
+// p50Ratio is the ratio of side b's p50 to side a's per block of
+// consecutive rounds, summarised over the blocks.
+func p50Ratio(ts [nSides][]time.Duration, b, a int, q float64) bench.Spread {
+	n := len(ts[a])
+	blocks := min(bench.RatioBlocks, n)
+	size := n / blocks
+	var per []float64
+	for i := range blocks {
+		lo, hi := i*size, (i+1)*size
+		if i == blocks-1 {
+			hi = n
+		}
+		per = append(per, float64(bench.Percentile(ts[b][lo:hi], q))/float64(bench.Percentile(ts[a][lo:hi], q)))
+	}
+	return bench.Summarize(per)
+}
+
+func us(d time.Duration) float64 { return float64(d) / float64(time.Microsecond) }
+
+func diff(a, b []time.Duration) []time.Duration {
+	out := make([]time.Duration, len(a))
+	for i := range a {
+		out[i] = a[i] - b[i]
+	}
+	return out
+}
+
+func report(e *bench.Env, total, server, write [nSides][]time.Duration, rounds int, log io.Writer) {
+	how := fmt.Sprintf("%d rounds of one call per side over streamable HTTP, order rotated per round; p50 ratio per block of rounds, median of %d blocks (min-max)", rounds, bench.RatioBlocks)
+	ratio := func(key string, b int, target float64, note string) {
+		sp := p50Ratio(total, b, sideUnfenced, 50)
+		m := bench.Metric{Key: key, Value: sp.Median, Unit: "x", Note: note + "; " + how, Spread: &sp}
+		if target > 0 {
+			m.Target, m.Cmp = target, bench.AtMost
+		}
+		e.Report.Add(m)
+	}
+	ratio("mcp_fenced_call_ratio", sideFenced, 1.3,
+		"a tool call fenced per call (acquire + the guarded INSERT under the lease's claim + release after the result) vs the same tool unfenced (the same guarded INSERT under a fixed claim, no lease), p50")
+	ratio("mcp_run_call_ratio", sideRun, 1.05,
+		"a later call of a run (the run's lease obtained by its first call: the guarded INSERT only) vs the same tool unfenced, p50")
+	ratio("mcp_release_before_reply_ratio", sideBeforeReply, 0,
+		"a tool call fenced per call with Config.ReleaseBeforeReply (the result waits for the release) vs the same tool unfenced, p50")
+	p99 := p50Ratio(total, sideFenced, sideUnfenced, 99)
+	e.Report.Add(bench.Metric{Key: "mcp_fenced_call_p99_ratio", Value: p99.Median, Unit: "x", Spread: &p99,
+		Note: "p99 of the fenced call vs p99 of the unfenced call, per block of rounds"})
+	for _, s := range []struct {
+		key  string
+		side int
+	}{{"mcp_unfenced_call", sideUnfenced}, {"mcp_fenced_call", sideFenced}, {"mcp_run_call", sideRun}, {"mcp_release_before_reply_call", sideBeforeReply}} {
+		e.Report.Add(bench.Metric{Key: s.key + "_p50_us", Value: us(bench.Percentile(total[s.side], 50)), Unit: "µs", Note: sideNames[s.side] + ", client's time per call, p50"})
+		e.Report.Add(bench.Metric{Key: s.key + "_p99_us", Value: us(bench.Percentile(total[s.side], 99)), Unit: "µs", Note: sideNames[s.side] + ", client's time per call, p99"})
+	}
+	stage := func(key string, ds []time.Duration, note string) {
+		e.Report.Add(bench.Metric{Key: key, Value: us(bench.Percentile(ds, 50)), Unit: "µs", Note: note + ", p50"})
+	}
+	stage("mcp_stage_transport_us", diff(total[sideFenced], server[sideFenced]), "fenced call: client's time minus the server's (HTTP, JSON-RPC, the SDKs)")
+	stage("mcp_stage_fence_us", diff(server[sideFenced], write[sideFenced]), "fenced call: the server's time minus the guarded write (key, acquire, the handler's ctx, the result's lease _meta)")
+	stage("mcp_stage_write_us", write[sideFenced], "fenced call: the guarded write (pgguard InTx: BEGIN + mark, INSERT, COMMIT)")
+	stage("mcp_stage_fence_unfenced_us", diff(server[sideUnfenced], write[sideUnfenced]), "unfenced call: the server's time minus the guarded write (the middleware passes it through)")
+	stage("mcp_stage_write_unfenced_us", write[sideUnfenced], "unfenced call: the same guarded write")
+	stage("mcp_stage_fence_run_us", diff(server[sideRun], write[sideRun]), "later call of a run: the server's time minus the guarded write (joining the run)")
+	stage("mcp_stage_fence_before_reply_us", diff(server[sideBeforeReply], write[sideBeforeReply]), "fenced call, release before reply: the server's time minus the guarded write (acquire and release)")
+
+	fmt.Fprintf(log, "MCP tool call over streamable HTTP, %d rounds (one call per side, order rotated)\n", rounds)
+	fmt.Fprintf(log, "%-40s %10s %10s %10s %10s %10s %10s\n", "side", "p50", "p99", "p50 x", "transport", "fence", "write")
+	for k := range nSides {
+		sp := p50Ratio(total, k, sideUnfenced, 50)
+		fmt.Fprintf(log, "%-40s %10s %10s %9.2fx %10s %10s %10s\n", sideNames[k],
+			bench.Percentile(total[k], 50).Round(time.Microsecond), bench.Percentile(total[k], 99).Round(time.Microsecond), sp.Median,
+			bench.Percentile(diff(total[k], server[k]), 50).Round(time.Microsecond),
+			bench.Percentile(diff(server[k], write[k]), 50).Round(time.Microsecond),
+			bench.Percentile(write[k], 50).Round(time.Microsecond))
+	}
+}
