@@ -237,7 +237,7 @@ func TestSpanPerCall(t *testing.T) {
 	}
 	// The release runs after the result went back: wait for its span.
 	for deadline := time.Now().Add(5 * time.Second); ; time.Sleep(5 * time.Millisecond) {
-		if slices.ContainsFunc(sr.Ended(), func(s sdktrace.ReadOnlySpan) bool { return s.Name() == lease.SpanRelease }) {
+		if slices.ContainsFunc(sr.Ended(), func(s sdktrace.ReadOnlySpan) bool { return s.Name() == leasetrace.SpanRelease }) {
 			break
 		}
 		if time.Now().After(deadline) {
