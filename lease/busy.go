@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 
+	"github.com/fencekit/fencekit/fence"
 	"github.com/fencekit/fencekit/sql/migrations"
 )
 
@@ -13,8 +14,9 @@ import (
 // read), deadlock (40P01) or lock timeout (55P03, a role's lock_timeout).
 // The statement changed nothing (a refused acquire may have consumed a
 // sequence value); retrying is the right answer. AcquireWait retries such
-// attempts itself.
-var ErrBusy = errors.New("lease: database busy, retry")
+// attempts itself. It is fence.ErrBusy, the one "busy, retry" outcome of
+// every fencekit package: a guard's busy refusal matches it too.
+var ErrBusy = fence.ErrBusy
 
 // busyCodes are the SQLSTATEs that mean ErrBusy.
 var busyCodes = map[string]string{
@@ -36,7 +38,7 @@ func classify(err error) error {
 		return err
 	}
 	if what, ok := busyCodes[st.SQLState()]; ok {
-		return fmt.Errorf("%w (%s): %w", ErrBusy, what, err)
+		return fmt.Errorf("lease: database busy (%s): %w: %w", what, ErrBusy, err)
 	}
 	return migrations.NotMigrated("", err)
 }
