@@ -94,7 +94,7 @@ func (m *Manager) acquireAttempt(ctx context.Context, key Key, o grantOptions) (
 		token   int64
 		expires *time.Time // NULL for a heartbeat row: the epoch's expiry
 	)
-	err = m.pool.QueryRow(cctx, m.st.acquire, key.AccountID, key.SessionID, runID, m.ttlMicros(), nullable(o.holder), epochID(ep)).
+	err = m.pool.QueryRow(cctx, m.st.acquire, key.AccountID, key.SessionID, uuidParam(runID), m.ttlMicros(), nullable(o.holder), epochID(ep)).
 		Scan(&token, &expires)
 	switch {
 	case errors.Is(err, pgx.ErrNoRows):

@@ -1,0 +1,47 @@
+package lease_test
+
+import (
+	"fmt"
+	"testing"
+
+	"github.com/fencekit/fencekit/fencetest"
+	"github.com/fencekit/fencekit/lease"
+	"github.com/fencekit/fencekit/sql/migrations"
+)
+
+// BenchmarkCycle is one lease cycle, Manager.Acquire + Lease.Release of a
+// free key, by one caller cycling over 64 keys (so every acquire after the
+// first 64 takes the ON CONFLICT path, as in fence-bench's lease_cycle
+// case). ns/op is the round trips plus the client's work; allocs/op and
+// B/op are the client's alone (docs/performance.md, "Where the lease
+// cycle's time goes").
+func BenchmarkCycle(b *testing.B) {
+	fencetest.SkipShort(b)
+	for _, mode := range []lease.RenewalMode{lease.RenewalHeartbeat, lease.RenewalPerLease} {
+		b.Run(mode.String(), func(b *testing.B) {
+			pool := fencetest.Pool(b)
+			m, err := lease.New(lease.Config{Pool: pool, Schema: fencetest.Schema(b, migrations.Lease), Renewal: mode})
+			if err != nil {
+				b.Fatal(err)
+			}
+			defer func() { _ = m.Close() }()
+			keys := make([]lease.Key, 64)
+			for i := range keys {
+				keys[i] = lease.Key{AccountID: "bench", SessionID: fmt.Sprintf("s%d", i)}
+			}
+			ctx := bg()
+			b.ReportAllocs()
+			i := 0
+			for b.Loop() {
+				l, err := m.Acquire(ctx, keys[i%len(keys)])
+				if err != nil {
+					b.Fatal(err)
+				}
+				if res, err := l.Release(ctx); err != nil || res != lease.ReleaseDone {
+					b.Fatalf("release: %v %v", res, err)
+				}
+				i++
+			}
+		})
+	}
+}
