@@ -2,7 +2,9 @@ package lease_test
 
 import (
 	"fmt"
+	"syscall"
 	"testing"
+	"time"
 
 	"github.com/fencekit/fencekit/fencetest"
 	"github.com/fencekit/fencekit/lease"
@@ -13,8 +15,11 @@ import (
 // free key, by one caller cycling over 64 keys (so every acquire after the
 // first 64 takes the ON CONFLICT path, as in fence-bench's lease_cycle
 // case). ns/op is the round trips plus the client's work; allocs/op and
-// B/op are the client's alone (docs/performance.md, "Where the lease
-// cycle's time goes").
+// B/op are the client's alone, and user-ns/op and sys-ns/op are the
+// process's CPU time per cycle (getrusage): the client's work, the
+// Manager's background loops included, in Go (user) and in the kernel's
+// socket calls (sys) (docs/performance.md, "Where the lease cycle's time
+// goes").
 func BenchmarkCycle(b *testing.B) {
 	fencetest.SkipShort(b)
 	for _, mode := range []lease.RenewalMode{lease.RenewalHeartbeat, lease.RenewalPerLease} {
@@ -31,6 +36,7 @@ func BenchmarkCycle(b *testing.B) {
 			}
 			ctx := bg()
 			b.ReportAllocs()
+			user0, sys0 := processCPU(b)
 			i := 0
 			for b.Loop() {
 				l, err := m.Acquire(ctx, keys[i%len(keys)])
@@ -42,6 +48,18 @@ func BenchmarkCycle(b *testing.B) {
 				}
 				i++
 			}
+			user, sys := processCPU(b)
+			b.ReportMetric(float64(user-user0)/float64(b.N), "user-ns/op")
+			b.ReportMetric(float64(sys-sys0)/float64(b.N), "sys-ns/op")
 		})
 	}
+}
+
+// processCPU is the user and system CPU time the process has used.
+func processCPU(b *testing.B) (user, sys time.Duration) {
+	var ru syscall.Rusage
+	if err := syscall.Getrusage(syscall.RUSAGE_SELF, &ru); err != nil {
+		b.Fatal(err)
+	}
+	return time.Duration(ru.Utime.Nano()), time.Duration(ru.Stime.Nano())
 }

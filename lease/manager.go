@@ -33,6 +33,11 @@ type Manager struct {
 	met  *metrics
 	tr   trace.Tracer // nil: tracing off (trace.go)
 
+	// ttlArg and channelArg are the TTL in microseconds and the NOTIFY
+	// channel as statement parameters, boxed once: every grant and
+	// release binds one of them.
+	ttlArg, channelArg any
+
 	floor *floorChecker // the automatic token floor check (Config.Floor), nil without a source
 
 	// Heartbeat mode (heartbeat.go): the current epoch, nil before the
@@ -100,6 +105,7 @@ func newManager(cfg Config, obs observer) (*Manager, error) {
 		fan:        newFanout(),
 		floor:      newFloorChecker(r),
 	}
+	m.ttlArg, m.channelArg = m.ttlMicros(), m.st.channel
 	met, err := newMetrics(r.MeterProvider, r.TTL)
 	if err != nil {
 		cancel(nil)
@@ -140,7 +146,6 @@ func (m *Manager) isClosed() bool {
 
 func (m *Manager) ttlMicros() int64 { return m.cfg.TTL.Microseconds() }
 
-// call bounds one statement by CallTimeout.
 // background is the context of the Manager's own statements (renewer,
 // heartbeat, listener, release retries, watchers): the root's values
 // without its cancellation, so that Close does not interrupt a statement
@@ -150,7 +155,13 @@ func (m *Manager) ttlMicros() int64 { return m.cfg.TTL.Microseconds() }
 // by CallTimeout, and the loops stop between statements.
 func (m *Manager) background() context.Context { return context.WithoutCancel(m.root) }
 
+// call bounds one statement by CallTimeout. A ctx whose deadline comes
+// within CallTimeout already bounds the statement as tightly: it is used
+// as it is, without a timer of its own.
 func (m *Manager) call(ctx context.Context) (context.Context, context.CancelFunc) {
+	if d, ok := ctx.Deadline(); ok && time.Until(d) <= m.cfg.CallTimeout {
+		return ctx, func() {}
+	}
 	return context.WithTimeout(ctx, m.cfg.CallTimeout)
 }
 
