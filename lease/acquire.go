@@ -168,7 +168,7 @@ func (m *Manager) epochGone(ctx context.Context, ep *epoch) bool {
 func (m *Manager) releaseOrphan(ctx context.Context, key Key, runID uuid.UUID, ep *epoch) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
-	if m.closed {
+	if m.closed.Load() {
 		return
 	}
 	m.wg.Add(1)

@@ -189,7 +189,7 @@ func (m *Manager) runBeat(c *beatCall) {
 func (m *Manager) goBackground(f func()) bool {
 	m.mu.Lock()
 	defer m.mu.Unlock()
-	if m.closed {
+	if m.closed.Load() {
 		return false
 	}
 	m.wg.Add(1)

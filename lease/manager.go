@@ -53,8 +53,11 @@ type Manager struct {
 	rootCancel context.CancelCauseFunc
 	wg         sync.WaitGroup
 
-	mu     sync.Mutex
-	closed bool
+	mu sync.Mutex
+	// closed is set by Close under mu, so that whoever holds mu sees it
+	// settled (newLease registers a lease only while it is false); the
+	// calls' first check (isClosed) reads it without the lock.
+	closed atomic.Bool
 	leases map[uuid.UUID]*Lease // held leases by run_id
 	// granting holds the run_ids whose grant statement is in flight, with
 	// the cause to end the lease with at registration when a notification
@@ -138,11 +141,7 @@ func (m *Manager) TTL() time.Duration { return m.cfg.TTL }
 // renewal is trusted locally.
 func (m *Manager) TrustWindow() time.Duration { return m.cfg.TTL - m.cfg.SafetyMargin }
 
-func (m *Manager) isClosed() bool {
-	m.mu.Lock()
-	defer m.mu.Unlock()
-	return m.closed
-}
+func (m *Manager) isClosed() bool { return m.closed.Load() }
 
 func (m *Manager) ttlMicros() int64 { return m.cfg.TTL.Microseconds() }
 
@@ -187,7 +186,7 @@ func (m *Manager) authorize(ctx context.Context, key Key) error {
 func (m *Manager) Close() error {
 	m.closeOnce.Do(func() {
 		m.mu.Lock()
-		m.closed = true
+		m.closed.Store(true)
 		held := make([]*Lease, 0, len(m.leases))
 		for _, l := range m.leases {
 			held = append(held, l)
