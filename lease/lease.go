@@ -66,7 +66,7 @@ func (m *Manager) newLease(parent context.Context, key Key, runID uuid.UUID, tok
 		l.mu.Unlock()
 	}
 	m.mu.Lock()
-	if m.closed {
+	if m.closed.Load() {
 		m.mu.Unlock()
 		l.stop()
 		cancel(ErrClosed)

@@ -41,7 +41,7 @@ func (m *Manager) keepReleasing(key Key, run uuid.UUID, ep *epoch) {
 		return
 	}
 	m.mu.Lock()
-	if m.closed {
+	if m.closed.Load() {
 		m.mu.Unlock()
 		return
 	}
