@@ -13,13 +13,13 @@ import (
 	"github.com/fencekit/fencekit/guards/guardtest"
 )
 
-// subject adapts Stores over one bucket to the conformance kit: the value
+// subject adapts Guards over one bucket to the conformance kit: the value
 // is the object's bytes, the token its metadata's. Writes go through s
-// (Put, or Fence + Stage with viaFence); WriteStrict through a Store with
-// Config.Strict; WriteHeld through a Store whose client holds the upload's
+// (Put, or Fence + Stage with viaFence); WriteStrict through a Guard with
+// Config.Strict; WriteHeld through a Guard whose client holds the upload's
 // reply until the write's context ends.
 type subject struct {
-	s, strict, held, delayed *Store
+	s, strict, held, delayed *Guard
 	hold                     *holdTransport
 	delay                    *dupTransport
 	viaFence                 bool
@@ -51,7 +51,7 @@ func newSubject(t *testing.T, e *emulator, bucket string, viaFence bool) *subjec
 }
 
 // write is one guarded write of v to r through st under c.
-func (a *subject) write(ctx context.Context, st *Store, r string, c fence.Claim, v string) error {
+func (a *subject) write(ctx context.Context, st *Guard, r string, c fence.Claim, v string) error {
 	if a.viaFence {
 		return st.Fence(fence.WithClaim(ctx, c), r, c.Token, func(ctx context.Context) error {
 			return StageBytes(ctx, []byte(v), PutOptions{})
@@ -170,7 +170,7 @@ func TestConformance(t *testing.T) {
 	e := newEmulator(t)
 	bucket := e.bucket(t)
 	guardtest.Run(t, guardtest.Config{
-		// Every check gets Stores on clients of their own (own connections).
+		// Every check gets Guards on clients of their own (own connections).
 		New:          func(t *testing.T) guardtest.Subject { return newSubject(t, e, bucket, false) },
 		BadResources: kitResources,
 	})

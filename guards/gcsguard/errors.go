@@ -29,7 +29,7 @@ var ErrInvalidOptions = errors.New("gcsguard: invalid put options")
 var ErrNilWrite = errors.New("gcsguard: Fence with a nil write")
 
 // ErrNoStager is returned by Stage and StageDelete when ctx does not come
-// from a running Store.Fence write callback.
+// from a running Guard.Fence write callback.
 var ErrNoStager = errors.New("gcsguard: Stage called outside a Fence write")
 
 // ErrAlreadyStaged is returned by Stage and StageDelete when the current

@@ -9,9 +9,9 @@ import (
 )
 
 // finish ends every fenced write that got past the argument checks: it
-// records the outcome err through the Store's guardobs.Recorder (which
+// records the outcome err through the Guard's guardobs.Recorder (which
 // also logs a token reuse at Error) and returns err through contextErr.
-func (s *Store) finish(ctx context.Context, err error) error {
+func (s *Guard) finish(ctx context.Context, err error) error {
 	s.met.Decision(ctx, err)
 	return contextErr(ctx, err)
 }

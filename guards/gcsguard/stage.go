@@ -55,7 +55,7 @@ func stagerFrom(ctx context.Context) (*stager, error) {
 }
 
 // Stage provides the size bytes of r (size -1: unknown length) as the
-// content that the running Store.Fence call commits: ctx must be the
+// content that the running Guard.Fence call commits: ctx must be the
 // context Fence handed its write callback. The content of r is read into
 // memory now (nothing is sent until the callback returns nil); opts and
 // size are checked like Put's (content of another length than a known size
@@ -87,8 +87,8 @@ func StageBytes(ctx context.Context, b []byte, opts PutOptions) error {
 	return Stage(ctx, bytes.NewReader(b), int64(len(b)), opts)
 }
 
-// StageDelete stages a tombstone (see Store.Delete) for the running
-// Store.Fence call.
+// StageDelete stages a tombstone (see Guard.Delete) for the running
+// Guard.Fence call.
 func StageDelete(ctx context.Context) error {
 	st, err := stagerFrom(ctx)
 	if err != nil {

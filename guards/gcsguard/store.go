@@ -29,7 +29,7 @@ const DefaultChunkSize = 256 << 10
 // unknown.
 const readBackTimeout = 10 * time.Second
 
-// Config configures a Store. Client and Bucket are required.
+// Config configures a Guard. Client and Bucket are required.
 type Config struct {
 	// Client talks to GCS (or an emulator). Required.
 	Client *storage.Client
@@ -70,9 +70,9 @@ type Config struct {
 	Strict bool
 }
 
-// Store is a fenced view of one GCS bucket. It is safe for concurrent use,
-// also together with other Stores (in other processes) over the same bucket.
-type Store struct {
+// Guard is a fenced view of one GCS bucket. It is safe for concurrent use,
+// also together with other Guards (in other processes) over the same bucket.
+type Guard struct {
 	bucket *storage.BucketHandle
 	name   string
 	max    int
@@ -85,10 +85,10 @@ type Store struct {
 	afterRead func(key string)
 }
 
-var _ fence.Guard = (*Store)(nil)
+var _ fence.Guard = (*Guard)(nil)
 
-// New validates cfg, fills defaults and returns a Store. It does no I/O.
-func New(cfg Config) (*Store, error) {
+// New validates cfg, fills defaults and returns a Guard. It does no I/O.
+func New(cfg Config) (*Guard, error) {
 	if cfg.Client == nil {
 		return nil, fmt.Errorf("%w: Client is nil", ErrInvalidConfig)
 	}
@@ -113,14 +113,14 @@ func New(cfg Config) (*Store, error) {
 	if err != nil {
 		return nil, fmt.Errorf("%w: %w", ErrInvalidConfig, err)
 	}
-	return &Store{
+	return &Guard{
 		bucket: cfg.Client.Bucket(cfg.Bucket), name: cfg.Bucket, max: cfg.MaxAttempts, chunk: cfg.ChunkSize,
 		met: met, strict: cfg.Strict,
 	}, nil
 }
 
-// Bucket returns the name of the Store's bucket.
-func (s *Store) Bucket() string { return s.name }
+// Bucket returns the name of the Guard's bucket.
+func (s *Guard) Bucket() string { return s.name }
 
 func isPrecondition(err error) bool {
 	var ge *googleapi.Error
@@ -128,7 +128,7 @@ func isPrecondition(err error) bool {
 }
 
 // read returns the state of key: no object, or gcsguard's metadata of it.
-func (s *Store) read(ctx context.Context, key string) (state, error) {
+func (s *Guard) read(ctx context.Context, key string) (state, error) {
 	a, err := s.bucket.Object(key).Attrs(ctx)
 	if errors.Is(err, storage.ErrObjectNotExist) {
 		return state{}, nil
@@ -142,7 +142,7 @@ func (s *Store) read(ctx context.Context, key string) (state, error) {
 // Stat returns the state of resource as its metadata records it. A
 // resource without object yields *NotFoundError; a tombstone yields its
 // Info together with a *NotFoundError whose Deleted is set.
-func (s *Store) Stat(ctx context.Context, resource string) (Info, error) {
+func (s *Guard) Stat(ctx context.Context, resource string) (Info, error) {
 	if ctx == nil {
 		return Info{}, nilContext(resource)
 	}
@@ -167,7 +167,7 @@ func (s *Store) Stat(ctx context.Context, resource string) (Info, error) {
 // Mark returns the resource's high-water mark as a claim: the token stored
 // with its object (content or tombstone) and the run identity stored with
 // it, or the zero Claim when the resource has no object.
-func (s *Store) Mark(ctx context.Context, resource string) (fence.Claim, error) {
+func (s *Guard) Mark(ctx context.Context, resource string) (fence.Claim, error) {
 	if ctx == nil {
 		return fence.Claim{}, nilContext(resource)
 	}
@@ -189,7 +189,7 @@ func (s *Store) Mark(ctx context.Context, resource string) (fence.Claim, error) 
 // describes. A resource without object or with a tombstone yields *NotFoundError. If the
 // object is replaced between the metadata read and the content read, Get
 // reads again.
-func (s *Store) Get(ctx context.Context, resource string) (io.ReadCloser, Info, error) {
+func (s *Guard) Get(ctx context.Context, resource string) (io.ReadCloser, Info, error) {
 	if ctx == nil {
 		return nil, Info{}, nilContext(resource)
 	}
@@ -222,7 +222,7 @@ func (s *Store) Get(ctx context.Context, resource string) (io.ReadCloser, Info, 
 }
 
 // GetBytes is Get reading the whole content into memory.
-func (s *Store) GetBytes(ctx context.Context, resource string) ([]byte, Info, error) {
+func (s *Guard) GetBytes(ctx context.Context, resource string) ([]byte, Info, error) {
 	rc, info, err := s.Get(ctx, resource)
 	if err != nil {
 		return nil, info, err
@@ -242,13 +242,13 @@ func (s *Store) GetBytes(ctx context.Context, resource string) ([]byte, Info, er
 // rewound for a retry); any other reader is read into memory first.
 //
 // size is the content's length in bytes, or -1 when it is not known (the
-// arguments are s3guard.Store.Put's). A known size is checked before the
+// arguments are s3guard.Guard.Put's). A known size is checked before the
 // write is committed: content shorter or longer than size is refused with
 // a *SizeError (ErrSizeMismatch) and nothing is written. A known size
 // below Config.ChunkSize also sizes the upload's buffer to the content
 // (rounded up to 256 KiB) instead of a whole chunk; the upload is then one
 // request, which the client library can retry.
-func (s *Store) Put(ctx context.Context, resource string, r io.Reader, size int64, opts PutOptions) (Info, error) {
+func (s *Guard) Put(ctx context.Context, resource string, r io.Reader, size int64, opts PutOptions) (Info, error) {
 	if ctx == nil {
 		return Info{}, nilContext(resource)
 	}
@@ -260,12 +260,12 @@ func (s *Store) Put(ctx context.Context, resource string, r io.Reader, size int6
 }
 
 // PutBytes is Put for content held in memory.
-func (s *Store) PutBytes(ctx context.Context, resource string, b []byte, opts PutOptions) (Info, error) {
+func (s *Guard) PutBytes(ctx context.Context, resource string, b []byte, opts PutOptions) (Info, error) {
 	return s.Put(ctx, resource, bytes.NewReader(b), int64(len(b)), opts)
 }
 
 // PutBytesClaim is PutClaim for content held in memory.
-func (s *Store) PutBytesClaim(ctx context.Context, resource string, claim fence.Claim, b []byte, opts PutOptions) (Info, error) {
+func (s *Guard) PutBytesClaim(ctx context.Context, resource string, claim fence.Claim, b []byte, opts PutOptions) (Info, error) {
 	return s.PutClaim(ctx, resource, claim, bytes.NewReader(b), int64(len(b)), opts)
 }
 
@@ -277,7 +277,7 @@ func (s *Store) PutBytesClaim(ctx context.Context, resource string, claim fence.
 // resource's mark and with a *fence.ReusedError when it equals the mark
 // while c.Run and the mark's run identity are both set and differ; nothing
 // is written. A size below -1 is refused with ErrInvalidOptions.
-func (s *Store) PutClaim(ctx context.Context, resource string, claim fence.Claim, r io.Reader, size int64, opts PutOptions) (_ Info, err error) {
+func (s *Guard) PutClaim(ctx context.Context, resource string, claim fence.Claim, r io.Reader, size int64, opts PutOptions) (_ Info, err error) {
 	c := claim
 	if err := checkOptions(opts); err != nil {
 		return Info{}, err
@@ -312,7 +312,7 @@ func (s *Store) PutClaim(ctx context.Context, resource string, claim fence.Claim
 // a stale writer could then create it again. Afterwards Get reports
 // *NotFoundError with Deleted and Token set. Deleting a resource without object
 // writes the tombstone all the same, raising the mark.
-func (s *Store) Delete(ctx context.Context, resource string) (Info, error) {
+func (s *Guard) Delete(ctx context.Context, resource string) (Info, error) {
 	if ctx == nil {
 		return Info{}, nilContext(resource)
 	}
@@ -324,7 +324,7 @@ func (s *Store) Delete(ctx context.Context, resource string) (Info, error) {
 }
 
 // DeleteClaim is Delete with an explicit claim (see PutClaim).
-func (s *Store) DeleteClaim(ctx context.Context, resource string, claim fence.Claim) (_ Info, err error) {
+func (s *Guard) DeleteClaim(ctx context.Context, resource string, claim fence.Claim) (_ Info, err error) {
 	c := claim
 	if err := s.checkArgs(ctx, resource, c); err != nil {
 		return Info{}, err
@@ -342,7 +342,7 @@ func (s *Store) DeleteClaim(ctx context.Context, resource string, claim fence.Cl
 // Do is Fence under the claim ctx carries (fence.ClaimFromContext): with no
 // claim in ctx it returns an error matching fence.ErrNoToken, calls nothing
 // and writes nothing.
-func (s *Store) Do(ctx context.Context, resource string, write func(ctx context.Context) error) error {
+func (s *Guard) Do(ctx context.Context, resource string, write func(ctx context.Context) error) error {
 	if ctx == nil {
 		return nilContext(resource)
 	}
@@ -368,14 +368,14 @@ func (s *Store) Do(ctx context.Context, resource string, write func(ctx context.
 //
 // When write fails, its error is returned and nothing is written. A nil
 // write yields ErrNilWrite (after the resource and token checks).
-func (s *Store) Fence(ctx context.Context, resource string, token fence.Token, write func(ctx context.Context) error) error {
+func (s *Guard) Fence(ctx context.Context, resource string, token fence.Token, write func(ctx context.Context) error) error {
 	if ctx == nil {
 		return nilContext(resource)
 	}
 	return s.fence(ctx, resource, fence.ClaimFor(ctx, token), write)
 }
 
-func (s *Store) fence(ctx context.Context, resource string, c fence.Claim, write func(ctx context.Context) error) (err error) {
+func (s *Guard) fence(ctx context.Context, resource string, c fence.Claim, write func(ctx context.Context) error) (err error) {
 	if err := s.checkArgs(ctx, resource, c); err != nil {
 		return err
 	}
@@ -401,7 +401,7 @@ func (s *Store) fence(ctx context.Context, resource string, c fence.Claim, write
 	return s.finish(ctx, err)
 }
 
-func (s *Store) checkArgs(ctx context.Context, key string, c fence.Claim) error {
+func (s *Guard) checkArgs(ctx context.Context, key string, c fence.Claim) error {
 	if ctx == nil {
 		return nilContext(key)
 	}
@@ -410,7 +410,7 @@ func (s *Store) checkArgs(ctx context.Context, key string, c fence.Claim) error 
 	return err
 }
 
-func (s *Store) argsError(ctx context.Context, key string, c fence.Claim) error {
+func (s *Guard) argsError(ctx context.Context, key string, c fence.Claim) error {
 	if err := checkResource(key); err != nil {
 		return err
 	}
@@ -426,7 +426,7 @@ func (s *Store) argsError(ctx context.Context, key string, c fence.Claim) error 
 }
 
 // readDecide reads key and applies the decision rule to c.
-func (s *Store) readDecide(ctx context.Context, key string, c fence.Claim) (state, error) {
+func (s *Guard) readDecide(ctx context.Context, key string, c fence.Claim) (state, error) {
 	cur, err := s.read(ctx, key)
 	if err != nil {
 		return state{}, err
@@ -441,7 +441,7 @@ func (s *Store) readDecide(ctx context.Context, key string, c fence.Claim) (stat
 }
 
 // commit runs the conditional write loop over cur.
-func (s *Store) commit(ctx context.Context, key string, c fence.Claim, writeID string, ch *change, cur state) (Info, error) {
+func (s *Guard) commit(ctx context.Context, key string, c fence.Claim, writeID string, ch *change, cur state) (Info, error) {
 	for lost := 0; ; {
 		if err := fence.ContextError(ctx); err != nil {
 			return Info{}, fmt.Errorf("gcsguard: write %q: not sent: %w", key, err)
@@ -515,14 +515,14 @@ func (s *Store) commit(ctx context.Context, key string, c fence.Claim, writeID s
 
 // settleRead reads key with a context of its own, bounded by
 // readBackTimeout, that keeps ctx's values but not its end.
-func (s *Store) settleRead(ctx context.Context, key string) (state, error) {
+func (s *Guard) settleRead(ctx context.Context, key string) (state, error) {
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), readBackTimeout)
 	defer cancel()
 	return s.read(ctx, key)
 }
 
 // attempt makes one conditional write of ch over cur.
-func (s *Store) attempt(ctx context.Context, key string, c fence.Claim, writeID string, ch *change, cur state) (*storage.ObjectAttrs, error) {
+func (s *Guard) attempt(ctx context.Context, key string, c fence.Claim, writeID string, ch *change, cur state) (*storage.ObjectAttrs, error) {
 	wctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	cond := storage.Conditions{DoesNotExist: true}
@@ -563,7 +563,7 @@ func (s *Store) attempt(ctx context.Context, key string, c fence.Claim, writeID 
 // (-1: unknown): Config.ChunkSize, or for a known size below it the
 // smallest multiple of 256 KiB above size, so that the upload is still one
 // retryable request but its buffer fits the content.
-func (s *Store) chunkFor(size int64) int {
+func (s *Guard) chunkFor(size int64) int {
 	const unit = 256 << 10
 	if size < 0 || size >= int64(s.chunk) {
 		return s.chunk
@@ -573,7 +573,7 @@ func (s *Store) chunkFor(size int64) int {
 
 // source opens the content of one attempt and returns its size (-1:
 // unknown).
-func (s *Store) source(ctx context.Context, key string, ch *change, cur state) (io.ReadCloser, int64, PutOptions, bool, error) {
+func (s *Guard) source(ctx context.Context, key string, ch *change, cur state) (io.ReadCloser, int64, PutOptions, bool, error) {
 	switch {
 	case ch.body != nil:
 		r, err := ch.body.open()

@@ -15,7 +15,7 @@ import (
 
 // TestLostReplyOvertakenNoLibraryRetry: the upload lands, its reply is
 // lost, the library does not retry, and a newer holder writes before the
-// Store's settling read. The read finds the newer generation, so the
+// Guard's settling read. The read finds the newer generation, so the
 // upload can no longer land: the write is reported as a *fence.StaleError
 // with Overtaken set, not as an unknown outcome.
 func TestLostReplyOvertakenNoLibraryRetry(t *testing.T) {

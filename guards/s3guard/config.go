@@ -32,7 +32,7 @@ const cleanupTimeout = 10 * time.Second
 // sent without a reply; it runs even after the caller's ctx has ended.
 const settleTimeout = 10 * time.Second
 
-// Config configures a Store. Client and Bucket are required.
+// Config configures a Guard. Client and Bucket are required.
 type Config struct {
 	// Client talks to S3 or MinIO: the adapter of the SDK client the
 	// caller already has (minioclient.New, awsclient.New) or any other
@@ -65,13 +65,13 @@ type Config struct {
 	// GET per read. At most MaxInline. Default 0: content always goes to a
 	// data object.
 	InlineMax int
-	// PointerCacheSize bounds the Store's pointer cache: for that many
-	// keys (least recently used out first) the Store remembers the last
+	// PointerCacheSize bounds the Guard's pointer cache: for that many
+	// keys (least recently used out first) the Guard remembers the last
 	// pointer it read or wrote, so that Put and Delete can skip the
 	// pointer GET. The cached pointer is only a hint: the write decides
 	// against it and commits with If-Match on its ETag, so a pointer
 	// written meanwhile by anyone else fails that PUT (412 or 404), and
-	// the Store re-reads and continues as without a cache. A refusal
+	// the Guard re-reads and continues as without a cache. A refusal
 	// decided on the cache is confirmed by a read before it is returned.
 	// An entry holds no content (inline bytes and metadata are left out):
 	// a few hundred bytes plus the key. Default DefaultPointerCacheSize;
@@ -101,10 +101,10 @@ type Config struct {
 	Strict bool
 }
 
-// Store is a fenced object store over one bucket. It is safe for concurrent
-// use, also together with other Stores (in other processes) over the same
+// Guard is a fenced object store over one bucket. It is safe for concurrent
+// use, also together with other Guards (in other processes) over the same
 // bucket.
-type Store struct {
+type Guard struct {
 	client  s3client.Client
 	bucket  string
 	prefix  string
@@ -124,10 +124,10 @@ type Store struct {
 	beforeData func(key string)
 }
 
-var _ fence.Guard = (*Store)(nil)
+var _ fence.Guard = (*Guard)(nil)
 
-// New validates cfg, fills defaults and returns a Store. It does no I/O.
-func New(cfg Config) (*Store, error) {
+// New validates cfg, fills defaults and returns a Guard. It does no I/O.
+func New(cfg Config) (*Guard, error) {
 	if cfg.Client == nil {
 		return nil, fmt.Errorf("%w: Client is nil", ErrInvalidConfig)
 	}
@@ -174,7 +174,7 @@ func New(cfg Config) (*Store, error) {
 	if err != nil {
 		return nil, fmt.Errorf("%w: %w", ErrInvalidConfig, err)
 	}
-	return &Store{
+	return &Guard{
 		met:     met,
 		cache:   newPointerCache(cfg.PointerCacheSize),
 		client:  cfg.Client,

@@ -28,7 +28,7 @@ var ErrInvalidConfig = errors.New("s3guard: invalid config")
 var ErrInvalidOptions = errors.New("s3guard: invalid put options")
 
 // ErrNoStager is returned by Stage and StageDelete when ctx does not come
-// from a running Store.Fence write callback.
+// from a running Guard.Fence write callback.
 var ErrNoStager = errors.New("s3guard: Stage called outside a Fence write")
 
 // ErrAlreadyStaged is returned by Stage and StageDelete when the current

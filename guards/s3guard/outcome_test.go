@@ -65,9 +65,9 @@ func (h *holdTransport) RoundTrip(req *http.Request) (*http.Response, error) {
 	return nil, ctx.Err()
 }
 
-// heldStore returns a Store of e's kind whose client goes through a
+// heldGuard returns a Guard of e's kind whose client goes through a
 // holdTransport, configured like the subject's stores.
-func heldStore(t *testing.T, e env, mod func(*Config)) (*Store, *holdTransport) {
+func heldGuard(t *testing.T, e env, mod func(*Config)) (*Guard, *holdTransport) {
 	t.Helper()
 	h := &holdTransport{}
 	return e.store(t, e.newClient(t, h), mod), h
@@ -81,7 +81,7 @@ func (s *subject) WriteHeld(ctx context.Context, resource string, token fence.To
 	return s.write(ctx, s.held, resource, token, value)
 }
 
-// WriteStrict implements guardtest.StrictWriter through a Store with
+// WriteStrict implements guardtest.StrictWriter through a Guard with
 // Config.Strict.
 func (s *subject) WriteStrict(ctx context.Context, resource string, c fence.Claim, value string) error {
 	return s.write(fence.WithClaim(ctx, c), s.strict, resource, c.Token, value)
@@ -104,7 +104,7 @@ func newSubject(t *testing.T, e env, viaFence bool, mod func(*Config)) *subject 
 		mod(c)
 		c.Strict = true
 	})
-	sub.held, sub.hold = heldStore(t, e, mod)
+	sub.held, sub.hold = heldGuard(t, e, mod)
 	sub.delay = &dupTransport{}
 	sub.delayed = e.store(t, e.newClient(t, sub.delay), mod)
 	return sub

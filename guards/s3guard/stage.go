@@ -15,7 +15,7 @@ type stagerKey struct{}
 
 // stager collects what one Fence write stages.
 type stager struct {
-	s       *Store
+	s       *Guard
 	key     string
 	claim   fence.Claim
 	writeID string

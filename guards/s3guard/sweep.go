@@ -14,7 +14,7 @@ import (
 // alone: a writer holding that token may still commit them. Sweep needs no
 // clock and is safe to run at any time, concurrently with writers. It
 // returns how many objects it removed.
-func (s *Store) Sweep(ctx context.Context, resource string) (_ int, err error) {
+func (s *Guard) Sweep(ctx context.Context, resource string) (_ int, err error) {
 	if ctx == nil {
 		return 0, nilContext(resource)
 	}

@@ -51,7 +51,7 @@ func (o *overtakeTransport) RoundTrip(req *http.Request) (*http.Response, error)
 }
 
 // TestLostReplyOvertakenIsMarked: the pointer PUT lands, its reply is lost,
-// the SDK gives up, and a newer holder writes before the Store's settling
+// the SDK gives up, and a newer holder writes before the Guard's settling
 // read. The write was applied and then overwritten, and its request can no
 // longer land (the pointer's ETag moved on): the error is a
 // *fence.StaleError with Overtaken set, not an unknown outcome.

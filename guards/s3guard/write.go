@@ -14,7 +14,7 @@ import (
 // fence runs a fenced write under claim c. With useCache, a cached pointer
 // stands in for the pointer GET (Put and Delete: their write only stages).
 // Every error it returns passes through s.fail.
-func (s *Store) fence(ctx context.Context, key string, c fence.Claim, write func(ctx context.Context) error, useCache bool) (_ Info, err error) {
+func (s *Guard) fence(ctx context.Context, key string, c fence.Claim, write func(ctx context.Context) error, useCache bool) (_ Info, err error) {
 	if ctx == nil {
 		return Info{}, nilContext(key)
 	}
@@ -74,7 +74,7 @@ func (s *Store) fence(ctx context.Context, key string, c fence.Claim, write func
 // Error, and, once ctx has ended, makes err match ctx.Err() and
 // context.Cause(ctx) (fence.WrapContext). A write that gave up after ctx
 // ended is reported as the context's end, never as fence.ErrBusy.
-func (s *Store) fail(ctx context.Context, key string, err error) error {
+func (s *Guard) fail(ctx context.Context, key string, err error) error {
 	s.met.Decision(ctx, err) // counts the decision; logs a reuse
 	return contextErr(ctx, err)
 }
@@ -98,7 +98,7 @@ func contextErr(ctx context.Context, err error) error {
 
 // decide is the fenced write path's decision on the pointer state cur (read
 // or taken from the cache): the test hook afterRead runs first.
-func (s *Store) decide(key string, c fence.Claim, cur current) error {
+func (s *Guard) decide(key string, c fence.Claim, cur current) error {
 	if s.afterRead != nil {
 		s.afterRead(key)
 	}
@@ -108,7 +108,7 @@ func (s *Store) decide(key string, c fence.Claim, cur current) error {
 // readDecide reads the pointer of key afresh and decides c against it.
 // When writeID is set and the pointer carries it, an earlier attempt of this
 // write landed: landed is true and nothing is decided.
-func (s *Store) readDecide(ctx context.Context, key string, c fence.Claim, writeID string) (cur current, landed bool, err error) {
+func (s *Guard) readDecide(ctx context.Context, key string, c fence.Claim, writeID string) (cur current, landed bool, err error) {
 	if cur, err = s.readPointer(ctx, key); err != nil {
 		return current{}, false, err
 	}
@@ -144,7 +144,7 @@ func (ch change) keeps() bool { return ch.data == nil && !ch.deleted }
 // commit runs the conditional pointer write loop. cur may come from the
 // pointer cache: then a 412 or 404 only means the cache was stale, and that
 // first failed write does not count against MaxAttempts.
-func (s *Store) commit(ctx context.Context, key string, c fence.Claim, writeID string, ch change, cur current) (Info, error) {
+func (s *Guard) commit(ctx context.Context, key string, c fence.Claim, writeID string, ch change, cur current) (Info, error) {
 	var conflicts, lost int
 	for {
 		if ch.keeps() && cur.partial {
@@ -251,8 +251,8 @@ func (s *Store) commit(ctx context.Context, key string, c fence.Claim, writeID s
 }
 
 // dropSuperseded removes the data object of the pointer old that new
-// replaced, unless new still refers to it or the Store keeps them.
-func (s *Store) dropSuperseded(ctx context.Context, old current, new *pointer) {
+// replaced, unless new still refers to it or the Guard keeps them.
+func (s *Guard) dropSuperseded(ctx context.Context, old current, new *pointer) {
 	if s.keep || old.p == nil || old.p.Data == "" || old.p.Data == new.Data {
 		return
 	}
@@ -264,7 +264,7 @@ func (s *Store) dropSuperseded(ctx context.Context, old current, new *pointer) {
 // ours landed, its reply was lost, and a content-keeping write copied the
 // reference). Once the current pointer does not refer to a data object, no
 // later pointer can: references are only copied from the current pointer.
-func (s *Store) dropUnreferenced(ctx context.Context, ch change, cur current) {
+func (s *Guard) dropUnreferenced(ctx context.Context, ch change, cur current) {
 	if ch.data == nil || ch.data.key == "" || (cur.p != nil && cur.p.Data == ch.data.key) {
 		return
 	}
@@ -274,7 +274,7 @@ func (s *Store) dropUnreferenced(ctx context.Context, ch change, cur current) {
 // settleRead reads the pointer of key with a context of its own, bounded
 // by settleTimeout, that keeps ctx's values but not its end: it settles the
 // outcome of a pointer write sent without a reply.
-func (s *Store) settleRead(ctx context.Context, key string) (current, error) {
+func (s *Guard) settleRead(ctx context.Context, key string) (current, error) {
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), settleTimeout)
 	defer cancel()
 	return s.readPointer(ctx, key)
@@ -282,7 +282,7 @@ func (s *Store) settleRead(ctx context.Context, key string) (current, error) {
 
 // remove deletes a data object, best effort, with its own short timeout
 // that survives the caller's cancellation.
-func (s *Store) remove(ctx context.Context, dataKey string) {
+func (s *Guard) remove(ctx context.Context, dataKey string) {
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), cleanupTimeout)
 	defer cancel()
 	_ = s.client.Delete(ctx, s.bucket, dataKey)
