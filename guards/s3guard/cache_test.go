@@ -375,7 +375,7 @@ func TestPointerCacheRestamp(t *testing.T) {
 		assert.Nil(t, cur.p.Inline)
 		// The cache path, as Put and Delete take it, with a write that stages
 		// nothing (unreachable through Put; Fence itself never uses the cache).
-		info, err := s.fence(ctx, key, fence.Claim{Token: 2}, func(context.Context) error { return nil }, true)
+		info, err := s.w.Run(ctx, key, fence.Claim{Token: 2}, func(context.Context) error { return nil }, true)
 		require.NoError(t, err)
 		assert.Equal(t, fence.Token(2), info.Token)
 		got, gi := content(t, s, key)

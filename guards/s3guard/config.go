@@ -12,6 +12,7 @@ import (
 
 	"github.com/fencekit/fencekit/fence"
 	"github.com/fencekit/fencekit/guards/guardobs"
+	"github.com/fencekit/fencekit/guards/internal/objstage"
 	"github.com/fencekit/fencekit/guards/s3guard/s3client"
 )
 
@@ -85,8 +86,9 @@ type Config struct {
 	// with guard="s3" (see docs/operations.md). Nil records nothing.
 	MeterProvider metric.MeterProvider
 	// TracerProvider records one span (guardobs.SpanWrite, a child of the
-	// span in ctx) per Put, Delete, Do or Fence call that got a claim, from
-	// the argument checks to the pointer write. Nil records none.
+	// span in ctx) per Put, Delete, Do or Fence call that got past the
+	// argument checks (to the pointer write), and per call refused by them.
+	// Nil records none.
 	TracerProvider trace.TracerProvider
 	// Logger receives one Error record per write refused because its token
 	// was reused by another run (*fence.ReusedError), with the key, the
@@ -115,6 +117,7 @@ type Guard struct {
 	cache   *pointerCache // nil: disabled
 	met     *guardobs.Recorder
 	strict  bool
+	w       *objstage.Writer[current, change, Info]
 
 	// afterRead, when set (tests only), runs after every pointer read or
 	// pointer cache hit of the fenced write path, before the decision.
@@ -174,7 +177,7 @@ func New(cfg Config) (*Guard, error) {
 	if err != nil {
 		return nil, fmt.Errorf("%w: %w", ErrInvalidConfig, err)
 	}
-	return &Guard{
+	g := &Guard{
 		met:     met,
 		cache:   newPointerCache(cfg.PointerCacheSize),
 		client:  cfg.Client,
@@ -185,5 +188,13 @@ func New(cfg Config) (*Guard, error) {
 		keep:    cfg.KeepSuperseded,
 		inline:  cfg.InlineMax,
 		strict:  cfg.Strict,
-	}, nil
+	}
+	g.w = &objstage.Writer[current, change, Info]{
+		Owner: g, Errs: errs, Met: met, Strict: cfg.Strict,
+		CheckResource: func(key string) error { return checkResource(g.prefix, key) },
+		Decide:        g.decideWrite,
+		Commit:        g.commit,
+		Discard:       g.discard,
+	}
+	return g, nil
 }

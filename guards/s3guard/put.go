@@ -3,10 +3,10 @@ package s3guard
 import (
 	"bytes"
 	"context"
-	"fmt"
 	"io"
 
 	"github.com/fencekit/fencekit/fence"
+	"github.com/fencekit/fencekit/guards/internal/objstage"
 )
 
 // PutOptions describe staged content.
@@ -44,7 +44,7 @@ type PutOptions struct {
 // mark but presented by another run than the one that set it yields
 // *fence.ReusedError.
 func (s *Guard) Put(ctx context.Context, resource string, r io.Reader, size int64, opts PutOptions) (Info, error) {
-	c, err := claimFrom(ctx, resource)
+	c, err := s.w.Claim(ctx, resource)
 	if err != nil {
 		return Info{}, err
 	}
@@ -63,21 +63,21 @@ func (s *Guard) PutBytes(ctx context.Context, resource string, b []byte, opts Pu
 // refused. Deleting a resource that has no content still writes the tombstone,
 // raising the mark.
 func (s *Guard) Delete(ctx context.Context, resource string) (Info, error) {
-	c, err := claimFrom(ctx, resource)
+	c, err := s.w.Claim(ctx, resource)
 	if err != nil {
 		return Info{}, err
 	}
-	return s.fence(ctx, resource, c, StageDelete, true)
+	return s.w.Run(ctx, resource, c, StageDelete, true)
 }
 
 // Do runs write as a fenced write of the object at resource under the claim ctx
 // carries, exactly as Fence does under an explicit token.
 func (s *Guard) Do(ctx context.Context, resource string, write func(ctx context.Context) error) error {
-	c, err := claimFrom(ctx, resource)
+	c, err := s.w.Claim(ctx, resource)
 	if err != nil {
 		return err
 	}
-	_, err = s.fence(ctx, resource, c, write, false)
+	_, err = s.w.Run(ctx, resource, c, write, false)
 	return err
 }
 
@@ -95,7 +95,7 @@ func (s *Guard) PutBytesClaim(ctx context.Context, resource string, claim fence.
 
 // DeleteClaim is Delete under an explicit claim.
 func (s *Guard) DeleteClaim(ctx context.Context, resource string, claim fence.Claim) (Info, error) {
-	return s.fence(ctx, resource, claim, StageDelete, true)
+	return s.w.Run(ctx, resource, claim, StageDelete, true)
 }
 
 // Fence implements fence.Guard for the object at resource, under
@@ -124,7 +124,7 @@ func (s *Guard) Fence(ctx context.Context, resource string, token fence.Token, w
 	if ctx == nil {
 		return nilContext(resource)
 	}
-	_, err := s.fence(ctx, resource, fence.ClaimFor(ctx, token), write, false)
+	_, err := s.w.Run(ctx, resource, fence.ClaimFor(ctx, token), write, false)
 	return err
 }
 
@@ -133,21 +133,9 @@ func (s *Guard) put(ctx context.Context, key string, c fence.Claim, r io.Reader,
 		return Info{}, err
 	}
 	if size < -1 {
-		return Info{}, fmt.Errorf("%w: size %d", ErrInvalidOptions, size)
+		return Info{}, objstage.CheckBody(r, size, ErrInvalidOptions)
 	}
-	return s.fence(ctx, key, c, func(ctx context.Context) error {
+	return s.w.Run(ctx, key, c, func(ctx context.Context) error {
 		return Stage(ctx, r, size, opts)
 	}, true)
-}
-
-// claimFrom is fence.ClaimFromContext for a ctx-first call on key.
-func claimFrom(ctx context.Context, key string) (fence.Claim, error) {
-	if ctx == nil {
-		return fence.Claim{}, nilContext(key)
-	}
-	c, err := fence.ClaimFromContext(ctx)
-	if err != nil {
-		return fence.Claim{}, fmt.Errorf("s3guard: %q: %w", truncate(key), err)
-	}
-	return c, nil
 }

@@ -4,6 +4,8 @@ import (
 	"context"
 	"fmt"
 	"strings"
+
+	"github.com/fencekit/fencekit/guards/internal/objstage"
 )
 
 // Sweep removes the data objects of resource that can never become visible:
@@ -18,7 +20,7 @@ func (s *Guard) Sweep(ctx context.Context, resource string) (_ int, err error) {
 	if ctx == nil {
 		return 0, nilContext(resource)
 	}
-	defer func() { err = contextErr(ctx, err) }()
+	defer func() { err = objstage.ContextErr(ctx, "s3guard", err) }()
 	if err := checkResource(s.prefix, resource); err != nil {
 		return 0, err
 	}

@@ -11,33 +11,10 @@ import (
 	"github.com/fencekit/fencekit/guards/s3guard/s3client"
 )
 
-// fence runs a fenced write under claim c. With useCache, a cached pointer
-// stands in for the pointer GET (Put and Delete: their write only stages).
-// Every error it returns passes through s.fail.
-func (s *Guard) fence(ctx context.Context, key string, c fence.Claim, write func(ctx context.Context) error, useCache bool) (_ Info, err error) {
-	if ctx == nil {
-		return Info{}, nilContext(key)
-	}
-	ctx, span := s.met.Start(ctx, key, c)
-	defer func() { span.End(err) }() // after fail: the error the caller gets
-	defer func() { err = s.fail(ctx, key, err) }()
-	if err := checkResource(s.prefix, key); err != nil {
-		return Info{}, err
-	}
-	if err := c.Validate(); err != nil {
-		return Info{}, err
-	}
-	if s.strict {
-		if err := fence.CheckScope(key, c); err != nil {
-			return Info{}, err
-		}
-	}
-	if write == nil {
-		return Info{}, ErrNilWrite
-	}
-	if err := fence.ContextError(ctx); err != nil {
-		return Info{}, err // ended before anything was read or written
-	}
+// decideWrite is the fenced write path's read and decision (the
+// objstage.Writer's Decide). With useCache, a cached pointer stands in for
+// the pointer GET (Put and Delete: their write only stages).
+func (s *Guard) decideWrite(ctx context.Context, key string, c fence.Claim, useCache bool) (current, error) {
 	cur, hit := current{}, false
 	if useCache {
 		cur, hit = s.cache.get(key)
@@ -54,46 +31,15 @@ func (s *Guard) fence(ctx context.Context, key string, c fence.Claim, write func
 		// confirm with a read. Only refusals pay for it.
 		cur, _, derr = s.readDecide(ctx, key, c, "")
 	}
-	if derr != nil {
-		return Info{}, derr
-	}
-	st := &stager{s: s, key: key, claim: c, writeID: newWriteID()}
-	werr := write(context.WithValue(fence.WithClaim(ctx, c), stagerKey{}, st))
-	ch := st.close()
-	if werr != nil {
-		if ch.data != nil && ch.data.key != "" {
-			s.remove(ctx, ch.data.key)
-		}
-		return Info{}, werr
-	}
-	return s.commit(ctx, key, c, st.writeID, ch, cur)
+	return cur, derr
 }
 
-// fail finishes every error of the write path: it records the decision in
-// the metrics (commits, stale and reused refusals), logs a token reuse at
-// Error, and, once ctx has ended, makes err match ctx.Err() and
-// context.Cause(ctx) (fence.WrapContext). A write that gave up after ctx
-// ended is reported as the context's end, never as fence.ErrBusy.
-func (s *Guard) fail(ctx context.Context, key string, err error) error {
-	s.met.Decision(ctx, err) // counts the decision; logs a reuse
-	return contextErr(ctx, err)
-}
-
-// contextErr is fence.WrapContext, except that an ErrBusy seen after ctx
-// ended is replaced by the context's error: the retries stopped because the
-// context ended, and a retry with the same context cannot succeed.
-func contextErr(ctx context.Context, err error) error {
-	if err == nil {
-		return nil
+// discard removes the data object ch staged, after the write callback
+// failed (the objstage.Writer's Discard).
+func (s *Guard) discard(ctx context.Context, ch change) {
+	if ch.data != nil && ch.data.key != "" {
+		s.remove(ctx, ch.data.key)
 	}
-	cerr := fence.ContextError(ctx)
-	if cerr == nil {
-		return err
-	}
-	if errors.Is(err, fence.ErrBusy) {
-		return fmt.Errorf("s3guard: gave up after the context ended (%s): %w", err.Error(), cerr)
-	}
-	return fence.WrapContext(ctx, err)
 }
 
 // decide is the fenced write path's decision on the pointer state cur (read
