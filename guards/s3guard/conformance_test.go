@@ -9,6 +9,7 @@ import (
 
 	"github.com/fencekit/fencekit/fence"
 	"github.com/fencekit/fencekit/guards/guardtest"
+	"github.com/fencekit/fencekit/guards/internal/objtest"
 )
 
 // subject adapts Guards over one bucket to guardtest.Subject. Writes go
@@ -18,11 +19,11 @@ type subject struct {
 	stores   []*Guard
 	next     atomic.Uint64
 	viaFence bool
-	strict   *Guard         // Config.Strict, for WriteStrict
-	held     *Guard         // its client holds pointer replies, for WriteHeld
-	hold     *holdTransport // held's transport
-	delayed  *Guard         // its client holds a pointer PUT's first copy, for WriteDelayed
-	delay    *dupTransport  // delayed's transport
+	strict   *Guard                  // Config.Strict, for WriteStrict
+	held     *Guard                  // its client holds pointer replies, for WriteHeld
+	hold     *objtest.ReplyTransport // held's transport
+	delayed  *Guard                  // its client holds a pointer PUT's first copy, for WriteDelayed
+	delay    *objtest.HoldTransport  // delayed's transport
 }
 
 func (s *subject) pick() *Guard { return s.stores[s.next.Add(1)%uint64(len(s.stores))] }
