@@ -243,7 +243,7 @@ func TestWriterRun(t *testing.T) {
 func TestContextErr(t *testing.T) {
 	ctx, cancel := context.WithCancel(context.Background())
 	busy := fmt.Errorf("lost races: %w", fence.ErrBusy)
-	if err := ContextErr(ctx, "test", busy); err != busy {
+	if err := ContextErr(ctx, "test", busy); !errors.Is(err, fence.ErrBusy) {
 		t.Errorf("live ctx: %v, want the error itself", err)
 	}
 	cancel()

@@ -46,7 +46,7 @@ func CheckDelayedCopyRefused(ctx context.Context, s HeldWriter, resource string)
 	}
 	h, err := s.WriteHolding(ctx, resource, c, "first")
 	if h == nil {
-		return fmt.Errorf("no committing request held (write: %v)", err)
+		return fmt.Errorf("no committing request held (write: %w)", err)
 	}
 	if err != nil {
 		return fmt.Errorf("delayed write: %w, want the client's retry to land", err)
@@ -62,7 +62,7 @@ func CheckDelayedCopyRefused(ctx context.Context, s HeldWriter, resource string)
 		errs = append(errs, fmt.Errorf("held copy answered %d, want 412", h.Status))
 	}
 	if v, tok, ok, err := s.Read(ctx, resource); err != nil || !ok || v != "later" || tok != 5 {
-		errs = append(errs, fmt.Errorf("after the held copy: %q %d %v %v, want later at 5", v, tok, ok, err))
+		errs = append(errs, fmt.Errorf("after the held copy: %q %d %v %s, want later at 5", v, tok, ok, errText(err)))
 	}
 	return errors.Join(errs...)
 }
@@ -80,7 +80,7 @@ func CheckNilContext(calls map[string]func() error, want error) error {
 				}
 			}()
 			if err := call(); !errors.Is(err, want) {
-				errs = append(errs, fmt.Errorf("%s(nil ctx): %v, want %v", name, err, want))
+				errs = append(errs, fmt.Errorf("%s(nil ctx): %s, want %w", name, errText(err), want))
 			}
 		}()
 	}
@@ -103,9 +103,17 @@ func CheckNotFound[O, I any](ctx context.Context, g Guard[O, I], reads map[strin
 	for _, r := range []string{"nf/never", "nf/deleted"} {
 		for name, read := range all {
 			if err := read(ctx, r); !errors.Is(err, fence.ErrNotFound) || !errors.Is(err, pkgErr) {
-				errs = append(errs, fmt.Errorf("%s(%q): %v, want fence.ErrNotFound and %v", name, r, err, pkgErr))
+				errs = append(errs, fmt.Errorf("%s(%q): %s, want fence.ErrNotFound and %w", name, r, errText(err), pkgErr))
 			}
 		}
 	}
 	return errors.Join(errs...)
+}
+
+// errText is err's message, or "nil".
+func errText(err error) string {
+	if err == nil {
+		return "nil"
+	}
+	return err.Error()
 }
