@@ -17,14 +17,14 @@ import (
 // plus the same upload with ifGenerationMatch and gcsguard's metadata.
 // Cases:
 //
-//   - 4KiB, 1MiB: the plain writer uses the Store's chunk size
+//   - 4KiB, 1MiB: the plain writer uses the Guard's chunk size
 //     (DefaultChunkSize, 256 KiB), so both take the same upload path and
 //     the ratio is the guard's own cost: 4 KiB is one upload request, 1 MiB
 //     a resumable upload in chunks.
 //   - 1MiB-2MiBchunk: both with ChunkSize 2 MiB: 1 MiB in one request.
 //   - 4KiB-libdefault, 1MiB-libdefault: the plain writer left at the client
 //     library's default chunk size (16 MiB: one request, but a 16 MiB
-//     buffer allocated per Writer), the Store at its default.
+//     buffer allocated per Writer), the Guard at its default.
 func BenchmarkPutPaired(b *testing.B) {
 	e := newEmulator(b)
 	bucket := e.bucket(b)

@@ -20,7 +20,7 @@ func TestConcurrentIndependentClients(t *testing.T) {
 	e := newEmulator(t)
 	bucket := e.bucket(t)
 	const writers, rounds, key = 6, 12, "race/one"
-	stores := make([]*Store, writers)
+	stores := make([]*Guard, writers)
 	for i := range stores {
 		stores[i] = e.store(t, bucket, Config{MaxAttempts: 100})
 	}

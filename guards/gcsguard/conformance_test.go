@@ -3,25 +3,24 @@ package gcsguard
 import (
 	"context"
 	"errors"
-	"io"
 	"net/http"
 	"strings"
-	"sync"
 	"testing"
 
 	"github.com/fencekit/fencekit/fence"
 	"github.com/fencekit/fencekit/guards/guardtest"
+	"github.com/fencekit/fencekit/guards/internal/objtest"
 )
 
-// subject adapts Stores over one bucket to the conformance kit: the value
+// subject adapts Guards over one bucket to the conformance kit: the value
 // is the object's bytes, the token its metadata's. Writes go through s
-// (Put, or Fence + Stage with viaFence); WriteStrict through a Store with
-// Config.Strict; WriteHeld through a Store whose client holds the upload's
+// (Put, or Fence + Stage with viaFence); WriteStrict through a Guard with
+// Config.Strict; WriteHeld through a Guard whose client holds the upload's
 // reply until the write's context ends.
 type subject struct {
-	s, strict, held, delayed *Store
-	hold                     *holdTransport
-	delay                    *dupTransport
+	s, strict, held, delayed *Guard
+	hold                     *objtest.ReplyTransport
+	delay                    *objtest.HoldTransport
 	viaFence                 bool
 }
 
@@ -32,13 +31,14 @@ var (
 	_ guardtest.StrictWriter    = (*subject)(nil)
 	_ guardtest.OutcomeWriter   = (*subject)(nil)
 	_ guardtest.DuplicateWriter = (*subject)(nil)
+	_ objtest.HeldWriter        = (*subject)(nil)
 )
 
 func newSubject(t *testing.T, e *emulator, bucket string, viaFence bool) *subject {
-	h := &holdTransport{}
-	held := e.clientVia(t, func(rt http.RoundTripper) http.RoundTripper { h.next = rt; return h })
-	d := &dupTransport{}
-	delayed := e.clientVia(t, func(rt http.RoundTripper) http.RoundTripper { d.next = rt; return d })
+	h := &objtest.ReplyTransport{Key: uploadName}
+	held := e.clientVia(t, func(rt http.RoundTripper) http.RoundTripper { h.Next = rt; return h })
+	d := &objtest.HoldTransport{Err: errHeld, Key: uploadName}
+	delayed := e.clientVia(t, func(rt http.RoundTripper) http.RoundTripper { d.Next = rt; return d })
 	return &subject{
 		s:        e.store(t, bucket, Config{}),
 		strict:   e.store(t, bucket, Config{Strict: true}),
@@ -51,7 +51,7 @@ func newSubject(t *testing.T, e *emulator, bucket string, viaFence bool) *subjec
 }
 
 // write is one guarded write of v to r through st under c.
-func (a *subject) write(ctx context.Context, st *Store, r string, c fence.Claim, v string) error {
+func (a *subject) write(ctx context.Context, st *Guard, r string, c fence.Claim, v string) error {
 	if a.viaFence {
 		return st.Fence(fence.WithClaim(ctx, c), r, c.Token, func(ctx context.Context) error {
 			return StageBytes(ctx, []byte(v), PutOptions{})
@@ -74,8 +74,8 @@ func (a *subject) WriteStrict(ctx context.Context, r string, c fence.Claim, v st
 }
 
 func (a *subject) WriteHeld(ctx context.Context, r string, tok fence.Token, v string, applied func()) error {
-	a.hold.arm(r, applied)
-	defer a.hold.disarm(r)
+	a.hold.Arm(r, applied)
+	defer a.hold.Disarm(r)
 	return a.write(ctx, a.held, r, fence.ClaimFor(ctx, tok), v)
 }
 
@@ -107,61 +107,13 @@ func (a *subject) Read(ctx context.Context, r string) (string, fence.Token, bool
 	return string(b), info.Token, true, nil
 }
 
-// holdTransport forwards every request to next. While armed for a key,
-// the upload that writes that key (the commit point) is forwarded under a
-// context that does not end with the caller's, so the emulator applies
-// it; the transport then calls applied and keeps the reply from the client
-// library until the request's context ends, and fails it with the
-// context's error, as a transport whose caller gave up waiting does. It
-// may be armed for several keys at once (concurrent writes to different
-// resources).
-type holdTransport struct {
-	next  http.RoundTripper
-	mu    sync.Mutex
-	armed map[string]func() // key -> applied, until its first upload
-}
-
-func (h *holdTransport) arm(key string, applied func()) {
-	h.mu.Lock()
-	if h.armed == nil {
-		h.armed = map[string]func(){}
+// uploadName is the objtest transports' Key: the upload that writes a
+// key is the commit point.
+func uploadName(req *http.Request) string {
+	if !strings.HasPrefix(req.URL.Path, "/upload/") {
+		return ""
 	}
-	h.armed[key] = applied
-	h.mu.Unlock()
-}
-
-func (h *holdTransport) disarm(key string) {
-	h.mu.Lock()
-	delete(h.armed, key)
-	h.mu.Unlock()
-}
-
-func (h *holdTransport) RoundTrip(req *http.Request) (*http.Response, error) {
-	h.mu.Lock()
-	var applied func()
-	held := false
-	if strings.HasPrefix(req.URL.Path, "/upload/") {
-		key := req.URL.Query().Get("name")
-		if applied, held = h.armed[key]; held {
-			delete(h.armed, key) // the first attempt only
-		}
-	}
-	h.mu.Unlock()
-	if !held {
-		return h.next.RoundTrip(req)
-	}
-	ctx := req.Context()
-	resp, err := h.next.RoundTrip(req.WithContext(context.WithoutCancel(ctx)))
-	if err != nil {
-		return nil, err
-	}
-	_, _ = io.Copy(io.Discard, resp.Body)
-	_ = resp.Body.Close()
-	if resp.StatusCode/100 == 2 {
-		applied()
-	}
-	<-ctx.Done() // the reply is held until the caller's context ends
-	return nil, ctx.Err()
+	return req.URL.Query().Get("name")
 }
 
 var kitResources = []string{".", "..", ".well-known/acme-challenge/x", " ", "\u00a0\u2003"}
@@ -170,7 +122,7 @@ func TestConformance(t *testing.T) {
 	e := newEmulator(t)
 	bucket := e.bucket(t)
 	guardtest.Run(t, guardtest.Config{
-		// Every check gets Stores on clients of their own (own connections).
+		// Every check gets Guards on clients of their own (own connections).
 		New:          func(t *testing.T) guardtest.Subject { return newSubject(t, e, bucket, false) },
 		BadResources: kitResources,
 	})

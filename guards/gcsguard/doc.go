@@ -23,7 +23,7 @@
 // when there was none. That conditional write is the commit point. GCS
 // gives every write a new generation, even of identical bytes, so a stale
 // writer's precondition can never pass after a newer write (the ETag ABA
-// of S3 does not arise). On 412 the Store reads the metadata again: if it
+// of S3 does not arise). On 412 the Guard reads the metadata again: if it
 // carries the write's own write id, an earlier attempt landed and its reply
 // was lost (the client library retried it): success. Otherwise it decides
 // again and retries, up to Config.MaxAttempts (then fence.ErrBusy).
@@ -40,7 +40,7 @@
 //
 // # Metrics and logs
 //
-// With Config.MeterProvider set, a Store counts committed writes, stale
+// With Config.MeterProvider set, a Guard counts committed writes, stale
 // refusals (with their token gap), reuse refusals and conditional writes
 // retried after a lost race, under the same instrument names as
 // fencekit's other guards and the attribute guard="gcs"; no attribute

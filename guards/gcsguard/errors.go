@@ -5,17 +5,8 @@ import (
 	"fmt"
 
 	"github.com/fencekit/fencekit/fence"
+	"github.com/fencekit/fencekit/guards/internal/objstage"
 )
-
-// ErrNotFound is matched by a *NotFoundError: the resource has no object, or
-// its object is a tombstone left by a fenced Delete.
-var ErrNotFound = errors.New("gcsguard: not found")
-
-// ErrForeignObject is matched by an *ObjectError: the object of a resource
-// was not written by gcsguard (it lacks fencekit metadata) or its fencekit
-// metadata is malformed. The guard neither reads through it nor overwrites
-// it.
-var ErrForeignObject = errors.New("gcsguard: object not written by gcsguard")
 
 // ErrInvalidConfig is matched by every error New returns for a bad Config.
 var ErrInvalidConfig = errors.New("gcsguard: invalid config")
@@ -29,7 +20,7 @@ var ErrInvalidOptions = errors.New("gcsguard: invalid put options")
 var ErrNilWrite = errors.New("gcsguard: Fence with a nil write")
 
 // ErrNoStager is returned by Stage and StageDelete when ctx does not come
-// from a running Store.Fence write callback.
+// from a running Guard.Fence write callback.
 var ErrNoStager = errors.New("gcsguard: Stage called outside a Fence write")
 
 // ErrAlreadyStaged is returned by Stage and StageDelete when the current
@@ -40,24 +31,23 @@ var ErrAlreadyStaged = errors.New("gcsguard: this write has already staged a cha
 // whose context they were given has already returned.
 var ErrStageClosed = errors.New("gcsguard: the Fence call of this context has returned")
 
-// ErrSizeMismatch is matched by a *SizeError: content shorter or longer
-// than the size Put, PutClaim or Stage was given. Nothing is written.
-var ErrSizeMismatch = errors.New("gcsguard: content length differs from the declared size")
+// ErrNilContext is matched by the error of every call given a nil context;
+// nothing is read or written.
+var ErrNilContext = errors.New("gcsguard: nil context")
 
-// ResourceError reports a resource (object name) the guard refuses. It
-// matches fence.ErrInvalidResource.
-type ResourceError struct {
-	Resource string // the refused resource, truncated to 64 bytes
-	Reason   string
+func nilContext(resource string) error {
+	return fmt.Errorf("gcsguard: %q: %w", resource, ErrNilContext)
 }
 
-// Error implements error.
-func (e *ResourceError) Error() string {
-	return fmt.Sprintf("gcsguard: invalid resource %q: %s", e.Resource, e.Reason)
+// errs are the package's errors for the write path it shares with s3guard.
+var errs = &objstage.Errors{
+	NoStager: ErrNoStager, AlreadyStaged: ErrAlreadyStaged, Closed: ErrStageClosed,
+	NilWrite: ErrNilWrite, NilContext: nilContext, Prefix: "gcsguard",
 }
 
-// Is reports whether target is fence.ErrInvalidResource.
-func (e *ResourceError) Is(target error) bool { return target == fence.ErrInvalidResource }
+// ErrNotFound is matched by a *NotFoundError: the resource has no object, or
+// its object is a tombstone left by a fenced Delete.
+var ErrNotFound = errors.New("gcsguard: not found")
 
 // NotFoundError reports a resource without content. It matches ErrNotFound.
 type NotFoundError struct {
@@ -71,10 +61,7 @@ type NotFoundError struct {
 
 // Error implements error.
 func (e *NotFoundError) Error() string {
-	if e.Deleted {
-		return fmt.Sprintf("gcsguard: %q not found: deleted under token %d", e.Resource, e.Token)
-	}
-	return fmt.Sprintf("gcsguard: %q not found", e.Resource)
+	return objstage.NotFoundMessage("gcsguard", e.Resource, e.Deleted, e.Token)
 }
 
 // Is reports whether target is ErrNotFound or fence.ErrNotFound.
@@ -82,13 +69,11 @@ func (e *NotFoundError) Is(target error) bool {
 	return target == ErrNotFound || target == fence.ErrNotFound
 }
 
-// ErrNilContext is matched by the error of every call given a nil context;
-// nothing is read or written.
-var ErrNilContext = errors.New("gcsguard: nil context")
-
-func nilContext(resource string) error {
-	return fmt.Errorf("gcsguard: %q: %w", resource, ErrNilContext)
-}
+// ErrForeignObject is matched by an *ObjectError: the object of a resource
+// was not written by gcsguard (it lacks fencekit metadata) or its fencekit
+// metadata is malformed. The guard neither reads through it nor overwrites
+// it.
+var ErrForeignObject = errors.New("gcsguard: object not written by gcsguard")
 
 // ObjectError reports the object of Resource whose metadata is not
 // gcsguard's. It matches ErrForeignObject.
@@ -106,6 +91,10 @@ func (e *ObjectError) Error() string {
 // Is reports whether target is ErrForeignObject.
 func (e *ObjectError) Is(target error) bool { return target == ErrForeignObject }
 
+// ErrSizeMismatch is matched by a *SizeError: content shorter or longer
+// than the size Put, PutClaim or Stage was given. Nothing is written.
+var ErrSizeMismatch = errors.New("gcsguard: content length differs from the declared size")
+
 // SizeError reports content whose length differs from the size a Put,
 // PutClaim or Stage was given. It matches ErrSizeMismatch. Nothing was
 // written.
@@ -120,11 +109,23 @@ type SizeError struct {
 
 // Error implements error.
 func (e *SizeError) Error() string {
-	if e.Read > e.Size {
-		return fmt.Sprintf("gcsguard: %q: content longer than its declared size of %d bytes", e.Resource, e.Size)
-	}
-	return fmt.Sprintf("gcsguard: %q: content of %d bytes, declared size %d", e.Resource, e.Read, e.Size)
+	return objstage.SizeMessage("gcsguard", e.Resource, e.Size, e.Read)
 }
 
 // Is reports whether target is ErrSizeMismatch.
 func (e *SizeError) Is(target error) bool { return target == ErrSizeMismatch }
+
+// ResourceError reports a resource (object name) the guard refuses. It
+// matches fence.ErrInvalidResource.
+type ResourceError struct {
+	Resource string // the refused resource, truncated to 64 bytes
+	Reason   string
+}
+
+// Error implements error.
+func (e *ResourceError) Error() string {
+	return objstage.ResourceMessage("gcsguard", e.Resource, e.Reason)
+}
+
+// Is reports whether target is fence.ErrInvalidResource.
+func (e *ResourceError) Is(target error) bool { return target == fence.ErrInvalidResource }

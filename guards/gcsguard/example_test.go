@@ -68,7 +68,7 @@ func Example() {
 
 // Fence runs a callback under the guard; Stage provides the content that
 // is committed once the callback returns nil.
-func ExampleStore_Fence() {
+func ExampleGuard_Fence() {
 	srv, err := fakestorage.NewServerWithOptions(fakestorage.Options{NoListener: true})
 	if err != nil {
 		panic(err)

@@ -38,7 +38,7 @@ func loseFirstUpload(e *emulator, after func()) *int {
 
 // TestLostReplyRetried: the upload lands, its reply is lost (503), the
 // client library retries the conditional write, which meets 412 because the
-// first attempt landed. The Store must recognise its own write id and
+// first attempt landed. The Guard must recognise its own write id and
 // report success.
 func TestLostReplyRetried(t *testing.T) {
 	ctx := context.Background()
@@ -53,7 +53,7 @@ func TestLostReplyRetried(t *testing.T) {
 			t.Fatalf("token %d: write whose reply was lost: %v", tok, err)
 		}
 		// Two: the lost one and the library's retry that met 412. A third
-		// would mean the Store did not recognise its own write and wrote
+		// would mean the Guard did not recognise its own write and wrote
 		// again.
 		if *uploads != 2 {
 			t.Fatalf("token %d: %d uploads, want 2 (the lost one and the library's retry)", tok, *uploads)
@@ -66,7 +66,7 @@ func TestLostReplyRetried(t *testing.T) {
 }
 
 // TestLostReplyNoLibraryRetry: with the library's retries off, the lost
-// reply is an error of unknown outcome; the Store settles it by reading and
+// reply is an error of unknown outcome; the Guard settles it by reading and
 // reports success because the object is its own.
 func TestLostReplyNoLibraryRetry(t *testing.T) {
 	ctx := context.Background()
@@ -91,7 +91,7 @@ func TestLostReplyNoLibraryRetry(t *testing.T) {
 
 // TestLostReplyOvertaken: the reply is lost and, before the library's
 // retry, a newer holder writes. The retry meets 412 caused by someone else:
-// the Store must not report success; it reports the write as stale.
+// the Guard must not report success; it reports the write as stale.
 func TestLostReplyOvertaken(t *testing.T) {
 	ctx := context.Background()
 	e := newEmulator(t)

@@ -27,7 +27,7 @@ func TestMain(m *testing.M) {
 		goleak.IgnoreAnyFunction("google.golang.org/grpc/internal/grpcsync.(*CallbackSerializer).run"),
 		// Keep-alive connections of net/http: a client connection whose
 		// server side was closed at cleanup is sometimes still parked when
-		// the check runs. They belong to net/http, not to the Store, which
+		// the check runs. They belong to net/http, not to the Guard, which
 		// starts no goroutine of its own; storage.Writer's upload goroutine
 		// is still checked.
 		goleak.IgnoreAnyFunction("net/http.(*persistConn).readLoop"),
@@ -156,9 +156,9 @@ func (e *emulator) bucket(t testing.TB) string {
 	return name
 }
 
-// store returns a Store on a new client over a fresh bucket (or bucket, if
+// store returns a Guard on a new client over a fresh bucket (or bucket, if
 // given).
-func (e *emulator) store(t testing.TB, bucket string, cfg Config) *Store {
+func (e *emulator) store(t testing.TB, bucket string, cfg Config) *Guard {
 	t.Helper()
 	if bucket == "" {
 		bucket = e.bucket(t)

@@ -106,12 +106,12 @@ func recordAttrs(rec slog.Record) map[string]string {
 	return m
 }
 
-// TestStoreMetrics: commits, stale refusals (with their token gap), token
+// TestGuardMetrics: commits, stale refusals (with their token gap), token
 // reuses through every write form, and a conditional write retried after
-// another Store won the race are counted under guard="gcs"; each reuse is
+// another Guard won the race are counted under guard="gcs"; each reuse is
 // logged at Error with the key, the token and both runs; a failing write
 // callback and bad input count nothing; no attribute names a key or a run.
-func TestStoreMetrics(t *testing.T) {
+func TestGuardMetrics(t *testing.T) {
 	ctx := context.Background()
 	e := newEmulator(t)
 	bucket := e.bucket(t)
@@ -122,7 +122,7 @@ func TestStoreMetrics(t *testing.T) {
 	a := e.store(t, bucket, Config{MeterProvider: mp, Logger: slog.New(logs)})
 	b := e.store(t, bucket, Config{}) // another process, no metrics
 	const key = "doc/secret-name"
-	put := func(s *Store, c fence.Claim, v string) error {
+	put := func(s *Guard, c fence.Claim, v string) error {
 		_, err := s.PutClaim(ctx, key, c, strings.NewReader(v), int64(len(v)), PutOptions{})
 		return err
 	}

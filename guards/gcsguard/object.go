@@ -1,8 +1,6 @@
 package gcsguard
 
 import (
-	"crypto/rand"
-	"encoding/hex"
 	"fmt"
 	"maps"
 	"strings"
@@ -12,6 +10,7 @@ import (
 	"cloud.google.com/go/storage"
 
 	"github.com/fencekit/fencekit/fence"
+	"github.com/fencekit/fencekit/guards/internal/objstage"
 )
 
 // Metadata keys gcsguard stores on every object it writes. User metadata
@@ -33,7 +32,7 @@ const (
 	MaxMetadataSize = 4096
 	maxMetaKeyLen   = 128
 	maxTypeLen      = 256
-	writeIDLen      = 32
+	writeIDLen      = objstage.WriteIDLen
 )
 
 // state is one read of a key: attrs is nil when the key has no object.
@@ -70,7 +69,7 @@ func decode(key string, a *storage.ObjectAttrs) (state, error) {
 		return bad("%s: %v", MetaRun, err)
 	}
 	id := a.Metadata[MetaWriteID]
-	if !validWriteID(id) {
+	if !objstage.IsWriteID(id) {
 		return bad("%s %q is not %d hex digits", MetaWriteID, truncate(id), writeIDLen)
 	}
 	deleted := false
@@ -81,25 +80,6 @@ func decode(key string, a *storage.ObjectAttrs) (state, error) {
 		deleted = true
 	}
 	return state{gen: a.Generation, token: tok, run: run, writeID: id, deleted: deleted, attrs: a}, nil
-}
-
-func validWriteID(id string) bool {
-	if len(id) != writeIDLen {
-		return false
-	}
-	for i := 0; i < len(id); i++ {
-		c := id[i]
-		if (c < '0' || c > '9') && (c < 'a' || c > 'f') {
-			return false
-		}
-	}
-	return true
-}
-
-func newWriteID() string {
-	var b [writeIDLen / 2]byte
-	_, _ = rand.Read(b[:]) // crypto/rand.Read never fails (Go 1.24+)
-	return hex.EncodeToString(b[:])
 }
 
 func truncate(s string) string {

@@ -11,7 +11,7 @@ import (
 	"github.com/fencekit/fencekit/fence"
 )
 
-// onlyReader hides every method but Read (no io.ReadSeeker: the Store reads
+// onlyReader hides every method but Read (no io.ReadSeeker: the Guard reads
 // the content into memory).
 type onlyReader struct{ r io.Reader }
 
@@ -152,7 +152,7 @@ func TestPutSizes(t *testing.T) {
 // content (rounded up to 256 KiB, above the size so the upload stays one
 // request); unknown or larger sizes keep Config.ChunkSize.
 func TestChunkFor(t *testing.T) {
-	s := &Store{chunk: 4 << 20}
+	s := &Guard{chunk: 4 << 20}
 	const unit = 256 << 10
 	for _, c := range []struct {
 		size int64

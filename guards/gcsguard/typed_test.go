@@ -11,11 +11,12 @@ import (
 	"github.com/fsouza/fake-gcs-server/fakestorage"
 
 	"github.com/fencekit/fencekit/fence"
+	"github.com/fencekit/fencekit/guards/internal/objtest"
 )
 
 // TestLostReplyOvertakenNoLibraryRetry: the upload lands, its reply is
 // lost, the library does not retry, and a newer holder writes before the
-// Store's settling read. The read finds the newer generation, so the
+// Guard's settling read. The read finds the newer generation, so the
 // upload can no longer land: the write is reported as a *fence.StaleError
 // with Overtaken set, not as an unknown outcome.
 func TestLostReplyOvertakenNoLibraryRetry(t *testing.T) {
@@ -46,57 +47,29 @@ func TestLostReplyOvertakenNoLibraryRetry(t *testing.T) {
 	}
 }
 
-// TestNotFoundMatchesFence: a read of a resource without content matches
-// fence.ErrNotFound as well as gcsguard.ErrNotFound.
+var _ objtest.Guard[PutOptions, Info] = (*Guard)(nil)
+
+// TestNotFoundMatchesFence: a read (GetBytes, Stat) of a resource without
+// content matches fence.ErrNotFound as well as gcsguard.ErrNotFound.
 func TestNotFoundMatchesFence(t *testing.T) {
-	ctx := context.Background()
-	e := newEmulator(t)
-	s := e.store(t, "", Config{})
-	if _, err := s.DeleteClaim(ctx, "nf/deleted", fence.Claim{Token: 2}); err != nil {
-		t.Fatal(err)
-	}
-	for _, r := range []string{"nf/never", "nf/deleted"} {
-		_, _, err := s.GetBytes(ctx, r)
-		if !errors.Is(err, fence.ErrNotFound) || !errors.Is(err, ErrNotFound) {
-			t.Errorf("GetBytes(%q): %v, want fence.ErrNotFound and gcsguard.ErrNotFound", r, err)
-		}
-		if _, err := s.Stat(ctx, r); !errors.Is(err, fence.ErrNotFound) {
-			t.Errorf("Stat(%q): %v, want fence.ErrNotFound", r, err)
-		}
+	s := newEmulator(t).store(t, "", Config{})
+	stat := func(ctx context.Context, r string) error { _, err := s.Stat(ctx, r); return err }
+	reads := map[string]func(context.Context, string) error{"Stat": stat}
+	if err := objtest.CheckNotFound(context.Background(), s, reads, ErrNotFound); err != nil {
+		t.Error(err)
 	}
 }
 
 // TestNilContext: every call given a nil context returns ErrNilContext
 // instead of panicking, and writes nothing.
 func TestNilContext(t *testing.T) {
-	e := newEmulator(t)
-	s := e.store(t, "", Config{})
-	c := fence.Claim{Token: 1}
+	s := newEmulator(t).store(t, "", Config{})
 	write := func(context.Context) error { t.Error("Fence ran its write with a nil context"); return nil }
+	calls := objtest.NilContextCalls(s, "nil/ctx", write)
 	//nolint:staticcheck // a nil context is the input under test
-	calls := map[string]func() error{
-		"Put":           func() error { _, err := s.PutBytes(nil, "nil/ctx", []byte("v"), PutOptions{}); return err },
-		"PutBytesClaim": func() error { _, err := s.PutBytesClaim(nil, "nil/ctx", c, []byte("v"), PutOptions{}); return err },
-		"Delete":        func() error { _, err := s.Delete(nil, "nil/ctx"); return err },
-		"DeleteClaim":   func() error { _, err := s.DeleteClaim(nil, "nil/ctx", c); return err },
-		"Get":           func() error { _, _, err := s.Get(nil, "nil/ctx"); return err },
-		"GetBytes":      func() error { _, _, err := s.GetBytes(nil, "nil/ctx"); return err },
-		"Stat":          func() error { _, err := s.Stat(nil, "nil/ctx"); return err },
-		"Mark":          func() error { _, err := s.Mark(nil, "nil/ctx"); return err },
-		"Fence":         func() error { return s.Fence(nil, "nil/ctx", 1, write) },
-		"Do":            func() error { return s.Do(nil, "nil/ctx", write) },
-	}
-	for name, call := range calls {
-		func() {
-			defer func() {
-				if r := recover(); r != nil {
-					t.Errorf("%s(nil ctx) panicked: %v", name, r)
-				}
-			}()
-			if err := call(); !errors.Is(err, ErrNilContext) {
-				t.Errorf("%s(nil ctx): %v, want ErrNilContext", name, err)
-			}
-		}()
+	calls["Stat"] = func() error { _, err := s.Stat(nil, "nil/ctx"); return err }
+	if err := objtest.CheckNilContext(calls, ErrNilContext); err != nil {
+		t.Error(err)
 	}
 	if _, err := s.Stat(context.Background(), "nil/ctx"); !errors.Is(err, ErrNotFound) {
 		t.Errorf("after calls with a nil ctx: Stat %v, want not found (nothing written)", err)

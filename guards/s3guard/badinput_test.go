@@ -16,8 +16,8 @@ import (
 	"github.com/fencekit/fencekit/guards/s3guard/s3client"
 )
 
-// ops runs every Store entry point on key with token; each must fail.
-func ops(s *Store, key string, tok fence.Token) map[string]error {
+// ops runs every Guard entry point on key with token; each must fail.
+func ops(s *Guard, key string, tok fence.Token) map[string]error {
 	ctx := context.Background()
 	m := map[string]error{}
 	_, m["Put"] = s.PutBytesClaim(ctx, key, fence.ClaimFor(ctx, tok), []byte("bad"), PutOptions{})

@@ -21,7 +21,7 @@ import (
 // stores the 4 KiB inside the pointer (Config.InlineMax).
 //
 // Requests per guarded Put: GET pointer (skipped on overwrite, where the
-// Store's pointer cache knows the key), PUT data (If-None-Match: *), PUT
+// Guard's pointer cache knows the key), PUT data (If-None-Match: *), PUT
 // pointer (If-Match / If-None-Match: *), and on overwrite DELETE of the
 // superseded data object (skipped with KeepSuperseded).
 func BenchmarkPut(b *testing.B) {
@@ -37,7 +37,7 @@ func BenchmarkPut(b *testing.B) {
 				b.Fatal(err)
 			}
 		}
-		guarded := func(s *Store) func(string) {
+		guarded := func(s *Guard) func(string) {
 			return func(key string) {
 				if _, err := s.PutBytesClaim(ctx, key, fence.ClaimFor(ctx, 1), body, PutOptions{}); err != nil {
 					b.Fatal(err)

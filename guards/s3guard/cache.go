@@ -6,10 +6,10 @@ import (
 )
 
 // DefaultPointerCacheSize is the Config.PointerCacheSize used when none is
-// set: the number of keys whose last seen pointer a Store remembers.
+// set: the number of keys whose last seen pointer a Guard remembers.
 const DefaultPointerCacheSize = 1024
 
-// pointerCache remembers, per key, the last pointer this Store read or wrote
+// pointerCache remembers, per key, the last pointer this Guard read or wrote
 // (its ETag and the fields needed to build and check the next pointer),
 // least recently used first out once size keys are held. A nil
 // *pointerCache is a disabled cache: get misses, put and drop do nothing.

@@ -71,7 +71,7 @@ func (e env) keysOf(t testing.TB, key string) []string {
 
 // TestPointerCacheSkipsRead shows the requests of a steady-state overwrite:
 // with the cache, no pointer GET; without it, a GET first. A pointer the
-// Store only read (Get, Mark) is cached as well.
+// Guard only read (Get, Mark) is cached as well.
 func TestPointerCacheSkipsRead(t *testing.T) {
 	forEachClient(t, func(t *testing.T, e env) {
 		const key = "requests"
@@ -90,7 +90,7 @@ func TestPointerCacheSkipsRead(t *testing.T) {
 				s := e.store(t, e.newClient(t, rt), tc.mod)
 				_, err := put(t, s, key, 1, "first")
 				require.NoError(t, err)
-				assert.Equal(t, "GET "+key, rt.take(key)[0], "a write to a key this Store never saw reads the pointer")
+				assert.Equal(t, "GET "+key, rt.take(key)[0], "a write to a key this Guard never saw reads the pointer")
 				_, err = put(t, s, key, 1, "second")
 				require.NoError(t, err)
 				assert.Equal(t, tc.steady, rt.take(key))
@@ -289,7 +289,7 @@ func TestPointerCacheStale(t *testing.T) {
 }
 
 // TestPointerCacheLostReply: the lost-reply cases of TestLostReplyRetry with
-// a warm cache (the Store wrote the key before, so it skips the pointer GET).
+// a warm cache (the Guard wrote the key before, so it skips the pointer GET).
 func TestPointerCacheLostReply(t *testing.T) {
 	forEachClient(t, func(t *testing.T, e env) {
 
@@ -375,7 +375,7 @@ func TestPointerCacheRestamp(t *testing.T) {
 		assert.Nil(t, cur.p.Inline)
 		// The cache path, as Put and Delete take it, with a write that stages
 		// nothing (unreachable through Put; Fence itself never uses the cache).
-		info, err := s.fence(ctx, key, fence.Claim{Token: 2}, func(context.Context) error { return nil }, true)
+		info, err := s.w.Run(ctx, key, fence.Claim{Token: 2}, func(context.Context) error { return nil }, true)
 		require.NoError(t, err)
 		assert.Equal(t, fence.Token(2), info.Token)
 		got, gi := content(t, s, key)
@@ -443,7 +443,7 @@ func TestPointerCacheBounded(t *testing.T) {
 	assert.Nil(t, e.store(t, nil, func(c *Config) { c.PointerCacheSize = -1 }).cache)
 }
 
-// TestPointerCacheBoundedUnderLoad: a Store writing more keys than its cache
+// TestPointerCacheBoundedUnderLoad: a Guard writing more keys than its cache
 // holds stays within the bound and every key keeps working (evicted keys
 // are read again).
 func TestPointerCacheBoundedUnderLoad(t *testing.T) {

@@ -138,7 +138,7 @@ func TestEndedContext(t *testing.T) {
 // TestTokenReuse: the pointer carries the run identity with the token; a
 // write with the mark's token from a different run is refused with
 // *fence.ReusedError (counted in fencekit.guard.reused, logged at Error),
-// also when this Store's pointer cache had not yet seen the mark. A write
+// also when this Guard's pointer cache had not yet seen the mark. A write
 // without a run keeps the token-only rule and does not erase the mark's run.
 func TestTokenReuse(t *testing.T) {
 	forEachClient(t, func(t *testing.T, e env) {
@@ -172,7 +172,7 @@ func TestTokenReuse(t *testing.T) {
 		require.NoError(t, err)
 		assert.Equal(t, "run-a", info.Run)
 
-		// Another Store raises the mark under run-c; a's cache still holds
+		// Another Guard raises the mark under run-c; a's cache still holds
 		// token 5, so a's decision for (6, run-d) is tentative: the commit's
 		// If-Match fails, the re-read finds (6, run-c) and refuses.
 		_, err = b.PutBytes(as(6, "run-c"), key, []byte("c"), PutOptions{})

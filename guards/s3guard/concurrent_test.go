@@ -16,7 +16,7 @@ import (
 // processes), write one key with interleaved tokens. The key ends in the
 // state of the highest accepted token, every refusal names a higher token,
 // and no data object is left behind besides the current one. It runs with
-// the pointer cache on, one Store per writer ("cache") and four Stores
+// the pointer cache on, one Guard per writer ("cache") and four Guards
 // shared by four writers each ("cache-shared", so one cache sees concurrent
 // updates), and with the cache off ("nocache").
 func TestConcurrentWriters(t *testing.T) {
@@ -34,7 +34,7 @@ func TestConcurrentWriters(t *testing.T) {
 func testConcurrentWriters(t *testing.T, e env, cacheSize, nstores int) {
 	const writers, rounds = 16, 8
 	const key = "contended"
-	stores := make([]*Store, nstores)
+	stores := make([]*Guard, nstores)
 	for i := range stores {
 		stores[i] = e.store(t, e.newClient(t, nil), func(c *Config) { c.MaxAttempts = 100; c.PointerCacheSize = cacheSize })
 	}

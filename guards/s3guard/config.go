@@ -12,6 +12,7 @@ import (
 
 	"github.com/fencekit/fencekit/fence"
 	"github.com/fencekit/fencekit/guards/guardobs"
+	"github.com/fencekit/fencekit/guards/internal/objstage"
 	"github.com/fencekit/fencekit/guards/s3guard/s3client"
 )
 
@@ -32,7 +33,7 @@ const cleanupTimeout = 10 * time.Second
 // sent without a reply; it runs even after the caller's ctx has ended.
 const settleTimeout = 10 * time.Second
 
-// Config configures a Store. Client and Bucket are required.
+// Config configures a Guard. Client and Bucket are required.
 type Config struct {
 	// Client talks to S3 or MinIO: the adapter of the SDK client the
 	// caller already has (minioclient.New, awsclient.New) or any other
@@ -65,13 +66,13 @@ type Config struct {
 	// GET per read. At most MaxInline. Default 0: content always goes to a
 	// data object.
 	InlineMax int
-	// PointerCacheSize bounds the Store's pointer cache: for that many
-	// keys (least recently used out first) the Store remembers the last
+	// PointerCacheSize bounds the Guard's pointer cache: for that many
+	// keys (least recently used out first) the Guard remembers the last
 	// pointer it read or wrote, so that Put and Delete can skip the
 	// pointer GET. The cached pointer is only a hint: the write decides
 	// against it and commits with If-Match on its ETag, so a pointer
 	// written meanwhile by anyone else fails that PUT (412 or 404), and
-	// the Store re-reads and continues as without a cache. A refusal
+	// the Guard re-reads and continues as without a cache. A refusal
 	// decided on the cache is confirmed by a read before it is returned.
 	// An entry holds no content (inline bytes and metadata are left out):
 	// a few hundred bytes plus the key. Default DefaultPointerCacheSize;
@@ -85,8 +86,9 @@ type Config struct {
 	// with guard="s3" (see docs/operations.md). Nil records nothing.
 	MeterProvider metric.MeterProvider
 	// TracerProvider records one span (guardobs.SpanWrite, a child of the
-	// span in ctx) per Put, Delete, Do or Fence call that got a claim, from
-	// the argument checks to the pointer write. Nil records none.
+	// span in ctx) per Put, Delete, Do or Fence call that got past the
+	// argument checks (to the pointer write), and per call refused by them.
+	// Nil records none.
 	TracerProvider trace.TracerProvider
 	// Logger receives one Error record per write refused because its token
 	// was reused by another run (*fence.ReusedError), with the key, the
@@ -101,10 +103,10 @@ type Config struct {
 	Strict bool
 }
 
-// Store is a fenced object store over one bucket. It is safe for concurrent
-// use, also together with other Stores (in other processes) over the same
+// Guard is a fenced object store over one bucket. It is safe for concurrent
+// use, also together with other Guards (in other processes) over the same
 // bucket.
-type Store struct {
+type Guard struct {
 	client  s3client.Client
 	bucket  string
 	prefix  string
@@ -115,6 +117,7 @@ type Store struct {
 	cache   *pointerCache // nil: disabled
 	met     *guardobs.Recorder
 	strict  bool
+	w       *objstage.Writer[current, change, Info]
 
 	// afterRead, when set (tests only), runs after every pointer read or
 	// pointer cache hit of the fenced write path, before the decision.
@@ -124,10 +127,10 @@ type Store struct {
 	beforeData func(key string)
 }
 
-var _ fence.Guard = (*Store)(nil)
+var _ fence.Guard = (*Guard)(nil)
 
-// New validates cfg, fills defaults and returns a Store. It does no I/O.
-func New(cfg Config) (*Store, error) {
+// New validates cfg, fills defaults and returns a Guard. It does no I/O.
+func New(cfg Config) (*Guard, error) {
 	if cfg.Client == nil {
 		return nil, fmt.Errorf("%w: Client is nil", ErrInvalidConfig)
 	}
@@ -174,7 +177,7 @@ func New(cfg Config) (*Store, error) {
 	if err != nil {
 		return nil, fmt.Errorf("%w: %w", ErrInvalidConfig, err)
 	}
-	return &Store{
+	g := &Guard{
 		met:     met,
 		cache:   newPointerCache(cfg.PointerCacheSize),
 		client:  cfg.Client,
@@ -185,5 +188,13 @@ func New(cfg Config) (*Store, error) {
 		keep:    cfg.KeepSuperseded,
 		inline:  cfg.InlineMax,
 		strict:  cfg.Strict,
-	}, nil
+	}
+	g.w = &objstage.Writer[current, change, Info]{
+		Owner: g, Errs: errs, Met: met, Strict: cfg.Strict,
+		CheckResource: func(key string) error { return checkResource(g.prefix, key) },
+		Decide:        g.decideWrite,
+		Commit:        g.commit,
+		Discard:       g.discard,
+	}
+	return g, nil
 }

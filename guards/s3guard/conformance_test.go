@@ -9,30 +9,31 @@ import (
 
 	"github.com/fencekit/fencekit/fence"
 	"github.com/fencekit/fencekit/guards/guardtest"
+	"github.com/fencekit/fencekit/guards/internal/objtest"
 )
 
-// subject adapts Stores over one bucket to guardtest.Subject. Writes go
+// subject adapts Guards over one bucket to guardtest.Subject. Writes go
 // round-robin over the stores (each with its own client, like separate
 // processes). With viaFence, writes use Fence + Stage instead of Put.
 type subject struct {
-	stores   []*Store
+	stores   []*Guard
 	next     atomic.Uint64
 	viaFence bool
-	strict   *Store         // Config.Strict, for WriteStrict
-	held     *Store         // its client holds pointer replies, for WriteHeld
-	hold     *holdTransport // held's transport
-	delayed  *Store         // its client holds a pointer PUT's first copy, for WriteDelayed
-	delay    *dupTransport  // delayed's transport
+	strict   *Guard                  // Config.Strict, for WriteStrict
+	held     *Guard                  // its client holds pointer replies, for WriteHeld
+	hold     *objtest.ReplyTransport // held's transport
+	delayed  *Guard                  // its client holds a pointer PUT's first copy, for WriteDelayed
+	delay    *objtest.HoldTransport  // delayed's transport
 }
 
-func (s *subject) pick() *Store { return s.stores[s.next.Add(1)%uint64(len(s.stores))] }
+func (s *subject) pick() *Guard { return s.stores[s.next.Add(1)%uint64(len(s.stores))] }
 
 func (s *subject) Write(ctx context.Context, resource string, token fence.Token, value string) error {
 	return s.write(ctx, s.pick(), resource, token, value)
 }
 
 // write is one guarded write through st: Put, or Fence + Stage.
-func (s *subject) write(ctx context.Context, st *Store, resource string, token fence.Token, value string) error {
+func (s *subject) write(ctx context.Context, st *Guard, resource string, token fence.Token, value string) error {
 	if !s.viaFence {
 		_, err := st.PutBytesClaim(ctx, resource, fence.ClaimFor(ctx, token), []byte(value), PutOptions{ContentType: "text/plain"})
 		return err

@@ -3,7 +3,7 @@
 // refused, atomically with the write, using only the store's own conditional
 // PUTs (If-None-Match: *, If-Match).
 //
-// The Store talks to the bucket through s3client.Client, so it works with the
+// The Guard talks to the bucket through s3client.Client, so it works with the
 // SDK client its user already has: minioclient.New wraps a minio-go v7
 // *minio.Client, awsclient.New an aws-sdk-go-v2 *s3.Client. Both adapters
 // pass the same test suite against MinIO.
@@ -50,7 +50,7 @@
 //     (*fence.StaleError), the pointer's token presented by a different run
 //     is refused (*fence.ReusedError, counted and logged at Error), both
 //     before anything is uploaded.
-//     Put and Delete skip the GET when the Store's pointer cache holds the
+//     Put and Delete skip the GET when the Guard's pointer cache holds the
 //     key (see below).
 //  2. Upload new content (Put, or Stage inside a Fence write callback) to a
 //     fresh data key with If-None-Match: *. Delete stages a tombstone instead.
@@ -71,7 +71,7 @@
 //
 // # Pointer cache
 //
-// Each Store remembers, for up to Config.PointerCacheSize keys (default
+// Each Guard remembers, for up to Config.PointerCacheSize keys (default
 // DefaultPointerCacheSize, least recently used out first; negative
 // disables it), the last pointer it read or wrote: its ETag, token, write id
 // and data reference, without inline content or metadata. Put and Delete
@@ -80,7 +80,7 @@
 //
 //   - An acceptance decided on the cache is tentative: the commit's
 //     If-Match carries the cached ETag, so if anyone else wrote the pointer
-//     since, the PUT fails (412, or 404 if it was removed), the Store
+//     since, the PUT fails (412, or 404 if it was removed), the Guard
 //     re-reads and continues exactly as without a cache, including the
 //     lost-reply check by write id. That first failure does not count
 //     against MaxAttempts.
@@ -91,7 +91,7 @@
 //     of its own that must not run for a visibly stale token), nor do Get,
 //     Mark and Sweep; their reads, and every commit, refresh the cache.
 //
-// The price: when another Store raised the mark since this Store last saw the
+// The price: when another Guard raised the mark since this Guard last saw the
 // key, a stale Put uploads its content (not inline content) before the commit
 // refuses it, and then removes it.
 //
@@ -99,7 +99,7 @@
 //
 // Requests per steady-state overwrite with the cache: PUT data, conditional
 // PUT pointer, DELETE superseded data (not with KeepSuperseded); with inline
-// content one conditional PUT. A first write to a key the Store has not seen
+// content one conditional PUT. A first write to a key the Guard has not seen
 // adds a GET of the pointer. docs/guards-s3.md has the measured figures and a
 // choice of layout by object size.
 //

@@ -5,6 +5,7 @@ import (
 	"fmt"
 
 	"github.com/fencekit/fencekit/fence"
+	"github.com/fencekit/fencekit/guards/internal/objstage"
 )
 
 // ErrNotFound is matched (errors.Is) by a *NotFoundError: the resource has
@@ -28,7 +29,7 @@ var ErrInvalidConfig = errors.New("s3guard: invalid config")
 var ErrInvalidOptions = errors.New("s3guard: invalid put options")
 
 // ErrNoStager is returned by Stage and StageDelete when ctx does not come
-// from a running Store.Fence write callback.
+// from a running Guard.Fence write callback.
 var ErrNoStager = errors.New("s3guard: Stage called outside a Fence write")
 
 // ErrAlreadyStaged is returned by Stage and StageDelete when the current
@@ -62,10 +63,7 @@ type SizeError struct {
 
 // Error implements error.
 func (e *SizeError) Error() string {
-	if e.Read > e.Size {
-		return fmt.Sprintf("s3guard: %q: content longer than its declared size of %d bytes", e.Resource, e.Size)
-	}
-	return fmt.Sprintf("s3guard: %q: content of %d bytes, declared size %d", e.Resource, e.Read, e.Size)
+	return objstage.SizeMessage("s3guard", e.Resource, e.Size, e.Read)
 }
 
 // Is reports whether target is ErrSizeMismatch.
@@ -85,10 +83,7 @@ type NotFoundError struct {
 
 // Error implements error.
 func (e *NotFoundError) Error() string {
-	if e.Deleted {
-		return fmt.Sprintf("s3guard: %q not found: deleted under token %d", e.Resource, e.Token)
-	}
-	return fmt.Sprintf("s3guard: %q not found", e.Resource)
+	return objstage.NotFoundMessage("s3guard", e.Resource, e.Deleted, e.Token)
 }
 
 // Is reports whether target is ErrNotFound or fence.ErrNotFound.
@@ -102,6 +97,12 @@ var ErrNilContext = errors.New("s3guard: nil context")
 
 func nilContext(key string) error {
 	return fmt.Errorf("s3guard: %q: %w", truncate(key), ErrNilContext)
+}
+
+// errs are the package's errors for the write path it shares with gcsguard.
+var errs = &objstage.Errors{
+	NoStager: ErrNoStager, AlreadyStaged: ErrAlreadyStaged, Closed: ErrStageClosed,
+	NilWrite: ErrNilWrite, NilContext: nilContext, Prefix: "s3guard",
 }
 
 // PointerError reports an object at Resource that is not a valid pointer.
@@ -144,7 +145,7 @@ type ResourceError struct {
 
 // Error implements error.
 func (e *ResourceError) Error() string {
-	return fmt.Sprintf("s3guard: invalid resource %q: %s", e.Resource, e.Reason)
+	return objstage.ResourceMessage("s3guard", e.Resource, e.Reason)
 }
 
 // Unwrap returns fence.ErrInvalidResource.

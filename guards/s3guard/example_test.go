@@ -18,14 +18,14 @@ import (
 	"github.com/fencekit/fencekit/guards/s3guard/minioclient"
 )
 
-// exampleStore connects to the test MinIO (TEST_MINIO_* variables, see
+// exampleGuard connects to the test MinIO (TEST_MINIO_* variables, see
 // `make services`) and makes a bucket for one example.
-func exampleStore(ctx context.Context) (*s3guard.Store, func()) {
-	return exampleStoreWith(ctx, s3guard.Config{})
+func exampleGuard(ctx context.Context) (*s3guard.Guard, func()) {
+	return exampleGuardWith(ctx, s3guard.Config{})
 }
 
-// exampleStoreWith is exampleStore with Client and Bucket filled into cfg.
-func exampleStoreWith(ctx context.Context, cfg s3guard.Config) (*s3guard.Store, func()) {
+// exampleGuardWith is exampleGuard with Client and Bucket filled into cfg.
+func exampleGuardWith(ctx context.Context, cfg s3guard.Config) (*s3guard.Guard, func()) {
 	env, _ := fencetest.MinIOEnv()
 	client, err := minio.New(env.Endpoint, &minio.Options{Creds: credentials.NewStaticV4(env.AccessKey, env.SecretKey, "")})
 	if err != nil {
@@ -54,7 +54,7 @@ func exampleStoreWith(ctx context.Context, cfg s3guard.Config) (*s3guard.Store, 
 // writes need no token argument.
 func Example() {
 	ctx := context.Background()
-	store, cleanup := exampleStore(ctx)
+	store, cleanup := exampleGuard(ctx)
 	defer cleanup()
 	runA := fence.WithClaim(ctx, fence.Claim{Token: 7, Run: "run-a"})
 	runB := fence.WithClaim(ctx, fence.Claim{Token: 8, Run: "run-b"})
@@ -84,9 +84,9 @@ func Example() {
 // A token granted twice (say, by a database promoted from a lagging replica)
 // is caught at the object: the same token from another run is refused with
 // *fence.ReusedError. A ctx without a claim is refused before any request.
-func ExampleStore_PutBytes_reused() {
+func ExampleGuard_PutBytes_reused() {
 	ctx := context.Background()
-	store, cleanup := exampleStore(ctx)
+	store, cleanup := exampleGuard(ctx)
 	defer cleanup()
 	first := fence.WithClaim(ctx, fence.Claim{Token: 5, Run: "run-a"})
 	again := fence.WithClaim(ctx, fence.Claim{Token: 5, Run: "run-b"})
@@ -105,7 +105,7 @@ func ExampleStore_PutBytes_reused() {
 	// true
 }
 
-// A Store over an aws-sdk-go-v2 client: wrap the *s3.Client the program
+// A Guard over an aws-sdk-go-v2 client: wrap the *s3.Client the program
 // already has with awsclient.New (here pointed at the test MinIO).
 func ExampleNew_awsClient() {
 	ctx := context.Background()
@@ -149,9 +149,9 @@ func ExampleNew_awsClient() {
 
 // Fence is the fence.Guard method: the write callback stages content, which
 // becomes visible only when the conditional pointer write after it succeeds.
-func ExampleStore_Fence() {
+func ExampleGuard_Fence() {
 	ctx := context.Background()
-	store, cleanup := exampleStore(ctx)
+	store, cleanup := exampleGuard(ctx)
 	defer cleanup()
 
 	var guard fence.Guard = store
@@ -174,9 +174,9 @@ func ExampleStore_Fence() {
 
 // Delete writes a fenced tombstone: the resource reads as not found, and the mark
 // it keeps refuses older writers.
-func ExampleStore_Delete() {
+func ExampleGuard_Delete() {
 	ctx := context.Background()
-	store, cleanup := exampleStore(ctx)
+	store, cleanup := exampleGuard(ctx)
 	defer cleanup()
 
 	if _, err := store.PutBytesClaim(ctx, "draft.md", fence.ClaimFor(ctx, 4), []byte("# draft"), s3guard.PutOptions{}); err != nil {
@@ -199,9 +199,9 @@ func ExampleStore_Delete() {
 
 // Mark reads a resource's high-water mark; Sweep removes data objects that can
 // never become visible again (here: content kept by KeepSuperseded).
-func ExampleStore_Sweep() {
+func ExampleGuard_Sweep() {
 	ctx := context.Background()
-	store, cleanup := exampleStoreWith(ctx, s3guard.Config{KeepSuperseded: true})
+	store, cleanup := exampleGuardWith(ctx, s3guard.Config{KeepSuperseded: true})
 	defer cleanup()
 	for tok := fence.Token(1); tok <= 3; tok++ {
 		if _, err := store.PutBytesClaim(ctx, "log.txt", fence.ClaimFor(ctx, tok), []byte(fmt.Sprintf("v%d", tok)), s3guard.PutOptions{}); err != nil {

@@ -148,7 +148,7 @@ func (e env) newClient(t testing.TB, rt http.RoundTripper) s3client.Client {
 	return e.kind.connect(t, rt)
 }
 
-func (e env) store(t testing.TB, client s3client.Client, mod func(*Config)) *Store {
+func (e env) store(t testing.TB, client s3client.Client, mod func(*Config)) *Guard {
 	t.Helper()
 	if client == nil {
 		client = e.client
@@ -162,13 +162,13 @@ func (e env) store(t testing.TB, client s3client.Client, mod func(*Config)) *Sto
 	return s
 }
 
-func put(t testing.TB, s *Store, key string, tok fence.Token, body string) (Info, error) {
+func put(t testing.TB, s *Guard, key string, tok fence.Token, body string) (Info, error) {
 	t.Helper()
 	return s.PutBytesClaim(testCtx(t), key, fence.ClaimFor(testCtx(t), tok), []byte(body), PutOptions{ContentType: "text/plain"})
 }
 
 // content reads key through the guard and fails the test on error.
-func content(t testing.TB, s *Store, key string) (string, Info) {
+func content(t testing.TB, s *Guard, key string) (string, Info) {
 	t.Helper()
 	b, info, err := s.GetBytes(testCtx(t), key)
 	require.NoError(t, err)

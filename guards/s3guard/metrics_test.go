@@ -10,11 +10,11 @@ import (
 	"github.com/fencekit/fencekit/internal/obs/obstest"
 )
 
-// TestStoreMetrics: commits, stale refusals (with the token gap) and the
-// retry after a stale pointer cache entry (another Store wrote meanwhile,
+// TestGuardMetrics: commits, stale refusals (with the token gap) and the
+// retry after a stale pointer cache entry (another Guard wrote meanwhile,
 // the cached ETag fails with 412) are counted under guard="s3"; no
 // attribute names the key.
-func TestStoreMetrics(t *testing.T) {
+func TestGuardMetrics(t *testing.T) {
 	forEachClient(t, func(t *testing.T, e env) {
 		ctx := testCtx(t)
 		mt := obstest.NewMeter(t)

@@ -3,85 +3,42 @@ package s3guard
 import (
 	"context"
 	"errors"
-	"io"
 	"net/http"
 	"strings"
-	"sync"
 	"testing"
 
 	"github.com/fencekit/fencekit/fence"
 	"github.com/fencekit/fencekit/guards/guardtest"
+	"github.com/fencekit/fencekit/guards/internal/objtest"
 )
 
-// holdTransport forwards every request to MinIO. While armed for a key, a
-// PUT of that key (the pointer: the commit point) is forwarded under a
-// context that does not end with the caller's, so MinIO applies it; the
-// transport then calls applied and keeps the reply from the SDK until the
-// request's context ends, and fails it with the context's error, as a
-// transport whose caller gave up waiting does. It may be armed for several
-// keys at once (concurrent writes to different resources).
-type holdTransport struct {
-	mu    sync.Mutex
-	armed map[string]func() // "/bucket/key" -> applied, until its first PUT
+// pointerPUT is the objtest transports' Key: the pointer PUT of a key
+// ("/bucket/key") is the commit point.
+func pointerPUT(req *http.Request) string {
+	if req.Method != http.MethodPut {
+		return ""
+	}
+	return req.URL.Path
 }
 
-func (h *holdTransport) arm(bucket, key string, applied func()) {
-	h.mu.Lock()
-	if h.armed == nil {
-		h.armed = map[string]func(){}
-	}
-	h.armed["/"+bucket+"/"+key] = applied
-	h.mu.Unlock()
-}
-
-func (h *holdTransport) disarm(bucket, key string) {
-	h.mu.Lock()
-	delete(h.armed, "/"+bucket+"/"+key)
-	h.mu.Unlock()
-}
-
-func (h *holdTransport) RoundTrip(req *http.Request) (*http.Response, error) {
-	h.mu.Lock()
-	applied, held := h.armed[req.URL.Path]
-	held = held && req.Method == http.MethodPut
-	if held {
-		delete(h.armed, req.URL.Path) // the first attempt only
-	}
-	h.mu.Unlock()
-	if !held {
-		return http.DefaultTransport.RoundTrip(req)
-	}
-	ctx := req.Context()
-	resp, err := http.DefaultTransport.RoundTrip(req.WithContext(context.WithoutCancel(ctx)))
-	if err != nil {
-		return nil, err
-	}
-	_, _ = io.Copy(io.Discard, resp.Body)
-	_ = resp.Body.Close()
-	if resp.StatusCode/100 == 2 {
-		applied()
-	}
-	<-ctx.Done() // the reply is held until the caller's context ends
-	return nil, ctx.Err()
-}
-
-// heldStore returns a Store of e's kind whose client goes through a
-// holdTransport, configured like the subject's stores.
-func heldStore(t *testing.T, e env, mod func(*Config)) (*Store, *holdTransport) {
+// heldGuard returns a Guard of e's kind whose client goes through an
+// objtest.ReplyTransport, configured like the subject's stores.
+func heldGuard(t *testing.T, e env, mod func(*Config)) (*Guard, *objtest.ReplyTransport) {
 	t.Helper()
-	h := &holdTransport{}
+	h := &objtest.ReplyTransport{Next: http.DefaultTransport, Key: pointerPUT}
 	return e.store(t, e.newClient(t, h), mod), h
 }
 
 // WriteHeld implements guardtest.OutcomeWriter: the held store writes, its
 // pointer PUT's reply held until ctx ends.
 func (s *subject) WriteHeld(ctx context.Context, resource string, token fence.Token, value string, applied func()) error {
-	s.hold.arm(s.held.bucket, resource, applied)
-	defer s.hold.disarm(s.held.bucket, resource)
+	path := "/" + s.held.bucket + "/" + resource
+	s.hold.Arm(path, applied)
+	defer s.hold.Disarm(path)
 	return s.write(ctx, s.held, resource, token, value)
 }
 
-// WriteStrict implements guardtest.StrictWriter through a Store with
+// WriteStrict implements guardtest.StrictWriter through a Guard with
 // Config.Strict.
 func (s *subject) WriteStrict(ctx context.Context, resource string, c fence.Claim, value string) error {
 	return s.write(fence.WithClaim(ctx, c), s.strict, resource, c.Token, value)
@@ -104,8 +61,8 @@ func newSubject(t *testing.T, e env, viaFence bool, mod func(*Config)) *subject 
 		mod(c)
 		c.Strict = true
 	})
-	sub.held, sub.hold = heldStore(t, e, mod)
-	sub.delay = &dupTransport{}
+	sub.held, sub.hold = heldGuard(t, e, mod)
+	sub.delay = &objtest.HoldTransport{Next: http.DefaultTransport, Err: errReplyLost, Key: pointerPUT}
 	sub.delayed = e.store(t, e.newClient(t, sub.delay), mod)
 	return sub
 }

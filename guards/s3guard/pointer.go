@@ -2,8 +2,6 @@ package s3guard
 
 import (
 	"bytes"
-	"crypto/rand"
-	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -13,6 +11,7 @@ import (
 	"unicode/utf8"
 
 	"github.com/fencekit/fencekit/fence"
+	"github.com/fencekit/fencekit/guards/internal/objstage"
 )
 
 // PointerFormat is the value of the "fencekit" field of every pointer body.
@@ -40,7 +39,7 @@ const MaxSegmentLen = 255
 const MaxMetadataSize = 2048
 
 const (
-	writeIDLen  = 32 // hex characters (128 random bits)
+	writeIDLen  = objstage.WriteIDLen // hex characters (128 random bits)
 	tokenDigits = fence.MaxTokenLen
 	// dataSuffixLen is len("/" + 19 digits + "-" + 32 hex).
 	dataSuffixLen = 1 + tokenDigits + 1 + writeIDLen
@@ -184,24 +183,9 @@ func parseDataLeaf(leaf string) (fence.Token, string, bool) {
 	return fence.Token(v), id, true
 }
 
-func isWriteID(s string) bool {
-	if len(s) != writeIDLen {
-		return false
-	}
-	for i := 0; i < len(s); i++ {
-		c := s[i]
-		if (c < '0' || c > '9') && (c < 'a' || c > 'f') {
-			return false
-		}
-	}
-	return true
-}
+func isWriteID(s string) bool { return objstage.IsWriteID(s) }
 
-func newWriteID() string {
-	var b [writeIDLen / 2]byte
-	_, _ = rand.Read(b[:]) // crypto/rand.Read never fails (Go 1.24+)
-	return hex.EncodeToString(b[:])
-}
+func newWriteID() string { return objstage.NewWriteID() }
 
 // checkResource applies fence.ValidateResource and the rules S3 and MinIO put on
 // object names (no key of only white space, as in s3client.CheckKey), and

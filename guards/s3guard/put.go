@@ -3,10 +3,10 @@ package s3guard
 import (
 	"bytes"
 	"context"
-	"fmt"
 	"io"
 
 	"github.com/fencekit/fencekit/fence"
+	"github.com/fencekit/fencekit/guards/internal/objstage"
 )
 
 // PutOptions describe staged content.
@@ -38,13 +38,13 @@ type PutOptions struct {
 //
 // A stale token yields *fence.StaleError and uploads nothing when the
 // staleness is visible before the upload; a token that becomes stale while
-// the upload runs, or whose staleness the Store's pointer cache did not yet
-// know (another Store raised the mark since this one last saw the resource),
+// the upload runs, or whose staleness the Guard's pointer cache did not yet
+// know (another Guard raised the mark since this one last saw the resource),
 // yields *fence.StaleError and the upload is removed. A token equal to the
 // mark but presented by another run than the one that set it yields
 // *fence.ReusedError.
-func (s *Store) Put(ctx context.Context, resource string, r io.Reader, size int64, opts PutOptions) (Info, error) {
-	c, err := claimFrom(ctx, resource)
+func (s *Guard) Put(ctx context.Context, resource string, r io.Reader, size int64, opts PutOptions) (Info, error) {
+	c, err := s.w.Claim(ctx, resource)
 	if err != nil {
 		return Info{}, err
 	}
@@ -52,7 +52,7 @@ func (s *Store) Put(ctx context.Context, resource string, r io.Reader, size int6
 }
 
 // PutBytes is Put for content held in memory.
-func (s *Store) PutBytes(ctx context.Context, resource string, b []byte, opts PutOptions) (Info, error) {
+func (s *Guard) PutBytes(ctx context.Context, resource string, b []byte, opts PutOptions) (Info, error) {
 	return s.Put(ctx, resource, bytes.NewReader(b), int64(len(b)), opts)
 }
 
@@ -62,40 +62,40 @@ func (s *Store) PutBytes(ctx context.Context, resource string, b []byte, opts Pu
 // *NotFoundError with Deleted and Token set, and writes below the token are
 // refused. Deleting a resource that has no content still writes the tombstone,
 // raising the mark.
-func (s *Store) Delete(ctx context.Context, resource string) (Info, error) {
-	c, err := claimFrom(ctx, resource)
+func (s *Guard) Delete(ctx context.Context, resource string) (Info, error) {
+	c, err := s.w.Claim(ctx, resource)
 	if err != nil {
 		return Info{}, err
 	}
-	return s.fence(ctx, resource, c, StageDelete, true)
+	return s.w.Run(ctx, resource, c, StageDelete, true)
 }
 
 // Do runs write as a fenced write of the object at resource under the claim ctx
 // carries, exactly as Fence does under an explicit token.
-func (s *Store) Do(ctx context.Context, resource string, write func(ctx context.Context) error) error {
-	c, err := claimFrom(ctx, resource)
+func (s *Guard) Do(ctx context.Context, resource string, write func(ctx context.Context) error) error {
+	c, err := s.w.Claim(ctx, resource)
 	if err != nil {
 		return err
 	}
-	_, err = s.fence(ctx, resource, c, write, false)
+	_, err = s.w.Run(ctx, resource, c, write, false)
 	return err
 }
 
 // PutClaim is Put under an explicit claim (see the form notes above). A
 // caller holding only a token passes fence.Claim{Token: t}, or
 // fence.ClaimFor(ctx, t) to keep ctx's run identity for that token.
-func (s *Store) PutClaim(ctx context.Context, resource string, claim fence.Claim, r io.Reader, size int64, opts PutOptions) (Info, error) {
+func (s *Guard) PutClaim(ctx context.Context, resource string, claim fence.Claim, r io.Reader, size int64, opts PutOptions) (Info, error) {
 	return s.put(ctx, resource, claim, r, size, opts)
 }
 
 // PutBytesClaim is PutBytes under an explicit claim.
-func (s *Store) PutBytesClaim(ctx context.Context, resource string, claim fence.Claim, b []byte, opts PutOptions) (Info, error) {
+func (s *Guard) PutBytesClaim(ctx context.Context, resource string, claim fence.Claim, b []byte, opts PutOptions) (Info, error) {
 	return s.PutClaim(ctx, resource, claim, bytes.NewReader(b), int64(len(b)), opts)
 }
 
 // DeleteClaim is Delete under an explicit claim.
-func (s *Store) DeleteClaim(ctx context.Context, resource string, claim fence.Claim) (Info, error) {
-	return s.fence(ctx, resource, claim, StageDelete, true)
+func (s *Guard) DeleteClaim(ctx context.Context, resource string, claim fence.Claim) (Info, error) {
+	return s.w.Run(ctx, resource, claim, StageDelete, true)
 }
 
 // Fence implements fence.Guard for the object at resource, under
@@ -120,34 +120,22 @@ func (s *Store) DeleteClaim(ctx context.Context, resource string, claim fence.Cl
 // was sent without an answer is settled by a read (see the package
 // documentation): success when it landed, otherwise a
 // *fence.OutcomeUnknownError.
-func (s *Store) Fence(ctx context.Context, resource string, token fence.Token, write func(ctx context.Context) error) error {
+func (s *Guard) Fence(ctx context.Context, resource string, token fence.Token, write func(ctx context.Context) error) error {
 	if ctx == nil {
 		return nilContext(resource)
 	}
-	_, err := s.fence(ctx, resource, fence.ClaimFor(ctx, token), write, false)
+	_, err := s.w.Run(ctx, resource, fence.ClaimFor(ctx, token), write, false)
 	return err
 }
 
-func (s *Store) put(ctx context.Context, key string, c fence.Claim, r io.Reader, size int64, opts PutOptions) (Info, error) {
+func (s *Guard) put(ctx context.Context, key string, c fence.Claim, r io.Reader, size int64, opts PutOptions) (Info, error) {
 	if err := checkOptions(opts); err != nil {
 		return Info{}, err
 	}
 	if size < -1 {
-		return Info{}, fmt.Errorf("%w: size %d", ErrInvalidOptions, size)
+		return Info{}, objstage.CheckBody(r, size, ErrInvalidOptions)
 	}
-	return s.fence(ctx, key, c, func(ctx context.Context) error {
+	return s.w.Run(ctx, key, c, func(ctx context.Context) error {
 		return Stage(ctx, r, size, opts)
 	}, true)
-}
-
-// claimFrom is fence.ClaimFromContext for a ctx-first call on key.
-func claimFrom(ctx context.Context, key string) (fence.Claim, error) {
-	if ctx == nil {
-		return fence.Claim{}, nilContext(key)
-	}
-	c, err := fence.ClaimFromContext(ctx)
-	if err != nil {
-		return fence.Claim{}, fmt.Errorf("s3guard: %q: %w", truncate(key), err)
-	}
-	return c, nil
 }

@@ -8,6 +8,7 @@ import (
 	"io"
 
 	"github.com/fencekit/fencekit/fence"
+	"github.com/fencekit/fencekit/guards/internal/objstage"
 	"github.com/fencekit/fencekit/guards/s3guard/s3client"
 )
 
@@ -37,7 +38,7 @@ type Info struct {
 	Metadata    map[string]string
 }
 
-func (s *Store) info(key string, p *pointer) Info {
+func (s *Guard) info(key string, p *pointer) Info {
 	in := Info{
 		Resource: key, Token: p.Token, Run: p.Run, WriteID: p.WriteID, Deleted: p.Deleted, Inline: p.inline(),
 		DataKey: p.Data, ETag: p.ETag, Size: p.Size, ContentType: p.ContentType,
@@ -76,7 +77,7 @@ func (c current) run() string {
 
 // readPointer GETs and decodes the pointer at key and records what it found
 // in the pointer cache (forgetting the key on error).
-func (s *Store) readPointer(ctx context.Context, key string) (current, error) {
+func (s *Guard) readPointer(ctx context.Context, key string) (current, error) {
 	cur, err := s.getPointer(ctx, key)
 	if err != nil {
 		s.cache.drop(key)
@@ -86,7 +87,7 @@ func (s *Store) readPointer(ctx context.Context, key string) (current, error) {
 	return cur, nil
 }
 
-func (s *Store) getPointer(ctx context.Context, key string) (current, error) {
+func (s *Guard) getPointer(ctx context.Context, key string) (current, error) {
 	// One GET: body and ETag come from the same response.
 	rc, oi, err := s.client.Get(ctx, s.bucket, key, s3client.GetOptions{})
 	if err != nil {
@@ -110,11 +111,11 @@ func (s *Store) getPointer(ctx context.Context, key string) (current, error) {
 // Mark returns the resource's high-water mark as a claim: the token of its
 // current pointer (content or tombstone) with the run identity stored with
 // it, or the zero Claim when the resource has none.
-func (s *Store) Mark(ctx context.Context, resource string) (_ fence.Claim, err error) {
+func (s *Guard) Mark(ctx context.Context, resource string) (_ fence.Claim, err error) {
 	if ctx == nil {
 		return fence.Claim{}, nilContext(resource)
 	}
-	defer func() { err = contextErr(ctx, err) }()
+	defer func() { err = objstage.ContextErr(ctx, "s3guard", err) }()
 	if err := checkResource(s.prefix, resource); err != nil {
 		return fence.Claim{}, err
 	}
@@ -130,11 +131,11 @@ func (s *Store) Mark(ctx context.Context, resource string) (_ fence.Claim, err e
 // close. A resource without pointer or with a tombstone yields *NotFoundError.
 // If the data object was removed between the pointer read and the data
 // read (a newer write superseded it), Get reads the pointer again.
-func (s *Store) Get(ctx context.Context, resource string) (_ io.ReadCloser, _ Info, err error) {
+func (s *Guard) Get(ctx context.Context, resource string) (_ io.ReadCloser, _ Info, err error) {
 	if ctx == nil {
 		return nil, Info{}, nilContext(resource)
 	}
-	defer func() { err = contextErr(ctx, err) }()
+	defer func() { err = objstage.ContextErr(ctx, "s3guard", err) }()
 	if err := checkResource(s.prefix, resource); err != nil {
 		return nil, Info{}, err
 	}
@@ -178,11 +179,11 @@ func (s *Store) Get(ctx context.Context, resource string) (_ io.ReadCloser, _ In
 }
 
 // GetBytes is Get reading the whole content into memory.
-func (s *Store) GetBytes(ctx context.Context, resource string) (_ []byte, _ Info, err error) {
+func (s *Guard) GetBytes(ctx context.Context, resource string) (_ []byte, _ Info, err error) {
 	if ctx == nil {
 		return nil, Info{}, nilContext(resource)
 	}
-	defer func() { err = contextErr(ctx, err) }()
+	defer func() { err = objstage.ContextErr(ctx, "s3guard", err) }()
 	rc, info, err := s.Get(ctx, resource)
 	if err != nil {
 		return nil, info, err

@@ -3,7 +3,6 @@ package s3guard
 import (
 	"bytes"
 	"context"
-	"errors"
 	"io"
 	"strings"
 	"sync"
@@ -188,30 +187,3 @@ func TestPutSizeExact(t *testing.T) {
 		}
 	})
 }
-
-// TestSeekLen: an io.Seeker's remaining length is measured from its
-// current offset and the offset is restored; a reader that is not an
-// io.Seeker, or cannot seek, is not measured.
-func TestSeekLen(t *testing.T) {
-	r := strings.NewReader("0123456789")
-	_, err := r.Seek(3, io.SeekStart)
-	require.NoError(t, err)
-	n, ok, err := seekLen(r)
-	require.NoError(t, err)
-	assert.True(t, ok)
-	assert.Equal(t, int64(7), n)
-	pos, _ := r.Seek(0, io.SeekCurrent)
-	assert.Equal(t, int64(3), pos)
-	_, ok, err = seekLen(readOnly{r})
-	assert.NoError(t, err)
-	assert.False(t, ok)
-	_, ok, err = seekLen(noSeek{})
-	assert.NoError(t, err)
-	assert.False(t, ok)
-}
-
-// noSeek is an io.ReadSeeker whose Seek always fails (a pipe).
-type noSeek struct{}
-
-func (noSeek) Read([]byte) (int, error)       { return 0, io.EOF }
-func (noSeek) Seek(int64, int) (int64, error) { return 0, errors.New("illegal seek") }

@@ -4,6 +4,8 @@ import (
 	"context"
 	"fmt"
 	"strings"
+
+	"github.com/fencekit/fencekit/guards/internal/objstage"
 )
 
 // Sweep removes the data objects of resource that can never become visible:
@@ -14,11 +16,11 @@ import (
 // alone: a writer holding that token may still commit them. Sweep needs no
 // clock and is safe to run at any time, concurrently with writers. It
 // returns how many objects it removed.
-func (s *Store) Sweep(ctx context.Context, resource string) (_ int, err error) {
+func (s *Guard) Sweep(ctx context.Context, resource string) (_ int, err error) {
 	if ctx == nil {
 		return 0, nilContext(resource)
 	}
-	defer func() { err = contextErr(ctx, err) }()
+	defer func() { err = objstage.ContextErr(ctx, "s3guard", err) }()
 	if err := checkResource(s.prefix, resource); err != nil {
 		return 0, err
 	}

@@ -13,10 +13,10 @@ import (
 	"github.com/fencekit/fencekit/internal/obs/obstest"
 )
 
-// TestStoreSpans: each Put, Delete and Do is one guardobs.SpanWrite span,
+// TestGuardSpans: each Put, Delete and Do is one guardobs.SpanWrite span,
 // a child of the span in ctx, with the claim and the outcome; a stale
 // refusal is an outcome, not an error; Do's write runs under the span.
-func TestStoreSpans(t *testing.T) {
+func TestGuardSpans(t *testing.T) {
 	forEachClient(t, func(t *testing.T, e env) {
 		spans := obstest.NewSpans(t)
 		s := e.store(t, nil, func(c *Config) { c.TracerProvider = spans.Provider })

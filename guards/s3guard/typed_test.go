@@ -10,6 +10,7 @@ import (
 	"testing"
 
 	"github.com/fencekit/fencekit/fence"
+	"github.com/fencekit/fencekit/guards/internal/objtest"
 )
 
 // overtakeTransport lets the first PUT of path land, then runs overtake (a
@@ -51,7 +52,7 @@ func (o *overtakeTransport) RoundTrip(req *http.Request) (*http.Response, error)
 }
 
 // TestLostReplyOvertakenIsMarked: the pointer PUT lands, its reply is lost,
-// the SDK gives up, and a newer holder writes before the Store's settling
+// the SDK gives up, and a newer holder writes before the Guard's settling
 // read. The write was applied and then overwritten, and its request can no
 // longer land (the pointer's ETag moved on): the error is a
 // *fence.StaleError with Overtaken set, not an unknown outcome.
@@ -89,20 +90,14 @@ func TestLostReplyOvertakenIsMarked(t *testing.T) {
 	})
 }
 
+var _ objtest.Guard[PutOptions, Info] = (*Guard)(nil)
+
 // TestNotFoundMatchesFence: a read of a resource without content matches
 // fence.ErrNotFound as well as s3guard.ErrNotFound.
 func TestNotFoundMatchesFence(t *testing.T) {
 	forEachClient(t, func(t *testing.T, e env) {
-		ctx := testCtx(t)
-		s := e.store(t, nil, nil)
-		if _, err := s.DeleteClaim(ctx, "nf/deleted", fence.Claim{Token: 2}); err != nil {
-			t.Fatal(err)
-		}
-		for _, r := range []string{"nf/never", "nf/deleted"} {
-			_, _, err := s.GetBytes(ctx, r)
-			if !errors.Is(err, fence.ErrNotFound) || !errors.Is(err, ErrNotFound) {
-				t.Errorf("GetBytes(%q): %v, want fence.ErrNotFound and s3guard.ErrNotFound", r, err)
-			}
+		if err := objtest.CheckNotFound(testCtx(t), e.store(t, nil, nil), nil, ErrNotFound); err != nil {
+			t.Error(err)
 		}
 	})
 }
@@ -112,32 +107,12 @@ func TestNotFoundMatchesFence(t *testing.T) {
 func TestNilContext(t *testing.T) {
 	forEachClient(t, func(t *testing.T, e env) {
 		s := e.store(t, nil, nil)
-		c := fence.Claim{Token: 1}
 		write := func(context.Context) error { t.Error("Fence ran its write with a nil context"); return nil }
+		calls := objtest.NilContextCalls(s, "nil/ctx", write)
 		//nolint:staticcheck // a nil context is the input under test
-		calls := map[string]func() error{
-			"Put":           func() error { _, err := s.PutBytes(nil, "nil/ctx", []byte("v"), PutOptions{}); return err },
-			"PutBytesClaim": func() error { _, err := s.PutBytesClaim(nil, "nil/ctx", c, []byte("v"), PutOptions{}); return err },
-			"Delete":        func() error { _, err := s.Delete(nil, "nil/ctx"); return err },
-			"DeleteClaim":   func() error { _, err := s.DeleteClaim(nil, "nil/ctx", c); return err },
-			"Get":           func() error { _, _, err := s.Get(nil, "nil/ctx"); return err },
-			"GetBytes":      func() error { _, _, err := s.GetBytes(nil, "nil/ctx"); return err },
-			"Mark":          func() error { _, err := s.Mark(nil, "nil/ctx"); return err },
-			"Sweep":         func() error { _, err := s.Sweep(nil, "nil/ctx"); return err },
-			"Fence":         func() error { return s.Fence(nil, "nil/ctx", 1, write) },
-			"Do":            func() error { return s.Do(nil, "nil/ctx", write) },
-		}
-		for name, call := range calls {
-			func() {
-				defer func() {
-					if r := recover(); r != nil {
-						t.Errorf("%s(nil ctx) panicked: %v", name, r)
-					}
-				}()
-				if err := call(); !errors.Is(err, ErrNilContext) {
-					t.Errorf("%s(nil ctx): %v, want ErrNilContext", name, err)
-				}
-			}()
+		calls["Sweep"] = func() error { _, err := s.Sweep(nil, "nil/ctx"); return err }
+		if err := objtest.CheckNilContext(calls, ErrNilContext); err != nil {
+			t.Error(err)
 		}
 		for _, k := range e.listAll(t) {
 			t.Errorf("object %q written by a call with a nil context", k)

@@ -11,33 +11,10 @@ import (
 	"github.com/fencekit/fencekit/guards/s3guard/s3client"
 )
 
-// fence runs a fenced write under claim c. With useCache, a cached pointer
-// stands in for the pointer GET (Put and Delete: their write only stages).
-// Every error it returns passes through s.fail.
-func (s *Store) fence(ctx context.Context, key string, c fence.Claim, write func(ctx context.Context) error, useCache bool) (_ Info, err error) {
-	if ctx == nil {
-		return Info{}, nilContext(key)
-	}
-	ctx, span := s.met.Start(ctx, key, c)
-	defer func() { span.End(err) }() // after fail: the error the caller gets
-	defer func() { err = s.fail(ctx, key, err) }()
-	if err := checkResource(s.prefix, key); err != nil {
-		return Info{}, err
-	}
-	if err := c.Validate(); err != nil {
-		return Info{}, err
-	}
-	if s.strict {
-		if err := fence.CheckScope(key, c); err != nil {
-			return Info{}, err
-		}
-	}
-	if write == nil {
-		return Info{}, ErrNilWrite
-	}
-	if err := fence.ContextError(ctx); err != nil {
-		return Info{}, err // ended before anything was read or written
-	}
+// decideWrite is the fenced write path's read and decision (the
+// objstage.Writer's Decide). With useCache, a cached pointer stands in for
+// the pointer GET (Put and Delete: their write only stages).
+func (s *Guard) decideWrite(ctx context.Context, key string, c fence.Claim, useCache bool) (current, error) {
 	cur, hit := current{}, false
 	if useCache {
 		cur, hit = s.cache.get(key)
@@ -54,51 +31,20 @@ func (s *Store) fence(ctx context.Context, key string, c fence.Claim, write func
 		// confirm with a read. Only refusals pay for it.
 		cur, _, derr = s.readDecide(ctx, key, c, "")
 	}
-	if derr != nil {
-		return Info{}, derr
-	}
-	st := &stager{s: s, key: key, claim: c, writeID: newWriteID()}
-	werr := write(context.WithValue(fence.WithClaim(ctx, c), stagerKey{}, st))
-	ch := st.close()
-	if werr != nil {
-		if ch.data != nil && ch.data.key != "" {
-			s.remove(ctx, ch.data.key)
-		}
-		return Info{}, werr
-	}
-	return s.commit(ctx, key, c, st.writeID, ch, cur)
+	return cur, derr
 }
 
-// fail finishes every error of the write path: it records the decision in
-// the metrics (commits, stale and reused refusals), logs a token reuse at
-// Error, and, once ctx has ended, makes err match ctx.Err() and
-// context.Cause(ctx) (fence.WrapContext). A write that gave up after ctx
-// ended is reported as the context's end, never as fence.ErrBusy.
-func (s *Store) fail(ctx context.Context, key string, err error) error {
-	s.met.Decision(ctx, err) // counts the decision; logs a reuse
-	return contextErr(ctx, err)
-}
-
-// contextErr is fence.WrapContext, except that an ErrBusy seen after ctx
-// ended is replaced by the context's error: the retries stopped because the
-// context ended, and a retry with the same context cannot succeed.
-func contextErr(ctx context.Context, err error) error {
-	if err == nil {
-		return nil
+// discard removes the data object ch staged, after the write callback
+// failed (the objstage.Writer's Discard).
+func (s *Guard) discard(ctx context.Context, ch change) {
+	if ch.data != nil && ch.data.key != "" {
+		s.remove(ctx, ch.data.key)
 	}
-	cerr := fence.ContextError(ctx)
-	if cerr == nil {
-		return err
-	}
-	if errors.Is(err, fence.ErrBusy) {
-		return fmt.Errorf("s3guard: gave up after the context ended (%s): %w", err.Error(), cerr)
-	}
-	return fence.WrapContext(ctx, err)
 }
 
 // decide is the fenced write path's decision on the pointer state cur (read
 // or taken from the cache): the test hook afterRead runs first.
-func (s *Store) decide(key string, c fence.Claim, cur current) error {
+func (s *Guard) decide(key string, c fence.Claim, cur current) error {
 	if s.afterRead != nil {
 		s.afterRead(key)
 	}
@@ -108,7 +54,7 @@ func (s *Store) decide(key string, c fence.Claim, cur current) error {
 // readDecide reads the pointer of key afresh and decides c against it.
 // When writeID is set and the pointer carries it, an earlier attempt of this
 // write landed: landed is true and nothing is decided.
-func (s *Store) readDecide(ctx context.Context, key string, c fence.Claim, writeID string) (cur current, landed bool, err error) {
+func (s *Guard) readDecide(ctx context.Context, key string, c fence.Claim, writeID string) (cur current, landed bool, err error) {
 	if cur, err = s.readPointer(ctx, key); err != nil {
 		return current{}, false, err
 	}
@@ -144,7 +90,7 @@ func (ch change) keeps() bool { return ch.data == nil && !ch.deleted }
 // commit runs the conditional pointer write loop. cur may come from the
 // pointer cache: then a 412 or 404 only means the cache was stale, and that
 // first failed write does not count against MaxAttempts.
-func (s *Store) commit(ctx context.Context, key string, c fence.Claim, writeID string, ch change, cur current) (Info, error) {
+func (s *Guard) commit(ctx context.Context, key string, c fence.Claim, writeID string, ch change, cur current) (Info, error) {
 	var conflicts, lost int
 	for {
 		if ch.keeps() && cur.partial {
@@ -251,8 +197,8 @@ func (s *Store) commit(ctx context.Context, key string, c fence.Claim, writeID s
 }
 
 // dropSuperseded removes the data object of the pointer old that new
-// replaced, unless new still refers to it or the Store keeps them.
-func (s *Store) dropSuperseded(ctx context.Context, old current, new *pointer) {
+// replaced, unless new still refers to it or the Guard keeps them.
+func (s *Guard) dropSuperseded(ctx context.Context, old current, new *pointer) {
 	if s.keep || old.p == nil || old.p.Data == "" || old.p.Data == new.Data {
 		return
 	}
@@ -264,7 +210,7 @@ func (s *Store) dropSuperseded(ctx context.Context, old current, new *pointer) {
 // ours landed, its reply was lost, and a content-keeping write copied the
 // reference). Once the current pointer does not refer to a data object, no
 // later pointer can: references are only copied from the current pointer.
-func (s *Store) dropUnreferenced(ctx context.Context, ch change, cur current) {
+func (s *Guard) dropUnreferenced(ctx context.Context, ch change, cur current) {
 	if ch.data == nil || ch.data.key == "" || (cur.p != nil && cur.p.Data == ch.data.key) {
 		return
 	}
@@ -274,7 +220,7 @@ func (s *Store) dropUnreferenced(ctx context.Context, ch change, cur current) {
 // settleRead reads the pointer of key with a context of its own, bounded
 // by settleTimeout, that keeps ctx's values but not its end: it settles the
 // outcome of a pointer write sent without a reply.
-func (s *Store) settleRead(ctx context.Context, key string) (current, error) {
+func (s *Guard) settleRead(ctx context.Context, key string) (current, error) {
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), settleTimeout)
 	defer cancel()
 	return s.readPointer(ctx, key)
@@ -282,7 +228,7 @@ func (s *Store) settleRead(ctx context.Context, key string) (current, error) {
 
 // remove deletes a data object, best effort, with its own short timeout
 // that survives the caller's cancellation.
-func (s *Store) remove(ctx context.Context, dataKey string) {
+func (s *Guard) remove(ctx context.Context, dataKey string) {
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), cleanupTimeout)
 	defer cancel()
 	_ = s.client.Delete(ctx, s.bucket, dataKey)

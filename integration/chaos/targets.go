@@ -127,7 +127,7 @@ func (t *pgTarget) read(ctx context.Context, resource string) (string, fence.Tok
 }
 
 // s3Target writes through s3guard.
-type s3Target struct{ s *s3guard.Store }
+type s3Target struct{ s *s3guard.Guard }
 
 func (t *s3Target) kind() string { return GuardS3 }
 

@@ -345,7 +345,7 @@ MinIO.`)
 	return nil
 }
 
-func (c *common) store(ctx context.Context) (*s3guard.Store, error) {
+func (c *common) store(ctx context.Context) (*s3guard.Guard, error) {
 	cl, err := newMinIO(c.conn, c.conn.MinIOEndpoint)
 	if err != nil {
 		return nil, err

@@ -119,7 +119,7 @@ type scenario struct {
 
 	pgProxy, s3Proxy    *netproxy.Proxy
 	poolA, poolB, poolC *pgxpool.Pool
-	storeA, storeB      *s3guard.Store
+	storeA, storeB      *s3guard.Guard
 	marks               *pgguard.Guard // reads marks for the checks
 
 	// desktop (run A, through the proxies), browser (run B), a plain second
@@ -256,7 +256,7 @@ func (s *scenario) setup(ctx context.Context) (err error) {
 
 // devices are built once the Recorder exists (their Authorizers record).
 func (s *scenario) devices() error {
-	mk := func(a Actor, name, run string, pool *pgxpool.Pool, st *s3guard.Store, user string, accounts ...string) (*device, error) {
+	mk := func(a Actor, name, run string, pool *pgxpool.Pool, st *s3guard.Guard, user string, accounts ...string) (*device, error) {
 		pg, err := pgguard.New(pgguard.Config{DB: pool, Schema: s.cfg.Conn.Schema})
 		if err != nil {
 			return nil, err

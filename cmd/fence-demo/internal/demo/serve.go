@@ -31,7 +31,7 @@ type server struct {
 	key     func(session string) lease.Key
 	mgr     *lease.Manager
 	sess    *session
-	store   *s3guard.Store
+	store   *s3guard.Guard
 	guard   *pgguard.Guard
 	table   string
 	stall   time.Duration

@@ -29,7 +29,7 @@ type device struct {
 	run   string // "run A", "run B"
 	mgr   *lease.Manager
 	pool  *pgxpool.Pool
-	s3    *s3guard.Store
+	s3    *s3guard.Guard
 	pg    *pgguard.Guard // on pool
 }
 
@@ -43,7 +43,7 @@ type report struct {
 
 // putObject is the tool call's MinIO half: the report object, one conditional
 // pointer swap at the end; the claim (token and run) comes from work.
-func (r report) putObject(work context.Context, s3 *s3guard.Store, body string, meta map[string]string) (s3guard.Info, error) {
+func (r report) putObject(work context.Context, s3 *s3guard.Guard, body string, meta map[string]string) (s3guard.Info, error) {
 	return s3.PutBytes(work, r.object, []byte(body), s3guard.PutOptions{ContentType: "text/plain", Metadata: meta})
 }
 

@@ -1,0 +1,304 @@
+package gcsguard
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+
+	"cloud.google.com/go/storage"
+	"google.golang.org/api/googleapi"
+
+	"github.com/fencekit/fencekit/fence"
+	"github.com/fencekit/fencekit/guards/internal/objstage"
+)
+
+// Put stores size bytes from r at resource under the claim ctx carries
+// (fence.ClaimFromContext: a lease's context carries its token and run
+// identity). With no claim in ctx it returns an error matching
+// fence.ErrNoToken and writes nothing. An io.ReadSeeker is streamed (and
+// rewound for a retry); any other reader is read into memory first.
+//
+// size is the content's length in bytes, or -1 when it is not known (the
+// arguments are s3guard.Guard.Put's). A known size is checked before the
+// write is committed: content shorter or longer than size is refused with
+// a *SizeError (ErrSizeMismatch) and nothing is written. A known size
+// below Config.ChunkSize also sizes the upload's buffer to the content
+// (rounded up to 256 KiB) instead of a whole chunk; the upload is then one
+// request, which the client library can retry.
+func (s *Guard) Put(ctx context.Context, resource string, r io.Reader, size int64, opts PutOptions) (Info, error) {
+	c, err := s.w.Claim(ctx, resource)
+	if err != nil {
+		return Info{}, err
+	}
+	return s.PutClaim(ctx, resource, c, r, size, opts)
+}
+
+// PutBytes is Put for content held in memory.
+func (s *Guard) PutBytes(ctx context.Context, resource string, b []byte, opts PutOptions) (Info, error) {
+	return s.Put(ctx, resource, bytes.NewReader(b), int64(len(b)), opts)
+}
+
+// PutBytesClaim is PutClaim for content held in memory.
+func (s *Guard) PutBytesClaim(ctx context.Context, resource string, claim fence.Claim, b []byte, opts PutOptions) (Info, error) {
+	return s.PutClaim(ctx, resource, claim, bytes.NewReader(b), int64(len(b)), opts)
+}
+
+// PutClaim is Put with an explicit claim. A caller holding only a token
+// passes fence.Claim{Token: t}, or fence.ClaimFor(ctx, t) to keep ctx's run
+// identity for that token.
+//
+// The write is refused with a *fence.StaleError when c.Token is below the
+// resource's mark and with a *fence.ReusedError when it equals the mark
+// while c.Run and the mark's run identity are both set and differ; nothing
+// is written. A size below -1 is refused with ErrInvalidOptions.
+func (s *Guard) PutClaim(ctx context.Context, resource string, claim fence.Claim, r io.Reader, size int64, opts PutOptions) (Info, error) {
+	if err := checkOptions(opts); err != nil {
+		return Info{}, err
+	}
+	if err := objstage.CheckBody(r, size, ErrInvalidOptions); err != nil {
+		return Info{}, err
+	}
+	return s.w.Run(ctx, resource, claim, func(ctx context.Context) error {
+		return objstage.StageContent(ctx, errs, nil, r, size, ErrInvalidOptions, func(st *objstage.Stager[change]) (change, error) {
+			b, err := newBody(st.Resource, r, size)
+			return change{body: b, opts: opts}, err
+		})
+	}, false)
+}
+
+// Delete stores a tombstone at resource under the claim ctx carries: a
+// zero-byte object whose metadata keeps the resource's mark (MetaDeleted is
+// "true"), written with the same generation precondition as Put. The
+// object is replaced, not removed, because a removed object has no mark:
+// a stale writer could then create it again. Afterwards Get reports
+// *NotFoundError with Deleted and Token set. Deleting a resource without object
+// writes the tombstone all the same, raising the mark.
+func (s *Guard) Delete(ctx context.Context, resource string) (Info, error) {
+	c, err := s.w.Claim(ctx, resource)
+	if err != nil {
+		return Info{}, err
+	}
+	return s.DeleteClaim(ctx, resource, c)
+}
+
+// DeleteClaim is Delete with an explicit claim (see PutClaim).
+func (s *Guard) DeleteClaim(ctx context.Context, resource string, claim fence.Claim) (Info, error) {
+	return s.w.Run(ctx, resource, claim, StageDelete, false)
+}
+
+// Do is Fence under the claim ctx carries (fence.ClaimFromContext): with no
+// claim in ctx it returns an error matching fence.ErrNoToken, calls nothing
+// and writes nothing.
+func (s *Guard) Do(ctx context.Context, resource string, write func(ctx context.Context) error) error {
+	c, err := s.w.Claim(ctx, resource)
+	if err != nil {
+		return err
+	}
+	_, err = s.w.Run(ctx, resource, c, write, false)
+	return err
+}
+
+// Fence implements fence.Guard for the object named resource, under
+// fence.ClaimFor(ctx, token).
+//
+// It reads the object's metadata and refuses a stale token
+// (*fence.StaleError) or a reused one (*fence.ReusedError) without calling
+// write. Otherwise it calls write with a context that carries the claim and a
+// stager: write may call Stage to provide new content or StageDelete to
+// stage a tombstone. Nothing is written while write runs; after it returns
+// nil, the staged change is written with the generation precondition, which
+// is the commit point. If write stages nothing, the current content (or a
+// tombstone, if there is none) is written again under token, so the mark is
+// raised all the same.
+//
+// When write fails, its error is returned and nothing is written. A nil
+// write yields ErrNilWrite (after the resource and token checks).
+func (s *Guard) Fence(ctx context.Context, resource string, token fence.Token, write func(ctx context.Context) error) error {
+	if ctx == nil {
+		return nilContext(resource)
+	}
+	_, err := s.w.Run(ctx, resource, fence.ClaimFor(ctx, token), write, false)
+	return err
+}
+
+// decideWrite reads key and applies the decision rule to c (the
+// objstage.Writer's Decide; gcsguard has no cache).
+func (s *Guard) decideWrite(ctx context.Context, key string, c fence.Claim, _ bool) (state, error) {
+	cur, err := s.read(ctx, key)
+	if err != nil {
+		return state{}, err
+	}
+	if s.afterRead != nil {
+		s.afterRead(key)
+	}
+	if err := fence.DecideClaim(key, c, cur.token, cur.run); err != nil {
+		return state{}, err
+	}
+	return cur, nil
+}
+
+// commit runs the conditional write loop over cur.
+func (s *Guard) commit(ctx context.Context, key string, c fence.Claim, writeID string, ch change, cur state) (Info, error) {
+	for lost := 0; ; {
+		if err := fence.ContextError(ctx); err != nil {
+			return Info{}, fmt.Errorf("gcsguard: write %q: not sent: %w", key, err)
+		}
+		attrs, err := s.attempt(ctx, key, c, writeID, ch, cur)
+		if err == nil {
+			st, derr := decode(key, attrs)
+			if derr != nil {
+				return Info{}, fmt.Errorf("gcsguard: %q: written object reads back as foreign: %w", key, derr)
+			}
+			return st.info(key), nil
+		}
+		var be *bodyError
+		switch {
+		case errors.As(err, &be):
+			return Info{}, fence.WrapContext(ctx, err) // nothing was committed
+		case isPrecondition(err):
+			// Someone else's write, or our own earlier attempt whose reply
+			// was lost and that the client library retried: the read tells.
+		default:
+			// Sent, and no answer came back (ctx ended while the upload
+			// waited, or the client library gave up): the object may have
+			// been written. Settle it with a read that survives the
+			// caller's cancellation: our write id means it was written, and
+			// the write is reported as done even if ctx has ended (it was
+			// ordered before any newer token's write). Anything else leaves
+			// the outcome unknown: the upload may still complete, or
+			// completed and was replaced.
+			got, rerr := s.settleRead(ctx, key)
+			if rerr == nil && got.writeID == writeID {
+				return got.info(key), nil
+			}
+			if rerr == nil && got.token > c.Token && got.gen != cur.gen {
+				// A newer holder's generation replaced the one the upload
+				// was conditional on, so it can no longer land; it may have
+				// landed before and been overwritten.
+				return Info{}, fence.WrapContext(ctx, overtaken(key, c, got))
+			}
+			return Info{}, fence.OutcomeUnknown(ctx, "gcsguard: write", key, fmt.Errorf("write id %s: %w", writeID, err))
+		}
+		if fence.ContextError(ctx) != nil {
+			// The 412 may answer the client library's retry of an attempt
+			// of ours that landed; ctx can no longer read, a bounded read
+			// of its own can.
+			if got, rerr := s.settleRead(ctx, key); rerr == nil && got.writeID == writeID {
+				return got.info(key), nil
+			}
+			return Info{}, fmt.Errorf("gcsguard: write %q: precondition failed: %w", key, fence.ContextError(ctx))
+		}
+		if cur, err = s.read(ctx, key); err != nil {
+			return Info{}, err
+		}
+		if cur.writeID == writeID {
+			return cur.info(key), nil // our attempt landed; its reply was lost
+		}
+		if s.afterRead != nil {
+			s.afterRead(key)
+		}
+		if err := fence.DecideClaim(key, c, cur.token, cur.run); err != nil {
+			return Info{}, err
+		}
+		if lost++; lost >= s.max {
+			return Info{}, fmt.Errorf("gcsguard: %q: %d conditional writes lost races: %w", key, lost, fence.ErrBusy)
+		}
+		if err := fence.ContextError(ctx); err != nil {
+			return Info{}, err
+		}
+		s.met.Retried(ctx, 1)
+	}
+}
+
+// settleRead reads key with a context of its own, bounded by
+// readBackTimeout, that keeps ctx's values but not its end.
+func (s *Guard) settleRead(ctx context.Context, key string) (state, error) {
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), readBackTimeout)
+	defer cancel()
+	return s.read(ctx, key)
+}
+
+// attempt makes one conditional write of ch over cur.
+func (s *Guard) attempt(ctx context.Context, key string, c fence.Claim, writeID string, ch change, cur state) (*storage.ObjectAttrs, error) {
+	wctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	cond := storage.Conditions{DoesNotExist: true}
+	if cur.exists() {
+		cond = storage.Conditions{GenerationMatch: cur.gen}
+	}
+	src, size, opts, deleted, err := s.source(wctx, key, ch, cur)
+	if err != nil {
+		return nil, err
+	}
+	if src != nil {
+		defer src.Close()
+	}
+	token, run := fence.NextMark(c, cur.token, cur.run)
+	w := s.bucket.Object(key).If(cond).NewWriter(wctx)
+	w.ChunkSize = s.chunkFor(size)
+	w.ContentType = opts.ContentType
+	w.CacheControl = opts.CacheControl
+	w.Metadata = objectMetadata(opts.Metadata, token, run, writeID, deleted)
+	if src != nil {
+		if _, err := io.Copy(w, src); err != nil {
+			var be *bodyError
+			if errors.As(err, &be) {
+				cancel() // abort the upload before Close can finalise it
+				_ = w.Close()
+				return nil, err
+			}
+			// The upload failed; Close reports its error.
+		}
+	}
+	if err := w.Close(); err != nil {
+		return nil, err
+	}
+	return w.Attrs(), nil
+}
+
+// chunkFor returns the storage.Writer chunk size of an upload of size bytes
+// (-1: unknown): Config.ChunkSize, or for a known size below it the
+// smallest multiple of 256 KiB above size, so that the upload is still one
+// retryable request but its buffer fits the content.
+func (s *Guard) chunkFor(size int64) int {
+	const unit = 256 << 10
+	if size < 0 || size >= int64(s.chunk) {
+		return s.chunk
+	}
+	return int((size/unit + 1) * unit)
+}
+
+// source opens the content of one attempt and returns its size (-1:
+// unknown).
+func (s *Guard) source(ctx context.Context, key string, ch change, cur state) (io.ReadCloser, int64, PutOptions, bool, error) {
+	switch {
+	case ch.body != nil:
+		r, err := ch.body.open()
+		return r, ch.body.length(), ch.opts, false, err
+	case ch.deleted || !cur.exists() || cur.deleted:
+		return nil, 0, PutOptions{}, true, nil
+	}
+	// Nothing staged: write the current content again under the new mark.
+	a := cur.attrs
+	rc, err := s.bucket.Object(key).Generation(cur.gen).NewReader(ctx)
+	if err != nil {
+		// The generation is gone: a newer write replaced it. Fail like a
+		// precondition so that the loop reads and decides again.
+		if errors.Is(err, storage.ErrObjectNotExist) {
+			return nil, 0, PutOptions{}, false, &googleapi.Error{Code: http.StatusPreconditionFailed, Message: "generation replaced"}
+		}
+		return nil, 0, PutOptions{}, false, err
+	}
+	opts := PutOptions{ContentType: a.ContentType, CacheControl: a.CacheControl, Metadata: userMetadata(a.Metadata)}
+	return readCloser{&bodyReader{r: rc}, rc}, a.Size, opts, false, nil
+}
+
+// overtaken is the refusal of a write under c whose upload was sent
+// without a conclusive answer and which the settling read found replaced by
+// a newer holder's object got: it may have landed before being overwritten.
+func overtaken(key string, c fence.Claim, got state) error {
+	return &fence.StaleError{Resource: key, Presented: c.Token, Highest: got.token, Overtaken: true}
+}
