@@ -29,6 +29,94 @@ import (
 // displaced run); the trust timer ends them with ErrTrustExpired. An epoch
 // never comes back: the next grant starts a new one (a new id).
 
+// The listener's polling fallback (notifications not delivered) ends no
+// lease in this mode: the heartbeat statement reads the epoch's displaced
+// and revoked runs every RenewEvery, and the listener's notifications and
+// its catch-up on (re)connect tell sooner.
+
+// heartbeatRenewal is the renewal of a Manager in heartbeat mode.
+type heartbeatRenewal struct{ m *Manager }
+
+func (r heartbeatRenewal) start() {
+	r.m.wg.Add(2)
+	go r.m.releaseLoop()
+	go r.m.heartbeatLoop()
+}
+
+func (r heartbeatRenewal) grantEpoch(ctx context.Context) (*epoch, error) {
+	return r.m.usableEpoch(ctx)
+}
+
+// grantGone reports whether ep's heartbeat is over: it beats ep now
+// (unless it is already dead) and reports whether ep is dead after.
+func (r heartbeatRenewal) grantGone(ctx context.Context, ep *epoch) bool {
+	if dead, _ := ep.isDead(); dead {
+		return true
+	}
+	if err := r.m.beat(ctx, ep); err != nil {
+		return false
+	}
+	dead, _ := ep.isDead()
+	return dead
+}
+
+// attach: the lease has no timer of its own; it is trusted while its epoch
+// is, and ends at once if the epoch ended meanwhile. endEpoch marks the
+// epoch dead before it collects its leases under m.mu: either it finds
+// this lease or this check sees it dead.
+func (heartbeatRenewal) attach(l *Lease, _, _ time.Time) error {
+	l.ep.held.Add(1)
+	if dead, cause := l.ep.isDead(); dead {
+		return cause
+	}
+	return nil
+}
+
+func (heartbeatRenewal) detach(l *Lease) { l.ep.held.Add(-1) }
+
+// deadlines are the epoch's while the lease is held, then those it had
+// when it ended (freeze).
+func (heartbeatRenewal) deadlines(l *Lease) (trust, expires time.Time) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if !l.done {
+		trust, expires, _ = l.ep.state()
+		return trust, expires
+	}
+	return l.trust, l.expires
+}
+
+func (heartbeatRenewal) failed(l *Lease) bool {
+	_, _, failed := l.ep.state()
+	return failed
+}
+
+// freeze: from now on the lease reports the epoch's last deadlines.
+func (heartbeatRenewal) freeze(l *Lease) {
+	l.trust, l.expires, _ = l.ep.state()
+}
+
+func (r heartbeatRenewal) renew(ctx context.Context, l *Lease) (Renewal, error) {
+	return r.m.renewHeartbeatLease(ctx, l)
+}
+
+// unconfirmed hands the run to the release loop (unreleased.go).
+func (r heartbeatRenewal) unconfirmed(key Key, run uuid.UUID, ep *epoch) {
+	r.m.keepReleasing(key, run, ep)
+}
+
+// catchUp asks by epoch, one statement whatever the number of leases.
+func (r heartbeatRenewal) catchUp(ctx context.Context, q querier) {
+	if err := r.m.endEpochDisplaced(ctx, q); err != nil && r.m.root.Err() == nil {
+		r.m.log.Warn("lease: checking for takeovers after the listener connected", "err", err)
+	}
+}
+
+// fallback ends nothing: the next beat reads the displaced records.
+func (heartbeatRenewal) fallback(context.Context) {}
+
+func (r heartbeatRenewal) close(ctx context.Context) error { return r.m.closeEpoch(ctx) }
+
 // epoch is one heartbeat epoch of a Manager. Its leases point to it
 // (Lease.ep); the Manager's current epoch is Manager.ep.
 type epoch struct {

@@ -35,6 +35,8 @@ type Manager struct {
 
 	floor *floorChecker // the automatic token floor check (Config.Floor), nil without a source
 
+	ren renewal // the renewal mode, chosen once in New (renewal.go)
+
 	// Heartbeat mode (heartbeat.go): the current epoch, nil before the
 	// first grant; hbMu serialises the choice of the epoch a grant names
 	// (and its creation); beating is the heartbeat statement in flight
@@ -113,14 +115,8 @@ func newManager(cfg Config, hook func(event)) (*Manager, error) {
 	m.met = met
 	m.tr = newTracer(r.TracerProvider)
 	m.lastRound.Store(time.Now().UnixNano())
-	m.wg.Add(1)
-	if r.Renewal == RenewalHeartbeat {
-		m.wg.Add(1)
-		go m.releaseLoop()
-		go m.heartbeatLoop()
-	} else {
-		go m.renewLoop()
-	}
+	m.ren = newRenewal(m)
+	m.ren.start()
 	return m, nil
 }
 
@@ -208,7 +204,7 @@ func (m *Manager) Close() error {
 
 		ctx, cancel := context.WithTimeout(context.Background(), m.cfg.CallTimeout)
 		defer cancel()
-		m.closeError = errors.Join(m.releaseRuns(ctx, runs), m.closeEpoch(ctx))
+		m.closeError = errors.Join(m.releaseRuns(ctx, runs), m.ren.close(ctx))
 	})
 	return m.closeError
 }
@@ -258,9 +254,7 @@ func (m *Manager) remove(l *Lease) {
 	m.mu.Lock()
 	if m.leases[l.runID] == l {
 		delete(m.leases, l.runID)
-		if l.ep != nil {
-			l.ep.held.Add(-1)
-		}
+		m.ren.detach(l)
 	}
 	m.mu.Unlock()
 }

@@ -31,8 +31,8 @@ type unreleased struct {
 }
 
 // keepReleasing records that the release of (key, run), a run of ep, is not
-// confirmed; the release loop retries it. A nil (per-lease mode) or ended
-// epoch needs nothing: the row expires on its own.
+// confirmed; the release loop retries it. No epoch (nil: Manager.Release
+// of a run this Manager does not hold) or an ended one needs nothing.
 func (m *Manager) keepReleasing(key Key, run uuid.UUID, ep *epoch) {
 	if ep == nil {
 		return
