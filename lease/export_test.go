@@ -122,7 +122,7 @@ func HeartbeatMode(m *Manager) bool { return m.cfg.Renewal == RenewalHeartbeat }
 // EpochOf is m's current heartbeat epoch id (uuid.Nil before the first
 // grant or in per-lease mode).
 func EpochOf(m *Manager) uuid.UUID {
-	if ep := m.ep.Load(); ep != nil {
+	if ep := currentEpoch(m); ep != nil {
 		return ep.id
 	}
 	return uuid.Nil
@@ -148,7 +148,19 @@ func EndedAt(l *Lease) time.Time {
 func Unreleased(m *Manager) int {
 	m.mu.Lock()
 	defer m.mu.Unlock()
-	return len(m.unrel)
+	if h, ok := m.ren.(*heartbeatRenewal); ok {
+		return len(h.unrel)
+	}
+	return 0
+}
+
+// currentEpoch is m's current heartbeat epoch (nil before the first grant
+// or in per-lease mode).
+func currentEpoch(m *Manager) *epoch {
+	if h, ok := m.ren.(*heartbeatRenewal); ok {
+		return h.ep.Load()
+	}
+	return nil
 }
 
 // BeatSQL is m's heartbeat statement.
@@ -161,7 +173,7 @@ func SetBeatSQL(m *Manager, sql string) { m.st.beat = sql }
 // HeartbeatFailed reports whether a heartbeat statement of m's current
 // epoch failed since its last success (what a later loss is blamed on).
 func HeartbeatFailed(m *Manager) bool {
-	ep := m.ep.Load()
+	ep := currentEpoch(m)
 	if ep == nil {
 		return false
 	}

@@ -37,15 +37,6 @@ type Manager struct {
 
 	ren renewal // the renewal mode, chosen once in New (renewal.go)
 
-	// Heartbeat mode (heartbeat.go): the current epoch, nil before the
-	// first grant; hbMu serialises the choice of the epoch a grant names
-	// (and its creation); beating is the heartbeat statement in flight
-	// (beatMu), which concurrent callers share.
-	ep      atomic.Pointer[epoch]
-	hbMu    sync.Mutex
-	beatMu  sync.Mutex
-	beating *beatCall
-
 	root       context.Context // cancelled (cause ErrClosed) by Close
 	rootCancel context.CancelCauseFunc
 	wg         sync.WaitGroup
@@ -58,10 +49,6 @@ type Manager struct {
 	// or a heartbeat reported the run displaced or revoked before its reply
 	// came back (nil: none).
 	granting map[uuid.UUID]error
-	// Heartbeat mode: runs whose release is not confirmed (unreleased.go),
-	// retried by releaseLoop, which unrelKick wakes.
-	unrel     map[uuid.UUID]unreleased
-	unrelKick chan struct{}
 
 	fan         *fanout     // the listener's notifications, by key (listener.go)
 	watches     watches     // Watch's shared readers, by key (watch.go)
@@ -101,8 +88,6 @@ func newManager(cfg Config, hook func(event)) (*Manager, error) {
 		rootCancel:  cancel,
 		leases:      make(map[uuid.UUID]*Lease),
 		granting:    make(map[uuid.UUID]error),
-		unrel:       make(map[uuid.UUID]unreleased),
-		unrelKick:   make(chan struct{}, 1),
 		fan:         newFanout(),
 		listenFirst: make(chan struct{}),
 		floor:       newFloorChecker(r),
@@ -183,11 +168,7 @@ func (m *Manager) Close() error {
 			held = append(held, l)
 		}
 		m.leases = map[uuid.UUID]*Lease{}
-		runs := make([]unreleased, 0, len(held)+len(m.unrel))
-		for _, u := range m.unrel {
-			runs = append(runs, u)
-		}
-		m.unrel = map[uuid.UUID]unreleased{}
+		runs := m.ren.takeUnconfirmed()
 		m.mu.Unlock()
 		for _, l := range held {
 			runs = append(runs, unreleased{key: l.key, run: l.runID})

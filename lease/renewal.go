@@ -45,6 +45,9 @@ type renewal interface {
 	// under ep, failed: the row's end is then up to the mode (TTL expiry,
 	// or retried releases).
 	unconfirmed(key Key, run uuid.UUID, ep *epoch)
+	// takeUnconfirmed hands over the runs whose release is not confirmed,
+	// for Close to release with the held ones (m.mu held).
+	takeUnconfirmed() []unreleased
 	// catchUp ends the leases a takeover displaced or Revoke revoked while
 	// notifications may have been missed: the listener calls it each time
 	// its LISTEN is in place, on its own connection (q).
@@ -62,5 +65,5 @@ func newRenewal(m *Manager) renewal {
 	if m.cfg.Renewal == RenewalPerLease {
 		return perLeaseRenewal{m: m}
 	}
-	return heartbeatRenewal{m: m}
+	return newHeartbeatRenewal(m)
 }

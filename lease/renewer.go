@@ -76,6 +76,9 @@ func (r perLeaseRenewal) renew(ctx context.Context, l *Lease) (Renewal, error) {
 // unconfirmed: the row expires by TTL.
 func (perLeaseRenewal) unconfirmed(Key, uuid.UUID, *epoch) {}
 
+// takeUnconfirmed: none are kept (unconfirmed).
+func (perLeaseRenewal) takeUnconfirmed() []unreleased { return nil }
+
 func (r perLeaseRenewal) catchUp(ctx context.Context, q querier) {
 	r.m.endDisplacedRuns(ctx, q)
 }
