@@ -9,6 +9,7 @@ import (
 
 	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgtype"
 
 	"github.com/fencekit/fencekit/fence"
 	"github.com/fencekit/fencekit/lease/leasemetrics"
@@ -91,9 +92,9 @@ func (m *Manager) acquireAttempt(ctx context.Context, key Key, o grantOptions) (
 	sentAt := time.Now() // before the request leaves: the trust window starts here
 	var (
 		token   int64
-		expires *time.Time // NULL for a heartbeat row: the epoch's expiry
+		expires pgtype.Timestamptz // NULL for a heartbeat row: the epoch's expiry
 	)
-	err = m.pool.QueryRow(cctx, m.st.acquire, key.AccountID, key.SessionID, runID, m.ttlMicros(), nullable(o.holder), epochID(ep)).
+	err = m.pool.QueryRow(cctx, m.st.acquire, key.AccountID, key.SessionID, uuidParam(runID), m.ttlArg, nullable(o.holder), epochID(ep)).
 		Scan(&token, &expires)
 	switch {
 	case errors.Is(err, pgx.ErrNoRows):
@@ -124,8 +125,8 @@ func (m *Manager) acquireAttempt(ctx context.Context, key Key, o grantOptions) (
 		return nil, false, fmt.Errorf("lease: acquire %s: %w", key, classify(err))
 	}
 	var exp time.Time
-	if expires != nil {
-		exp = *expires
+	if expires.Valid {
+		exp = expires.Time
 	}
 	l := m.newLease(ctx, key, runID, fence.Token(token), o.holder, exp, sentAt, ep)
 	if l == nil { // closed while acquiring
@@ -151,7 +152,7 @@ func (m *Manager) acquireAttempt(ctx context.Context, key Key, o grantOptions) (
 func (m *Manager) releaseOrphan(ctx context.Context, key Key, runID uuid.UUID, ep *epoch) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
-	if m.closed {
+	if m.closed.Load() {
 		return
 	}
 	m.wg.Add(1)

@@ -1,12 +1,14 @@
 package lease
 
 import (
+	"context"
 	"os"
 	"sync"
 	"sync/atomic"
 	"time"
 
 	"github.com/google/uuid"
+	"github.com/jackc/pgx/v5/pgtype"
 )
 
 // Events records a Manager's events (observer.go), for tests.
@@ -179,4 +181,32 @@ func HeartbeatFailed(m *Manager) bool {
 	}
 	_, _, failed := ep.state()
 	return failed
+}
+
+// StatementCycle returns one lease cycle made of m's own acquire and
+// release statements sent with pgx directly, with the parameters m binds
+// (heartbeat mode: m's epoch, started here), without the Manager's work
+// around them: BenchmarkCycle's baseline.
+func StatementCycle(ctx context.Context, m *Manager) (func(Key) error, error) {
+	var ep *epoch
+	if m.cfg.Renewal == RenewalHeartbeat {
+		var err error
+		if ep, err = m.usableEpoch(ctx); err != nil {
+			return nil, err
+		}
+	}
+	return func(key Key) error {
+		run := uuid.New()
+		var (
+			token    int64
+			expires  pgtype.Timestamptz
+			notified bool
+		)
+		if err := m.pool.QueryRow(ctx, m.st.acquire, key.AccountID, key.SessionID, uuidParam(run), m.ttlArg, nil, epochID(ep)).
+			Scan(&token, &expires); err != nil {
+			return err
+		}
+		return m.pool.QueryRow(ctx, m.st.release, key.AccountID, key.SessionID, uuidParam(run), m.channelArg, keyPayload(key)).
+			Scan(&notified)
+	}, nil
 }

@@ -255,8 +255,11 @@ const (
 // grantRefusal returns the typed refusal that err carries (a
 // *TokenFloorError or a *FailoverError), or nil.
 func grantRefusal(err error) error {
+	if err == nil {
+		return nil
+	}
 	var pe *pgconn.PgError
-	if err == nil || !errors.As(err, &pe) {
+	if !errors.As(err, &pe) {
 		return nil
 	}
 	switch pe.Code {

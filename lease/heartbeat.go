@@ -151,8 +151,9 @@ func (h *heartbeatRenewal) close(ctx context.Context) error { return h.closeEpoc
 // epoch is one heartbeat epoch of a Manager. Its leases point to it
 // (Lease.ep); the Manager's current epoch is heartbeatRenewal.ep.
 type epoch struct {
-	id   uuid.UUID
-	held atomic.Int64 // leases of the epoch registered with the Manager
+	id    uuid.UUID
+	param any          // id as a statement parameter (uuidParam), boxed once for every grant that names the epoch
+	held  atomic.Int64 // leases of the epoch registered with the Manager
 
 	mu      sync.Mutex
 	trust   time.Time   // sent_at + TTL − SafetyMargin of the last successful beat (monotonic)
@@ -236,10 +237,10 @@ func (h *heartbeatRenewal) createEpochLocked(ctx context.Context) (*epoch, error
 	defer cancel()
 	sentAt := time.Now()
 	var started, expires time.Time
-	if err := m.pool.QueryRow(cctx, m.st.epochCreate, id, nil, m.ttlMicros()).Scan(&started, &expires); err != nil {
+	if err := m.pool.QueryRow(cctx, m.st.epochCreate, uuidParam(id), nil, m.ttlMicros()).Scan(&started, &expires); err != nil {
 		return nil, fmt.Errorf("lease: start heartbeat: %w", classify(err))
 	}
-	ep := &epoch{id: id, trust: sentAt.Add(m.cfg.TTL - m.cfg.SafetyMargin), sentAt: sentAt, expires: expires, dbNow: started}
+	ep := &epoch{id: id, param: uuidParam(id), trust: sentAt.Add(m.cfg.TTL - m.cfg.SafetyMargin), sentAt: sentAt, expires: expires, dbNow: started}
 	ep.mu.Lock()
 	ep.timer = time.AfterFunc(time.Until(ep.trust), func() { m.onEpochTrust(ep) })
 	ep.mu.Unlock()
@@ -311,7 +312,7 @@ func (h *heartbeatRenewal) runBeat(c *beatCall) {
 func (m *Manager) goBackground(f func()) bool {
 	m.mu.Lock()
 	defer m.mu.Unlock()
-	if m.closed {
+	if m.closed.Load() {
 		return false
 	}
 	m.wg.Add(1)
@@ -344,7 +345,7 @@ func (m *Manager) beatOnce(ep *epoch) error {
 		taken, revoked []uuid.UUID
 		legacy         bool
 	)
-	rows, err := m.pool.Query(cctx, m.st.beat, ep.id, m.ttlMicros(), m.cfg.CallTimeout.Microseconds(), since)
+	rows, err := m.pool.Query(cctx, m.st.beat, ep.param, m.ttlMicros(), m.cfg.CallTimeout.Microseconds(), since)
 	if err == nil {
 		var parseErr error // the first run id that did not parse: the reply is not trusted
 		for rows.Next() {
@@ -599,7 +600,7 @@ func (h *heartbeatRenewal) endEpochDisplaced(ctx context.Context, q querier) err
 	}
 	cctx, cancel := m.call(ctx)
 	defer cancel()
-	rows, err := q.Query(cctx, m.st.epochDisplaced, ep.id, since)
+	rows, err := q.Query(cctx, m.st.epochDisplaced, ep.param, since)
 	if err != nil {
 		return err
 	}
@@ -657,7 +658,7 @@ func (h *heartbeatRenewal) closeEpoch(ctx context.Context) error {
 func (m *Manager) expireEpoch(ctx context.Context, ep *epoch) error {
 	cctx, cancel := m.call(context.WithoutCancel(ctx))
 	defer cancel()
-	if _, err := m.pool.Exec(cctx, m.st.epochEnd, ep.id); err != nil {
+	if _, err := m.pool.Exec(cctx, m.st.epochEnd, ep.param); err != nil {
 		return fmt.Errorf("lease: end heartbeat at close: %w", classify(err))
 	}
 	return nil
@@ -702,5 +703,5 @@ func epochID(ep *epoch) any {
 	if ep == nil {
 		return nil
 	}
-	return ep.id
+	return ep.param
 }

@@ -77,6 +77,13 @@ func TestHeartbeatOrphanedGrantIsReleased(t *testing.T) {
 	b := e.manager(heartbeat(lease.Config{TTL: 10 * time.Second}))
 	other, err := a.Acquire(bg(), uniqueKey(t)) // starts the epoch and prepares the statement
 	require.NoError(t, err)
+	// The listener's start-up traffic (its sweep, its first probe) goes
+	// through the proxy too: it must be over before the proxy holds the
+	// first reply, or that reply is the listener's and the Acquire below is
+	// never sent.
+	waitFor(t, 5*time.Second, "the listener to deliver", func() bool {
+		return a.Health(bg()).Listener == lease.ListenerDelivering
+	})
 
 	var once sync.Once
 	proxy.OnHold(func(netproxy.Direction) { once.Do(proxy.Cut) })

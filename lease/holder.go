@@ -50,6 +50,9 @@ func ValidateHolder(label string) error {
 
 // grantOpts applies opts and validates the result.
 func grantOpts(opts []Option) (grantOptions, error) {
+	if len(opts) == 0 {
+		return grantOptions{}, nil // the common call: nothing to apply, nothing allocated
+	}
 	var o grantOptions
 	for _, opt := range opts {
 		if opt != nil {

@@ -62,7 +62,7 @@ func (m *Manager) newLease(parent context.Context, key Key, runID uuid.UUID, tok
 	ctx, cancel := context.WithCancelCause(fence.WithClaim(context.WithoutCancel(parent), claim))
 	l := &Lease{m: m, key: key, runID: runID, token: token, holder: holder, ctx: ctx, cancel: cancel, ep: ep}
 	m.mu.Lock()
-	if m.closed {
+	if m.closed.Load() {
 		m.mu.Unlock()
 		l.stop()
 		cancel(ErrClosed)

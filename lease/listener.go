@@ -202,7 +202,7 @@ func (m *Manager) startListener() {
 	}
 	m.mu.Lock()
 	defer m.mu.Unlock()
-	if m.closed || m.listening.Load() {
+	if m.closed.Load() || m.listening.Load() {
 		return
 	}
 	m.listening.Store(true)

@@ -33,6 +33,11 @@ type Manager struct {
 	met  *metrics
 	tr   trace.Tracer // nil: tracing off (trace.go)
 
+	// ttlArg and channelArg are the TTL in microseconds and the NOTIFY
+	// channel as statement parameters, boxed once: every grant and
+	// release binds one of them.
+	ttlArg, channelArg any
+
 	floor *floorChecker // the automatic token floor check (Config.Floor), nil without a source
 
 	ren renewal // the renewal mode, chosen once in New (renewal.go)
@@ -41,8 +46,11 @@ type Manager struct {
 	rootCancel context.CancelCauseFunc
 	wg         sync.WaitGroup
 
-	mu     sync.Mutex
-	closed bool
+	mu sync.Mutex
+	// closed is set by Close under mu, so that whoever holds mu sees it
+	// settled (newLease registers a lease only while it is false); the
+	// calls' first check (isClosed) reads it without the lock.
+	closed atomic.Bool
 	leases map[uuid.UUID]*Lease // held leases by run_id
 	// granting holds the run_ids whose grant statement is in flight, with
 	// the cause to end the lease with at registration when a notification
@@ -92,6 +100,7 @@ func newManager(cfg Config, hook func(event)) (*Manager, error) {
 		listenFirst: make(chan struct{}),
 		floor:       newFloorChecker(r),
 	}
+	m.ttlArg, m.channelArg = m.ttlMicros(), m.st.channel
 	met, err := newMetrics(r.MeterProvider, r.TTL)
 	if err != nil {
 		cancel(nil)
@@ -118,15 +127,10 @@ func (m *Manager) TTL() time.Duration { return m.cfg.TTL }
 // renewal is trusted locally.
 func (m *Manager) TrustWindow() time.Duration { return m.cfg.TTL - m.cfg.SafetyMargin }
 
-func (m *Manager) isClosed() bool {
-	m.mu.Lock()
-	defer m.mu.Unlock()
-	return m.closed
-}
+func (m *Manager) isClosed() bool { return m.closed.Load() }
 
 func (m *Manager) ttlMicros() int64 { return m.cfg.TTL.Microseconds() }
 
-// call bounds one statement by CallTimeout.
 // background is the context of the Manager's own statements (renewer,
 // heartbeat, listener, release retries, watchers): the root's values
 // without its cancellation, so that Close does not interrupt a statement
@@ -136,7 +140,13 @@ func (m *Manager) ttlMicros() int64 { return m.cfg.TTL.Microseconds() }
 // by CallTimeout, and the loops stop between statements.
 func (m *Manager) background() context.Context { return context.WithoutCancel(m.root) }
 
+// call bounds one statement by CallTimeout. A ctx whose deadline comes
+// within CallTimeout already bounds the statement as tightly: it is used
+// as it is, without a timer of its own.
 func (m *Manager) call(ctx context.Context) (context.Context, context.CancelFunc) {
+	if d, ok := ctx.Deadline(); ok && time.Until(d) <= m.cfg.CallTimeout {
+		return ctx, func() {}
+	}
 	return context.WithTimeout(ctx, m.cfg.CallTimeout)
 }
 
@@ -162,7 +172,7 @@ func (m *Manager) authorize(ctx context.Context, key Key) error {
 func (m *Manager) Close() error {
 	m.closeOnce.Do(func() {
 		m.mu.Lock()
-		m.closed = true
+		m.closed.Store(true)
 		held := make([]*Lease, 0, len(m.leases))
 		for _, l := range m.leases {
 			held = append(held, l)

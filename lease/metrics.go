@@ -26,7 +26,9 @@ type metrics struct {
 	probesLost                        metric.Int64Counter
 	fallback                          metric.Int64UpDownCounter
 	hbStarted, hbLost                 metric.Int64Counter
-	lostAttrs                         map[string]metric.MeasurementOption // by cause, built once: a heartbeat may end a million leases at once
+	lostAttrs                         map[string]metric.MeasurementOption     // by cause, built once: a heartbeat may end a million leases at once
+	releasedAttrs                     [ReleaseNotFound + 1][]metric.AddOption // by result, built once (with the slice Add takes): one per lease cycle
+	releasedError                     []metric.AddOption
 	ttl                               time.Duration
 }
 
@@ -45,6 +47,10 @@ func newMetrics(mp metric.MeterProvider, ttl time.Duration) (*metrics, error) {
 	for _, c := range []string{leasemetrics.CauseRenewalRejected, leasemetrics.CauseTrustDeadline, leasemetrics.CauseDatabaseError, leasemetrics.CauseTakenOver} {
 		x.lostAttrs[c] = attrs(attribute.String("cause", c))
 	}
+	for r := ReleaseDone; r <= ReleaseNotFound; r++ {
+		x.releasedAttrs[r] = []metric.AddOption{attrs(attribute.String(leasemetrics.AttrResult, r.String()))}
+	}
+	x.releasedError = []metric.AddOption{attrs(attribute.String(leasemetrics.AttrResult, leasemetrics.ResultError))}
 	var errs []error
 	add := func(err error) {
 		if err != nil {
@@ -194,11 +200,14 @@ func (x *metrics) onOverrun(ctx context.Context, cause string, d time.Duration) 
 }
 
 func (x *metrics) onReleased(ctx context.Context, res ReleaseResult, err error) {
-	r := res.String()
-	if err != nil {
-		r = leasemetrics.ResultError
+	switch {
+	case err != nil:
+		x.released.Add(ctx, 1, x.releasedError...)
+	case res >= ReleaseDone && res <= ReleaseNotFound:
+		x.released.Add(ctx, 1, x.releasedAttrs[res]...)
+	default:
+		x.released.Add(ctx, 1, attrs(attribute.String(leasemetrics.AttrResult, res.String())))
 	}
-	x.released.Add(ctx, 1, attrs(attribute.String(leasemetrics.AttrResult, r)))
 }
 
 func (x *metrics) onProbeLost(ctx context.Context) { x.probesLost.Add(ctx, 1) }

@@ -87,7 +87,7 @@ func (m *Manager) release(ctx context.Context, key Key, runID uuid.UUID) (Releas
 	cctx, cancel := m.call(ctx)
 	defer cancel()
 	var notified bool
-	err := m.pool.QueryRow(cctx, m.st.release, key.AccountID, key.SessionID, runID, m.st.channel, keyPayload(key)).
+	err := m.pool.QueryRow(cctx, m.st.release, key.AccountID, key.SessionID, uuidParam(runID), m.channelArg, keyPayload(key)).
 		Scan(&notified)
 	if err != nil && !errors.Is(err, pgx.ErrNoRows) {
 		err = fmt.Errorf("lease: release %s: %w", key, classify(err))

@@ -70,7 +70,7 @@ func (m *Manager) renewOne(ctx context.Context, key Key, runID uuid.UUID) (Renew
 		token    int64
 		exp, now time.Time
 	)
-	err := m.pool.QueryRow(cctx, m.st.renew, key.AccountID, key.SessionID, runID, m.ttlMicros()).Scan(&token, &exp, &now)
+	err := m.pool.QueryRow(cctx, m.st.renew, key.AccountID, key.SessionID, uuidParam(runID), m.ttlMicros()).Scan(&token, &exp, &now)
 	if errors.Is(err, pgx.ErrNoRows) {
 		err = fmt.Errorf("%w: %s run %s no longer holds an unexpired lease", ErrLost, key, runID)
 		if m.wasTakenOver(ctx, key, runID) {

@@ -374,9 +374,10 @@ func channelName(schema string) string {
 // SHA-256(account NUL session) — far below PostgreSQL's 8000-byte limit for
 // any key. NUL cannot occur in a valid id, so the encoding is unambiguous.
 func keyPayload(k Key) string {
-	h := sha256.New()
-	h.Write([]byte(k.AccountID))
-	h.Write([]byte{0})
-	h.Write([]byte(k.SessionID))
-	return hex.EncodeToString(h.Sum(nil)[:16])
+	var buf [2*MaxIDLen + 1]byte // a valid key fits; a longer one is appended to the heap
+	b := append(append(append(buf[:0], k.AccountID...), 0), k.SessionID...)
+	sum := sha256.Sum256(b)
+	var out [32]byte
+	hex.Encode(out[:], sum[:16])
+	return string(out[:])
 }

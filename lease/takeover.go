@@ -102,7 +102,7 @@ func (m *Manager) takeoverOnce(ctx context.Context, key Key, opts []Option) (*Le
 		expires, now time.Time
 		displaced    *uuid.UUID
 	)
-	err = m.pool.QueryRow(cctx, m.st.takeover, key.AccountID, key.SessionID, runID, m.ttlMicros(),
+	err = m.pool.QueryRow(cctx, m.st.takeover, key.AccountID, key.SessionID, uuidParam(runID), m.ttlMicros(),
 		nullable(o.holder), m.st.channel, keyPayload(key), epochID(ep)).Scan(&token, &expires, &displaced, &now)
 	switch {
 	case errors.Is(err, pgx.ErrNoRows):

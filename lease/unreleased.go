@@ -42,7 +42,7 @@ func (h *heartbeatRenewal) keepReleasing(key Key, run uuid.UUID, ep *epoch) {
 		return
 	}
 	m.mu.Lock()
-	if m.closed {
+	if m.closed.Load() {
 		m.mu.Unlock()
 		return
 	}

@@ -10,6 +10,7 @@ import (
 	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
+	"github.com/jackc/pgx/v5/pgtype"
 )
 
 // AcquireWait blocks until it acquires the lease for key, ctx ends or the
@@ -187,10 +188,7 @@ func (m *Manager) AcquireWait(ctx context.Context, key Key, opts ...Option) (got
 func (m *Manager) markContended(ctx context.Context, key Key, holder uuid.UUID) (gone bool, err error) {
 	cctx, cancel := context.WithTimeout(ctx, m.cfg.CallTimeout)
 	defer cancel()
-	var run *uuid.UUID
-	if holder != uuid.Nil {
-		run = &holder
-	}
+	run := pgtype.UUID{Bytes: holder, Valid: holder != uuid.Nil} // NULL: any holder
 	var ok bool
 	err = m.pool.QueryRow(cctx, m.st.markContended, key.AccountID, key.SessionID, run).Scan(&ok)
 	if errors.Is(err, pgx.ErrNoRows) {

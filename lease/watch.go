@@ -261,7 +261,7 @@ func (ws *watches) add(m *Manager, key Key, w *Watcher, o watchOptions) error {
 	kw := ws.keys[key]
 	if kw == nil {
 		m.mu.Lock()
-		if m.closed {
+		if m.closed.Load() {
 			m.mu.Unlock()
 			return ErrClosed
 		}

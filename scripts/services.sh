@@ -52,6 +52,17 @@ log "PostgreSQL ready"
 
 # --- MinIO ------------------------------------------------------------------
 minio_live() { curl -fsS -m 2 "http://$MINIO_ADDR/minio/health/live" >/dev/null 2>&1; }
+# Write quorum: a MinIO whose data directory was removed still answers
+# "live" but refuses every write; it is stopped and started again here.
+minio_writable() { curl -fsS -m 2 "http://$MINIO_ADDR/minio/health/cluster" >/dev/null 2>&1; }
+if minio_live && ! minio_writable; then
+  port=${MINIO_ADDR##*:}
+  pid=$(ss -Hltnp "sport = :$port" 2>/dev/null | grep -o 'pid=[0-9]*' | head -1 | cut -d= -f2)
+  log "MinIO on $MINIO_ADDR answers but cannot write (no write quorum); stopping it (pid ${pid:-unknown})"
+  [ -n "$pid" ] && kill "$pid" 2>/dev/null
+  for _ in $(seq 1 40); do minio_live || break; sleep 0.25; done
+  minio_live && { log "MinIO on $MINIO_ADDR cannot write and could not be stopped"; exit 1; }
+fi
 if ! minio_live; then
   if [ ! -x "$MINIO_BIN" ]; then
     log "installing MinIO $MINIO_VERSION into $MINIO_BIN_DIR (first time takes a few minutes)"
@@ -66,7 +77,8 @@ if ! minio_live; then
     "$state/minio-data" >"$state/minio.log" 2>&1 </dev/null &
   echo $! >"$state/minio.pid"
   for _ in $(seq 1 120); do minio_live && break; sleep 0.25; done
-  minio_live || { log "MinIO did not come up; see $state/minio.log"; tail -20 "$state/minio.log" >&2; exit 1; }
+  for _ in $(seq 1 40); do minio_writable && break; sleep 0.25; done
+  minio_writable || { log "MinIO did not come up writable; see $state/minio.log"; tail -20 "$state/minio.log" >&2; exit 1; }
 fi
 log "MinIO ready on $MINIO_ADDR"
 

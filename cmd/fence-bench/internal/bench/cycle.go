@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"math"
+	"slices"
 	"time"
 
 	"github.com/google/uuid"
@@ -18,6 +19,11 @@ import (
 // cycleWorkers is the number of concurrent workers of every side of the
 // lease cycle comparison; each works on its own 64 keys.
 const cycleWorkers = 8
+
+// CycleWorkerCounts are the worker counts at which the lease cycle case
+// also compares fencekit with the seed alone (cycleWorkers runs every
+// side); their pool has the largest count's connections.
+var CycleWorkerCounts = []int{1, 32}
 
 // errNotGranted: a cycle's acquire or release did not take effect although
 // the worker's keys are its own.
@@ -67,21 +73,32 @@ func (e *Env) cycleRounds() (int, time.Duration, time.Duration) {
 // same with the row kept (keep_row), fencekit's table driven by plain
 // statements (raw), raw with a NOTIFY in the release (raw_notify), and
 // cirello.io/pglock (Acquire FailIfLocked + Release) in the peer
-// subprocess. Each figure is the median over rounds of the per-round rate
-// or ratio, with its spread.
+// subprocess. Then, at each of CycleWorkerCounts, the lease cycle against
+// the seed alone, the two alternating round by round. Each figure is the
+// median over rounds of the per-round rate or ratio, with its spread.
 func LeaseCycle(e *Env) error {
 	schema, drop, err := e.schema(migrations.Lease)
 	if err != nil {
 		return err
 	}
 	defer drop()
-	pool, err := e.pool(cycleWorkers, nil)
+	ctx := e.Ctx
+	probe, err := e.pool(1, nil)
+	if err != nil {
+		return err
+	}
+	budget, err := connBudget(ctx, probe)
+	probe.Close()
+	if err != nil {
+		return err
+	}
+	size := min(budget, slices.Max(append([]int{cycleWorkers}, CycleWorkerCounts...)))
+	pool, err := e.pool(int32(size), nil) //nolint:gosec // at most 32
 	if err != nil {
 		return err
 	}
 	defer pool.Close()
 	q := pgx.Identifier{schema}.Sanitize()
-	ctx := e.Ctx
 	if _, err := pool.Exec(ctx, seedDDL(q)); err != nil {
 		return fmt.Errorf("seed tables: %w", err)
 	}
@@ -104,14 +121,14 @@ func LeaseCycle(e *Env) error {
 		sid := fmt.Sprintf("%s%d-%d", prefix, w, i%64)
 		return func(run uuid.UUID) [2][]any { return [2][]any{{"a", sid, run}, {"a", sid, run}} }
 	}
-	sqlSide := func(name, prefix string, st cycleSQL, args func(string, int, int) func(uuid.UUID) [2][]any) Side {
+	sqlSide := func(workers int, name, prefix string, st cycleSQL, args func(string, int, int) func(uuid.UUID) [2][]any) Side {
 		return Side{Name: name, Run: func(d time.Duration) (int, time.Duration, error) {
-			return Parallel(cycleWorkers, d, func(w, i int) error { return sqlCycle(ctx, pool, st, args(prefix, w, i)) })
+			return Parallel(workers, d, func(w, i int) error { return sqlCycle(ctx, pool, st, args(prefix, w, i)) })
 		}}
 	}
-	sides := []Side{
-		{Name: "lease", Run: func(d time.Duration) (int, time.Duration, error) {
-			return Parallel(cycleWorkers, d, func(w, i int) error {
+	leaseSide := func(workers int) Side {
+		return Side{Name: "lease", Run: func(d time.Duration) (int, time.Duration, error) {
+			return Parallel(workers, d, func(w, i int) error {
 				l, err := m.Acquire(ctx, lease.Key{AccountID: "a", SessionID: fmt.Sprintf("w%d-%d", w, i%64)})
 				if err != nil {
 					return err
@@ -119,11 +136,14 @@ func LeaseCycle(e *Env) error {
 				_, err = l.Release(ctx)
 				return err
 			})
-		}},
-		sqlSide("seed", "s", seed, seedArgs),
-		sqlSide("keep_row", "k", keep, seedArgs),
-		sqlSide("raw", "r", raw, rawArgs),
-		sqlSide("raw_notify", "n", rawNotify, rawArgs),
+		}}
+	}
+	sides := []Side{
+		leaseSide(cycleWorkers),
+		sqlSide(cycleWorkers, "seed", "s", seed, seedArgs),
+		sqlSide(cycleWorkers, "keep_row", "k", keep, seedArgs),
+		sqlSide(cycleWorkers, "raw", "r", raw, rawArgs),
+		sqlSide(cycleWorkers, "raw_notify", "n", rawNotify, rawArgs),
 	}
 	peerNote := ""
 	if e.PeerDir != "" {
@@ -142,7 +162,7 @@ func LeaseCycle(e *Env) error {
 	if err != nil {
 		return err
 	}
-	how := fmt.Sprintf("%d workers, distinct keys, %d rounds x %v per side, order rotated", cycleWorkers, rounds, dur)
+	how := fmt.Sprintf("%d workers on a pool of %d, distinct keys, %d rounds x %v per side, order rotated", cycleWorkers, size, rounds, dur)
 	ratio := func(key, b, a, note string, target float64, cmp Cmp) {
 		s := res.Ratio(b, a)
 		e.Report.Add(Metric{Key: key, Value: s.Median, Unit: "x", Target: target, Cmp: cmp, Note: note, Spread: &s})
@@ -172,6 +192,18 @@ func LeaseCycle(e *Env) error {
 	rate("raw_notify_cycles_per_s", "raw_notify", "raw floor with pg_notify in the release")
 	if peerNote == "" {
 		rate("pglock_cycles_per_s", "pglock", "")
+	}
+	for _, w := range CycleWorkerCounts {
+		res, err := Alternate([]Side{leaseSide(w), sqlSide(w, "seed", "s", seed, seedArgs)}, rounds, dur, warm)
+		if err != nil {
+			return fmt.Errorf("%d workers: %w", w, err)
+		}
+		r, l, s := res.Ratio("lease", "seed"), res.Rate("lease"), res.Rate("seed")
+		e.Report.Add(Metric{Key: fmt.Sprintf("lease_cycle_ratio_vs_seed_w%d", w), Value: r.Median, Unit: "x", Target: 0.90, Cmp: AtLeast, Spread: &r,
+			Note: fmt.Sprintf("as lease_cycle_ratio_vs_seed at %d workers on a pool of %d, the two sides alone, %d rounds x %v per side alternating", w, size, rounds, dur)})
+		e.Report.Add(Metric{Key: fmt.Sprintf("lease_cycles_per_s_w%d", w), Value: l.Median, Unit: "1/s", Spread: &l,
+			Note: fmt.Sprintf("seed in the same rounds: median %.4g/s", s.Median)})
+		e.logf("lease_cycle: %d workers: lease %.0f/s, seed %.0f/s, ratio %.3f", w, l.Median, s.Median, r.Median)
 	}
 	return nil
 }

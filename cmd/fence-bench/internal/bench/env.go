@@ -73,7 +73,7 @@ func Cases() []Case {
 		StoreCase("redis_guard", "redis", RedisGuardKeys),
 		StoreCase("mysql_guard", "mysql", MySQLGuardKeys),
 		StoreCase("nats_guard", "nats", NATSGuardKeys),
-		{"lease_cycle", []string{"lease_cycle_ratio_vs_raw", "lease_cycle_ratio_vs_seed", "lease_cycle_ratio_vs_keep_row", "lease_cycle_ratio_vs_pglock"}, LeaseCycle},
+		{"lease_cycle", []string{"lease_cycle_ratio_vs_raw", "lease_cycle_ratio_vs_seed", "lease_cycle_ratio_vs_keep_row", "lease_cycle_ratio_vs_pglock", "lease_cycle_ratio_vs_seed_w1", "lease_cycle_ratio_vs_seed_w32"}, LeaseCycle},
 		{"handover", []string{"handover_p50_ms", "handover_p99_ms"}, Handover},
 		{"contention", nil, Contention},
 		{"renewal", []string{"renew_leases_per_statement", "renew_batch_speedup", "heap_bytes_per_lease", "renew_busy_fraction"}, Renewal},
