@@ -188,12 +188,9 @@ func HeartbeatFailed(m *Manager) bool {
 // (heartbeat mode: m's epoch, started here), without the Manager's work
 // around them: BenchmarkCycle's baseline.
 func StatementCycle(ctx context.Context, m *Manager) (func(Key) error, error) {
-	var ep *epoch
-	if m.cfg.Renewal == RenewalHeartbeat {
-		var err error
-		if ep, err = m.usableEpoch(ctx); err != nil {
-			return nil, err
-		}
+	ep, err := m.ren.grantEpoch(ctx)
+	if err != nil {
+		return nil, err
 	}
 	return func(key Key) error {
 		run := uuid.New()
