@@ -79,12 +79,10 @@ func (m *Manager) acquireAttempt(ctx context.Context, key Key, o grantOptions) (
 	if err != nil {
 		return nil, false, fmt.Errorf("lease: new run_id: %w", err)
 	}
-	var ep *epoch
-	if m.cfg.Renewal == RenewalHeartbeat {
-		if ep, err = m.usableEpoch(ctx); err != nil {
-			m.met.onRefused(ctx, leasemetrics.ReasonError)
-			return nil, false, fmt.Errorf("lease: acquire %s: %w", key, err)
-		}
+	ep, err := m.ren.grantEpoch(ctx)
+	if err != nil {
+		m.met.onRefused(ctx, leasemetrics.ReasonError)
+		return nil, false, fmt.Errorf("lease: acquire %s: %w", key, err)
 	}
 	m.awaitListener(ctx)
 	m.beginGrant(runID)
@@ -105,7 +103,7 @@ func (m *Manager) acquireAttempt(ctx context.Context, key Key, o grantOptions) (
 		st, ierr := m.inspect(ctx, key)
 		if ierr == nil && st.State == StateHeld {
 			held.RunID, held.Token, held.ExpiresAt, held.Remaining, held.Holder = st.RunID, st.Token, st.ExpiresAt, st.Remaining, st.Holder
-		} else if ierr == nil && ep != nil && m.epochGone(ctx, ep) {
+		} else if ierr == nil && m.ren.grantGone(ctx, ep) {
 			return nil, true, held // the statement refused this Manager's dead heartbeat, not a holder
 		}
 		m.observe(event{kind: evHeld, key: key})
@@ -146,25 +144,11 @@ func (m *Manager) acquireAttempt(ctx context.Context, key Key, o grantOptions) (
 	return l, false, nil
 }
 
-// epochGone reports, after a grant statement naming ep granted nothing
-// although the key is not held, whether ep's heartbeat is over: it beats
-// ep now (unless it is already dead) and reports whether ep is dead after.
-func (m *Manager) epochGone(ctx context.Context, ep *epoch) bool {
-	if dead, _ := ep.isDead(); dead {
-		return true
-	}
-	if err := m.beat(ctx, ep); err != nil {
-		return false
-	}
-	dead, _ := ep.isDead()
-	return dead
-}
-
 // releaseOrphan releases the row of a run whose acquire reply was lost, in
 // the background, with ctx's values but not its cancellation (the caller's
 // ctx may be gone already), bounded by CallTimeout; it gives up when the
-// Manager closes. A failed release of a heartbeat row (ep non-nil) is left
-// to the release loop.
+// Manager closes. A failed release is left to the renewal mode
+// (renewal.unconfirmed).
 func (m *Manager) releaseOrphan(ctx context.Context, key Key, runID uuid.UUID, ep *epoch) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
@@ -179,7 +163,7 @@ func (m *Manager) releaseOrphan(ctx context.Context, key Key, runID uuid.UUID, e
 		defer m.whenClosed(cancel)()
 		if res, err := m.release(ctx, key, runID); err != nil {
 			m.log.Debug("orphan release failed", "key", key.String(), "run_id", runID, "err", err)
-			m.keepReleasing(key, runID, ep)
+			m.ren.unconfirmed(key, runID, ep)
 		} else {
 			m.log.Debug("orphan release", "key", key.String(), "run_id", runID, "result", res.String())
 		}

@@ -123,10 +123,11 @@ type Config struct {
 	// FallbackPoll is how often the Manager polls instead while its
 	// listener does not receive notifications (a probe NOTIFY sent with the
 	// pool's settings did not come back within CallTimeout; see Health): each
-	// poll ends the leases a takeover displaced (one statement per 1,000
-	// leases held) and makes every AcquireWait and Watch re-read its key.
-	// It bounds how late a displaced holder, a waiter or a watcher learns
-	// of a change then. Default 1s.
+	// poll makes every AcquireWait and Watch re-read its key and, in
+	// per-lease mode, ends the leases a takeover displaced (one statement
+	// per 1,000 leases held); in heartbeat mode the heartbeat does that,
+	// within RenewEvery. It bounds how late a waiter or a watcher (and, per
+	// lease, a displaced holder) learns of a change then. Default 1s.
 	FallbackPoll time.Duration
 	// Authorizer, if set, runs before every acquisition attempt.
 	Authorizer Authorizer

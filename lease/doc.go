@@ -109,8 +109,9 @@
 //     replica, beyond what the token floor (package leaseops) detects.
 //   - Fairness: AcquireWait callers race; there is no queue.
 //   - Latency behind a pooler in transaction mode without ListenConnString:
-//     takeovers, releases and watch events are then seen within
-//     FallbackPoll, not within milliseconds.
+//     releases and watch events are then seen within FallbackPoll, and a
+//     displaced holder learns within RenewEvery in heartbeat mode
+//     (FallbackPoll per-lease), not within milliseconds.
 //   - Consecutive tokens: refused attempts consume sequence values too.
 //   - Survival of the Manager: when the process dies its leases are not
 //     renewed and expire after at most TTL.

@@ -124,7 +124,7 @@ func HeartbeatMode(m *Manager) bool { return m.cfg.Renewal == RenewalHeartbeat }
 // EpochOf is m's current heartbeat epoch id (uuid.Nil before the first
 // grant or in per-lease mode).
 func EpochOf(m *Manager) uuid.UUID {
-	if ep := m.ep.Load(); ep != nil {
+	if ep := currentEpoch(m); ep != nil {
 		return ep.id
 	}
 	return uuid.Nil
@@ -150,7 +150,19 @@ func EndedAt(l *Lease) time.Time {
 func Unreleased(m *Manager) int {
 	m.mu.Lock()
 	defer m.mu.Unlock()
-	return len(m.unrel)
+	if h, ok := m.ren.(*heartbeatRenewal); ok {
+		return len(h.unrel)
+	}
+	return 0
+}
+
+// currentEpoch is m's current heartbeat epoch (nil before the first grant
+// or in per-lease mode).
+func currentEpoch(m *Manager) *epoch {
+	if h, ok := m.ren.(*heartbeatRenewal); ok {
+		return h.ep.Load()
+	}
+	return nil
 }
 
 // BeatSQL is m's heartbeat statement.
@@ -163,7 +175,7 @@ func SetBeatSQL(m *Manager, sql string) { m.st.beat = sql }
 // HeartbeatFailed reports whether a heartbeat statement of m's current
 // epoch failed since its last success (what a later loss is blamed on).
 func HeartbeatFailed(m *Manager) bool {
-	ep := m.ep.Load()
+	ep := currentEpoch(m)
 	if ep == nil {
 		return false
 	}
@@ -176,12 +188,9 @@ func HeartbeatFailed(m *Manager) bool {
 // (heartbeat mode: m's epoch, started here), without the Manager's work
 // around them: BenchmarkCycle's baseline.
 func StatementCycle(ctx context.Context, m *Manager) (func(Key) error, error) {
-	var ep *epoch
-	if m.cfg.Renewal == RenewalHeartbeat {
-		var err error
-		if ep, err = m.usableEpoch(ctx); err != nil {
-			return nil, err
-		}
+	ep, err := m.ren.grantEpoch(ctx)
+	if err != nil {
+		return nil, err
 	}
 	return func(key Key) error {
 		run := uuid.New()

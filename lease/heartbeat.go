@@ -29,8 +29,127 @@ import (
 // displaced run); the trust timer ends them with ErrTrustExpired. An epoch
 // never comes back: the next grant starts a new one (a new id).
 
+// The listener's polling fallback (notifications not delivered) ends no
+// lease in this mode: the heartbeat statement reads the epoch's displaced
+// and revoked runs every RenewEvery, and the listener's notifications and
+// its catch-up on (re)connect tell sooner.
+
+// heartbeatRenewal is the renewal of a Manager in heartbeat mode.
+type heartbeatRenewal struct {
+	m *Manager
+
+	// ep is the current epoch, nil before the first grant; mu serialises
+	// the choice of the epoch a grant names (and its creation); beating is
+	// the heartbeat statement in flight (beatMu), which concurrent callers
+	// share.
+	ep      atomic.Pointer[epoch]
+	mu      sync.Mutex
+	beatMu  sync.Mutex
+	beating *beatCall
+
+	// unrel holds the runs whose release is not confirmed (unreleased.go;
+	// m.mu guards it), retried by releaseLoop, which unrelKick wakes.
+	unrel     map[uuid.UUID]unreleased
+	unrelKick chan struct{}
+}
+
+func newHeartbeatRenewal(m *Manager) *heartbeatRenewal {
+	return &heartbeatRenewal{m: m, unrel: make(map[uuid.UUID]unreleased), unrelKick: make(chan struct{}, 1)}
+}
+
+func (h *heartbeatRenewal) start() {
+	h.m.wg.Add(2)
+	go h.releaseLoop()
+	go h.heartbeatLoop()
+}
+
+func (h *heartbeatRenewal) grantEpoch(ctx context.Context) (*epoch, error) {
+	return h.usableEpoch(ctx)
+}
+
+// grantGone reports whether ep's heartbeat is over: it beats ep now
+// (unless it is already dead) and reports whether ep is dead after.
+func (h *heartbeatRenewal) grantGone(ctx context.Context, ep *epoch) bool {
+	if dead, _ := ep.isDead(); dead {
+		return true
+	}
+	if err := h.beat(ctx, ep); err != nil {
+		return false
+	}
+	dead, _ := ep.isDead()
+	return dead
+}
+
+// attach: the lease has no timer of its own; it is trusted while its epoch
+// is, and ends at once if the epoch ended meanwhile. endEpoch marks the
+// epoch dead before it collects its leases under m.mu: either it finds
+// this lease or this check sees it dead.
+func (*heartbeatRenewal) attach(l *Lease, _, _ time.Time) error {
+	l.ep.held.Add(1)
+	if dead, cause := l.ep.isDead(); dead {
+		return cause
+	}
+	return nil
+}
+
+func (*heartbeatRenewal) detach(l *Lease) { l.ep.held.Add(-1) }
+
+// deadlines are the epoch's while the lease is held, then those it had
+// when it ended (freeze).
+func (*heartbeatRenewal) deadlines(l *Lease) (trust, expires time.Time) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if !l.done {
+		trust, expires, _ = l.ep.state()
+		return trust, expires
+	}
+	return l.trust, l.expires
+}
+
+func (*heartbeatRenewal) failed(l *Lease) bool {
+	_, _, failed := l.ep.state()
+	return failed
+}
+
+// freeze: from now on the lease reports the epoch's last deadlines.
+func (*heartbeatRenewal) freeze(l *Lease) {
+	l.trust, l.expires, _ = l.ep.state()
+}
+
+func (h *heartbeatRenewal) renew(ctx context.Context, l *Lease) (Renewal, error) {
+	return h.renewHeartbeatLease(ctx, l)
+}
+
+// unconfirmed hands the run to the release loop (unreleased.go).
+func (h *heartbeatRenewal) unconfirmed(key Key, run uuid.UUID, ep *epoch) {
+	h.keepReleasing(key, run, ep)
+}
+
+// takeUnconfirmed hands over the runs whose release is not confirmed, for
+// Close to release with the held ones (m.mu held).
+func (h *heartbeatRenewal) takeUnconfirmed() []unreleased {
+	runs := make([]unreleased, 0, len(h.unrel))
+	for _, u := range h.unrel {
+		runs = append(runs, u)
+	}
+	h.unrel = map[uuid.UUID]unreleased{}
+	return runs
+}
+
+// catchUp asks by epoch, one statement whatever the number of leases.
+func (h *heartbeatRenewal) catchUp(ctx context.Context, q querier) {
+	if err := h.endEpochDisplaced(ctx, q); err != nil && h.m.root.Err() == nil {
+		h.m.log.Warn("lease: checking for takeovers after the listener connected", "err", err)
+	}
+}
+
+// fallback ends nothing: the next beat reads the displaced records.
+func (*heartbeatRenewal) fallback(context.Context) {}
+
+func (h *heartbeatRenewal) close(ctx context.Context) error { return h.closeEpoch(ctx) }
+
 // epoch is one heartbeat epoch of a Manager. Its leases point to it
-// (Lease.ep); the Manager's current epoch is Manager.ep.
+// (Lease.ep); the Manager's current epoch is heartbeatRenewal.ep.
 type epoch struct {
 	id    uuid.UUID
 	param any          // id as a statement parameter (uuidParam), boxed once for every grant that names the epoch
@@ -80,19 +199,20 @@ func (m *Manager) heartbeatOverlap() time.Duration { return m.cfg.TTL + m.cfg.Ca
 // usableEpoch returns the epoch a grant is to name: the current one while it
 // has at least CallTimeout of trust left, else the current one after a beat,
 // else a new one.
-func (m *Manager) usableEpoch(ctx context.Context) (*epoch, error) {
-	if ep := m.ep.Load(); ep.usable(m.cfg.CallTimeout) {
+func (h *heartbeatRenewal) usableEpoch(ctx context.Context) (*epoch, error) {
+	m := h.m
+	if ep := h.ep.Load(); ep.usable(m.cfg.CallTimeout) {
 		return ep, nil
 	}
-	m.hbMu.Lock()
-	defer m.hbMu.Unlock()
-	ep := m.ep.Load()
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	ep := h.ep.Load()
 	if ep.usable(m.cfg.CallTimeout) {
 		return ep, nil
 	}
 	if ep != nil {
 		if dead, _ := ep.isDead(); !dead {
-			if err := m.beat(ctx, ep); err != nil {
+			if err := h.beat(ctx, ep); err != nil {
 				return nil, err
 			}
 			if dead, _ := ep.isDead(); !dead {
@@ -100,11 +220,12 @@ func (m *Manager) usableEpoch(ctx context.Context) (*epoch, error) {
 			}
 		}
 	}
-	return m.createEpochLocked(ctx)
+	return h.createEpochLocked(ctx)
 }
 
-// createEpochLocked starts a new epoch (hbMu held).
-func (m *Manager) createEpochLocked(ctx context.Context) (*epoch, error) {
+// createEpochLocked starts a new epoch (h.mu held).
+func (h *heartbeatRenewal) createEpochLocked(ctx context.Context) (*epoch, error) {
+	m := h.m
 	if m.isClosed() {
 		return nil, ErrClosed
 	}
@@ -128,7 +249,7 @@ func (m *Manager) createEpochLocked(ctx context.Context) (*epoch, error) {
 		_ = m.expireEpoch(ctx, ep) // best effort: it expires by TTL otherwise
 		return nil, ErrClosed
 	}
-	m.ep.Store(ep)
+	h.ep.Store(ep)
 	m.met.onHeartbeatStarted(ctx)
 	m.log.Debug("lease heartbeat started", "manager_id", id)
 	return ep, nil
@@ -150,19 +271,20 @@ type beatCall struct {
 // (and gets ctx's error) while the beat goes on and is applied, so a
 // cancelled call neither fails the epoch nor logs a failed renewal. After
 // Close it returns ErrClosed without a statement.
-func (m *Manager) beat(ctx context.Context, ep *epoch) error {
+func (h *heartbeatRenewal) beat(ctx context.Context, ep *epoch) error {
+	m := h.m
 	for {
-		m.beatMu.Lock()
-		c := m.beating
+		h.beatMu.Lock()
+		c := h.beating
 		if c == nil {
 			c = &beatCall{ep: ep, done: make(chan struct{})}
-			if !m.goBackground(func() { m.runBeat(c) }) { //nolint:contextcheck // the beat runs on the Manager's own context, never a caller's
-				m.beatMu.Unlock()
+			if !m.goBackground(func() { h.runBeat(c) }) { //nolint:contextcheck // the beat runs on the Manager's own context, never a caller's
+				h.beatMu.Unlock()
 				return ErrClosed
 			}
-			m.beating = c
+			h.beating = c
 		}
-		m.beatMu.Unlock()
+		h.beatMu.Unlock()
 		select {
 		case <-c.done:
 		case <-ctx.Done():
@@ -176,11 +298,12 @@ func (m *Manager) beat(ctx context.Context, ep *epoch) error {
 }
 
 // runBeat runs c's statement and publishes its outcome.
-func (m *Manager) runBeat(c *beatCall) {
+func (h *heartbeatRenewal) runBeat(c *beatCall) {
+	m := h.m
 	c.err = m.beatOnce(c.ep)
-	m.beatMu.Lock()
-	m.beating = nil
-	m.beatMu.Unlock()
+	h.beatMu.Lock()
+	h.beating = nil
+	h.beatMu.Unlock()
 	close(c.done)
 }
 
@@ -426,7 +549,8 @@ func (m *Manager) onEpochTrust(ep *epoch) {
 // heartbeatLoop is the renewer in heartbeat mode: it ticks every
 // RenewEvery/4 and sends the current epoch's beat when it falls due before
 // the next tick. A failed beat is retried on the next tick.
-func (m *Manager) heartbeatLoop() {
+func (h *heartbeatRenewal) heartbeatLoop() {
+	m := h.m
 	defer m.wg.Done()
 	tick := max(m.cfg.RenewEvery/4, time.Millisecond)
 	ticker := time.NewTicker(tick)
@@ -437,7 +561,7 @@ func (m *Manager) heartbeatLoop() {
 			return
 		case <-ticker.C:
 		}
-		if m.beatIfDue(time.Now().Add(tick)) {
+		if h.beatIfDue(time.Now().Add(tick)) {
 			m.lastRound.Store(time.Now().UnixNano())
 		}
 	}
@@ -445,24 +569,26 @@ func (m *Manager) heartbeatLoop() {
 
 // beatIfDue beats the current epoch if its next beat falls due by horizon;
 // false when a beat statement failed.
-func (m *Manager) beatIfDue(horizon time.Time) bool {
+func (h *heartbeatRenewal) beatIfDue(horizon time.Time) bool {
+	m := h.m
 	due := func(ep *epoch) bool {
 		ep.mu.Lock()
 		defer ep.mu.Unlock()
 		return !ep.dead && !ep.sentAt.Add(m.cfg.RenewEvery).After(horizon)
 	}
-	ep := m.ep.Load()
+	ep := h.ep.Load()
 	if ep == nil || !due(ep) {
 		return true
 	}
-	return m.beat(m.background(), ep) == nil
+	return h.beat(m.background(), ep) == nil
 }
 
 // endEpochDisplaced ends the leases of the current epoch that a takeover
 // displaced or Revoke revoked since its last beat (less the overlap):
 // the listener's catch-up, one statement whatever the number of leases.
-func (m *Manager) endEpochDisplaced(ctx context.Context, q querier) error {
-	ep := m.ep.Load()
+func (h *heartbeatRenewal) endEpochDisplaced(ctx context.Context, q querier) error {
+	m := h.m
+	ep := h.ep.Load()
 	if ep == nil {
 		return nil
 	}
@@ -516,10 +642,11 @@ func (m *Manager) endEpochDisplaced(ctx context.Context, q querier) error {
 // closeEpoch ends the current epoch at Close: locally (its leases are
 // already ended) and in the database, so that rows the release at Close
 // missed are free at once.
-func (m *Manager) closeEpoch(ctx context.Context) error {
-	m.hbMu.Lock()
-	defer m.hbMu.Unlock()
-	ep := m.ep.Load()
+func (h *heartbeatRenewal) closeEpoch(ctx context.Context) error {
+	m := h.m
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	ep := h.ep.Load()
 	if ep == nil {
 		return nil
 	}
@@ -540,11 +667,12 @@ func (m *Manager) expireEpoch(ctx context.Context, ep *epoch) error {
 // renewHeartbeatLease is Renew for a lease of this Manager in heartbeat
 // mode: a beat of its epoch now, or the one in flight (which extends every
 // lease of the epoch; beat), then the single-row check that the run still holds its row.
-func (m *Manager) renewHeartbeatLease(ctx context.Context, l *Lease) (Renewal, error) {
+func (h *heartbeatRenewal) renewHeartbeatLease(ctx context.Context, l *Lease) (Renewal, error) {
+	m := h.m
 	ep := l.ep
 	err := error(nil)
 	if dead, _ := ep.isDead(); !dead {
-		err = m.beat(ctx, ep)
+		err = h.beat(ctx, ep)
 	}
 	// A lease that ended meanwhile (this beat, or the background one, found
 	// it taken over or revoked) reports its cause, even when ending it

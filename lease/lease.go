@@ -33,13 +33,17 @@ type Lease struct {
 	holder string
 	ctx    context.Context
 	cancel context.CancelCauseFunc
-	ep     *epoch // heartbeat mode: the epoch whose heartbeat keeps it (its trust and expiry); nil per-lease
+	ep     *epoch // the epoch the grant named (renewal.grantEpoch); nil per-lease
 
+	// The renewal mode (renewal.go) keeps the deadlines: expires and trust
+	// are the lease's own (per-lease mode), or its epoch's frozen when it
+	// ended (heartbeat mode: renewal.freeze); due, timer, inflight and
+	// failed are per-lease mode's only.
 	mu       sync.Mutex
-	expires  time.Time   // per-lease: database time of the last grant or renewal; heartbeat: set at the end
-	trust    time.Time   // per-lease: monotonic trust deadline; heartbeat: set at the end
-	due      time.Time   // next background renewal (per-lease)
-	timer    *time.Timer // fires at trust (per-lease; heartbeat mode has one timer per epoch)
+	expires  time.Time   // database expiry after the last grant or renewal
+	trust    time.Time   // monotonic trust deadline
+	due      time.Time   // next background renewal
+	timer    *time.Timer // fires at trust
 	done     bool
 	inflight bool // a background renewal is in flight
 	failed   bool // a renewal statement failed since the last success
@@ -50,21 +54,13 @@ type Lease struct {
 // newLease registers a granted lease; nil if the Manager closed meanwhile.
 // The lease's context keeps the values of parent (the caller's ctx) but not
 // its cancellation or deadline, and carries the claim (token and run_id).
-// With ep (heartbeat mode) the lease has no timer of its own: it is trusted
-// while its epoch is, and ends at once if the epoch ended meanwhile.
+// ep is the epoch the grant named; the renewal mode sets the lease up
+// (renewal.attach).
 func (m *Manager) newLease(parent context.Context, key Key, runID uuid.UUID, token fence.Token, holder string, expires, sentAt time.Time, ep *epoch) *Lease {
 	claim := fence.Claim{Token: token, Run: runID.String(), Scope: key.Scope()}
 	parent = m.outerContext(parent) // the caller's span, not the Manager's (trace.go)
 	ctx, cancel := context.WithCancelCause(fence.WithClaim(context.WithoutCancel(parent), claim))
 	l := &Lease{m: m, key: key, runID: runID, token: token, holder: holder, ctx: ctx, cancel: cancel, ep: ep}
-	if ep == nil {
-		l.expires = expires
-		l.trust = sentAt.Add(m.cfg.TTL - m.cfg.SafetyMargin)
-		l.due = sentAt.Add(m.cfg.RenewEvery)
-		l.mu.Lock()
-		l.timer = time.AfterFunc(time.Until(l.trust), l.onTrustTimer)
-		l.mu.Unlock()
-	}
 	m.mu.Lock()
 	if m.closed.Load() {
 		m.mu.Unlock()
@@ -72,26 +68,16 @@ func (m *Manager) newLease(parent context.Context, key Key, runID uuid.UUID, tok
 		cancel(ErrClosed)
 		return nil
 	}
-	var epochEnded error
-	if ep != nil {
-		// endEpoch marks the epoch dead before it collects its leases under
-		// m.mu: either it finds this lease or this check sees it dead.
-		if dead, cause := ep.isDead(); dead {
-			epochEnded = cause
-		}
-	}
+	renewalEnded := m.ren.attach(l, expires, sentAt)
 	// A takeover or revocation of this run reported while its grant's
 	// reply was in flight (leaseOrGrant): the run ends at once.
 	ended := m.granting[runID]
 	m.leases[runID] = l
-	if ep != nil {
-		ep.held.Add(1)
-	}
 	m.mu.Unlock()
 	if ended != nil {
 		l.end(ended)
-	} else if epochEnded != nil {
-		l.end(epochEnded)
+	} else if renewalEnded != nil {
+		l.end(renewalEnded)
 	}
 	m.startListener() // tells the holder of a takeover
 	return l
@@ -126,17 +112,8 @@ func (l *Lease) ExpiresAt() time.Time {
 	return exp
 }
 
-// deadlines returns the lease's trust deadline and database expiry: its
-// own (per-lease mode, or once ended) or its epoch's.
-func (l *Lease) deadlines() (trust, expires time.Time) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	if l.ep != nil && !l.done {
-		trust, expires, _ = l.ep.state()
-		return trust, expires
-	}
-	return l.trust, l.expires
-}
+// deadlines returns the lease's trust deadline and database expiry.
+func (l *Lease) deadlines() (trust, expires time.Time) { return l.m.ren.deadlines(l) }
 
 // Context is cancelled when the lease is lost, released or its Manager
 // closed; context.Cause tells which. It carries the values of the ctx given
@@ -198,19 +175,8 @@ func (l *Lease) Renew(ctx context.Context) (Renewal, error) {
 	}
 	ctx, sp := l.m.startSpan(ctx, spanRenew, l.key)
 	sp.run(l.runID, int64(l.token))
-	if l.ep != nil {
-		r, err := l.m.renewHeartbeatLease(ctx, l)
-		sp.endRenew(r, err)
-		return r, err
-	}
-	r, err := l.m.renewOne(ctx, l.key, l.runID)
-	defer sp.endRenew(r, err)
-	switch {
-	case err == nil:
-		l.extend(time.Time{}, r.TrustDeadline, r.ExpiresAt)
-	case errors.Is(err, ErrLost):
-		l.end(lossCause(err))
-	}
+	r, err := l.m.ren.renew(ctx, l)
+	sp.endRenew(r, err)
 	return r, err
 }
 
@@ -223,7 +189,7 @@ func (l *Lease) Release(ctx context.Context) (ReleaseResult, error) {
 	l.end(ErrReleased)
 	res, err := l.m.release(ctx, l.key, l.runID)
 	if err != nil {
-		l.m.keepReleasing(l.key, l.runID, l.ep)
+		l.m.ren.unconfirmed(l.key, l.runID, l.ep)
 	}
 	sp.endRelease(res, err)
 	return res, err
@@ -302,10 +268,7 @@ func (l *Lease) endLogged(cause error, logWarn bool) bool {
 	// The cause and time of the end are recorded before the context is
 	// cancelled, so that whoever wakes on Done (Run's overrun metric) reads
 	// them.
-	var epFailed bool
-	if l.ep != nil {
-		_, _, epFailed = l.ep.state()
-	}
+	failed := l.m.ren.failed(l)
 	l.mu.Lock()
 	var mcause string
 	switch {
@@ -314,7 +277,7 @@ func (l *Lease) endLogged(cause error, logWarn bool) bool {
 		mcause = leasemetrics.CauseTakenOver
 	case errors.Is(cause, ErrTrustExpired):
 		mcause = leasemetrics.CauseTrustDeadline
-		if l.failed || epFailed {
+		if failed {
 			mcause = leasemetrics.CauseDatabaseError
 		}
 	default:
@@ -355,9 +318,7 @@ func (l *Lease) stop() bool {
 	if l.done {
 		return false
 	}
-	if l.ep != nil { // from now on the lease reports the epoch's last deadlines
-		l.trust, l.expires, _ = l.ep.state()
-	}
+	l.m.ren.freeze(l)
 	l.done = true
 	if l.timer != nil {
 		l.timer.Stop()

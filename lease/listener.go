@@ -36,7 +36,7 @@ import (
 //   - after every (re)connect all subscribers get signalReconnect, since
 //     notifications sent while the connection was down are lost, and the
 //     Manager asks the database once which of its leases a takeover
-//     displaced meanwhile (endDisplaced).
+//     displaced meanwhile (renewal.catchUp).
 
 // signal is what a subscription is woken with.
 type signal uint8
@@ -302,8 +302,8 @@ func (m *Manager) listenConfig() *pgx.ConnConfig {
 // the connection still answers a bounded SELECT 1, means they are not (a
 // pooler in transaction mode hands LISTEN to a server connection other
 // clients then use): the Manager logs that once, counts it and reports it
-// in Health, and falls back to polling every FallbackPoll (endDisplaced and
-// a re-read by every waiter and watcher) until a probe comes back. A
+// in Health, and falls back to polling every FallbackPoll (fallbackPoll: a
+// re-read by every waiter and watcher) until a probe comes back. A
 // connection that does not answer is dropped and reconnected, which also
 // detects a silent partition.
 func (m *Manager) listenOnce(ctx context.Context) (connected bool, err error) {
@@ -342,7 +342,7 @@ func (m *Manager) listenOnce(ctx context.Context) (connected bool, err error) {
 	m.firstListenDone()
 	m.observe(event{kind: evListener, up: true})
 	m.lh.set(ListenerUnverified)
-	m.endDisplaced(sctx, conn)
+	m.ren.catchUp(sctx, conn)
 
 	prober := &probeConn{m: m}
 	defer func() {
@@ -510,11 +510,11 @@ func (m *Manager) probeLost() bool {
 }
 
 // fallbackPoll stands in for the notifications that are not delivered:
-// leases a takeover displaced are ended (asked through the pool: a
-// misdirected ListenConnString may not even reach the lease schema), and
-// every waiter and watcher re-reads its key.
+// every waiter and watcher re-reads its key. In heartbeat mode that is
+// all: the heartbeat reads the displaced and revoked runs itself. In
+// per-lease mode the displaced leases are ended too (renewal.fallback).
 func (m *Manager) fallbackPoll(ctx context.Context) {
-	m.endDisplaced(ctx, m.pool)
+	m.ren.fallback(ctx)
 	m.fan.pokeAll(signalFallback)
 }
 

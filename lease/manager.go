@@ -40,14 +40,7 @@ type Manager struct {
 
 	floor *floorChecker // the automatic token floor check (Config.Floor), nil without a source
 
-	// Heartbeat mode (heartbeat.go): the current epoch, nil before the
-	// first grant; hbMu serialises the choice of the epoch a grant names
-	// (and its creation); beating is the heartbeat statement in flight
-	// (beatMu), which concurrent callers share.
-	ep      atomic.Pointer[epoch]
-	hbMu    sync.Mutex
-	beatMu  sync.Mutex
-	beating *beatCall
+	ren renewal // the renewal mode, chosen once in New (renewal.go)
 
 	root       context.Context // cancelled (cause ErrClosed) by Close
 	rootCancel context.CancelCauseFunc
@@ -64,10 +57,6 @@ type Manager struct {
 	// or a heartbeat reported the run displaced or revoked before its reply
 	// came back (nil: none).
 	granting map[uuid.UUID]error
-	// Heartbeat mode: runs whose release is not confirmed (unreleased.go),
-	// retried by releaseLoop, which unrelKick wakes.
-	unrel     map[uuid.UUID]unreleased
-	unrelKick chan struct{}
 
 	fan         *fanout     // the listener's notifications, by key (listener.go)
 	watches     watches     // Watch's shared readers, by key (watch.go)
@@ -107,8 +96,6 @@ func newManager(cfg Config, hook func(event)) (*Manager, error) {
 		rootCancel:  cancel,
 		leases:      make(map[uuid.UUID]*Lease),
 		granting:    make(map[uuid.UUID]error),
-		unrel:       make(map[uuid.UUID]unreleased),
-		unrelKick:   make(chan struct{}, 1),
 		fan:         newFanout(),
 		listenFirst: make(chan struct{}),
 		floor:       newFloorChecker(r),
@@ -122,14 +109,8 @@ func newManager(cfg Config, hook func(event)) (*Manager, error) {
 	m.met = met
 	m.tr = newTracer(r.TracerProvider)
 	m.lastRound.Store(time.Now().UnixNano())
-	m.wg.Add(1)
-	if r.Renewal == RenewalHeartbeat {
-		m.wg.Add(1)
-		go m.releaseLoop()
-		go m.heartbeatLoop()
-	} else {
-		go m.renewLoop()
-	}
+	m.ren = newRenewal(m)
+	m.ren.start()
 	return m, nil
 }
 
@@ -197,11 +178,7 @@ func (m *Manager) Close() error {
 			held = append(held, l)
 		}
 		m.leases = map[uuid.UUID]*Lease{}
-		runs := make([]unreleased, 0, len(held)+len(m.unrel))
-		for _, u := range m.unrel {
-			runs = append(runs, u)
-		}
-		m.unrel = map[uuid.UUID]unreleased{}
+		runs := m.ren.takeUnconfirmed()
 		m.mu.Unlock()
 		for _, l := range held {
 			runs = append(runs, unreleased{key: l.key, run: l.runID})
@@ -218,7 +195,7 @@ func (m *Manager) Close() error {
 
 		ctx, cancel := context.WithTimeout(context.Background(), m.cfg.CallTimeout)
 		defer cancel()
-		m.closeError = errors.Join(m.releaseRuns(ctx, runs), m.closeEpoch(ctx))
+		m.closeError = errors.Join(m.releaseRuns(ctx, runs), m.ren.close(ctx))
 	})
 	return m.closeError
 }
@@ -268,9 +245,7 @@ func (m *Manager) remove(l *Lease) {
 	m.mu.Lock()
 	if m.leases[l.runID] == l {
 		delete(m.leases, l.runID)
-		if l.ep != nil {
-			l.ep.held.Add(-1)
-		}
+		m.ren.detach(l)
 	}
 	m.mu.Unlock()
 }

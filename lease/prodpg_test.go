@@ -82,10 +82,12 @@ func TestListenerVerifiesDelivery(t *testing.T) {
 // see integration/pgbouncer) is detected by its lost probes. The Manager
 // says so once (one Warn record however many probes are lost), counts it,
 // reports it in Health (a warning, not a problem: it still works), and
-// polls every FallbackPoll instead: a takeover still ends the displaced
-// lease and a release still reaches a waiter, although neither
-// notification arrives and the next renewal, holder expiry and WaitPoll are
-// all far away.
+// polls every FallbackPoll instead: a release still reaches a waiter
+// although its notification never arrives and the holder's expiry and
+// WaitPoll are far away. A takeover's displaced lease is ended by the
+// fallback poll in per-lease mode; in heartbeat mode the poll ends no
+// lease (it only wakes waiters and watchers): the heartbeat does, here
+// when Lease.Renew beats.
 func TestListenerDetectsUndeliveredNotifications(t *testing.T) {
 	e := newEnv(t)
 	mt := obstest.NewMeter(t)
@@ -124,14 +126,24 @@ func TestListenerDetectsUndeliveredNotifications(t *testing.T) {
 	require.EqualValues(t, 1, obstest.Value(pts, leasemetrics.ListenerFallback, nil))
 
 	// A takeover: its NOTIFY never arrives and the next renewal is 20 minutes
-	// away; the fallback poll ends the lease.
+	// away.
 	_, err = other.Takeover(bg(), k)
 	require.NoError(t, err)
+	if lease.HeartbeatMode(m) {
+		// Two more probes lost: the fallback poll (every 50ms, in the same
+		// loop) ran several times since the takeover and ended nothing.
+		lost := m.Health(bg()).ProbesLost
+		waitHealth(t, m, "two more probes lost", func(h lease.Health) bool { return h.ProbesLost >= lost+2 })
+		require.NoError(t, l.Err(), "the fallback poll ends no lease in heartbeat mode")
+		// The beat reads the displaced record and ends the lease.
+		_, err = l.Renew(bg())
+		require.ErrorIs(t, err, lease.ErrTakenOver)
+	}
 	select {
 	case <-l.Done():
 		require.ErrorIs(t, context.Cause(l.Context()), lease.ErrTakenOver)
 	case <-time.After(10 * time.Second):
-		t.Fatal("the displaced lease was not ended by the polling fallback")
+		t.Fatal("the displaced lease was not ended (per-lease: by the polling fallback; heartbeat: by the beat)")
 	}
 
 	// A waiter: the release's NOTIFY never arrives, the holder's expiry is

@@ -78,7 +78,7 @@ func (m *Manager) Release(ctx context.Context, key Key, runID uuid.UUID) (res Re
 	}
 	res, err = m.release(ctx, key, runID)
 	if err != nil {
-		m.keepReleasing(key, runID, ep)
+		m.ren.unconfirmed(key, runID, ep)
 	}
 	return res, err
 }

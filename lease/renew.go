@@ -49,22 +49,16 @@ func (m *Manager) Renew(ctx context.Context, key Key, runID uuid.UUID) (Renewal,
 	}
 	ctx, sp := m.startSpan(ctx, spanRenew, key)
 	sp.run(runID, 0)
-	l := m.lookup(key, runID)
-	if l != nil && l.ep != nil {
-		r, err := m.renewHeartbeatLease(ctx, l)
-		sp.endRenew(r, err)
-		return r, err
+	var (
+		r   Renewal
+		err error
+	)
+	if l := m.lookup(key, runID); l != nil {
+		r, err = m.ren.renew(ctx, l)
+	} else {
+		r, err = m.renewOne(ctx, key, runID)
 	}
-	r, err := m.renewOne(ctx, key, runID)
-	defer sp.endRenew(r, err)
-	if l != nil {
-		switch {
-		case err == nil:
-			l.extend(time.Time{}, r.TrustDeadline, r.ExpiresAt)
-		case errors.Is(err, ErrLost):
-			l.end(lossCause(err))
-		}
-	}
+	sp.endRenew(r, err)
 	return r, err
 }
 

@@ -2,6 +2,8 @@ package lease
 
 import (
 	"cmp"
+	"context"
+	"errors"
 	"slices"
 	"sync"
 	"sync/atomic"
@@ -9,6 +11,87 @@ import (
 
 	"github.com/google/uuid"
 )
+
+// Per-lease mode (Config.Renewal = RenewalPerLease): each lease's own row
+// carries a finite expires_at, renewed in batches by renewLoop; each lease
+// has its own trust timer (Lease.timer) and deadlines (Lease.trust,
+// Lease.expires, Lease.due). A displaced run's renewal is refused and ends
+// it with ErrTakenOver (refusedCauses), so only the listener tells it
+// sooner; the listener's catch-up and its polling fallback ask by run_id
+// (endDisplacedRuns).
+
+// perLeaseRenewal is the renewal of a Manager in per-lease mode.
+type perLeaseRenewal struct{ m *Manager }
+
+func (r perLeaseRenewal) start() {
+	r.m.wg.Add(1)
+	go r.m.renewLoop()
+}
+
+// grantEpoch: per-lease grants name no epoch.
+func (perLeaseRenewal) grantEpoch(context.Context) (*epoch, error) { return nil, nil }
+
+func (perLeaseRenewal) grantGone(context.Context, *epoch) bool { return false }
+
+// attach starts the lease's own trust timer.
+func (r perLeaseRenewal) attach(l *Lease, expires, sentAt time.Time) error {
+	cfg := &r.m.cfg
+	l.mu.Lock()
+	l.expires = expires
+	l.trust = sentAt.Add(cfg.TTL - cfg.SafetyMargin)
+	l.due = sentAt.Add(cfg.RenewEvery)
+	l.timer = time.AfterFunc(time.Until(l.trust), l.onTrustTimer)
+	l.mu.Unlock()
+	return nil
+}
+
+func (perLeaseRenewal) detach(*Lease) {}
+
+func (perLeaseRenewal) deadlines(l *Lease) (trust, expires time.Time) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.trust, l.expires
+}
+
+func (perLeaseRenewal) failed(l *Lease) bool {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.failed
+}
+
+func (perLeaseRenewal) freeze(*Lease) {}
+
+// renew renews the lease's own row.
+func (r perLeaseRenewal) renew(ctx context.Context, l *Lease) (Renewal, error) {
+	res, err := r.m.renewOne(ctx, l.key, l.runID)
+	switch {
+	case err == nil:
+		l.extend(time.Time{}, res.TrustDeadline, res.ExpiresAt)
+	case errors.Is(err, ErrLost):
+		l.end(lossCause(err))
+	}
+	return res, err
+}
+
+// unconfirmed: the row expires by TTL.
+func (perLeaseRenewal) unconfirmed(Key, uuid.UUID, *epoch) {}
+
+// takeUnconfirmed: none are kept (unconfirmed).
+func (perLeaseRenewal) takeUnconfirmed() []unreleased { return nil }
+
+func (r perLeaseRenewal) catchUp(ctx context.Context, q querier) {
+	r.m.endDisplacedRuns(ctx, q)
+}
+
+// fallback ends the displaced leases, asking through the pool (a
+// misdirected ListenConnString may not even reach the lease schema): no
+// heartbeat reads the displaced records in this mode, and a lease would
+// otherwise learn only at its next renewal.
+func (r perLeaseRenewal) fallback(ctx context.Context) {
+	r.m.endDisplacedRuns(ctx, r.m.pool)
+}
+
+func (perLeaseRenewal) close(context.Context) error { return nil }
 
 // renewLoop is the Manager's single renewer. It ticks every RenewEvery/4;
 // each tick it collects the leases whose renewal falls due before the next

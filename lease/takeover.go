@@ -86,12 +86,10 @@ func (m *Manager) takeoverOnce(ctx context.Context, key Key, opts []Option) (*Le
 	if err != nil {
 		return nil, fmt.Errorf("lease: new run_id: %w", err)
 	}
-	var ep *epoch
-	if m.cfg.Renewal == RenewalHeartbeat {
-		if ep, err = m.usableEpoch(ctx); err != nil {
-			m.met.onRefused(ctx, leasemetrics.ReasonError)
-			return nil, fmt.Errorf("lease: takeover %s: %w", key, err)
-		}
+	ep, err := m.ren.grantEpoch(ctx)
+	if err != nil {
+		m.met.onRefused(ctx, leasemetrics.ReasonError)
+		return nil, fmt.Errorf("lease: takeover %s: %w", key, err)
 	}
 	m.awaitListener(ctx)
 	m.beginGrant(runID)
@@ -107,12 +105,13 @@ func (m *Manager) takeoverOnce(ctx context.Context, key Key, opts []Option) (*Le
 	err = m.pool.QueryRow(cctx, m.st.takeover, key.AccountID, key.SessionID, uuidParam(runID), m.ttlMicros(),
 		nullable(o.holder), m.st.channel, keyPayload(key), epochID(ep)).Scan(&token, &expires, &displaced, &now)
 	switch {
-	case ep != nil && errors.Is(err, pgx.ErrNoRows):
-		// Nothing written: the epoch was not live at the statement's time.
-		if m.epochGone(ctx, ep) {
+	case errors.Is(err, pgx.ErrNoRows):
+		// Nothing written: only a grant naming an epoch that was not live
+		// at the statement's time writes nothing.
+		if m.ren.grantGone(ctx, ep) {
 			return nil, errEpochGone
 		}
-		return nil, fmt.Errorf("lease: takeover %s: granted nothing although this Manager's heartbeat is live", key)
+		return nil, fmt.Errorf("lease: takeover %s: granted nothing although this Manager's renewal is live", key)
 	case grantRefusal(err) != nil:
 		m.observe(event{kind: evAcquireFailed, key: key})
 		return nil, m.grantRefused(ctx, key, grantRefusal(err))
@@ -163,22 +162,10 @@ func (m *Manager) refusedCauses(ctx context.Context, refused []*Lease) []error {
 	return causes
 }
 
-// endDisplaced ends, with ErrTakenOver, every lease of this Manager that a
-// takeover displaced. The listener calls it each time its LISTEN is in
-// place, because a takeover notification sent before that (the listener
-// starts with the first grant, and reconnects after a failure) is lost;
-// without it such a lease would only learn at its next renewal. It asks on
-// the listener's own connection (q), which is idle then, so it never takes
-// a pool connection from the Manager's statements; the polling fallback
-// (listener.go) asks through the pool.
-func (m *Manager) endDisplaced(ctx context.Context, q querier) {
-	if m.cfg.Renewal == RenewalHeartbeat {
-		// By epoch, one statement whatever the number of leases.
-		if err := m.endEpochDisplaced(ctx, q); err != nil && m.root.Err() == nil {
-			m.log.Warn("lease: checking for takeovers after the listener connected", "err", err)
-		}
-		return
-	}
+// endDisplacedRuns ends, with ErrTakenOver, every lease of this Manager
+// that a takeover displaced, asking by run_id (MaxBatch per statement):
+// the per-lease mode's catch-up and polling fallback (renewer.go).
+func (m *Manager) endDisplacedRuns(ctx context.Context, q querier) {
 	m.mu.Lock()
 	held := make([]*Lease, 0, len(m.leases))
 	for _, l := range m.leases {

@@ -17,7 +17,7 @@ import (
 // Acquire or Takeover whose reply was lost and whose background release
 // failed too) would hold its key until the Manager closed, where a
 // per-lease row would have expired after one TTL. The Manager therefore
-// keeps such runs (Manager.unrel) and one goroutine (releaseLoop) releases
+// keeps such runs (heartbeatRenewal.unrel) and one goroutine (releaseLoop) releases
 // them in batched statements until a statement succeeds, which settles
 // them whatever each row's state (the release statement changes only the
 // run's own live row), or until their epoch ends (the rows end with it),
@@ -31,9 +31,10 @@ type unreleased struct {
 }
 
 // keepReleasing records that the release of (key, run), a run of ep, is not
-// confirmed; the release loop retries it. A nil (per-lease mode) or ended
-// epoch needs nothing: the row expires on its own.
-func (m *Manager) keepReleasing(key Key, run uuid.UUID, ep *epoch) {
+// confirmed; the release loop retries it. No epoch (nil: Manager.Release
+// of a run this Manager does not hold) or an ended one needs nothing.
+func (h *heartbeatRenewal) keepReleasing(key Key, run uuid.UUID, ep *epoch) {
+	m := h.m
 	if ep == nil {
 		return
 	}
@@ -45,11 +46,11 @@ func (m *Manager) keepReleasing(key Key, run uuid.UUID, ep *epoch) {
 		m.mu.Unlock()
 		return
 	}
-	m.unrel[run] = unreleased{key: key, run: run, ep: ep}
+	h.unrel[run] = unreleased{key: key, run: run, ep: ep}
 	m.mu.Unlock()
 	m.log.Debug("lease release not confirmed; retrying while the heartbeat lives", "key", key.String(), "run_id", run, "manager_id", ep.id)
 	select {
-	case m.unrelKick <- struct{}{}:
+	case h.unrelKick <- struct{}{}:
 	default:
 	}
 }
@@ -57,7 +58,8 @@ func (m *Manager) keepReleasing(key Key, run uuid.UUID, ep *epoch) {
 // releaseLoop retries the unconfirmed releases: at once when one is
 // recorded, then every RenewEvery/2 while a retry fails. It sends nothing
 // while there is nothing to release.
-func (m *Manager) releaseLoop() {
+func (h *heartbeatRenewal) releaseLoop() {
+	m := h.m
 	defer m.wg.Done()
 	ticker := time.NewTicker(max(m.cfg.RenewEvery/2, time.Millisecond))
 	defer ticker.Stop()
@@ -67,24 +69,25 @@ func (m *Manager) releaseLoop() {
 		case <-m.root.Done():
 			return
 		case <-ticker.C:
-		case <-m.unrelKick:
+		case <-h.unrelKick:
 			if failed { // a retry failed: wait for the next tick
 				continue
 			}
 		}
-		failed = m.retryReleases() != nil
+		failed = h.retryReleases() != nil
 	}
 }
 
 // retryReleases sends the release of every unconfirmed run whose epoch is
 // live (forgetting the others) and forgets those it sent once the
 // statements succeed.
-func (m *Manager) retryReleases() error {
+func (h *heartbeatRenewal) retryReleases() error {
+	m := h.m
 	m.mu.Lock()
 	var batch []unreleased
-	for run, u := range m.unrel {
+	for run, u := range h.unrel {
 		if dead, _ := u.ep.isDead(); dead {
-			delete(m.unrel, run)
+			delete(h.unrel, run)
 			continue
 		}
 		batch = append(batch, u)
@@ -101,7 +104,7 @@ func (m *Manager) retryReleases() error {
 	}
 	m.mu.Lock()
 	for _, u := range batch {
-		delete(m.unrel, u.run)
+		delete(h.unrel, u.run)
 	}
 	m.mu.Unlock()
 	m.log.Debug("lease releases confirmed", "runs", len(batch))

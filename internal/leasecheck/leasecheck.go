@@ -40,9 +40,10 @@ const wait = 20 * time.Second
 func Statements(t *testing.T, s Setup) {
 	t.Helper()
 	ctx := context.Background()
-	newManager := func(ttl time.Duration) *lease.Manager {
+	// renewEvery 0 is the default.
+	newManager := func(ttl, renewEvery time.Duration) *lease.Manager {
 		t.Helper()
-		cfg := lease.Config{Pool: s.Pool(t), Schema: s.Schema, TTL: ttl, WaitPoll: time.Minute}
+		cfg := lease.Config{Pool: s.Pool(t), Schema: s.Schema, TTL: ttl, RenewEvery: renewEvery, WaitPoll: time.Minute}
 		if s.Config != nil {
 			s.Config(&cfg)
 		}
@@ -65,7 +66,7 @@ func Statements(t *testing.T, s Setup) {
 
 	// Background renewal (batched, or the heartbeat): a short TTL, so a failing renewal ends
 	// the lease at its trust deadline (well under a second).
-	short := newManager(time.Second)
+	short := newManager(time.Second, 0)
 	k1 := key("renew")
 	l1, err := short.Acquire(ctx, k1)
 	must("acquire", err)
@@ -90,10 +91,12 @@ func Statements(t *testing.T, s Setup) {
 	must("close of the short-TTL Manager", short.Close())
 
 	// Holder with a long TTL: a waiter can only get the key in time through
-	// the release's NOTIFY (markContended, release, listener).
-	holder := newManager(time.Minute)
+	// the release's NOTIFY (markContended, release, listener). It renews
+	// every 2s: where notifications are not delivered, its next heartbeat
+	// is what tells it of the takeover below.
+	holder := newManager(time.Minute, 2*time.Second)
 	raw := s.Pool(t)
-	waiter := newManager(time.Minute)
+	waiter := newManager(time.Minute, 0)
 	k2 := key("wait")
 	l2, err := holder.Acquire(ctx, k2, lease.WithHolder("leasecheck holder"))
 	must("acquire for wait", err)
@@ -137,8 +140,10 @@ func Statements(t *testing.T, s Setup) {
 		t.Fatalf("release after the waiter's grant: %s, want not-holder", rr)
 	}
 
-	// Takeover: its notification ends the displaced holder's lease at once;
-	// the old run's renewal is refused as taken over (displaced-run check).
+	// Takeover: its notification ends the displaced holder's lease at once
+	// (where notifications are not delivered: the holder's next heartbeat,
+	// or the fallback poll in per-lease mode); the old run's renewal is
+	// refused as taken over (displaced-run check).
 	k3 := key("takeover")
 	old, err := holder.Acquire(ctx, k3)
 	must("acquire for takeover", err)
@@ -158,7 +163,7 @@ func Statements(t *testing.T, s Setup) {
 			t.Fatalf("displaced lease ended with %v, want ErrTakenOver", c)
 		}
 	case <-time.After(wait):
-		t.Fatal("displaced lease not ended by the takeover notification")
+		t.Fatal("displaced lease not ended by the takeover notification, heartbeat or fallback poll")
 	}
 	_, err = holder.Renew(ctx, k3, old.RunID())
 	if !errors.Is(err, lease.ErrLost) || !errors.Is(err, lease.ErrTakenOver) {
@@ -166,7 +171,7 @@ func Statements(t *testing.T, s Setup) {
 	}
 
 	// The batched release at Close.
-	closing := newManager(time.Minute)
+	closing := newManager(time.Minute, 0)
 	k4, k5 := key("close-a"), key("close-b")
 	_, err = closing.Acquire(ctx, k4)
 	must("acquire for close", err)
