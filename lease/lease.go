@@ -263,6 +263,11 @@ func (l *Lease) end(cause error) bool { return l.endLogged(cause, true) }
 func (l *Lease) endLogged(cause error, logWarn bool) bool {
 	detected := time.Now()
 	if !l.stop() {
+		// Another path is ending it: wait until it has (cause recorded,
+		// context cancelled), so that a caller who returns after end
+		// (Takeover of its own Manager's lease) leaves it ended. That path
+		// holds no lock its caller may hold while it gets there.
+		<-l.ctx.Done()
 		return false
 	}
 	// The cause and time of the end are recorded before the context is
