@@ -28,7 +28,7 @@ func (a subject) WriteContext(ctx context.Context, r, v string) error {
 
 func (a subject) Read(ctx context.Context, r string) (string, fence.Token, bool, error) {
 	b, info, err := a.g.Get(ctx, r)
-	if errors.Is(err, ErrNotFound) {
+	if errors.Is(err, fence.ErrNotFound) {
 		return "", 0, false, nil
 	}
 	if err != nil {
