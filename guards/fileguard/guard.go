@@ -121,6 +121,8 @@ type Guard struct {
 	step func(name string) error // tests: runs at each step of a write
 }
 
+var _ fence.Guard = (*Guard)(nil)
+
 // New validates cfg and returns a Guard. It checks that Dir is a
 // directory; it writes nothing.
 func New(cfg Config) (*Guard, error) {
@@ -163,9 +165,11 @@ func New(cfg Config) (*Guard, error) {
 	if err != nil {
 		return nil, fmt.Errorf("%w: %w", ErrInvalidConfig, err)
 	}
-	return &Guard{dir: cfg.Dir, perm: cfg.Perm, dirPerm: cfg.DirPerm, lockPerm: cfg.LockPerm, lockTimeout: cfg.LockTimeout,
+	g := &Guard{dir: cfg.Dir, perm: cfg.Perm, dirPerm: cfg.DirPerm, lockPerm: cfg.LockPerm, lockTimeout: cfg.LockTimeout,
 		eng: &engine.Engine{Args: engine.Args{Name: guardName, Strict: cfg.Strict, Rec: rec, Resource: checkResource},
-			Op: "fileguard: write"}}, nil
+			Op: "fileguard: write"}}
+	g.eng.Driver = (*driver)(g)
+	return g, nil
 }
 
 // Dir returns the guard's directory.
@@ -204,11 +208,7 @@ func checkResource(resource string) error {
 // Put writes value as resource's content under the claim ctx carries
 // (fence.ClaimFromContext; none: fence.ErrNoToken, nothing written).
 func (g *Guard) Put(ctx context.Context, resource string, value []byte) error {
-	c, err := g.eng.Context(ctx, resource)
-	if err != nil {
-		return err
-	}
-	return g.eng.Write(ctx, (*driver)(g), resource, c, engine.Change{Op: engine.OpPut, Value: value})
+	return g.eng.Put(ctx, resource, value)
 }
 
 // PutClaim writes value as resource's content under the claim c, passed
@@ -217,28 +217,18 @@ func (g *Guard) Put(ctx context.Context, resource string, value []byte) error {
 // temporary file, syncs it, renames it over the resource's file and syncs
 // the directory.
 func (g *Guard) PutClaim(ctx context.Context, resource string, c fence.Claim, value []byte) error {
-	if err := g.eng.Explicit(ctx, resource, c); err != nil {
-		return err
-	}
-	return g.eng.Write(ctx, (*driver)(g), resource, c, engine.Change{Op: engine.OpPut, Value: value})
+	return g.eng.PutClaim(ctx, resource, c, value)
 }
 
 // Delete replaces resource's content with a tombstone under the claim ctx
 // carries: the mark stays, so older tokens are still refused.
 func (g *Guard) Delete(ctx context.Context, resource string) error {
-	c, err := g.eng.Context(ctx, resource)
-	if err != nil {
-		return err
-	}
-	return g.eng.Write(ctx, (*driver)(g), resource, c, engine.Change{Op: engine.OpDelete})
+	return g.eng.Delete(ctx, resource)
 }
 
 // DeleteClaim is Delete under the claim c, passed explicitly.
 func (g *Guard) DeleteClaim(ctx context.Context, resource string, c fence.Claim) error {
-	if err := g.eng.Explicit(ctx, resource, c); err != nil {
-		return err
-	}
-	return g.eng.Write(ctx, (*driver)(g), resource, c, engine.Change{Op: engine.OpDelete})
+	return g.eng.DeleteClaim(ctx, resource, c)
 }
 
 // Get returns resource's content and mark. A resource without a file (also

@@ -128,6 +128,8 @@ type Guard struct {
 	cache map[string]state // key -> state after this Guard's last write to it
 }
 
+var _ fence.Guard = (*Guard)(nil)
+
 // cacheMax bounds the keys a Guard remembers; the cache is emptied when
 // full.
 const cacheMax = 4096
@@ -226,12 +228,14 @@ func New(cfg Config) (*Guard, error) {
 	case sc.Discard == jetstream.DiscardOld && (sc.MaxMsgs > 0 || sc.MaxBytes > 0):
 		return nil, bad("old records are discarded when the bucket is full (set Config.AllowExpiry to accept lost marks)")
 	}
-	return &Guard{
+	g := &Guard{
 		js: cfg.JS, nc: cfg.JS.Conn(), kv: kv, stream: stream, bucket: cfg.Bucket, prefix: "$KV." + cfg.Bucket + ".",
 		replyTimeout: cfg.ReplyTimeout, settleTimeout: cfg.SettleTimeout, cache: map[string]state{},
 		eng: &engine.Engine{Args: engine.Args{Name: name, Strict: cfg.Strict, Rec: rec},
 			Op: "natsguard: publish", MaxAttempts: cfg.MaxAttempts},
-	}, nil
+	}
+	g.eng.Driver = (*driver)(g)
+	return g, nil
 }
 
 // Bucket returns the guard's bucket.
@@ -329,11 +333,7 @@ func parse(resource, key string, m *jetstream.RawStreamMsg) (Info, bool, error) 
 // Put writes value to resource under the claim ctx carries
 // (fence.ClaimFromContext; none: fence.ErrNoToken, nothing written).
 func (g *Guard) Put(ctx context.Context, resource string, value []byte) error {
-	c, err := g.eng.Context(ctx, resource)
-	if err != nil {
-		return err
-	}
-	return g.eng.Write(ctx, (*driver)(g), resource, c, engine.Change{Op: engine.OpPut, Value: value})
+	return g.eng.Put(ctx, resource, value)
 }
 
 // PutClaim writes value to resource under the claim c, passed explicitly:
@@ -343,29 +343,19 @@ func (g *Guard) Put(ctx context.Context, resource string, value []byte) error {
 // Sequence set to the revision it read, so the write is stored only if no
 // other write came in between; otherwise it reads and decides again.
 func (g *Guard) PutClaim(ctx context.Context, resource string, c fence.Claim, value []byte) error {
-	if err := g.eng.Explicit(ctx, resource, c); err != nil {
-		return err
-	}
-	return g.eng.Write(ctx, (*driver)(g), resource, c, engine.Change{Op: engine.OpPut, Value: value})
+	return g.eng.PutClaim(ctx, resource, c, value)
 }
 
 // Delete writes a tombstone for resource under the claim ctx carries: a
 // record with no body and the header Fencekit-Deleted: true, which keeps
 // the mark. (A KV Delete would leave a marker without a token.)
 func (g *Guard) Delete(ctx context.Context, resource string) error {
-	c, err := g.eng.Context(ctx, resource)
-	if err != nil {
-		return err
-	}
-	return g.eng.Write(ctx, (*driver)(g), resource, c, engine.Change{Op: engine.OpDelete})
+	return g.eng.Delete(ctx, resource)
 }
 
 // DeleteClaim is Delete under the claim c, passed explicitly.
 func (g *Guard) DeleteClaim(ctx context.Context, resource string, c fence.Claim) error {
-	if err := g.eng.Explicit(ctx, resource, c); err != nil {
-		return err
-	}
-	return g.eng.Write(ctx, (*driver)(g), resource, c, engine.Change{Op: engine.OpDelete})
+	return g.eng.DeleteClaim(ctx, resource, c)
 }
 
 // Get returns resource's value and the mark written with it (one record).

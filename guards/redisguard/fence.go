@@ -27,8 +27,6 @@ func StageDelete(ctx context.Context) error {
 	return engine.Stage(ctx, name, engine.Change{Op: engine.OpDelete})
 }
 
-var _ fence.Guard = (*Guard)(nil)
-
 // Fence implements fence.Guard for code written against that interface
 // (httpguard's middleware, for one). It reads resource's mark and, if
 // token is admitted (with the run ctx carries for that token,
@@ -41,21 +39,13 @@ var _ fence.Guard = (*Guard)(nil)
 // value keeps none). If write fails nothing is written. Effects of write
 // outside Redis are not fenced.
 func (g *Guard) Fence(ctx context.Context, resource string, token fence.Token, write func(ctx context.Context) error) error {
-	c, err := g.eng.Token(ctx, resource, token)
-	if err != nil {
-		return err
-	}
-	return g.eng.Fence(ctx, (*driver)(g), resource, c, write)
+	return g.eng.Fence(ctx, resource, token, write)
 }
 
 // Do is Fence under the claim ctx carries (fence.ClaimFromContext; none:
 // fence.ErrNoToken, write not called).
 func (g *Guard) Do(ctx context.Context, resource string, write func(ctx context.Context) error) error {
-	c, err := g.eng.Context(ctx, resource)
-	if err != nil {
-		return err
-	}
-	return g.eng.Fence(ctx, (*driver)(g), resource, c, write)
+	return g.eng.Do(ctx, resource, write)
 }
 
 // driver is the Guard's part of the engine's fenced write.

@@ -127,6 +127,8 @@ type Guard struct {
 	now            func() time.Time // this host's clock (tests shift it)
 }
 
+var _ fence.Guard = (*Guard)(nil)
+
 // New validates cfg, fills defaults and, unless cfg.AllowEviction is set,
 // checks the server's eviction policy (CheckEviction, bounded by
 // CheckTimeout): a server that may evict marks is refused with an
@@ -181,7 +183,7 @@ func New(cfg Config) (*Guard, error) {
 	g := &Guard{client: cfg.Client, prefix: cfg.MarkPrefix, ttlArg: ttlArg, settleTimeout: cfg.SettleTimeout,
 		now: time.Now, window: cfg.DuplicateWindow, windowArg: strconv.FormatInt(cfg.DuplicateWindow.Milliseconds(), 10)}
 	g.eng = &engine.Engine{Args: engine.Args{Name: name, Strict: cfg.Strict, Rec: rec, Resource: g.checkResource},
-		Op: "redisguard: write", MaxAttempts: cfg.MaxAttempts}
+		Driver: (*driver)(g), Op: "redisguard: write", MaxAttempts: cfg.MaxAttempts}
 	if !cfg.AllowEviction {
 		ctx, cancel := context.WithTimeout(context.Background(), cfg.CheckTimeout)
 		defer cancel()
@@ -235,11 +237,7 @@ func checkPolicy(ctx context.Context, c redis.Cmdable, addr string) error {
 // Put writes value to resource under the claim ctx carries
 // (fence.ClaimFromContext; none: fence.ErrNoToken, nothing written).
 func (g *Guard) Put(ctx context.Context, resource string, value []byte) error {
-	c, err := g.eng.Context(ctx, resource)
-	if err != nil {
-		return err
-	}
-	return g.eng.Write(ctx, (*driver)(g), resource, c, engine.Change{Op: engine.OpPut, Value: value})
+	return g.eng.Put(ctx, resource, value)
 }
 
 // PutClaim writes value to resource under the claim c, passed explicitly.
@@ -249,28 +247,18 @@ func (g *Guard) Put(ctx context.Context, resource string, value []byte) error {
 // refused with *fence.StaleError, the mark's token from another run with
 // *fence.ReusedError.
 func (g *Guard) PutClaim(ctx context.Context, resource string, c fence.Claim, value []byte) error {
-	if err := g.eng.Explicit(ctx, resource, c); err != nil {
-		return err
-	}
-	return g.eng.Write(ctx, (*driver)(g), resource, c, engine.Change{Op: engine.OpPut, Value: value})
+	return g.eng.PutClaim(ctx, resource, c, value)
 }
 
 // Delete deletes resource's value under the claim ctx carries. The mark
 // stays: it is what refuses older tokens afterwards.
 func (g *Guard) Delete(ctx context.Context, resource string) error {
-	c, err := g.eng.Context(ctx, resource)
-	if err != nil {
-		return err
-	}
-	return g.eng.Write(ctx, (*driver)(g), resource, c, engine.Change{Op: engine.OpDelete})
+	return g.eng.Delete(ctx, resource)
 }
 
 // DeleteClaim is Delete under the claim c, passed explicitly.
 func (g *Guard) DeleteClaim(ctx context.Context, resource string, c fence.Claim) error {
-	if err := g.eng.Explicit(ctx, resource, c); err != nil {
-		return err
-	}
-	return g.eng.Write(ctx, (*driver)(g), resource, c, engine.Change{Op: engine.OpDelete})
+	return g.eng.DeleteClaim(ctx, resource, c)
 }
 
 // Get returns resource's value and its mark, read together in one script.

@@ -82,6 +82,8 @@ type Attempt interface {
 // Engine runs the fenced writes of one guard.
 type Engine struct {
 	Args
+	// Driver is the guard's store.
+	Driver Driver
 	// Op names a guard's committing request in a *fence.NotAppliedError:
 	// "redisguard: write".
 	Op string
@@ -98,26 +100,82 @@ func NewWriteID() string {
 	return hex.EncodeToString(b[:])
 }
 
+// Put commits value to resource under the claim ctx carries.
+func (e *Engine) Put(ctx context.Context, resource string, value []byte) error {
+	return e.context(ctx, resource, Change{Op: OpPut, Value: value})
+}
+
+// PutClaim commits value to resource under the claim c.
+func (e *Engine) PutClaim(ctx context.Context, resource string, c fence.Claim, value []byte) error {
+	return e.explicit(ctx, resource, c, Change{Op: OpPut, Value: value})
+}
+
+// Delete removes resource's value (the mark stays) under the claim ctx
+// carries.
+func (e *Engine) Delete(ctx context.Context, resource string) error {
+	return e.context(ctx, resource, Change{Op: OpDelete})
+}
+
+// DeleteClaim is Delete under the claim c.
+func (e *Engine) DeleteClaim(ctx context.Context, resource string, c fence.Claim) error {
+	return e.explicit(ctx, resource, c, Change{Op: OpDelete})
+}
+
+// Fence is fence.Guard's Fence: FenceClaim under fence.ClaimFor(ctx,
+// token), checked.
+func (e *Engine) Fence(ctx context.Context, resource string, token fence.Token, write func(ctx context.Context) error) error {
+	c, err := e.Token(ctx, resource, token)
+	if err != nil {
+		return err
+	}
+	return e.FenceClaim(ctx, resource, c, write)
+}
+
+// Do is FenceClaim under the claim ctx carries, checked.
+func (e *Engine) Do(ctx context.Context, resource string, write func(ctx context.Context) error) error {
+	c, err := e.Context(ctx, resource)
+	if err != nil {
+		return err
+	}
+	return e.FenceClaim(ctx, resource, c, write)
+}
+
+func (e *Engine) context(ctx context.Context, resource string, ch Change) error {
+	c, err := e.Context(ctx, resource)
+	if err != nil {
+		return err
+	}
+	return e.Write(ctx, resource, c, ch)
+}
+
+func (e *Engine) explicit(ctx context.Context, resource string, c fence.Claim, ch Change) error {
+	if err := e.Explicit(ctx, resource, c); err != nil {
+		return err
+	}
+	return e.Write(ctx, resource, c, ch)
+}
+
 // Write commits ch to resource under c, whose input the caller checked
 // (Args.Explicit or Args.Context), in one span.
-func (e *Engine) Write(ctx context.Context, d Driver, resource string, c fence.Claim, ch Change) error {
+func (e *Engine) Write(ctx context.Context, resource string, c fence.Claim, ch Change) error {
 	ctx, span := e.Rec.Start(ctx, resource, c)
-	err := e.loop(ctx, d, nil, resource, c, ch)
+	err := e.loop(ctx, nil, resource, c, ch)
 	e.Rec.Decision(ctx, err)
 	span.End(err)
 	return err
 }
 
-// Fence runs write after admitting c (checked by the caller) on a fresh
-// read of resource's mark, then commits what write staged (Stage) as
-// Write does, deciding again. A refusal on that first read is recorded as
-// a span marked not sent; write's error is returned (wrapped by
+// FenceClaim runs write after admitting c (checked by the caller) on a
+// fresh read of resource's mark, then commits what write staged (Stage)
+// as Write does, deciding again. write's ctx carries c
+// (fence.ClaimFromContext). A refusal on that first read is recorded as a
+// span marked not sent; write's error is returned (wrapped by
 // fence.WrapContext) and nothing is written.
-func (e *Engine) Fence(ctx context.Context, d Driver, resource string, c fence.Claim, write func(ctx context.Context) error) error {
+func (e *Engine) FenceClaim(ctx context.Context, resource string, c fence.Claim, write func(ctx context.Context) error) error {
 	if write == nil {
 		return e.NilArgument(resource, "Fence with nil write")
 	}
-	att, err := d.Open(ctx, resource, ReadFresh)
+	att, err := e.Driver.Open(ctx, resource, ReadFresh)
 	if err != nil {
 		return err
 	}
@@ -134,7 +192,7 @@ func (e *Engine) Fence(ctx context.Context, d Driver, resource string, c fence.C
 		return fence.WrapContext(ctx, werr)
 	}
 	ctx, span := e.Rec.Start(ctx, resource, c)
-	err = e.loop(ctx, d, att, resource, c, ch)
+	err = e.loop(ctx, att, resource, c, ch)
 	e.Rec.Decision(ctx, err)
 	span.End(err)
 	return err
@@ -143,7 +201,7 @@ func (e *Engine) Fence(ctx context.Context, d Driver, resource string, c fence.C
 // loop sends ch until it is committed, refused, settled as unknown, or
 // out of attempts. att is an attempt already open and admitted (Fence's),
 // or nil.
-func (e *Engine) loop(ctx context.Context, d Driver, att Attempt, resource string, c fence.Claim, ch Change) error {
+func (e *Engine) loop(ctx context.Context, att Attempt, resource string, c fence.Claim, ch Change) error {
 	max := e.MaxAttempts
 	if max <= 0 {
 		max = DefaultMaxAttempts
@@ -159,7 +217,7 @@ func (e *Engine) loop(ctx context.Context, d Driver, att Attempt, resource strin
 		if attempt > 1 {
 			e.Rec.Retried(ctx, 1)
 		}
-		res, lostNow, err := e.attempt(ctx, d, att, resource, c, ch, read)
+		res, lostNow, err := e.attempt(ctx, att, resource, c, ch, read)
 		att = nil
 		if lostNow != nil && (res == NotApplied || res == Conflict) {
 			lost = lostNow
@@ -201,9 +259,9 @@ func (e *Engine) failed(ctx context.Context, resource string, lost error, overta
 // attempt opens an attempt (unless att is one), decides on its mark,
 // commits once and settles a lost reply. lost is the error that came
 // instead of the reply, when one was lost.
-func (e *Engine) attempt(ctx context.Context, d Driver, att Attempt, resource string, c fence.Claim, ch Change, read Read) (res Result, lost, err error) {
+func (e *Engine) attempt(ctx context.Context, att Attempt, resource string, c fence.Claim, ch Change, read Read) (res Result, lost, err error) {
 	for att == nil {
-		if att, err = d.Open(ctx, resource, read); err != nil {
+		if att, err = e.Driver.Open(ctx, resource, read); err != nil {
 			return Failed, nil, err
 		}
 		m, ok, cached := att.Mark()
