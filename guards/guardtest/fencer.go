@@ -10,7 +10,7 @@ import (
 
 // Fencer is implemented by Subjects that expose the fence.Guard their
 // writes go through (every fencekit guard is one; FromGuard's Subjects
-// implement it). CheckFenceClaim and CheckFenceMissing call its Fence (and
+// implement it). A nil Guard counts as not implemented. CheckFenceClaim and CheckFenceMissing call its Fence (and
 // Do, when it is a ContextGuard) with callbacks that write nothing
 // themselves; Read must then see what the guard alone did.
 type Fencer interface {
@@ -26,11 +26,10 @@ const InterfaceFencer = "Fencer"
 // and no run otherwise; and, for a ContextGuard, that Do's callback sees
 // ctx's claim. Needs a Fencer.
 func CheckFenceClaim(ctx context.Context, s Subject, cfg Config) error {
-	f, ok := s.(Fencer)
-	if !ok {
+	g := fencerGuard(s)
+	if g == nil {
 		return &UnsupportedError{Interface: InterfaceFencer}
 	}
-	g := f.Guard()
 	r := resourceName(cfg, "fenceclaim", 0)
 	var errs []error
 	check := func(call string, want fence.Claim, run func(write func(context.Context) error) error) {
@@ -77,12 +76,12 @@ func CheckFenceClaim(ctx context.Context, s Subject, cfg Config) error {
 // (a lower token is then refused as stale, the same token accepted), and
 // no value appears (Read finds none). Needs a Fencer.
 func CheckFenceMissing(ctx context.Context, s Subject, cfg Config) error {
-	f, ok := s.(Fencer)
-	if !ok {
+	g := fencerGuard(s)
+	if g == nil {
 		return &UnsupportedError{Interface: InterfaceFencer}
 	}
 	r := resourceName(cfg, "fencemissing", 0)
-	if err := f.Guard().Fence(ctx, r, 5, func(context.Context) error { return nil }); err != nil {
+	if err := g.Fence(ctx, r, 5, func(context.Context) error { return nil }); err != nil {
 		return fmt.Errorf("Fence(%q, token 5) writing nothing on a missing resource: %w", r, err)
 	}
 	if err := expectState(ctx, s, r, State{}, "after a Fence that wrote nothing"); err != nil {
@@ -98,4 +97,12 @@ func CheckFenceMissing(ctx context.Context, s Subject, cfg Config) error {
 		return err
 	}
 	return expectState(ctx, s, r, found("five", 5), "after token 5")
+}
+
+// fencerGuard returns s's guard, or nil.
+func fencerGuard(s Subject) fence.Guard {
+	if f, ok := s.(Fencer); ok {
+		return f.Guard()
+	}
+	return nil
 }
