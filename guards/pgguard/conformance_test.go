@@ -392,6 +392,7 @@ func TestConformanceFence(t *testing.T) {
 					read: func(ctx context.Context, r string) (string, fence.Token, bool, error) {
 						return readRow(ctx, reader, schema, r)
 					},
+					guard: guards[0],
 				},
 				held: func(ctx context.Context, r string, tok fence.Token, v string, applied func()) error {
 					return h.run(applied, func(hold func()) error {
