@@ -254,20 +254,13 @@ func (g *Guard) Table() string { return g.table }
 // (fence.ErrOutcomeUnknown). InTx returns at most Config.SettleTimeout
 // after ctx ends.
 func (g *Guard) InTx(ctx context.Context, resource string, fn func(ctx context.Context, tx *sql.Tx) error) error {
-	c, err := g.args.Context(ctx, resource)
-	if err != nil {
-		return err
-	}
-	return g.inTx(ctx, resource, c, fn)
+	return g.args.Claimed(ctx, resource, nil, func(c fence.Claim) error { return g.inTx(ctx, resource, c, fn) })
 }
 
 // InTxClaim is InTx for a claim passed explicitly (fence.ClaimFor(ctx,
 // token) for a token from elsewhere).
 func (g *Guard) InTxClaim(ctx context.Context, resource string, claim fence.Claim, fn func(ctx context.Context, tx *sql.Tx) error) error {
-	if err := g.args.Explicit(ctx, resource, claim); err != nil {
-		return err
-	}
-	return g.inTx(ctx, resource, claim, fn)
+	return g.args.Claimed(ctx, resource, &claim, func(claim fence.Claim) error { return g.inTx(ctx, resource, claim, fn) })
 }
 
 func (g *Guard) inTx(ctx context.Context, resource string, c fence.Claim, fn func(ctx context.Context, tx *sql.Tx) error) (err error) {
@@ -377,19 +370,12 @@ func (g *Guard) settle(ctx context.Context, resource string, c fence.Claim, id s
 // rolled back. The caller commits; if its COMMIT's reply is lost, compare
 // Mark with the claim before assuming either outcome.
 func (g *Guard) FenceTx(ctx context.Context, tx *sql.Tx, resource string) error {
-	c, err := g.args.Context(ctx, resource)
-	if err != nil {
-		return err
-	}
-	return g.fenceTxChecked(ctx, tx, resource, c)
+	return g.args.Claimed(ctx, resource, nil, func(c fence.Claim) error { return g.fenceTxChecked(ctx, tx, resource, c) })
 }
 
 // FenceTxClaim is FenceTx for a claim passed explicitly.
 func (g *Guard) FenceTxClaim(ctx context.Context, tx *sql.Tx, resource string, c fence.Claim) error {
-	if err := g.args.Explicit(ctx, resource, c); err != nil {
-		return err
-	}
-	return g.fenceTxChecked(ctx, tx, resource, c)
+	return g.args.Claimed(ctx, resource, &c, func(c fence.Claim) error { return g.fenceTxChecked(ctx, tx, resource, c) })
 }
 
 func (g *Guard) fenceTxChecked(ctx context.Context, tx *sql.Tx, resource string, c fence.Claim) (err error) {

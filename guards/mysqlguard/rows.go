@@ -96,19 +96,8 @@ func NewRows(cfg RowsConfig) (*Rows, error) {
 	}
 	seen := map[string]bool{}
 	quote := func(field string, names []string) ([]string, error) {
-		out := make([]string, len(names))
-		for i, n := range names {
-			q, err := quoteIdent(field, n)
-			if err != nil {
-				return nil, err
-			}
-			if seen[n] {
-				return nil, configErr(field, fmt.Sprintf("column %q named twice", n), nil)
-			}
-			seen[n] = true
-			out[i] = q
-		}
-		return out, nil
+		return engine.QuoteNames(names, seen, func(n string) (string, error) { return quoteIdent(field, n) },
+			func(n string) error { return configErr(field, fmt.Sprintf("column %q named twice", n), nil) })
 	}
 	keys, err := quote("Key", cfg.Key)
 	if err != nil {

@@ -36,21 +36,14 @@ import (
 // (fence.ErrOutcomeUnknown): the transaction may have committed. Read the
 // mark or the data back, or retry with the same claim.
 func (g *Guard) InTx(ctx context.Context, resource string, fn func(ctx context.Context, tx pgx.Tx) error) error {
-	c, err := g.args.Context(ctx, resource)
-	if err != nil {
-		return err
-	}
-	return g.inTx(ctx, resource, c, fn)
+	return g.args.Claimed(ctx, resource, nil, func(c fence.Claim) error { return g.inTx(ctx, resource, c, fn) })
 }
 
 // InTxClaim is InTx for a claim passed explicitly, for tokens that do not
 // come in ctx: pass fence.ClaimFor(ctx, token) (the token, with ctx's run
 // identity only if it was granted that token) or a fence.Claim you hold.
 func (g *Guard) InTxClaim(ctx context.Context, resource string, claim fence.Claim, fn func(ctx context.Context, tx pgx.Tx) error) error {
-	if err := g.args.Explicit(ctx, resource, claim); err != nil {
-		return err
-	}
-	return g.inTx(ctx, resource, claim, fn)
+	return g.args.Claimed(ctx, resource, &claim, func(claim fence.Claim) error { return g.inTx(ctx, resource, claim, fn) })
 }
 
 func (g *Guard) inTx(ctx context.Context, resource string, c fence.Claim, fn func(ctx context.Context, tx pgx.Tx) error) (err error) {
@@ -195,19 +188,12 @@ func (g *Guard) beginBatch(ctx context.Context, db Batcher, resource string, c f
 // the outermost transaction: rolling back a pgx savepoint transaction does
 // not undo its parent's work.
 func (g *Guard) FenceTx(ctx context.Context, tx pgx.Tx, resource string) error {
-	c, err := g.args.Context(ctx, resource)
-	if err != nil {
-		return err
-	}
-	return g.fenceTxChecked(ctx, tx, resource, c)
+	return g.args.Claimed(ctx, resource, nil, func(c fence.Claim) error { return g.fenceTxChecked(ctx, tx, resource, c) })
 }
 
 // FenceTxClaim is FenceTx for a claim passed explicitly (see InTxClaim).
 func (g *Guard) FenceTxClaim(ctx context.Context, tx pgx.Tx, resource string, claim fence.Claim) error {
-	if err := g.args.Explicit(ctx, resource, claim); err != nil {
-		return err
-	}
-	return g.fenceTxChecked(ctx, tx, resource, claim)
+	return g.args.Claimed(ctx, resource, &claim, func(claim fence.Claim) error { return g.fenceTxChecked(ctx, tx, resource, claim) })
 }
 
 func (g *Guard) fenceTxChecked(ctx context.Context, tx pgx.Tx, resource string, c fence.Claim) (err error) {

@@ -124,19 +124,13 @@ func NewRows(cfg RowsConfig) (*Rows, error) {
 	}
 	seen := map[string]bool{}
 	quote := func(field string, names []string) ([]string, error) {
-		out := make([]string, len(names))
-		for i, n := range names {
+		return engine.QuoteNames(names, seen, func(n string) (string, error) {
 			q, err := migrations.QuoteIdentifier(n)
 			if err != nil {
-				return nil, bad(field, err)
+				return "", bad(field, err)
 			}
-			if seen[n] {
-				return nil, configErr(field, fmt.Sprintf("column %q named twice", n), nil)
-			}
-			seen[n] = true
-			out[i] = q
-		}
-		return out, nil
+			return q, nil
+		}, func(n string) error { return configErr(field, fmt.Sprintf("column %q named twice", n), nil) })
 	}
 	keys, err := quote("Key", cfg.Key)
 	if err != nil {

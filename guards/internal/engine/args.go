@@ -106,3 +106,39 @@ func (a *Args) check(ctx context.Context, resource string, c fence.Claim) error 
 	}
 	return nil
 }
+
+// Claimed checks a call's input and runs do under its claim: the claim
+// ctx carries when c is nil (Context), *c otherwise (Explicit). do is not
+// called when the input is refused.
+func (a *Args) Claimed(ctx context.Context, resource string, c *fence.Claim, do func(c fence.Claim) error) error {
+	var claim fence.Claim
+	var err error
+	if c == nil {
+		claim, err = a.Context(ctx, resource)
+	} else {
+		claim, err = *c, a.Explicit(ctx, resource, *c)
+	}
+	if err != nil {
+		return err
+	}
+	return do(claim)
+}
+
+// QuoteNames quotes each of names (column names of a guard's config) with
+// quote and refuses, with twice's error, a name seen already: seen
+// records the names across the calls that share it.
+func QuoteNames(names []string, seen map[string]bool, quote func(name string) (string, error), twice func(name string) error) ([]string, error) {
+	out := make([]string, len(names))
+	for i, n := range names {
+		q, err := quote(n)
+		if err != nil {
+			return nil, err
+		}
+		if seen[n] {
+			return nil, twice(n)
+		}
+		seen[n] = true
+		out[i] = q
+	}
+	return out, nil
+}
