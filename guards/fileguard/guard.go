@@ -564,7 +564,7 @@ func (a *attempt) commit(ctx context.Context, c fence.Claim, ch engine.Change) e
 
 // pathError types the error of opening a path of resource: an
 // *UnsafePathError as it is, a regular file where a directory is needed
-// or a directory where a file is needed as a *FileError, anything else
+// or a directory where a file is needed as a *ForeignError, anything else
 // wrapped with op and resource.
 func (g *Guard) pathError(resource, op string, err error) error {
 	var pe *fs.PathError

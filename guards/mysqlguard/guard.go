@@ -153,7 +153,7 @@ func validSQL(tok string) string { return "(" + tok + " >= 1)" }
 // checked (REGEXP, as fence.ValidateRun) and compared, so the usual write
 // with a higher token evaluates no regular expression; a malformed run at
 // an equal token refuses the write, and the guard reports it as a
-// *MarkError after reading it. Runs are compared byte for byte, as
+// *ForeignError after reading it. Runs are compared byte for byte, as
 // fence.DecideClaim compares them, whatever the column's collation.
 func admitSQL(tok, run string) string {
 	if run == "" {
@@ -238,7 +238,7 @@ func (g *Guard) Table() string { return g.table }
 // commit. fn must not commit or roll back the transaction.
 //
 // Errors: input errors (fence.ErrInvalidResource, fence.ErrInvalidToken,
-// fence.ErrInvalidRun, fence.ErrInvalidScope, ErrNilArgument) and
+// fence.ErrInvalidRun, fence.ErrInvalidScope, fence.ErrNilArgument) and
 // *fence.ScopeError under Config.Strict, before any I/O; a refused claim
 // is a *fence.StaleError or *fence.ReusedError; deadlock (1213), lock
 // wait timeout (1205) and a fence statement whose reply the driver gave up
