@@ -28,23 +28,23 @@ const (
 type Result int
 
 const (
-	// Committed: the write was applied.
+	// Committed means the write was applied.
 	Committed Result = iota
-	// Failed: the write was not applied, for the reason in the error
+	// Failed means the write was not applied, for the reason in the error
 	// (a refusal, a store error, an outcome the driver reports itself);
 	// the engine returns it.
 	Failed
-	// Conflict: another write came in between; nothing was applied. The
+	// Conflict means another write came in between; nothing was applied. The
 	// engine reads the mark again, decides again and sends the write
 	// again while attempts remain (fence.ErrBusy when none do). From
 	// Settle it means the copy in transit can no longer apply, though it
 	// may have before the other write: a later stale refusal is then
 	// Overtaken.
 	Conflict
-	// Lost: the request was sent and its reply lost (the error says what
+	// Lost means the request was sent and its reply lost (the error says what
 	// came instead); the engine settles it (Attempt.Settle). Commit only.
 	Lost
-	// NotApplied: the lost write was not applied and never will be. The
+	// NotApplied means the lost write was not applied and never will be. The
 	// engine sends it again under a new write id while attempts remain.
 	// Settle only.
 	NotApplied
