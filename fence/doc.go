@@ -56,8 +56,21 @@
 // nothing decided; retry), [ErrNotApplied] (sent, settled as not applied;
 // retry), [ErrOutcomeUnknown] (sent, may have been applied), the context's
 // error (ended before anything was sent), and [ErrInvalidToken],
-// [ErrInvalidResource], [ErrInvalidRun] for bad input. A read of a resource
-// without a value matches [ErrNotFound].
+// [ErrInvalidResource] (a *[ResourceError]), [ErrInvalidRun] and
+// [ErrNilArgument] (a nil context, callback or transaction) for bad input. A
+// stored value or mark the guard did not write, or cannot read, matches
+// [ErrForeign]. A read of a resource without a value matches [ErrNotFound].
+// The guards that stage a Fence callback's change (Stage) share
+// [ErrNoStager], [ErrAlreadyStaged] and [ErrStageClosed].
+//
+// # Fence callbacks
+//
+// Every guard runs a Fence (or Do) callback with a context that carries the
+// admitted claim ([ClaimFromContext]): the token Fence was given, paired
+// with the run and scope of ctx's claim only when that claim is for the
+// same token ([ClaimFor]). A callback that writes nothing on a resource
+// never written raises the mark and makes no value appear: a later read
+// matches [ErrNotFound], a lower token is stale.
 //
 // # Scopes
 //

@@ -91,3 +91,48 @@ func IsNotApplied(err error) (*NotAppliedError, bool) {
 	ok := errors.As(err, &ne)
 	return ne, ok
 }
+
+// ErrForeign is matched by a guard's error for a stored value or mark that
+// the guard did not write, or cannot read: a key, file, record, row or
+// object without the guard's mark, or with a malformed one. The guard
+// neither reads through it nor overwrites it; nothing was written. Each
+// guard's typed error for it is its ForeignError.
+var ErrForeign = errors.New("fence: value or mark not written by this guard, or unreadable")
+
+// ErrNilArgument is matched by the error of a guard call given a nil
+// context, a nil write callback or function, or a nil transaction or
+// querier. It is returned before any I/O; nothing was written.
+var ErrNilArgument = errors.New("fence: nil argument")
+
+// ErrNoStager is returned by a guard's Stage and StageDelete when ctx does
+// not come from a running Fence (or Do) write callback of that guard.
+var ErrNoStager = errors.New("fence: Stage called outside a Fence write")
+
+// ErrAlreadyStaged is returned by a guard's Stage and StageDelete when the
+// current Fence write has already staged a change.
+var ErrAlreadyStaged = errors.New("fence: this write has already staged a change")
+
+// ErrStageClosed is returned by a guard's Stage and StageDelete when the
+// Fence call whose context they were given has returned.
+var ErrStageClosed = errors.New("fence: the Fence call of this context has returned")
+
+// ResourceError reports a resource name that fence.ValidateResource, or a
+// guard's stricter rules of its own, refuse. It matches (unwraps to)
+// ErrInvalidResource.
+type ResourceError struct {
+	Resource string // the name as given
+	Reason   string // why it is refused
+}
+
+// Error implements error. A name longer than 64 bytes is cut in the
+// message (Resource keeps it whole).
+func (e *ResourceError) Error() string {
+	name := e.Resource
+	if len(name) > 64 {
+		name = name[:64] + "..."
+	}
+	return fmt.Sprintf("fence: invalid resource name %q: %s", name, e.Reason)
+}
+
+// Unwrap returns ErrInvalidResource.
+func (e *ResourceError) Unwrap() error { return ErrInvalidResource }

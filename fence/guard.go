@@ -43,19 +43,21 @@ const MaxResourceLen = 512
 
 // ValidateResource checks a resource name: non-empty, at most MaxResourceLen
 // bytes, valid UTF-8, and free of NUL and other ASCII control characters.
-// Adapters may impose stricter rules of their own.
+// It returns a *ResourceError (matching ErrInvalidResource) otherwise.
+// Guards may impose stricter rules of their own, reported the same way.
 func ValidateResource(name string) error {
+	bad := func(reason string) error { return &ResourceError{Resource: name, Reason: reason} }
 	switch {
 	case name == "":
-		return fmt.Errorf("%w: empty", ErrInvalidResource)
+		return bad("empty")
 	case len(name) > MaxResourceLen:
-		return fmt.Errorf("%w: %d bytes, limit %d", ErrInvalidResource, len(name), MaxResourceLen)
+		return bad(fmt.Sprintf("%d bytes, limit %d", len(name), MaxResourceLen))
 	case !utf8.ValidString(name):
-		return fmt.Errorf("%w: not valid UTF-8", ErrInvalidResource)
+		return bad("not valid UTF-8")
 	}
 	for _, r := range name {
 		if r < 0x20 || r == 0x7f {
-			return fmt.Errorf("%w: contains control character %U", ErrInvalidResource, r)
+			return bad(fmt.Sprintf("contains control character %U", r))
 		}
 	}
 	return nil

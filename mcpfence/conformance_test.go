@@ -72,6 +72,10 @@ var kitNotApplicable = map[string]string{
 		"(as in fileguard's own conformance test, it has no guardtest.OutcomeWriter)",
 	"DelayedDuplicateNotApplied": "fileguard writes local files: nothing carries a copy of a write that could arrive late " +
 		"(no guardtest.DuplicateWriter)",
+	"FenceCallbackCarriesClaim": "it calls the guard's Fence directly with hand-made claims, outside any tool call " +
+		"(fileguard's own conformance test runs it)",
+	"FenceOnMissingResource": "it calls the guard's Fence directly, outside any tool call " +
+		"(fileguard's own conformance test runs it)",
 }
 
 // kitWriteArgs are the arguments of the kit_write and kit_write_unfenced

@@ -19,7 +19,7 @@ import (
 
 // TestForeignFiles: a file at a resource's path that this guard did not
 // write (no header, a malformed token or run, a tombstone with content)
-// refuses every write with a *FileError and is left as it was.
+// refuses every write with a *ForeignError and is left as it was.
 func TestForeignFiles(t *testing.T) {
 	ctx := context.Background()
 	dir := t.TempDir()
@@ -48,24 +48,24 @@ func TestForeignFiles(t *testing.T) {
 		}
 		for _, tok := range []fence.Token{1, 5, 1 << 62} {
 			err := g.PutClaim(ctx, r, fence.Claim{Token: tok}, []byte("new"))
-			var fe *FileError
+			var fe *ForeignError
 			if !errors.As(err, &fe) || fe.Resource != r || errors.Is(err, fence.ErrStale) || errors.Is(err, fence.ErrBusy) {
-				t.Errorf("%q: token %d: %v, want *FileError", content, tok, err)
+				t.Errorf("%q: token %d: %v, want *ForeignError", content, tok, err)
 			}
 		}
 		if err := g.Do(fence.WithToken(ctx, 9), r, func(context.Context) error {
 			t.Errorf("%q: Fence ran its write over a foreign file", content)
 			return nil
-		}); !errors.Is(err, ErrCorrupt) {
+		}); !errors.Is(err, fence.ErrForeign) {
 			t.Errorf("%q: Do: %v", content, err)
 		}
 		if b, _ := os.ReadFile(p); string(b) != content {
 			t.Errorf("%q: file changed to %q", content, b)
 		}
-		if _, _, err := g.Get(ctx, r); !errors.Is(err, ErrCorrupt) {
+		if _, _, err := g.Get(ctx, r); !errors.Is(err, fence.ErrForeign) {
 			t.Errorf("%q: Get: %v", content, err)
 		}
-		if _, err := g.Mark(ctx, r); !errors.Is(err, ErrCorrupt) {
+		if _, err := g.Mark(ctx, r); !errors.Is(err, fence.ErrForeign) {
 			t.Errorf("%q: Mark: %v", content, err)
 		}
 	}
@@ -91,7 +91,7 @@ func TestBadArguments(t *testing.T) {
 	if err := g.PutClaim(ctx, "ok", fence.Claim{Token: 1, Run: "bad run"}, []byte("v")); !errors.Is(err, fence.ErrInvalidRun) {
 		t.Errorf("bad run: %v", err)
 	}
-	if err := g.Fence(ctx, "ok", 1, nil); !errors.Is(err, ErrNilWrite) {
+	if err := g.Fence(ctx, "ok", 1, nil); !errors.Is(err, fence.ErrNilArgument) {
 		t.Errorf("nil write: %v", err)
 	}
 	if ents, _ := os.ReadDir(dir); len(ents) != 0 {
@@ -99,7 +99,7 @@ func TestBadArguments(t *testing.T) {
 	}
 	file := filepath.Join(dir, "file")
 	_ = os.WriteFile(file, nil, 0o644)
-	for _, cfg := range []Config{{}, {Dir: filepath.Join(dir, "missing")}, {Dir: file}, {Dir: dir, Perm: os.ModeDir | 0o755}, {Dir: dir, LockTimeout: -1}} {
+	for _, cfg := range []Config{{}, {Dir: filepath.Join(dir, "missing")}, {Dir: file}, {Dir: dir, Perm: os.ModeDir | 0o755}} {
 		if _, err := New(cfg); !errors.Is(err, ErrInvalidConfig) {
 			t.Errorf("New(%+v): %v", cfg, err)
 		}
@@ -107,8 +107,8 @@ func TestBadArguments(t *testing.T) {
 }
 
 // TestLockTimeoutIsBusy: a writer that cannot take the lock within
-// LockTimeout fails with fence.ErrBusy; with no timeout it waits until its
-// context ends and reports the context's error, never busy.
+// LockTimeout fails with fence.ErrBusy; with no bound (negative) it waits
+// until its context ends and reports the context's error, never busy.
 func TestLockTimeoutIsBusy(t *testing.T) {
 	ctx := context.Background()
 	dir := t.TempDir()
@@ -130,7 +130,7 @@ func TestLockTimeoutIsBusy(t *testing.T) {
 	cause := errors.New("lease lost")
 	cctx, cancel := context.WithTimeoutCause(ctx, 50*time.Millisecond, cause)
 	defer cancel()
-	err := newGuard(t, dir, Config{}).PutClaim(cctx, "busy", fence.Claim{Token: 4}, []byte("x"))
+	err := newGuard(t, dir, Config{LockTimeout: -1}).PutClaim(cctx, "busy", fence.Claim{Token: 4}, []byte("x"))
 	if !errors.Is(err, context.DeadlineExceeded) || !errors.Is(err, cause) || errors.Is(err, fence.ErrBusy) {
 		t.Errorf("context ended while waiting: %v", err)
 	}

@@ -18,7 +18,7 @@
 // Dir/.fencekit holds the guard's lock files (lock/<resource>) and
 // temporary files (tmp/<random>.tmp). A resource is a relative path: '/'
 // separated segments, none empty, "." or "..", none longer than 255 bytes,
-// the first not ".fencekit" (*ResourceError otherwise).
+// the first not ".fencekit" (*fence.ResourceError otherwise).
 //
 // # Paths below Dir
 //
@@ -54,7 +54,8 @@
 // the new content with Stage), each:
 //
 //  1. take the resource's lock file with flock (exclusive), waiting until
-//     ctx ends or Config.LockTimeout passes (then fence.ErrBusy);
+//     ctx ends or Config.LockTimeout (default 5s) passes (then
+//     fence.ErrBusy);
 //  2. read the mark from the file's header and apply fence.DecideClaim;
 //  3. write header and content to a new temporary file, created with a
 //     random name, O_EXCL and O_NOFOLLOW (its name recorded in the lock
@@ -70,9 +71,9 @@
 // the resource removes the temporary file the lock file names.
 //
 // A Fence callback that staged nothing raises the mark and carries the
-// content over, read from the file whose mark was decided on; if that
+// content over (a resource without content gets a tombstone), read from the file whose mark was decided on; if that
 // content cannot be read, or another program changed the file meanwhile,
-// the write fails (a *FileError for a changed file) and nothing is written.
+// the write fails (a *ForeignError for a changed file) and nothing is written.
 //
 // # What is guaranteed
 //
@@ -90,17 +91,17 @@
 //   - With Config.Strict, a write whose resource lies outside its claim's
 //     scope, or whose claim has no scope, is refused with a
 //     *fence.ScopeError before any I/O.
-//   - A file the guard did not write (*FileError) is neither read through
+//   - A file the guard did not write (*ForeignError) is neither read through
 //     nor overwritten. Bad input returns a typed error before any I/O.
 //   - Nothing outside Dir is created, read or written through a symbolic
 //     link below Dir, and no open waits on a FIFO (*UnsafePathError,
 //     above).
 //   - Once ctx has ended, calls return an error matching ctx.Err() and
 //     context.Cause(ctx), never fence.ErrBusy. A nil ctx is refused with
-//     ErrNilContext before any I/O (Stage: ErrNoStager).
+//     fence.ErrNilArgument before any I/O (Stage: fence.ErrNoStager).
 //   - A read of a resource without content (never written, tombstoned, or
 //     a directory holding other resources) returns a *NotFoundError, which
-//     matches ErrNotFound and fence.ErrNotFound.
+//     matches fence.ErrNotFound.
 //   - No write is ever in transit outside its own call: a copy of a write
 //     cannot reach the file later (the guardtest delayed-duplicate check,
 //     which needs a copy in transit on a network, does not apply).
@@ -124,6 +125,8 @@
 //   - Durability is what fsync gives on the file system and disk: file
 //     systems or disks that ignore flushes can lose an acknowledged write.
 //   - Effects of a Fence callback outside the file are not fenced; a
-//     callback that staged nothing raises the mark and keeps the content.
+//     callback (its ctx carries the admitted claim) that staged nothing
+//     raises the mark and keeps the content, or writes a tombstone over no
+//     content (Get then reports fence.ErrNotFound).
 //   - Unix only (flock, rename over an existing file).
 package fileguard

@@ -13,16 +13,6 @@ import (
 // ErrInvalidConfig is matched by every error New returns for a bad Config.
 var ErrInvalidConfig = errors.New("fileguard: invalid config")
 
-// ErrCorrupt is matched by a *FileError: the file at a resource's path is
-// not one this guard wrote (no header, or a malformed one). The guard
-// neither reads through it nor overwrites it.
-var ErrCorrupt = errors.New("fileguard: not a fileguard file")
-
-// ErrNotFound is matched by a *NotFoundError: the resource has no content.
-// A *NotFoundError matches fence.ErrNotFound too, as every guard's read of a
-// missing resource does.
-var ErrNotFound = errors.New("fileguard: not found")
-
 // ErrUnsafePath is matched by an *UnsafePathError: something on a
 // resource's path below Dir (its file, one of its directories, or the
 // guard's own lock, temporary or state directory) is a symbolic link, a
@@ -30,45 +20,30 @@ var ErrNotFound = errors.New("fileguard: not found")
 // writes nothing.
 var ErrUnsafePath = errors.New("fileguard: unsafe path")
 
-// ErrNilContext is returned (wrapped, with the resource) by every call
-// given a nil context, before any I/O; Stage and StageDelete return
-// ErrNoStager for one.
-var ErrNilContext = errors.New("fileguard: nil context")
-
-// ResourceError reports a resource name this guard refuses on top of
-// fence.ValidateResource. It matches fence.ErrInvalidResource.
-type ResourceError struct {
-	Resource string
-	Reason   string
-}
-
-// Error implements error.
-func (e *ResourceError) Error() string {
-	return fmt.Sprintf("fileguard: invalid resource %q: %s", e.Resource, e.Reason)
-}
-
-// Is reports whether target is fence.ErrInvalidResource.
-func (e *ResourceError) Is(target error) bool { return target == fence.ErrInvalidResource }
-
-// FileError reports a file the guard did not write. It matches ErrCorrupt.
-type FileError struct {
+// ForeignError reports a file the guard did not write (no header, or a
+// malformed one), or a path where the guard needs a file or a directory
+// holding something else. It matches fence.ErrForeign. The guard neither
+// reads through it nor overwrites it.
+type ForeignError struct {
 	Resource string
 	Path     string
 	Reason   string
 }
 
 // Error implements error.
-func (e *FileError) Error() string {
+func (e *ForeignError) Error() string {
 	return fmt.Sprintf("fileguard: %q: %s is not a fileguard file: %s", e.Resource, e.Path, e.Reason)
 }
 
-// Is reports whether target is ErrCorrupt.
-func (e *FileError) Is(target error) bool { return target == ErrCorrupt }
+// Is reports whether target is fence.ErrForeign.
+func (e *ForeignError) Is(target error) bool { return target == fence.ErrForeign }
 
-// NotFoundError reports a resource without content. It matches ErrNotFound.
+// NotFoundError reports a resource without content. It matches
+// fence.ErrNotFound.
 type NotFoundError struct {
 	Resource string
-	// Deleted is true when a fenced Delete left a tombstone.
+	// Deleted is true when the file is a tombstone: a fenced Delete, or a
+	// Fence that staged nothing over no content.
 	Deleted bool
 	// Token is the tombstone's token, the resource's mark; zero when the
 	// resource has no file.
@@ -83,10 +58,8 @@ func (e *NotFoundError) Error() string {
 	return fmt.Sprintf("fileguard: %q not found", e.Resource)
 }
 
-// Is reports whether target is ErrNotFound or fence.ErrNotFound.
-func (e *NotFoundError) Is(target error) bool {
-	return target == ErrNotFound || target == fence.ErrNotFound
-}
+// Is reports whether target is fence.ErrNotFound.
+func (e *NotFoundError) Is(target error) bool { return target == fence.ErrNotFound }
 
 // UnsafePathError reports a symbolic link or a special file (FIFO, socket,
 // device) found where the guard needs a directory or a regular file below

@@ -25,11 +25,19 @@ import (
 
 	"github.com/fencekit/fencekit/fence"
 	"github.com/fencekit/fencekit/guards/guardobs"
+	"github.com/fencekit/fencekit/guards/internal/engine"
 )
 
 // StateDir is the directory inside Config.Dir that holds the lock files
 // and the temporary files; no resource may start with it.
 const StateDir = ".fencekit"
+
+// guardName prefixes the guard's errors and names it to the engine.
+const guardName = "fileguard"
+
+// DefaultLockTimeout is Config.LockTimeout's default, the same in every
+// guard that has the field.
+const DefaultLockTimeout = 5 * time.Second
 
 // header starts every file the guard writes.
 const header = "fencekit-file/1 "
@@ -68,9 +76,11 @@ type Config struct {
 	// bits than LockPerm is narrowed to LockPerm when the guard may change
 	// it.
 	LockPerm fs.FileMode
-	// LockTimeout, when positive, bounds how long a write waits for the
-	// resource's lock held by another writer; then it fails with an error
-	// matching fence.ErrBusy. Zero: wait until ctx ends.
+	// LockTimeout bounds how long a write waits for the resource's lock
+	// held by another writer; then it fails with an error matching
+	// fence.ErrBusy. Zero means DefaultLockTimeout, as in every guard with
+	// the field; negative sets no bound of the guard's own (the wait ends
+	// with ctx).
 	LockTimeout time.Duration
 	// MeterProvider records the guard instruments of package guardobs with
 	// guard="file". Nil records nothing.
@@ -105,12 +115,13 @@ type Guard struct {
 	perm        fs.FileMode
 	dirPerm     fs.FileMode
 	lockPerm    fs.FileMode
-	lockTimeout time.Duration
-	strict      bool
-	rec         *guardobs.Recorder
+	lockTimeout time.Duration // 0: none (wait until ctx ends)
+	eng         *engine.Engine
 
 	step func(name string) error // tests: runs at each step of a write
 }
+
+var _ fence.Guard = (*Guard)(nil)
 
 // New validates cfg and returns a Guard. It checks that Dir is a
 // directory; it writes nothing.
@@ -143,16 +154,22 @@ func New(cfg Config) (*Guard, error) {
 	if cfg.LockPerm&^fs.ModePerm != 0 || cfg.LockPerm&0o600 != 0o600 {
 		return nil, fmt.Errorf("%w: LockPerm %v must be permission bits only, with rw for the owner", ErrInvalidConfig, cfg.LockPerm)
 	}
-	if cfg.LockTimeout < 0 {
-		return nil, fmt.Errorf("%w: LockTimeout %v is negative", ErrInvalidConfig, cfg.LockTimeout)
+	switch {
+	case cfg.LockTimeout == 0:
+		cfg.LockTimeout = DefaultLockTimeout
+	case cfg.LockTimeout < 0:
+		cfg.LockTimeout = 0 // no bound of the guard's own
 	}
-	rec, err := guardobs.New(guardobs.Config{Kind: guardobs.KindFile, Name: "fileguard",
+	rec, err := guardobs.New(guardobs.Config{Kind: guardobs.KindFile, Name: guardName,
 		MeterProvider: cfg.MeterProvider, TracerProvider: cfg.TracerProvider, Logger: cfg.Logger})
 	if err != nil {
 		return nil, fmt.Errorf("%w: %w", ErrInvalidConfig, err)
 	}
-	return &Guard{dir: cfg.Dir, perm: cfg.Perm, dirPerm: cfg.DirPerm, lockPerm: cfg.LockPerm,
-		lockTimeout: cfg.LockTimeout, strict: cfg.Strict, rec: rec}, nil
+	g := &Guard{dir: cfg.Dir, perm: cfg.Perm, dirPerm: cfg.DirPerm, lockPerm: cfg.LockPerm, lockTimeout: cfg.LockTimeout,
+		eng: &engine.Engine{Args: engine.Args{Name: guardName, Strict: cfg.Strict, Rec: rec, Resource: checkResource},
+			Op: "fileguard: write"}}
+	g.eng.Driver = (*driver)(g)
+	return g, nil
 }
 
 // Dir returns the guard's directory.
@@ -165,14 +182,10 @@ func (g *Guard) Path(resource string) string {
 	return filepath.Join(g.dir, filepath.FromSlash(resource))
 }
 
-// nilContext is the error of a call given a nil context.
-func nilContext(resource string) error {
-	return fmt.Errorf("fileguard: %q: %w", resource, ErrNilContext)
-}
-
 // checkResource applies fence.ValidateResource and the rules of a path
 // below Dir: segments separated by '/', none empty, ".", ".." or longer
-// than 255 bytes, and the first not StateDir.
+// than 255 bytes, and the first not StateDir (a *fence.ResourceError
+// otherwise).
 func checkResource(resource string) error {
 	if err := fence.ValidateResource(resource); err != nil {
 		return err
@@ -180,13 +193,13 @@ func checkResource(resource string) error {
 	for i, seg := range strings.Split(resource, "/") {
 		switch {
 		case seg == "":
-			return &ResourceError{Resource: resource, Reason: "empty path segment (leading, trailing or double '/')"}
+			return &fence.ResourceError{Resource: resource, Reason: "empty path segment (leading, trailing or double '/')"}
 		case seg == "." || seg == "..":
-			return &ResourceError{Resource: resource, Reason: fmt.Sprintf("path segment %q", seg)}
+			return &fence.ResourceError{Resource: resource, Reason: fmt.Sprintf("path segment %q", seg)}
 		case len(seg) > maxSegment:
-			return &ResourceError{Resource: resource, Reason: fmt.Sprintf("path segment of %d bytes, limit %d", len(seg), maxSegment)}
+			return &fence.ResourceError{Resource: resource, Reason: fmt.Sprintf("path segment of %d bytes, limit %d", len(seg), maxSegment)}
 		case i == 0 && seg == StateDir:
-			return &ResourceError{Resource: resource, Reason: "starts with the guard's state directory " + StateDir}
+			return &fence.ResourceError{Resource: resource, Reason: "starts with the guard's state directory " + StateDir}
 		}
 	}
 	return nil
@@ -195,11 +208,7 @@ func checkResource(resource string) error {
 // Put writes value as resource's content under the claim ctx carries
 // (fence.ClaimFromContext; none: fence.ErrNoToken, nothing written).
 func (g *Guard) Put(ctx context.Context, resource string, value []byte) error {
-	c, err := g.ctxClaim(ctx, resource)
-	if err != nil {
-		return err
-	}
-	return g.write(ctx, resource, c, func(context.Context) (kind, []byte, error) { return kindValue, value, nil })
+	return g.eng.Put(ctx, resource, value)
 }
 
 // PutClaim writes value as resource's content under the claim c, passed
@@ -208,28 +217,18 @@ func (g *Guard) Put(ctx context.Context, resource string, value []byte) error {
 // temporary file, syncs it, renames it over the resource's file and syncs
 // the directory.
 func (g *Guard) PutClaim(ctx context.Context, resource string, c fence.Claim, value []byte) error {
-	if err := g.args(ctx, resource, c); err != nil {
-		return err
-	}
-	return g.write(ctx, resource, c, func(context.Context) (kind, []byte, error) { return kindValue, value, nil })
+	return g.eng.PutClaim(ctx, resource, c, value)
 }
 
 // Delete replaces resource's content with a tombstone under the claim ctx
 // carries: the mark stays, so older tokens are still refused.
 func (g *Guard) Delete(ctx context.Context, resource string) error {
-	c, err := g.ctxClaim(ctx, resource)
-	if err != nil {
-		return err
-	}
-	return g.write(ctx, resource, c, func(context.Context) (kind, []byte, error) { return kindDeleted, nil, nil })
+	return g.eng.Delete(ctx, resource)
 }
 
 // DeleteClaim is Delete under the claim c, passed explicitly.
 func (g *Guard) DeleteClaim(ctx context.Context, resource string, c fence.Claim) error {
-	if err := g.args(ctx, resource, c); err != nil {
-		return err
-	}
-	return g.write(ctx, resource, c, func(context.Context) (kind, []byte, error) { return kindDeleted, nil, nil })
+	return g.eng.DeleteClaim(ctx, resource, c)
 }
 
 // Get returns resource's content and mark. A resource without a file (also
@@ -240,13 +239,7 @@ func (g *Guard) DeleteClaim(ctx context.Context, resource string, c fence.Claim)
 // Reads take no lock: a rename replaces a file whole, so a reader sees the
 // old or the new one.
 func (g *Guard) Get(ctx context.Context, resource string) ([]byte, Info, error) {
-	if ctx == nil {
-		return nil, Info{}, nilContext(resource)
-	}
-	if err := checkResource(resource); err != nil {
-		return nil, Info{}, err
-	}
-	if err := fence.ContextError(ctx); err != nil {
+	if err := g.eng.Read(ctx, resource); err != nil {
 		return nil, Info{}, err
 	}
 	f, err := g.openResource(resource)
@@ -274,13 +267,7 @@ func (g *Guard) Get(ctx context.Context, resource string) ([]byte, Info, error) 
 // Mark returns resource's mark: the claim of its last admitted write, or
 // the zero Claim when it has no file (or a directory at its path).
 func (g *Guard) Mark(ctx context.Context, resource string) (fence.Claim, error) {
-	if ctx == nil {
-		return fence.Claim{}, nilContext(resource)
-	}
-	if err := checkResource(resource); err != nil {
-		return fence.Claim{}, err
-	}
-	if err := fence.ContextError(ctx); err != nil {
+	if err := g.eng.Read(ctx, resource); err != nil {
 		return fence.Claim{}, err
 	}
 	f, err := g.openResource(resource)
@@ -339,7 +326,7 @@ func encodeHeader(c fence.Claim, k kind) []byte {
 // parse splits a file into its header and body.
 func (g *Guard) parse(resource string, b []byte) (mark, []byte, error) {
 	bad := func(reason string) (mark, []byte, error) {
-		return mark{}, nil, &FileError{Resource: resource, Path: g.Path(resource), Reason: reason}
+		return mark{}, nil, &ForeignError{Resource: resource, Path: g.Path(resource), Reason: reason}
 	}
 	nl := bytes.IndexByte(b[:min(len(b), maxHeader)], '\n')
 	if !bytes.HasPrefix(b, []byte(header)) || nl < 0 {
@@ -382,7 +369,7 @@ func (g *Guard) readHeader(resource string, f *os.File) (mark, error) {
 	if perr == nil && m.kind == kindDeleted {
 		// A tombstone is only its header: check there is nothing after it.
 		if fi, err := f.Stat(); err == nil && fi.Size() != int64(len(line)) {
-			return mark{}, &FileError{Resource: resource, Path: g.Path(resource), Reason: "tombstone with content"}
+			return mark{}, &ForeignError{Resource: resource, Path: g.Path(resource), Reason: "tombstone with content"}
 		}
 	}
 	return m, perr
@@ -402,54 +389,10 @@ func (g *Guard) body(resource string, f *os.File, m mark) ([]byte, error) {
 		return nil, err
 	}
 	if now != m {
-		return nil, &FileError{Resource: resource, Path: g.Path(resource),
+		return nil, &ForeignError{Resource: resource, Path: g.Path(resource),
 			Reason: "changed by another program while this write held its lock"}
 	}
 	return body, nil
-}
-
-// args checks a call's input before any I/O: resource, claim, the claim's
-// scope when strict, and a ctx that has not ended.
-func (g *Guard) args(ctx context.Context, resource string, c fence.Claim) error {
-	if ctx == nil {
-		return nilContext(resource)
-	}
-	err := g.checkArgs(ctx, resource, c)
-	g.rec.Refused(ctx, resource, c, err)
-	return err
-}
-
-func (g *Guard) checkArgs(ctx context.Context, resource string, c fence.Claim) error {
-	if err := checkResource(resource); err != nil {
-		return err
-	}
-	if err := c.Validate(); err != nil {
-		return err
-	}
-	if g.strict {
-		if err := fence.CheckScope(resource, c); err != nil {
-			return err
-		}
-	}
-	if err := fence.ContextError(ctx); err != nil {
-		return fmt.Errorf("fileguard: %q: %w", resource, err)
-	}
-	return nil
-}
-
-// ctxClaim returns the claim ctx carries, checked like args.
-func (g *Guard) ctxClaim(ctx context.Context, resource string) (fence.Claim, error) {
-	if ctx == nil {
-		return fence.Claim{}, nilContext(resource)
-	}
-	if err := checkResource(resource); err != nil {
-		return fence.Claim{}, err
-	}
-	c, err := fence.ClaimFromContext(ctx)
-	if err != nil {
-		return fence.Claim{}, fmt.Errorf("fileguard: %q: %w", resource, err)
-	}
-	return c, g.args(ctx, resource, c)
 }
 
 // at runs the test hook of a step.
@@ -460,92 +403,123 @@ func (g *Guard) at(name string) error {
 	return nil
 }
 
-// write is the fenced write; content returns what to write once the claim
-// is admitted (Fence runs the caller's callback there).
-func (g *Guard) write(ctx context.Context, resource string, c fence.Claim,
-	content func(ctx context.Context) (kind, []byte, error)) error {
-	ctx, span := g.rec.Start(ctx, resource, c)
-	err := g.writeLocked(ctx, resource, c, content)
-	g.rec.Decision(ctx, err)
-	span.End(err)
-	return err
+// driver is the Guard's part of the engine's fenced write.
+type driver Guard
+
+// attempt is one write under resource's lock: the paths held open from
+// the lock to the rename, and the mark read under the lock.
+type attempt struct {
+	g        *Guard
+	resource string
+	root     dir
+	state    dir
+	lockf    *os.File
+	parent   dir      // fd -1: the resource's directories are missing
+	cur      *os.File // the resource's file, open from the mark's read to the rename; nil: none
+	m        mark
+	closers  []func()
 }
 
-// writeLocked is write's work: every step from taking the resource's lock
-// to the directory's fsync, each path opened below the directory held
-// before it (see path.go).
-func (g *Guard) writeLocked(ctx context.Context, resource string, c fence.Claim,
-	content func(ctx context.Context) (kind, []byte, error)) error {
-	root, err := g.openRoot()
-	if err != nil {
-		return fmt.Errorf("fileguard: write %q: %w", resource, err)
+// Open takes resource's lock and reads its mark from the file's header,
+// each path opened below the directory held before it (see path.go).
+func (d *driver) Open(ctx context.Context, resource string, _ engine.Read) (_ engine.Attempt, err error) {
+	g := (*Guard)(d)
+	a := &attempt{g: g, resource: resource}
+	defer func() {
+		if err != nil {
+			a.Close()
+		}
+	}()
+	if a.root, err = g.openRoot(); err != nil {
+		return nil, fmt.Errorf("fileguard: write %q: %w", resource, err)
 	}
-	defer root.close()
-	state, err := g.openDir(resource, root, StateDir, true, false)
-	if err != nil {
-		return g.pathError(resource, "lock", err)
+	a.closers = append(a.closers, a.root.close)
+	if a.state, err = g.openDir(resource, a.root, StateDir, true, false); err != nil {
+		return nil, g.pathError(resource, "lock", err)
 	}
-	defer state.close()
-	lockf, err := g.lock(ctx, state, resource)
-	if err != nil {
-		return err
+	a.closers = append(a.closers, a.state.close)
+	if a.lockf, err = g.lock(ctx, a.state, resource); err != nil {
+		return nil, err
 	}
-	defer func() { _ = lockf.Close() }() // closing releases the lock
+	a.closers = append(a.closers, func() { _ = a.lockf.Close() }) // closing releases the lock
 	if err := g.at("locked"); err != nil {
-		return err
+		return nil, err
 	}
 	dirs, name := split(resource)
-	parent, err := g.walk(resource, root, dirs, false, false)
+	a.parent, err = g.walk(resource, a.root, dirs, false, false)
 	switch {
 	case err == nil:
-		defer parent.closeUnless(root)
-	case errors.Is(err, fs.ErrNotExist): // created below once the write is admitted
-		parent = dir{fd: -1}
+		parent := a.parent
+		a.closers = append(a.closers, func() { parent.closeUnless(a.root) })
+	case errors.Is(err, fs.ErrNotExist): // created by Commit
+		a.parent = dir{fd: -1}
 	default:
-		return g.pathError(resource, "write", err)
+		return nil, g.pathError(resource, "write", err)
 	}
-	var cur *os.File // the resource's file, open from the mark's read to the rename
-	var m mark
-	if parent.fd >= 0 {
-		cur, _, err = g.openFile(resource, parent, name, unix.O_RDONLY, 0)
+	if a.parent.fd >= 0 {
+		a.cur, _, err = g.openFile(resource, a.parent, name, unix.O_RDONLY, 0)
 		switch {
 		case err == nil:
-			defer func() { _ = cur.Close() }()
-			if m, err = g.readHeader(resource, cur); err != nil {
-				return err
+			a.closers = append(a.closers, func() { _ = a.cur.Close() })
+			if a.m, err = g.readHeader(resource, a.cur); err != nil {
+				return nil, err
 			}
 		case !errors.Is(err, fs.ErrNotExist):
-			return g.pathError(resource, "write", err)
+			return nil, g.pathError(resource, "write", err)
 		}
 	}
-	if err := fence.DecideClaim(resource, c, m.info.Token, m.info.Run); err != nil {
-		return err
+	return a, nil
+}
+
+func (a *attempt) Mark() (fence.Claim, bool, bool) {
+	return fence.Claim{Token: a.m.info.Token, Run: a.m.info.Run}, true, false
+}
+
+// Close releases the paths and the lock, in reverse order.
+func (a *attempt) Close() {
+	for i := len(a.closers) - 1; i >= 0; i-- {
+		a.closers[i]()
 	}
-	k, value, err := content(ctx)
-	if err != nil {
-		return fence.WrapContext(ctx, err)
+	a.closers = nil
+}
+
+// Settle is never called: a local write has no lost reply.
+func (a *attempt) Settle(_ context.Context, _ fence.Claim, _ engine.Change, _ string, lost error) (engine.Result, error) {
+	return engine.Failed, lost
+}
+
+// Commit writes the header and ch's content to a temporary file, syncs
+// it, renames it over the resource's file and syncs the directory. A
+// mark-only change carries the content over, or a tombstone when the
+// resource has none.
+func (a *attempt) Commit(ctx context.Context, c fence.Claim, ch engine.Change, _ string) (engine.Result, error) {
+	if err := a.commit(ctx, c, ch); err != nil {
+		return engine.Failed, err
 	}
-	if err := fence.ContextError(ctx); err != nil {
-		return fmt.Errorf("fileguard: %q: %w", resource, err)
-	}
-	if k == kindNone { // a Fence callback that staged nothing: the mark alone
-		k, value = m.kind, nil
-		if m.kind != kindDeleted {
-			k = kindValue
-			if cur != nil {
-				if value, err = g.body(resource, cur, m); err != nil {
-					return err
-				}
-			}
+	return engine.Committed, nil
+}
+
+func (a *attempt) commit(ctx context.Context, c fence.Claim, ch engine.Change) error {
+	g, resource, m := a.g, a.resource, a.m
+	k, value := kindValue, ch.Value
+	switch {
+	case ch.Op == engine.OpDelete:
+		k, value = kindDeleted, nil
+	case ch.Op == engine.OpMark && m.kind != kindValue: // a tombstone, or no file: no content
+		k, value = kindDeleted, nil
+	case ch.Op == engine.OpMark:
+		var err error
+		if value, err = g.body(resource, a.cur, m); err != nil {
+			return err
 		}
 	}
 	tok, run := fence.NextMark(c, m.info.Token, m.info.Run)
-	tmp, err := g.openDir(resource, state, "tmp", true, false)
+	tmp, err := g.openDir(resource, a.state, "tmp", true, false)
 	if err != nil {
 		return g.pathError(resource, "write", err)
 	}
 	defer tmp.close()
-	tf, tname, err := g.createTemp(resource, lockf, tmp)
+	tf, tname, err := g.createTemp(resource, a.lockf, tmp)
 	if err != nil {
 		return g.pathError(resource, "write", err)
 	}
@@ -561,14 +535,16 @@ func (g *Guard) writeLocked(ctx context.Context, resource string, c fence.Claim,
 	if err := g.at("synced"); err != nil {
 		return err
 	}
+	parent := a.parent
+	dirs, name := split(resource)
 	if parent.fd < 0 {
 		// The resource's directories were missing: create them, syncing
 		// the parent of each one created, so a machine crash after the
 		// write returned cannot lose the path to it.
-		if parent, err = g.walk(resource, root, dirs, true, true); err != nil {
+		if parent, err = g.walk(resource, a.root, dirs, true, true); err != nil {
 			return g.pathError(resource, "write", err)
 		}
-		defer parent.closeUnless(root)
+		defer parent.closeUnless(a.root)
 	}
 	// The commit point. Both names are single entries of directories held
 	// open, so nothing is resolved through a link created meanwhile.
@@ -588,7 +564,7 @@ func (g *Guard) writeLocked(ctx context.Context, resource string, c fence.Claim,
 
 // pathError types the error of opening a path of resource: an
 // *UnsafePathError as it is, a regular file where a directory is needed
-// or a directory where a file is needed as a *FileError, anything else
+// or a directory where a file is needed as a *ForeignError, anything else
 // wrapped with op and resource.
 func (g *Guard) pathError(resource, op string, err error) error {
 	var pe *fs.PathError
@@ -596,9 +572,9 @@ func (g *Guard) pathError(resource, op string, err error) error {
 	case errors.Is(err, ErrUnsafePath):
 		return err
 	case errors.Is(err, unix.ENOTDIR) && errors.As(err, &pe):
-		return &FileError{Resource: resource, Path: pe.Path, Reason: "a regular file where a directory is needed"}
+		return &ForeignError{Resource: resource, Path: pe.Path, Reason: "a regular file where a directory is needed"}
 	case errors.Is(err, unix.EISDIR) && errors.As(err, &pe):
-		return &FileError{Resource: resource, Path: pe.Path, Reason: "a directory (it holds other resources)"}
+		return &ForeignError{Resource: resource, Path: pe.Path, Reason: "a directory (it holds other resources)"}
 	}
 	return fmt.Errorf("fileguard: %s %q: %w", op, resource, err)
 }

@@ -12,7 +12,7 @@ import (
 )
 
 // TestNotFoundMatchesFence: a read of a missing, deleted or directory
-// resource matches fence.ErrNotFound as well as ErrNotFound.
+// resource matches fence.ErrNotFound as well as fence.ErrNotFound.
 func TestNotFoundMatchesFence(t *testing.T) {
 	ctx := context.Background()
 	g := newGuard(t, t.TempDir(), Config{})
@@ -24,14 +24,14 @@ func TestNotFoundMatchesFence(t *testing.T) {
 	}
 	for _, r := range []string{"missing", "missing/deeper", "del", "d", "d/x/below-a-file"} {
 		_, _, err := g.Get(ctx, r)
-		if !errors.Is(err, fence.ErrNotFound) || !errors.Is(err, ErrNotFound) {
-			t.Errorf("Get(%q): %v, want fence.ErrNotFound and ErrNotFound", r, err)
+		if !errors.Is(err, fence.ErrNotFound) {
+			t.Errorf("Get(%q): %v, want fence.ErrNotFound and fence.ErrNotFound", r, err)
 		}
 	}
 }
 
 // TestNilContext: every call given a nil context returns an error matching
-// ErrNilContext (Stage and StageDelete: ErrNoStager) without panicking or
+// fence.ErrNilArgument (Stage and StageDelete: fence.ErrNoStager) without panicking or
 // touching the directory.
 func TestNilContext(t *testing.T) {
 	dir := t.TempDir()
@@ -50,16 +50,16 @@ func TestNilContext(t *testing.T) {
 		"Mark":        func() error { _, err := g.Mark(nilCtx, "r"); return err },
 	} {
 		panicked, err := callRecover(call)
-		if panicked != nil || !errors.Is(err, ErrNilContext) {
-			t.Errorf("%s(nil ctx): error %v, panic %v; want ErrNilContext", name, err, panicked)
+		if panicked != nil || !errors.Is(err, fence.ErrNilArgument) {
+			t.Errorf("%s(nil ctx): error %v, panic %v; want fence.ErrNilArgument", name, err, panicked)
 		}
 	}
 	for name, call := range map[string]func() error{
 		"Stage":       func() error { return Stage(nilCtx, []byte("x")) },
 		"StageDelete": func() error { return StageDelete(nilCtx) },
 	} {
-		if panicked, err := callRecover(call); panicked != nil || !errors.Is(err, ErrNoStager) {
-			t.Errorf("%s(nil ctx): error %v, panic %v; want ErrNoStager", name, err, panicked)
+		if panicked, err := callRecover(call); panicked != nil || !errors.Is(err, fence.ErrNoStager) {
+			t.Errorf("%s(nil ctx): error %v, panic %v; want fence.ErrNoStager", name, err, panicked)
 		}
 	}
 	if ents, _ := os.ReadDir(dir); len(ents) != 0 {

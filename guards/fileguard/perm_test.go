@@ -54,7 +54,7 @@ func TestConfiguredPermissions(t *testing.T) {
 }
 
 // TestWriteOverDirectory: a write to a resource whose path is a directory
-// (holding other resources) is refused with a *FileError, and the
+// (holding other resources) is refused with a *ForeignError, and the
 // directory is left as it is.
 func TestWriteOverDirectory(t *testing.T) {
 	ctx := context.Background()
@@ -62,9 +62,9 @@ func TestWriteOverDirectory(t *testing.T) {
 	if err := g.PutClaim(ctx, "a/b", fence.Claim{Token: 1}, []byte("x")); err != nil {
 		t.Fatal(err)
 	}
-	var fe *FileError
+	var fe *ForeignError
 	if err := g.PutClaim(ctx, "a", fence.Claim{Token: 2}, []byte("y")); !errors.As(err, &fe) || fe.Resource != "a" {
-		t.Fatalf("write over the directory a: %v, want *FileError", err)
+		t.Fatalf("write over the directory a: %v, want *ForeignError", err)
 	}
 	if b, _, err := g.Get(ctx, "a/b"); err != nil || string(b) != "x" {
 		t.Fatalf("a/b after the refused write: %q %v", b, err)

@@ -162,9 +162,9 @@ func TestSymlinksRefused(t *testing.T) {
 	before := snapshot(t, base)
 	g := newGuard(t, dir, Config{})
 	for _, r := range []string{"..", "../x", "a/../../x", "a/.."} {
-		var re *ResourceError
+		var re *fence.ResourceError
 		if err := g.PutClaim(ctx, r, fence.Claim{Token: 1}, []byte("x")); !errors.As(err, &re) {
-			t.Errorf("PutClaim(%q): %v, want *ResourceError", r, err)
+			t.Errorf("PutClaim(%q): %v, want *fence.ResourceError", r, err)
 		}
 	}
 	sameTree(t, "dot-dot", before, snapshot(t, base))
@@ -336,8 +336,8 @@ func TestMarkOnlyWriteKeepsContent(t *testing.T) {
 	err := g.Fence(ctx, "r", 3, func(context.Context) error {
 		return os.WriteFile(g.Path("r"), []byte(foreign), 0o644)
 	})
-	if !errors.Is(err, ErrCorrupt) {
-		t.Errorf("mark-only write over an unreadable body: %v, want ErrCorrupt", err)
+	if !errors.Is(err, fence.ErrForeign) {
+		t.Errorf("mark-only write over an unreadable body: %v, want fence.ErrForeign", err)
 	}
 	if b, err := os.ReadFile(g.Path("r")); err != nil || string(b) != foreign {
 		t.Errorf("file after the refused mark-only write: %q %v, want it left as %q", b, err, foreign)

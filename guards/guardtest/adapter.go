@@ -30,7 +30,8 @@ type ContextGuard interface {
 var ErrInjected = errors.New("guardtest: injected write failure")
 
 // FromGuard returns a Subject whose Write runs store.Put inside g.Fence and
-// whose Read is store.Get. The Subject also implements FailingWriter (its
+// whose Read is store.Get. The Subject also implements Fencer (Guard
+// returns g), FailingWriter (its
 // callback returns ErrInjected without touching store) and ClaimWriter
 // (WriteClaim calls g.Fence(fence.WithClaim(ctx, c), resource, c.Token, ...),
 // so a guard that takes the run identity from ctx with fence.ClaimFor is
@@ -66,6 +67,8 @@ func (s *guardSubject) WriteClaim(ctx context.Context, resource string, c fence.
 		return s.store.Put(ctx, resource, c.Token, value)
 	})
 }
+
+func (s *guardSubject) Guard() fence.Guard { return s.g }
 
 func (s *guardSubject) Read(ctx context.Context, resource string) (string, fence.Token, bool, error) {
 	return s.store.Get(ctx, resource)

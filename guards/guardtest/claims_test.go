@@ -191,6 +191,8 @@ func TestClaimChecksNeedTheirInterfaces(t *testing.T) {
 		"OutcomeUnknownReported":         guardtest.InterfaceOutcomeWriter,
 		"DelayedDuplicateNotApplied":     guardtest.InterfaceDuplicateWriter,
 		"StrictScopeRefused":             guardtest.InterfaceStrictWriter,
+		"FenceCallbackCarriesClaim":      guardtest.InterfaceFencer,
+		"FenceOnMissingResource":         guardtest.InterfaceFencer,
 	}
 	s := fenceOnlySubject{guardtest.FromGuard(fenceOnly{newRef()}, guardtest.NewMapStore())}
 	for _, c := range guardtest.Checks() {
@@ -242,10 +244,11 @@ func TestRunRequiresOptionalInterfaces(t *testing.T) {
 	out, err = child("pending")
 	require.NoError(t, err, "Run with Pending failed:\n%s", out)
 	for _, name := range []string{"EndedContextRefusedContextForm", "NoTokenRefused", "ContextFormMatchesWrite", "TokenReuseRefused",
-		"FailedWriteKeepsMark", "OutcomeUnknownReported", "DelayedDuplicateNotApplied", "StrictScopeRefused"} {
+		"FailedWriteKeepsMark", "OutcomeUnknownReported", "DelayedDuplicateNotApplied", "StrictScopeRefused",
+		"FenceCallbackCarriesClaim", "FenceOnMissingResource"} {
 		assert.Contains(t, out, "--- SKIP: TestRunRequiresOptionalInterfaces/"+name, out)
 	}
-	assert.Contains(t, out, "guardtest: 8 check(s) skipped: ")
+	assert.Contains(t, out, "guardtest: 10 check(s) skipped: ")
 	assert.Contains(t, out, "OutcomeUnknownReported (no guardtest.OutcomeWriter: not implemented)")
 	assert.Contains(t, out, "TokenReuseRefused (no guardtest.ClaimWriter: listed in Config.Pending)")
 	assert.Contains(t, out, "FailedWriteKeepsMark (no guardtest.FailingWriter: not implemented)")

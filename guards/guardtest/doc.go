@@ -16,10 +16,11 @@
 // [Config.Pending]: Run then skips only the checks that need it and logs
 // which checks it skipped and why.
 //
-// Three are optional (their checks are skipped, and logged, without them):
-// [FailingWriter], [DuplicateWriter] (a write whose first request is held in
-// transit while retries go through, delivered after a later write), and
-// [OutcomeWriter], which holds back the store's reply
+// Four are optional (their checks are skipped, and logged, without them):
+// [FailingWriter], [Fencer] (the fence.Guard the writes go through, whose
+// Fence the kit calls itself; every guard should offer it), [DuplicateWriter]
+// (a write whose first request is held in transit while retries go through,
+// delivered after a later write), and [OutcomeWriter], which holds back the store's reply
 // to the request that commits a write until the write's context ends.
 // Every guard whose commit crosses a network should implement the latter
 // (with a TCP proxy such as a test's, an http.RoundTripper, or the server
@@ -80,6 +81,13 @@
 //     with a *fence.ScopeError (neither stale nor busy), changing neither
 //     value nor mark; a malformed scope is refused with
 //     fence.ErrInvalidScope, strict or not;
+//   - through the guard's own Fence ([Fencer]): the write callback's
+//     context carries the admitted claim (fence.ClaimFromContext: the token
+//     Fence was given, with the run of ctx's claim only when that claim is
+//     for the same token; Do's callback sees ctx's claim); and a Fence
+//     whose callback writes nothing, on a resource never written, succeeds,
+//     raises the mark (a lower token is then stale, the same one accepted)
+//     and makes no value appear (Read finds none), in every guard alike;
 //   - many concurrent writers with shuffled, interleaved tokens on several
 //     resources: from the recorded history of every attempt (invocation and
 //     completion order, outcome) [CheckHistory] verifies that no write was

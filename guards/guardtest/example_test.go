@@ -40,4 +40,6 @@ func ExampleChecks() {
 	// DelayedDuplicateNotApplied     guardtest: subject does not implement guardtest.DuplicateWriter
 	// LinearizableUnderFaults        <nil>
 	// StrictScopeRefused             <nil>
+	// FenceCallbackCarriesClaim      <nil>
+	// FenceOnMissingResource         <nil>
 }

@@ -98,7 +98,8 @@ type Config struct {
 	// other check still runs. By default these interfaces are required: a
 	// Subject lacking one fails the checks that need it. (FailingWriter
 	// and OutcomeWriter stay optional: their checks are skipped, and
-	// logged, when the Subject lacks them; so does DuplicateWriter.)
+	// logged, when the Subject lacks them; so do DuplicateWriter and
+	// Fencer.)
 	Pending []string
 }
 
@@ -206,6 +207,8 @@ func Checks() []Check {
 		{"DelayedDuplicateNotApplied", CheckDelayedDuplicate},
 		{"LinearizableUnderFaults", CheckLinearizable},
 		{"StrictScopeRefused", CheckStrictScope},
+		{"FenceCallbackCarriesClaim", CheckFenceClaim},
+		{"FenceOnMissingResource", CheckFenceMissing},
 	}
 }
 

@@ -26,6 +26,9 @@ type refGuard struct {
 	marks  map[string]fence.Token
 	runs   map[string]string
 	strict bool // refuse resources outside the claim's scope (fence.CheckScope)
+	// plainCtx hands write the caller's ctx, without the admitted claim
+	// (a broken guard for CheckFenceClaim).
+	plainCtx bool
 }
 
 func newRef() *refGuard { return &refGuard{marks: map[string]fence.Token{}, runs: map[string]string{}} }
@@ -70,7 +73,11 @@ func (g *refGuard) fenceClaim(ctx context.Context, r string, c fence.Claim, writ
 	if err := fence.DecideClaim(r, c, g.marks[r], g.runs[r]); err != nil {
 		return err
 	}
-	if err := write(ctx); err != nil {
+	wctx := fence.WithClaim(ctx, c)
+	if g.plainCtx {
+		wctx = ctx
+	}
+	if err := write(wctx); err != nil {
 		return err
 	}
 	g.marks[r], g.runs[r] = fence.NextMark(c, g.marks[r], g.runs[r])
@@ -405,4 +412,38 @@ func TestFindStaleAcceptances(t *testing.T) {
 			assert.Equal(t, tc.want, guardtest.FindStaleAcceptances(tc.writes))
 		})
 	}
+}
+
+// emptyOnFence stores an empty value under the token whenever a Fence
+// callback returns nil: a guard whose Fence on a missing resource makes a
+// value appear.
+type emptyOnFence struct {
+	g     fence.Guard
+	store guardtest.Store
+}
+
+func (e emptyOnFence) Fence(ctx context.Context, r string, tok fence.Token, write func(context.Context) error) error {
+	return e.g.Fence(ctx, r, tok, func(ctx context.Context) error {
+		if err := write(ctx); err != nil {
+			return err
+		}
+		return e.store.Put(ctx, r, tok, "")
+	})
+}
+
+// TestFenceChecksCatchDrifts: a guard whose Fence callback's ctx lacks the
+// admitted claim fails CheckFenceClaim; one whose Fence on a missing
+// resource makes a value appear fails CheckFenceMissing.
+func TestFenceChecksCatchDrifts(t *testing.T) {
+	cfg := defaults(t)
+	plain := newRef()
+	plain.plainCtx = true
+	err := guardtest.CheckFenceClaim(context.Background(), guardtest.FromGuard(plain, guardtest.NewMapStore()), cfg)
+	require.Error(t, err)
+	assert.Contains(t, err.Error(), "fence.ClaimFromContext in write")
+
+	store := guardtest.NewMapStore()
+	err = guardtest.CheckFenceMissing(context.Background(), guardtest.FromGuard(emptyOnFence{newRef(), store}, store), cfg)
+	require.Error(t, err)
+	assert.Contains(t, err.Error(), "after a Fence that wrote nothing")
 }

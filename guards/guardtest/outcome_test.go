@@ -20,6 +20,7 @@ type fullSubject interface {
 	guardtest.ContextWriter
 	guardtest.FailingWriter
 	guardtest.StrictWriter
+	guardtest.Fencer
 }
 
 // How remoteSubject's guard reports a commit whose reply never came.

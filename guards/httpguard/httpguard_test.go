@@ -180,6 +180,7 @@ type kitSubject struct {
 	*httpSubject
 	strictURL string
 	srvAddr   string // the service, behind a proxy of each WriteHeld's own
+	guard     fence.Guard
 }
 
 var (
@@ -199,8 +200,12 @@ func newKitSubject(t *testing.T, g fence.Guard, h http.Handler, read func(ctx co
 		httpSubject: &httpSubject{url: srv.URL, client: client, read: read},
 		strictURL:   srv.URL + "/strict",
 		srvAddr:     srv.Listener.Addr().String(),
+		guard:       g,
 	}
 }
+
+// Guard is the service's guard (guardtest.Fencer).
+func (s *kitSubject) Guard() fence.Guard { return s.guard }
 
 func (s *kitSubject) WriteStrict(ctx context.Context, r string, c fence.Claim, v string) error {
 	return post(httpguard.WithResource(fence.WithClaim(ctx, c), r), s.client, s.strictURL, v, false)

@@ -27,6 +27,9 @@
 //   - With Config.Strict, a write whose resource lies outside its claim's
 //     scope, or whose claim has no scope, is refused with a
 //     *fence.ScopeError (fence.ErrOutOfScope) and changes nothing.
+//   - A nil ctx or write is refused with an error matching
+//     fence.ErrNilArgument, as in every guard.
+//   - write's ctx carries the admitted claim (fence.ClaimFromContext).
 //   - A write that fails or panics leaves the mark unchanged and releases the
 //     lock (a panic propagates to the caller).
 //   - A ctx that has ended, before or while the call waits for the lock,
@@ -43,9 +46,6 @@
 //
 // # What is not guaranteed
 //
-//   - A nil ctx is a programming error and panics, as it does in the
-//     standard library; the store guards with a network settle path return
-//     a typed error for it instead.
 //   - Marks live in memory only: they are lost when the process exits and
 //     are not shared with other processes. Use guards/pgguard (or another
 //     persistent guard) when more than one process writes.

@@ -12,10 +12,8 @@ import (
 
 	"github.com/fencekit/fencekit/fence"
 	"github.com/fencekit/fencekit/guards/guardobs"
+	"github.com/fencekit/fencekit/guards/internal/engine"
 )
-
-// ErrNilWrite is returned by Fence and Do when write is nil. Nothing changes.
-var ErrNilWrite = errors.New("memguard: nil write function")
 
 // Config configures a Guard. The zero value is valid.
 type Config struct {
@@ -47,7 +45,7 @@ type Guard struct {
 	mu      sync.Mutex
 	entries map[string]*entry
 	met     *guardobs.Recorder
-	strict  bool
+	args    engine.Args
 }
 
 type entry struct {
@@ -66,7 +64,8 @@ func New(cfg Config) (*Guard, error) {
 	if err != nil {
 		return nil, fmt.Errorf("%w: %w", ErrInvalidConfig, err)
 	}
-	return &Guard{entries: map[string]*entry{}, met: met, strict: cfg.Strict}, nil
+	return &Guard{entries: map[string]*entry{}, met: met,
+		args: engine.Args{Name: "memguard", Strict: cfg.Strict, Rec: met}}, nil
 }
 
 func (g *Guard) entry(resource string) *entry {
@@ -87,10 +86,8 @@ func (g *Guard) entry(resource string) *entry {
 // fence.ErrInvalidRun or fence.ErrInvalidScope; write is not called. Otherwise Do behaves exactly
 // as Fence under the claim's token and run.
 func (g *Guard) Do(ctx context.Context, resource string, write func(ctx context.Context) error) error {
-	c, err := fence.ClaimFromContext(ctx)
+	c, err := g.args.Context(ctx, resource)
 	if err != nil {
-		err = fmt.Errorf("memguard: %q: %w", resource, err)
-		g.met.Refused(ctx, resource, c, err)
 		return err
 	}
 	return g.fence(ctx, resource, c, write)
@@ -98,35 +95,28 @@ func (g *Guard) Do(ctx context.Context, resource string, write func(ctx context.
 
 // Fence implements fence.Guard. The write presents fence.ClaimFor(ctx,
 // token): token, with ctx's run identity when ctx's claim is for the same
-// token. Fence validates resource and claim, waits for the resource's lock
-// (bounded by ctx), and while holding it applies fence.DecideClaim, runs
-// write, and stores fence.NextMark if write returns nil. The error of write
-// is returned as is. Once ctx has ended, Fence returns fence.ContextError(ctx)
-// (matching ctx.Err() and its cause) without calling write.
+// token. Fence validates resource and claim (a nil ctx or write: an error
+// matching fence.ErrNilArgument), waits for the resource's lock (bounded
+// by ctx), and while holding it applies fence.DecideClaim, runs write with
+// a ctx that carries the admitted claim (fence.ClaimFromContext), and
+// stores fence.NextMark if write returns nil. The error of write is
+// returned as is. Once ctx has ended, Fence returns
+// fence.ContextError(ctx) (matching ctx.Err() and its cause) without
+// calling write.
 func (g *Guard) Fence(ctx context.Context, resource string, token fence.Token, write func(ctx context.Context) error) error {
-	return g.fence(ctx, resource, fence.ClaimFor(ctx, token), write)
+	c, err := g.args.Token(ctx, resource, token)
+	if err != nil {
+		return err
+	}
+	return g.fence(ctx, resource, c, write)
 }
 
 func (g *Guard) fence(ctx context.Context, resource string, c fence.Claim, write func(ctx context.Context) error) (err error) {
+	if write == nil {
+		return g.args.NilArgument(resource, "Fence with nil write")
+	}
 	ctx, span := g.met.Start(ctx, resource, c)
 	defer func() { span.End(err) }()
-	if err := fence.ValidateResource(resource); err != nil {
-		return err
-	}
-	if err := c.Validate(); err != nil {
-		return err
-	}
-	if g.strict {
-		if err := fence.CheckScope(resource, c); err != nil {
-			return err
-		}
-	}
-	if write == nil {
-		return ErrNilWrite
-	}
-	if err := fence.ContextError(ctx); err != nil {
-		return fmt.Errorf("memguard: %q: %w", resource, err)
-	}
 	e := g.entry(resource)
 	select {
 	case e.lock <- struct{}{}:
@@ -144,7 +134,7 @@ func (g *Guard) fence(ctx context.Context, resource string, c fence.Claim, write
 		g.met.Decision(ctx, err) // counts the refusal; logs a reuse
 		return err
 	}
-	if err := write(ctx); err != nil {
+	if err := write(fence.WithClaim(ctx, c)); err != nil {
 		return err
 	}
 	tok, run := fence.NextMark(c, mark, markRun)
@@ -162,10 +152,7 @@ func (g *Guard) fence(ctx context.Context, resource string, c fence.Claim, write
 // refused with fence's resource error; an ended ctx with an error matching
 // ctx.Err().
 func (g *Guard) Mark(ctx context.Context, resource string) (fence.Claim, error) {
-	if err := fence.ValidateResource(resource); err != nil {
-		return fence.Claim{}, err
-	}
-	if err := fence.ContextError(ctx); err != nil {
+	if err := g.args.Read(ctx, resource); err != nil {
 		return fence.Claim{}, fmt.Errorf("memguard: %q: %w", resource, err)
 	}
 	g.mu.Lock()

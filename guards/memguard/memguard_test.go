@@ -79,7 +79,12 @@ func TestBadArgumentsDoNotCallWrite(t *testing.T) {
 	assert.ErrorIs(t, g.Fence(ctx, "r", -3, w), fence.ErrInvalidToken)
 	assert.ErrorIs(t, g.Fence(ctx, "", 1, w), fence.ErrInvalidResource)
 	assert.ErrorIs(t, g.Fence(ctx, "a\x00", 1, w), fence.ErrInvalidResource)
-	assert.ErrorIs(t, g.Fence(ctx, "r", 1, nil), memguard.ErrNilWrite)
+	assert.ErrorIs(t, g.Fence(ctx, "r", 1, nil), fence.ErrNilArgument)
+	var nilCtx context.Context
+	assert.ErrorIs(t, g.Fence(nilCtx, "r", 1, func(context.Context) error { return nil }), fence.ErrNilArgument)
+	assert.ErrorIs(t, g.Do(nilCtx, "r", func(context.Context) error { return nil }), fence.ErrNilArgument)
+	_, err := g.Mark(nilCtx, "r")
+	assert.ErrorIs(t, err, fence.ErrNilArgument)
 	assert.False(t, called)
 	assert.Equal(t, fence.Token(0), markOf(g, "r"))
 }
@@ -173,7 +178,7 @@ func TestDoTakesTheClaimFromContext(t *testing.T) {
 	assert.True(t, stale)
 	assert.ErrorIs(t, g.Do(fence.WithClaim(ctx, fence.Claim{Token: 9, Run: "bad run"}), "r", w), fence.ErrInvalidRun)
 	assert.ErrorIs(t, g.Do(fence.WithToken(ctx, 9), "", w), fence.ErrInvalidResource)
-	assert.ErrorIs(t, g.Do(fence.WithToken(ctx, 9), "r", nil), memguard.ErrNilWrite)
+	assert.ErrorIs(t, g.Do(fence.WithToken(ctx, 9), "r", nil), fence.ErrNilArgument)
 	assert.Equal(t, 1, called)
 	assert.Equal(t, fence.Token(8), markOf(g, "r"))
 }

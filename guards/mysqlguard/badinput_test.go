@@ -13,7 +13,7 @@ import (
 )
 
 // TestCorruptMarks: a marks row or an in-row token/run the guard did not
-// write refuses the write with a *MarkError and writes nothing: a token
+// write refuses the write with a *ForeignError and writes nothing: a token
 // below 1 refuses every write; a malformed run refuses writes at its token
 // (the only ones its run decides), while a higher token replaces it.
 func TestCorruptMarks(t *testing.T) {
@@ -41,9 +41,9 @@ func TestCorruptMarks(t *testing.T) {
 		for _, tok := range toks {
 			for name, w := range map[string]guardtestWriter{"marks": ms, "in-row": rs} {
 				err := w.WriteClaim(ctx, r, fence.Claim{Token: tok, Run: "run-a"}, "new")
-				var me *MarkError
+				var me *ForeignError
 				if !errors.As(err, &me) || me.Resource != r || errors.Is(err, fence.ErrStale) || errors.Is(err, fence.ErrBusy) {
-					t.Errorf("%s: mark (%d, %q), token %d: %v, want *MarkError", name, bad.tok, bad.run, tok, err)
+					t.Errorf("%s: mark (%d, %q), token %d: %v, want *ForeignError", name, bad.tok, bad.run, tok, err)
 				}
 			}
 		}
@@ -53,7 +53,7 @@ func TestCorruptMarks(t *testing.T) {
 		if v, _, _, _ := rs.Read(ctx, r); v != "old" {
 			t.Errorf("mark (%d, %q): in-row value %q, want old", bad.tok, bad.run, v)
 		}
-		if _, err := g.Mark(ctx, r); !errors.Is(err, ErrCorruptMark) {
+		if _, err := g.Mark(ctx, r); !errors.Is(err, fence.ErrForeign) {
 			t.Errorf("Mark over (%d, %q): %v", bad.tok, bad.run, err)
 		}
 		if bad.tok == 7 {
@@ -77,19 +77,19 @@ func TestBadArguments(t *testing.T) {
 	f := newFixture(t)
 	g := f.guard(t, Config{DB: f.db})
 	rows := f.inRow(t, RowsConfig{})
-	if err := g.InTxClaim(ctx, "r", fence.Claim{Token: 1}, nil); !errors.Is(err, ErrNilArgument) {
+	if err := g.InTxClaim(ctx, "r", fence.Claim{Token: 1}, nil); !errors.Is(err, fence.ErrNilArgument) {
 		t.Errorf("InTxClaim(nil fn): %v", err)
 	}
-	if err := g.InTx(fence.WithToken(ctx, 1), "r", nil); !errors.Is(err, ErrNilArgument) {
+	if err := g.InTx(fence.WithToken(ctx, 1), "r", nil); !errors.Is(err, fence.ErrNilArgument) {
 		t.Errorf("InTx(nil fn): %v", err)
 	}
-	if err := g.FenceTxClaim(ctx, nil, "r", fence.Claim{Token: 1}); !errors.Is(err, ErrNilArgument) {
+	if err := g.FenceTxClaim(ctx, nil, "r", fence.Claim{Token: 1}); !errors.Is(err, fence.ErrNilArgument) {
 		t.Errorf("FenceTx(nil tx): %v", err)
 	}
-	if err := g.Fence(ctx, "r", 1, nil); !errors.Is(err, ErrNilArgument) {
+	if err := g.Fence(ctx, "r", 1, nil); !errors.Is(err, fence.ErrNilArgument) {
 		t.Errorf("Fence(nil write): %v", err)
 	}
-	if err := rows.UpsertClaim(ctx, nil, []any{"a"}, fence.Claim{Token: 1}, "v"); !errors.Is(err, ErrNilArgument) {
+	if err := rows.UpsertClaim(ctx, nil, []any{"a"}, fence.Claim{Token: 1}, "v"); !errors.Is(err, fence.ErrNilArgument) {
 		t.Errorf("UpsertClaim(nil querier): %v", err)
 	}
 	if err := rows.UpsertClaim(ctx, f.db, []any{"a", "b"}, fence.Claim{Token: 1}, "v"); !errors.Is(err, ErrKeyArity) {

@@ -45,6 +45,9 @@ func (s marksSubject) WriteFailing(ctx context.Context, r string, tok fence.Toke
 	})
 }
 
+// Guard is the guard the subject's writes go through (guardtest.Fencer).
+func (s marksSubject) Guard() fence.Guard { return s.g }
+
 func (s marksSubject) Read(ctx context.Context, r string) (string, fence.Token, bool, error) {
 	v, tok, ok, err := s.f.readData(ctx, s.db, s.f.data, "token", r)
 	return v, fence.Token(tok), ok, err

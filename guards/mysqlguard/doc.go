@@ -19,7 +19,8 @@
 //   - FenceTx / FenceTxClaim: fence inside a transaction the caller opened
 //     (for example through an ORM).
 //   - Fence: the fence.Guard method, on Config.DB; the callback finds the
-//     transaction with TxFromContext. Mark reads a mark on Config.DB (a
+//     transaction with TxFromContext and the admitted claim with
+//     fence.ClaimFromContext. Mark reads a mark on Config.DB (a
 //     resource never written matches fence.ErrNotFound), and
 //     CreateTable creates the marks table there.
 //
@@ -84,7 +85,7 @@
 // a COMMIT: one more round trip. A COMMIT of InTx or Fence whose wait
 // ended is then settled (below) within Config.SettleTimeout, so InTx
 // returns at most SettleTimeout after ctx ends, with the driver's default
-// DSN (no readTimeout) too. A nil ctx is refused with ErrNilArgument.
+// DSN (no readTimeout) too. A nil ctx is refused with fence.ErrNilArgument.
 //
 // # What is guaranteed
 //
@@ -131,7 +132,7 @@
 //     resource lies outside its claim's scope, or whose claim has no scope,
 //     is refused with a *fence.ScopeError before any I/O.
 //   - A stored mark the guard did not write refuses the write with
-//     *MarkError and nothing is written: a token below 1 refuses every
+//     *ForeignError and nothing is written: a token below 1 refuses every
 //     write; a run that is not a valid identity refuses the writes at its
 //     token, the only ones it decides (a higher token replaces it). Bad input (resource, token, run, missing claim, nil
 //     arguments, key arity) is refused with a typed error before any I/O.

@@ -44,33 +44,25 @@ func configErr(field, reason string, err error) error {
 	return &ConfigError{Field: field, Reason: reason, Err: err}
 }
 
-// ErrNilArgument is returned, before any I/O, for a nil context,
-// transaction, querier or function, and for a querier Upsert cannot use.
-var ErrNilArgument = errors.New("mysqlguard: nil argument")
-
 // ErrKeyArity is matched by the error of an in-row write whose key or value
 // count does not match RowsConfig.
 var ErrKeyArity = errors.New("mysqlguard: wrong number of key or column values")
 
-// ErrCorruptMark is matched by a *MarkError: a stored mark (a marks-table
-// row, or the token and run columns of a row in in-row mode) is not one
-// this guard writes. Nothing is written.
-var ErrCorruptMark = errors.New("mysqlguard: unreadable mark")
-
-// MarkError reports a stored mark the guard cannot read. It matches
-// ErrCorruptMark.
-type MarkError struct {
+// ForeignError reports a stored mark the guard cannot read (a marks-table
+// row, or the token and run columns of a row in in-row mode, that this
+// guard does not write). It matches fence.ErrForeign. Nothing is written.
+type ForeignError struct {
 	Resource string
 	Reason   string
 }
 
 // Error implements error.
-func (e *MarkError) Error() string {
+func (e *ForeignError) Error() string {
 	return fmt.Sprintf("mysqlguard: %q: unreadable mark: %s", e.Resource, e.Reason)
 }
 
-// Is reports whether target is ErrCorruptMark.
-func (e *MarkError) Is(target error) bool { return target == ErrCorruptMark }
+// Is reports whether target is fence.ErrForeign.
+func (e *ForeignError) Is(target error) bool { return target == fence.ErrForeign }
 
 // ErrTableMismatch is matched by a *TableError: the guarded table (the
 // marks table, or an in-row table) is missing or lacks a column the guard
@@ -100,10 +92,10 @@ func (e *TableError) Unwrap() error { return e.Err }
 // no row) on q: a missing table or column is a *TableError.
 func checkTable(ctx context.Context, q Querier, table, probe string) error {
 	if ctx == nil {
-		return fmt.Errorf("%w: CheckTable with nil ctx", ErrNilArgument)
+		return fmt.Errorf("mysqlguard: CheckTable with nil ctx: %w", fence.ErrNilArgument)
 	}
 	if q == nil {
-		return fmt.Errorf("%w: CheckTable with nil querier", ErrNilArgument)
+		return fmt.Errorf("mysqlguard: CheckTable with nil querier: %w", fence.ErrNilArgument)
 	}
 	var one int
 	err := q.QueryRowContext(ctx, probe).Scan(&one)

@@ -2,9 +2,7 @@ package mysqlguard
 
 import (
 	"context"
-	"crypto/rand"
 	_ "embed"
-	"encoding/hex"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -19,6 +17,7 @@ import (
 
 	"github.com/fencekit/fencekit/fence"
 	"github.com/fencekit/fencekit/guards/guardobs"
+	"github.com/fencekit/fencekit/guards/internal/engine"
 )
 
 // DefaultTable is Config.Table's default.
@@ -88,7 +87,7 @@ type Guard struct {
 	table         string
 	iso           sql.IsolationLevel
 	settleTimeout time.Duration
-	strict        bool
+	args          engine.Args
 	fenceSQL      string
 	runSQL        string
 	markSQL       string
@@ -133,7 +132,8 @@ func New(cfg Config) (*Guard, error) {
 		return nil, configErr("MeterProvider", "instruments", err)
 	}
 	return &Guard{
-		db: cfg.DB, table: cfg.Table, iso: cfg.IsoLevel, settleTimeout: cfg.SettleTimeout, strict: cfg.Strict, rec: rec,
+		db: cfg.DB, table: cfg.Table, iso: cfg.IsoLevel, settleTimeout: cfg.SettleTimeout, rec: rec,
+		args:      engine.Args{Name: "mysqlguard", Strict: cfg.Strict, Rec: rec},
 		fenceSQL:  marksFenceSQL(t),
 		runSQL:    `SELECT token, run FROM ` + t + ` WHERE resource = ? FOR UPDATE`,
 		markSQL:   `SELECT token, run FROM ` + t + ` WHERE resource = ?`,
@@ -153,7 +153,7 @@ func validSQL(tok string) string { return "(" + tok + " >= 1)" }
 // checked (REGEXP, as fence.ValidateRun) and compared, so the usual write
 // with a higher token evaluates no regular expression; a malformed run at
 // an equal token refuses the write, and the guard reports it as a
-// *MarkError after reading it. Runs are compared byte for byte, as
+// *ForeignError after reading it. Runs are compared byte for byte, as
 // fence.DecideClaim compares them, whatever the column's collation.
 func admitSQL(tok, run string) string {
 	if run == "" {
@@ -209,7 +209,7 @@ ON DUPLICATE KEY UPDATE
 // not exist.
 func (g *Guard) CreateTable(ctx context.Context) error {
 	if ctx == nil {
-		return fmt.Errorf("%w: CreateTable with nil ctx", ErrNilArgument)
+		return fmt.Errorf("mysqlguard: CreateTable with nil ctx: %w", fence.ErrNilArgument)
 	}
 	if _, err := g.db.ExecContext(ctx, g.createSQL); err != nil {
 		return fence.WrapContext(ctx, fmt.Errorf("mysqlguard: create table %s: %w", g.table, err))
@@ -229,44 +229,6 @@ func (g *Guard) CheckTable(ctx context.Context) error {
 // Table returns the marks table's name.
 func (g *Guard) Table() string { return g.table }
 
-// args checks a call's input before any I/O: resource, claim, the claim's
-// scope when strict, and a ctx that has not ended.
-func args(ctx context.Context, resource string, c fence.Claim, strict bool) error {
-	if err := fence.ValidateResource(resource); err != nil {
-		return err
-	}
-	if err := c.Validate(); err != nil {
-		return err
-	}
-	if strict {
-		if err := fence.CheckScope(resource, c); err != nil {
-			return err
-		}
-	}
-	if err := fence.ContextError(ctx); err != nil {
-		return fmt.Errorf("mysqlguard: %q: %w", resource, err)
-	}
-	return nil
-}
-
-// ctxClaim returns the claim ctx carries, checked like args.
-func ctxClaim(ctx context.Context, resource string, strict bool) (fence.Claim, error) {
-	if err := fence.ValidateResource(resource); err != nil {
-		return fence.Claim{}, err
-	}
-	c, err := fence.ClaimFromContext(ctx)
-	if err != nil {
-		return fence.Claim{}, fmt.Errorf("mysqlguard: %q: %w", resource, err)
-	}
-	return c, args(ctx, resource, c, strict)
-}
-
-func newWriteID() string {
-	var b [16]byte
-	_, _ = rand.Read(b[:])
-	return hex.EncodeToString(b[:])
-}
-
 // InTx runs fn in a transaction fenced for resource under the claim ctx
 // carries (fence.ClaimFromContext: a lease's context carries its claim;
 // none: fence.ErrNoToken, nothing sent). It begins a transaction on
@@ -276,7 +238,7 @@ func newWriteID() string {
 // commit. fn must not commit or roll back the transaction.
 //
 // Errors: input errors (fence.ErrInvalidResource, fence.ErrInvalidToken,
-// fence.ErrInvalidRun, fence.ErrInvalidScope, ErrNilArgument) and
+// fence.ErrInvalidRun, fence.ErrInvalidScope, fence.ErrNilArgument) and
 // *fence.ScopeError under Config.Strict, before any I/O; a refused claim
 // is a *fence.StaleError or *fence.ReusedError; deadlock (1213), lock
 // wait timeout (1205) and a fence statement whose reply the driver gave up
@@ -292,40 +254,27 @@ func newWriteID() string {
 // (fence.ErrOutcomeUnknown). InTx returns at most Config.SettleTimeout
 // after ctx ends.
 func (g *Guard) InTx(ctx context.Context, resource string, fn func(ctx context.Context, tx *sql.Tx) error) error {
-	if ctx == nil {
-		return fmt.Errorf("%w: InTx with nil ctx", ErrNilArgument)
-	}
-	c, err := ctxClaim(ctx, resource, g.strict)
-	if err != nil {
-		return err
-	}
-	return g.inTx(ctx, resource, c, fn)
+	return g.args.Claimed(ctx, resource, nil, func(c fence.Claim) error { return g.inTx(ctx, resource, c, fn) })
 }
 
 // InTxClaim is InTx for a claim passed explicitly (fence.ClaimFor(ctx,
 // token) for a token from elsewhere).
 func (g *Guard) InTxClaim(ctx context.Context, resource string, claim fence.Claim, fn func(ctx context.Context, tx *sql.Tx) error) error {
-	if ctx == nil {
-		return fmt.Errorf("%w: InTxClaim with nil ctx", ErrNilArgument)
-	}
-	if err := args(ctx, resource, claim, g.strict); err != nil {
-		return err
-	}
-	return g.inTx(ctx, resource, claim, fn)
+	return g.args.Claimed(ctx, resource, &claim, func(claim fence.Claim) error { return g.inTx(ctx, resource, claim, fn) })
 }
 
 func (g *Guard) inTx(ctx context.Context, resource string, c fence.Claim, fn func(ctx context.Context, tx *sql.Tx) error) (err error) {
 	ctx, span := g.rec.Start(ctx, resource, c)
 	defer func() { span.End(err) }()
 	if fn == nil {
-		return fmt.Errorf("%w: InTx with nil fn", ErrNilArgument)
+		return fmt.Errorf("mysqlguard: InTx with nil fn: %w", fence.ErrNilArgument)
 	}
 	tx, err := g.db.BeginTx(ctx, &sql.TxOptions{Isolation: g.iso})
 	if err != nil {
 		return dbError(ctx, g.table, resource, "begin", err)
 	}
 	defer rollback(tx) // no-op (sql.ErrTxDone) after Commit
-	id := newWriteID()
+	id := engine.NewWriteID()
 	if err := g.fence(ctx, tx, resource, c, id); err != nil {
 		return err
 	}
@@ -421,34 +370,21 @@ func (g *Guard) settle(ctx context.Context, resource string, c fence.Claim, id s
 // rolled back. The caller commits; if its COMMIT's reply is lost, compare
 // Mark with the claim before assuming either outcome.
 func (g *Guard) FenceTx(ctx context.Context, tx *sql.Tx, resource string) error {
-	if ctx == nil {
-		return fmt.Errorf("%w: FenceTx with nil ctx", ErrNilArgument)
-	}
-	c, err := ctxClaim(ctx, resource, g.strict)
-	if err != nil {
-		return err
-	}
-	return g.fenceTxChecked(ctx, tx, resource, c)
+	return g.args.Claimed(ctx, resource, nil, func(c fence.Claim) error { return g.fenceTxChecked(ctx, tx, resource, c) })
 }
 
 // FenceTxClaim is FenceTx for a claim passed explicitly.
 func (g *Guard) FenceTxClaim(ctx context.Context, tx *sql.Tx, resource string, c fence.Claim) error {
-	if ctx == nil {
-		return fmt.Errorf("%w: FenceTxClaim with nil ctx", ErrNilArgument)
-	}
-	if err := args(ctx, resource, c, g.strict); err != nil {
-		return err
-	}
-	return g.fenceTxChecked(ctx, tx, resource, c)
+	return g.args.Claimed(ctx, resource, &c, func(c fence.Claim) error { return g.fenceTxChecked(ctx, tx, resource, c) })
 }
 
 func (g *Guard) fenceTxChecked(ctx context.Context, tx *sql.Tx, resource string, c fence.Claim) (err error) {
 	ctx, span := g.rec.Start(ctx, resource, c)
 	defer func() { span.End(err) }()
 	if tx == nil {
-		return fmt.Errorf("%w: FenceTx with nil tx", ErrNilArgument)
+		return fmt.Errorf("mysqlguard: FenceTx with nil tx: %w", fence.ErrNilArgument)
 	}
-	return g.fence(ctx, tx, resource, c, newWriteID())
+	return g.fence(ctx, tx, resource, c, engine.NewWriteID())
 }
 
 // fence runs the fence statement in tx and decides; on refusal or error tx
@@ -491,12 +427,12 @@ func (g *Guard) fenceOnce(ctx context.Context, tx *sql.Tx, resource string, c fe
 		return stmtError(ctx, g.table, resource, "read mark", err)
 	}
 	if err := (fence.Claim{Token: fence.Token(tok), Run: run}).Validate(); err != nil {
-		return &MarkError{Resource: resource, Reason: fmt.Sprintf("token %d, run %q", tok, run)}
+		return &ForeignError{Resource: resource, Reason: fmt.Sprintf("token %d, run %q", tok, run)}
 	}
 	if derr := fence.DecideClaim(resource, c, fence.Token(tok), run); derr != nil {
 		return derr
 	}
-	return &MarkError{Resource: resource, Reason: fmt.Sprintf("fence statement refused token %d, mark (%d, %q) admits it", c.Token, tok, run)}
+	return &ForeignError{Resource: resource, Reason: fmt.Sprintf("fence statement refused token %d, mark (%d, %q) admits it", c.Token, tok, run)}
 }
 
 // corrupt reads a mark the fence statement found invalid, for the error.
@@ -508,7 +444,7 @@ func (g *Guard) corrupt(ctx context.Context, tx *sql.Tx, resource string) error 
 	if err := tx.QueryRowContext(ctx, g.runSQL, resource).Scan(&tok, &run); err != nil {
 		return stmtError(ctx, g.table, resource, "read mark", err)
 	}
-	return &MarkError{Resource: resource, Reason: fmt.Sprintf("token %d, run %q", tok, run)}
+	return &ForeignError{Resource: resource, Reason: fmt.Sprintf("token %d, run %q", tok, run)}
 }
 
 // TxFromContext returns the transaction of a running Fence write callback.
@@ -525,18 +461,15 @@ type txKey struct{}
 // the transaction, and commits when write returns nil (rolls back
 // otherwise). Errors are InTx's.
 func (g *Guard) Fence(ctx context.Context, resource string, token fence.Token, write func(ctx context.Context) error) error {
-	if ctx == nil {
-		return fmt.Errorf("%w: Fence with nil ctx", ErrNilArgument)
-	}
-	c := fence.ClaimFor(ctx, token)
-	if err := args(ctx, resource, c, g.strict); err != nil {
+	c, err := g.args.Token(ctx, resource, token)
+	if err != nil {
 		return err
 	}
 	if write == nil {
-		return fmt.Errorf("%w: Fence with nil write", ErrNilArgument)
+		return g.args.NilArgument(resource, "Fence with nil write")
 	}
 	return g.inTx(ctx, resource, c, func(ctx context.Context, tx *sql.Tx) error {
-		return write(context.WithValue(ctx, txKey{}, tx))
+		return write(context.WithValue(fence.WithClaim(ctx, c), txKey{}, tx))
 	})
 }
 
@@ -546,7 +479,7 @@ func (g *Guard) Fence(ctx context.Context, resource string, token fence.Token, w
 // zero Claim.
 func (g *Guard) Mark(ctx context.Context, resource string) (fence.Claim, error) {
 	if ctx == nil {
-		return fence.Claim{}, fmt.Errorf("%w: Mark with nil ctx", ErrNilArgument)
+		return fence.Claim{}, g.args.NilArgument(resource, "Mark with nil ctx")
 	}
 	if err := fence.ValidateResource(resource); err != nil {
 		return fence.Claim{}, err
@@ -564,7 +497,7 @@ func (g *Guard) Mark(ctx context.Context, resource string) (fence.Claim, error) 
 	}
 	c := fence.Claim{Token: fence.Token(tok), Run: run}
 	if err := c.Validate(); err != nil {
-		return fence.Claim{}, &MarkError{Resource: resource, Reason: err.Error()}
+		return fence.Claim{}, &ForeignError{Resource: resource, Reason: err.Error()}
 	}
 	return c, nil
 }

@@ -134,7 +134,7 @@ func TestInTxFunctionErrorNamesGuard(t *testing.T) {
 	}
 }
 
-// TestNilContext: every entry point refuses a nil ctx with ErrNilArgument
+// TestNilContext: every entry point refuses a nil ctx with fence.ErrNilArgument
 // instead of panicking.
 func TestNilContext(t *testing.T) {
 	f := newFixture(t)
@@ -161,8 +161,8 @@ func TestNilContext(t *testing.T) {
 			}()
 			return call()
 		}()
-		if !errors.Is(err, ErrNilArgument) {
-			t.Errorf("%s(nil ctx): %v, want ErrNilArgument", name, err)
+		if !errors.Is(err, fence.ErrNilArgument) {
+			t.Errorf("%s(nil ctx): %v, want fence.ErrNilArgument", name, err)
 		}
 	}
 }
@@ -170,7 +170,7 @@ func TestNilContext(t *testing.T) {
 // TestInRowKeyBytesAndNullToken: a []byte key is validated as its bytes (a
 // NUL byte is refused with fence.ErrInvalidResource before any I/O, where
 // its fmt.Sprint text "[97 0]" would pass), and a NULL token in a nullable
-// token column refuses the write with *MarkError, writing nothing.
+// token column refuses the write with *ForeignError, writing nothing.
 func TestInRowKeyBytesAndNullToken(t *testing.T) {
 	ctx := context.Background()
 	f := newFixture(t)
@@ -201,9 +201,9 @@ func TestInRowKeyBytesAndNullToken(t *testing.T) {
 		tok fence.Token
 	}{{"null/tok", 1}, {"null/tok", 9}, {"null/run", 4}} {
 		err := nr.UpsertClaim(ctx, f.db, []any{tc.r}, fence.Claim{Token: tc.tok, Run: "run-a"}, "new")
-		var me *MarkError
+		var me *ForeignError
 		if !errors.As(err, &me) || me.Resource != tc.r {
-			t.Errorf("%s, token %d: %v, want *MarkError", tc.r, tc.tok, err)
+			t.Errorf("%s, token %d: %v, want *ForeignError", tc.r, tc.tok, err)
 		}
 		var v string
 		if err := f.db.QueryRowContext(ctx, "SELECT value FROM "+table+" WHERE resource = ?", tc.r).Scan(&v); err != nil || v != "old" {

@@ -13,6 +13,7 @@ import (
 
 	"github.com/fencekit/fencekit/fence"
 	"github.com/fencekit/fencekit/guards/guardobs"
+	"github.com/fencekit/fencekit/guards/internal/engine"
 )
 
 // RowsConfig configures in-row fencing of one table: the token (and
@@ -62,7 +63,7 @@ type Rows struct {
 	table       string
 	nKey, nCols int
 	withRun     bool
-	strict      bool
+	args        engine.Args
 	upsertSQL   string // the conditional upsert under the whole decision rule
 	lockSQL     string // the locking read of the row's token and run
 	checkSQL    string // CheckTable's probe
@@ -95,19 +96,8 @@ func NewRows(cfg RowsConfig) (*Rows, error) {
 	}
 	seen := map[string]bool{}
 	quote := func(field string, names []string) ([]string, error) {
-		out := make([]string, len(names))
-		for i, n := range names {
-			q, err := quoteIdent(field, n)
-			if err != nil {
-				return nil, err
-			}
-			if seen[n] {
-				return nil, configErr(field, fmt.Sprintf("column %q named twice", n), nil)
-			}
-			seen[n] = true
-			out[i] = q
-		}
-		return out, nil
+		return engine.QuoteNames(names, seen, func(n string) (string, error) { return quoteIdent(field, n) },
+			func(n string) error { return configErr(field, fmt.Sprintf("column %q named twice", n), nil) })
 	}
 	keys, err := quote("Key", cfg.Key)
 	if err != nil {
@@ -134,7 +124,8 @@ func NewRows(cfg RowsConfig) (*Rows, error) {
 	if err != nil {
 		return nil, configErr("MeterProvider", "instruments", err)
 	}
-	r := &Rows{table: cfg.Table, nKey: len(keys), nCols: len(cols), withRun: run != "", strict: cfg.Strict, rec: rec}
+	r := &Rows{table: cfg.Table, nKey: len(keys), nCols: len(cols), withRun: run != "", rec: rec,
+		args: engine.Args{Name: "mysqlguard", Strict: cfg.Strict, Rec: rec}}
 	r.statements(table, keys, cols, tok[0], run)
 	return r, nil
 }
@@ -217,7 +208,7 @@ func keyText(k any) string {
 // it has been rolled back. q may be a *sql.DB or *sql.Conn (any Beginner):
 // Upsert then opens a transaction on it (the server's isolation level),
 // runs both statements, and commits an admitted write (rolls a refused one
-// back). Any other Querier is refused with ErrNilArgument.
+// back). Any other Querier is refused with fence.ErrNilArgument.
 //
 // The resource named in errors is the key's value as text (a []byte's
 // bytes; fence.JoinResource of the values for a composite key) and must
@@ -228,13 +219,13 @@ func keyText(k any) string {
 // claim is admitted again). Once ctx ends, the COMMIT's wait ends with it.
 func (r *Rows) Upsert(ctx context.Context, q Querier, key []any, values ...any) error {
 	if ctx == nil {
-		return fmt.Errorf("%w: Upsert with nil ctx", ErrNilArgument)
+		return r.args.NilArgument("", "Upsert with nil ctx")
 	}
 	res, err := r.arity(key, values)
 	if err != nil {
 		return err
 	}
-	c, err := ctxClaim(ctx, res, r.strict)
+	c, err := r.args.Context(ctx, res)
 	if err != nil {
 		return err
 	}
@@ -244,13 +235,13 @@ func (r *Rows) Upsert(ctx context.Context, q Querier, key []any, values ...any) 
 // UpsertClaim is Upsert for a claim passed explicitly, right after the key.
 func (r *Rows) UpsertClaim(ctx context.Context, q Querier, key []any, c fence.Claim, values ...any) error {
 	if ctx == nil {
-		return fmt.Errorf("%w: UpsertClaim with nil ctx", ErrNilArgument)
+		return r.args.NilArgument("", "UpsertClaim with nil ctx")
 	}
 	res, err := r.arity(key, values)
 	if err != nil {
 		return err
 	}
-	if err := args(ctx, res, c, r.strict); err != nil {
+	if err := r.args.Explicit(ctx, res, c); err != nil {
 		return err
 	}
 	return r.upsert(ctx, q, res, c, key, values)
@@ -278,10 +269,10 @@ func (r *Rows) upsert(ctx context.Context, q Querier, res string, c fence.Claim,
 	}
 	switch q := q.(type) {
 	case nil:
-		return fmt.Errorf("%w: Upsert with nil querier", ErrNilArgument)
+		return fmt.Errorf("mysqlguard: Upsert with nil querier: %w", fence.ErrNilArgument)
 	case *sql.Tx:
 		if q == nil {
-			return fmt.Errorf("%w: Upsert with nil *sql.Tx", ErrNilArgument)
+			return fmt.Errorf("mysqlguard: Upsert with nil *sql.Tx: %w", fence.ErrNilArgument)
 		}
 		if err := r.decide(ctx, q, res, c, key, a); err != nil {
 			rollback(q)
@@ -291,7 +282,7 @@ func (r *Rows) upsert(ctx context.Context, q Querier, res string, c fence.Claim,
 	case Beginner:
 		return fence.WrapContext(ctx, r.ownTx(ctx, q, res, c, key, a))
 	}
-	return fmt.Errorf("%w: Upsert's querier %T is neither a *sql.Tx nor a Beginner (*sql.DB, *sql.Conn)", ErrNilArgument, q)
+	return fmt.Errorf("mysqlguard: Upsert's querier %T is neither a *sql.Tx nor a Beginner (*sql.DB, *sql.Conn): %w", q, fence.ErrNilArgument)
 }
 
 // ownTx runs the upsert and its decision in a transaction of its own on b
@@ -340,23 +331,23 @@ func (r *Rows) decide(ctx context.Context, tx *sql.Tx, res string, c fence.Claim
 	err := tx.QueryRowContext(ctx, r.lockSQL, key...).Scan(&tok, &run)
 	switch {
 	case errors.Is(err, sql.ErrNoRows):
-		return &MarkError{Resource: res, Reason: "the row is gone right after the upsert (a trigger?)"}
+		return &ForeignError{Resource: res, Reason: "the row is gone right after the upsert (a trigger?)"}
 	case err != nil:
 		return stmtError(ctx, r.table, res, "read mark", err)
 	case !tok.Valid:
-		return &MarkError{Resource: res, Reason: "token is NULL"}
+		return &ForeignError{Resource: res, Reason: "token is NULL"}
 	case tok.Int64 < 1:
-		return &MarkError{Resource: res, Reason: fmt.Sprintf("token %d", tok.Int64)}
+		return &ForeignError{Resource: res, Reason: fmt.Sprintf("token %d", tok.Int64)}
 	case fence.Token(tok.Int64) > c.Token:
 		return &fence.StaleError{Resource: res, Presented: c.Token, Highest: fence.Token(tok.Int64)}
 	case fence.Token(tok.Int64) < c.Token:
-		return &MarkError{Resource: res, Reason: fmt.Sprintf("token %d below the admitted claim's %d after the upsert (a trigger changed it?)", tok.Int64, c.Token)}
+		return &ForeignError{Resource: res, Reason: fmt.Sprintf("token %d below the admitted claim's %d after the upsert (a trigger changed it?)", tok.Int64, c.Token)}
 	case !run.Valid:
-		return &MarkError{Resource: res, Reason: fmt.Sprintf("token %d, run NULL", tok.Int64)}
+		return &ForeignError{Resource: res, Reason: fmt.Sprintf("token %d, run NULL", tok.Int64)}
 	}
 	mark := fence.Claim{Token: fence.Token(tok.Int64), Run: run.String}
 	if err := mark.Validate(); err != nil {
-		return &MarkError{Resource: res, Reason: fmt.Sprintf("token %d, run %q", tok.Int64, run.String)}
+		return &ForeignError{Resource: res, Reason: fmt.Sprintf("token %d, run %q", tok.Int64, run.String)}
 	}
 	return fence.DecideClaim(res, c, mark.Token, mark.Run)
 }

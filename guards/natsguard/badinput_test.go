@@ -18,7 +18,7 @@ import (
 
 // TestForeignEntries: a latest record the guard did not write (a plain
 // KV Put, a malformed token or run, a tombstone with content) refuses
-// every write with an *EntryError, and nothing is written.
+// every write with an *ForeignError, and nothing is written.
 func TestForeignEntries(t *testing.T) {
 	ctx := context.Background()
 	bucket := newBucket(t, jetstreamKV(0))
@@ -43,21 +43,21 @@ func TestForeignEntries(t *testing.T) {
 		}
 		for _, tok := range []fence.Token{1, 5, 1 << 62} {
 			err := g.PutClaim(ctx, r, fence.Claim{Token: tok}, []byte("new"))
-			var ee *EntryError
+			var ee *ForeignError
 			if !errors.As(err, &ee) || ee.Resource != r || errors.Is(err, fence.ErrStale) || errors.Is(err, fence.ErrBusy) {
-				t.Errorf("%v: token %d: %v, want *EntryError", hdr, tok, err)
+				t.Errorf("%v: token %d: %v, want *ForeignError", hdr, tok, err)
 			}
 		}
 		if err := g.Do(fence.WithToken(ctx, 9), r, func(context.Context) error {
 			t.Errorf("%v: Fence ran its write over a foreign entry", hdr)
 			return nil
-		}); !errors.Is(err, ErrForeignEntry) {
+		}); !errors.Is(err, fence.ErrForeign) {
 			t.Errorf("%v: Do: %v", hdr, err)
 		}
 		if rev := lastRevision(t, g, r); rev != uint64(i+1) {
 			t.Errorf("%v: latest revision %d after refused writes, want %d (nothing written)", hdr, rev, i+1)
 		}
-		if _, _, err := g.Get(ctx, r); !errors.Is(err, ErrForeignEntry) {
+		if _, _, err := g.Get(ctx, r); !errors.Is(err, fence.ErrForeign) {
 			t.Errorf("%v: Get: %v", hdr, err)
 		}
 	}

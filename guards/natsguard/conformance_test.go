@@ -33,9 +33,12 @@ func (a subject) WriteFailing(ctx context.Context, r string, tok fence.Token) er
 	})
 }
 
+// Guard is the guard the subject's writes go through (guardtest.Fencer).
+func (a subject) Guard() fence.Guard { return a.g }
+
 func (a subject) Read(ctx context.Context, r string) (string, fence.Token, bool, error) {
 	b, info, err := a.g.Get(ctx, r)
-	if errors.Is(err, ErrNotFound) {
+	if errors.Is(err, fence.ErrNotFound) {
 		return "", 0, false, nil
 	}
 	if err != nil {

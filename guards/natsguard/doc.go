@@ -94,17 +94,17 @@
 //     decided on, which the later write replaced (and, within the duplicate
 //     window, its write id is answered as a duplicate).
 //   - A read of a resource without value (Get) returns a *NotFoundError
-//     matching both ErrNotFound and fence.ErrNotFound.
+//     matching fence.ErrNotFound.
 //   - With Config.Strict, a write whose resource lies outside its claim's
 //     scope, or whose claim has no scope, is refused with a
 //     *fence.ScopeError before any I/O.
-//   - A latest record the guard did not write (*EntryError) is neither
+//   - A latest record the guard did not write (*ForeignError) is neither
 //     read through nor overwritten. Bad input returns a typed error before
 //     any I/O.
 //   - New refuses a bucket whose records expire (TTL) or are discarded when
 //     it is full, unless Config.AllowExpiry is set, and a missing bucket
 //     (*BucketError, ErrBucket).
-//   - A nil context is refused with an error matching ErrNilContext,
+//   - A nil context is refused with an error matching fence.ErrNilArgument,
 //     before any I/O.
 //   - Once ctx has ended, calls return an error matching ctx.Err() and
 //     context.Cause(ctx), never fence.ErrBusy.
@@ -125,5 +125,7 @@
 //   - Plain buckets only (no mirrors, sources or JetStream domains).
 //     Tested on nats-server 2.9.
 //   - Effects of a Fence callback outside the bucket are not fenced; a
-//     callback that staged nothing raises the mark and keeps the value.
+//     callback (its ctx carries the admitted claim) that staged nothing
+//     raises the mark and keeps the value, or writes a tombstone over no
+//     value (Get then reports fence.ErrNotFound).
 package natsguard

@@ -16,23 +16,6 @@ var ErrInvalidConfig = errors.New("natsguard: invalid config")
 // or its duplicate window is too short to settle lost replies.
 var ErrBucket = errors.New("natsguard: bucket unsuitable for fencing")
 
-// ErrForeignEntry is matched by an *EntryError: the latest record of a key
-// was not written by this guard (no token header, or a malformed one). The
-// guard neither reads through it nor overwrites it.
-var ErrForeignEntry = errors.New("natsguard: entry not written by natsguard")
-
-// ErrNotFound is matched by a *NotFoundError: the resource has no value.
-// A *NotFoundError matches fence.ErrNotFound too.
-var ErrNotFound = errors.New("natsguard: not found")
-
-// ErrNilContext is matched by the error of every call given a nil
-// context; nothing is read or written.
-var ErrNilContext = errors.New("natsguard: nil context")
-
-func nilContext(resource string) error {
-	return fmt.Errorf("natsguard: %q: %w", resource, ErrNilContext)
-}
-
 // BucketError reports a bucket New refuses. It matches ErrBucket and
 // unwraps to Err.
 type BucketError struct {
@@ -55,9 +38,10 @@ func (e *BucketError) Unwrap() error { return e.Err }
 // Is reports whether target is ErrBucket.
 func (e *BucketError) Is(target error) bool { return target == ErrBucket }
 
-// EntryError reports a key whose latest record the guard did not write. It
-// matches ErrForeignEntry.
-type EntryError struct {
+// ForeignError reports a key whose latest record the guard did not write
+// (no token header, or a malformed one). It matches fence.ErrForeign. The
+// guard neither reads through it nor overwrites it.
+type ForeignError struct {
 	Resource string
 	Key      string
 	Revision uint64
@@ -65,18 +49,20 @@ type EntryError struct {
 }
 
 // Error implements error.
-func (e *EntryError) Error() string {
+func (e *ForeignError) Error() string {
 	return fmt.Sprintf("natsguard: %q: key %q revision %d was not written by natsguard: %s", e.Resource, e.Key, e.Revision, e.Reason)
 }
 
-// Is reports whether target is ErrForeignEntry.
-func (e *EntryError) Is(target error) bool { return target == ErrForeignEntry }
+// Is reports whether target is fence.ErrForeign.
+func (e *ForeignError) Is(target error) bool { return target == fence.ErrForeign }
 
-// NotFoundError reports a resource without a value. It matches ErrNotFound.
+// NotFoundError reports a resource without a value. It matches
+// fence.ErrNotFound.
 type NotFoundError struct {
 	Resource string
 	// Deleted is true when the key's latest record is a tombstone (a
-	// fenced Delete) or a delete or purge marker.
+	// fenced Delete, or a Fence that staged nothing over no value) or a
+	// delete or purge marker.
 	Deleted bool
 	// Token is the resource's mark (0 when none is known).
 	Token fence.Token
@@ -90,10 +76,8 @@ func (e *NotFoundError) Error() string {
 	return fmt.Sprintf("natsguard: %q not found", e.Resource)
 }
 
-// Is reports whether target is ErrNotFound or fence.ErrNotFound.
-func (e *NotFoundError) Is(target error) bool {
-	return target == ErrNotFound || target == fence.ErrNotFound
-}
+// Is reports whether target is fence.ErrNotFound.
+func (e *NotFoundError) Is(target error) bool { return target == fence.ErrNotFound }
 
 // outcomeUnknown returns the *fence.OutcomeUnknownError of a publish that
 // was sent, and re-sent, without a reply.

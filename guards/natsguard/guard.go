@@ -2,8 +2,6 @@ package natsguard
 
 import (
 	"context"
-	"crypto/rand"
-	"encoding/hex"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -17,7 +15,11 @@ import (
 
 	"github.com/fencekit/fencekit/fence"
 	"github.com/fencekit/fencekit/guards/guardobs"
+	"github.com/fencekit/fencekit/guards/internal/engine"
 )
+
+// name prefixes the guard's errors and names it to the engine.
+const name = "natsguard"
 
 // Headers of the records natsguard writes. The record's body is the
 // value, unchanged; its Nats-Msg-Id header (which the server stores) is
@@ -33,7 +35,9 @@ const (
 	DefaultCheckTimeout  = 5 * time.Second
 	DefaultReplyTimeout  = 5 * time.Second
 	DefaultSettleTimeout = 5 * time.Second
-	DefaultMaxAttempts   = 8
+	// DefaultMaxAttempts is Config.MaxAttempts's default, the same in
+	// every guard that has the field.
+	DefaultMaxAttempts = engine.DefaultMaxAttempts
 	// MinDuplicateWindow is the shortest duplicate window of a bucket New
 	// accepts: a write whose reply was lost is settled by sending it again
 	// within this window, which the server answers as a duplicate if the
@@ -68,10 +72,12 @@ type Config struct {
 	// a fresh context, so it runs even when the call's context has ended).
 	// Default DefaultSettleTimeout.
 	SettleTimeout time.Duration
-	// MaxAttempts bounds the conditional writes of one call that lose a
-	// race to another writer (each is decided again). When all lose, the
-	// call fails with an error matching fence.ErrBusy. Default
-	// DefaultMaxAttempts.
+	// MaxAttempts bounds the conditional writes one call sends, each under
+	// a fresh write id, the first included: a write that lost a race to
+	// another writer is decided again and sent again while attempts remain
+	// (the identical re-sends that settle a lost reply do not count). When
+	// all lose, the call fails with an error matching fence.ErrBusy.
+	// Default DefaultMaxAttempts.
 	MaxAttempts int
 	// MeterProvider records the guard instruments of package guardobs with
 	// guard="nats", and fencekit.guard.nats.retries (conditional writes
@@ -113,9 +119,7 @@ type Guard struct {
 	prefix        string // "$KV.<bucket>."
 	replyTimeout  time.Duration
 	settleTimeout time.Duration
-	max           int
-	strict        bool
-	rec           *guardobs.Recorder
+	eng           *engine.Engine
 
 	beforePublish func()          // tests: runs before each publish
 	afterPublish  func(err error) // tests: runs after each publish returned
@@ -123,6 +127,8 @@ type Guard struct {
 	mu    sync.Mutex
 	cache map[string]state // key -> state after this Guard's last write to it
 }
+
+var _ fence.Guard = (*Guard)(nil)
 
 // cacheMax bounds the keys a Guard remembers; the cache is emptied when
 // full.
@@ -186,7 +192,7 @@ func New(cfg Config) (*Guard, error) {
 	case cfg.MaxAttempts == 0:
 		cfg.MaxAttempts = DefaultMaxAttempts
 	}
-	rec, err := guardobs.New(guardobs.Config{Kind: guardobs.KindNATS, Name: "natsguard",
+	rec, err := guardobs.New(guardobs.Config{Kind: guardobs.KindNATS, Name: name,
 		Retries:       "JetStream conditional writes retried after another writer won the race (wrong last sequence).",
 		MeterProvider: cfg.MeterProvider, TracerProvider: cfg.TracerProvider, Logger: cfg.Logger})
 	if err != nil {
@@ -222,20 +228,18 @@ func New(cfg Config) (*Guard, error) {
 	case sc.Discard == jetstream.DiscardOld && (sc.MaxMsgs > 0 || sc.MaxBytes > 0):
 		return nil, bad("old records are discarded when the bucket is full (set Config.AllowExpiry to accept lost marks)")
 	}
-	return &Guard{
+	g := &Guard{
 		js: cfg.JS, nc: cfg.JS.Conn(), kv: kv, stream: stream, bucket: cfg.Bucket, prefix: "$KV." + cfg.Bucket + ".",
-		replyTimeout: cfg.ReplyTimeout, settleTimeout: cfg.SettleTimeout, max: cfg.MaxAttempts, strict: cfg.Strict, rec: rec, cache: map[string]state{},
-	}, nil
+		replyTimeout: cfg.ReplyTimeout, settleTimeout: cfg.SettleTimeout, cache: map[string]state{},
+		eng: &engine.Engine{Args: engine.Args{Name: name, Strict: cfg.Strict, Rec: rec},
+			Op: "natsguard: publish", MaxAttempts: cfg.MaxAttempts},
+	}
+	g.eng.Driver = (*driver)(g)
+	return g, nil
 }
 
 // Bucket returns the guard's bucket.
 func (g *Guard) Bucket() string { return g.bucket }
-
-func newWriteID() string {
-	var b [16]byte
-	_, _ = rand.Read(b[:])
-	return hex.EncodeToString(b[:])
-}
 
 // state is what a key's latest record says.
 type state struct {
@@ -299,7 +303,7 @@ func (g *Guard) markBefore(ctx context.Context, resource, key string, seq uint64
 // parse reads the guard's headers of a record.
 func parse(resource, key string, m *jetstream.RawStreamMsg) (Info, bool, error) {
 	bad := func(reason string) (Info, bool, error) {
-		return Info{}, false, &EntryError{Resource: resource, Key: key, Revision: m.Sequence, Reason: reason}
+		return Info{}, false, &ForeignError{Resource: resource, Key: key, Revision: m.Sequence, Reason: reason}
 	}
 	if len(m.Header.Values(HeaderToken)) != 1 {
 		return bad("no " + HeaderToken + " header")
@@ -329,11 +333,7 @@ func parse(resource, key string, m *jetstream.RawStreamMsg) (Info, bool, error) 
 // Put writes value to resource under the claim ctx carries
 // (fence.ClaimFromContext; none: fence.ErrNoToken, nothing written).
 func (g *Guard) Put(ctx context.Context, resource string, value []byte) error {
-	c, err := g.ctxClaim(ctx, resource)
-	if err != nil {
-		return err
-	}
-	return g.write(ctx, resource, c, opValue, value)
+	return g.eng.Put(ctx, resource, value)
 }
 
 // PutClaim writes value to resource under the claim c, passed explicitly:
@@ -343,41 +343,26 @@ func (g *Guard) Put(ctx context.Context, resource string, value []byte) error {
 // Sequence set to the revision it read, so the write is stored only if no
 // other write came in between; otherwise it reads and decides again.
 func (g *Guard) PutClaim(ctx context.Context, resource string, c fence.Claim, value []byte) error {
-	if err := g.args(ctx, resource, c); err != nil {
-		return err
-	}
-	return g.write(ctx, resource, c, opValue, value)
+	return g.eng.PutClaim(ctx, resource, c, value)
 }
 
 // Delete writes a tombstone for resource under the claim ctx carries: a
 // record with no body and the header Fencekit-Deleted: true, which keeps
 // the mark. (A KV Delete would leave a marker without a token.)
 func (g *Guard) Delete(ctx context.Context, resource string) error {
-	c, err := g.ctxClaim(ctx, resource)
-	if err != nil {
-		return err
-	}
-	return g.write(ctx, resource, c, opDelete, nil)
+	return g.eng.Delete(ctx, resource)
 }
 
 // DeleteClaim is Delete under the claim c, passed explicitly.
 func (g *Guard) DeleteClaim(ctx context.Context, resource string, c fence.Claim) error {
-	if err := g.args(ctx, resource, c); err != nil {
-		return err
-	}
-	return g.write(ctx, resource, c, opDelete, nil)
+	return g.eng.DeleteClaim(ctx, resource, c)
 }
 
 // Get returns resource's value and the mark written with it (one record).
-// A resource without value yields a *NotFoundError with the mark known.
+// A resource without value yields a *NotFoundError with the mark known;
+// it matches fence.ErrNotFound.
 func (g *Guard) Get(ctx context.Context, resource string) ([]byte, Info, error) {
-	if ctx == nil {
-		return nil, Info{}, nilContext(resource)
-	}
-	if err := fence.ValidateResource(resource); err != nil {
-		return nil, Info{}, err
-	}
-	if err := fence.ContextError(ctx); err != nil {
+	if err := g.eng.Read(ctx, resource); err != nil {
 		return nil, Info{}, err
 	}
 	st, err := g.read(ctx, resource)
@@ -393,77 +378,103 @@ func (g *Guard) Get(ctx context.Context, resource string) ([]byte, Info, error) 
 // Mark returns resource's mark: the token and run identity of the last
 // write admitted, or the zero Claim.
 func (g *Guard) Mark(ctx context.Context, resource string) (fence.Claim, error) {
-	if ctx == nil {
-		return fence.Claim{}, nilContext(resource)
-	}
-	if err := fence.ValidateResource(resource); err != nil {
-		return fence.Claim{}, err
-	}
-	if err := fence.ContextError(ctx); err != nil {
+	if err := g.eng.Read(ctx, resource); err != nil {
 		return fence.Claim{}, err
 	}
 	st, err := g.read(ctx, resource)
 	return fence.Claim{Token: st.info.Token, Run: st.info.Run}, err
 }
 
-// args checks a call's input before any I/O: resource, claim, the claim's
-// scope when strict, and a ctx that has not ended.
-func (g *Guard) args(ctx context.Context, resource string, c fence.Claim) error {
-	if ctx == nil {
-		return nilContext(resource)
-	}
-	err := g.checkArgs(ctx, resource, c)
-	g.rec.Refused(ctx, resource, c, err)
-	return err
+// driver is the Guard's part of the engine's fenced write.
+type driver Guard
+
+// attempt is one conditional publish: the key's state it decides on (read
+// now, or remembered from this Guard's last write) and the record sent.
+type attempt struct {
+	g        *Guard
+	resource string
+	key      string
+	st       state
+	cached   bool
+	msg      *nats.Msg
+	tok      fence.Token
+	run      string
 }
 
-func (g *Guard) checkArgs(ctx context.Context, resource string, c fence.Claim) error {
-	if err := fence.ValidateResource(resource); err != nil {
-		return err
-	}
-	if err := c.Validate(); err != nil {
-		return err
-	}
-	if g.strict {
-		if err := fence.CheckScope(resource, c); err != nil {
-			return err
+// Open returns the state this Guard's last write left the key in when
+// the engine accepts it (deciding on it is exact if the key has not
+// changed since, which the conditional publish checks; a refusal on it is
+// decided again on a fresh read), and reads the key otherwise.
+func (d *driver) Open(ctx context.Context, resource string, read engine.Read) (engine.Attempt, error) {
+	g := (*Guard)(d)
+	a := &attempt{g: g, resource: resource, key: Key(resource)}
+	if read == engine.ReadAny {
+		if a.st, a.cached = g.cached(a.key); a.cached {
+			return a, nil
 		}
 	}
-	if err := fence.ContextError(ctx); err != nil {
-		return fmt.Errorf("natsguard: %q: %w", resource, err)
-	}
-	return nil
+	var err error
+	a.st, err = g.read(ctx, resource)
+	return a, err
 }
 
-// ctxClaim returns the claim ctx carries, checked like args.
-func (g *Guard) ctxClaim(ctx context.Context, resource string) (fence.Claim, error) {
-	if ctx == nil {
-		return fence.Claim{}, nilContext(resource)
-	}
-	if err := fence.ValidateResource(resource); err != nil {
-		return fence.Claim{}, err
-	}
-	c, err := fence.ClaimFromContext(ctx)
-	if err != nil {
-		return fence.Claim{}, fmt.Errorf("natsguard: %q: %w", resource, err)
-	}
-	return c, g.args(ctx, resource, c)
+func (a *attempt) Mark() (fence.Claim, bool, bool) {
+	return fence.Claim{Token: a.st.info.Token, Run: a.st.info.Run}, true, a.cached
 }
 
-type op byte
+func (a *attempt) Close() {}
 
-const (
-	opMark   op = 'm' // the mark alone (a Fence callback that staged nothing)
-	opValue  op = 'v'
-	opDelete op = 'd'
-)
+// Commit publishes the record of ch under the mark fence.NextMark gives,
+// expecting the revision the attempt read. A mark-only change carries the
+// value over (a tombstone when there is none).
+func (a *attempt) Commit(ctx context.Context, c fence.Claim, ch engine.Change, id string) (engine.Result, error) {
+	a.tok, a.run = fence.NextMark(c, a.st.info.Token, a.st.info.Run)
+	m := nats.NewMsg(a.g.prefix + a.key)
+	m.Header.Set(HeaderToken, a.tok.String())
+	if a.run != "" {
+		m.Header.Set(HeaderRun, a.run)
+	}
+	switch {
+	case ch.Op == engine.OpPut:
+		m.Data = ch.Value
+	case ch.Op == engine.OpMark && a.st.present:
+		m.Data = a.st.value
+	default: // a deletion, or the mark alone over no value
+		m.Header.Set(HeaderDeleted, "true")
+	}
+	a.msg = m
+	res, seq, err := a.g.publish(ctx, m, a.st.seq, id)
+	return a.result(ctx, res, seq, id, err)
+}
 
-func (g *Guard) write(ctx context.Context, resource string, c fence.Claim, o op, value []byte) error {
-	ctx, span := g.rec.Start(ctx, resource, c)
-	err := g.writeAttempts(ctx, resource, c, o, value)
-	g.rec.Decision(ctx, err)
-	span.End(err)
-	return err
+// Settle sends the lost record again (see Guard.settle).
+func (a *attempt) Settle(ctx context.Context, _ fence.Claim, _ engine.Change, id string, lost error) (engine.Result, error) {
+	res, seq, err := a.g.settle(ctx, a.msg, a.st.seq, id, lost)
+	if res == pubMaybeSent {
+		a.g.forget(a.key)
+		return engine.Failed, outcomeUnknown(ctx, a.resource, err)
+	}
+	return a.result(ctx, res, seq, id, err)
+}
+
+// result maps a publish's outcome, and remembers the state a stored
+// write left.
+func (a *attempt) result(ctx context.Context, res pubResult, seq uint64, id string, err error) (engine.Result, error) {
+	switch res {
+	case pubStored:
+		next := state{seq: seq, info: Info{Token: a.tok, Run: a.run, WriteID: id, Revision: seq}}
+		next.deleted = a.msg.Header.Get(HeaderDeleted) == "true"
+		next.present = !next.deleted
+		a.g.remember(a.key, next)
+		return engine.Committed, nil
+	case pubMaybeSent:
+		return engine.Lost, err
+	}
+	a.g.forget(a.key)
+	if res == pubConflict {
+		return engine.Conflict, nil
+	}
+	return engine.Failed, fence.WrapContext(ctx, fmt.Errorf("natsguard: write %q: %w", a.resource, err))
 }
 
 // pubResult classifies a publish.
@@ -522,96 +533,6 @@ func (g *Guard) publish(ctx context.Context, m *nats.Msg, expect uint64, id stri
 		return pubFailed, 0, err
 	}
 	return pubMaybeSent, 0, err
-}
-
-func (g *Guard) writeAttempts(ctx context.Context, resource string, c fence.Claim, o op, value []byte) error {
-	key := Key(resource)
-	subject := g.prefix + key
-	// lost is the error of an earlier publish of this call whose reply was
-	// lost and which settling found not stored (nil: none).
-	var lost error
-	for attempt := 1; attempt <= g.max; attempt++ {
-		if attempt > 1 {
-			g.rec.Retried(ctx, 1)
-		}
-		// The state this Guard's last write left: deciding on it is exact
-		// if the key has not changed since, which the conditional write
-		// checks. Refusals and mark-only writes read the key first.
-		st, ok := g.cached(key)
-		if !ok || o == opMark || fence.DecideClaim(resource, c, st.info.Token, st.info.Run) != nil {
-			var err error
-			if st, err = g.read(ctx, resource); err != nil {
-				return g.notApplied(ctx, resource, lost, err)
-			}
-		}
-		if err := fence.DecideClaim(resource, c, st.info.Token, st.info.Run); err != nil {
-			if se, ok := fence.IsStale(err); ok && lost != nil {
-				// This call's earlier request left and its reply was lost.
-				// Settling found it not stored, but the refusal does not
-				// rest on that: say it may have been applied.
-				se.Overtaken = true
-			}
-			return fence.WrapContext(ctx, err)
-		}
-		if err := fence.ContextError(ctx); err != nil {
-			return g.notApplied(ctx, resource, lost, fmt.Errorf("natsguard: %q: %w", resource, err))
-		}
-		tok, run := fence.NextMark(c, st.info.Token, st.info.Run)
-		m := nats.NewMsg(subject)
-		m.Header.Set(HeaderToken, tok.String())
-		if run != "" {
-			m.Header.Set(HeaderRun, run)
-		}
-		switch o {
-		case opValue:
-			m.Data = value
-		case opDelete:
-			m.Header.Set(HeaderDeleted, "true")
-		case opMark:
-			m.Data = st.value
-			if st.deleted {
-				m.Header.Set(HeaderDeleted, "true")
-			}
-		}
-		id := newWriteID()
-		res, seq, err := g.publish(ctx, m, st.seq, id)
-		var lostNow error
-		if res == pubMaybeSent {
-			lostNow = err
-			res, seq, err = g.settle(ctx, m, st.seq, id, err)
-		}
-		switch res {
-		case pubStored:
-			next := state{seq: seq, info: Info{Token: tok, Run: run, WriteID: id, Revision: seq}}
-			next.deleted = m.Header.Get(HeaderDeleted) == "true"
-			next.present = !next.deleted
-			g.remember(key, next)
-			return nil
-		case pubConflict:
-			g.forget(key)
-			if lostNow != nil {
-				lost = lostNow
-			}
-			continue // another write came in between: read and decide again
-		case pubMaybeSent:
-			g.forget(key)
-			return outcomeUnknown(ctx, resource, err)
-		}
-		g.forget(key)
-		return g.notApplied(ctx, resource, lost, fence.WrapContext(ctx, fmt.Errorf("natsguard: write %q: %w", resource, err)))
-	}
-	return fence.WrapContext(ctx, fmt.Errorf("natsguard: write %q: lost the race in each of %d attempts: %w", resource, g.max, fence.ErrBusy))
-}
-
-// notApplied returns err, the error that ended a call before it could
-// write, as a *fence.NotAppliedError when an earlier publish of the call
-// had left (lost != nil) and was settled as not stored: a request did
-// leave, and it can no longer take effect.
-func (g *Guard) notApplied(ctx context.Context, resource string, lost, err error) error {
-	if lost == nil {
-		return err
-	}
-	return &fence.NotAppliedError{Op: "natsguard: publish", Resource: resource, Err: fence.WrapContext(ctx, err)}
 }
 
 // settle sends a write whose reply was lost (first: the error that came

@@ -33,7 +33,11 @@ type subject struct {
 	write  writeFunc
 	strict writeFunc
 	read   func(ctx context.Context, r string) (string, fence.Token, bool, error)
+	guard  fence.Guard // a guard over the same marks (nil: none, in-row mode)
 }
+
+// Guard is a guard over the subject's marks (guardtest.Fencer).
+func (s *subject) Guard() fence.Guard { return s.guard }
 
 var (
 	_ guardtest.ClaimWriter   = (*subject)(nil)
@@ -194,6 +198,7 @@ func marksSubject(t *testing.T, cfg pgguard.Config, kind dbKind, write func(r *r
 			read: func(ctx context.Context, r string) (string, fence.Token, bool, error) {
 				return readRow(ctx, reader, schema, r)
 			},
+			guard: plain.ms[0].g,
 		},
 		cfg: cfg, schema: schema,
 	}
@@ -387,6 +392,7 @@ func TestConformanceFence(t *testing.T) {
 					read: func(ctx context.Context, r string) (string, fence.Token, bool, error) {
 						return readRow(ctx, reader, schema, r)
 					},
+					guard: guards[0],
 				},
 				held: func(ctx context.Context, r string, tok fence.Token, v string, applied func()) error {
 					return h.run(applied, func(hold func()) error {

@@ -33,7 +33,8 @@
 //     (database/sql): fence inside a transaction the caller opened (for
 //     example through an ORM).
 //   - Fence: the fence.Guard method, for code written against that
-//     interface; Mark reads a mark (a fence.Claim). Both use Config.DB, or
+//     interface (its callback's ctx carries the transaction and the
+//     admitted claim); Mark reads a mark (a fence.Claim). Both use Config.DB, or
 //     Config.SQLDB when DB is nil.
 //
 // In-row mode (Rows, built by NewRows) keeps the token and run identity in
@@ -83,14 +84,12 @@
 //   - Transactions the Guard opens bound their lock waits by
 //     Config.LockTimeout (set by the fence statement itself) and by ctx.
 //   - Bad input (resource, token, run identity, scope, missing claim, nil
-//     arguments) is refused with a typed error before any I/O. The schema
+//     arguments: fence.ErrNilArgument, nil ctx included) is refused with a
+//     typed error before any I/O. The schema
 //     name is validated; values are bound parameters.
 //
 // # What is not guaranteed
 //
-//   - A nil ctx is a programming error and panics, as it does in the
-//     standard library; the store guards with a network settle path return
-//     a typed error for it instead.
 //   - Only writes made in the fenced transaction are fenced; writes on
 //     other connections or in a savepoint rolled back on its own are not.
 //   - FenceTx and FenceSQLTx leave the caller's transaction settings alone:

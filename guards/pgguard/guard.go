@@ -17,6 +17,7 @@ import (
 
 	"github.com/fencekit/fencekit/fence"
 	"github.com/fencekit/fencekit/guards/guardobs"
+	"github.com/fencekit/fencekit/guards/internal/engine"
 	"github.com/fencekit/fencekit/sql/migrations"
 )
 
@@ -141,9 +142,6 @@ func configErr(field, reason string, err error) error {
 	return &ConfigError{Field: field, Reason: reason, Err: err}
 }
 
-// ErrNilArgument is returned for a nil transaction, querier or function.
-var ErrNilArgument = errors.New("pgguard: nil argument")
-
 // Guard fences PostgreSQL writes with the high-water marks in
 // Config.Schema's fencekit_guard_marks table. It is safe for concurrent use.
 type Guard struct {
@@ -156,7 +154,7 @@ type Guard struct {
 	fenceSQL string
 	readSQL  string
 	met      *guardobs.Recorder
-	strict   bool
+	args     engine.Args
 }
 
 var _ fence.Guard = (*Guard)(nil)
@@ -202,7 +200,7 @@ func New(cfg Config) (*Guard, error) {
 		sqlIso:   sqlIso,
 		lockArg:  lockArg,
 		met:      met,
-		strict:   cfg.Strict,
+		args:     engine.Args{Name: "pgguard", Strict: cfg.Strict, Rec: met},
 		fenceSQL: marksFenceSQL(table),
 		readSQL:  `SELECT highest_token, run FROM ` + table + ` WHERE resource = $1`,
 	}, nil
@@ -251,50 +249,6 @@ RETURNING m.highest_token, m.run`
 
 // Schema returns the schema the Guard's marks table lives in.
 func (g *Guard) Schema() string { return g.schema }
-
-// args checks a call's input before any I/O: resource, claim, the claim's
-// scope when strict, and a ctx that has not ended.
-func args(ctx context.Context, resource string, c fence.Claim, strict bool) error {
-	if err := fence.ValidateResource(resource); err != nil {
-		return err
-	}
-	if err := c.Validate(); err != nil {
-		return err
-	}
-	if strict {
-		if err := fence.CheckScope(resource, c); err != nil {
-			return err
-		}
-	}
-	if err := fence.ContextError(ctx); err != nil {
-		return fmt.Errorf("pgguard: %q: %w", resource, err)
-	}
-	return nil
-}
-
-// ctxClaim returns the claim ctx carries, checked like args.
-func ctxClaim(ctx context.Context, resource string, strict bool) (fence.Claim, error) {
-	if err := fence.ValidateResource(resource); err != nil {
-		return fence.Claim{}, err
-	}
-	c, err := fence.ClaimFromContext(ctx)
-	if err != nil {
-		return fence.Claim{}, fmt.Errorf("pgguard: %q: %w", resource, err)
-	}
-	return c, args(ctx, resource, c, strict)
-}
-
-func (g *Guard) args(ctx context.Context, resource string, c fence.Claim) error {
-	err := args(ctx, resource, c, g.strict)
-	g.met.Refused(ctx, resource, c, err)
-	return err
-}
-
-func (g *Guard) ctxClaim(ctx context.Context, resource string) (fence.Claim, error) {
-	c, err := ctxClaim(ctx, resource, g.strict)
-	g.met.Refused(ctx, resource, c, err)
-	return c, err
-}
 
 // decide turns the mark returned by a fence statement into the outcome, and
 // records it.

@@ -175,7 +175,7 @@ func TestFenceTxBadInput(t *testing.T) {
 	assert.ErrorIs(t, g.FenceTxClaim(bg(), tx, "", cl(1)), fence.ErrInvalidResource)
 	assert.ErrorIs(t, g.FenceTxClaim(bg(), tx, "a\x00b", cl(1)), fence.ErrInvalidResource)
 	assert.ErrorIs(t, g.FenceTxClaim(bg(), tx, strings.Repeat("x", 513), cl(1)), fence.ErrInvalidResource)
-	assert.ErrorIs(t, g.FenceTxClaim(bg(), nil, "r", cl(1)), pgguard.ErrNilArgument)
+	assert.ErrorIs(t, g.FenceTxClaim(bg(), nil, "r", cl(1)), fence.ErrNilArgument)
 	assert.Empty(t, c.stop(), "bad input must not reach the database")
 	require.NoError(t, g.FenceTxClaim(bg(), tx, "r", cl(1)), "tx still usable")
 	require.NoError(t, tx.Commit(bg()))
@@ -185,7 +185,7 @@ func TestFenceTxBadInput(t *testing.T) {
 	w := func(context.Context) error { called = true; return nil }
 	assert.ErrorIs(t, gd.Fence(bg(), "r", 0, w), fence.ErrInvalidToken)
 	assert.ErrorIs(t, gd.Fence(bg(), "\xff", 3, w), fence.ErrInvalidResource)
-	assert.ErrorIs(t, gd.Fence(bg(), "r", 3, nil), pgguard.ErrNilArgument)
+	assert.ErrorIs(t, gd.Fence(bg(), "r", 3, nil), fence.ErrNilArgument)
 	assert.False(t, called)
 	_, err = gd.Mark(bg(), "")
 	assert.ErrorIs(t, err, fence.ErrInvalidResource)
@@ -279,7 +279,7 @@ func TestMethodNeedsItsDatabase(t *testing.T) {
 	_, err = sqlOnly.BeginClaim(bg(), "r", cl(3))
 	assert.Equal(t, "DB", field(err))
 	assert.ErrorIs(t, sqlOnly.InTx(ctx, "", nop), fence.ErrInvalidResource, "input first")
-	assert.ErrorIs(t, sqlOnly.InTx(ctx, "r", nil), pgguard.ErrNilArgument, "input first")
+	assert.ErrorIs(t, sqlOnly.InTx(ctx, "r", nil), fence.ErrNilArgument, "input first")
 }
 
 // A Guard with only Config.SQLDB implements fence.Guard and Mark on it: the

@@ -21,7 +21,7 @@ import (
 //
 // Errors: fence.ErrNoToken when ctx carries no claim, input errors
 // (fence.ErrInvalidResource, fence.ErrInvalidToken, fence.ErrInvalidRun,
-// fence.ErrInvalidScope, ErrNilArgument), all before any I/O;
+// fence.ErrInvalidScope, fence.ErrNilArgument), all before any I/O;
 // *fence.ScopeError under Config.Strict, before any I/O; a *ConfigError
 // when Config.DB is nil, before any I/O; *fence.StaleError and
 // *fence.ReusedError from the fence statement; fence.ErrBusy for lock
@@ -36,28 +36,21 @@ import (
 // (fence.ErrOutcomeUnknown): the transaction may have committed. Read the
 // mark or the data back, or retry with the same claim.
 func (g *Guard) InTx(ctx context.Context, resource string, fn func(ctx context.Context, tx pgx.Tx) error) error {
-	c, err := g.ctxClaim(ctx, resource)
-	if err != nil {
-		return err
-	}
-	return g.inTx(ctx, resource, c, fn)
+	return g.args.Claimed(ctx, resource, nil, func(c fence.Claim) error { return g.inTx(ctx, resource, c, fn) })
 }
 
 // InTxClaim is InTx for a claim passed explicitly, for tokens that do not
 // come in ctx: pass fence.ClaimFor(ctx, token) (the token, with ctx's run
 // identity only if it was granted that token) or a fence.Claim you hold.
 func (g *Guard) InTxClaim(ctx context.Context, resource string, claim fence.Claim, fn func(ctx context.Context, tx pgx.Tx) error) error {
-	if err := g.args(ctx, resource, claim); err != nil {
-		return err
-	}
-	return g.inTx(ctx, resource, claim, fn)
+	return g.args.Claimed(ctx, resource, &claim, func(claim fence.Claim) error { return g.inTx(ctx, resource, claim, fn) })
 }
 
 func (g *Guard) inTx(ctx context.Context, resource string, c fence.Claim, fn func(ctx context.Context, tx pgx.Tx) error) (err error) {
 	ctx, span := g.met.Start(ctx, resource, c)
 	defer func() { span.End(err) }()
 	if fn == nil {
-		return fmt.Errorf("%w: InTx with nil fn", ErrNilArgument)
+		return fmt.Errorf("pgguard: InTx with nil fn: %w", fence.ErrNilArgument)
 	}
 	if g.db == nil {
 		return g.needDB("InTx")
@@ -103,7 +96,7 @@ func (g *Guard) runAndCommit(ctx context.Context, tx pgx.Tx, resource string, fn
 // Errors are InTx's; on every error no transaction is returned (it was
 // rolled back and its connection released).
 func (g *Guard) Begin(ctx context.Context, resource string) (pgx.Tx, error) {
-	c, err := g.ctxClaim(ctx, resource)
+	c, err := g.args.Context(ctx, resource)
 	if err != nil {
 		return nil, err
 	}
@@ -112,7 +105,7 @@ func (g *Guard) Begin(ctx context.Context, resource string) (pgx.Tx, error) {
 
 // BeginClaim is Begin for a claim passed explicitly (see InTxClaim).
 func (g *Guard) BeginClaim(ctx context.Context, resource string, claim fence.Claim) (pgx.Tx, error) {
-	if err := g.args(ctx, resource, claim); err != nil {
+	if err := g.args.Explicit(ctx, resource, claim); err != nil {
 		return nil, err
 	}
 	return g.beginChecked(ctx, resource, claim)
@@ -195,26 +188,19 @@ func (g *Guard) beginBatch(ctx context.Context, db Batcher, resource string, c f
 // the outermost transaction: rolling back a pgx savepoint transaction does
 // not undo its parent's work.
 func (g *Guard) FenceTx(ctx context.Context, tx pgx.Tx, resource string) error {
-	c, err := g.ctxClaim(ctx, resource)
-	if err != nil {
-		return err
-	}
-	return g.fenceTxChecked(ctx, tx, resource, c)
+	return g.args.Claimed(ctx, resource, nil, func(c fence.Claim) error { return g.fenceTxChecked(ctx, tx, resource, c) })
 }
 
 // FenceTxClaim is FenceTx for a claim passed explicitly (see InTxClaim).
 func (g *Guard) FenceTxClaim(ctx context.Context, tx pgx.Tx, resource string, claim fence.Claim) error {
-	if err := g.args(ctx, resource, claim); err != nil {
-		return err
-	}
-	return g.fenceTxChecked(ctx, tx, resource, claim)
+	return g.args.Claimed(ctx, resource, &claim, func(claim fence.Claim) error { return g.fenceTxChecked(ctx, tx, resource, claim) })
 }
 
 func (g *Guard) fenceTxChecked(ctx context.Context, tx pgx.Tx, resource string, c fence.Claim) (err error) {
 	ctx, span := g.met.Start(ctx, resource, c)
 	defer func() { span.End(err) }()
 	if tx == nil {
-		return fmt.Errorf("%w: FenceTx with nil tx", ErrNilArgument)
+		return fmt.Errorf("pgguard: FenceTx with nil tx: %w", fence.ErrNilArgument)
 	}
 	err = g.fenceTx(ctx, tx, resource, c, nil)
 	if err != nil {
@@ -259,14 +245,14 @@ func TxFromContext(ctx context.Context) (pgx.Tx, bool) {
 // has only Config.SQLDB, a *sql.Tx on it (SQLTxFromContext). Errors and
 // rollback are InTx's.
 func (g *Guard) Fence(ctx context.Context, resource string, token fence.Token, write func(ctx context.Context) error) (err error) {
-	c := fence.ClaimFor(ctx, token)
-	if err := g.args(ctx, resource, c); err != nil {
+	c, err := g.args.Token(ctx, resource, token)
+	if err != nil {
 		return err
 	}
 	ctx, span := g.met.Start(ctx, resource, c)
 	defer func() { span.End(err) }()
 	if write == nil {
-		return fmt.Errorf("%w: Fence with nil write", ErrNilArgument)
+		return fmt.Errorf("pgguard: Fence with nil write: %w", fence.ErrNilArgument)
 	}
 	if g.db == nil {
 		return g.inSQLTx(ctx, resource, c, func(ctx context.Context, tx *sql.Tx) error {
@@ -285,6 +271,9 @@ func (g *Guard) Fence(ctx context.Context, resource string, token fence.Token, w
 // stored with it (the zero Claim when it has none), read on Config.DB, or
 // on Config.SQLDB when DB is nil.
 func (g *Guard) Mark(ctx context.Context, resource string) (fence.Claim, error) {
+	if ctx == nil {
+		return fence.Claim{}, g.args.NilArgument(resource, "Mark with nil ctx")
+	}
 	if err := fence.ValidateResource(resource); err != nil {
 		return fence.Claim{}, err
 	}

@@ -17,6 +17,7 @@ import (
 
 	"github.com/fencekit/fencekit/fence"
 	"github.com/fencekit/fencekit/guards/guardobs"
+	"github.com/fencekit/fencekit/guards/internal/engine"
 	"github.com/fencekit/fencekit/sql/migrations"
 )
 
@@ -88,7 +89,7 @@ type Rows struct {
 	met              *guardobs.Recorder
 	argTok, argLock  int // positions (0-based) in the upsert's arguments
 	argRun, argCount int
-	strict           bool
+	args             engine.Args
 }
 
 // ErrKeyArity is matched by the error of a write whose key or value count
@@ -123,19 +124,13 @@ func NewRows(cfg RowsConfig) (*Rows, error) {
 	}
 	seen := map[string]bool{}
 	quote := func(field string, names []string) ([]string, error) {
-		out := make([]string, len(names))
-		for i, n := range names {
+		return engine.QuoteNames(names, seen, func(n string) (string, error) {
 			q, err := migrations.QuoteIdentifier(n)
 			if err != nil {
-				return nil, bad(field, err)
+				return "", bad(field, err)
 			}
-			if seen[n] {
-				return nil, configErr(field, fmt.Sprintf("column %q named twice", n), nil)
-			}
-			seen[n] = true
-			out[i] = q
-		}
-		return out, nil
+			return q, nil
+		}, func(n string) error { return configErr(field, fmt.Sprintf("column %q named twice", n), nil) })
 	}
 	keys, err := quote("Key", cfg.Key)
 	if err != nil {
@@ -167,7 +162,7 @@ func NewRows(cfg RowsConfig) (*Rows, error) {
 	r := &Rows{
 		schema: cfg.Schema, table: cfg.Table,
 		nKey: len(keys), nCols: len(cols), withRun: run != nil,
-		lockArg: lockArg, met: met, strict: cfg.Strict,
+		lockArg: lockArg, met: met, args: engine.Args{Name: "pgguard", Strict: cfg.Strict, Rec: met},
 	}
 	r.upsertSQL, r.readSQL = r.statements(schema+"."+table, keys, cols, tok[0], run)
 	return r, nil
@@ -308,8 +303,7 @@ func (r *Rows) ctxArgs(ctx context.Context, key, values []any) (string, fence.Cl
 	if err != nil {
 		return "", fence.Claim{}, err
 	}
-	c, err := ctxClaim(ctx, res, r.strict)
-	r.met.Refused(ctx, res, c, err)
+	c, err := r.args.Context(ctx, res)
 	return res, c, err
 }
 
@@ -318,9 +312,7 @@ func (r *Rows) explicitArgs(ctx context.Context, c fence.Claim, key, values []an
 	if err != nil {
 		return "", err
 	}
-	err = args(ctx, res, c, r.strict)
-	r.met.Refused(ctx, res, c, err)
-	return res, err
+	return res, r.args.Explicit(ctx, res, c)
 }
 
 // upsertArgs lays out the statement's arguments.
@@ -342,7 +334,7 @@ func (r *Rows) upsertPgx(ctx context.Context, q Querier, res string, c fence.Cla
 	ctx, span := r.met.Start(ctx, res, c)
 	defer func() { span.End(err) }()
 	if q == nil {
-		return fmt.Errorf("%w: Upsert with nil querier", ErrNilArgument)
+		return fmt.Errorf("pgguard: Upsert with nil querier: %w", fence.ErrNilArgument)
 	}
 	tx, inTx := q.(pgx.Tx)
 	a := r.upsertArgs(c, key, values, inTx)
@@ -370,7 +362,7 @@ func (r *Rows) upsertStd(ctx context.Context, q SQLQuerier, res string, c fence.
 	ctx, span := r.met.Start(ctx, res, c)
 	defer func() { span.End(err) }()
 	if q == nil {
-		return fmt.Errorf("%w: UpsertSQL with nil querier", ErrNilArgument)
+		return fmt.Errorf("pgguard: UpsertSQL with nil querier: %w", fence.ErrNilArgument)
 	}
 	tx, inTx := q.(*sql.Tx)
 	a := r.upsertArgs(c, key, values, inTx)

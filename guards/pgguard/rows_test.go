@@ -278,7 +278,7 @@ func TestRowsBadInput(t *testing.T) {
 	assert.ErrorIs(t, rows.UpsertClaim(bg(), conn, []any{"r"}, fence.Claim{Token: 1, Run: "a b"}, "v"), fence.ErrInvalidRun)
 	assert.ErrorIs(t, rows.UpsertClaim(bg(), conn, []any{strings.Repeat("x", 513)}, cl(1), "v"), fence.ErrInvalidResource)
 	assert.ErrorIs(t, rows.Upsert(bg(), conn, []any{"r"}, "v"), fence.ErrNoToken)
-	assert.ErrorIs(t, rows.UpsertClaim(bg(), nil, []any{"r"}, cl(1), "v"), pgguard.ErrNilArgument)
+	assert.ErrorIs(t, rows.UpsertClaim(bg(), nil, []any{"r"}, cl(1), "v"), fence.ErrNilArgument)
 	assert.Empty(t, c.stop(), "bad input must not reach the database")
 }
 

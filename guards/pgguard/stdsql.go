@@ -15,26 +15,19 @@ import (
 // this is one round trip more than InTx. Errors and rollback are InTx's; a
 // *ConfigError when Config.SQLDB is nil, before any I/O.
 func (g *Guard) InSQLTx(ctx context.Context, resource string, fn func(ctx context.Context, tx *sql.Tx) error) error {
-	c, err := g.ctxClaim(ctx, resource)
-	if err != nil {
-		return err
-	}
-	return g.inSQLTxChecked(ctx, resource, c, fn)
+	return g.args.Claimed(ctx, resource, nil, func(c fence.Claim) error { return g.inSQLTxChecked(ctx, resource, c, fn) })
 }
 
 // InSQLTxClaim is InSQLTx for a claim passed explicitly (see InTxClaim).
 func (g *Guard) InSQLTxClaim(ctx context.Context, resource string, claim fence.Claim, fn func(ctx context.Context, tx *sql.Tx) error) error {
-	if err := g.args(ctx, resource, claim); err != nil {
-		return err
-	}
-	return g.inSQLTxChecked(ctx, resource, claim, fn)
+	return g.args.Claimed(ctx, resource, &claim, func(claim fence.Claim) error { return g.inSQLTxChecked(ctx, resource, claim, fn) })
 }
 
 func (g *Guard) inSQLTxChecked(ctx context.Context, resource string, c fence.Claim, fn func(ctx context.Context, tx *sql.Tx) error) (err error) {
 	ctx, span := g.met.Start(ctx, resource, c)
 	defer func() { span.End(err) }()
 	if fn == nil {
-		return fmt.Errorf("%w: InSQLTx with nil fn", ErrNilArgument)
+		return fmt.Errorf("pgguard: InSQLTx with nil fn: %w", fence.ErrNilArgument)
 	}
 	if g.sqlDB == nil {
 		return configErr("SQLDB", "nil: InSQLTx needs a database/sql database (this Guard has only DB)", nil)
@@ -71,27 +64,20 @@ func (g *Guard) inSQLTx(ctx context.Context, resource string, c fence.Claim, fn 
 // carries; tx's settings are left as they are. After any error except the
 // input errors, tx has been rolled back.
 func (g *Guard) FenceSQLTx(ctx context.Context, tx *sql.Tx, resource string) error {
-	c, err := g.ctxClaim(ctx, resource)
-	if err != nil {
-		return err
-	}
-	return g.fenceSQLTxChecked(ctx, tx, resource, c)
+	return g.args.Claimed(ctx, resource, nil, func(c fence.Claim) error { return g.fenceSQLTxChecked(ctx, tx, resource, c) })
 }
 
 // FenceSQLTxClaim is FenceSQLTx for a claim passed explicitly (see
 // InTxClaim).
 func (g *Guard) FenceSQLTxClaim(ctx context.Context, tx *sql.Tx, resource string, claim fence.Claim) error {
-	if err := g.args(ctx, resource, claim); err != nil {
-		return err
-	}
-	return g.fenceSQLTxChecked(ctx, tx, resource, claim)
+	return g.args.Claimed(ctx, resource, &claim, func(claim fence.Claim) error { return g.fenceSQLTxChecked(ctx, tx, resource, claim) })
 }
 
 func (g *Guard) fenceSQLTxChecked(ctx context.Context, tx *sql.Tx, resource string, c fence.Claim) (err error) {
 	ctx, span := g.met.Start(ctx, resource, c)
 	defer func() { span.End(err) }()
 	if tx == nil {
-		return fmt.Errorf("%w: FenceSQLTx with nil tx", ErrNilArgument)
+		return fmt.Errorf("pgguard: FenceSQLTx with nil tx: %w", fence.ErrNilArgument)
 	}
 	err = g.fenceStd(ctx, tx, resource, c, nil)
 	if err != nil {

@@ -12,7 +12,7 @@ import (
 )
 
 // TestCorruptMark: a mark key that is not this guard's (malformed token or
-// run, another type) refuses every write with a *MarkError and nothing is
+// run, another type) refuses every write with a *ForeignError and nothing is
 // written; Get and Mark report it too.
 func TestCorruptMark(t *testing.T) {
 	ctx := context.Background()
@@ -43,9 +43,9 @@ func TestCorruptMark(t *testing.T) {
 		}
 		for _, tok := range []fence.Token{1, 5, 1 << 62} {
 			err := g.PutClaim(ctx, r, fence.Claim{Token: tok}, []byte("new"))
-			var me *MarkError
-			if !errors.As(err, &me) || !errors.Is(err, ErrCorruptMark) || me.Resource != r {
-				t.Errorf("%s: write under token %d: %v, want *MarkError", bad.name, tok, err)
+			var me *ForeignError
+			if !errors.As(err, &me) || !errors.Is(err, fence.ErrForeign) || me.Resource != r {
+				t.Errorf("%s: write under token %d: %v, want *ForeignError", bad.name, tok, err)
 			}
 			if errors.Is(err, fence.ErrStale) || errors.Is(err, fence.ErrBusy) {
 				t.Errorf("%s: %v matches stale or busy", bad.name, err)
@@ -54,23 +54,23 @@ func TestCorruptMark(t *testing.T) {
 		if err := g.Do(fence.WithToken(ctx, 9), r, func(context.Context) error {
 			t.Errorf("%s: Fence ran its write over a corrupt mark", bad.name)
 			return nil
-		}); !errors.Is(err, ErrCorruptMark) {
-			t.Errorf("%s: Do: %v, want ErrCorruptMark", bad.name, err)
+		}); !errors.Is(err, fence.ErrForeign) {
+			t.Errorf("%s: Do: %v, want fence.ErrForeign", bad.name, err)
 		}
 		if v, err := c.Get(ctx, r).Result(); err != nil || v != "old" {
 			t.Errorf("%s: value %q (%v) after refused writes, want old", bad.name, v, err)
 		}
-		if _, _, err := g.Get(ctx, r); !errors.Is(err, ErrCorruptMark) {
-			t.Errorf("%s: Get: %v, want ErrCorruptMark", bad.name, err)
+		if _, _, err := g.Get(ctx, r); !errors.Is(err, fence.ErrForeign) {
+			t.Errorf("%s: Get: %v, want fence.ErrForeign", bad.name, err)
 		}
-		if _, err := g.Mark(ctx, r); !errors.Is(err, ErrCorruptMark) {
-			t.Errorf("%s: Mark: %v, want ErrCorruptMark", bad.name, err)
+		if _, err := g.Mark(ctx, r); !errors.Is(err, fence.ErrForeign) {
+			t.Errorf("%s: Mark: %v, want fence.ErrForeign", bad.name, err)
 		}
 	}
 }
 
 // TestForeignValue: a value key that is not a string is reported by Get as
-// a *MarkError naming the value key.
+// a *ForeignError naming the value key.
 func TestForeignValue(t *testing.T) {
 	ctx := context.Background()
 	s := newSpace(t)
@@ -85,9 +85,9 @@ func TestForeignValue(t *testing.T) {
 	if err := g.client.RPush(ctx, r, "x").Err(); err != nil {
 		t.Fatal(err)
 	}
-	var me *MarkError
+	var me *ForeignError
 	if _, _, err := g.Get(ctx, r); !errors.As(err, &me) || me.Key != r {
-		t.Fatalf("Get over a list: %v, want *MarkError on the value key", err)
+		t.Fatalf("Get over a list: %v, want *ForeignError on the value key", err)
 	}
 }
 
@@ -114,7 +114,7 @@ func TestBadArguments(t *testing.T) {
 	if n, err := g.client.Exists(ctx, "", "a\x00b", s.marks+"x", "a}b").Result(); err != nil || n != 0 {
 		t.Errorf("keys written for refused resources: %d (%v)", n, err)
 	}
-	if err := g.Fence(ctx, s.resources+"nil", 1, nil); !errors.Is(err, ErrNilWrite) {
+	if err := g.Fence(ctx, s.resources+"nil", 1, nil); !errors.Is(err, fence.ErrNilArgument) {
 		t.Errorf("Fence(nil write): %v", err)
 	}
 	for _, ok := range []string{"plain", "user:{42}:state", "{a{b}c", "a{b", "é/ü"} {
@@ -136,7 +136,7 @@ func TestBadArguments(t *testing.T) {
 			t.Errorf("New(%+v): %v, want ErrInvalidConfig", cfg, err)
 		}
 	}
-	if err := Stage(ctx, []byte("x")); !errors.Is(err, ErrNoStager) {
+	if err := Stage(ctx, []byte("x")); !errors.Is(err, fence.ErrNoStager) {
 		t.Errorf("Stage outside Fence: %v", err)
 	}
 }
@@ -193,7 +193,7 @@ func keySlot(key string) uint16 {
 // TestForeignValueNotReplaced: a value key of another type (hash, list,
 // set, sorted set, stream) under a valid mark is not this guard's to
 // replace or delete: PutClaim, DeleteClaim, Fence and Do with a higher
-// token are refused with a *MarkError naming the value key, Do's and
+// token are refused with a *ForeignError naming the value key, Do's and
 // Fence's callbacks do not run, and neither the key nor the mark changes.
 func TestForeignValueNotReplaced(t *testing.T) {
 	ctx := context.Background()
@@ -239,9 +239,9 @@ func TestForeignValueNotReplaced(t *testing.T) {
 			"Fence":       g.Fence(fence.WithClaim(ctx, high), r, high.Token, ran("Fence")),
 			"Do":          g.Do(fence.WithClaim(ctx, high), r, ran("Do")),
 		} {
-			var me *MarkError
+			var me *ForeignError
 			if !errors.As(err, &me) || me.Key != r || errors.Is(err, fence.ErrStale) {
-				t.Errorf("%s value key: %s: %v, want *MarkError on the value key", tc.typ, name, err)
+				t.Errorf("%s value key: %s: %v, want *ForeignError on the value key", tc.typ, name, err)
 			}
 		}
 		if typ, err := c.Type(ctx, r).Result(); err != nil || typ != tc.typ {
@@ -253,8 +253,8 @@ func TestForeignValueNotReplaced(t *testing.T) {
 	}
 }
 
-// TestNilContext: every call given a nil context returns ErrNilContext
-// (Stage and StageDelete: ErrNoStager) before any I/O, without panicking.
+// TestNilContext: every call given a nil context returns fence.ErrNilArgument
+// (Stage and StageDelete: fence.ErrNoStager) before any I/O, without panicking.
 func TestNilContext(t *testing.T) {
 	s := newSpace(t)
 	g := s.guard(t, Config{})
@@ -266,19 +266,19 @@ func TestNilContext(t *testing.T) {
 			t.Errorf("%s(nil ctx): %v, want %v", name, err, want)
 		}
 	}
-	check("Put", g.Put(nilCtx, r, []byte("x")), ErrNilContext)
-	check("PutClaim", g.PutClaim(nilCtx, r, fence.Claim{Token: 1}, []byte("x")), ErrNilContext)
-	check("Delete", g.Delete(nilCtx, r), ErrNilContext)
-	check("DeleteClaim", g.DeleteClaim(nilCtx, r, fence.Claim{Token: 1}), ErrNilContext)
-	check("Fence", g.Fence(nilCtx, r, 1, func(context.Context) error { return nil }), ErrNilContext)
-	check("Do", g.Do(nilCtx, r, func(context.Context) error { return nil }), ErrNilContext)
+	check("Put", g.Put(nilCtx, r, []byte("x")), fence.ErrNilArgument)
+	check("PutClaim", g.PutClaim(nilCtx, r, fence.Claim{Token: 1}, []byte("x")), fence.ErrNilArgument)
+	check("Delete", g.Delete(nilCtx, r), fence.ErrNilArgument)
+	check("DeleteClaim", g.DeleteClaim(nilCtx, r, fence.Claim{Token: 1}), fence.ErrNilArgument)
+	check("Fence", g.Fence(nilCtx, r, 1, func(context.Context) error { return nil }), fence.ErrNilArgument)
+	check("Do", g.Do(nilCtx, r, func(context.Context) error { return nil }), fence.ErrNilArgument)
 	_, _, err := g.Get(nilCtx, r)
-	check("Get", err, ErrNilContext)
+	check("Get", err, fence.ErrNilArgument)
 	_, err = g.Mark(nilCtx, r)
-	check("Mark", err, ErrNilContext)
-	check("CheckEviction", g.CheckEviction(nilCtx), ErrNilContext)
-	check("Stage", Stage(nilCtx, []byte("x")), ErrNoStager)
-	check("StageDelete", StageDelete(nilCtx), ErrNoStager)
+	check("Mark", err, fence.ErrNilArgument)
+	check("CheckEviction", g.CheckEviction(nilCtx), fence.ErrNilArgument)
+	check("Stage", Stage(nilCtx, []byte("x")), fence.ErrNoStager)
+	check("StageDelete", StageDelete(nilCtx), fence.ErrNoStager)
 	if n, err := g.client.Exists(context.Background(), r, g.markKey(r)).Result(); err != nil || n != 0 {
 		t.Errorf("keys written by calls with a nil ctx: %d (%v)", n, err)
 	}
@@ -286,7 +286,7 @@ func TestNilContext(t *testing.T) {
 
 // TestGetMissingMatchesFenceNotFound: Get of a resource never written, and
 // of one deleted by a fenced delete, matches fence.ErrNotFound as well as
-// ErrNotFound.
+// fence.ErrNotFound.
 func TestGetMissingMatchesFenceNotFound(t *testing.T) {
 	ctx := context.Background()
 	s := newSpace(t)
@@ -299,8 +299,8 @@ func TestGetMissingMatchesFenceNotFound(t *testing.T) {
 			}
 		}
 		_, _, err := g.Get(ctx, r)
-		if !errors.Is(err, fence.ErrNotFound) || !errors.Is(err, ErrNotFound) {
-			t.Errorf("Get %s: %v, want fence.ErrNotFound and redisguard.ErrNotFound", step, err)
+		if !errors.Is(err, fence.ErrNotFound) {
+			t.Errorf("Get %s: %v, want fence.ErrNotFound and fence.ErrNotFound", step, err)
 		}
 	}
 }

@@ -20,7 +20,7 @@
 // Duplicates and lost replies). The default
 // MarkPrefix is "fencekit:mark:". A resource that has no non-empty hash
 // tag and contains '}', or that starts with MarkPrefix, is refused
-// (*ResourceError, matching fence.ErrInvalidResource).
+// (*fence.ResourceError, matching fence.ErrInvalidResource).
 //
 // # Writing
 //
@@ -33,7 +33,7 @@
 // script, never as Lua numbers. A fenced delete removes the value and
 // keeps the mark; an expired value keeps its mark too. A value key of
 // another type (hash, list, set, ...) is not this guard's: every write to
-// it is refused with a *MarkError, nothing written.
+// it is refused with a *ForeignError, nothing written.
 //
 // Fence (fence.Guard) and Do run a callback that stages the new value
 // with Stage or StageDelete; the script then writes it as above. Fence
@@ -118,15 +118,15 @@
 //     once ctx has ended it matches ctx.Err() and context.Cause(ctx) too):
 //     the write may have been applied, never "nothing written".
 //   - Get of a resource without a value returns a *NotFoundError, which
-//     matches both ErrNotFound and fence.ErrNotFound.
-//   - A nil context is refused with ErrNilContext before any I/O (Stage
-//     and StageDelete: ErrNoStager); no call panics on it.
+//     matches fence.ErrNotFound.
+//   - A nil context is refused with fence.ErrNilArgument before any I/O (Stage
+//     and StageDelete: fence.ErrNoStager); no call panics on it.
 //   - With Config.Strict, a write whose resource lies outside its claim's
 //     scope, or whose claim has no scope, is refused with a
 //     *fence.ScopeError before any I/O.
 //   - Bad input (resource, token, run, config) returns a typed error
 //     before any I/O. A mark the guard cannot read (malformed token or
-//     run, a key of another type) refuses the write with *MarkError and
+//     run, a key of another type) refuses the write with *ForeignError and
 //     nothing is written. So is a value key of another type than string.
 //   - New refuses a server whose maxmemory-policy is allkeys-* unless
 //     Config.AllowEviction is set (*EvictionError).
@@ -157,8 +157,9 @@
 //   - Marks are never deleted by this package: one small hash per resource
 //     ever written stays.
 //   - Effects of a Fence callback outside Redis are not fenced. A Fence
-//     callback that staged nothing raises the mark alone; Get then reports
-//     the old value with the new mark.
+//     callback (its ctx carries the admitted claim) that staged nothing
+//     raises the mark alone; Get then reports the old value with the new
+//     mark, or fence.ErrNotFound for a resource that had no value.
 //   - Fencing orders writers by token; it does not say whether a lease is
 //     still held.
 package redisguard

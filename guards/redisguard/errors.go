@@ -15,37 +15,9 @@ var ErrInvalidConfig = errors.New("redisguard: invalid config")
 // keys that have no TTL, marks among them.
 var ErrEvictionPolicy = errors.New("redisguard: server may evict marks")
 
-// ErrCorruptMark is matched by a *MarkError: the mark of a resource (or
-// its value key) is not what this guard writes. Nothing is written.
-var ErrCorruptMark = errors.New("redisguard: unreadable mark")
-
-// ErrNilContext is returned, before any I/O, by every call given a nil
-// context (Stage and StageDelete return ErrNoStager). Nothing is written.
-var ErrNilContext = errors.New("redisguard: nil context")
-
-// ErrNotFound is matched by a *NotFoundError: the resource has no value.
-// The same error matches fence.ErrNotFound, which every guard's read
-// matches.
-var ErrNotFound = errors.New("redisguard: not found")
-
 // errUnsettled is settle's answer when it could not decide the outcome of
 // a write whose reply was lost.
 var errUnsettled = errors.New("redisguard: outcome not settled")
-
-// ResourceError reports a resource name this guard refuses on top of
-// fence.ValidateResource. It matches fence.ErrInvalidResource.
-type ResourceError struct {
-	Resource string
-	Reason   string
-}
-
-// Error implements error.
-func (e *ResourceError) Error() string {
-	return fmt.Sprintf("redisguard: invalid resource %q: %s", e.Resource, e.Reason)
-}
-
-// Is reports whether target is fence.ErrInvalidResource.
-func (e *ResourceError) Is(target error) bool { return target == fence.ErrInvalidResource }
 
 // EvictionError reports a server whose maxmemory-policy may evict keys
 // without a TTL (allkeys-lru, allkeys-lfu, allkeys-random). It matches
@@ -63,45 +35,45 @@ func (e *EvictionError) Error() string {
 // Is reports whether target is ErrEvictionPolicy.
 func (e *EvictionError) Is(target error) bool { return target == ErrEvictionPolicy }
 
-// MarkError reports a resource whose stored mark or value key is not what
-// this guard writes (a mark hash with a malformed token or run, a mark key
-// of another type, a value key that is not a string). It matches
-// ErrCorruptMark.
-type MarkError struct {
+// ForeignError reports a resource whose stored mark or value key is not
+// what this guard writes (a mark hash with a malformed token or run, a
+// mark key of another type, a value key that is not a string). It matches
+// fence.ErrForeign. Nothing is written.
+type ForeignError struct {
 	Resource string
 	Key      string // the offending key
 	Reason   string
 }
 
 // Error implements error.
-func (e *MarkError) Error() string {
+func (e *ForeignError) Error() string {
 	return fmt.Sprintf("redisguard: %q: key %q: %s", e.Resource, e.Key, e.Reason)
 }
 
-// Is reports whether target is ErrCorruptMark.
-func (e *MarkError) Is(target error) bool { return target == ErrCorruptMark }
+// Is reports whether target is fence.ErrForeign.
+func (e *ForeignError) Is(target error) bool { return target == fence.ErrForeign }
 
-// NotFoundError reports a resource without a value. It matches ErrNotFound.
+// NotFoundError reports a resource without a value. It matches
+// fence.ErrNotFound.
 type NotFoundError struct {
 	Resource string
 	// Token is the resource's mark: the token of the write that deleted
-	// the value (or of the last write, whose value has expired); zero when
-	// the resource was never written.
+	// the value (or of the last write, whose value has expired, or of a
+	// Fence that staged nothing); zero when the resource was never
+	// written.
 	Token fence.Token
 }
 
 // Error implements error.
 func (e *NotFoundError) Error() string {
 	if e.Token != 0 {
-		return fmt.Sprintf("redisguard: %q not found (mark %d: deleted or expired)", e.Resource, e.Token)
+		return fmt.Sprintf("redisguard: %q not found (mark %d: no value)", e.Resource, e.Token)
 	}
 	return fmt.Sprintf("redisguard: %q not found", e.Resource)
 }
 
-// Is reports whether target is ErrNotFound or fence.ErrNotFound.
-func (e *NotFoundError) Is(target error) bool {
-	return target == ErrNotFound || target == fence.ErrNotFound
-}
+// Is reports whether target is fence.ErrNotFound.
+func (e *NotFoundError) Is(target error) bool { return target == fence.ErrNotFound }
 
 // ErrClockSkew is matched by a *ClockError: this host's clock and the
 // server's differ by more than a write's deadline allows. Nothing is

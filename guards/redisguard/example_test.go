@@ -59,7 +59,7 @@ func Example() {
 		panic(err)
 	}
 	_, _, err = g.Get(ctx, resource)
-	fmt.Println(errors.Is(err, redisguard.ErrNotFound), errors.Is(g.Put(runA, resource, nil), fence.ErrStale))
+	fmt.Println(errors.Is(err, fence.ErrNotFound), errors.Is(g.Put(runA, resource, nil), fence.ErrStale))
 	// Output:
 	// A refused: token 7, resource has accepted 8
 	// final from B (token 8, run run-b)

@@ -2,12 +2,8 @@ package redisguard
 
 import (
 	"context"
-	"crypto/rand"
-	"encoding/hex"
-	"errors"
 	"fmt"
 	"log/slog"
-	"net"
 	"strconv"
 	"strings"
 	"time"
@@ -18,14 +14,20 @@ import (
 
 	"github.com/fencekit/fencekit/fence"
 	"github.com/fencekit/fencekit/guards/guardobs"
+	"github.com/fencekit/fencekit/guards/internal/engine"
 )
+
+// name prefixes the guard's errors and names it to the engine.
+const name = "redisguard"
 
 // Defaults of Config.
 const (
 	DefaultMarkPrefix    = "fencekit:mark:"
 	DefaultCheckTimeout  = 5 * time.Second
 	DefaultSettleTimeout = 5 * time.Second
-	DefaultMaxAttempts   = 3
+	// DefaultMaxAttempts is Config.MaxAttempts's default, the same in
+	// every guard that has the field.
+	DefaultMaxAttempts = engine.DefaultMaxAttempts
 	// DefaultDuplicateWindow is Config.DuplicateWindow's default: longer
 	// than go-redis's default retries of one request take (four attempts
 	// of a 3 s read timeout, and their back-off).
@@ -62,10 +64,11 @@ type Config struct {
 	// lost (it runs on a fresh context, so it runs even when the call's own
 	// context has ended). Default DefaultSettleTimeout.
 	SettleTimeout time.Duration
-	// MaxAttempts bounds the writes one call sends: a write whose reply was
-	// lost and that was settled as not applied is sent again (with a new
-	// write id) while attempts remain and the context is live. Default
-	// DefaultMaxAttempts.
+	// MaxAttempts bounds the conditional writes one call sends, each under
+	// a fresh write id, the first included: a write whose reply was lost
+	// and that was settled as not applied is sent again while attempts
+	// remain and the context is live (the settling request does not
+	// count). Default DefaultMaxAttempts.
 	MaxAttempts int
 	// DuplicateWindow is how long a write's request stays valid: the
 	// request carries a deadline, this host's clock at sending plus
@@ -117,14 +120,14 @@ type Guard struct {
 	prefix         string
 	ttlArg         string
 	settleTimeout  time.Duration
-	maxAttempts    int
 	window         time.Duration
 	windowArg      string // window in ms
-	strict         bool
-	rec            *guardobs.Recorder
+	eng            *engine.Engine
 	afterWriteSent func()           // tests: runs after a write's reply arrived or failed
 	now            func() time.Time // this host's clock (tests shift it)
 }
+
+var _ fence.Guard = (*Guard)(nil)
 
 // New validates cfg, fills defaults and, unless cfg.AllowEviction is set,
 // checks the server's eviction policy (CheckEviction, bounded by
@@ -171,15 +174,16 @@ func New(cfg Config) (*Guard, error) {
 	case cfg.DuplicateWindow < 10*time.Millisecond || cfg.DuplicateWindow%time.Millisecond != 0:
 		return nil, fmt.Errorf("%w: DuplicateWindow %v: want at least 10ms, in whole milliseconds", ErrInvalidConfig, cfg.DuplicateWindow)
 	}
-	rec, err := guardobs.New(guardobs.Config{Kind: guardobs.KindRedis, Name: "redisguard",
+	rec, err := guardobs.New(guardobs.Config{Kind: guardobs.KindRedis, Name: name,
 		Retries:       "Redis writes sent again after a lost reply was settled as not applied.",
 		MeterProvider: cfg.MeterProvider, TracerProvider: cfg.TracerProvider, Logger: cfg.Logger})
 	if err != nil {
 		return nil, fmt.Errorf("%w: %w", ErrInvalidConfig, err)
 	}
-	g := &Guard{client: cfg.Client, prefix: cfg.MarkPrefix, ttlArg: ttlArg,
-		settleTimeout: cfg.SettleTimeout, maxAttempts: cfg.MaxAttempts, strict: cfg.Strict, rec: rec,
+	g := &Guard{client: cfg.Client, prefix: cfg.MarkPrefix, ttlArg: ttlArg, settleTimeout: cfg.SettleTimeout,
 		now: time.Now, window: cfg.DuplicateWindow, windowArg: strconv.FormatInt(cfg.DuplicateWindow.Milliseconds(), 10)}
+	g.eng = &engine.Engine{Args: engine.Args{Name: name, Strict: cfg.Strict, Rec: rec, Resource: g.checkResource},
+		Driver: (*driver)(g), Op: "redisguard: write", MaxAttempts: cfg.MaxAttempts}
 	if !cfg.AllowEviction {
 		ctx, cancel := context.WithTimeout(context.Background(), cfg.CheckTimeout)
 		defer cancel()
@@ -197,7 +201,7 @@ func New(cfg Config) (*Guard, error) {
 // call it again whenever that may have happened.
 func (g *Guard) CheckEviction(ctx context.Context) error {
 	if ctx == nil {
-		return ErrNilContext
+		return g.eng.NilArgument("", "CheckEviction with nil ctx")
 	}
 	check := func(ctx context.Context, c *redis.Client) error {
 		return checkPolicy(ctx, c, c.Options().Addr)
@@ -233,14 +237,7 @@ func checkPolicy(ctx context.Context, c redis.Cmdable, addr string) error {
 // Put writes value to resource under the claim ctx carries
 // (fence.ClaimFromContext; none: fence.ErrNoToken, nothing written).
 func (g *Guard) Put(ctx context.Context, resource string, value []byte) error {
-	if ctx == nil {
-		return ErrNilContext
-	}
-	c, err := g.ctxClaim(ctx, resource)
-	if err != nil {
-		return err
-	}
-	return g.write(ctx, resource, c, "p", value)
+	return g.eng.Put(ctx, resource, value)
 }
 
 // PutClaim writes value to resource under the claim c, passed explicitly.
@@ -250,50 +247,26 @@ func (g *Guard) Put(ctx context.Context, resource string, value []byte) error {
 // refused with *fence.StaleError, the mark's token from another run with
 // *fence.ReusedError.
 func (g *Guard) PutClaim(ctx context.Context, resource string, c fence.Claim, value []byte) error {
-	if ctx == nil {
-		return ErrNilContext
-	}
-	if err := g.args(ctx, resource, c); err != nil {
-		return err
-	}
-	return g.write(ctx, resource, c, "p", value)
+	return g.eng.PutClaim(ctx, resource, c, value)
 }
 
 // Delete deletes resource's value under the claim ctx carries. The mark
 // stays: it is what refuses older tokens afterwards.
 func (g *Guard) Delete(ctx context.Context, resource string) error {
-	if ctx == nil {
-		return ErrNilContext
-	}
-	c, err := g.ctxClaim(ctx, resource)
-	if err != nil {
-		return err
-	}
-	return g.write(ctx, resource, c, "d", nil)
+	return g.eng.Delete(ctx, resource)
 }
 
 // DeleteClaim is Delete under the claim c, passed explicitly.
 func (g *Guard) DeleteClaim(ctx context.Context, resource string, c fence.Claim) error {
-	if ctx == nil {
-		return ErrNilContext
-	}
-	if err := g.args(ctx, resource, c); err != nil {
-		return err
-	}
-	return g.write(ctx, resource, c, "d", nil)
+	return g.eng.DeleteClaim(ctx, resource, c)
 }
 
 // Get returns resource's value and its mark, read together in one script.
-// A resource without value (never written, deleted, or expired) yields a
-// *NotFoundError carrying the mark's token.
+// A resource without value (never written, deleted, expired, or only
+// fenced by a Fence that staged nothing) yields a *NotFoundError carrying
+// the mark's token; it matches fence.ErrNotFound.
 func (g *Guard) Get(ctx context.Context, resource string) ([]byte, Info, error) {
-	if ctx == nil {
-		return nil, Info{}, ErrNilContext
-	}
-	if err := g.checkResource(resource); err != nil {
-		return nil, Info{}, err
-	}
-	if err := fence.ContextError(ctx); err != nil {
+	if err := g.eng.Read(ctx, resource); err != nil {
 		return nil, Info{}, err
 	}
 	r, err := readScript.Run(ctx, g.client, []string{resource, g.markKey(resource)}).StringSlice()
@@ -307,7 +280,7 @@ func (g *Guard) Get(ctx context.Context, resource string) ([]byte, Info, error) 
 	case "none":
 		return nil, Info{}, &NotFoundError{Resource: resource}
 	case "bad":
-		return nil, Info{}, g.markError(resource, r[1])
+		return nil, Info{}, g.foreign(resource, r[1])
 	}
 	info, err := g.info(resource, r[2], r[3], r[4])
 	if err != nil {
@@ -322,239 +295,35 @@ func (g *Guard) Get(ctx context.Context, resource string) ([]byte, Info, error) 
 // Mark returns resource's mark: the token and run identity of the last
 // write admitted, or the zero Claim when none was.
 func (g *Guard) Mark(ctx context.Context, resource string) (fence.Claim, error) {
-	if ctx == nil {
-		return fence.Claim{}, ErrNilContext
-	}
-	if err := g.checkResource(resource); err != nil {
-		return fence.Claim{}, err
-	}
-	if err := fence.ContextError(ctx); err != nil {
+	if err := g.eng.Read(ctx, resource); err != nil {
 		return fence.Claim{}, err
 	}
 	key := g.markKey(resource)
 	v, err := g.client.HMGet(ctx, key, "t", "r", "w").Result()
 	if err != nil {
 		if redis.HasErrorPrefix(err, "WRONGTYPE") {
-			return fence.Claim{}, &MarkError{Resource: resource, Key: key, Reason: "mark key is not a hash"}
+			return fence.Claim{}, &ForeignError{Resource: resource, Key: key, Reason: "mark key is not a hash"}
 		}
 		return fence.Claim{}, fence.WrapContext(ctx, fmt.Errorf("redisguard: read mark of %q: %w", resource, err))
 	}
-	if v[0] == nil && v[1] == nil && v[2] == nil {
-		return fence.Claim{}, nil
-	}
-	str := func(x any) string { s, _ := x.(string); return s }
-	info, err := g.info(resource, str(v[0]), str(v[1]), str(v[2]))
-	return fence.Claim{Token: info.Token, Run: info.Run}, err
+	return g.markOf(resource, v)
 }
 
 // info parses a mark read from the server.
 func (g *Guard) info(resource, tok, run, id string) (Info, error) {
 	t, err := fence.Parse(tok)
 	if err != nil || fence.ValidateRun(run) != nil {
-		return Info{}, g.markError(resource, "malformed mark")
+		return Info{}, g.foreign(resource, "malformed mark")
 	}
 	return Info{Token: t, Run: run, WriteID: id}, nil
 }
 
-func (g *Guard) markError(resource, reason string) error {
+// foreign is the *ForeignError of resource for reason: on the value key
+// when reason is about it, on the mark key otherwise.
+func (g *Guard) foreign(resource, reason string) error {
 	key := g.markKey(resource)
 	if strings.HasPrefix(reason, "value key") {
 		key = resource
 	}
-	return &MarkError{Resource: resource, Key: key, Reason: reason}
-}
-
-// args checks a call's input before any I/O: resource, claim, the claim's
-// scope when strict, and a ctx that has not ended.
-func (g *Guard) args(ctx context.Context, resource string, c fence.Claim) error {
-	err := g.checkArgs(ctx, resource, c)
-	g.rec.Refused(ctx, resource, c, err)
-	return err
-}
-
-func (g *Guard) checkArgs(ctx context.Context, resource string, c fence.Claim) error {
-	if err := g.checkResource(resource); err != nil {
-		return err
-	}
-	if err := c.Validate(); err != nil {
-		return err
-	}
-	if g.strict {
-		if err := fence.CheckScope(resource, c); err != nil {
-			return err
-		}
-	}
-	if err := fence.ContextError(ctx); err != nil {
-		return fmt.Errorf("redisguard: %q: %w", resource, err)
-	}
-	return nil
-}
-
-// ctxClaim returns the claim ctx carries, checked like args.
-func (g *Guard) ctxClaim(ctx context.Context, resource string) (fence.Claim, error) {
-	if err := g.checkResource(resource); err != nil {
-		return fence.Claim{}, err
-	}
-	c, err := fence.ClaimFromContext(ctx)
-	if err != nil {
-		return fence.Claim{}, fmt.Errorf("redisguard: %q: %w", resource, err)
-	}
-	return c, g.args(ctx, resource, c)
-}
-
-func newWriteID() string {
-	var b [16]byte
-	_, _ = rand.Read(b[:])
-	return hex.EncodeToString(b[:])
-}
-
-// write runs the fenced write; see PutClaim.
-func (g *Guard) write(ctx context.Context, resource string, c fence.Claim, op string, value []byte) error {
-	ctx, span := g.rec.Start(ctx, resource, c)
-	err := g.writeAttempts(ctx, resource, c, op, value)
-	g.rec.Decision(ctx, err)
-	span.End(err)
-	return err
-}
-
-func (g *Guard) writeAttempts(ctx context.Context, resource string, c fence.Claim, op string, value []byte) error {
-	keys := []string{resource, g.markKey(resource), g.idsKey(resource)}
-	for attempt := 1; ; attempt++ {
-		id := newWriteID()
-		sent := g.now()
-		deadline := strconv.FormatInt(sent.Add(g.window).UnixMilli(), 10)
-		r, err := writeScript.Run(ctx, g.client, keys,
-			c.Token.String(), c.Run, id, op, value, g.ttlArg, deadline, g.windowArg).StringSlice()
-		if g.afterWriteSent != nil {
-			g.afterWriteSent()
-		}
-		if err == nil {
-			switch {
-			case len(r) == 3 && r[0] == "clock":
-				return g.clockError(resource, sent, r[1])
-			case len(r) == 3 && r[0] == "expired" && g.now().Sub(sent) < g.window/2:
-				// Refused at once as too late: the server's clock is
-				// ahead of this host's. Nothing was written by this copy
-				// (an applied copy would have been answered "dup").
-				return g.clockError(resource, sent, r[1])
-			case len(r) == 3 && (r[0] == "expired" || r[0] == "cancelled"):
-				// This copy was refused: settle the write as a whole.
-				err = fmt.Errorf("the request was refused as %s", r[0])
-			default:
-				return g.outcome(resource, c, r)
-			}
-		} else if !maybeSent(err) {
-			return fence.WrapContext(ctx, fmt.Errorf("redisguard: write %q: %w", resource, err))
-		}
-		// The request may have been applied: settle it by its write id.
-		applied, serr := g.settle(ctx, resource, c, id, deadline)
-		switch {
-		case applied:
-			return nil
-		case serr == nil: // definitely not applied, and never will be
-			if attempt >= g.maxAttempts || fence.ContextError(ctx) != nil {
-				return &fence.NotAppliedError{Op: "redisguard: write", Resource: resource, Err: fence.WrapContext(ctx, err)}
-			}
-			g.rec.Retried(ctx, 1)
-		case errors.Is(serr, errUnsettled):
-			return fence.OutcomeUnknown(ctx, "redisguard: write", resource, fmt.Errorf("%w (%w)", err, serr))
-		default: // refused: stale or reused
-			return fence.WrapContext(ctx, serr)
-		}
-	}
-}
-
-// clockError reports a write refused because this host's clock and the
-// server's (serverMs, Unix ms) differ too much.
-func (g *Guard) clockError(resource string, sent time.Time, serverMs string) error {
-	ms, err := strconv.ParseInt(serverMs, 10, 64)
-	if err != nil {
-		return fmt.Errorf("redisguard: write %q: unexpected server time %q", resource, serverMs)
-	}
-	return &ClockError{Resource: resource, Window: g.window, Offset: time.UnixMilli(ms).Sub(sent)}
-}
-
-// outcome interprets writeScript's reply.
-func (g *Guard) outcome(resource string, c fence.Claim, r []string) error {
-	if len(r) != 3 {
-		return fmt.Errorf("redisguard: write %q: unexpected reply %q", resource, r)
-	}
-	switch r[0] {
-	case "ok", "dup":
-		return nil
-	case "stale", "reused":
-		mt, err := fence.Parse(r[1])
-		if err != nil {
-			return g.markError(resource, "malformed mark")
-		}
-		if derr := fence.DecideClaim(resource, c, mt, r[2]); derr != nil {
-			return derr
-		}
-		return fmt.Errorf("redisguard: write %q: script refused %s, mark %s %q admits it", resource, r[0], r[1], r[2])
-	case "bad":
-		return g.markError(resource, r[2])
-	}
-	return fmt.Errorf("redisguard: write %q: unexpected reply %q", resource, r)
-}
-
-// settle decides the outcome of write id (sent with deadline, Unix ms)
-// after its reply was lost, on a fresh context bounded by SettleTimeout:
-// applied (true, nil); definitely not applied (false, nil), the record
-// guaranteeing it never will be; refused by the mark now in place (false,
-// *fence.StaleError or *fence.ReusedError; the stale error's Overtaken
-// set when the write may have been applied before the newer mark);
-// unknown (false, error matching errUnsettled).
-func (g *Guard) settle(ctx context.Context, resource string, c fence.Claim, id, deadline string) (bool, error) {
-	sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), g.settleTimeout)
-	defer cancel()
-	r, err := settleScript.Run(sctx, g.client, []string{g.markKey(resource), g.idsKey(resource)},
-		id, deadline, g.windowArg).StringSlice()
-	switch {
-	case err != nil:
-		return false, fmt.Errorf("%w: the settling request failed: %w", errUnsettled, err)
-	case len(r) != 4 || r[0] == "bad":
-		return false, fmt.Errorf("%w: unexpected settling reply %q", errUnsettled, r)
-	}
-	if r[0] == "applied" {
-		return true, nil
-	}
-	complete := r[3] == "1" // the record proves no copy was applied
-	if r[1] == "" {
-		return false, nil // no mark: not applied
-	}
-	mt, err := fence.Parse(r[1])
-	if err != nil {
-		return false, fmt.Errorf("%w: malformed mark %q", errUnsettled, r[1])
-	}
-	if derr := fence.DecideClaim(resource, c, mt, r[2]); derr != nil {
-		if se, ok := fence.IsStale(derr); ok {
-			se.Overtaken = !complete
-		}
-		return false, derr
-	}
-	if complete || mt < c.Token {
-		return false, nil // not applied (a mark below the write's token never had it)
-	}
-	// The record of this write may have been pruned (the settling request
-	// came more than a window after the deadline) and the mark has the
-	// write's token under another write's id: this write may have been
-	// applied and then overwritten under the same token.
-	return false, fmt.Errorf("%w: the mark carries the write's token under another write id", errUnsettled)
-}
-
-// maybeSent reports whether a failed request may have reached the server:
-// false for error replies (the server answered), a closed client, pool
-// timeouts and failed dials (nothing was sent).
-func maybeSent(err error) bool {
-	var rerr redis.Error
-	var op *net.OpError
-	switch {
-	case errors.As(err, &rerr):
-		return false
-	case errors.Is(err, redis.ErrClosed), errors.Is(err, redis.ErrPoolTimeout), errors.Is(err, redis.ErrPoolExhausted):
-		return false
-	case errors.As(err, &op) && op.Op == "dial":
-		return false
-	}
-	return true
+	return &ForeignError{Resource: resource, Key: key, Reason: reason}
 }

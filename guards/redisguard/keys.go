@@ -48,16 +48,17 @@ func (g *Guard) idsKey(resource string) string {
 // checkResource applies fence.ValidateResource and the rules of this
 // guard's keys: a resource without a hash tag must not contain '}' (its
 // mark key's tag would end early and land in another slot), and no
-// resource may start with the mark prefix (it would alias a mark).
+// resource may start with the mark prefix (it would alias a mark); a
+// *fence.ResourceError otherwise.
 func (g *Guard) checkResource(resource string) error {
 	if err := fence.ValidateResource(resource); err != nil {
 		return err
 	}
 	if _, ok := hashTag(resource); !ok && strings.IndexByte(resource, '}') >= 0 {
-		return &ResourceError{Resource: resource, Reason: "contains '}' outside a non-empty {hash tag}"}
+		return &fence.ResourceError{Resource: resource, Reason: "contains '}' outside a non-empty {hash tag}"}
 	}
 	if strings.HasPrefix(resource, g.prefix) {
-		return &ResourceError{Resource: resource, Reason: fmt.Sprintf("starts with the mark prefix %q", g.prefix)}
+		return &fence.ResourceError{Resource: resource, Reason: fmt.Sprintf("starts with the mark prefix %q", g.prefix)}
 	}
 	return nil
 }

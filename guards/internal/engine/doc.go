@@ -1,0 +1,33 @@
+// Package engine is the one implementation of a guard's fenced write that
+// the guards of package guards share: argument and claim handling, the
+// loop that reads a resource's mark, decides, runs a Fence callback,
+// commits conditionally under a write id and settles a lost reply, the
+// staging of a Fence callback's change, and the recording of every
+// outcome (package guardobs).
+//
+// A guard supplies a [Driver]: how to read its store's mark ([Driver.Open]),
+// how to send one conditional write ([Attempt.Commit]) and how to settle a
+// write whose reply was lost ([Attempt.Settle]). The engine owns the rest,
+// so every guard built on it behaves the same:
+//
+//   - nil context, nil callback: an error matching fence.ErrNilArgument,
+//     before any I/O;
+//   - a claim from the context (fence.ClaimFromContext) for the ctx-first
+//     forms, fence.ClaimFor for the explicit-token Fence, the resource
+//     checked by fence.ValidateResource and the guard's own rules, the
+//     scope when strict, and a context that has not ended, all before any
+//     I/O; a refusal is recorded as a span marked not sent;
+//   - a Fence callback runs only after the claim was admitted on a fresh
+//     read of the mark, with a context that carries that claim
+//     (fence.ClaimFromContext) and the guard's stager; what it staged is
+//     committed by the same loop as a Put or Delete, which decides again;
+//   - a callback that staged nothing commits [OpMark]: the mark is raised
+//     and the value is kept; a resource without a value keeps none (a
+//     later read reports fence.ErrNotFound);
+//   - each conditional write carries a fresh write id; a lost reply is
+//     settled by the driver; a write settled as not applied, or that lost
+//     a race, is sent again while Config.MaxAttempts allows and the
+//     context is live.
+//
+// It is internal to the guards: its API may change with them.
+package engine

@@ -1,0 +1,302 @@
+package engine
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"fmt"
+
+	"github.com/fencekit/fencekit/fence"
+)
+
+// DefaultMaxAttempts is the default of every guard's Config.MaxAttempts.
+const DefaultMaxAttempts = 8
+
+// Read says how fresh the mark an [Attempt] reads must be.
+type Read int
+
+const (
+	// ReadAny lets the driver skip reading the mark when its commit
+	// decides on the store by itself (Attempt.Mark then reports none), or
+	// use a mark it remembers.
+	ReadAny Read = iota
+	// ReadFresh requires the mark as the store holds it now.
+	ReadFresh
+)
+
+// Result is the outcome of a commit or a settle.
+type Result int
+
+const (
+	// Committed means the write was applied.
+	Committed Result = iota
+	// Failed means the write was not applied, for the reason in the error
+	// (a refusal, a store error, an outcome the driver reports itself);
+	// the engine returns it.
+	Failed
+	// Conflict means another write came in between; nothing was applied. The
+	// engine reads the mark again, decides again and sends the write
+	// again while attempts remain (fence.ErrBusy when none do). From
+	// Settle it means the copy in transit can no longer apply, though it
+	// may have before the other write: a later stale refusal is then
+	// Overtaken.
+	Conflict
+	// Lost means the request was sent and its reply lost (the error says what
+	// came instead); the engine settles it (Attempt.Settle). Commit only.
+	Lost
+	// NotApplied means the lost write was not applied and never will be. The
+	// engine sends it again under a new write id while attempts remain.
+	// Settle only.
+	NotApplied
+)
+
+// Driver is one store's part of a fenced write.
+type Driver interface {
+	// Open starts one attempt at writing resource: it reads the mark as
+	// read requires (and takes what the store needs held until the
+	// commit, such as a lock). Its error ends the call.
+	Open(ctx context.Context, resource string, read Read) (Attempt, error)
+}
+
+// Attempt is one attempt at a fenced write, from the read of the mark to
+// the commit.
+type Attempt interface {
+	// Mark returns the mark Open read, and ok false when Open read none
+	// (the commit decides on the store); cached true when it is a mark
+	// the driver remembers rather than one read now.
+	Mark() (m fence.Claim, ok, cached bool)
+	// Commit sends ch under claim c, admitted on Mark when Mark had one,
+	// as one conditional write identified by id.
+	Commit(ctx context.Context, c fence.Claim, ch Change, id string) (Result, error)
+	// Settle decides the outcome of the write id whose reply was lost
+	// (lost: what came instead): Committed, NotApplied, Conflict, or
+	// Failed with the error to return (a refusal by a newer mark, with
+	// its Overtaken set as the driver knows; an outcome it could not
+	// settle, a *fence.OutcomeUnknownError).
+	Settle(ctx context.Context, c fence.Claim, ch Change, id string, lost error) (Result, error)
+	// Close releases what Open took. It is called once, after the
+	// attempt's last Commit or Settle, or instead of them.
+	Close()
+}
+
+// Engine runs the fenced writes of one guard.
+type Engine struct {
+	Args
+	// Driver is the guard's store.
+	Driver Driver
+	// Op names a guard's committing request in a *fence.NotAppliedError:
+	// "redisguard: write".
+	Op string
+	// MaxAttempts bounds the conditional writes one call sends, each
+	// under a fresh write id; re-sends of one write while settling it do
+	// not count. Zero means DefaultMaxAttempts.
+	MaxAttempts int
+}
+
+// NewWriteID returns a random 128-bit write id, hex encoded.
+func NewWriteID() string {
+	var b [16]byte
+	_, _ = rand.Read(b[:]) // never fails (crypto/rand)
+	return hex.EncodeToString(b[:])
+}
+
+// Put commits value to resource under the claim ctx carries.
+func (e *Engine) Put(ctx context.Context, resource string, value []byte) error {
+	return e.context(ctx, resource, Change{Op: OpPut, Value: value})
+}
+
+// PutClaim commits value to resource under the claim c.
+func (e *Engine) PutClaim(ctx context.Context, resource string, c fence.Claim, value []byte) error {
+	return e.explicit(ctx, resource, c, Change{Op: OpPut, Value: value})
+}
+
+// Delete removes resource's value (the mark stays) under the claim ctx
+// carries.
+func (e *Engine) Delete(ctx context.Context, resource string) error {
+	return e.context(ctx, resource, Change{Op: OpDelete})
+}
+
+// DeleteClaim is Delete under the claim c.
+func (e *Engine) DeleteClaim(ctx context.Context, resource string, c fence.Claim) error {
+	return e.explicit(ctx, resource, c, Change{Op: OpDelete})
+}
+
+// Fence is fence.Guard's Fence: FenceClaim under fence.ClaimFor(ctx,
+// token), checked.
+func (e *Engine) Fence(ctx context.Context, resource string, token fence.Token, write func(ctx context.Context) error) error {
+	c, err := e.Token(ctx, resource, token)
+	if err != nil {
+		return err
+	}
+	return e.FenceClaim(ctx, resource, c, write)
+}
+
+// Do is FenceClaim under the claim ctx carries, checked.
+func (e *Engine) Do(ctx context.Context, resource string, write func(ctx context.Context) error) error {
+	c, err := e.Context(ctx, resource)
+	if err != nil {
+		return err
+	}
+	return e.FenceClaim(ctx, resource, c, write)
+}
+
+func (e *Engine) context(ctx context.Context, resource string, ch Change) error {
+	c, err := e.Context(ctx, resource)
+	if err != nil {
+		return err
+	}
+	return e.Write(ctx, resource, c, ch)
+}
+
+func (e *Engine) explicit(ctx context.Context, resource string, c fence.Claim, ch Change) error {
+	if err := e.Explicit(ctx, resource, c); err != nil {
+		return err
+	}
+	return e.Write(ctx, resource, c, ch)
+}
+
+// Write commits ch to resource under c, whose input the caller checked
+// (Args.Explicit or Args.Context), in one span.
+func (e *Engine) Write(ctx context.Context, resource string, c fence.Claim, ch Change) error {
+	ctx, span := e.Rec.Start(ctx, resource, c)
+	err := e.loop(ctx, nil, resource, c, ch)
+	e.Rec.Decision(ctx, err)
+	span.End(err)
+	return err
+}
+
+// FenceClaim runs write after admitting c (checked by the caller) on a
+// fresh read of resource's mark, then commits what write staged (Stage)
+// as Write does, deciding again. write's ctx carries c
+// (fence.ClaimFromContext). A refusal on that first read is recorded as a
+// span marked not sent; write's error is returned (wrapped by
+// fence.WrapContext) and nothing is written.
+func (e *Engine) FenceClaim(ctx context.Context, resource string, c fence.Claim, write func(ctx context.Context) error) error {
+	if write == nil {
+		return e.NilArgument(resource, "Fence with nil write")
+	}
+	att, err := e.Driver.Open(ctx, resource, ReadFresh)
+	if err != nil {
+		return err
+	}
+	m, _, _ := att.Mark()
+	if err := fence.DecideClaim(resource, c, m.Token, m.Run); err != nil {
+		att.Close()
+		e.Rec.Decision(ctx, err)
+		e.Rec.Refused(ctx, resource, c, err)
+		return err
+	}
+	ch, werr := run(ctx, e.Name, c, write)
+	if werr != nil {
+		att.Close()
+		return fence.WrapContext(ctx, werr)
+	}
+	ctx, span := e.Rec.Start(ctx, resource, c)
+	err = e.loop(ctx, att, resource, c, ch)
+	e.Rec.Decision(ctx, err)
+	span.End(err)
+	return err
+}
+
+// loop sends ch until it is committed, refused, settled as unknown, or
+// out of attempts. att is an attempt already open and admitted (Fence's),
+// or nil.
+func (e *Engine) loop(ctx context.Context, att Attempt, resource string, c fence.Claim, ch Change) error {
+	max := e.MaxAttempts
+	if max <= 0 {
+		max = DefaultMaxAttempts
+	}
+	// lost is the error of an earlier request of this call whose reply
+	// was lost and which was settled as not applied (nil: none);
+	// overtaken says a later stale refusal may follow that request's
+	// effect (it was settled by a Conflict).
+	var lost error
+	overtaken := false
+	read := ReadAny
+	for attempt := 1; ; attempt++ {
+		if attempt > 1 {
+			e.Rec.Retried(ctx, 1)
+		}
+		res, lostNow, err := e.attempt(ctx, att, resource, c, ch, read)
+		att = nil
+		if lostNow != nil && (res == NotApplied || res == Conflict) {
+			lost = lostNow
+			overtaken = overtaken || res == Conflict
+		}
+		switch res {
+		case Committed:
+			return nil
+		case NotApplied:
+			if attempt >= max || fence.ContextError(ctx) != nil {
+				return e.notApplied(ctx, resource, lost, lost)
+			}
+			read = ReadAny
+		case Conflict:
+			if attempt >= max {
+				return fence.WrapContext(ctx, fmt.Errorf("%s %q: lost the race in each of %d attempts: %w", e.Op, resource, max, fence.ErrBusy))
+			}
+			read = ReadFresh
+		default:
+			return e.failed(ctx, resource, lost, overtaken, err)
+		}
+	}
+}
+
+// failed returns the error that ended a call: a refusal as it is (stale
+// marked Overtaken when an earlier request of the call may have been
+// applied before the newer mark), anything else through notApplied.
+func (e *Engine) failed(ctx context.Context, resource string, lost error, overtaken bool, err error) error {
+	if se, ok := fence.IsStale(err); ok {
+		se.Overtaken = se.Overtaken || overtaken
+		return fence.WrapContext(ctx, err)
+	}
+	if _, ok := fence.IsReused(err); ok {
+		return fence.WrapContext(ctx, err)
+	}
+	return e.notApplied(ctx, resource, lost, err)
+}
+
+// attempt opens an attempt (unless att is one), decides on its mark,
+// commits once and settles a lost reply. lost is the error that came
+// instead of the reply, when one was lost.
+func (e *Engine) attempt(ctx context.Context, att Attempt, resource string, c fence.Claim, ch Change, read Read) (res Result, lost, err error) {
+	for att == nil {
+		if att, err = e.Driver.Open(ctx, resource, read); err != nil {
+			return Failed, nil, err
+		}
+		m, ok, cached := att.Mark()
+		if !ok {
+			break
+		}
+		if err := fence.DecideClaim(resource, c, m.Token, m.Run); err != nil {
+			att.Close()
+			if cached {
+				att, read = nil, ReadFresh
+				continue
+			}
+			return Failed, nil, err
+		}
+	}
+	defer att.Close()
+	if err := fence.ContextError(ctx); err != nil {
+		return Failed, nil, fmt.Errorf("%s: %q: %w", e.Name, resource, err)
+	}
+	id := NewWriteID()
+	res, err = att.Commit(ctx, c, ch, id)
+	if res != Lost {
+		return res, nil, err
+	}
+	lost = err
+	res, err = att.Settle(ctx, c, ch, id, lost)
+	return res, lost, err
+}
+
+// notApplied returns err, the error that ended a call before it could
+// write, as a *fence.NotAppliedError when an earlier request of the call
+// had left (lost != nil) and was settled as not applied.
+func (e *Engine) notApplied(ctx context.Context, resource string, lost, err error) error {
+	if lost == nil {
+		return err
+	}
+	return &fence.NotAppliedError{Op: e.Op, Resource: resource, Err: fence.WrapContext(ctx, err)}
+}

@@ -1,0 +1,149 @@
+package engine
+
+import (
+	"context"
+	"errors"
+	"testing"
+
+	"github.com/fencekit/fencekit/fence"
+)
+
+// fakeDriver answers each Commit and Settle from scripted results and
+// counts the attempts.
+type fakeDriver struct {
+	mark    fence.Claim
+	commits []Result // one per Commit, the last repeated
+	settles []Result // one per Settle, the last repeated
+	settle  error    // Settle's error with Failed
+	opens   int
+	sent    []Change
+}
+
+type fakeAttempt struct{ d *fakeDriver }
+
+func (d *fakeDriver) Open(context.Context, string, Read) (Attempt, error) {
+	d.opens++
+	return fakeAttempt{d}, nil
+}
+
+func next(rs *[]Result) Result {
+	r := (*rs)[0]
+	if len(*rs) > 1 {
+		*rs = (*rs)[1:]
+	}
+	return r
+}
+
+func (a fakeAttempt) Mark() (fence.Claim, bool, bool) { return a.d.mark, true, false }
+func (a fakeAttempt) Close()                          {}
+func (a fakeAttempt) Commit(_ context.Context, _ fence.Claim, ch Change, _ string) (Result, error) {
+	a.d.sent = append(a.d.sent, ch)
+	r := next(&a.d.commits)
+	if r == Lost {
+		return r, errors.New("reply lost")
+	}
+	return r, nil
+}
+func (a fakeAttempt) Settle(context.Context, fence.Claim, Change, string, error) (Result, error) {
+	r := next(&a.d.settles)
+	if r == Failed {
+		return r, a.d.settle
+	}
+	return r, nil
+}
+
+func newEngine(d Driver, max int) *Engine {
+	return &Engine{Args: Args{Name: "testguard"}, Driver: d, Op: "testguard: write", MaxAttempts: max}
+}
+
+func TestLoopOutcomes(t *testing.T) {
+	ctx := context.Background()
+	c := fence.Claim{Token: 5}
+	t.Run("lost races end busy after MaxAttempts", func(t *testing.T) {
+		d := &fakeDriver{commits: []Result{Conflict}}
+		err := newEngine(d, 3).PutClaim(ctx, "r", c, []byte("v"))
+		if !errors.Is(err, fence.ErrBusy) || len(d.sent) != 3 {
+			t.Fatalf("err %v after %d commits, want fence.ErrBusy after 3", err, len(d.sent))
+		}
+	})
+	t.Run("settled not applied is sent again, then NotApplied", func(t *testing.T) {
+		d := &fakeDriver{commits: []Result{Lost}, settles: []Result{NotApplied}}
+		err := newEngine(d, 2).PutClaim(ctx, "r", c, []byte("v"))
+		if _, ok := fence.IsNotApplied(err); !ok || len(d.sent) != 2 {
+			t.Fatalf("err %v after %d commits, want *fence.NotAppliedError after 2", err, len(d.sent))
+		}
+	})
+	t.Run("a lost reply settled as applied succeeds", func(t *testing.T) {
+		d := &fakeDriver{commits: []Result{Lost}, settles: []Result{Committed}}
+		if err := newEngine(d, 0).PutClaim(ctx, "r", c, nil); err != nil || len(d.sent) != 1 {
+			t.Fatalf("err %v after %d commits, want nil after 1", err, len(d.sent))
+		}
+	})
+	t.Run("stale after a conflicting settle is overtaken", func(t *testing.T) {
+		// The first commit's reply is lost and settled as a conflict; the
+		// second attempt reads a newer mark and is refused before committing.
+		d := &fakeDriver{commits: []Result{Lost}, settles: []Result{Conflict}}
+		e := newEngine(d, 0)
+		first := true
+		e.Driver = driverFunc(func() (Attempt, error) {
+			if first {
+				first = false
+				return fakeAttempt{d}, nil
+			}
+			d.mark = fence.Claim{Token: 9}
+			return fakeAttempt{d}, nil
+		})
+		se, ok := fence.IsStale(e.PutClaim(ctx, "r", c, nil))
+		if !ok || !se.Overtaken {
+			t.Fatalf("got %+v, want a stale refusal with Overtaken", se)
+		}
+	})
+	t.Run("a refusal on the mark read first never runs write", func(t *testing.T) {
+		d := &fakeDriver{mark: fence.Claim{Token: 7}, commits: []Result{Committed}}
+		called := false
+		err := newEngine(d, 0).Fence(ctx, "r", 5, func(context.Context) error { called = true; return nil })
+		if !errors.Is(err, fence.ErrStale) || called || len(d.sent) != 0 {
+			t.Fatalf("err %v, write called %v, %d commits", err, called, len(d.sent))
+		}
+	})
+}
+
+type driverFunc func() (Attempt, error)
+
+func (f driverFunc) Open(context.Context, string, Read) (Attempt, error) { return f() }
+
+func TestFenceStagesAndCarriesClaim(t *testing.T) {
+	d := &fakeDriver{commits: []Result{Committed}}
+	e := newEngine(d, 0)
+	ctx := fence.WithClaim(context.Background(), fence.Claim{Token: 4, Run: "run-a"})
+	var inside context.Context
+	err := e.Fence(ctx, "r", 4, func(ctx context.Context) error {
+		inside = ctx
+		if c, err := fence.ClaimFromContext(ctx); err != nil || c.Run != "run-a" || c.Token != 4 {
+			t.Errorf("claim in write: %+v, %v", c, err)
+		}
+		if err := Stage(ctx, "otherguard", Change{Op: OpPut}); !errors.Is(err, fence.ErrNoStager) {
+			t.Errorf("another guard's Stage: %v, want fence.ErrNoStager", err)
+		}
+		if err := Stage(ctx, "testguard", Change{Op: OpPut, Value: []byte("v")}); err != nil {
+			t.Errorf("Stage: %v", err)
+		}
+		return Stage(ctx, "testguard", Change{Op: OpDelete})
+	})
+	if !errors.Is(err, fence.ErrAlreadyStaged) || len(d.sent) != 0 {
+		t.Fatalf("second Stage's error from write: %v (%d commits), want fence.ErrAlreadyStaged and none", err, len(d.sent))
+	}
+	if err := Stage(inside, "testguard", Change{Op: OpPut}); !errors.Is(err, fence.ErrStageClosed) {
+		t.Fatalf("Stage after Fence returned: %v, want fence.ErrStageClosed", err)
+	}
+	if err := e.Fence(ctx, "r", 4, func(context.Context) error { return nil }); err != nil || len(d.sent) != 1 || d.sent[0].Op != OpMark {
+		t.Fatalf("Fence staging nothing: %v, sent %+v, want one OpMark", err, d.sent)
+	}
+	var nilCtx context.Context
+	if err := e.Fence(nilCtx, "r", 4, func(context.Context) error { return nil }); !errors.Is(err, fence.ErrNilArgument) {
+		t.Fatalf("nil ctx: %v, want fence.ErrNilArgument", err)
+	}
+	if err := e.Fence(ctx, "r", 4, nil); !errors.Is(err, fence.ErrNilArgument) {
+		t.Fatalf("nil write: %v, want fence.ErrNilArgument", err)
+	}
+}
