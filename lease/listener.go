@@ -346,7 +346,7 @@ func (m *Manager) listenOnce(ctx context.Context) (connected bool, err error) {
 
 	prober := &probeConn{m: m}
 	defer func() {
-		prober.await()
+		_ = prober.await() // the listener is ending: the outcome no longer matters
 		prober.close(ctx)
 	}()
 	var (
@@ -384,7 +384,7 @@ func (m *Manager) listenOnce(ctx context.Context) (connected bool, err error) {
 				// that arrives after it was counted lost shows delivery.
 				probe = ""
 				// Its commit is done: the send's reply is at hand.
-				prober.await()
+				_ = prober.await() // delivered: the send succeeded, whatever it reports
 				m.probeDelivered()
 				continue
 			}

@@ -129,7 +129,7 @@ func storm(e *Env, pool *pgxpool.Pool, schema string, managers, keys, rounds int
 				return nil, fmt.Errorf("a displaced holder (token %d) was not told within 10 s", g.l.Token())
 			}
 			if !errors.Is(g.l.Err(), lease.ErrTakenOver) {
-				return nil, fmt.Errorf("a displaced holder (token %d) ended with %v, not ErrTakenOver", g.l.Token(), g.l.Err())
+				return nil, fmt.Errorf("a displaced holder (token %d) ended with %w, not ErrTakenOver", g.l.Token(), g.l.Err())
 			}
 			from := g.returned
 			if next := gs[i+1].returned; next.After(from) {
