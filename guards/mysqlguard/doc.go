@@ -20,8 +20,8 @@
 //     (for example through an ORM).
 //   - Fence: the fence.Guard method, on Config.DB; the callback finds the
 //     transaction with TxFromContext and the admitted claim with
-//     fence.ClaimFromContext. Mark reads a mark on Config.DB (a
-//     resource never written matches fence.ErrNotFound), and
+//     fence.ClaimFromContext. Mark reads a mark on Config.DB (the
+//     zero Claim for a resource never written), and
 //     CreateTable creates the marks table there.
 //
 // In-row mode (Rows, built by NewRows) keeps the token and run identity in

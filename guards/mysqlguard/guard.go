@@ -475,8 +475,7 @@ func (g *Guard) Fence(ctx context.Context, resource string, token fence.Token, w
 
 // Mark returns resource's mark, read on Config.DB: the token and run
 // identity of the last admitted write that committed. A resource without
-// a mark (never written) is an error matching fence.ErrNotFound, with the
-// zero Claim.
+// a mark (never written) has the zero Claim, as in every guard.
 func (g *Guard) Mark(ctx context.Context, resource string) (fence.Claim, error) {
 	if ctx == nil {
 		return fence.Claim{}, g.args.NilArgument(resource, "Mark with nil ctx")
@@ -490,7 +489,7 @@ func (g *Guard) Mark(ctx context.Context, resource string) (fence.Claim, error) 
 	)
 	err := g.db.QueryRowContext(ctx, g.markSQL, resource).Scan(&tok, &run)
 	if errors.Is(err, sql.ErrNoRows) {
-		return fence.Claim{}, fmt.Errorf("mysqlguard: mark %q: %w", resource, fence.ErrNotFound)
+		return fence.Claim{}, nil
 	}
 	if err != nil {
 		return fence.Claim{}, dbError(ctx, g.table, resource, "read mark", err)
