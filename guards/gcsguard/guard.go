@@ -16,6 +16,7 @@ import (
 
 	"github.com/fencekit/fencekit/fence"
 	"github.com/fencekit/fencekit/guards/guardobs"
+	"github.com/fencekit/fencekit/guards/internal/engine"
 	"github.com/fencekit/fencekit/guards/internal/objstage"
 )
 
@@ -119,10 +120,10 @@ func New(cfg Config) (*Guard, error) {
 		met: met, strict: cfg.Strict,
 	}
 	g.w = &objstage.Writer[state, change, Info]{
-		Owner: g, Errs: errs, Met: met, Strict: cfg.Strict,
-		CheckResource: checkResource,
-		Decide:        g.decideWrite,
-		Commit:        g.commit,
+		Owner:  g,
+		Args:   &engine.Args{Name: "gcsguard", Strict: cfg.Strict, Rec: met, Resource: checkResource},
+		Decide: g.decideWrite,
+		Commit: g.commit,
 	}
 	return g, nil
 }
