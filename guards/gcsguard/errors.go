@@ -15,12 +15,6 @@ var ErrInvalidConfig = errors.New("gcsguard: invalid config")
 // reader or a size below -1. Nothing is written.
 var ErrInvalidOptions = errors.New("gcsguard: invalid put options")
 
-// nilContext is the error of a read or delete of resource given a nil
-// context. It matches fence.ErrNilArgument.
-func nilContext(resource string) error {
-	return fmt.Errorf("gcsguard: %q: nil ctx: %w", resource, fence.ErrNilArgument)
-}
-
 // NotFoundError reports a resource without content: it has no object, or
 // its object is a tombstone left by a fenced Delete. It matches
 // fence.ErrNotFound.

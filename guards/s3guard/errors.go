@@ -80,12 +80,6 @@ func (e *ForeignError) Error() string {
 // Is reports whether target is fence.ErrForeign.
 func (e *ForeignError) Is(target error) bool { return target == fence.ErrForeign }
 
-// nilContext is the error of a read or delete on key given a nil context.
-// It matches fence.ErrNilArgument.
-func nilContext(key string) error {
-	return fmt.Errorf("s3guard: %q: nil ctx: %w", truncate(key), fence.ErrNilArgument)
-}
-
 // DataError reports a pointer whose data object is missing or does not
 // carry the ETag the pointer recorded. It matches ErrCorrupt.
 type DataError struct {

@@ -123,7 +123,7 @@ func (s *Guard) DeleteClaim(ctx context.Context, resource string, claim fence.Cl
 // *fence.OutcomeUnknownError.
 func (s *Guard) Fence(ctx context.Context, resource string, token fence.Token, write func(ctx context.Context) error) error {
 	if ctx == nil {
-		return nilContext(resource)
+		return s.w.Args.NilArgument(resource, "nil ctx")
 	}
 	_, err := s.w.Run(ctx, resource, fence.ClaimFor(ctx, token), write, false)
 	return err

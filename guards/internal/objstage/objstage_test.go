@@ -253,3 +253,22 @@ func TestContextErr(t *testing.T) {
 		t.Error("nil error made non-nil")
 	}
 }
+
+// TestWriterRunEndedContext: once ctx has ended, a refusal of the
+// arguments matches ctx's error as well as its own, and nothing runs.
+func TestWriterRunEndedContext(t *testing.T) {
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel()
+	mark, value, commits := fence.Token(0), "", 0
+	w := memWriter(&mark, &value, &commits)
+	called := false
+	write := func(context.Context) error { called = true; return nil }
+	_, err := w.Run(ctx, "", fence.Claim{Token: 5}, write, false)
+	if !errors.Is(err, context.Canceled) || !errors.Is(err, fence.ErrInvalidResource) || called {
+		t.Errorf("bad resource, ended ctx: %v, called %v; want context.Canceled and fence.ErrInvalidResource", err, called)
+	}
+	_, err = w.Run(ctx, "r", fence.Claim{Token: 5}, write, false)
+	if !errors.Is(err, context.Canceled) || called || commits != 0 {
+		t.Errorf("ended ctx: %v, called %v, commits %d; want context.Canceled and nothing run", err, called, commits)
+	}
+}

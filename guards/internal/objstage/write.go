@@ -34,7 +34,7 @@ type Writer[Cur, C, I any] struct {
 // error matching fence.ErrNilArgument. The claim is checked by Run.
 func (w *Writer[Cur, C, I]) Claim(ctx context.Context, resource string) (fence.Claim, error) {
 	if ctx == nil {
-		return fence.Claim{}, w.Args.NilArgument(truncate(resource), "nil ctx")
+		return fence.Claim{}, w.Args.NilArgument(resource, "nil ctx")
 	}
 	c, err := fence.ClaimFromContext(ctx)
 	if err != nil {
@@ -57,15 +57,15 @@ func (w *Writer[Cur, C, I]) Claim(ctx context.Context, resource string) (fence.C
 func (w *Writer[Cur, C, I]) Run(ctx context.Context, resource string, c fence.Claim, write func(ctx context.Context) error, cached bool) (_ I, err error) {
 	var zero I
 	if ctx == nil {
-		return zero, w.Args.NilArgument(truncate(resource), "nil ctx")
+		return zero, w.Args.NilArgument(resource, "nil ctx")
 	}
 	if err := w.Args.Explicit(ctx, resource, c); err != nil {
-		return zero, err
+		return zero, ContextErr(ctx, w.Args.Name, err)
 	}
 	ctx, span := w.Args.Rec.Start(ctx, resource, c)
 	defer func() { span.End(err) }()
 	if write == nil {
-		return zero, w.Args.NilArgument(truncate(resource), "Fence with nil write")
+		return zero, w.Args.NilArgument(resource, "Fence with nil write")
 	}
 	cur, err := w.Decide(ctx, resource, c, cached)
 	if err != nil {
