@@ -100,7 +100,7 @@ func TestBadInputWritesNothing(t *testing.T) {
 			_, err := s.PutClaim(ctx, "k", ok, strings.NewReader("x"), 2, PutOptions{})
 			return err
 		}, ErrSizeMismatch},
-		{"nil write", func() error { return s.Fence(ctx, "k", 5, nil) }, ErrNilWrite},
+		{"nil write", func() error { return s.Fence(ctx, "k", 5, nil) }, fence.ErrNilArgument},
 		{"Do without a claim", func() error {
 			return s.Do(ctx, "k", func(context.Context) error { t.Error("Do called write without a claim"); return nil })
 		}, fence.ErrNoToken},
@@ -199,9 +199,9 @@ func TestForeignObjects(t *testing.T) {
 		_, err = s.Mark(ctx, key)
 		errs = append(errs, err)
 		for i, err := range errs {
-			var oe *ObjectError
-			if !errors.As(err, &oe) || !errors.Is(err, ErrForeignObject) || oe.Resource != key {
-				t.Errorf("%s: call %d: %v, want *ObjectError", name, i, err)
+			var oe *ForeignError
+			if !errors.As(err, &oe) || !errors.Is(err, fence.ErrForeign) || oe.Resource != key {
+				t.Errorf("%s: call %d: %v, want *ForeignError", name, i, err)
 			}
 		}
 		after, err := e.srv.GetObject(s.Bucket(), key)
@@ -295,7 +295,7 @@ func TestStageMisuse(t *testing.T) {
 	ctx := context.Background()
 	e := newEmulator(t)
 	s := e.store(t, "", Config{})
-	if err := StageBytes(ctx, nil, PutOptions{}); !errors.Is(err, ErrNoStager) {
+	if err := StageBytes(ctx, nil, PutOptions{}); !errors.Is(err, fence.ErrNoStager) {
 		t.Fatalf("Stage outside Fence: %v", err)
 	}
 	var kept context.Context
@@ -304,7 +304,7 @@ func TestStageMisuse(t *testing.T) {
 		if err := StageBytes(ctx, []byte("one"), PutOptions{}); err != nil {
 			return err
 		}
-		if err := StageDelete(ctx); !errors.Is(err, ErrAlreadyStaged) {
+		if err := StageDelete(ctx); !errors.Is(err, fence.ErrAlreadyStaged) {
 			t.Errorf("second Stage: %v", err)
 		}
 		if c, err := fence.ClaimFromContext(ctx); err != nil || c.Token != 2 {
@@ -315,7 +315,7 @@ func TestStageMisuse(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := StageBytes(kept, []byte("late"), PutOptions{}); !errors.Is(err, ErrStageClosed) {
+	if err := StageBytes(kept, []byte("late"), PutOptions{}); !errors.Is(err, fence.ErrStageClosed) {
 		t.Fatalf("Stage after Fence returned: %v", err)
 	}
 	if b, _, err := s.GetBytes(ctx, "stage"); err != nil || string(b) != "one" {

@@ -31,6 +31,7 @@ var (
 	_ guardtest.StrictWriter    = (*subject)(nil)
 	_ guardtest.OutcomeWriter   = (*subject)(nil)
 	_ guardtest.DuplicateWriter = (*subject)(nil)
+	_ guardtest.Fencer          = (*subject)(nil)
 	_ objtest.HeldWriter        = (*subject)(nil)
 )
 
@@ -96,9 +97,12 @@ func (a *subject) WriteFailing(ctx context.Context, r string, tok fence.Token) e
 	})
 }
 
+// Guard is the guard the subject's writes go through (guardtest.Fencer).
+func (a *subject) Guard() fence.Guard { return a.s }
+
 func (a *subject) Read(ctx context.Context, r string) (string, fence.Token, bool, error) {
 	b, info, err := a.s.GetBytes(ctx, r)
-	if errors.Is(err, ErrNotFound) {
+	if errors.Is(err, fence.ErrNotFound) {
 		return "", 0, false, nil
 	}
 	if err != nil {

@@ -60,8 +60,10 @@
 //     was caused by someone else.
 //   - Bad input (resources, tokens, run identities, options, a size that
 //     the content does not match) returns a typed error and writes
-//     nothing. An object of a resource without valid gcsguard
-//     metadata (*ObjectError) is neither read through nor overwritten.
+//     nothing; a resource the guard refuses is a *fence.ResourceError
+//     (fence.ErrInvalidResource). An object of a resource without valid
+//     gcsguard metadata (*ForeignError, fence.ErrForeign) is neither read
+//     through nor overwritten.
 //   - Once ctx has ended, calls return an error matching both ctx.Err()
 //     and context.Cause(ctx) (fence.ContextError), never fence.ErrBusy.
 //   - An upload that was sent and got no answer (ctx ended while it waited,
@@ -82,9 +84,11 @@
 //     followed) is never applied: its generation precondition names the
 //     generation the later write replaced.
 //   - Stat, Get and GetBytes of a resource without content return a
-//     *NotFoundError matching ErrNotFound and fence.ErrNotFound. A nil
-//     context is refused with an error matching ErrNilContext (Stage and
-//     StageDelete: ErrNoStager), before any I/O.
+//     *NotFoundError matching fence.ErrNotFound. A nil context or a nil
+//     Fence write is refused with an error matching fence.ErrNilArgument
+//     (Stage and StageDelete outside a Fence callback: fence.ErrNoStager;
+//     a second change: fence.ErrAlreadyStaged; after Fence returned:
+//     fence.ErrStageClosed), before any I/O.
 //   - With Config.Strict, a resource outside the claim's scope, or a claim
 //     without a scope, is refused with a *fence.ScopeError
 //     (fence.ErrOutOfScope) before anything is read or written.
@@ -93,7 +97,7 @@
 //
 //   - Writers that bypass the guard: a plain write or metadata update of
 //     the object replaces or edits the mark (the guard then refuses a resource
-//     whose metadata it cannot read as *ObjectError), and a plain delete
+//     whose metadata it cannot read as *ForeignError), and a plain delete
 //     erases it.
 //   - When a write's reply is lost and, before the retry, a newer holder's
 //     write lands, the write is reported as stale (or, once ctx has ended,

@@ -16,6 +16,7 @@ import (
 
 	"github.com/fencekit/fencekit/fence"
 	"github.com/fencekit/fencekit/guards/guardobs"
+	"github.com/fencekit/fencekit/guards/internal/engine"
 	"github.com/fencekit/fencekit/guards/internal/objstage"
 )
 
@@ -119,10 +120,10 @@ func New(cfg Config) (*Guard, error) {
 		met: met, strict: cfg.Strict,
 	}
 	g.w = &objstage.Writer[state, change, Info]{
-		Owner: g, Errs: errs, Met: met, Strict: cfg.Strict,
-		CheckResource: checkResource,
-		Decide:        g.decideWrite,
-		Commit:        g.commit,
+		Owner:  g,
+		Args:   &engine.Args{Name: "gcsguard", Strict: cfg.Strict, Rec: met, Resource: checkResource},
+		Decide: g.decideWrite,
+		Commit: g.commit,
 	}
 	return g, nil
 }
@@ -151,13 +152,7 @@ func (s *Guard) read(ctx context.Context, key string) (state, error) {
 // resource without object yields *NotFoundError; a tombstone yields its
 // Info together with a *NotFoundError whose Deleted is set.
 func (s *Guard) Stat(ctx context.Context, resource string) (Info, error) {
-	if ctx == nil {
-		return Info{}, nilContext(resource)
-	}
-	if err := checkResource(resource); err != nil {
-		return Info{}, err
-	}
-	if err := fence.ContextError(ctx); err != nil {
+	if err := s.w.Args.Read(ctx, resource); err != nil {
 		return Info{}, err
 	}
 	st, err := s.read(ctx, resource)
@@ -176,13 +171,7 @@ func (s *Guard) Stat(ctx context.Context, resource string) (Info, error) {
 // with its object (content or tombstone) and the run identity stored with
 // it, or the zero Claim when the resource has no object.
 func (s *Guard) Mark(ctx context.Context, resource string) (fence.Claim, error) {
-	if ctx == nil {
-		return fence.Claim{}, nilContext(resource)
-	}
-	if err := checkResource(resource); err != nil {
-		return fence.Claim{}, err
-	}
-	if err := fence.ContextError(ctx); err != nil {
+	if err := s.w.Args.Read(ctx, resource); err != nil {
 		return fence.Claim{}, err
 	}
 	st, err := s.read(ctx, resource)
@@ -198,13 +187,7 @@ func (s *Guard) Mark(ctx context.Context, resource string) (fence.Claim, error) 
 // object is replaced between the metadata read and the content read, Get
 // reads again.
 func (s *Guard) Get(ctx context.Context, resource string) (io.ReadCloser, Info, error) {
-	if ctx == nil {
-		return nil, Info{}, nilContext(resource)
-	}
-	if err := checkResource(resource); err != nil {
-		return nil, Info{}, err
-	}
-	if err := fence.ContextError(ctx); err != nil {
+	if err := s.w.Args.Read(ctx, resource); err != nil {
 		return nil, Info{}, err
 	}
 	for range s.max {

@@ -196,7 +196,7 @@ func TestContextEndedDuringUploadNotLanded(t *testing.T) {
 	if !errors.Is(err, fence.ErrOutcomeUnknown) || !errors.Is(err, context.Canceled) || !errors.Is(err, cause) {
 		t.Fatalf("error %v: want an unknown outcome matching the context's end and its cause", err)
 	}
-	if _, _, err := s.GetBytes(context.Background(), "ended/upload"); !errors.Is(err, ErrNotFound) {
+	if _, _, err := s.GetBytes(context.Background(), "ended/upload"); !errors.Is(err, fence.ErrNotFound) {
 		t.Fatalf("after the write that did not land: %v, want not found", err)
 	}
 }

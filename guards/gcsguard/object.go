@@ -48,10 +48,10 @@ type state struct {
 func (st state) exists() bool { return st.attrs != nil }
 
 // decode reads gcsguard's metadata from attrs. Anything that is not exactly
-// what gcsguard writes is an *ObjectError.
+// what gcsguard writes is an *ForeignError.
 func decode(key string, a *storage.ObjectAttrs) (state, error) {
 	bad := func(format string, args ...any) (state, error) {
-		return state{}, &ObjectError{Resource: key, Generation: a.Generation, Reason: fmt.Sprintf(format, args...)}
+		return state{}, &ForeignError{Resource: key, Generation: a.Generation, Reason: fmt.Sprintf(format, args...)}
 	}
 	raw, ok := a.Metadata[MetaToken]
 	if !ok {
@@ -92,15 +92,15 @@ func truncate(s string) string {
 // checkResource applies fence.ValidateResource and GCS's own object name rules.
 func checkResource(key string) error {
 	if err := fence.ValidateResource(key); err != nil {
-		return &ResourceError{Resource: truncate(key), Reason: strings.TrimPrefix(err.Error(), fence.ErrInvalidResource.Error()+": ")}
+		return err
 	}
 	switch {
 	case key == "." || key == "..":
-		return &ResourceError{Resource: key, Reason: `"." and ".." are not object names in GCS`}
+		return &fence.ResourceError{Resource: key, Reason: `"." and ".." are not object names in GCS`}
 	case strings.HasPrefix(key, ".well-known/acme-challenge/"):
-		return &ResourceError{Resource: truncate(key), Reason: "names under .well-known/acme-challenge/ are reserved by GCS"}
+		return &fence.ResourceError{Resource: key, Reason: "names under .well-known/acme-challenge/ are reserved by GCS"}
 	case strings.TrimFunc(key, unicode.IsSpace) == "":
-		return &ResourceError{Resource: key, Reason: "only white space"}
+		return &fence.ResourceError{Resource: key, Reason: "only white space"}
 	}
 	return nil
 }

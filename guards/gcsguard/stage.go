@@ -14,9 +14,9 @@ import (
 // memory now (nothing is sent until the callback returns nil); opts and
 // size are checked like Put's (content of another length than a known size
 // is a *SizeError, and nothing is staged). One callback stages at most one
-// change.
+// change (fence.ErrAlreadyStaged).
 func Stage(ctx context.Context, r io.Reader, size int64, opts PutOptions) error {
-	return objstage.StageContent(ctx, errs, checkOptions(opts), r, size, ErrInvalidOptions, func(st *objstage.Stager[change]) (change, error) {
+	return objstage.StageContent(ctx, checkOptions(opts), r, size, ErrInvalidOptions, func(st *objstage.Stager[change]) (change, error) {
 		b, err := readSized(st.Resource, r, size)
 		return change{body: &body{buf: b}, opts: opts}, err
 	})
@@ -30,5 +30,5 @@ func StageBytes(ctx context.Context, b []byte, opts PutOptions) error {
 // StageDelete stages a tombstone (see Guard.Delete) for the running
 // Guard.Fence call.
 func StageDelete(ctx context.Context) error {
-	return objstage.StageValue(ctx, errs, change{deleted: true})
+	return objstage.StageValue(ctx, change{deleted: true})
 }

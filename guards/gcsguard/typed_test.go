@@ -50,17 +50,17 @@ func TestLostReplyOvertakenNoLibraryRetry(t *testing.T) {
 var _ objtest.Guard[PutOptions, Info] = (*Guard)(nil)
 
 // TestNotFoundMatchesFence: a read (GetBytes, Stat) of a resource without
-// content matches fence.ErrNotFound as well as gcsguard.ErrNotFound.
+// content matches fence.ErrNotFound.
 func TestNotFoundMatchesFence(t *testing.T) {
 	s := newEmulator(t).store(t, "", Config{})
 	stat := func(ctx context.Context, r string) error { _, err := s.Stat(ctx, r); return err }
 	reads := map[string]func(context.Context, string) error{"Stat": stat}
-	if err := objtest.CheckNotFound(context.Background(), s, reads, ErrNotFound); err != nil {
+	if err := objtest.CheckNotFound(context.Background(), s, reads); err != nil {
 		t.Error(err)
 	}
 }
 
-// TestNilContext: every call given a nil context returns ErrNilContext
+// TestNilContext: every call given a nil context returns fence.ErrNilArgument
 // instead of panicking, and writes nothing.
 func TestNilContext(t *testing.T) {
 	s := newEmulator(t).store(t, "", Config{})
@@ -68,10 +68,10 @@ func TestNilContext(t *testing.T) {
 	calls := objtest.NilContextCalls(s, "nil/ctx", write)
 	//nolint:staticcheck // a nil context is the input under test
 	calls["Stat"] = func() error { _, err := s.Stat(nil, "nil/ctx"); return err }
-	if err := objtest.CheckNilContext(calls, ErrNilContext); err != nil {
+	if err := objtest.CheckNilContext(calls); err != nil {
 		t.Error(err)
 	}
-	if _, err := s.Stat(context.Background(), "nil/ctx"); !errors.Is(err, ErrNotFound) {
+	if _, err := s.Stat(context.Background(), "nil/ctx"); !errors.Is(err, fence.ErrNotFound) {
 		t.Errorf("after calls with a nil ctx: Stat %v, want not found (nothing written)", err)
 	}
 }

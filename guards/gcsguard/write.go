@@ -62,7 +62,7 @@ func (s *Guard) PutClaim(ctx context.Context, resource string, claim fence.Claim
 		return Info{}, err
 	}
 	return s.w.Run(ctx, resource, claim, func(ctx context.Context) error {
-		return objstage.StageContent(ctx, errs, nil, r, size, ErrInvalidOptions, func(st *objstage.Stager[change]) (change, error) {
+		return objstage.StageContent(ctx, nil, r, size, ErrInvalidOptions, func(st *objstage.Stager[change]) (change, error) {
 			b, err := newBody(st.Resource, r, size)
 			return change{body: b, opts: opts}, err
 		})
@@ -115,10 +115,11 @@ func (s *Guard) Do(ctx context.Context, resource string, write func(ctx context.
 // raised all the same.
 //
 // When write fails, its error is returned and nothing is written. A nil
-// write yields ErrNilWrite (after the resource and token checks).
+// write yields an error matching fence.ErrNilArgument (after the resource
+// and token checks).
 func (s *Guard) Fence(ctx context.Context, resource string, token fence.Token, write func(ctx context.Context) error) error {
 	if ctx == nil {
-		return nilContext(resource)
+		return s.w.Args.NilArgument(resource, "nil ctx")
 	}
 	_, err := s.w.Run(ctx, resource, fence.ClaimFor(ctx, token), write, false)
 	return err

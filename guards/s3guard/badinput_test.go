@@ -50,7 +50,7 @@ func TestBadInput(t *testing.T) {
 				" ", "   ", "\u00a0", " \u2003 ",
 			} {
 				for op, err := range ops(s, key, 9) {
-					var ke *ResourceError
+					var ke *fence.ResourceError
 					assert.ErrorAs(t, err, &ke, "%s(%q)", op, key)
 					assert.ErrorIs(t, err, fence.ErrInvalidResource, "%s(%q)", op, key)
 				}
@@ -105,7 +105,7 @@ func TestBadInput(t *testing.T) {
 
 // TestForeignObjectAtKey: whatever someone else stored at a key, if it is
 // not an s3guard pointer the guard refuses to read through it or overwrite
-// it (*PointerError), and leaves it exactly as it was.
+// it (*ForeignError), and leaves it exactly as it was.
 func TestForeignObjectAtKey(t *testing.T) {
 	forEachClient(t, func(t *testing.T, e env) {
 		s := e.store(t, nil, nil)
@@ -161,9 +161,9 @@ func TestForeignObjectAtKey(t *testing.T) {
 				require.NoError(t, err)
 				before := e.snapshot(t)
 				for op, err := range ops(s, key, 100) {
-					var pe *PointerError
+					var pe *ForeignError
 					require.ErrorAs(t, err, &pe, "%s", op)
-					assert.ErrorIs(t, err, ErrNotPointer, "%s", op)
+					assert.ErrorIs(t, err, fence.ErrForeign, "%s", op)
 					assert.Equal(t, key, pe.Resource)
 				}
 				assert.Equal(t, before, e.snapshot(t), "nothing may change")

@@ -12,6 +12,7 @@ import (
 
 	"github.com/fencekit/fencekit/fence"
 	"github.com/fencekit/fencekit/guards/guardobs"
+	"github.com/fencekit/fencekit/guards/internal/engine"
 	"github.com/fencekit/fencekit/guards/internal/objstage"
 	"github.com/fencekit/fencekit/guards/s3guard/s3client"
 )
@@ -44,7 +45,7 @@ type Config struct {
 	Bucket string
 	// DataPrefix is the key prefix of data objects, ending in "/".
 	// Default DefaultDataPrefix. Keys under it are refused as user keys.
-	// Changing it makes existing pointers unreadable (*PointerError).
+	// Changing it makes existing pointers unreadable (*ForeignError).
 	DataPrefix string
 	// MaxAttempts bounds the conditional pointer writes of one call (and
 	// the pointer re-reads of one Get). When every attempt loses a race
@@ -143,7 +144,7 @@ func New(cfg Config) (*Guard, error) {
 	if !strings.HasSuffix(cfg.DataPrefix, "/") {
 		return nil, fmt.Errorf("%w: DataPrefix %q must end in '/'", ErrInvalidConfig, cfg.DataPrefix)
 	}
-	var ke *ResourceError
+	var ke *fence.ResourceError
 	if err := checkResource("\x00", strings.TrimSuffix(cfg.DataPrefix, "/")); errors.As(err, &ke) {
 		return nil, fmt.Errorf("%w: DataPrefix %q: %s", ErrInvalidConfig, cfg.DataPrefix, ke.Reason)
 	}
@@ -190,11 +191,12 @@ func New(cfg Config) (*Guard, error) {
 		strict:  cfg.Strict,
 	}
 	g.w = &objstage.Writer[current, change, Info]{
-		Owner: g, Errs: errs, Met: met, Strict: cfg.Strict,
-		CheckResource: func(key string) error { return checkResource(g.prefix, key) },
-		Decide:        g.decideWrite,
-		Commit:        g.commit,
-		Discard:       g.discard,
+		Owner: g,
+		Args: &engine.Args{Name: "s3guard", Strict: cfg.Strict, Rec: met,
+			Resource: func(key string) error { return checkResource(g.prefix, key) }},
+		Decide:  g.decideWrite,
+		Commit:  g.commit,
+		Discard: g.discard,
 	}
 	return g, nil
 }

@@ -61,9 +61,13 @@ func (s *subject) WriteContext(ctx context.Context, resource, value string) erro
 	})
 }
 
+// Guard is the guard the subject's writes go through (guardtest.Fencer):
+// the first of its stores.
+func (s *subject) Guard() fence.Guard { return s.stores[0] }
+
 func (s *subject) Read(ctx context.Context, resource string) (string, fence.Token, bool, error) {
 	b, info, err := s.pick().GetBytes(ctx, resource)
-	if errors.Is(err, ErrNotFound) {
+	if errors.Is(err, fence.ErrNotFound) {
 		return "", 0, false, nil
 	}
 	if err != nil {

@@ -143,21 +143,26 @@
 //     followed) is never applied: its If-Match names the ETag the later
 //     write replaced, and every accepted pointer has a fresh ETag.
 //   - Get and GetBytes of a resource without content return a
-//     *NotFoundError matching ErrNotFound and fence.ErrNotFound. A nil
-//     context is refused with an error matching ErrNilContext (Stage and
-//     StageDelete: ErrNoStager), before any I/O.
-//   - Bad input (invalid resources, tokens, options) returns a typed error and
-//     changes nothing. Content shorter or longer than the size given to Put,
-//     PutClaim or Stage (0 or more) is a *SizeError (ErrSizeMismatch): no
-//     pointer is published and data uploaded for it is removed. An object at a key that is not a valid pointer
-//     (*PointerError) is neither read through nor overwritten.
+//     *NotFoundError matching fence.ErrNotFound. A nil context or a nil
+//     Fence write is refused with an error matching fence.ErrNilArgument
+//     (Stage and StageDelete outside a Fence callback: fence.ErrNoStager;
+//     a second change: fence.ErrAlreadyStaged; after Fence returned:
+//     fence.ErrStageClosed), before any I/O.
+//   - Bad input (invalid resources, tokens, options) returns a typed error
+//     and changes nothing; a resource the guard refuses is a
+//     *fence.ResourceError (fence.ErrInvalidResource). Content shorter or
+//     longer than the size given to Put, PutClaim or Stage (0 or more) is a
+//     *SizeError (ErrSizeMismatch): no pointer is published and data
+//     uploaded for it is removed. An object at a key that is not a valid
+//     pointer (*ForeignError, fence.ErrForeign) is neither read through nor
+//     overwritten.
 //   - Staged content is invisible until its pointer is written; a refused or
 //     failed write removes what it staged, unless its outcome is unknown.
 //
 // # What is not guaranteed
 //
 //   - Readers and writers that bypass the guard: a plain PUT to the user's key
-//     replaces the pointer (the guard then refuses the key as *PointerError
+//     replaces the pointer (the guard then refuses the key as *ForeignError
 //     until it is restored), a DeleteObject of a pointer or tombstone erases
 //     the key's mark, and writes to data objects are detected only as
 //     *DataError on the next Get.

@@ -8,15 +8,6 @@ import (
 	"github.com/fencekit/fencekit/guards/internal/objstage"
 )
 
-// ErrNotFound is matched (errors.Is) by a *NotFoundError: the resource has
-// no pointer, or its pointer is a tombstone left by a fenced Delete.
-var ErrNotFound = errors.New("s3guard: not found")
-
-// ErrNotPointer is matched by a *PointerError: the object stored at a
-// resource's key is not a valid s3guard pointer (someone wrote it without the guard, or it is
-// damaged). The guard refuses to read through it or to overwrite it.
-var ErrNotPointer = errors.New("s3guard: object is not an s3guard pointer")
-
 // ErrCorrupt is matched by a *DataError: the pointer is valid but the data
 // object it names is gone or was replaced, outside the guard.
 var ErrCorrupt = errors.New("s3guard: data object missing or replaced")
@@ -27,23 +18,6 @@ var ErrInvalidConfig = errors.New("s3guard: invalid config")
 // ErrInvalidOptions is matched by errors about malformed PutOptions (content
 // type, metadata) or a negative size other than -1. Nothing is written.
 var ErrInvalidOptions = errors.New("s3guard: invalid put options")
-
-// ErrNoStager is returned by Stage and StageDelete when ctx does not come
-// from a running Guard.Fence write callback.
-var ErrNoStager = errors.New("s3guard: Stage called outside a Fence write")
-
-// ErrAlreadyStaged is returned by Stage and StageDelete when the current
-// Fence write has already staged content or a delete. One write commits at
-// most one change.
-var ErrAlreadyStaged = errors.New("s3guard: this write has already staged a change")
-
-// ErrNilWrite is returned by Fence when its write callback is nil. Nothing
-// is read or written.
-var ErrNilWrite = errors.New("s3guard: Fence with a nil write")
-
-// ErrStageClosed is returned by Stage and StageDelete when the Fence call
-// whose context they were given has already returned.
-var ErrStageClosed = errors.New("s3guard: the Fence call of this context has returned")
 
 // ErrSizeMismatch is matched by a *SizeError: content shorter or longer
 // than the size Put, PutClaim or Stage was given. Nothing is written.
@@ -70,7 +44,7 @@ func (e *SizeError) Error() string {
 func (e *SizeError) Is(target error) bool { return target == ErrSizeMismatch }
 
 // NotFoundError reports a resource without content. It matches
-// ErrNotFound.
+// fence.ErrNotFound.
 type NotFoundError struct {
 	Resource string
 	// Deleted is true when a tombstone is in place (a fenced Delete, or a
@@ -86,39 +60,25 @@ func (e *NotFoundError) Error() string {
 	return objstage.NotFoundMessage("s3guard", e.Resource, e.Deleted, e.Token)
 }
 
-// Is reports whether target is ErrNotFound or fence.ErrNotFound.
-func (e *NotFoundError) Is(target error) bool {
-	return target == ErrNotFound || target == fence.ErrNotFound
-}
+// Is reports whether target is fence.ErrNotFound.
+func (e *NotFoundError) Is(target error) bool { return target == fence.ErrNotFound }
 
-// ErrNilContext is matched by the error of every call given a nil context;
-// nothing is read or written.
-var ErrNilContext = errors.New("s3guard: nil context")
-
-func nilContext(key string) error {
-	return fmt.Errorf("s3guard: %q: %w", truncate(key), ErrNilContext)
-}
-
-// errs are the package's errors for the write path it shares with gcsguard.
-var errs = &objstage.Errors{
-	NoStager: ErrNoStager, AlreadyStaged: ErrAlreadyStaged, Closed: ErrStageClosed,
-	NilWrite: ErrNilWrite, NilContext: nilContext, Prefix: "s3guard",
-}
-
-// PointerError reports an object at Resource that is not a valid pointer.
-// It matches ErrNotPointer.
-type PointerError struct {
+// ForeignError reports an object at Resource that is not a valid s3guard
+// pointer: someone wrote it without the guard, or it is damaged. It
+// matches fence.ErrForeign. The guard neither reads through it nor
+// overwrites it.
+type ForeignError struct {
 	Resource string
 	Reason   string
 }
 
 // Error implements error.
-func (e *PointerError) Error() string {
+func (e *ForeignError) Error() string {
 	return fmt.Sprintf("s3guard: object %q is not an s3guard pointer: %s", e.Resource, e.Reason)
 }
 
-// Is reports whether target is ErrNotPointer.
-func (e *PointerError) Is(target error) bool { return target == ErrNotPointer }
+// Is reports whether target is fence.ErrForeign.
+func (e *ForeignError) Is(target error) bool { return target == fence.ErrForeign }
 
 // DataError reports a pointer whose data object is missing or does not
 // carry the ETag the pointer recorded. It matches ErrCorrupt.
@@ -136,24 +96,7 @@ func (e *DataError) Error() string {
 // Is reports whether target is ErrCorrupt.
 func (e *DataError) Is(target error) bool { return target == ErrCorrupt }
 
-// ResourceError reports a resource (object key) the guard does not accept.
-// It matches fence.ErrInvalidResource.
-type ResourceError struct {
-	Resource string // the rejected resource, truncated to 64 bytes
-	Reason   string
-}
-
-// Error implements error.
-func (e *ResourceError) Error() string {
-	return objstage.ResourceMessage("s3guard", e.Resource, e.Reason)
-}
-
-// Unwrap returns fence.ErrInvalidResource.
-func (e *ResourceError) Unwrap() error { return fence.ErrInvalidResource }
-
+// resourceErr is the error of a resource the guard refuses.
 func resourceErr(resource, reason string) error {
-	if len(resource) > 64 {
-		resource = resource[:64]
-	}
-	return &ResourceError{Resource: resource, Reason: reason}
+	return &fence.ResourceError{Resource: resource, Reason: reason}
 }

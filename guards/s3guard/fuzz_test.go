@@ -3,6 +3,7 @@ package s3guard
 import (
 	"errors"
 	"reflect"
+	"strconv"
 	"strings"
 	"testing"
 
@@ -48,7 +49,7 @@ func fuzzPointerSeeds() [][]byte {
 }
 
 // FuzzDecodePointer feeds arbitrary bodies to the pointer decoder: it never
-// panics, every refusal is a *PointerError naming the key, and every accepted
+// panics, every refusal is a *ForeignError naming the key, and every accepted
 // body describes a valid pointer that re-encodes to an equal one.
 func FuzzDecodePointer(f *testing.F) {
 	for _, b := range fuzzPointerSeeds() {
@@ -60,12 +61,12 @@ func FuzzDecodePointer(f *testing.F) {
 		}
 		p, err := decodePointer(DefaultDataPrefix, key, body)
 		if err != nil {
-			var pe *PointerError
-			if !errors.As(err, &pe) || !errors.Is(err, ErrNotPointer) {
-				t.Fatalf("refusal is not a *PointerError: %T %v", err, err)
+			var pe *ForeignError
+			if !errors.As(err, &pe) || !errors.Is(err, fence.ErrForeign) {
+				t.Fatalf("refusal is not a *ForeignError: %T %v", err, err)
 			}
 			if pe.Resource != key {
-				t.Fatalf("PointerError.Resource %q, want %q", pe.Resource, key)
+				t.Fatalf("ForeignError.Resource %q, want %q", pe.Resource, key)
 			}
 			return
 		}
@@ -111,7 +112,7 @@ func normalise(p *pointer) pointer {
 
 // FuzzCheckKey checks that every key the guard accepts obeys the documented
 // rules and yields a data key that parses back, and that every refusal is a
-// *ResourceError matching fence.ErrInvalidResource.
+// *fence.ResourceError matching fence.ErrInvalidResource.
 func FuzzCheckKey(f *testing.F) {
 	for _, k := range []string{
 		"a", "sessions/s1/report.txt", "/a", "a/", "a//b", "a/./b", "a/../b", "..", `a\b`, "a\x00b", "a\nb",
@@ -123,12 +124,15 @@ func FuzzCheckKey(f *testing.F) {
 	f.Fuzz(func(t *testing.T, key string) {
 		err := checkResource(DefaultDataPrefix, key)
 		if err != nil {
-			var ke *ResourceError
+			var ke *fence.ResourceError
 			if !errors.As(err, &ke) || !errors.Is(err, fence.ErrInvalidResource) {
-				t.Fatalf("refusal %T %v is not a *ResourceError matching fence.ErrInvalidResource", err, err)
+				t.Fatalf("refusal %T %v is not a *fence.ResourceError matching fence.ErrInvalidResource", err, err)
 			}
-			if len(ke.Resource) > 64 {
-				t.Fatalf("ResourceError.Resource not truncated: %d bytes", len(ke.Resource))
+			if ke.Resource != key {
+				t.Fatalf("fence.ResourceError.Resource is %q, want the key %q", ke.Resource, key)
+			}
+			if len(key) > 64 && strings.Contains(err.Error(), strconv.Quote(key)) {
+				t.Fatalf("message carries the whole %d-byte key: %v", len(key), err)
 			}
 			return
 		}

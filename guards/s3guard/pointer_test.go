@@ -35,7 +35,7 @@ func TestPointerRoundTrip(t *testing.T) {
 		// (unless it names no data object).
 		if p.Data != "" {
 			_, err = decodePointer(DefaultDataPrefix, "other", b)
-			assert.ErrorIs(t, err, ErrNotPointer, name)
+			assert.ErrorIs(t, err, fence.ErrForeign, name)
 		}
 	}
 	// Two writes of identical content have different pointer bodies.
@@ -60,6 +60,6 @@ func TestPointerRun(t *testing.T) {
 	assert.Equal(t, "run-a", p.Run)
 	for _, bad := range []string{`"run a"`, `"` + strings.Repeat("r", fence.MaxRunLen+1) + `"`, `"r\u0000"`, `7`} {
 		_, err = decodePointer(DefaultDataPrefix, "k", []byte(strings.Replace(old, `"write_id"`, `"run":`+bad+`,"write_id"`, 1)))
-		assert.ErrorIs(t, err, ErrNotPointer, bad)
+		assert.ErrorIs(t, err, fence.ErrForeign, bad)
 	}
 }

@@ -114,15 +114,16 @@ func (s *Guard) DeleteClaim(ctx context.Context, resource string, claim fence.Cl
 // same.
 //
 // When write fails, its error is returned, the mark is unchanged and staged
-// data is removed. A nil write yields ErrNilWrite (after the resource and token
-// checks) and does nothing. Once ctx has ended, every error matches ctx.Err()
-// and context.Cause(ctx), and never fence.ErrBusy. A commit whose pointer PUT
+// data is removed. A nil write yields an error matching
+// fence.ErrNilArgument (after the resource and token checks) and does
+// nothing. Once ctx has ended, every error matches ctx.Err() and
+// context.Cause(ctx), and never fence.ErrBusy. A commit whose pointer PUT
 // was sent without an answer is settled by a read (see the package
 // documentation): success when it landed, otherwise a
 // *fence.OutcomeUnknownError.
 func (s *Guard) Fence(ctx context.Context, resource string, token fence.Token, write func(ctx context.Context) error) error {
 	if ctx == nil {
-		return nilContext(resource)
+		return s.w.Args.NilArgument(resource, "nil ctx")
 	}
 	_, err := s.w.Run(ctx, resource, fence.ClaimFor(ctx, token), write, false)
 	return err

@@ -94,7 +94,7 @@ func TestPutSizeMismatchWritesNothing(t *testing.T) {
 				require.NoError(t, err)
 				assert.Equal(t, fence.Claim{}, m, "mark after a size mismatch")
 				_, _, err = s.GetBytes(ctx, resource)
-				assert.ErrorIs(t, err, ErrNotFound)
+				assert.ErrorIs(t, err, fence.ErrNotFound)
 			})
 		}
 		assert.Empty(t, e.listAll(t), "objects left by size mismatches")

@@ -33,7 +33,8 @@ type staged struct {
 // derive from) the context Fence passed to its write callback. The bytes go
 // to a fresh, immutable data object created with If-None-Match: *; they
 // become visible only when Fence's conditional pointer write succeeds after
-// write returns nil. Each write stages at most one change (ErrAlreadyStaged).
+// write returns nil. Each write stages at most one change
+// (fence.ErrAlreadyStaged).
 //
 // A nil r is refused with ErrInvalidOptions (empty content is a reader of
 // no bytes, e.g. bytes.NewReader(nil), with size 0). A known size (0 or
@@ -44,7 +45,7 @@ type staged struct {
 // to the client as it is); another reader is counted as the client reads
 // it, and read one byte past size after the upload to see that it ends.
 func Stage(ctx context.Context, r io.Reader, size int64, opts PutOptions) error {
-	return objstage.StageContent(ctx, errs, checkOptions(opts), r, size, ErrInvalidOptions, func(st *objstage.Stager[change]) (change, error) {
+	return objstage.StageContent(ctx, checkOptions(opts), r, size, ErrInvalidOptions, func(st *objstage.Stager[change]) (change, error) {
 		d, err := st.Owner.(*Guard).upload(ctx, st, r, size, opts)
 		return change{data: d}, err
 	})
@@ -150,5 +151,5 @@ func writeMetadata(token fence.Token, run, writeID string) map[string]string {
 // StageDelete makes the running Fence call commit a tombstone instead of
 // content. ctx must come from Fence's write callback. It does no I/O.
 func StageDelete(ctx context.Context) error {
-	return objstage.StageValue(ctx, errs, change{deleted: true})
+	return objstage.StageValue(ctx, change{deleted: true})
 }

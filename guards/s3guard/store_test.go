@@ -148,7 +148,7 @@ func TestDeleteTombstone(t *testing.T) {
 		_, gi, err := s.GetBytes(ctx, "doc")
 		var nf *NotFoundError
 		require.ErrorAs(t, err, &nf)
-		assert.ErrorIs(t, err, ErrNotFound)
+		assert.ErrorIs(t, err, fence.ErrNotFound)
 		assert.True(t, nf.Deleted)
 		assert.Equal(t, fence.Token(5), nf.Token)
 		assert.True(t, gi.Deleted)
@@ -187,10 +187,10 @@ func TestFenceStaging(t *testing.T) {
 			require.True(t, ok)
 			assert.Equal(t, fence.Token(3), tok)
 			require.NoError(t, Stage(wctx, strings.NewReader("staged"), 6, PutOptions{}))
-			assert.ErrorIs(t, Stage(wctx, strings.NewReader("x"), 1, PutOptions{}), ErrAlreadyStaged)
-			assert.ErrorIs(t, StageDelete(wctx), ErrAlreadyStaged)
+			assert.ErrorIs(t, Stage(wctx, strings.NewReader("x"), 1, PutOptions{}), fence.ErrAlreadyStaged)
+			assert.ErrorIs(t, StageDelete(wctx), fence.ErrAlreadyStaged)
 			_, _, err := s.GetBytes(wctx, "f")
-			assert.ErrorIs(t, err, ErrNotFound, "staged data must be invisible before the commit")
+			assert.ErrorIs(t, err, fence.ErrNotFound, "staged data must be invisible before the commit")
 			return nil
 		})
 		require.NoError(t, err)
@@ -217,7 +217,7 @@ func TestFenceStaging(t *testing.T) {
 		assert.Equal(t, fence.Token(4), info.Token)
 		_, err = put(t, s, "f", 3, "stale")
 		assert.ErrorIs(t, err, fence.ErrStale)
-		assert.ErrorIs(t, Stage(leaked, strings.NewReader("late"), 4, PutOptions{}), ErrStageClosed)
+		assert.ErrorIs(t, Stage(leaked, strings.NewReader("late"), 4, PutOptions{}), fence.ErrStageClosed)
 
 		// On a key without content it leaves a tombstone carrying the mark.
 		require.NoError(t, s.Fence(ctx, "g", 2, func(context.Context) error { return nil }))
@@ -228,13 +228,13 @@ func TestFenceStaging(t *testing.T) {
 
 		// A nil write is refused and changes nothing.
 		before = e.snapshot(t)
-		assert.ErrorIs(t, s.Fence(ctx, "f", 9, nil), ErrNilWrite)
+		assert.ErrorIs(t, s.Fence(ctx, "f", 9, nil), fence.ErrNilArgument)
 		assert.ErrorIs(t, s.Fence(ctx, "f", 0, nil), fence.ErrInvalidToken)
 		assert.Equal(t, before, e.snapshot(t))
 
 		// Stage outside Fence.
-		assert.ErrorIs(t, Stage(ctx, strings.NewReader("x"), 1, PutOptions{}), ErrNoStager)
-		assert.ErrorIs(t, StageDelete(ctx), ErrNoStager)
+		assert.ErrorIs(t, Stage(ctx, strings.NewReader("x"), 1, PutOptions{}), fence.ErrNoStager)
+		assert.ErrorIs(t, StageDelete(ctx), fence.ErrNoStager)
 	})
 }
 

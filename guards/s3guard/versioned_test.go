@@ -30,7 +30,7 @@ func TestVersionedBucket(t *testing.T) {
 		_, err = s.DeleteClaim(ctx, key, fence.ClaimFor(ctx, 3))
 		require.NoError(t, err)
 		_, _, err = s.GetBytes(ctx, key)
-		assert.ErrorIs(t, err, ErrNotFound)
+		assert.ErrorIs(t, err, fence.ErrNotFound)
 		_, err = put(t, s, key, 2, "late")
 		assert.ErrorIs(t, err, fence.ErrStale)
 

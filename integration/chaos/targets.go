@@ -138,7 +138,7 @@ func (t *s3Target) write(ctx context.Context, resource string, token fence.Token
 
 func (t *s3Target) read(ctx context.Context, resource string) (string, fence.Token, bool, error) {
 	b, info, err := t.s.GetBytes(ctx, resource)
-	if errors.Is(err, s3guard.ErrNotFound) {
+	if errors.Is(err, fence.ErrNotFound) {
 		return "", 0, false, nil
 	}
 	if err != nil {

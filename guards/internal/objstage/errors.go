@@ -23,8 +23,3 @@ func SizeMessage(prefix, resource string, size, read int64) string {
 	}
 	return fmt.Sprintf("%s: %q: content of %d bytes, declared size %d", prefix, resource, read, size)
 }
-
-// ResourceMessage is the message of a guard's ResourceError.
-func ResourceMessage(prefix, resource, reason string) string {
-	return fmt.Sprintf("%s: invalid resource %q: %s", prefix, resource, reason)
-}

@@ -10,16 +10,7 @@ import (
 	"testing"
 
 	"github.com/fencekit/fencekit/fence"
-)
-
-var (
-	errNoStager = errors.New("no stager")
-	errStaged   = errors.New("already staged")
-	errClosed   = errors.New("closed")
-	errNilWrite = errors.New("nil write")
-	errNilCtx   = errors.New("nil context")
-	testErrs    = &Errors{NoStager: errNoStager, AlreadyStaged: errStaged, Closed: errClosed, NilWrite: errNilWrite,
-		NilContext: func(string) error { return errNilCtx }, Prefix: "test"}
+	"github.com/fencekit/fencekit/guards/internal/engine"
 )
 
 // mismatch is the Mismatch of the tests: it reports both numbers.
@@ -150,13 +141,13 @@ func TestWriteID(t *testing.T) {
 // memWriter is a Writer over one in-memory mark and value.
 func memWriter(mark *fence.Token, value *string, commits *int) *Writer[fence.Token, string, fence.Token] {
 	return &Writer[fence.Token, string, fence.Token]{
-		Owner: "owner", Errs: testErrs,
-		CheckResource: func(r string) error {
+		Owner: "owner",
+		Args: &engine.Args{Name: "test", Resource: func(r string) error {
 			if r == "" {
-				return fence.ErrInvalidResource
+				return &fence.ResourceError{Resource: r, Reason: "empty"}
 			}
 			return nil
-		},
+		}},
 		Decide: func(_ context.Context, r string, c fence.Claim, _ bool) (fence.Token, error) {
 			return *mark, fence.Decide(r, c.Token, *mark)
 		},
@@ -180,7 +171,7 @@ func TestWriterRun(t *testing.T) {
 	w := memWriter(&mark, &value, &commits)
 	var kept *Stager[string]
 	tok, err := w.Run(ctx, "r", fence.Claim{Token: 5}, func(ctx context.Context) error {
-		st, err := From[string](ctx, testErrs)
+		st, err := From[string](ctx)
 		if err != nil {
 			return err
 		}
@@ -191,7 +182,7 @@ func TestWriterRun(t *testing.T) {
 		if err := st.Stage(func() (string, error) { return "v5", nil }); err != nil {
 			return err
 		}
-		if err := st.Stage(func() (string, error) { return "again", nil }); !errors.Is(err, errStaged) {
+		if err := st.Stage(func() (string, error) { return "again", nil }); !errors.Is(err, fence.ErrAlreadyStaged) {
 			t.Errorf("second Stage: %v, want AlreadyStaged", err)
 		}
 		return nil
@@ -199,13 +190,13 @@ func TestWriterRun(t *testing.T) {
 	if err != nil || tok != 5 || value != "v5" || commits != 1 {
 		t.Fatalf("Run: %d %v, value %q, commits %d", tok, err, value, commits)
 	}
-	if err := kept.Stage(func() (string, error) { return "late", nil }); !errors.Is(err, errClosed) {
+	if err := kept.Stage(func() (string, error) { return "late", nil }); !errors.Is(err, fence.ErrStageClosed) {
 		t.Errorf("Stage after Run returned: %v, want Closed", err)
 	}
-	if _, err := From[string](ctx, testErrs); !errors.Is(err, errNoStager) {
+	if _, err := From[string](ctx); !errors.Is(err, fence.ErrNoStager) {
 		t.Errorf("From outside a callback: %v, want NoStager", err)
 	}
-	if _, err := From[int](context.WithValue(ctx, stagerKey{}, kept), testErrs); !errors.Is(err, errNoStager) {
+	if _, err := From[int](context.WithValue(ctx, stagerKey{}, kept)); !errors.Is(err, fence.ErrNoStager) {
 		t.Errorf("From of another change type: %v, want NoStager", err)
 	}
 	called := false
@@ -214,22 +205,29 @@ func TestWriterRun(t *testing.T) {
 	if !errors.Is(err, fence.ErrStale) || called {
 		t.Errorf("stale: %v, called %v", err, called)
 	}
-	for name, run := range map[string]func() error{
-		"bad resource": func() error { _, err := w.Run(ctx, "", fence.Claim{Token: 6}, write, false); return err },
-		"bad token":    func() error { _, err := w.Run(ctx, "r", fence.Claim{}, write, false); return err },
-		"nil write":    func() error { _, err := w.Run(ctx, "r", fence.Claim{Token: 6}, nil, false); return err },
+	for name, tc := range map[string]struct {
+		run  func() error
+		want error
+	}{
+		"bad resource": {func() error { _, err := w.Run(ctx, "", fence.Claim{Token: 6}, write, false); return err }, fence.ErrInvalidResource},
+		"bad token":    {func() error { _, err := w.Run(ctx, "r", fence.Claim{}, write, false); return err }, fence.ErrInvalidToken},
+		"nil write":    {func() error { _, err := w.Run(ctx, "r", fence.Claim{Token: 6}, nil, false); return err }, fence.ErrNilArgument},
 		//nolint:staticcheck // a nil context is the input under test
-		"nil context": func() error { _, err := w.Run(nil, "r", fence.Claim{Token: 6}, write, false); return err },
+		"nil context": {func() error { _, err := w.Run(nil, "r", fence.Claim{Token: 6}, write, false); return err }, fence.ErrNilArgument},
 	} {
-		if err := run(); err == nil || called {
-			t.Errorf("%s: %v, called %v", name, err, called)
+		if err := tc.run(); !errors.Is(err, tc.want) || called {
+			t.Errorf("%s: %v, called %v; want %v", name, err, called, tc.want)
 		}
+	}
+	//nolint:staticcheck // a nil context is the input under test
+	if _, err := w.Claim(nil, "r"); !errors.Is(err, fence.ErrNilArgument) {
+		t.Errorf("Claim(nil ctx): %v, want fence.ErrNilArgument", err)
 	}
 	failed := errors.New("callback failed")
 	var discarded string
 	w.Discard = func(_ context.Context, ch string) { discarded = ch }
 	_, err = w.Run(ctx, "r", fence.Claim{Token: 7}, func(ctx context.Context) error {
-		st, _ := From[string](ctx, testErrs)
+		st, _ := From[string](ctx)
 		_ = st.Stage(func() (string, error) { return "v7", nil })
 		return failed
 	}, false)
@@ -253,5 +251,24 @@ func TestContextErr(t *testing.T) {
 	}
 	if ContextErr(ctx, "test", nil) != nil {
 		t.Error("nil error made non-nil")
+	}
+}
+
+// TestWriterRunEndedContext: once ctx has ended, a refusal of the
+// arguments matches ctx's error as well as its own, and nothing runs.
+func TestWriterRunEndedContext(t *testing.T) {
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel()
+	mark, value, commits := fence.Token(0), "", 0
+	w := memWriter(&mark, &value, &commits)
+	called := false
+	write := func(context.Context) error { called = true; return nil }
+	_, err := w.Run(ctx, "", fence.Claim{Token: 5}, write, false)
+	if !errors.Is(err, context.Canceled) || !errors.Is(err, fence.ErrInvalidResource) || called {
+		t.Errorf("bad resource, ended ctx: %v, called %v; want context.Canceled and fence.ErrInvalidResource", err, called)
+	}
+	_, err = w.Run(ctx, "r", fence.Claim{Token: 5}, write, false)
+	if !errors.Is(err, context.Canceled) || called || commits != 0 {
+		t.Errorf("ended ctx: %v, called %v, commits %d; want context.Canceled and nothing run", err, called, commits)
 	}
 }

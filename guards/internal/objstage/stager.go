@@ -8,25 +8,6 @@ import (
 	"github.com/fencekit/fencekit/fence"
 )
 
-// Errors holds a guard's own values for the errors objstage returns, so
-// that they keep the guard's names and messages.
-type Errors struct {
-	// NoStager: Stage called with a context that no Fence callback of this
-	// guard received.
-	NoStager error
-	// AlreadyStaged: the callback has already staged its change.
-	AlreadyStaged error
-	// Closed: the Fence call of the context has returned.
-	Closed error
-	// NilWrite: Fence or Do with a nil callback.
-	NilWrite error
-	// NilContext returns the error of a call on resource given a nil
-	// context.
-	NilContext func(resource string) error
-	// Prefix starts messages objstage writes itself ("s3guard").
-	Prefix string
-}
-
 type stagerKey struct{}
 
 // Stager collects the one change C that a Fence write callback stages for
@@ -38,21 +19,21 @@ type Stager[C any] struct {
 	WriteID  string
 	Owner    any
 
-	errs   *Errors
 	mu     sync.Mutex
 	closed bool
 	staged bool
 	ch     C
 }
 
-// From returns the Stager of type C that ctx carries, or errs.NoStager.
-func From[C any](ctx context.Context, errs *Errors) (*Stager[C], error) {
+// From returns the Stager of type C that ctx carries, or
+// fence.ErrNoStager (ctx nil too).
+func From[C any](ctx context.Context) (*Stager[C], error) {
 	if ctx == nil {
-		return nil, errs.NoStager
+		return nil, fence.ErrNoStager
 	}
 	st, ok := ctx.Value(stagerKey{}).(*Stager[C])
 	if !ok {
-		return nil, errs.NoStager
+		return nil, fence.ErrNoStager
 	}
 	return st, nil
 }
@@ -60,16 +41,16 @@ func From[C any](ctx context.Context, errs *Errors) (*Stager[C], error) {
 // Stage runs build and stages the change it returns. build runs under the
 // stager's lock, so a callback's concurrent Stage calls are serialised; it
 // runs only when nothing was staged and the Fence call has not returned
-// (otherwise errs.AlreadyStaged or errs.Closed). An error of build stages
+// (otherwise fence.ErrAlreadyStaged or fence.ErrStageClosed). An error of build stages
 // nothing and is returned as it is.
 func (st *Stager[C]) Stage(build func() (C, error)) error {
 	st.mu.Lock()
 	defer st.mu.Unlock()
 	switch {
 	case st.closed:
-		return st.errs.Closed
+		return fence.ErrStageClosed
 	case st.staged:
-		return st.errs.AlreadyStaged
+		return fence.ErrAlreadyStaged
 	}
 	ch, err := build()
 	if err != nil {
@@ -92,9 +73,9 @@ func (st *Stager[C]) close() C {
 // of type C in ctx, refuses bad options (optsErr, the guard's check of
 // them) and a bad size or nil reader (CheckBody with invalid), and stages
 // what build makes of the content.
-func StageContent[C any](ctx context.Context, errs *Errors, optsErr error, r io.Reader, size int64, invalid error,
+func StageContent[C any](ctx context.Context, optsErr error, r io.Reader, size int64, invalid error,
 	build func(st *Stager[C]) (C, error)) error {
-	st, err := From[C](ctx, errs)
+	st, err := From[C](ctx)
 	if err != nil {
 		return err
 	}
@@ -109,8 +90,8 @@ func StageContent[C any](ctx context.Context, errs *Errors, optsErr error, r io.
 
 // StageValue stages ch (a tombstone, say) for the Fence call whose
 // callback received ctx.
-func StageValue[C any](ctx context.Context, errs *Errors, ch C) error {
-	st, err := From[C](ctx, errs)
+func StageValue[C any](ctx context.Context, ch C) error {
+	st, err := From[C](ctx)
 	if err != nil {
 		return err
 	}
