@@ -1,0 +1,12 @@
+-- fencekit lease schema, version 11: the holder label's CHECK constraint of
+-- version 5 is dropped, for the reason version 6 dropped the others.
+-- PostgreSQL evaluates every CHECK constraint of a table on each INSERT and
+-- UPDATE, and each execution of a statement parses and prepares the
+-- constraint's stored expression again; this one cost about 18 µs of
+-- server CPU per lease cycle, a fifth of what fencekit's grant and release
+-- cost more than the design note's two statements (docs/performance.md).
+-- fencekit's statements never write a label they would refuse: the Go side
+-- validates it (lease.ValidateHolder) before any statement is sent. Rows
+-- written by other SQL are no longer checked for an empty or oversized
+-- label.
+ALTER TABLE fencekit_leases DROP CONSTRAINT IF EXISTS fencekit_leases_holder_len;
