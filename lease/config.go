@@ -58,10 +58,6 @@ func (r RenewalMode) String() string {
 	return "RenewalMode(" + strconv.Itoa(int(r)) + ")"
 }
 
-// defaultRenewal is the mode of a Config whose Renewal is zero. Tests
-// change it (TEST_LEASE_RENEWAL) to run the suite in per-lease mode.
-var defaultRenewal = RenewalHeartbeat
-
 // Authorizer decides whether the caller may compete for key. It runs before
 // any statement is sent: a refusal draws no token and writes no row.
 type Authorizer interface {
@@ -240,7 +236,7 @@ func (c Config) resolve() (resolved, error) {
 		r.listen = lc
 	}
 	if r.Renewal == 0 {
-		r.Renewal = defaultRenewal
+		r.Renewal = RenewalHeartbeat
 	}
 	if r.Renewal != RenewalHeartbeat && r.Renewal != RenewalPerLease {
 		return r, &ConfigError{Field: "Renewal", Reason: "unknown mode " + r.Renewal.String()}

@@ -2,7 +2,6 @@ package lease
 
 import (
 	"context"
-	"os"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -108,15 +107,6 @@ func CallTimeoutOf(m *Manager) time.Duration { return m.cfg.CallTimeout }
 
 // RenewEveryOf is m's effective RenewEvery.
 func RenewEveryOf(m *Manager) time.Duration { return m.cfg.RenewEvery }
-
-// TEST_LEASE_RENEWAL=per-lease runs the suite's Managers (those whose
-// Config leaves Renewal zero) in per-lease renewal mode; the default is
-// the heartbeat (make test/renewalmodes).
-func init() {
-	if os.Getenv("TEST_LEASE_RENEWAL") == "per-lease" {
-		defaultRenewal = RenewalPerLease
-	}
-}
 
 // HeartbeatMode reports whether m renews by heartbeat.
 func HeartbeatMode(m *Manager) bool { return m.cfg.Renewal == RenewalHeartbeat }

@@ -16,7 +16,8 @@ import (
 )
 
 // The tests of heartbeat mode (migration 0009): they set
-// Renewal: RenewalHeartbeat, so they run so whatever TEST_LEASE_RENEWAL says.
+// Renewal: RenewalHeartbeat, so they run so whatever TEST_LEASE_RENEWAL says
+// (suiteRenewal).
 
 func heartbeat(c lease.Config) lease.Config {
 	c.Renewal = lease.RenewalHeartbeat

@@ -41,6 +41,18 @@ func newEnv(t *testing.T) *env {
 	return &env{t: t, schema: fencetest.Schema(t, migrations.Lease), raw: fencetest.Pool(t)}
 }
 
+// suiteRenewal is the renewal mode of the Managers env.manager builds from
+// a Config that leaves Renewal zero: the heartbeat (lease.New's default),
+// or per-lease renewal when TEST_LEASE_RENEWAL=per-lease (make
+// test/renewalmodes runs the core subset so). Tests that need one mode set
+// Renewal themselves.
+var suiteRenewal = func() lease.RenewalMode {
+	if os.Getenv("TEST_LEASE_RENEWAL") == "per-lease" {
+		return lease.RenewalPerLease
+	}
+	return lease.RenewalHeartbeat
+}()
+
 // manager builds a Manager on its own pool; cfg.Pool, when nil, is a new
 // independent pool. The Manager is closed at cleanup (before the pool).
 func (e *env) manager(cfg lease.Config) *lease.Manager {
@@ -49,6 +61,9 @@ func (e *env) manager(cfg lease.Config) *lease.Manager {
 		cfg.Pool = fencetest.Pool(e.t)
 	}
 	cfg.Schema = e.schema
+	if cfg.Renewal == 0 {
+		cfg.Renewal = suiteRenewal
+	}
 	m, err := lease.New(cfg)
 	require.NoError(e.t, err)
 	e.t.Cleanup(func() { _ = m.Close() })
