@@ -147,3 +147,94 @@ func TestFenceStagesAndCarriesClaim(t *testing.T) {
 		t.Fatalf("nil write: %v, want fence.ErrNilArgument", err)
 	}
 }
+
+// cachedDriver answers ReadAny with a remembered mark (cached) and
+// ReadFresh with the store's; it records the reads asked for.
+type cachedDriver struct {
+	fakeDriver
+	remembered, store fence.Claim
+	reads             []Read
+}
+
+type cachedAttempt struct {
+	fakeAttempt
+	m      fence.Claim
+	cached bool
+}
+
+func (a cachedAttempt) Mark() (fence.Claim, bool, bool) { return a.m, true, a.cached }
+
+func (d *cachedDriver) Open(_ context.Context, _ string, read Read) (Attempt, error) {
+	d.reads = append(d.reads, read)
+	if read == ReadAny {
+		return cachedAttempt{fakeAttempt{&d.fakeDriver}, d.remembered, true}, nil
+	}
+	return cachedAttempt{fakeAttempt{&d.fakeDriver}, d.store, false}, nil
+}
+
+// TestRunReadAny: Run decides on a remembered mark when read allows; a
+// refusal on it is decided again on a fresh read, and write runs only once
+// the claim was admitted. With ReadFresh the remembered mark is never
+// asked for.
+func TestRunReadAny(t *testing.T) {
+	ctx := context.Background()
+	c := fence.Claim{Token: 5}
+	write := func(ctx context.Context) error { return Stage(ctx, "testguard", Change{Op: OpDelete}) }
+	d := &cachedDriver{fakeDriver: fakeDriver{commits: []Result{Committed}}, remembered: fence.Claim{Token: 3}, store: fence.Claim{Token: 4}}
+	if err := newEngine(d, 0).Run(ctx, "r", c, ReadAny, write); err != nil || len(d.sent) != 1 || d.sent[0].Op != OpDelete {
+		t.Fatalf("admitted on the remembered mark: %v, sent %+v", err, d.sent)
+	}
+	if len(d.reads) != 1 || d.reads[0] != ReadAny {
+		t.Fatalf("reads %v, want the remembered mark alone", d.reads)
+	}
+	d = &cachedDriver{fakeDriver: fakeDriver{commits: []Result{Committed}}, remembered: fence.Claim{Token: 7}, store: fence.Claim{Token: 4}}
+	if err := newEngine(d, 0).Run(ctx, "r", c, ReadAny, write); err != nil || len(d.sent) != 1 {
+		t.Fatalf("refused on the remembered mark, admitted on the store's: %v, sent %+v", err, d.sent)
+	}
+	if len(d.reads) != 2 || d.reads[1] != ReadFresh {
+		t.Fatalf("reads %v, want the remembered mark, then a fresh one", d.reads)
+	}
+	d = &cachedDriver{fakeDriver: fakeDriver{commits: []Result{Committed}}, remembered: fence.Claim{Token: 3}, store: fence.Claim{Token: 9}}
+	called := false
+	err := newEngine(d, 0).Run(ctx, "r", c, ReadFresh, func(context.Context) error { called = true; return nil })
+	if !errors.Is(err, fence.ErrStale) || called || len(d.reads) != 1 || d.reads[0] != ReadFresh {
+		t.Fatalf("ReadFresh on a newer mark: %v, write called %v, reads %v", err, called, d.reads)
+	}
+}
+
+// TestStagerBuildsContent: a guard's staging call finds the call's
+// Stager, with the driver of the call (With's), the resource and the
+// claim; what build returns (a driver's own Content) reaches Commit as it
+// is, and an error of build stages nothing.
+func TestStagerBuildsContent(t *testing.T) {
+	ctx := context.Background()
+	base := newEngine(&fakeDriver{}, 0)
+	d := &fakeDriver{commits: []Result{Committed}}
+	e := base.With(d)
+	if e.Driver != d || base.Driver == Driver(d) || e.Name != base.Name {
+		t.Fatalf("With: driver %v (base %v), name %q", e.Driver, base.Driver, e.Name)
+	}
+	type upload struct{ key string }
+	failed := errors.New("upload failed")
+	err := e.FenceClaim(ctx, "r", fence.Claim{Token: 6}, func(ctx context.Context) error {
+		st, err := StagerOf(ctx, "testguard")
+		if err != nil {
+			return err
+		}
+		if st.Driver != d || st.Resource != "r" || st.Claim.Token != 6 || len(st.WriteID) != 32 {
+			t.Errorf("stager %+v", st)
+		}
+		if err := st.Stage(func() (Change, error) { return Change{}, failed }); !errors.Is(err, failed) {
+			t.Errorf("failing build: %v", err)
+		}
+		return st.Stage(func() (Change, error) {
+			return Change{Op: OpPut, Content: &upload{st.Resource + "/data"}}, nil
+		})
+	})
+	if err != nil || len(d.sent) != 1 || d.sent[0].Content.(*upload).key != "r/data" {
+		t.Fatalf("staged content: %v, sent %+v", err, d.sent)
+	}
+	if _, err := StagerOf(nil, "testguard"); !errors.Is(err, fence.ErrNoStager) { //nolint:staticcheck // a nil context is the input under test
+		t.Fatalf("StagerOf(nil): %v, want fence.ErrNoStager", err)
+	}
+}
