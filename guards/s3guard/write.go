@@ -176,8 +176,7 @@ func (w *call) raced(ctx context.Context, c fence.Claim, id string) (engine.Resu
 // unknown.
 func (w *call) Settle(ctx context.Context, c fence.Claim, _ engine.Change, id string, lost error) (engine.Result, error) {
 	s, key := w.s, w.key
-	s.cache.drop(key)
-	got, rerr := s.settleRead(ctx, key)
+	got, rerr := s.settleRead(ctx, key) // refreshes the cache, or drops the key
 	switch {
 	case rerr == nil && got.p != nil && got.p.WriteID == id:
 		w.landed(ctx, got.p)

@@ -179,18 +179,22 @@ func (e *Engine) FenceClaim(ctx context.Context, resource string, c fence.Claim,
 // (Stage, Stager) as Write does, deciding again. write runs under the
 // call's span with a context that carries c (fence.ClaimFromContext) and
 // the call's Stager. A refusal on that first read is recorded as a span
-// marked not sent; write's error ends the span and is returned (wrapped
-// by fence.WrapContext), and nothing is written.
+// marked not sent, a failure of that read as a span with its error;
+// write's error ends the span and is returned (wrapped by
+// fence.WrapContext), and nothing is written.
 func (e *Engine) Run(ctx context.Context, resource string, c fence.Claim, read Read, write func(ctx context.Context) error) error {
 	if write == nil {
 		return e.NilArgument(resource, "Fence with nil write")
 	}
 	att, err := e.open(ctx, resource, c, read)
-	if err != nil {
-		if _, ok := fence.IsStale(err); ok || isReused(err) {
-			e.Rec.Decision(ctx, err)
-			e.Rec.Refused(ctx, resource, c, err)
-		}
+	if _, stale := fence.IsStale(err); stale || isReused(err) {
+		e.Rec.Decision(ctx, err)
+		e.Rec.Refused(ctx, resource, c, err)
+		return err
+	}
+	if err != nil { // the first read failed: nothing was sent
+		_, span := e.Rec.Start(ctx, resource, c)
+		span.End(err)
 		return err
 	}
 	ctx, span := e.Rec.Start(ctx, resource, c)

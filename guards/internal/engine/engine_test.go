@@ -6,6 +6,8 @@ import (
 	"testing"
 
 	"github.com/fencekit/fencekit/fence"
+	"github.com/fencekit/fencekit/guards/guardobs"
+	"github.com/fencekit/fencekit/internal/obs/obstest"
 )
 
 // fakeDriver answers each Commit and Settle from scripted results and
@@ -236,5 +238,56 @@ func TestStagerBuildsContent(t *testing.T) {
 	}
 	if _, err := StagerOf(nil, "testguard"); !errors.Is(err, fence.ErrNoStager) { //nolint:staticcheck // a nil context is the input under test
 		t.Fatalf("StagerOf(nil): %v, want fence.ErrNoStager", err)
+	}
+}
+
+// TestRunSpans: a Fence call is one span: the callback runs under it, and a
+// failing callback ends it with its error; a refusal on the first read is
+// a span marked not sent, a failure of that read a span with its error.
+func TestRunSpans(t *testing.T) {
+	spans := obstest.NewSpans(t)
+	rec, err := guardobs.New(guardobs.Config{Kind: "test", TracerProvider: spans.Provider})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, caller := spans.Start(context.Background(), "caller")
+	d := &fakeDriver{commits: []Result{Committed}}
+	e := newEngine(d, 0)
+	e.Rec = rec
+	inner := func(ctx context.Context) error {
+		_, sp := spans.Start(ctx, "inner")
+		sp.End()
+		return nil
+	}
+	failed := errors.New("callback failed")
+	readFailed := errors.New("read failed")
+	if err := e.Fence(ctx, "r", 5, inner); err != nil {
+		t.Fatal(err)
+	}
+	if err := e.Fence(ctx, "r", 5, func(context.Context) error { return failed }); !errors.Is(err, failed) {
+		t.Fatalf("failing callback: %v", err)
+	}
+	d.mark = fence.Claim{Token: 9}
+	if err := e.Fence(ctx, "r", 5, inner); !errors.Is(err, fence.ErrStale) {
+		t.Fatalf("stale: %v", err)
+	}
+	e.Driver = driverFunc(func() (Attempt, error) { return nil, readFailed })
+	if err := e.Fence(ctx, "r", 5, inner); !errors.Is(err, readFailed) {
+		t.Fatalf("failing read: %v", err)
+	}
+	got := spans.Ended(guardobs.SpanWrite)
+	if len(got) != 4 {
+		t.Fatalf("%d spans, want 4", len(got))
+	}
+	for i, want := range []struct{ outcome, notSent string }{
+		{guardobs.OutcomeAccepted, ""}, {guardobs.OutcomeError, ""}, {guardobs.OutcomeStale, "true"}, {guardobs.OutcomeError, ""},
+	} {
+		a := obstest.SpanAttrs(got[i])
+		if a[guardobs.AttrOutcome] != want.outcome || a[guardobs.AttrNotSent] != want.notSent || !obstest.ChildOf(got[i], caller.SpanContext()) {
+			t.Errorf("span %d: %v, want outcome %s, not sent %q, a child of the caller's", i, a, want.outcome, want.notSent)
+		}
+	}
+	if in := spans.Ended("inner"); len(in) != 1 || !obstest.ChildOf(in[0], got[0].SpanContext()) {
+		t.Errorf("the callback's span is not a child of the write's")
 	}
 }

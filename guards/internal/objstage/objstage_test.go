@@ -224,7 +224,7 @@ func TestContextErr(t *testing.T) {
 		t.Error("nil error made non-nil")
 	}
 	//nolint:staticcheck // a nil context is the input under test
-	if err := ContextErr(nil, "test", busy); err != busy {
+	if err := ContextErr(nil, "test", busy); err != busy { //nolint:errorlint // the very error, unwrapped
 		t.Errorf("nil ctx: %v, want the error itself", err)
 	}
 }
