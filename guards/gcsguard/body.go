@@ -13,11 +13,11 @@ type readCloser struct {
 	io.Closer
 }
 
-// change is what a write commits.
-type change struct {
-	body    *body // new content, or nil
-	opts    PutOptions
-	deleted bool // a tombstone
+// content is the Content of an engine.OpPut change: the body and the
+// options of the object it stores.
+type content struct {
+	body *body
+	opts PutOptions
 }
 
 // body is content that can be sent again on a retry.

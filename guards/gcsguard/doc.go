@@ -26,7 +26,10 @@
 // of S3 does not arise). On 412 the Guard reads the metadata again: if it
 // carries the write's own write id, an earlier attempt landed and its reply
 // was lost (the client library retried it): success. Otherwise it decides
-// again and retries, up to Config.MaxAttempts (then fence.ErrBusy).
+// again and retries under a fresh write id, up to Config.MaxAttempts
+// conditional writes in all, the first included (then fence.ErrBusy). The
+// loop is the one every engine-built guard runs (guards/internal/engine),
+// so MaxAttempts means what it means there, with the same default.
 //
 // A fenced delete writes a tombstone rather than removing the object: a
 // removed object has no mark, so a stale writer could create it again.

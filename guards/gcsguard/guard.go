@@ -20,8 +20,12 @@ import (
 	"github.com/fencekit/fencekit/guards/internal/objstage"
 )
 
-// DefaultMaxAttempts is the Config.MaxAttempts used when none is set.
-const DefaultMaxAttempts = 8
+// DefaultMaxAttempts is the Config.MaxAttempts used when none is set,
+// the same in every guard that has the field.
+const DefaultMaxAttempts = engine.DefaultMaxAttempts
+
+// guardName prefixes the guard's errors and names it to the engine.
+const guardName = "gcsguard"
 
 // DefaultChunkSize is the Config.ChunkSize used when none is set.
 const DefaultChunkSize = 256 << 10
@@ -36,10 +40,11 @@ type Config struct {
 	Client *storage.Client
 	// Bucket holds the objects. Required; it must exist.
 	Bucket string
-	// MaxAttempts bounds the conditional writes of one call (and the reads
-	// of one Get). When every attempt loses a race worth retrying, the
-	// call fails with an error matching fence.ErrBusy. Default
-	// DefaultMaxAttempts.
+	// MaxAttempts bounds the conditional writes one call sends, each under
+	// a fresh write id, the first included (and the reads of one Get); the
+	// settling read of an upload whose reply was lost does not count. When
+	// every attempt loses a race worth retrying, the call fails with an
+	// error matching fence.ErrBusy. Default DefaultMaxAttempts.
 	MaxAttempts int
 	// ChunkSize is the storage.Writer chunk size of each upload: content up
 	// to it goes in one request that the client library can retry;
@@ -80,7 +85,7 @@ type Guard struct {
 	chunk  int
 	met    *guardobs.Recorder
 	strict bool
-	w      *objstage.Writer[state, change, Info]
+	eng    *engine.Engine
 
 	// afterRead, when set (tests only), runs after every read of the
 	// fenced write path, before the decision.
@@ -119,12 +124,8 @@ func New(cfg Config) (*Guard, error) {
 		bucket: cfg.Client.Bucket(cfg.Bucket), name: cfg.Bucket, max: cfg.MaxAttempts, chunk: cfg.ChunkSize,
 		met: met, strict: cfg.Strict,
 	}
-	g.w = &objstage.Writer[state, change, Info]{
-		Owner:  g,
-		Args:   &engine.Args{Name: "gcsguard", Strict: cfg.Strict, Rec: met, Resource: checkResource},
-		Decide: g.decideWrite,
-		Commit: g.commit,
-	}
+	g.eng = &engine.Engine{Args: engine.Args{Name: guardName, Strict: cfg.Strict, Rec: met, Resource: checkResource},
+		Op: "gcsguard: write", MaxAttempts: cfg.MaxAttempts}
 	return g, nil
 }
 
@@ -152,7 +153,7 @@ func (s *Guard) read(ctx context.Context, key string) (state, error) {
 // resource without object yields *NotFoundError; a tombstone yields its
 // Info together with a *NotFoundError whose Deleted is set.
 func (s *Guard) Stat(ctx context.Context, resource string) (Info, error) {
-	if err := s.w.Args.Read(ctx, resource); err != nil {
+	if err := s.eng.Read(ctx, resource); err != nil {
 		return Info{}, err
 	}
 	st, err := s.read(ctx, resource)
@@ -171,7 +172,7 @@ func (s *Guard) Stat(ctx context.Context, resource string) (Info, error) {
 // with its object (content or tombstone) and the run identity stored with
 // it, or the zero Claim when the resource has no object.
 func (s *Guard) Mark(ctx context.Context, resource string) (fence.Claim, error) {
-	if err := s.w.Args.Read(ctx, resource); err != nil {
+	if err := s.eng.Read(ctx, resource); err != nil {
 		return fence.Claim{}, err
 	}
 	st, err := s.read(ctx, resource)
@@ -187,7 +188,7 @@ func (s *Guard) Mark(ctx context.Context, resource string) (fence.Claim, error) 
 // object is replaced between the metadata read and the content read, Get
 // reads again.
 func (s *Guard) Get(ctx context.Context, resource string) (io.ReadCloser, Info, error) {
-	if err := s.w.Args.Read(ctx, resource); err != nil {
+	if err := s.eng.Read(ctx, resource); err != nil {
 		return nil, Info{}, err
 	}
 	for range s.max {

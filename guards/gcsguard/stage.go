@@ -5,6 +5,7 @@ import (
 	"context"
 	"io"
 
+	"github.com/fencekit/fencekit/guards/internal/engine"
 	"github.com/fencekit/fencekit/guards/internal/objstage"
 )
 
@@ -16,9 +17,9 @@ import (
 // is a *SizeError, and nothing is staged). One callback stages at most one
 // change (fence.ErrAlreadyStaged).
 func Stage(ctx context.Context, r io.Reader, size int64, opts PutOptions) error {
-	return objstage.StageContent(ctx, checkOptions(opts), r, size, ErrInvalidOptions, func(st *objstage.Stager[change]) (change, error) {
+	return objstage.StageContent(ctx, guardName, checkOptions(opts), r, size, ErrInvalidOptions, func(st *engine.Stager) (engine.Change, error) {
 		b, err := readSized(st.Resource, r, size)
-		return change{body: &body{buf: b}, opts: opts}, err
+		return engine.Change{Op: engine.OpPut, Content: &content{body: &body{buf: b}, opts: opts}}, err
 	})
 }
 
@@ -30,5 +31,5 @@ func StageBytes(ctx context.Context, b []byte, opts PutOptions) error {
 // StageDelete stages a tombstone (see Guard.Delete) for the running
 // Guard.Fence call.
 func StageDelete(ctx context.Context) error {
-	return objstage.StageValue(ctx, change{deleted: true})
+	return engine.Stage(ctx, guardName, engine.Change{Op: engine.OpDelete})
 }

@@ -12,6 +12,7 @@ import (
 	"google.golang.org/api/googleapi"
 
 	"github.com/fencekit/fencekit/fence"
+	"github.com/fencekit/fencekit/guards/internal/engine"
 	"github.com/fencekit/fencekit/guards/internal/objstage"
 )
 
@@ -29,11 +30,7 @@ import (
 // (rounded up to 256 KiB) instead of a whole chunk; the upload is then one
 // request, which the client library can retry.
 func (s *Guard) Put(ctx context.Context, resource string, r io.Reader, size int64, opts PutOptions) (Info, error) {
-	c, err := s.w.Claim(ctx, resource)
-	if err != nil {
-		return Info{}, err
-	}
-	return s.PutClaim(ctx, resource, c, r, size, opts)
+	return s.put(ctx, resource, nil, r, size, opts)
 }
 
 // PutBytes is Put for content held in memory.
@@ -55,18 +52,22 @@ func (s *Guard) PutBytesClaim(ctx context.Context, resource string, claim fence.
 // while c.Run and the mark's run identity are both set and differ; nothing
 // is written. A size below -1 is refused with ErrInvalidOptions.
 func (s *Guard) PutClaim(ctx context.Context, resource string, claim fence.Claim, r io.Reader, size int64, opts PutOptions) (Info, error) {
+	return s.put(ctx, resource, &claim, r, size, opts)
+}
+
+func (s *Guard) put(ctx context.Context, resource string, c *fence.Claim, r io.Reader, size int64, opts PutOptions) (Info, error) {
 	if err := checkOptions(opts); err != nil {
 		return Info{}, err
 	}
 	if err := objstage.CheckBody(r, size, ErrInvalidOptions); err != nil {
 		return Info{}, err
 	}
-	return s.w.Run(ctx, resource, claim, func(ctx context.Context) error {
-		return objstage.StageContent(ctx, nil, r, size, ErrInvalidOptions, func(st *objstage.Stager[change]) (change, error) {
+	return s.write(ctx, resource, c, func(ctx context.Context) error {
+		return objstage.StageContent(ctx, guardName, nil, r, size, ErrInvalidOptions, func(st *engine.Stager) (engine.Change, error) {
 			b, err := newBody(st.Resource, r, size)
-			return change{body: b, opts: opts}, err
+			return engine.Change{Op: engine.OpPut, Content: &content{body: b, opts: opts}}, err
 		})
-	}, false)
+	})
 }
 
 // Delete stores a tombstone at resource under the claim ctx carries: a
@@ -77,27 +78,19 @@ func (s *Guard) PutClaim(ctx context.Context, resource string, claim fence.Claim
 // *NotFoundError with Deleted and Token set. Deleting a resource without object
 // writes the tombstone all the same, raising the mark.
 func (s *Guard) Delete(ctx context.Context, resource string) (Info, error) {
-	c, err := s.w.Claim(ctx, resource)
-	if err != nil {
-		return Info{}, err
-	}
-	return s.DeleteClaim(ctx, resource, c)
+	return s.write(ctx, resource, nil, StageDelete)
 }
 
 // DeleteClaim is Delete with an explicit claim (see PutClaim).
 func (s *Guard) DeleteClaim(ctx context.Context, resource string, claim fence.Claim) (Info, error) {
-	return s.w.Run(ctx, resource, claim, StageDelete, false)
+	return s.write(ctx, resource, &claim, StageDelete)
 }
 
 // Do is Fence under the claim ctx carries (fence.ClaimFromContext): with no
 // claim in ctx it returns an error matching fence.ErrNoToken, calls nothing
 // and writes nothing.
 func (s *Guard) Do(ctx context.Context, resource string, write func(ctx context.Context) error) error {
-	c, err := s.w.Claim(ctx, resource)
-	if err != nil {
-		return err
-	}
-	_, err = s.w.Run(ctx, resource, c, write, false)
+	_, err := s.write(ctx, resource, nil, write)
 	return err
 }
 
@@ -119,98 +112,136 @@ func (s *Guard) Do(ctx context.Context, resource string, write func(ctx context.
 // and token checks).
 func (s *Guard) Fence(ctx context.Context, resource string, token fence.Token, write func(ctx context.Context) error) error {
 	if ctx == nil {
-		return s.w.Args.NilArgument(resource, "nil ctx")
+		return s.eng.NilArgument(resource, "nil ctx")
 	}
-	_, err := s.w.Run(ctx, resource, fence.ClaimFor(ctx, token), write, false)
+	c := fence.ClaimFor(ctx, token)
+	_, err := s.write(ctx, resource, &c, write)
 	return err
 }
 
-// decideWrite reads key and applies the decision rule to c (the
-// objstage.Writer's Decide; gcsguard has no cache).
-func (s *Guard) decideWrite(ctx context.Context, key string, c fence.Claim, _ bool) (state, error) {
-	cur, err := s.read(ctx, key)
-	if err != nil {
-		return state{}, err
-	}
-	if s.afterRead != nil {
-		s.afterRead(key)
-	}
-	if err := fence.DecideClaim(key, c, cur.token, cur.run); err != nil {
-		return state{}, err
-	}
-	return cur, nil
+// write is every fenced write: the claim ctx carries (c nil) or *c,
+// checked (engine.Args), then the engine's run of write over a call of its
+// own, on a fresh read (gcsguard has no cache).
+func (s *Guard) write(ctx context.Context, resource string, c *fence.Claim, write func(ctx context.Context) error) (info Info, err error) {
+	err = s.eng.Claimed(ctx, resource, c, func(c fence.Claim) error {
+		w := &call{s: s, key: resource}
+		err := s.eng.With(w).Run(ctx, resource, c, engine.ReadFresh, write)
+		info = w.info
+		return err
+	})
+	return info, objstage.ContextErr(ctx, guardName, err)
 }
 
-// commit runs the conditional write loop over cur.
-func (s *Guard) commit(ctx context.Context, key string, c fence.Claim, writeID string, ch change, cur state) (Info, error) {
-	for lost := 0; ; {
-		if err := fence.ContextError(ctx); err != nil {
-			return Info{}, fmt.Errorf("gcsguard: write %q: not sent: %w", key, err)
+// call is one fenced write's engine.Driver, and each of its attempts: the
+// object state its attempts decide on and what they committed.
+type call struct {
+	s   *Guard
+	key string
+	// cur is the state the attempt decides on; fresh says the last lost
+	// race read it just now, so the next attempt need not read again.
+	cur   state
+	fresh bool
+	info  Info // what was committed
+}
+
+// Open returns the attempt on key's object: the state the last lost race
+// read, or one read now.
+func (w *call) Open(ctx context.Context, key string, _ engine.Read) (engine.Attempt, error) {
+	if !w.fresh {
+		cur, err := w.s.read(ctx, key)
+		if err != nil {
+			return nil, err
 		}
-		attrs, err := s.attempt(ctx, key, c, writeID, ch, cur)
-		if err == nil {
-			st, derr := decode(key, attrs)
-			if derr != nil {
-				return Info{}, fmt.Errorf("gcsguard: %q: written object reads back as foreign: %w", key, derr)
-			}
-			return st.info(key), nil
+		w.cur = cur
+		w.s.hook(key)
+	}
+	w.fresh = false
+	return w, nil
+}
+
+// Mark returns the object's mark, read now.
+func (w *call) Mark() (fence.Claim, bool, bool) {
+	return fence.Claim{Token: w.cur.token, Run: w.cur.run}, true, false
+}
+
+// Close does nothing: an attempt holds nothing.
+func (w *call) Close() {}
+
+// Commit uploads ch over cur under c with the generation precondition.
+func (w *call) Commit(ctx context.Context, c fence.Claim, ch engine.Change, id string) (engine.Result, error) {
+	s, key := w.s, w.key
+	attrs, err := s.attempt(ctx, key, c, id, ch, w.cur)
+	if err == nil {
+		st, derr := decode(key, attrs)
+		if derr != nil {
+			return engine.Failed, fmt.Errorf("gcsguard: %q: written object reads back as foreign: %w", key, derr)
 		}
-		var be *bodyError
-		switch {
-		case errors.As(err, &be):
-			return Info{}, fence.WrapContext(ctx, err) // nothing was committed
-		case isPrecondition(err):
-			// Someone else's write, or our own earlier attempt whose reply
-			// was lost and that the client library retried: the read tells.
-		default:
-			// Sent, and no answer came back (ctx ended while the upload
-			// waited, or the client library gave up): the object may have
-			// been written. Settle it with a read that survives the
-			// caller's cancellation: our write id means it was written, and
-			// the write is reported as done even if ctx has ended (it was
-			// ordered before any newer token's write). Anything else leaves
-			// the outcome unknown: the upload may still complete, or
-			// completed and was replaced.
-			got, rerr := s.settleRead(ctx, key)
-			if rerr == nil && got.writeID == writeID {
-				return got.info(key), nil
-			}
-			if rerr == nil && got.token > c.Token && got.gen != cur.gen {
-				// A newer holder's generation replaced the one the upload
-				// was conditional on, so it can no longer land; it may have
-				// landed before and been overwritten.
-				return Info{}, fence.WrapContext(ctx, overtaken(key, c, got))
-			}
-			return Info{}, fence.OutcomeUnknown(ctx, "gcsguard: write", key, fmt.Errorf("write id %s: %w", writeID, err))
+		w.info = st.info(key)
+		return engine.Committed, nil
+	}
+	var be *bodyError
+	switch {
+	case errors.As(err, &be):
+		return engine.Failed, fence.WrapContext(ctx, err) // nothing was committed
+	case !isPrecondition(err):
+		// Sent, and no answer came back (ctx ended while the upload
+		// waited, or the client library gave up): the object may have
+		// been written. Settle decides.
+		return engine.Lost, err
+	}
+	// Someone else's write, or our own earlier attempt whose reply was
+	// lost and that the client library retried: the read tells. Otherwise
+	// c is decided on what was read: a refusal ends the call, an admission
+	// is a lost race, and the next attempt starts from that read. Once
+	// ctx has ended the read has a context of its own, and anything but
+	// ours ends the call.
+	if cerr := fence.ContextError(ctx); cerr != nil {
+		if got, rerr := s.settleRead(ctx, key); rerr == nil && got.writeID == id {
+			w.info = got.info(key)
+			return engine.Committed, nil
 		}
-		if fence.ContextError(ctx) != nil {
-			// The 412 may answer the client library's retry of an attempt
-			// of ours that landed; ctx can no longer read, a bounded read
-			// of its own can.
-			if got, rerr := s.settleRead(ctx, key); rerr == nil && got.writeID == writeID {
-				return got.info(key), nil
-			}
-			return Info{}, fmt.Errorf("gcsguard: write %q: precondition failed: %w", key, fence.ContextError(ctx))
-		}
-		if cur, err = s.read(ctx, key); err != nil {
-			return Info{}, err
-		}
-		if cur.writeID == writeID {
-			return cur.info(key), nil // our attempt landed; its reply was lost
-		}
-		if s.afterRead != nil {
-			s.afterRead(key)
-		}
-		if err := fence.DecideClaim(key, c, cur.token, cur.run); err != nil {
-			return Info{}, err
-		}
-		if lost++; lost >= s.max {
-			return Info{}, fmt.Errorf("gcsguard: %q: %d conditional writes lost races: %w", key, lost, fence.ErrBusy)
-		}
-		if err := fence.ContextError(ctx); err != nil {
-			return Info{}, err
-		}
-		s.met.Retried(ctx, 1)
+		return engine.Failed, fmt.Errorf("gcsguard: write %q: precondition failed: %w", key, cerr)
+	}
+	cur, err := s.read(ctx, key)
+	switch {
+	case err != nil:
+		return engine.Failed, err
+	case cur.writeID == id:
+		w.info = cur.info(key) // our attempt landed; its reply was lost
+		return engine.Committed, nil
+	}
+	s.hook(key)
+	w.cur, w.fresh = cur, true
+	if err := fence.DecideClaim(key, c, cur.token, cur.run); err != nil {
+		return engine.Failed, err
+	}
+	return engine.Conflict, nil
+}
+
+// Settle reads the object of an upload whose reply was lost, with a
+// context of its own that survives ctx: our write id means it was written
+// (reported as done even if ctx has ended: it was ordered before any newer
+// token's write); a newer holder's generation replacing the one the upload
+// was conditional on means it can no longer land, though it may have
+// before (a stale refusal marked Overtaken); anything else leaves the
+// outcome unknown.
+func (w *call) Settle(ctx context.Context, c fence.Claim, _ engine.Change, id string, lost error) (engine.Result, error) {
+	got, rerr := w.s.settleRead(ctx, w.key)
+	switch {
+	case rerr == nil && got.writeID == id:
+		w.info = got.info(w.key)
+		return engine.Committed, nil
+	case rerr == nil && got.token > c.Token && got.gen != w.cur.gen:
+		return engine.Failed, fence.WrapContext(ctx, overtaken(w.key, c, got))
+	}
+	return engine.Failed, fence.OutcomeUnknown(ctx, "gcsguard: write", w.key, fmt.Errorf("write id %s: %w", id, lost))
+}
+
+// hook runs the test hook afterRead, when set: after every read of the
+// fenced write path, before the decision.
+func (s *Guard) hook(key string) {
+	if s.afterRead != nil {
+		s.afterRead(key)
 	}
 }
 
@@ -223,7 +254,7 @@ func (s *Guard) settleRead(ctx context.Context, key string) (state, error) {
 }
 
 // attempt makes one conditional write of ch over cur.
-func (s *Guard) attempt(ctx context.Context, key string, c fence.Claim, writeID string, ch change, cur state) (*storage.ObjectAttrs, error) {
+func (s *Guard) attempt(ctx context.Context, key string, c fence.Claim, writeID string, ch engine.Change, cur state) (*storage.ObjectAttrs, error) {
 	wctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	cond := storage.Conditions{DoesNotExist: true}
@@ -274,12 +305,13 @@ func (s *Guard) chunkFor(size int64) int {
 
 // source opens the content of one attempt and returns its size (-1:
 // unknown).
-func (s *Guard) source(ctx context.Context, key string, ch change, cur state) (io.ReadCloser, int64, PutOptions, bool, error) {
+func (s *Guard) source(ctx context.Context, key string, ch engine.Change, cur state) (io.ReadCloser, int64, PutOptions, bool, error) {
 	switch {
-	case ch.body != nil:
-		r, err := ch.body.open()
-		return r, ch.body.length(), ch.opts, false, err
-	case ch.deleted || !cur.exists() || cur.deleted:
+	case ch.Op == engine.OpPut:
+		c := ch.Content.(*content)
+		r, err := c.body.open()
+		return r, c.body.length(), c.opts, false, err
+	case ch.Op == engine.OpDelete || !cur.exists() || cur.deleted:
 		return nil, 0, PutOptions{}, true, nil
 	}
 	// Nothing staged: write the current content again under the new mark.

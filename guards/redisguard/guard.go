@@ -89,7 +89,7 @@ type Config struct {
 	// after a lost reply was settled as not applied). Nil records nothing.
 	MeterProvider metric.MeterProvider
 	// TracerProvider records one span (guardobs.SpanWrite, a child of the
-	// span in ctx) per written value, deletion or Fence/Do commit, and per call refused before writing (bad input, out of scope, or stale on the mark Fence/Do read first). Nil records none.
+	// span in ctx) per written value, deletion or Fence/Do call (its write callback runs under the span, which a failing callback ends with its error), and per call refused before writing (bad input, out of scope, or stale on the mark Fence/Do read first). Nil records none.
 	TracerProvider trace.TracerProvider
 	// Logger receives an Error record for every write refused because its
 	// token was reused by another run. Nil discards.

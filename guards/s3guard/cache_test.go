@@ -13,6 +13,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/fencekit/fencekit/fence"
+	"github.com/fencekit/fencekit/guards/internal/engine"
 	"github.com/fencekit/fencekit/guards/s3guard/minioclient"
 )
 
@@ -340,20 +341,31 @@ func TestPointerCacheLostReply(t *testing.T) {
 			assert.ElementsMatch(t, []string{key, theirs.DataKey}, e.keysOf(t, key))
 		})
 
-		t.Run("busy-not-counted", func(t *testing.T) {
-			// MaxAttempts 1: the failure caused by the stale cache is free, the
-			// second (real) attempt succeeds.
+		t.Run("counted", func(t *testing.T) {
+			// The conditional PUT decided on a stale cache entry counts
+			// against MaxAttempts like every other: with 1 the call ends
+			// busy after it, with 2 the second (on the pointer read) lands.
 			const key = "cache-lost/attempts"
-			a := e.store(t, e.newClient(t, nil), func(c *Config) { c.MaxAttempts = 1 })
-			b := e.store(t, e.newClient(t, nil), nil)
-			_, err := put(t, a, key, 2, "a")
-			require.NoError(t, err)
-			_, err = put(t, b, key, 2, "b")
-			require.NoError(t, err)
-			_, err = put(t, a, key, 2, "a-again")
-			require.NoError(t, err)
-			got, _ := content(t, b, key)
-			assert.Equal(t, "a-again", got)
+			for _, max := range []int{1, 2} {
+				ft := &faultyTransport{match: pathIs(e.bucket, key)}
+				a := e.store(t, e.newClient(t, ft), func(c *Config) { c.MaxAttempts = max })
+				b := e.store(t, e.newClient(t, nil), nil)
+				_, err := put(t, a, key, 2, "a")
+				require.NoError(t, err)
+				_, err = put(t, b, key, 2, "b")
+				require.NoError(t, err)
+				_, err = put(t, a, key, 2, "a-again")
+				got, _ := content(t, b, key)
+				if max == 1 {
+					require.ErrorIs(t, err, fence.ErrBusy)
+					assert.Equal(t, []int{http.StatusOK, http.StatusPreconditionFailed}, ft.seen())
+					assert.Equal(t, "b", got)
+					continue
+				}
+				require.NoError(t, err)
+				assert.Equal(t, []int{http.StatusOK, http.StatusPreconditionFailed, http.StatusOK}, ft.seen())
+				assert.Equal(t, "a-again", got)
+			}
 		})
 	})
 }
@@ -375,7 +387,8 @@ func TestPointerCacheRestamp(t *testing.T) {
 		assert.Nil(t, cur.p.Inline)
 		// The cache path, as Put and Delete take it, with a write that stages
 		// nothing (unreachable through Put; Fence itself never uses the cache).
-		info, err := s.w.Run(ctx, key, fence.Claim{Token: 2}, func(context.Context) error { return nil }, true)
+		c := fence.Claim{Token: 2}
+		info, err := s.write(ctx, key, &c, engine.ReadAny, func(context.Context) error { return nil })
 		require.NoError(t, err)
 		assert.Equal(t, fence.Token(2), info.Token)
 		got, gi := content(t, s, key)

@@ -13,15 +13,18 @@ import (
 	"github.com/fencekit/fencekit/fence"
 	"github.com/fencekit/fencekit/guards/guardobs"
 	"github.com/fencekit/fencekit/guards/internal/engine"
-	"github.com/fencekit/fencekit/guards/internal/objstage"
 	"github.com/fencekit/fencekit/guards/s3guard/s3client"
 )
+
+// guardName prefixes the guard's errors and names it to the engine.
+const guardName = "s3guard"
 
 // DefaultDataPrefix is the Config.DataPrefix used when none is set.
 const DefaultDataPrefix = "_fencekit/data/"
 
-// DefaultMaxAttempts is the Config.MaxAttempts used when none is set.
-const DefaultMaxAttempts = 8
+// DefaultMaxAttempts is the Config.MaxAttempts used when none is set,
+// the same in every guard that has the field.
+const DefaultMaxAttempts = engine.DefaultMaxAttempts
 
 // DefaultConflictBackoff is the Config.ConflictBackoff used when none is set.
 const DefaultConflictBackoff = 20 * time.Millisecond
@@ -47,11 +50,14 @@ type Config struct {
 	// Default DefaultDataPrefix. Keys under it are refused as user keys.
 	// Changing it makes existing pointers unreadable (*ForeignError).
 	DataPrefix string
-	// MaxAttempts bounds the conditional pointer writes of one call (and
-	// the pointer re-reads of one Get). When every attempt loses a race
-	// that is worth retrying, the call fails with an error matching
-	// fence.ErrBusy. A write that failed only because the pointer cache
-	// was stale does not count. Default DefaultMaxAttempts.
+	// MaxAttempts bounds the conditional pointer writes one call sends,
+	// each under a fresh write id, the first included (and the pointer
+	// re-reads of one Get); the settling read of a PUT whose reply was
+	// lost does not count. Every conditional PUT counts, also one decided
+	// on the pointer cache that fails only because the cache was stale.
+	// When every attempt loses a race that is worth retrying, the call
+	// fails with an error matching fence.ErrBusy. Default
+	// DefaultMaxAttempts.
 	MaxAttempts int
 	// ConflictBackoff is the base wait before retrying after a 409
 	// ConditionalRequestConflict (AWS); the n-th wait is n times it.
@@ -118,7 +124,7 @@ type Guard struct {
 	cache   *pointerCache // nil: disabled
 	met     *guardobs.Recorder
 	strict  bool
-	w       *objstage.Writer[current, change, Info]
+	eng     *engine.Engine
 
 	// afterRead, when set (tests only), runs after every pointer read or
 	// pointer cache hit of the fenced write path, before the decision.
@@ -190,13 +196,8 @@ func New(cfg Config) (*Guard, error) {
 		inline:  cfg.InlineMax,
 		strict:  cfg.Strict,
 	}
-	g.w = &objstage.Writer[current, change, Info]{
-		Owner: g,
-		Args: &engine.Args{Name: "s3guard", Strict: cfg.Strict, Rec: met,
-			Resource: func(key string) error { return checkResource(g.prefix, key) }},
-		Decide:  g.decideWrite,
-		Commit:  g.commit,
-		Discard: g.discard,
-	}
+	g.eng = &engine.Engine{Args: engine.Args{Name: guardName, Strict: cfg.Strict, Rec: met,
+		Resource: func(key string) error { return checkResource(g.prefix, key) }},
+		Op: "s3guard: write pointer", MaxAttempts: cfg.MaxAttempts}
 	return g, nil
 }

@@ -59,7 +59,10 @@
 //     commit point. On 412 (or 404, or AWS's 409) re-read the pointer: if it
 //     carries our write id, an earlier attempt landed and its reply was lost
 //     (the SDK retried): success. Otherwise decide again against the new
-//     pointer and retry, up to Config.MaxAttempts (then fence.ErrBusy).
+//     pointer and retry under a fresh write id, up to Config.MaxAttempts
+//     conditional PUTs in all (then fence.ErrBusy). The data key's write
+//     id is the first PUT's, so after a lost race the pointer's write id
+//     differs from it.
 //  4. Remove the data object the new pointer superseded (best effort).
 //
 // Because every pointer body holds a fresh random write id, the pointer's
@@ -68,6 +71,13 @@
 // MD5-ETag ABA hazard of keeping the token in metadata). Deletes are
 // tombstone pointers written the same way: the guard never relies on
 // DeleteObject or CopyObject conditions, which MinIO ignores.
+//
+// The write loop is the one every engine-built guard runs
+// (guards/internal/engine): Config.MaxAttempts counts the conditional
+// pointer PUTs of one call, each under a fresh write id, the first
+// included, and defaults to the DefaultMaxAttempts of every guard. A PUT
+// decided on a stale pointer cache entry counts too; before, that first
+// failure was free.
 //
 // # Pointer cache
 //
@@ -82,8 +92,8 @@
 //     If-Match carries the cached ETag, so if anyone else wrote the pointer
 //     since, the PUT fails (412, or 404 if it was removed), the Guard
 //     re-reads and continues exactly as without a cache, including the
-//     lost-reply check by write id. That first failure does not count
-//     against MaxAttempts.
+//     lost-reply check by write id. That first failure counts against
+//     MaxAttempts like any other conditional PUT.
 //   - A refusal decided on the cache would be safe too (marks only rise),
 //     but it is confirmed by a read, so that StaleError.Highest is the real
 //     mark and a mark erased outside the guard behaves as documented.

@@ -20,6 +20,7 @@ import (
 
 	"github.com/fencekit/fencekit/fence"
 	"github.com/fencekit/fencekit/fencetest"
+	"github.com/fencekit/fencekit/guards/internal/engine"
 	"github.com/fencekit/fencekit/guards/s3guard/awsclient"
 	"github.com/fencekit/fencekit/guards/s3guard/minioclient"
 	"github.com/fencekit/fencekit/guards/s3guard/s3client"
@@ -217,3 +218,6 @@ func (e env) snapshot(t testing.TB) map[string]string {
 	}
 	return m
 }
+
+// newWriteID is the guard's write id generator.
+var newWriteID = engine.NewWriteID

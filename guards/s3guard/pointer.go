@@ -185,8 +185,6 @@ func parseDataLeaf(leaf string) (fence.Token, string, bool) {
 
 func isWriteID(s string) bool { return objstage.IsWriteID(s) }
 
-func newWriteID() string { return objstage.NewWriteID() }
-
 // checkResource applies fence.ValidateResource and the rules S3 and MinIO put on
 // object names (no key of only white space, as in s3client.CheckKey), and
 // keeps keys out of the guard's data prefix.

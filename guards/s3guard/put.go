@@ -6,6 +6,7 @@ import (
 	"io"
 
 	"github.com/fencekit/fencekit/fence"
+	"github.com/fencekit/fencekit/guards/internal/engine"
 	"github.com/fencekit/fencekit/guards/internal/objstage"
 )
 
@@ -44,11 +45,7 @@ type PutOptions struct {
 // mark but presented by another run than the one that set it yields
 // *fence.ReusedError.
 func (s *Guard) Put(ctx context.Context, resource string, r io.Reader, size int64, opts PutOptions) (Info, error) {
-	c, err := s.w.Claim(ctx, resource)
-	if err != nil {
-		return Info{}, err
-	}
-	return s.put(ctx, resource, c, r, size, opts)
+	return s.put(ctx, resource, nil, r, size, opts)
 }
 
 // PutBytes is Put for content held in memory.
@@ -63,21 +60,13 @@ func (s *Guard) PutBytes(ctx context.Context, resource string, b []byte, opts Pu
 // refused. Deleting a resource that has no content still writes the tombstone,
 // raising the mark.
 func (s *Guard) Delete(ctx context.Context, resource string) (Info, error) {
-	c, err := s.w.Claim(ctx, resource)
-	if err != nil {
-		return Info{}, err
-	}
-	return s.w.Run(ctx, resource, c, StageDelete, true)
+	return s.write(ctx, resource, nil, engine.ReadAny, StageDelete)
 }
 
 // Do runs write as a fenced write of the object at resource under the claim ctx
 // carries, exactly as Fence does under an explicit token.
 func (s *Guard) Do(ctx context.Context, resource string, write func(ctx context.Context) error) error {
-	c, err := s.w.Claim(ctx, resource)
-	if err != nil {
-		return err
-	}
-	_, err = s.w.Run(ctx, resource, c, write, false)
+	_, err := s.write(ctx, resource, nil, engine.ReadFresh, write)
 	return err
 }
 
@@ -85,7 +74,7 @@ func (s *Guard) Do(ctx context.Context, resource string, write func(ctx context.
 // caller holding only a token passes fence.Claim{Token: t}, or
 // fence.ClaimFor(ctx, t) to keep ctx's run identity for that token.
 func (s *Guard) PutClaim(ctx context.Context, resource string, claim fence.Claim, r io.Reader, size int64, opts PutOptions) (Info, error) {
-	return s.put(ctx, resource, claim, r, size, opts)
+	return s.put(ctx, resource, &claim, r, size, opts)
 }
 
 // PutBytesClaim is PutBytes under an explicit claim.
@@ -95,7 +84,7 @@ func (s *Guard) PutBytesClaim(ctx context.Context, resource string, claim fence.
 
 // DeleteClaim is Delete under an explicit claim.
 func (s *Guard) DeleteClaim(ctx context.Context, resource string, claim fence.Claim) (Info, error) {
-	return s.w.Run(ctx, resource, claim, StageDelete, true)
+	return s.write(ctx, resource, &claim, engine.ReadAny, StageDelete)
 }
 
 // Fence implements fence.Guard for the object at resource, under
@@ -123,20 +112,21 @@ func (s *Guard) DeleteClaim(ctx context.Context, resource string, claim fence.Cl
 // *fence.OutcomeUnknownError.
 func (s *Guard) Fence(ctx context.Context, resource string, token fence.Token, write func(ctx context.Context) error) error {
 	if ctx == nil {
-		return s.w.Args.NilArgument(resource, "nil ctx")
+		return s.eng.NilArgument(resource, "nil ctx")
 	}
-	_, err := s.w.Run(ctx, resource, fence.ClaimFor(ctx, token), write, false)
+	c := fence.ClaimFor(ctx, token)
+	_, err := s.write(ctx, resource, &c, engine.ReadFresh, write)
 	return err
 }
 
-func (s *Guard) put(ctx context.Context, key string, c fence.Claim, r io.Reader, size int64, opts PutOptions) (Info, error) {
+func (s *Guard) put(ctx context.Context, key string, c *fence.Claim, r io.Reader, size int64, opts PutOptions) (Info, error) {
 	if err := checkOptions(opts); err != nil {
 		return Info{}, err
 	}
 	if size < -1 {
 		return Info{}, objstage.CheckBody(r, size, ErrInvalidOptions)
 	}
-	return s.w.Run(ctx, key, c, func(ctx context.Context) error {
+	return s.write(ctx, key, c, engine.ReadAny, func(ctx context.Context) error {
 		return Stage(ctx, r, size, opts)
-	}, true)
+	})
 }

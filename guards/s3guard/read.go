@@ -113,7 +113,7 @@ func (s *Guard) getPointer(ctx context.Context, key string) (current, error) {
 // it, or the zero Claim when the resource has none.
 func (s *Guard) Mark(ctx context.Context, resource string) (_ fence.Claim, err error) {
 	if ctx == nil {
-		return fence.Claim{}, s.w.Args.NilArgument(resource, "nil ctx")
+		return fence.Claim{}, s.eng.NilArgument(resource, "nil ctx")
 	}
 	defer func() { err = objstage.ContextErr(ctx, "s3guard", err) }()
 	if err := checkResource(s.prefix, resource); err != nil {
@@ -133,7 +133,7 @@ func (s *Guard) Mark(ctx context.Context, resource string) (_ fence.Claim, err e
 // read (a newer write superseded it), Get reads the pointer again.
 func (s *Guard) Get(ctx context.Context, resource string) (_ io.ReadCloser, _ Info, err error) {
 	if ctx == nil {
-		return nil, Info{}, s.w.Args.NilArgument(resource, "nil ctx")
+		return nil, Info{}, s.eng.NilArgument(resource, "nil ctx")
 	}
 	defer func() { err = objstage.ContextErr(ctx, "s3guard", err) }()
 	if err := checkResource(s.prefix, resource); err != nil {
@@ -181,7 +181,7 @@ func (s *Guard) Get(ctx context.Context, resource string) (_ io.ReadCloser, _ In
 // GetBytes is Get reading the whole content into memory.
 func (s *Guard) GetBytes(ctx context.Context, resource string) (_ []byte, _ Info, err error) {
 	if ctx == nil {
-		return nil, Info{}, s.w.Args.NilArgument(resource, "nil ctx")
+		return nil, Info{}, s.eng.NilArgument(resource, "nil ctx")
 	}
 	defer func() { err = objstage.ContextErr(ctx, "s3guard", err) }()
 	rc, info, err := s.Get(ctx, resource)

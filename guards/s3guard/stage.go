@@ -8,18 +8,13 @@ import (
 	"maps"
 
 	"github.com/fencekit/fencekit/fence"
+	"github.com/fencekit/fencekit/guards/internal/engine"
 	"github.com/fencekit/fencekit/guards/internal/objstage"
 	"github.com/fencekit/fencekit/guards/s3guard/s3client"
 )
 
-// change is what a Fence write commits: new content, a tombstone, or
-// (neither) the current content re-stamped with the new token.
-type change struct {
-	data    *staged
-	deleted bool
-}
-
-// staged is content uploaded to data object key, or (key "") held inline.
+// staged is the Content of an engine.OpPut change: content uploaded to
+// data object key, or (key "") held inline.
 type staged struct {
 	key    string
 	etag   string
@@ -45,15 +40,18 @@ type staged struct {
 // to the client as it is); another reader is counted as the client reads
 // it, and read one byte past size after the upload to see that it ends.
 func Stage(ctx context.Context, r io.Reader, size int64, opts PutOptions) error {
-	return objstage.StageContent(ctx, checkOptions(opts), r, size, ErrInvalidOptions, func(st *objstage.Stager[change]) (change, error) {
-		d, err := st.Owner.(*Guard).upload(ctx, st, r, size, opts)
-		return change{data: d}, err
+	return objstage.StageContent(ctx, guardName, checkOptions(opts), r, size, ErrInvalidOptions, func(st *engine.Stager) (engine.Change, error) {
+		w := st.Driver.(*call)
+		d, err := w.s.upload(ctx, st, r, size, opts)
+		w.staged = d
+		return engine.Change{Op: engine.OpPut, Content: d}, err
 	})
 }
 
 // upload stores the content of one Stage call: inline, or in a fresh data
-// object.
-func (s *Guard) upload(ctx context.Context, st *objstage.Stager[change], r io.Reader, size int64, opts PutOptions) (*staged, error) {
+// object named by the claim's token and the write id of the call's first
+// pointer PUT.
+func (s *Guard) upload(ctx context.Context, st *engine.Stager, r io.Reader, size int64, opts PutOptions) (*staged, error) {
 	key := st.Resource
 	if len(opts.Metadata) > 0 {
 		opts.Metadata = maps.Clone(opts.Metadata)
@@ -151,5 +149,5 @@ func writeMetadata(token fence.Token, run, writeID string) map[string]string {
 // StageDelete makes the running Fence call commit a tombstone instead of
 // content. ctx must come from Fence's write callback. It does no I/O.
 func StageDelete(ctx context.Context) error {
-	return objstage.StageValue(ctx, change{deleted: true})
+	return engine.Stage(ctx, guardName, engine.Change{Op: engine.OpDelete})
 }

@@ -18,7 +18,7 @@ import (
 // returns how many objects it removed.
 func (s *Guard) Sweep(ctx context.Context, resource string) (_ int, err error) {
 	if ctx == nil {
-		return 0, s.w.Args.NilArgument(resource, "nil ctx")
+		return 0, s.eng.NilArgument(resource, "nil ctx")
 	}
 	defer func() { err = objstage.ContextErr(ctx, "s3guard", err) }()
 	if err := checkResource(s.prefix, resource); err != nil {

@@ -8,73 +8,217 @@ import (
 	"time"
 
 	"github.com/fencekit/fencekit/fence"
+	"github.com/fencekit/fencekit/guards/internal/engine"
+	"github.com/fencekit/fencekit/guards/internal/objstage"
 	"github.com/fencekit/fencekit/guards/s3guard/s3client"
 )
 
-// decideWrite is the fenced write path's read and decision (the
-// objstage.Writer's Decide). With useCache, a cached pointer stands in for
-// the pointer GET (Put and Delete: their write only stages).
-func (s *Guard) decideWrite(ctx context.Context, key string, c fence.Claim, useCache bool) (current, error) {
-	cur, hit := current{}, false
-	if useCache {
-		cur, hit = s.cache.get(key)
-	}
-	var derr error
-	if hit {
-		derr = s.decide(key, c, cur)
-	}
-	if !hit || (derr != nil && cur.cached) {
-		// No cache entry, or a refusal decided on one: refusing on the cache
-		// alone would be safe (a mark only rises, so the real one is at
-		// least the cached one), but the real mark may be higher
-		// (StaleError.Highest) or have been erased outside the guard:
-		// confirm with a read. Only refusals pay for it.
-		cur, _, derr = s.readDecide(ctx, key, c, "")
-	}
-	return cur, derr
+// write is every fenced write: the claim ctx carries (c nil) or *c,
+// checked (engine.Args), then the engine's run of write over a call of its
+// own. read is engine.ReadAny for Put and Delete (the pointer cache may
+// stand in for the pointer GET) and engine.ReadFresh for Fence and Do.
+func (s *Guard) write(ctx context.Context, resource string, c *fence.Claim, read engine.Read, write func(ctx context.Context) error) (info Info, err error) {
+	err = s.eng.Claimed(ctx, resource, c, func(c fence.Claim) error {
+		w := &call{s: s, key: resource}
+		err := s.eng.With(w).Run(ctx, resource, c, read, write)
+		info = w.info
+		return w.finish(ctx, err)
+	})
+	return info, objstage.ContextErr(ctx, "s3guard", err)
 }
 
-// discard removes the data object ch staged, after the write callback
-// failed (the objstage.Writer's Discard).
-func (s *Guard) discard(ctx context.Context, ch change) {
-	if ch.data != nil && ch.data.key != "" {
-		s.remove(ctx, ch.data.key)
-	}
+// call is one fenced write's engine.Driver, and each of its attempts: the
+// pointer its attempts decide on and what they committed or staged.
+type call struct {
+	s   *Guard
+	key string
+	// cur is the pointer the attempt decides on (read, or taken from
+	// the cache), or the last one read; fresh says the last lost race
+	// read it just now, so the next attempt need not read again.
+	cur   current
+	fresh bool
+	// conflicts counts the 409s: the n-th waits n × ConflictBackoff.
+	conflicts int
+	// staged is the data object the callback staged, if any; keep says it
+	// may be referenced by a pointer in flight and must stay.
+	staged *staged
+	keep   bool
+	info   Info // what was committed
 }
 
-// decide is the fenced write path's decision on the pointer state cur (read
-// or taken from the cache): the test hook afterRead runs first.
-func (s *Guard) decide(key string, c fence.Claim, cur current) error {
-	if s.afterRead != nil {
-		s.afterRead(key)
+// Open returns the attempt on the pointer of key: the one the last lost
+// race read, the cached one (engine.ReadAny), or one read now.
+func (w *call) Open(ctx context.Context, key string, read engine.Read) (engine.Attempt, error) {
+	if w.fresh {
+		w.fresh = false
+		return w, nil
 	}
-	return fence.DecideClaim(key, c, cur.token(), cur.run())
+	s, hit := w.s, false
+	if read == engine.ReadAny {
+		w.cur, hit = s.cache.get(key)
+	}
+	if !hit {
+		cur, err := s.readPointer(ctx, key)
+		if err != nil {
+			return nil, err
+		}
+		w.cur = cur
+	}
+	s.hook(key)
+	return w, nil
 }
 
-// readDecide reads the pointer of key afresh and decides c against it.
-// When writeID is set and the pointer carries it, an earlier attempt of this
-// write landed: landed is true and nothing is decided.
-func (s *Guard) readDecide(ctx context.Context, key string, c fence.Claim, writeID string) (cur current, landed bool, err error) {
-	if cur, err = s.readPointer(ctx, key); err != nil {
-		return current{}, false, err
-	}
-	if writeID != "" && cur.p != nil && cur.p.WriteID == writeID {
-		return cur, true, nil
-	}
-	return cur, false, s.decide(key, c, cur)
+// Mark returns the pointer's mark; cached when it came from the cache.
+func (w *call) Mark() (fence.Claim, bool, bool) {
+	return fence.Claim{Token: w.cur.token(), Run: w.cur.run()}, true, w.cur.cached
 }
 
-// next builds the pointer that commits ch over cur under claim c: its mark
-// is fence.NextMark's.
-func (ch change) next(c fence.Claim, writeID string, cur current) *pointer {
-	tok, run := fence.NextMark(c, cur.token(), cur.run())
-	p := &pointer{Format: PointerFormat, Token: tok, Run: run, WriteID: writeID}
+// Close does nothing: an attempt holds nothing.
+func (w *call) Close() {}
+
+// Commit PUTs the pointer that commits ch over cur under c, with
+// If-Match on cur's ETag (If-None-Match: * without a pointer).
+func (w *call) Commit(ctx context.Context, c fence.Claim, ch engine.Change, id string) (engine.Result, error) {
+	s, key := w.s, w.key
+	if ch.Op == engine.OpMark && w.cur.partial {
+		// A cache entry lacks the inline content and metadata that
+		// re-stamping copies: read the full pointer and decide on it.
+		cur, err := s.readPointer(ctx, key)
+		if err != nil {
+			return engine.Failed, err
+		}
+		w.cur = cur
+		s.hook(key)
+		if err := fence.DecideClaim(key, c, cur.token(), cur.run()); err != nil {
+			return engine.Failed, err
+		}
+	}
+	next := nextPointer(ch, c, id, w.cur)
+	body, err := next.encode()
+	if err != nil {
+		return engine.Failed, fmt.Errorf("s3guard: encode pointer: %w", err)
+	}
+	ui, err := s.client.Put(ctx, s.bucket, key, bytes.NewReader(body), int64(len(body)), s3client.PutOptions{
+		ContentType: PointerContentType,
+		Metadata:    writeMetadata(next.Token, next.Run, id),
+		IfMatch:     w.cur.etag,
+		IfNoneMatch: w.cur.p == nil,
+	})
 	switch {
-	case ch.data != nil:
-		d := ch.data
+	case err == nil:
+		s.cache.put(key, current{p: next, etag: ui.ETag})
+		w.landed(ctx, next)
+		return engine.Committed, nil
+	case errors.Is(err, s3client.ErrConflict):
+		// AWS: a concurrent conditional write is in progress.
+		w.conflicts++
+		if err := wait(ctx, time.Duration(w.conflicts)*s.backoff); err != nil {
+			return engine.Failed, fmt.Errorf("s3guard: write pointer %q: %w", key, fence.ContextError(ctx))
+		}
+		return w.raced(ctx, c, id)
+	case errors.Is(err, s3client.ErrPreconditionFailed), errors.Is(err, s3client.ErrNotFound):
+		// Someone else's write (404: If-Match on a pointer removed
+		// meanwhile), or our own whose reply was lost and that the SDK
+		// sent again: the re-read tells.
+		return w.raced(ctx, c, id)
+	}
+	// Sent, and no answer came back (the SDK gave up, or ctx ended while
+	// it waited): the pointer may have landed, or may still land. Settle
+	// decides; the staged data stays either way.
+	w.keep = true
+	return engine.Lost, err
+}
+
+// raced reads the pointer after a conditional PUT that found another one:
+// our write id means the SDK's retry met our own write (Committed);
+// otherwise c is decided on what was read: a refusal ends the call, an
+// admission is a lost race (Conflict), and the next attempt starts from
+// that read. Once ctx has ended, the read has a context of its own and
+// anything but ours ends the call.
+func (w *call) raced(ctx context.Context, c fence.Claim, id string) (engine.Result, error) {
+	s, key := w.s, w.key
+	if cerr := fence.ContextError(ctx); cerr != nil {
+		got, rerr := s.settleRead(ctx, key)
+		if rerr == nil && got.p != nil && got.p.WriteID == id {
+			w.landed(ctx, got.p)
+			return engine.Committed, nil
+		}
+		if rerr == nil {
+			w.cur = got
+		} else {
+			w.keep = true
+		}
+		return engine.Failed, fmt.Errorf("s3guard: write pointer %q: precondition failed: %w", key, cerr)
+	}
+	cur, err := s.readPointer(ctx, key)
+	if err != nil {
+		w.keep = true
+		return engine.Failed, err
+	}
+	if cur.p != nil && cur.p.WriteID == id {
+		w.landed(ctx, cur.p)
+		return engine.Committed, nil
+	}
+	s.hook(key)
+	w.cur, w.fresh = cur, true
+	if err := fence.DecideClaim(key, c, cur.token(), cur.run()); err != nil {
+		return engine.Failed, err
+	}
+	return engine.Conflict, nil
+}
+
+// Settle reads the pointer of a PUT whose reply was lost, with a context
+// of its own that survives ctx: our write id means it landed (reported as
+// done even if ctx has ended: it was written before any newer token's
+// write); a newer holder's pointer replacing the one the PUT was
+// conditional on means it can no longer land, though it may have before
+// (a stale refusal marked Overtaken); anything else leaves the outcome
+// unknown.
+func (w *call) Settle(ctx context.Context, c fence.Claim, _ engine.Change, id string, lost error) (engine.Result, error) {
+	s, key := w.s, w.key
+	got, rerr := s.settleRead(ctx, key) // refreshes the cache, or drops the key
+	switch {
+	case rerr == nil && got.p != nil && got.p.WriteID == id:
+		w.landed(ctx, got.p)
+		return engine.Committed, nil
+	case rerr == nil && got.token() > c.Token && got.etag != w.cur.etag:
+		return engine.Failed, fence.WrapContext(ctx, overtaken(key, c, got))
+	}
+	return engine.Failed, fence.OutcomeUnknown(ctx, "s3guard: write pointer", key, fmt.Errorf("write id %s: %w", id, lost))
+}
+
+// landed records p, the pointer this call wrote, as its outcome and
+// removes the data object of the pointer it replaced.
+func (w *call) landed(ctx context.Context, p *pointer) {
+	w.s.dropSuperseded(ctx, w.cur, p)
+	w.info = w.s.info(w.key, p)
+}
+
+// finish removes the data the call staged when the call failed, unless
+// it may be referenced: by a pointer in flight (keep), or by the current
+// pointer (an earlier attempt of ours landed, its reply was lost, and a
+// content-keeping write copied the reference; once the current pointer
+// does not refer to a data object, no later pointer can: references are
+// only copied from the current pointer).
+func (w *call) finish(ctx context.Context, err error) error {
+	d := w.staged
+	if err != nil && !w.keep && d != nil && d.key != "" && (w.cur.p == nil || w.cur.p.Data != d.key) {
+		w.s.remove(ctx, d.key)
+	}
+	return err
+}
+
+// nextPointer builds the pointer that commits ch over cur under claim c
+// and write id: its mark is fence.NextMark's.
+func nextPointer(ch engine.Change, c fence.Claim, id string, cur current) *pointer {
+	tok, run := fence.NextMark(c, cur.token(), cur.run())
+	p := &pointer{Format: PointerFormat, Token: tok, Run: run, WriteID: id}
+	switch {
+	case ch.Op == engine.OpPut:
+		d := ch.Content.(*staged)
 		p.Data, p.ETag, p.Size, p.ContentType, p.Metadata = d.key, d.etag, d.size, d.opts.ContentType, d.opts.Metadata
 		p.Inline = d.inline
-	case ch.deleted || cur.p == nil || cur.p.Deleted:
+	case ch.Op == engine.OpDelete || cur.p == nil || cur.p.Deleted:
 		p.Deleted = true
 	default: // nothing staged: keep the current content
 		c := cur.p
@@ -84,115 +228,11 @@ func (ch change) next(c fence.Claim, writeID string, cur current) *pointer {
 	return p
 }
 
-// keeps reports whether ch re-stamps the current content.
-func (ch change) keeps() bool { return ch.data == nil && !ch.deleted }
-
-// commit runs the conditional pointer write loop. cur may come from the
-// pointer cache: then a 412 or 404 only means the cache was stale, and that
-// first failed write does not count against MaxAttempts.
-func (s *Guard) commit(ctx context.Context, key string, c fence.Claim, writeID string, ch change, cur current) (Info, error) {
-	var conflicts, lost int
-	for {
-		if ch.keeps() && cur.partial {
-			// A cache entry lacks the inline content and metadata that
-			// re-stamping copies: read the full pointer. Nothing is staged.
-			var err error
-			if cur, _, err = s.readDecide(ctx, key, c, ""); err != nil {
-				return Info{}, err
-			}
-		}
-		next := ch.next(c, writeID, cur)
-		body, err := next.encode()
-		if err != nil {
-			return Info{}, fmt.Errorf("s3guard: encode pointer: %w", err)
-		}
-		opts := s3client.PutOptions{
-			ContentType: PointerContentType,
-			Metadata:    writeMetadata(next.Token, next.Run, writeID),
-			IfMatch:     cur.etag,
-			IfNoneMatch: cur.p == nil,
-		}
-		if err := fence.ContextError(ctx); err != nil {
-			// Not sent: nothing was written. The staged data goes.
-			s.dropUnreferenced(ctx, ch, cur)
-			return Info{}, fmt.Errorf("s3guard: write pointer %q: not sent: %w", key, err)
-		}
-		ui, err := s.client.Put(ctx, s.bucket, key, bytes.NewReader(body), int64(len(body)), opts)
-		if err == nil {
-			s.cache.put(key, current{p: next, etag: ui.ETag})
-			s.dropSuperseded(ctx, cur, next)
-			return s.info(key, next), nil
-		}
-		switch {
-		case errors.Is(err, s3client.ErrPreconditionFailed):
-			// Someone else's write, or our own earlier attempt whose reply
-			// was lost and that the SDK retried: the re-read tells.
-		case errors.Is(err, s3client.ErrNotFound):
-			// If-Match on a pointer that was removed meanwhile.
-		case errors.Is(err, s3client.ErrConflict):
-			conflicts++
-			if err := wait(ctx, time.Duration(conflicts)*s.backoff); err != nil {
-				return Info{}, err
-			}
-		default:
-			// Sent, and no answer came back (the SDK gave up, or ctx ended
-			// while it waited): the pointer may have landed, or may still
-			// land. Settle it with a read that survives ctx: our write id
-			// means it landed, and the write is reported as done (even if
-			// ctx has ended: it was written, before any newer token's
-			// write). Anything else leaves the outcome unknown, because
-			// the request may still be applied, or was applied and then
-			// superseded. Never remove the staged data here.
-			s.cache.drop(key)
-			got, rerr := s.settleRead(ctx, key)
-			if rerr == nil && got.p != nil && got.p.WriteID == writeID {
-				s.dropSuperseded(ctx, cur, got.p)
-				return s.info(key, got.p), nil
-			}
-			if rerr == nil && got.token() > c.Token && got.etag != cur.etag {
-				// A newer holder's pointer replaced the one our request was
-				// conditional on, so it can no longer land; it may have
-				// landed before and been overwritten.
-				return Info{}, fence.WrapContext(ctx, overtaken(key, c, got))
-			}
-			return Info{}, fence.OutcomeUnknown(ctx, "s3guard: write pointer", key, fmt.Errorf("write id %s: %w", writeID, err))
-		}
-		prev := cur
-		var landed bool
-		if fence.ContextError(ctx) != nil {
-			// The 412 (or 404) may answer the SDK's retry of an attempt
-			// of ours that landed; ctx can no longer read, a bounded
-			// read of its own can.
-			got, rerr := s.settleRead(ctx, key)
-			if rerr == nil && got.p != nil && got.p.WriteID == writeID {
-				s.dropSuperseded(ctx, prev, got.p)
-				return s.info(key, got.p), nil
-			}
-			if rerr == nil {
-				s.dropUnreferenced(ctx, ch, got)
-			}
-			return Info{}, fmt.Errorf("s3guard: write pointer %q: precondition failed: %w", key, fence.ContextError(ctx))
-		}
-		cur, landed, err = s.readDecide(ctx, key, c, writeID)
-		switch {
-		case landed:
-			// Our attempt landed; the reply was lost.
-			s.dropSuperseded(ctx, prev, cur.p)
-			return s.info(key, cur.p), nil
-		case err != nil && cur.p != nil: // refused by the decision on a pointer read
-			s.dropUnreferenced(ctx, ch, cur)
-			return Info{}, err
-		case err != nil:
-			return Info{}, err
-		}
-		if !prev.cached {
-			lost++
-		}
-		if lost >= s.max {
-			s.dropUnreferenced(ctx, ch, cur)
-			return Info{}, fmt.Errorf("s3guard: %q: %d conditional pointer writes lost races: %w", key, lost, fence.ErrBusy)
-		}
-		s.met.Retried(ctx, 1)
+// hook runs the test hook afterRead, when set: after every pointer read or
+// cache hit of the fenced write path, before the decision.
+func (s *Guard) hook(key string) {
+	if s.afterRead != nil {
+		s.afterRead(key)
 	}
 }
 
@@ -203,18 +243,6 @@ func (s *Guard) dropSuperseded(ctx context.Context, old current, new *pointer) {
 		return
 	}
 	s.remove(ctx, old.p.Data)
-}
-
-// dropUnreferenced removes our staged data after a refused or abandoned
-// commit, unless the current pointer refers to it (an earlier attempt of
-// ours landed, its reply was lost, and a content-keeping write copied the
-// reference). Once the current pointer does not refer to a data object, no
-// later pointer can: references are only copied from the current pointer.
-func (s *Guard) dropUnreferenced(ctx context.Context, ch change, cur current) {
-	if ch.data == nil || ch.data.key == "" || (cur.p != nil && cur.p.Data == ch.data.key) {
-		return
-	}
-	s.remove(ctx, ch.data.key)
 }
 
 // settleRead reads the pointer of key with a context of its own, bounded

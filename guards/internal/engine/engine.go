@@ -36,7 +36,10 @@ const (
 	Failed
 	// Conflict means another write came in between; nothing was applied. The
 	// engine reads the mark again, decides again and sends the write
-	// again while attempts remain (fence.ErrBusy when none do). From
+	// again while attempts remain (fence.ErrBusy when none do). A driver
+	// that read the new mark to tell its own write from another's decides
+	// on it itself (a refusal is Failed) and may answer the next
+	// ReadFresh with it. From
 	// Settle it means the copy in transit can no longer apply, though it
 	// may have before the other write: a later stale refusal is then
 	// Overtaken.
@@ -159,49 +162,69 @@ func (e *Engine) explicit(ctx context.Context, resource string, c fence.Claim, c
 // (Args.Explicit or Args.Context), in one span.
 func (e *Engine) Write(ctx context.Context, resource string, c fence.Claim, ch Change) error {
 	ctx, span := e.Rec.Start(ctx, resource, c)
-	err := e.loop(ctx, nil, resource, c, ch)
+	err := e.loop(ctx, nil, resource, c, ch, NewWriteID())
 	e.Rec.Decision(ctx, err)
 	span.End(err)
 	return err
 }
 
-// FenceClaim runs write after admitting c (checked by the caller) on a
-// fresh read of resource's mark, then commits what write staged (Stage)
-// as Write does, deciding again. write's ctx carries c
-// (fence.ClaimFromContext). A refusal on that first read is recorded as a
-// span marked not sent; write's error is returned (wrapped by
-// fence.WrapContext) and nothing is written.
+// FenceClaim is Run on a fresh read of the mark.
 func (e *Engine) FenceClaim(ctx context.Context, resource string, c fence.Claim, write func(ctx context.Context) error) error {
+	return e.Run(ctx, resource, c, ReadFresh, write)
+}
+
+// Run runs write after admitting c (checked by the caller) on a read of
+// resource's mark as read allows (with ReadAny, a refusal on a remembered
+// mark is decided again on a fresh one), then commits what write staged
+// (Stage, Stager) as Write does, deciding again. write runs under the
+// call's span with a context that carries c (fence.ClaimFromContext) and
+// the call's Stager. A refusal on that first read is recorded as a span
+// marked not sent, a failure of that read as a span with its error;
+// write's error ends the span and is returned (wrapped by
+// fence.WrapContext), and nothing is written.
+func (e *Engine) Run(ctx context.Context, resource string, c fence.Claim, read Read, write func(ctx context.Context) error) error {
 	if write == nil {
 		return e.NilArgument(resource, "Fence with nil write")
 	}
-	att, err := e.Driver.Open(ctx, resource, ReadFresh)
-	if err != nil {
-		return err
-	}
-	m, _, _ := att.Mark()
-	if err := fence.DecideClaim(resource, c, m.Token, m.Run); err != nil {
-		att.Close()
+	att, err := e.open(ctx, resource, c, read)
+	if _, stale := fence.IsStale(err); stale || isReused(err) {
 		e.Rec.Decision(ctx, err)
 		e.Rec.Refused(ctx, resource, c, err)
 		return err
 	}
-	ch, werr := run(ctx, e.Name, c, write)
-	if werr != nil {
-		att.Close()
-		return fence.WrapContext(ctx, werr)
+	if err != nil { // the first read failed: nothing was sent
+		_, span := e.Rec.Start(ctx, resource, c)
+		span.End(err)
+		return err
 	}
 	ctx, span := e.Rec.Start(ctx, resource, c)
-	err = e.loop(ctx, att, resource, c, ch)
-	e.Rec.Decision(ctx, err)
+	st := &Stager{Driver: e.Driver, Resource: resource, Claim: c, WriteID: NewWriteID()}
+	ch, err := run(ctx, e.Name, st, write)
+	if err != nil {
+		att.Close()
+		err = fence.WrapContext(ctx, err)
+	} else {
+		err = e.loop(ctx, att, resource, c, ch, st.WriteID)
+		e.Rec.Decision(ctx, err)
+	}
 	span.End(err)
 	return err
 }
 
+// With returns a copy of e over the driver d: a guard whose driver keeps
+// state across the attempts of one call (what it committed, what was
+// staged) makes a driver per call and runs it with With.
+func (e *Engine) With(d Driver) *Engine {
+	c := *e
+	c.Driver = d
+	return &c
+}
+
 // loop sends ch until it is committed, refused, settled as unknown, or
 // out of attempts. att is an attempt already open and admitted (Fence's),
-// or nil.
-func (e *Engine) loop(ctx context.Context, att Attempt, resource string, c fence.Claim, ch Change) error {
+// or nil; id is the write id of the first conditional write, each later
+// one has a fresh one.
+func (e *Engine) loop(ctx context.Context, att Attempt, resource string, c fence.Claim, ch Change, id string) error {
 	max := e.MaxAttempts
 	if max <= 0 {
 		max = DefaultMaxAttempts
@@ -216,8 +239,9 @@ func (e *Engine) loop(ctx context.Context, att Attempt, resource string, c fence
 	for attempt := 1; ; attempt++ {
 		if attempt > 1 {
 			e.Rec.Retried(ctx, 1)
+			id = NewWriteID()
 		}
-		res, lostNow, err := e.attempt(ctx, att, resource, c, ch, read)
+		res, lostNow, err := e.attempt(ctx, att, resource, c, ch, read, id)
 		att = nil
 		if lostNow != nil && (res == NotApplied || res == Conflict) {
 			lost = lostNow
@@ -250,30 +274,43 @@ func (e *Engine) failed(ctx context.Context, resource string, lost error, overta
 		se.Overtaken = se.Overtaken || overtaken
 		return fence.WrapContext(ctx, err)
 	}
-	if _, ok := fence.IsReused(err); ok {
+	if isReused(err) {
 		return fence.WrapContext(ctx, err)
 	}
 	return e.notApplied(ctx, resource, lost, err)
 }
 
-// attempt opens an attempt (unless att is one), decides on its mark,
-// commits once and settles a lost reply. lost is the error that came
-// instead of the reply, when one was lost.
-func (e *Engine) attempt(ctx context.Context, att Attempt, resource string, c fence.Claim, ch Change, read Read) (res Result, lost, err error) {
-	for att == nil {
-		if att, err = e.Driver.Open(ctx, resource, read); err != nil {
-			return Failed, nil, err
+// open opens an attempt at resource and admits c on its mark (when it
+// read one). A refusal on a mark the driver remembers is decided again on
+// a fresh read.
+func (e *Engine) open(ctx context.Context, resource string, c fence.Claim, read Read) (Attempt, error) {
+	for {
+		att, err := e.Driver.Open(ctx, resource, read)
+		if err != nil {
+			return nil, err
 		}
 		m, ok, cached := att.Mark()
 		if !ok {
-			break
+			return att, nil
 		}
-		if err := fence.DecideClaim(resource, c, m.Token, m.Run); err != nil {
-			att.Close()
-			if cached {
-				att, read = nil, ReadFresh
-				continue
-			}
+		err = fence.DecideClaim(resource, c, m.Token, m.Run)
+		if err == nil {
+			return att, nil
+		}
+		att.Close()
+		if !cached {
+			return nil, err
+		}
+		read = ReadFresh
+	}
+}
+
+// attempt opens an attempt (unless att is one), decides on its mark,
+// commits once under write id id and settles a lost reply. lost is the
+// error that came instead of the reply, when one was lost.
+func (e *Engine) attempt(ctx context.Context, att Attempt, resource string, c fence.Claim, ch Change, read Read, id string) (res Result, lost, err error) {
+	if att == nil {
+		if att, err = e.open(ctx, resource, c, read); err != nil {
 			return Failed, nil, err
 		}
 	}
@@ -281,7 +318,6 @@ func (e *Engine) attempt(ctx context.Context, att Attempt, resource string, c fe
 	if err := fence.ContextError(ctx); err != nil {
 		return Failed, nil, fmt.Errorf("%s: %q: %w", e.Name, resource, err)
 	}
-	id := NewWriteID()
 	res, err = att.Commit(ctx, c, ch, id)
 	if res != Lost {
 		return res, nil, err
@@ -299,4 +335,9 @@ func (e *Engine) notApplied(ctx context.Context, resource string, lost, err erro
 		return err
 	}
 	return &fence.NotAppliedError{Op: e.Op, Resource: resource, Err: fence.WrapContext(ctx, err)}
+}
+
+func isReused(err error) bool {
+	_, ok := fence.IsReused(err)
+	return ok
 }

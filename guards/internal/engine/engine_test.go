@@ -6,6 +6,8 @@ import (
 	"testing"
 
 	"github.com/fencekit/fencekit/fence"
+	"github.com/fencekit/fencekit/guards/guardobs"
+	"github.com/fencekit/fencekit/internal/obs/obstest"
 )
 
 // fakeDriver answers each Commit and Settle from scripted results and
@@ -145,5 +147,147 @@ func TestFenceStagesAndCarriesClaim(t *testing.T) {
 	}
 	if err := e.Fence(ctx, "r", 4, nil); !errors.Is(err, fence.ErrNilArgument) {
 		t.Fatalf("nil write: %v, want fence.ErrNilArgument", err)
+	}
+}
+
+// cachedDriver answers ReadAny with a remembered mark (cached) and
+// ReadFresh with the store's; it records the reads asked for.
+type cachedDriver struct {
+	fakeDriver
+	remembered, store fence.Claim
+	reads             []Read
+}
+
+type cachedAttempt struct {
+	fakeAttempt
+	m      fence.Claim
+	cached bool
+}
+
+func (a cachedAttempt) Mark() (fence.Claim, bool, bool) { return a.m, true, a.cached }
+
+func (d *cachedDriver) Open(_ context.Context, _ string, read Read) (Attempt, error) {
+	d.reads = append(d.reads, read)
+	if read == ReadAny {
+		return cachedAttempt{fakeAttempt{&d.fakeDriver}, d.remembered, true}, nil
+	}
+	return cachedAttempt{fakeAttempt{&d.fakeDriver}, d.store, false}, nil
+}
+
+// TestRunReadAny: Run decides on a remembered mark when read allows; a
+// refusal on it is decided again on a fresh read, and write runs only once
+// the claim was admitted. With ReadFresh the remembered mark is never
+// asked for.
+func TestRunReadAny(t *testing.T) {
+	ctx := context.Background()
+	c := fence.Claim{Token: 5}
+	write := func(ctx context.Context) error { return Stage(ctx, "testguard", Change{Op: OpDelete}) }
+	d := &cachedDriver{fakeDriver: fakeDriver{commits: []Result{Committed}}, remembered: fence.Claim{Token: 3}, store: fence.Claim{Token: 4}}
+	if err := newEngine(d, 0).Run(ctx, "r", c, ReadAny, write); err != nil || len(d.sent) != 1 || d.sent[0].Op != OpDelete {
+		t.Fatalf("admitted on the remembered mark: %v, sent %+v", err, d.sent)
+	}
+	if len(d.reads) != 1 || d.reads[0] != ReadAny {
+		t.Fatalf("reads %v, want the remembered mark alone", d.reads)
+	}
+	d = &cachedDriver{fakeDriver: fakeDriver{commits: []Result{Committed}}, remembered: fence.Claim{Token: 7}, store: fence.Claim{Token: 4}}
+	if err := newEngine(d, 0).Run(ctx, "r", c, ReadAny, write); err != nil || len(d.sent) != 1 {
+		t.Fatalf("refused on the remembered mark, admitted on the store's: %v, sent %+v", err, d.sent)
+	}
+	if len(d.reads) != 2 || d.reads[1] != ReadFresh {
+		t.Fatalf("reads %v, want the remembered mark, then a fresh one", d.reads)
+	}
+	d = &cachedDriver{fakeDriver: fakeDriver{commits: []Result{Committed}}, remembered: fence.Claim{Token: 3}, store: fence.Claim{Token: 9}}
+	called := false
+	err := newEngine(d, 0).Run(ctx, "r", c, ReadFresh, func(context.Context) error { called = true; return nil })
+	if !errors.Is(err, fence.ErrStale) || called || len(d.reads) != 1 || d.reads[0] != ReadFresh {
+		t.Fatalf("ReadFresh on a newer mark: %v, write called %v, reads %v", err, called, d.reads)
+	}
+}
+
+// TestStagerBuildsContent: a guard's staging call finds the call's
+// Stager, with the driver of the call (With's), the resource and the
+// claim; what build returns (a driver's own Content) reaches Commit as it
+// is, and an error of build stages nothing.
+func TestStagerBuildsContent(t *testing.T) {
+	ctx := context.Background()
+	base := newEngine(&fakeDriver{}, 0)
+	d := &fakeDriver{commits: []Result{Committed}}
+	e := base.With(d)
+	if e.Driver != d || base.Driver == Driver(d) || e.Name != base.Name {
+		t.Fatalf("With: driver %v (base %v), name %q", e.Driver, base.Driver, e.Name)
+	}
+	type upload struct{ key string }
+	failed := errors.New("upload failed")
+	err := e.FenceClaim(ctx, "r", fence.Claim{Token: 6}, func(ctx context.Context) error {
+		st, err := StagerOf(ctx, "testguard")
+		if err != nil {
+			return err
+		}
+		if st.Driver != d || st.Resource != "r" || st.Claim.Token != 6 || len(st.WriteID) != 32 {
+			t.Errorf("stager %+v", st)
+		}
+		if err := st.Stage(func() (Change, error) { return Change{}, failed }); !errors.Is(err, failed) {
+			t.Errorf("failing build: %v", err)
+		}
+		return st.Stage(func() (Change, error) {
+			return Change{Op: OpPut, Content: &upload{st.Resource + "/data"}}, nil
+		})
+	})
+	if err != nil || len(d.sent) != 1 || d.sent[0].Content.(*upload).key != "r/data" {
+		t.Fatalf("staged content: %v, sent %+v", err, d.sent)
+	}
+	if _, err := StagerOf(nil, "testguard"); !errors.Is(err, fence.ErrNoStager) { //nolint:staticcheck // a nil context is the input under test
+		t.Fatalf("StagerOf(nil): %v, want fence.ErrNoStager", err)
+	}
+}
+
+// TestRunSpans: a Fence call is one span: the callback runs under it, and a
+// failing callback ends it with its error; a refusal on the first read is
+// a span marked not sent, a failure of that read a span with its error.
+func TestRunSpans(t *testing.T) {
+	spans := obstest.NewSpans(t)
+	rec, err := guardobs.New(guardobs.Config{Kind: "test", TracerProvider: spans.Provider})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, caller := spans.Start(context.Background(), "caller")
+	d := &fakeDriver{commits: []Result{Committed}}
+	e := newEngine(d, 0)
+	e.Rec = rec
+	inner := func(ctx context.Context) error {
+		_, sp := spans.Start(ctx, "inner")
+		sp.End()
+		return nil
+	}
+	failed := errors.New("callback failed")
+	readFailed := errors.New("read failed")
+	if err := e.Fence(ctx, "r", 5, inner); err != nil {
+		t.Fatal(err)
+	}
+	if err := e.Fence(ctx, "r", 5, func(context.Context) error { return failed }); !errors.Is(err, failed) {
+		t.Fatalf("failing callback: %v", err)
+	}
+	d.mark = fence.Claim{Token: 9}
+	if err := e.Fence(ctx, "r", 5, inner); !errors.Is(err, fence.ErrStale) {
+		t.Fatalf("stale: %v", err)
+	}
+	e.Driver = driverFunc(func() (Attempt, error) { return nil, readFailed })
+	if err := e.Fence(ctx, "r", 5, inner); !errors.Is(err, readFailed) {
+		t.Fatalf("failing read: %v", err)
+	}
+	got := spans.Ended(guardobs.SpanWrite)
+	if len(got) != 4 {
+		t.Fatalf("%d spans, want 4", len(got))
+	}
+	for i, want := range []struct{ outcome, notSent string }{
+		{guardobs.OutcomeAccepted, ""}, {guardobs.OutcomeError, ""}, {guardobs.OutcomeStale, "true"}, {guardobs.OutcomeError, ""},
+	} {
+		a := obstest.SpanAttrs(got[i])
+		if a[guardobs.AttrOutcome] != want.outcome || a[guardobs.AttrNotSent] != want.notSent || !obstest.ChildOf(got[i], caller.SpanContext()) {
+			t.Errorf("span %d: %v, want outcome %s, not sent %q, a child of the caller's", i, a, want.outcome, want.notSent)
+		}
+	}
+	if in := spans.Ended("inner"); len(in) != 1 || !obstest.ChildOf(in[0], got[0].SpanContext()) {
+		t.Errorf("the callback's span is not a child of the write's")
 	}
 }

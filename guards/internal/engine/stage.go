@@ -25,53 +25,94 @@ const (
 type Change struct {
 	Op    Op
 	Value []byte // OpPut's value
+	// Content is OpPut's content when the driver stages its own (an
+	// object store's staged upload or body) in place of Value; the engine
+	// hands it to the driver as it is.
+	Content any
 }
 
-// stageKey keys a guard's stager in a callback's context: one key per
+// stageKey keys a guard's Stager in a callback's context: one key per
 // guard name, so a guard's Stage never stages into another guard's
 // write.
 type stageKey struct{ name string }
 
-// stager holds what one Fence callback staged.
-type stager struct {
+// Stager holds what one Fence callback staged, and tells a guard's
+// staging call which write it stages for.
+type Stager struct {
+	// Driver is the driver of the Fence call (Engine.With's, when the
+	// guard makes one per call).
+	Driver Driver
+	// Resource and Claim are the call's.
+	Resource string
+	Claim    fence.Claim
+	// WriteID is the write id of the call's first conditional write (a
+	// write that loses its race is sent again under a fresh one): a
+	// driver names what it stages after it.
+	WriteID string
+
 	mu     sync.Mutex
 	ch     Change
+	staged bool
 	closed bool
 }
 
-// Stage records ch as the change of the Fence call of guard name whose
-// callback received ctx (or a context derived from it). It returns
-// fence.ErrNoStager when there is none (ctx nil too),
-// fence.ErrAlreadyStaged when the callback staged a change already, and
-// fence.ErrStageClosed when that Fence call has returned.
-func Stage(ctx context.Context, name string, ch Change) error {
+// StagerOf returns the Stager of the Fence call of guard name whose
+// callback received ctx (or a context derived from it), or
+// fence.ErrNoStager when there is none (ctx nil too).
+func StagerOf(ctx context.Context, name string) (*Stager, error) {
 	if ctx == nil {
-		return fence.ErrNoStager
+		return nil, fence.ErrNoStager
 	}
-	s, ok := ctx.Value(stageKey{name}).(*stager)
+	s, ok := ctx.Value(stageKey{name}).(*Stager)
 	if !ok {
-		return fence.ErrNoStager
+		return nil, fence.ErrNoStager
 	}
+	return s, nil
+}
+
+// Stage runs build and stages the change it returns. build runs under the
+// Stager's lock, so a callback's concurrent Stage calls are serialised; it
+// runs only when nothing was staged and the Fence call has not returned
+// (otherwise fence.ErrAlreadyStaged or fence.ErrStageClosed). An error of
+// build stages nothing and is returned as it is.
+func (s *Stager) Stage(build func() (Change, error)) error {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	switch {
 	case s.closed:
 		return fence.ErrStageClosed
-	case s.ch.Op != OpMark:
+	case s.staged:
 		return fence.ErrAlreadyStaged
 	}
-	s.ch = ch
+	ch, err := build()
+	if err != nil {
+		return err
+	}
+	s.ch, s.staged = ch, true
 	return nil
 }
 
-// run runs write with a context that carries c and a stager of guard
-// name, and returns what write staged (OpMark when nothing) once write
-// has returned; later Stage calls on its context fail.
-func run(ctx context.Context, name string, c fence.Claim, write func(ctx context.Context) error) (Change, error) {
-	s := &stager{ch: Change{Op: OpMark}}
-	err := write(context.WithValue(fence.WithClaim(ctx, c), stageKey{name}, s))
+// Stage records ch as the change of the Fence call of guard name whose
+// callback received ctx (or a context derived from it): StagerOf, then
+// Stager.Stage.
+func Stage(ctx context.Context, name string, ch Change) error {
+	s, err := StagerOf(ctx, name)
+	if err != nil {
+		return err
+	}
+	return s.Stage(func() (Change, error) { return ch, nil })
+}
+
+// run runs write with a context that carries s's claim and s (as guard
+// name's Stager), and returns what write staged (OpMark when nothing) once
+// write has returned; later Stage calls on its context fail.
+func run(ctx context.Context, name string, s *Stager, write func(ctx context.Context) error) (Change, error) {
+	err := write(context.WithValue(fence.WithClaim(ctx, s.Claim), stageKey{name}, s))
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	s.closed = true
+	if !s.staged {
+		return Change{Op: OpMark}, err
+	}
 	return s.ch, err
 }

@@ -2,21 +2,13 @@ package objstage
 
 import (
 	"bytes"
-	"crypto/rand"
-	"encoding/hex"
 	"fmt"
 	"io"
 )
 
-// WriteIDLen is the length of a write id: hex digits.
+// WriteIDLen is the length of a write id (engine.NewWriteID's): hex
+// digits.
 const WriteIDLen = 32
-
-// NewWriteID returns a fresh random write id.
-func NewWriteID() string {
-	var b [WriteIDLen / 2]byte
-	_, _ = rand.Read(b[:]) // crypto/rand.Read never fails (Go 1.24+)
-	return hex.EncodeToString(b[:])
-}
 
 // IsWriteID reports whether id is WriteIDLen lower-case hex digits.
 func IsWriteID(id string) bool {

@@ -125,11 +125,11 @@ func TestCheckBody(t *testing.T) {
 	}
 }
 
-// TestWriteID: fresh ids are valid and differ; others are refused.
+// TestWriteID: fresh ids (engine.NewWriteID) are valid and differ; others are refused.
 func TestWriteID(t *testing.T) {
-	a, b := NewWriteID(), NewWriteID()
+	a, b := engine.NewWriteID(), engine.NewWriteID()
 	if !IsWriteID(a) || !IsWriteID(b) || a == b {
-		t.Fatalf("NewWriteID: %q %q", a, b)
+		t.Fatalf("engine.NewWriteID: %q %q", a, b)
 	}
 	for _, bad := range []string{"", strings.ToUpper(a), a[1:], a + "0", strings.Repeat("g", WriteIDLen)} {
 		if IsWriteID(bad) {
@@ -138,101 +138,72 @@ func TestWriteID(t *testing.T) {
 	}
 }
 
-// memWriter is a Writer over one in-memory mark and value.
-func memWriter(mark *fence.Token, value *string, commits *int) *Writer[fence.Token, string, fence.Token] {
-	return &Writer[fence.Token, string, fence.Token]{
-		Owner: "owner",
-		Args: &engine.Args{Name: "test", Resource: func(r string) error {
-			if r == "" {
-				return &fence.ResourceError{Resource: r, Reason: "empty"}
-			}
-			return nil
-		}},
-		Decide: func(_ context.Context, r string, c fence.Claim, _ bool) (fence.Token, error) {
-			return *mark, fence.Decide(r, c.Token, *mark)
-		},
-		Commit: func(_ context.Context, _ string, c fence.Claim, _ string, ch string, _ fence.Token) (fence.Token, error) {
-			*commits++
-			*mark = c.Token
-			if ch != "" {
-				*value = ch
-			}
-			return c.Token, nil
-		},
-	}
+// memDriver is an engine.Driver over one in-memory mark: every commit is
+// applied and kept.
+type memDriver struct {
+	mark    fence.Token
+	commits []engine.Change
 }
 
-// TestWriterRun: the callback runs after the decision with a stager of
-// its own that takes one change and none after Run returned; refusals and
-// a failing callback commit nothing.
-func TestWriterRun(t *testing.T) {
+func (d *memDriver) Open(context.Context, string, engine.Read) (engine.Attempt, error) {
+	return d, nil
+}
+func (d *memDriver) Mark() (fence.Claim, bool, bool) { return fence.Claim{Token: d.mark}, true, false }
+func (d *memDriver) Close()                          {}
+func (d *memDriver) Commit(_ context.Context, c fence.Claim, ch engine.Change, _ string) (engine.Result, error) {
+	d.mark = c.Token
+	d.commits = append(d.commits, ch)
+	return engine.Committed, nil
+}
+func (d *memDriver) Settle(context.Context, fence.Claim, engine.Change, string, error) (engine.Result, error) {
+	return engine.Failed, errors.New("no lost replies here")
+}
+
+// TestStageContent: the guard's options and the body are checked before
+// build runs under the call's engine.Stager; outside a callback there is
+// no stager, and one change is staged at most.
+func TestStageContent(t *testing.T) {
 	ctx := context.Background()
-	mark, value, commits := fence.Token(0), "", 0
-	w := memWriter(&mark, &value, &commits)
-	var kept *Stager[string]
-	tok, err := w.Run(ctx, "r", fence.Claim{Token: 5}, func(ctx context.Context) error {
-		st, err := From[string](ctx)
-		if err != nil {
+	invalid := errors.New("invalid")
+	build := func(st *engine.Stager) (engine.Change, error) {
+		b, err := io.ReadAll(strings.NewReader(st.Resource))
+		return engine.Change{Op: engine.OpPut, Value: b}, err
+	}
+	r := strings.NewReader("x")
+	if err := StageContent(ctx, "test", nil, r, 1, invalid, build); !errors.Is(err, fence.ErrNoStager) {
+		t.Fatalf("outside a callback: %v, want fence.ErrNoStager", err)
+	}
+	d := &memDriver{}
+	e := &engine.Engine{Args: engine.Args{Name: "test"}, Driver: d, Op: "test: write"}
+	optsErr := errors.New("bad options")
+	err := e.FenceClaim(ctx, "r", fence.Claim{Token: 3}, func(ctx context.Context) error {
+		for name, tc := range map[string]struct {
+			opts error
+			r    io.Reader
+			size int64
+			want error
+		}{
+			"options": {optsErr, r, 1, optsErr}, "size": {nil, r, -2, invalid}, "nil reader": {nil, nil, 1, invalid},
+		} {
+			if err := StageContent(ctx, "test", tc.opts, tc.r, tc.size, invalid, build); !errors.Is(err, tc.want) {
+				t.Errorf("%s: %v, want %v", name, err, tc.want)
+			}
+		}
+		if err := StageContent(ctx, "other", nil, r, 1, invalid, build); !errors.Is(err, fence.ErrNoStager) {
+			t.Errorf("another guard's Stage: %v, want fence.ErrNoStager", err)
+		}
+		if err := StageContent(ctx, "test", nil, r, 1, invalid, build); err != nil {
 			return err
 		}
-		kept = st
-		if st.Owner != "owner" || st.Resource != "r" || st.Claim.Token != 5 || !IsWriteID(st.WriteID) {
-			t.Errorf("stager %+v", st)
-		}
-		if err := st.Stage(func() (string, error) { return "v5", nil }); err != nil {
-			return err
-		}
-		if err := st.Stage(func() (string, error) { return "again", nil }); !errors.Is(err, fence.ErrAlreadyStaged) {
-			t.Errorf("second Stage: %v, want AlreadyStaged", err)
-		}
-		return nil
-	}, false)
-	if err != nil || tok != 5 || value != "v5" || commits != 1 {
-		t.Fatalf("Run: %d %v, value %q, commits %d", tok, err, value, commits)
+		return StageContent(ctx, "test", nil, r, 1, invalid, build)
+	})
+	if !errors.Is(err, fence.ErrAlreadyStaged) || len(d.commits) != 0 {
+		t.Fatalf("second change: %v, %d commits; want fence.ErrAlreadyStaged and none", err, len(d.commits))
 	}
-	if err := kept.Stage(func() (string, error) { return "late", nil }); !errors.Is(err, fence.ErrStageClosed) {
-		t.Errorf("Stage after Run returned: %v, want Closed", err)
-	}
-	if _, err := From[string](ctx); !errors.Is(err, fence.ErrNoStager) {
-		t.Errorf("From outside a callback: %v, want NoStager", err)
-	}
-	if _, err := From[int](context.WithValue(ctx, stagerKey{}, kept)); !errors.Is(err, fence.ErrNoStager) {
-		t.Errorf("From of another change type: %v, want NoStager", err)
-	}
-	called := false
-	write := func(context.Context) error { called = true; return nil }
-	_, err = w.Run(ctx, "r", fence.Claim{Token: 4}, write, false)
-	if !errors.Is(err, fence.ErrStale) || called {
-		t.Errorf("stale: %v, called %v", err, called)
-	}
-	for name, tc := range map[string]struct {
-		run  func() error
-		want error
-	}{
-		"bad resource": {func() error { _, err := w.Run(ctx, "", fence.Claim{Token: 6}, write, false); return err }, fence.ErrInvalidResource},
-		"bad token":    {func() error { _, err := w.Run(ctx, "r", fence.Claim{}, write, false); return err }, fence.ErrInvalidToken},
-		"nil write":    {func() error { _, err := w.Run(ctx, "r", fence.Claim{Token: 6}, nil, false); return err }, fence.ErrNilArgument},
-		//nolint:staticcheck // a nil context is the input under test
-		"nil context": {func() error { _, err := w.Run(nil, "r", fence.Claim{Token: 6}, write, false); return err }, fence.ErrNilArgument},
-	} {
-		if err := tc.run(); !errors.Is(err, tc.want) || called {
-			t.Errorf("%s: %v, called %v; want %v", name, err, called, tc.want)
-		}
-	}
-	//nolint:staticcheck // a nil context is the input under test
-	if _, err := w.Claim(nil, "r"); !errors.Is(err, fence.ErrNilArgument) {
-		t.Errorf("Claim(nil ctx): %v, want fence.ErrNilArgument", err)
-	}
-	failed := errors.New("callback failed")
-	var discarded string
-	w.Discard = func(_ context.Context, ch string) { discarded = ch }
-	_, err = w.Run(ctx, "r", fence.Claim{Token: 7}, func(ctx context.Context) error {
-		st, _ := From[string](ctx)
-		_ = st.Stage(func() (string, error) { return "v7", nil })
-		return failed
-	}, false)
-	if !errors.Is(err, failed) || discarded != "v7" || mark != 5 || commits != 1 {
-		t.Errorf("failing callback: %v, discarded %q, mark %d, commits %d", err, discarded, mark, commits)
+	if err := e.FenceClaim(ctx, "r", fence.Claim{Token: 3}, func(ctx context.Context) error {
+		return StageContent(ctx, "test", nil, r, 1, invalid, build)
+	}); err != nil || len(d.commits) != 1 || string(d.commits[0].Value) != "r" {
+		t.Fatalf("staged: %v, commits %+v", err, d.commits)
 	}
 }
 
@@ -252,23 +223,8 @@ func TestContextErr(t *testing.T) {
 	if ContextErr(ctx, "test", nil) != nil {
 		t.Error("nil error made non-nil")
 	}
-}
-
-// TestWriterRunEndedContext: once ctx has ended, a refusal of the
-// arguments matches ctx's error as well as its own, and nothing runs.
-func TestWriterRunEndedContext(t *testing.T) {
-	ctx, cancel := context.WithCancel(context.Background())
-	cancel()
-	mark, value, commits := fence.Token(0), "", 0
-	w := memWriter(&mark, &value, &commits)
-	called := false
-	write := func(context.Context) error { called = true; return nil }
-	_, err := w.Run(ctx, "", fence.Claim{Token: 5}, write, false)
-	if !errors.Is(err, context.Canceled) || !errors.Is(err, fence.ErrInvalidResource) || called {
-		t.Errorf("bad resource, ended ctx: %v, called %v; want context.Canceled and fence.ErrInvalidResource", err, called)
-	}
-	_, err = w.Run(ctx, "r", fence.Claim{Token: 5}, write, false)
-	if !errors.Is(err, context.Canceled) || called || commits != 0 {
-		t.Errorf("ended ctx: %v, called %v, commits %d; want context.Canceled and nothing run", err, called, commits)
+	//nolint:staticcheck // a nil context is the input under test
+	if err := ContextErr(nil, "test", busy); err != busy { //nolint:errorlint // the very error, unwrapped
+		t.Errorf("nil ctx: %v, want the error itself", err)
 	}
 }
