@@ -17,7 +17,6 @@ import (
 	"github.com/fencekit/fencekit/fence"
 	"github.com/fencekit/fencekit/guards/guardobs"
 	"github.com/fencekit/fencekit/guards/internal/engine"
-	"github.com/fencekit/fencekit/guards/internal/objstage"
 )
 
 // DefaultMaxAttempts is the Config.MaxAttempts used when none is set,
@@ -210,7 +209,7 @@ func (s *Guard) Get(ctx context.Context, resource string) (io.ReadCloser, Info, 
 		}
 		return rc, st.info(resource), nil
 	}
-	return nil, Info{}, objstage.ContextErr(ctx, "gcsguard", fmt.Errorf("gcsguard: %q: replaced during each of %d reads: %w", resource, s.max, fence.ErrBusy))
+	return nil, Info{}, engine.ContextErr(ctx, "gcsguard", fmt.Errorf("gcsguard: %q: replaced during each of %d reads: %w", resource, s.max, fence.ErrBusy))
 }
 
 // GetBytes is Get reading the whole content into memory.

@@ -129,7 +129,7 @@ func (s *Guard) write(ctx context.Context, resource string, c *fence.Claim, writ
 		info = w.info
 		return err
 	})
-	return info, objstage.ContextErr(ctx, guardName, err)
+	return info, engine.ContextErr(ctx, guardName, err)
 }
 
 // call is one fenced write's engine.Driver, and each of its attempts: the

@@ -8,7 +8,7 @@ import (
 	"io"
 
 	"github.com/fencekit/fencekit/fence"
-	"github.com/fencekit/fencekit/guards/internal/objstage"
+	"github.com/fencekit/fencekit/guards/internal/engine"
 	"github.com/fencekit/fencekit/guards/s3guard/s3client"
 )
 
@@ -115,7 +115,7 @@ func (s *Guard) Mark(ctx context.Context, resource string) (_ fence.Claim, err e
 	if ctx == nil {
 		return fence.Claim{}, s.eng.NilArgument(resource, "nil ctx")
 	}
-	defer func() { err = objstage.ContextErr(ctx, "s3guard", err) }()
+	defer func() { err = engine.ContextErr(ctx, "s3guard", err) }()
 	if err := checkResource(s.prefix, resource); err != nil {
 		return fence.Claim{}, err
 	}
@@ -135,7 +135,7 @@ func (s *Guard) Get(ctx context.Context, resource string) (_ io.ReadCloser, _ In
 	if ctx == nil {
 		return nil, Info{}, s.eng.NilArgument(resource, "nil ctx")
 	}
-	defer func() { err = objstage.ContextErr(ctx, "s3guard", err) }()
+	defer func() { err = engine.ContextErr(ctx, "s3guard", err) }()
 	if err := checkResource(s.prefix, resource); err != nil {
 		return nil, Info{}, err
 	}
@@ -183,7 +183,7 @@ func (s *Guard) GetBytes(ctx context.Context, resource string) (_ []byte, _ Info
 	if ctx == nil {
 		return nil, Info{}, s.eng.NilArgument(resource, "nil ctx")
 	}
-	defer func() { err = objstage.ContextErr(ctx, "s3guard", err) }()
+	defer func() { err = engine.ContextErr(ctx, "s3guard", err) }()
 	rc, info, err := s.Get(ctx, resource)
 	if err != nil {
 		return nil, info, err

@@ -5,7 +5,7 @@ import (
 	"fmt"
 	"strings"
 
-	"github.com/fencekit/fencekit/guards/internal/objstage"
+	"github.com/fencekit/fencekit/guards/internal/engine"
 )
 
 // Sweep removes the data objects of resource that can never become visible:
@@ -20,7 +20,7 @@ func (s *Guard) Sweep(ctx context.Context, resource string) (_ int, err error) {
 	if ctx == nil {
 		return 0, s.eng.NilArgument(resource, "nil ctx")
 	}
-	defer func() { err = objstage.ContextErr(ctx, "s3guard", err) }()
+	defer func() { err = engine.ContextErr(ctx, "s3guard", err) }()
 	if err := checkResource(s.prefix, resource); err != nil {
 		return 0, err
 	}

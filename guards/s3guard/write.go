@@ -9,7 +9,6 @@ import (
 
 	"github.com/fencekit/fencekit/fence"
 	"github.com/fencekit/fencekit/guards/internal/engine"
-	"github.com/fencekit/fencekit/guards/internal/objstage"
 	"github.com/fencekit/fencekit/guards/s3guard/s3client"
 )
 
@@ -24,7 +23,7 @@ func (s *Guard) write(ctx context.Context, resource string, c *fence.Claim, read
 		info = w.info
 		return w.finish(ctx, err)
 	})
-	return info, objstage.ContextErr(ctx, "s3guard", err)
+	return info, engine.ContextErr(ctx, "s3guard", err)
 }
 
 // call is one fenced write's engine.Driver, and each of its attempts: the

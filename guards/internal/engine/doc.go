@@ -30,7 +30,9 @@
 //   - each conditional write carries a fresh write id; a lost reply is
 //     settled by the driver; a write settled as not applied, or that lost
 //     a race, is sent again while Config.MaxAttempts allows and the
-//     context is live. MaxAttempts counts the conditional writes of one
+//     context is live;
+//   - every error passes through [ContextErr]: once the context has ended
+//     it matches the context's error and cause, and never fence.ErrBusy. MaxAttempts counts the conditional writes of one
 //     call, the first included, each under its own write id (a write sent
 //     on a mark the driver remembers counts like any other); re-sends of
 //     one write while settling it do not count. Its default is

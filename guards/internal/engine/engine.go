@@ -4,6 +4,7 @@ import (
 	"context"
 	"crypto/rand"
 	"encoding/hex"
+	"errors"
 	"fmt"
 
 	"github.com/fencekit/fencekit/fence"
@@ -162,7 +163,7 @@ func (e *Engine) explicit(ctx context.Context, resource string, c fence.Claim, c
 // (Args.Explicit or Args.Context), in one span.
 func (e *Engine) Write(ctx context.Context, resource string, c fence.Claim, ch Change) error {
 	ctx, span := e.Rec.Start(ctx, resource, c)
-	err := e.loop(ctx, nil, resource, c, ch, NewWriteID())
+	err := ContextErr(ctx, e.Name, e.loop(ctx, nil, resource, c, ch, NewWriteID()))
 	e.Rec.Decision(ctx, err)
 	span.End(err)
 	return err
@@ -180,13 +181,15 @@ func (e *Engine) FenceClaim(ctx context.Context, resource string, c fence.Claim,
 // call's span with a context that carries c (fence.ClaimFromContext) and
 // the call's Stager. A refusal on that first read is recorded as a span
 // marked not sent, a failure of that read as a span with its error;
-// write's error ends the span and is returned (wrapped by
-// fence.WrapContext), and nothing is written.
+// write's error ends the span and is returned (through ContextErr), and
+// nothing is written. Every error Run and Write return passes through
+// ContextErr.
 func (e *Engine) Run(ctx context.Context, resource string, c fence.Claim, read Read, write func(ctx context.Context) error) error {
 	if write == nil {
 		return e.NilArgument(resource, "Fence with nil write")
 	}
 	att, err := e.open(ctx, resource, c, read)
+	err = ContextErr(ctx, e.Name, err)
 	if _, stale := fence.IsStale(err); stale || isReused(err) {
 		e.Rec.Decision(ctx, err)
 		e.Rec.Refused(ctx, resource, c, err)
@@ -202,9 +205,9 @@ func (e *Engine) Run(ctx context.Context, resource string, c fence.Claim, read R
 	ch, err := run(ctx, e.Name, st, write)
 	if err != nil {
 		att.Close()
-		err = fence.WrapContext(ctx, err)
+		err = ContextErr(ctx, e.Name, err)
 	} else {
-		err = e.loop(ctx, att, resource, c, ch, st.WriteID)
+		err = ContextErr(ctx, e.Name, e.loop(ctx, att, resource, c, ch, st.WriteID))
 		e.Rec.Decision(ctx, err)
 	}
 	span.End(err)
@@ -340,4 +343,24 @@ func (e *Engine) notApplied(ctx context.Context, resource string, lost, err erro
 func isReused(err error) bool {
 	_, ok := fence.IsReused(err)
 	return ok
+}
+
+// ContextErr is fence.WrapContext, except that an error matching
+// fence.ErrBusy once ctx has ended is replaced by the context's error: the
+// retries stopped because the context ended, and a retry with the same
+// context cannot succeed (docs/guards.md: a call whose context ended never
+// reports fence.ErrBusy). prefix starts the replacement's message. A nil
+// ctx leaves err as it is.
+func ContextErr(ctx context.Context, prefix string, err error) error {
+	if err == nil || ctx == nil {
+		return err
+	}
+	cerr := fence.ContextError(ctx)
+	if cerr == nil {
+		return err
+	}
+	if errors.Is(err, fence.ErrBusy) {
+		return fmt.Errorf("%s: gave up after the context ended (%s): %w", prefix, err.Error(), cerr)
+	}
+	return fence.WrapContext(ctx, err)
 }

@@ -3,6 +3,7 @@ package engine
 import (
 	"context"
 	"errors"
+	"fmt"
 	"testing"
 
 	"github.com/fencekit/fencekit/fence"
@@ -66,6 +67,34 @@ func TestLoopOutcomes(t *testing.T) {
 		err := newEngine(d, 3).PutClaim(ctx, "r", c, []byte("v"))
 		if !errors.Is(err, fence.ErrBusy) || len(d.sent) != 3 {
 			t.Fatalf("err %v after %d commits, want fence.ErrBusy after 3", err, len(d.sent))
+		}
+	})
+	t.Run("lost races as ctx ends: the context's error, not busy", func(t *testing.T) {
+		// The last attempt loses its race while the caller's context ends:
+		// the call reports the context's end (docs/guards.md: a call whose
+		// context ended never reports busy), for Put and for Fence.
+		for _, fenced := range []bool{false, true} {
+			cctx, cancel := context.WithCancel(ctx)
+			d := &fakeDriver{commits: []Result{Conflict}}
+			e := newEngine(d, 2)
+			e.Driver = driverFunc(func() (Attempt, error) {
+				d.opens++
+				return cancelAttempt{fakeAttempt{d}, func() {
+					if len(d.sent) == 2 { // the last attempt's request is out
+						cancel()
+					}
+				}}, nil
+			})
+			var err error
+			if fenced {
+				err = e.Fence(cctx, "r", 5, func(context.Context) error { return nil })
+			} else {
+				err = e.PutClaim(cctx, "r", c, []byte("v"))
+			}
+			if !errors.Is(err, context.Canceled) || errors.Is(err, fence.ErrBusy) {
+				t.Fatalf("fenced %v: err %v after %d commits, want context.Canceled and not fence.ErrBusy", fenced, err, len(d.sent))
+			}
+			cancel()
 		}
 	})
 	t.Run("settled not applied is sent again, then NotApplied", func(t *testing.T) {
@@ -290,4 +319,39 @@ func TestRunSpans(t *testing.T) {
 	if in := spans.Ended("inner"); len(in) != 1 || !obstest.ChildOf(in[0], got[0].SpanContext()) {
 		t.Errorf("the callback's span is not a child of the write's")
 	}
+}
+
+// TestContextErr: once ctx ended, errors match its error, and ErrBusy
+// becomes the context's end.
+func TestContextErr(t *testing.T) {
+	ctx, cancel := context.WithCancel(context.Background())
+	busy := fmt.Errorf("lost races: %w", fence.ErrBusy)
+	if err := ContextErr(ctx, "test", busy); !errors.Is(err, fence.ErrBusy) {
+		t.Errorf("live ctx: %v, want the error itself", err)
+	}
+	cancel()
+	err := ContextErr(ctx, "test", busy)
+	if !errors.Is(err, context.Canceled) || errors.Is(err, fence.ErrBusy) {
+		t.Errorf("ended ctx, busy: %v, want context.Canceled and not ErrBusy", err)
+	}
+	if ContextErr(ctx, "test", nil) != nil {
+		t.Error("nil error made non-nil")
+	}
+	//nolint:staticcheck // a nil context is the input under test
+	if err := ContextErr(nil, "test", busy); err != busy { //nolint:errorlint // the very error, unwrapped
+		t.Errorf("nil ctx: %v, want the error itself", err)
+	}
+}
+
+// cancelAttempt is a fakeAttempt that calls sent after each Commit's
+// request went out (before its answer is returned).
+type cancelAttempt struct {
+	fakeAttempt
+	sent func()
+}
+
+func (a cancelAttempt) Commit(ctx context.Context, c fence.Claim, ch Change, id string) (Result, error) {
+	r, err := a.fakeAttempt.Commit(ctx, c, ch, id)
+	a.sent()
+	return r, err
 }

@@ -206,25 +206,3 @@ func TestStageContent(t *testing.T) {
 		t.Fatalf("staged: %v, commits %+v", err, d.commits)
 	}
 }
-
-// TestContextErr: once ctx ended, errors match its error, and ErrBusy
-// becomes the context's end.
-func TestContextErr(t *testing.T) {
-	ctx, cancel := context.WithCancel(context.Background())
-	busy := fmt.Errorf("lost races: %w", fence.ErrBusy)
-	if err := ContextErr(ctx, "test", busy); !errors.Is(err, fence.ErrBusy) {
-		t.Errorf("live ctx: %v, want the error itself", err)
-	}
-	cancel()
-	err := ContextErr(ctx, "test", busy)
-	if !errors.Is(err, context.Canceled) || errors.Is(err, fence.ErrBusy) {
-		t.Errorf("ended ctx, busy: %v, want context.Canceled and not ErrBusy", err)
-	}
-	if ContextErr(ctx, "test", nil) != nil {
-		t.Error("nil error made non-nil")
-	}
-	//nolint:staticcheck // a nil context is the input under test
-	if err := ContextErr(nil, "test", busy); err != busy { //nolint:errorlint // the very error, unwrapped
-		t.Errorf("nil ctx: %v, want the error itself", err)
-	}
-}

@@ -2,11 +2,8 @@ package objstage
 
 import (
 	"context"
-	"errors"
-	"fmt"
 	"io"
 
-	"github.com/fencekit/fencekit/fence"
 	"github.com/fencekit/fencekit/guards/internal/engine"
 )
 
@@ -27,23 +24,4 @@ func StageContent(ctx context.Context, name string, optsErr error, r io.Reader, 
 		return err
 	}
 	return st.Stage(func() (engine.Change, error) { return build(st) })
-}
-
-// ContextErr is fence.WrapContext, except that an error matching
-// fence.ErrBusy seen after ctx ended is replaced by the context's error:
-// the retries stopped because the context ended, and a retry with the same
-// context cannot succeed. prefix starts the replacement's message. A nil
-// ctx leaves err as it is.
-func ContextErr(ctx context.Context, prefix string, err error) error {
-	if err == nil || ctx == nil {
-		return err
-	}
-	cerr := fence.ContextError(ctx)
-	if cerr == nil {
-		return err
-	}
-	if errors.Is(err, fence.ErrBusy) {
-		return fmt.Errorf("%s: gave up after the context ended (%s): %w", prefix, err.Error(), cerr)
-	}
-	return fence.WrapContext(ctx, err)
 }
