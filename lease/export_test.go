@@ -2,6 +2,7 @@ package lease
 
 import (
 	"context"
+	"regexp"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -171,6 +172,31 @@ func HeartbeatFailed(m *Manager) bool {
 	}
 	_, _, failed := ep.state()
 	return failed
+}
+
+// ServerLoopSides returns the bodies of one lease cycle of m for a PL/pgSQL
+// loop (BenchmarkServerLoop): m's acquire and release statement text with
+// their parameters named p1…p6 (acquire: account, session, run, TTL µs,
+// holder, epoch) and q4, q5 (release: channel, payload; the key and run
+// are p1…p3), and the epoch id (uuid.Nil in per-lease mode) that m grants
+// under, after making sure it exists.
+func ServerLoopSides(ctx context.Context, m *Manager) (acquire, release string, epochID uuid.UUID, err error) {
+	ep, err := m.ren.grantEpoch(ctx)
+	if err != nil {
+		return "", "", uuid.Nil, err
+	}
+	if ep != nil {
+		epochID = ep.id
+	}
+	param := regexp.MustCompile(`\$([1-9])\b`)
+	acquire = param.ReplaceAllString(m.st.acquire, "p$1")
+	release = param.ReplaceAllStringFunc(m.st.release, func(p string) string {
+		if p == "$4" || p == "$5" {
+			return "q" + p[1:]
+		}
+		return "p" + p[1:]
+	})
+	return acquire, release, epochID, nil
 }
 
 // StatementCycle returns one lease cycle made of m's own acquire and
