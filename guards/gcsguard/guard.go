@@ -101,11 +101,8 @@ func New(cfg Config) (*Guard, error) {
 	if cfg.Bucket == "" {
 		return nil, fmt.Errorf("%w: Bucket is empty", ErrInvalidConfig)
 	}
-	switch {
-	case cfg.MaxAttempts < 0:
-		return nil, fmt.Errorf("%w: MaxAttempts %d is negative", ErrInvalidConfig, cfg.MaxAttempts)
-	case cfg.MaxAttempts == 0:
-		cfg.MaxAttempts = DefaultMaxAttempts
+	if err := engine.MaxAttemptsConfig(&cfg.MaxAttempts, ErrInvalidConfig); err != nil {
+		return nil, err
 	}
 	switch {
 	case cfg.ChunkSize == 0:

@@ -186,11 +186,8 @@ func New(cfg Config) (*Guard, error) {
 			*d.v = d.def
 		}
 	}
-	switch {
-	case cfg.MaxAttempts < 0:
-		return nil, fmt.Errorf("%w: MaxAttempts %d is negative", ErrInvalidConfig, cfg.MaxAttempts)
-	case cfg.MaxAttempts == 0:
-		cfg.MaxAttempts = DefaultMaxAttempts
+	if err := engine.MaxAttemptsConfig(&cfg.MaxAttempts, ErrInvalidConfig); err != nil {
+		return nil, err
 	}
 	rec, err := guardobs.New(guardobs.Config{Kind: guardobs.KindNATS, Name: name,
 		Retries:       "JetStream conditional writes retried after another writer won the race (wrong last sequence).",

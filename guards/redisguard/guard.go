@@ -162,11 +162,8 @@ func New(cfg Config) (*Guard, error) {
 			*d.v = d.def
 		}
 	}
-	switch {
-	case cfg.MaxAttempts < 0:
-		return nil, fmt.Errorf("%w: MaxAttempts %d is negative", ErrInvalidConfig, cfg.MaxAttempts)
-	case cfg.MaxAttempts == 0:
-		cfg.MaxAttempts = DefaultMaxAttempts
+	if err := engine.MaxAttemptsConfig(&cfg.MaxAttempts, ErrInvalidConfig); err != nil {
+		return nil, err
 	}
 	switch {
 	case cfg.DuplicateWindow == 0:

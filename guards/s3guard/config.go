@@ -157,11 +157,8 @@ func New(cfg Config) (*Guard, error) {
 	if len(cfg.DataPrefix)+fence.MaxResourceLen+dataSuffixLen > maxS3KeyLen {
 		return nil, fmt.Errorf("%w: DataPrefix longer than %d bytes", ErrInvalidConfig, maxS3KeyLen-fence.MaxResourceLen-dataSuffixLen)
 	}
-	switch {
-	case cfg.MaxAttempts < 0:
-		return nil, fmt.Errorf("%w: MaxAttempts %d is negative", ErrInvalidConfig, cfg.MaxAttempts)
-	case cfg.MaxAttempts == 0:
-		cfg.MaxAttempts = DefaultMaxAttempts
+	if err := engine.MaxAttemptsConfig(&cfg.MaxAttempts, ErrInvalidConfig); err != nil {
+		return nil, err
 	}
 	if cfg.InlineMax < 0 || cfg.InlineMax > MaxInline {
 		return nil, fmt.Errorf("%w: InlineMax %d outside 0..%d", ErrInvalidConfig, cfg.InlineMax, MaxInline)

@@ -364,3 +364,16 @@ func ContextErr(ctx context.Context, prefix string, err error) error {
 	}
 	return fence.WrapContext(ctx, err)
 }
+
+// MaxAttemptsConfig checks a guard's Config.MaxAttempts and fills its
+// default: a negative *n is refused with an error matching invalid (the
+// guard's ErrInvalidConfig), zero becomes DefaultMaxAttempts.
+func MaxAttemptsConfig(n *int, invalid error) error {
+	switch {
+	case *n < 0:
+		return fmt.Errorf("%w: MaxAttempts %d is negative", invalid, *n)
+	case *n == 0:
+		*n = DefaultMaxAttempts
+	}
+	return nil
+}
