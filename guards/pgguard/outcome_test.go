@@ -28,6 +28,7 @@ import (
 // first prepares it, in a round trip of its own whose reply the hold would
 // catch instead).
 type replyHold struct {
+	mu   sync.Mutex // one run at a time: a run's cleanup must not end another's hold
 	p    *netproxy.Proxy
 	pool *pgxpool.Pool
 	db   *sql.DB
@@ -58,8 +59,12 @@ func newReplyHold(t *testing.T) *replyHold {
 // replies are to be held: the first reply that then reaches the proxy
 // (the answer to the request in flight, which the database has therefore
 // processed) calls applied, and no reply reaches the client until f
-// returns.
+// returns. Runs are serialised: with the pool's one connection released
+// as f returns, a concurrent run could otherwise start its hold before
+// this run's cleanup, which would then lift it.
 func (h *replyHold) run(applied func(), f func(hold func()) error) error {
+	h.mu.Lock()
+	defer h.mu.Unlock()
 	defer func() {
 		h.p.OnHold(nil)
 		h.p.Restore()

@@ -46,8 +46,9 @@ type guardSubject struct {
 // (a first use in the cache modes prepares it in a round trip of its own,
 // whose reply the hold would catch instead).
 type heldGuard struct {
-	p *netproxy.Proxy
-	g *pgguard.Guard
+	mu sync.Mutex // one WriteHeld at a time: one's cleanup must not lift another's hold
+	p  *netproxy.Proxy
+	g  *pgguard.Guard
 }
 
 // newHeldProxy starts a proxy in front of the PgBouncer at url and returns
@@ -78,6 +79,8 @@ ON CONFLICT (resource) DO UPDATE SET value = EXCLUDED.value, token = EXCLUDED.to
 // guard until it returns.
 func (s *guardSubject) WriteHeld(ctx context.Context, r string, tok fence.Token, v string, applied func()) error {
 	h := s.held
+	h.mu.Lock()
+	defer h.mu.Unlock()
 	defer func() {
 		h.p.OnHold(nil)
 		h.p.Restore()
