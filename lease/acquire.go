@@ -9,7 +9,6 @@ import (
 
 	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5"
-	"github.com/jackc/pgx/v5/pgtype"
 
 	"github.com/fencekit/fencekit/fence"
 	"github.com/fencekit/fencekit/lease/leasemetrics"
@@ -87,15 +86,12 @@ func (m *Manager) acquireAttempt(ctx context.Context, key Key, o grantOptions) (
 	m.awaitListener(ctx)
 	m.beginGrant(runID)
 	defer m.endGrant(runID)
-	cctx, cancel := m.call(ctx)
-	defer cancel()
-	sentAt := time.Now() // before the request leaves: the trust window starts here
-	var (
-		token   int64
-		expires pgtype.Timestamptz // NULL for a heartbeat row: the epoch's expiry
-	)
-	err = m.pool.QueryRow(cctx, m.st.acquire, key.AccountID, key.SessionID, uuidParam(runID), m.ttlArg, nullable(o.holder), epochID(ep)).
-		Scan(&token, &expires)
+	sentAt := time.Now() // before the request leaves (or queues): the trust window starts here
+	g, sent, left := m.grants.do(ctx, grantReq{key: key, run: runID, holder: nullable(o.holder), ep: ep})
+	token, expires, err := g.token, g.expires, g.err // expires: NULL for a heartbeat row (the epoch's expiry)
+	if !sent || left {
+		err = ctx.Err() // ctx ended while the grant was queued, or in a shared statement
+	}
 	switch {
 	case errors.Is(err, pgx.ErrNoRows):
 		// Refused: the key is held. Read the holder (committed state).
@@ -118,7 +114,12 @@ func (m *Manager) acquireAttempt(ctx context.Context, key Key, o grantOptions) (
 		// The statement may have committed with the reply lost: free the
 		// row of this run_id (a per-lease row expires by TTL otherwise; a
 		// heartbeat row is retried by the release loop, unreleased.go).
-		m.releaseOrphan(ctx, key, runID, ep)
+		// Not when nothing was sent, nor when ctx ended while the grant
+		// was in a shared statement: that statement's sender does it once
+		// its outcome is known (grantbatch.go).
+		if sent && !left {
+			m.releaseOrphan(ctx, key, runID, ep)
+		}
 		m.observe(event{kind: evAcquireFailed, key: key})
 		m.met.onRefused(ctx, leasemetrics.ReasonError)
 		m.log.Debug("lease acquire failed", "key", key.String(), "err", err)

@@ -25,10 +25,13 @@
 //     every earlier one, across release and re-acquire.
 //   - One holder: a grant succeeds only if the key is free on the database
 //     clock (never acquired, released, or expired), judged in the grant's
-//     one statement under the row lock. A row is held while it is not
-//     released and either its own expiry (per-lease) or its Manager's
-//     heartbeat (heartbeat mode) is in the future; Managers of both modes
-//     and of the previous release share a schema safely.
+//     one statement under the row lock. Grants (and releases) of one
+//     Manager that queue behind its statements in flight share one
+//     statement, which decides each key as its own would (docs/lease.md,
+//     "Concurrent grants and releases share a statement"). A row is held
+//     while it is not released and either its own expiry (per-lease) or
+//     its Manager's heartbeat (heartbeat mode) is in the future; Managers
+//     of both modes and of the previous release share a schema safely.
 //   - Trust window: a Lease is trusted locally until
 //     sent_at + TTL − SafetyMargin on the monotonic clock (sent_at taken
 //     before the request left) of its last successful grant or renewal —

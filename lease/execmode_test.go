@@ -1,9 +1,12 @@
 package lease_test
 
 import (
+	"fmt"
+	"sync"
 	"testing"
 
 	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/stretchr/testify/require"
 
 	"github.com/fencekit/fencekit/fencetest"
 	"github.com/fencekit/fencekit/internal/leasecheck"
@@ -29,6 +32,42 @@ func TestEveryStatementInEveryExecMode(t *testing.T) {
 					Pool:   func(t testing.TB) *pgxpool.Pool { return fencetest.PoolInMode(t, mode) },
 					Config: func(cfg *lease.Config) { cfg.Renewal = renewal },
 				})
+			})
+		}
+	}
+}
+
+// The shared acquire and release statements (concurrent callers of one
+// Manager) in every exec mode and renewal mode: they bind arrays, which the
+// text modes send as text.
+func TestSharedStatementsInEveryExecMode(t *testing.T) {
+	e := newEnv(t)
+	for _, mode := range fencetest.ExecModesToTest(t) {
+		for _, renewal := range []lease.RenewalMode{lease.RenewalHeartbeat, lease.RenewalPerLease} {
+			t.Run(fencetest.ExecModeName(mode)+"/"+renewal.String(), func(t *testing.T) {
+				m := e.manager(lease.Config{Pool: fencetest.PoolInMode(t, mode), Renewal: renewal})
+				var wg sync.WaitGroup
+				for i := range 16 {
+					wg.Add(1)
+					go func() {
+						defer wg.Done()
+						for j := range 4 {
+							k := lease.Key{AccountID: "acct-" + t.Name(), SessionID: fmt.Sprintf("s%d-%d", i, j)}
+							l, err := m.Acquire(bg(), k, lease.WithHolder("sharer"))
+							if err != nil {
+								t.Errorf("acquire %v: %v", k, err)
+								return
+							}
+							if rr, err := l.Release(bg()); err != nil || rr != lease.ReleaseDone {
+								t.Errorf("release %v: %v %v", k, rr, err)
+								return
+							}
+						}
+					}()
+				}
+				wg.Wait()
+				require.Positive(t, lease.SharedGrants(m), "no shared acquire statement ran")
+				require.Positive(t, lease.SharedReleases(m), "no shared release statement ran")
 			})
 		}
 	}

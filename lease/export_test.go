@@ -223,3 +223,10 @@ func StatementCycle(ctx context.Context, m *Manager) (func(Key) error, error) {
 			Scan(&notified)
 	}, nil
 }
+
+// SharedGrants is how many of m's grants went in a statement together with
+// other grants (grantbatch.go).
+func SharedGrants(m *Manager) int64 { return m.grants.sharedCount() }
+
+// SharedReleases is SharedGrants for releases.
+func SharedReleases(m *Manager) int64 { return m.releases.sharedCount() }

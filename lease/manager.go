@@ -42,6 +42,11 @@ type Manager struct {
 
 	ren renewal // the renewal mode, chosen once in New (renewal.go)
 
+	// grants and releases send the acquire and release statements, alone
+	// or shared by concurrent callers (coalesce.go, grantbatch.go).
+	grants   *coalescer[grantReq, grantResult]
+	releases *coalescer[releaseReq, releaseResult]
+
 	root       context.Context // cancelled (cause ErrClosed) by Close
 	rootCancel context.CancelCauseFunc
 	wg         sync.WaitGroup
@@ -101,6 +106,7 @@ func newManager(cfg Config, hook func(event)) (*Manager, error) {
 		floor:       newFloorChecker(r),
 	}
 	m.ttlArg, m.channelArg = m.ttlMicros(), m.st.channel
+	m.grants, m.releases = newGrants(m), newReleases(m)
 	met, err := newMetrics(r.MeterProvider, r.TTL)
 	if err != nil {
 		cancel(nil)
@@ -192,6 +198,8 @@ func (m *Manager) Close() error {
 			}
 		}
 		m.wg.Wait()
+		m.grants.close()
+		m.releases.close()
 
 		ctx, cancel := context.WithTimeout(context.Background(), m.cfg.CallTimeout)
 		defer cancel()

@@ -84,11 +84,11 @@ func (m *Manager) Release(ctx context.Context, key Key, runID uuid.UUID) (res Re
 }
 
 func (m *Manager) release(ctx context.Context, key Key, runID uuid.UUID) (ReleaseResult, error) {
-	cctx, cancel := m.call(ctx)
-	defer cancel()
-	var notified bool
-	err := m.pool.QueryRow(cctx, m.st.release, key.AccountID, key.SessionID, uuidParam(runID), m.channelArg, keyPayload(key)).
-		Scan(&notified)
+	r, sent, left := m.releases.do(ctx, releaseReq{key: key, run: runID})
+	err := r.err
+	if !sent || left {
+		err = ctx.Err() // ctx ended while the release was queued, or in a shared statement
+	}
 	if err != nil && !errors.Is(err, pgx.ErrNoRows) {
 		err = fmt.Errorf("lease: release %s: %w", key, classify(err))
 		m.met.onReleased(ctx, 0, err)

@@ -12,10 +12,15 @@ import (
 // once, in a CTE (a CTE calling a volatile function is evaluated once).
 type statements struct {
 	acquire, renew, release, inspect, renewBatch, releaseBatch string
-	markContended                                              string // AcquireWait: ask the holder's release to notify
-	takeover, displaced                                        string // Takeover and the cause of a refused renewal
-	node                                                       string // Health: the node the floor was checked on, and this one
-	channel                                                    string // NOTIFY channel for releases
+	// acquireBatch is acquire for several keys at once (grantbatch.go),
+	// by renewal mode: [0] heartbeat, [1] per-lease; releaseShared is
+	// release for several runs at once.
+	acquireBatch        [2]string
+	releaseShared       string
+	markContended       string // AcquireWait: ask the holder's release to notify
+	takeover, displaced string // Takeover and the cause of a refused renewal
+	node                string // Health: the node the floor was checked on, and this one
+	channel             string // NOTIFY channel for releases
 	// Heartbeat mode (heartbeat.go): create an epoch, renew it (one
 	// statement per period, with the epoch's displaced and revoked runs),
 	// read those runs alone (the listener's catch-up), end it at Close.
@@ -178,6 +183,23 @@ RETURNING l.account_id, l.session_id, l.run_id, l.expires_at`),
  WHERE l.account_id = $1::text AND l.session_id = $2::text AND l.run_id = $3::uuid
    AND ` + liveSQL("l", "statement_timestamp()") + `
 RETURNING CASE WHEN l.contended THEN pg_notify($4::text, $5::text) END IS NULL`),
+
+		// release for several runs of distinct keys at once (grantbatch.go):
+		// $1 accounts, $2 sessions, $3 run_ids (text, as in renewBatch), $4
+		// payloads, $5 channel. Row by row it decides exactly as release
+		// does, and returns the run_id of each run it released. Rows are
+		// locked in key order, as the sorted sub-select feeds the join;
+		// the arrays reach unnest through an OFFSET 0 sub-select so that
+		// the generic plan is kept (see acquireBatchSQL).
+		releaseShared: r.Replace(`UPDATE $S.fencekit_leases l
+   SET released_at = statement_timestamp(), expires_at = statement_timestamp()
+  FROM (SELECT q.account_id, q.session_id, q.run_id, q.payload
+          FROM (SELECT $1::text[] AS a, $2::text[] AS s, $3::text[]::uuid[] AS r, $4::text[] AS p OFFSET 0) x,
+               unnest(x.a, x.s, x.r, x.p) AS q(account_id, session_id, run_id, payload)
+         ORDER BY q.account_id, q.session_id) q
+ WHERE l.account_id = q.account_id AND l.session_id = q.session_id AND l.run_id = q.run_id
+   AND ` + liveSQL("l", "statement_timestamp()") + `
+RETURNING l.run_id, CASE WHEN l.contended THEN pg_notify($5::text, q.payload) END IS NULL`),
 
 		// $1 accounts, $2 sessions, $3 run_ids (text, as in renewBatch), $4
 		// channel, $5 payloads.
@@ -346,7 +368,59 @@ SELECT NULL, 'legacy'
 
 		channel: channelName(schema),
 	}
+	st.acquireBatch = [2]string{r.Replace(acquireBatchSQL(true)), r.Replace(acquireBatchSQL(false))}
 	return st
+}
+
+// acquireBatchSQL is the acquire statement for several keys of one Manager
+// at once (grantbatch.go): $1 accounts, $2 sessions, $3 run_ids (text, as
+// in renewBatch), $4 holder labels (NULL: none), $5 the epoch (heartbeat)
+// or the ttl in µs (per-lease). Row by row it decides exactly as acquire
+// does: the same gate (floor and node read once for the statement, a token
+// drawn per row before the row lock and again under it on conflict), the
+// same epoch check, the same grantLiveSQL under the row lock, the same
+// statement_timestamp(). Rows are locked in key order, so two batches
+// cannot deadlock with each other; the caller passes distinct keys (ON
+// CONFLICT cannot update one row twice). A granted row returns its run_id,
+// token and (per-lease) expiry; a refused key returns nothing. The
+// renewal mode is fixed in the text rather than tested on $5, and the
+// arrays reach unnest through an OFFSET 0 sub-select, so that a custom plan
+// cannot see their length: the server's generic plan then costs what a
+// custom one does and is the one chosen from the sixth execution on (a
+// plan per execution costs more than the grants it carries).
+func acquireBatchSQL(heartbeat bool) string {
+	expires, epochCheck, manager := `statement_timestamp() + $5::bigint * interval '1 microsecond'`, `TRUE`, `NULL::uuid`
+	if heartbeat {
+		expires = `'infinity'::timestamptz`
+		epochCheck = `EXISTS (SELECT 1 FROM $S.fencekit_managers hb WHERE hb.manager_id = $5::uuid AND hb.expires_at > statement_timestamp())`
+		manager = `$5::uuid`
+	}
+	return `INSERT INTO $S.fencekit_leases AS held
+    (account_id, session_id, run_id, fence_token, acquired_at, renewed_at, expires_at, released_at, holder, manager_id)
+  SELECT k.account_id, k.session_id, k.run_id,
+         CASE WHEN g.checked = g.node AND k.v > g.floor THEN k.v
+              ELSE $S.fencekit_refuse_grant(k.v, g.floor, g.checked, g.node) END,
+         statement_timestamp(), statement_timestamp(), ` + expires + `, NULL, k.holder, ` + manager + `
+    FROM (SELECT f.floor, f.checked_node AS checked,
+                 coalesce(nullif(current_setting('fencekit.system', true), ''), $S.fencekit_system())
+                   || '/' || left(pg_walfile_name(pg_current_wal_lsn()), 8) AS node
+            FROM (SELECT) one LEFT JOIN $S.fencekit_token_floor f ON f.id) g,
+         (SELECT q.account_id, q.session_id, q.run_id, q.holder, nextval('$S.fencekit_token_seq') AS v
+            FROM (SELECT $1::text[] AS a, $2::text[] AS s, $3::text[]::uuid[] AS r, $4::text[] AS h OFFSET 0) p,
+                 unnest(p.a, p.s, p.r, p.h) AS q(account_id, session_id, run_id, holder)) k
+   WHERE ` + epochCheck + `
+   ORDER BY k.account_id, k.session_id
+  ON CONFLICT (account_id, session_id) DO UPDATE SET
+    run_id      = EXCLUDED.run_id,
+    fence_token = nextval('$S.fencekit_token_seq'),
+    acquired_at = EXCLUDED.acquired_at,
+    renewed_at  = EXCLUDED.renewed_at,
+    expires_at  = EXCLUDED.expires_at,
+    released_at = NULL,
+    holder      = EXCLUDED.holder,
+    manager_id  = EXCLUDED.manager_id
+  WHERE NOT ` + grantLiveSQL("held", "EXCLUDED.acquired_at") + `
+RETURNING held.run_id, held.fence_token, CASE WHEN held.expires_at <> 'infinity' THEN held.expires_at END`
 }
 
 // readColumns are the columns Inspect, List and Watch read of a key's row

@@ -3,7 +3,8 @@
 // batched per-lease renewal, or the heartbeat with its creation, the
 // listener's catch-up by epoch and its end at Close — markContended and the
 // release NOTIFY that wakes AcquireWait, takeover and its notification, the
-// displaced-run check, watch, and the batched release at Close) through
+// displaced-run check, watch, the acquire and release statements that
+// concurrent callers share, and the batched release at Close) through
 // pools the caller provides, and fails the test when any of them does not
 // work. fencekit's tests run it in every pgx QueryExecMode and through
 // PgBouncer.
@@ -12,6 +13,8 @@ package leasecheck
 import (
 	"context"
 	"errors"
+	"fmt"
+	"sync"
 	"testing"
 	"time"
 
@@ -34,6 +37,10 @@ type Setup struct {
 
 // wait bounds each step that waits for a background event.
 const wait = 20 * time.Second
+
+// sharers is how many callers of one Manager acquire and release at once,
+// so that their statements are shared.
+const sharers = 16
 
 // Statements runs the scenario. Every Manager it builds is closed before it
 // returns.
@@ -168,6 +175,41 @@ func Statements(t *testing.T, s Setup) {
 	_, err = holder.Renew(ctx, k3, old.RunID())
 	if !errors.Is(err, lease.ErrLost) || !errors.Is(err, lease.ErrTakenOver) {
 		t.Fatalf("renew of the displaced run: %v, want ErrLost and ErrTakenOver", err)
+	}
+
+	// Concurrent callers of one Manager: grants and releases that find the
+	// Manager's statements in flight share one (the acquireBatch and
+	// releaseShared statements).
+	sharing := newManager(time.Minute, 0)
+	var (
+		wg   sync.WaitGroup
+		errs = make(chan error, sharers)
+	)
+	for i := range sharers {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			k := key(fmt.Sprintf("share-%d", i))
+			for range 3 {
+				l, err := sharing.Acquire(ctx, k, lease.WithHolder("leasecheck sharer"))
+				if err != nil {
+					errs <- fmt.Errorf("concurrent acquire of %s: %w", k, err)
+					return
+				}
+				if rr, err := l.Release(ctx); err != nil || rr != lease.ReleaseDone {
+					errs <- fmt.Errorf("concurrent release of %s: %v, %w", k, rr, err)
+					return
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		t.Error(err)
+	}
+	if t.Failed() {
+		t.FailNow()
 	}
 
 	// The batched release at Close.

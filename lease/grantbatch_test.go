@@ -1,0 +1,256 @@
+package lease_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/stretchr/testify/require"
+
+	"github.com/fencekit/fencekit/fencetest"
+	"github.com/fencekit/fencekit/lease"
+)
+
+// batchPool is a pool large enough that grants queue on the Manager's
+// statement slots, not on the pool.
+func batchPool(t *testing.T) *pgxpool.Pool {
+	return fencetest.PoolWith(t, fencetest.DatabaseURL(), func(c *pgxpool.Config) { c.MaxConns = 16 })
+}
+
+// Many callers of one Manager acquiring distinct keys at once: grants that
+// find both statement slots taken go together in one statement, and each
+// is decided as its own statement would decide it: every grant gets a
+// token of its own, a key's tokens rise, the holder label is the caller's,
+// and every release finds its lease.
+func TestConcurrentGrantsShareStatements(t *testing.T) {
+	e := newEnv(t)
+	m := e.manager(lease.Config{Pool: batchPool(t)})
+	const callers, cycles = 24, 15
+	var (
+		mu     sync.Mutex
+		tokens = map[int64]lease.Key{}
+		last   = map[lease.Key]int64{}
+		wg     sync.WaitGroup
+	)
+	errs := make(chan error, callers)
+	for c := range callers {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			holder := fmt.Sprintf("caller-%d", c)
+			for i := range cycles {
+				k := lease.Key{AccountID: "acct-" + t.Name(), SessionID: fmt.Sprintf("c%d-k%d", c, i%3)}
+				l, err := m.Acquire(bg(), k, lease.WithHolder(holder))
+				if err != nil {
+					errs <- fmt.Errorf("caller %d acquire %d: %w", c, i, err)
+					return
+				}
+				st, err := m.Inspect(bg(), k)
+				if err == nil && st.Holder != holder {
+					err = fmt.Errorf("holder %q, want %q", st.Holder, holder)
+				}
+				mu.Lock()
+				if prev, dup := tokens[int64(l.Token())]; dup && err == nil {
+					err = fmt.Errorf("token %d granted for %v and %v", l.Token(), prev, k)
+				}
+				tokens[int64(l.Token())] = k
+				if int64(l.Token()) <= last[k] && err == nil {
+					err = fmt.Errorf("%v: token %d after %d", k, l.Token(), last[k])
+				}
+				last[k] = int64(l.Token())
+				mu.Unlock()
+				if err != nil {
+					errs <- err
+					return
+				}
+				if res, err := l.Release(bg()); err != nil || res != lease.ReleaseDone {
+					errs <- fmt.Errorf("caller %d release %d: %v %w", c, i, res, err)
+					return
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		t.Error(err)
+	}
+	require.Len(t, tokens, callers*cycles)
+	require.Positive(t, lease.SharedGrants(m), "no grant went in a shared statement: the test did not exercise coalescing")
+	require.Positive(t, lease.SharedReleases(m), "no release went in a shared statement: the test did not exercise coalescing")
+}
+
+// Callers of one Manager racing for the same key: exactly one wins each
+// round, whether the grants went alone or queued (a batch never holds one
+// key twice; the second waits for the next statement and is refused).
+func TestSameKeyOneManagerOneWinner(t *testing.T) {
+	e := newEnv(t)
+	m := e.manager(lease.Config{Pool: batchPool(t)})
+	const callers, rounds = 12, 40
+	for r := range rounds {
+		k := lease.Key{AccountID: "acct-" + t.Name(), SessionID: fmt.Sprintf("round-%d", r)}
+		var (
+			wg     sync.WaitGroup
+			start  = make(chan struct{})
+			mu     sync.Mutex
+			winner []*lease.Lease
+		)
+		for range callers {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				<-start
+				l, err := m.Acquire(bg(), k)
+				if err != nil {
+					if _, held := isHeld(err); !held {
+						t.Errorf("round %d: %v", r, err)
+					}
+					return
+				}
+				mu.Lock()
+				winner = append(winner, l)
+				mu.Unlock()
+			}()
+		}
+		close(start)
+		wg.Wait()
+		require.Len(t, winner, 1, "round %d", r)
+		_, err := winner[0].Release(bg())
+		require.NoError(t, err)
+	}
+}
+
+// A caller whose ctx ends while its grant is in a shared statement gets
+// ctx's error at once, and the grant, which commits anyway, is released
+// by the batch once its outcome is known: no key stays held by a run
+// nobody has. Shared statements are held back 300 ms (a pgx tracer) so
+// that the callers' 100 ms run out while theirs is in flight.
+func TestAbandonedGrantsAreReleased(t *testing.T) {
+	e := newEnv(t)
+	pool := fencetest.PoolWith(t, fencetest.DatabaseURL(), func(c *pgxpool.Config) {
+		c.MaxConns = 16
+		c.ConnConfig.Tracer = slowBatches{300 * time.Millisecond}
+	})
+	m := e.manager(lease.Config{Pool: pool})
+	const callers = 16
+	var (
+		wg        sync.WaitGroup
+		start     = make(chan struct{})
+		mu        sync.Mutex
+		abandoned []lease.Key
+	)
+	for c := range callers {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			k := lease.Key{AccountID: "acct-" + t.Name(), SessionID: fmt.Sprintf("c%d", c)}
+			<-start
+			ctx, cancel := context.WithTimeout(bg(), 100*time.Millisecond)
+			defer cancel()
+			began := time.Now()
+			l, err := m.Acquire(ctx, k)
+			switch {
+			case err == nil:
+				if _, err := l.Release(bg()); err != nil {
+					t.Errorf("release: %v", err)
+				}
+			case errors.Is(err, context.DeadlineExceeded):
+				if d := time.Since(began); d > 250*time.Millisecond {
+					t.Errorf("Acquire returned %s after its ctx ended, want at once", d)
+				}
+				mu.Lock()
+				abandoned = append(abandoned, k)
+				mu.Unlock()
+			default:
+				t.Errorf("acquire: %v", err)
+			}
+		}()
+	}
+	close(start)
+	wg.Wait()
+	require.Positive(t, lease.SharedGrants(m), "no shared statement: the test did not exercise abandonment in flight")
+	require.NotEmpty(t, abandoned, "no Acquire ran out of time")
+	for _, k := range abandoned {
+		// The shared statement commits after its callers gave up: wait
+		// for the key's row (they are new keys), then for it to be free.
+		waitFor(t, 10*time.Second, fmt.Sprintf("%v to be granted", k), func() bool {
+			_, ok := e.row(k)
+			return ok
+		})
+		waitFor(t, 10*time.Second, fmt.Sprintf("%v to be free", k), func() bool {
+			st, err := m.Inspect(bg(), k)
+			require.NoError(t, err)
+			return st.State != lease.StateHeld
+		})
+	}
+}
+
+// slowBatches is a pgx tracer that holds back every shared acquire
+// statement (acquireBatch) by d before it is sent.
+type slowBatches struct{ d time.Duration }
+
+func (s slowBatches) TraceQueryStart(ctx context.Context, _ *pgx.Conn, data pgx.TraceQueryStartData) context.Context {
+	if strings.Contains(data.SQL, "unnest(p.a, p.s, p.r, p.h)") {
+		time.Sleep(s.d)
+	}
+	return ctx
+}
+
+func (slowBatches) TraceQueryEnd(context.Context, *pgx.Conn, pgx.TraceQueryEndData) {}
+
+// Close while callers keep acquiring: every call returns (queued grants
+// with ErrClosed), and nothing stays held.
+func TestCloseWithQueuedGrants(t *testing.T) {
+	e := newEnv(t)
+	m := e.manager(lease.Config{Pool: batchPool(t)})
+	const callers = 24
+	var wg sync.WaitGroup
+	stop := make(chan struct{})
+	for c := range callers {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for i := 0; ; i++ {
+				k := lease.Key{AccountID: "acct-" + t.Name(), SessionID: fmt.Sprintf("c%d-%d", c, i)}
+				l, err := m.Acquire(bg(), k)
+				if errors.Is(err, lease.ErrClosed) {
+					return
+				}
+				if err != nil {
+					t.Errorf("acquire: %v", err)
+					return
+				}
+				if _, err := l.Release(bg()); err != nil && !errors.Is(err, lease.ErrClosed) {
+					t.Errorf("release: %v", err)
+					return
+				}
+				select {
+				case <-stop:
+					return
+				default:
+				}
+			}
+		}()
+	}
+	time.Sleep(300 * time.Millisecond)
+	require.NoError(t, m.Close())
+	done := make(chan struct{})
+	go func() { wg.Wait(); close(done) }()
+	select {
+	case <-done:
+	case <-time.After(30 * time.Second):
+		close(stop)
+		t.Fatal("Acquire calls still running 30 s after Close")
+	}
+	var held int
+	require.NoError(t, e.raw.QueryRow(bg(), fmt.Sprintf(`SELECT count(*) FROM %q.fencekit_leases l
+	  WHERE l.released_at IS NULL AND (l.expires_at > now() AND l.expires_at <> 'infinity'
+	     OR l.expires_at = 'infinity' AND EXISTS (SELECT 1 FROM %[1]q.fencekit_managers hb WHERE hb.manager_id = l.manager_id AND hb.expires_at > now()))`, e.schema)).Scan(&held))
+	require.Zero(t, held, "rows still held after Close")
+}
