@@ -68,6 +68,25 @@ func expirySQL(row string) string {
     ELSE ` + row + `.expires_at END`
 }
 
+// nodeSQL is the node a grant statement runs on, as the token floor gate
+// compares it with the node the floor was checked on (migration 0004):
+// system identifier and database oid cached per backend in the setting
+// fencekit.system, and the timeline of the current WAL position.
+const nodeSQL = `coalesce(nullif(current_setting('fencekit.system', true), ''), $S.fencekit_system())
+           || '/' || left(pg_walfile_name(pg_current_wal_lsn()), 8)`
+
+// regrantSQL is the ON CONFLICT DO UPDATE SET list of every grant
+// statement (acquire, acquireBatch, takeover): the new run, a token drawn
+// again under the row lock, and the row made live again.
+const regrantSQL = `    run_id      = EXCLUDED.run_id,
+    fence_token = nextval('$S.fencekit_token_seq'),
+    acquired_at = EXCLUDED.acquired_at,
+    renewed_at  = EXCLUDED.renewed_at,
+    expires_at  = EXCLUDED.expires_at,
+    released_at = NULL,
+    holder      = EXCLUDED.holder,
+    manager_id  = EXCLUDED.manager_id`
+
 // epochLiveSQL requires the granting Manager's epoch ($n, NULL in per-lease
 // mode) to be unexpired at now, so that a heartbeat row is never written
 // for an epoch that is already dead.
@@ -120,20 +139,12 @@ func newStatements(qSchema, schema string) statements {
               ELSE 'infinity'::timestamptz END,
          NULL, $5::text, $6::uuid
     FROM (SELECT f.floor, f.checked_node AS checked,
-                 coalesce(nullif(current_setting('fencekit.system', true), ''), $S.fencekit_system())
-                   || '/' || left(pg_walfile_name(pg_current_wal_lsn()), 8) AS node,
+                 ` + nodeSQL + ` AS node,
                  nextval('$S.fencekit_token_seq') AS v
             FROM (SELECT) one LEFT JOIN $S.fencekit_token_floor f ON f.id) g
    WHERE ` + epochLiveSQL("$6", "statement_timestamp()") + `
   ON CONFLICT (account_id, session_id) DO UPDATE SET
-    run_id      = EXCLUDED.run_id,
-    fence_token = nextval('$S.fencekit_token_seq'),
-    acquired_at = EXCLUDED.acquired_at,
-    renewed_at  = EXCLUDED.renewed_at,
-    expires_at  = EXCLUDED.expires_at,
-    released_at = NULL,
-    holder      = EXCLUDED.holder,
-    manager_id  = EXCLUDED.manager_id
+` + regrantSQL + `
   WHERE NOT ` + grantLiveSQL("held", "EXCLUDED.acquired_at") + `
 RETURNING held.fence_token, CASE WHEN held.expires_at <> 'infinity' THEN held.expires_at END`),
 
@@ -254,8 +265,7 @@ RETURNING true`),
 		takeover: r.Replace(`WITH now_db AS MATERIALIZED (SELECT clock_timestamp() AS t),
 gate AS MATERIALIZED (
   SELECT f.floor, f.checked_node AS checked,
-         coalesce(nullif(current_setting('fencekit.system', true), ''), $S.fencekit_system())
-           || '/' || left(pg_walfile_name(pg_current_wal_lsn()), 8) AS node,
+         ` + nodeSQL + ` AS node,
          nextval('$S.fencekit_token_seq') AS v
     FROM (SELECT) one LEFT JOIN $S.fencekit_token_floor f ON f.id),
 ins AS (
@@ -271,14 +281,7 @@ ins AS (
     FROM now_db n, gate g
    WHERE ` + epochLiveSQL("$8", "n.t") + `
   ON CONFLICT (account_id, session_id) DO UPDATE SET
-    run_id      = EXCLUDED.run_id,
-    fence_token = nextval('$S.fencekit_token_seq'),
-    acquired_at = EXCLUDED.acquired_at,
-    renewed_at  = EXCLUDED.renewed_at,
-    expires_at  = EXCLUDED.expires_at,
-    released_at = NULL,
-    holder      = EXCLUDED.holder,
-    manager_id  = EXCLUDED.manager_id,
+` + regrantSQL + `,
     displaced_run_id = CASE WHEN ` + grantLiveSQL("held", "EXCLUDED.acquired_at") + ` THEN held.run_id END,
     displaced_manager_id = CASE WHEN held.expires_at = 'infinity' AND ` + grantLiveSQL("held", "EXCLUDED.acquired_at") + `
                                 THEN held.manager_id END
@@ -402,8 +405,7 @@ func acquireBatchSQL(heartbeat bool) string {
               ELSE $S.fencekit_refuse_grant(k.v, g.floor, g.checked, g.node) END,
          statement_timestamp(), statement_timestamp(), ` + expires + `, NULL, k.holder, ` + manager + `
     FROM (SELECT f.floor, f.checked_node AS checked,
-                 coalesce(nullif(current_setting('fencekit.system', true), ''), $S.fencekit_system())
-                   || '/' || left(pg_walfile_name(pg_current_wal_lsn()), 8) AS node
+                 ` + nodeSQL + ` AS node
             FROM (SELECT) one LEFT JOIN $S.fencekit_token_floor f ON f.id) g,
          (SELECT q.account_id, q.session_id, q.run_id, q.holder, nextval('$S.fencekit_token_seq') AS v
             FROM (SELECT $1::text[] AS a, $2::text[] AS s, $3::text[]::uuid[] AS r, $4::text[] AS h OFFSET 0) p,
@@ -411,14 +413,7 @@ func acquireBatchSQL(heartbeat bool) string {
    WHERE ` + epochCheck + `
    ORDER BY k.account_id, k.session_id
   ON CONFLICT (account_id, session_id) DO UPDATE SET
-    run_id      = EXCLUDED.run_id,
-    fence_token = nextval('$S.fencekit_token_seq'),
-    acquired_at = EXCLUDED.acquired_at,
-    renewed_at  = EXCLUDED.renewed_at,
-    expires_at  = EXCLUDED.expires_at,
-    released_at = NULL,
-    holder      = EXCLUDED.holder,
-    manager_id  = EXCLUDED.manager_id
+` + regrantSQL + `
   WHERE NOT ` + grantLiveSQL("held", "EXCLUDED.acquired_at") + `
 RETURNING held.run_id, held.fence_token, CASE WHEN held.expires_at <> 'infinity' THEN held.expires_at END`
 }
