@@ -4,27 +4,35 @@ import (
 	"context"
 	"slices"
 	"sync"
+	"time"
 )
 
 // Statement sharing (docs/lease.md, "Concurrent grants and releases share
 // a statement"). A request is sent at once, in a statement of its own,
-// while fewer than coalesceSlots statements of its kind are in flight for
-// the Manager. Otherwise it queues, and when a slot frees the queued
-// requests go together in one statement, which decides each row exactly as
-// the lone statement would. One caller never waits for a timer: a request
-// waits only for a statement already in flight.
+// when no statement of its kind is in flight for the Manager. Otherwise it
+// queues, and when the statement in flight returns, the queued requests go
+// together in the next one, which decides each row exactly as the lone
+// statement would. One caller never waits for a timer: a request waits
+// only for a statement already in flight. A statement in flight longer
+// than coalesceStall no longer holds the others back: the queue gets a
+// second slot (up to coalesceSlots), so one stalled statement (a lock
+// wait, a lost reply) delays only its own requests.
 const (
 	// coalesceSlots is how many statements of one kind (grants, releases)
-	// a Manager keeps in flight at once. More would let each carry fewer
-	// requests: on a two-core server, two in flight already keep it busy
-	// while batching.
+	// a Manager keeps in flight at the most: one, and one more for each
+	// that has stalled.
 	coalesceSlots = 2
+	// coalesceStall is how long a statement is in flight before the
+	// queue no longer waits for it: far above a statement's round trip
+	// (well under a millisecond on one host, a few across zones or
+	// through a pooler), far below CallTimeout.
+	coalesceStall = 10 * time.Millisecond
 	// maxCoalesce bounds the keys of one shared statement.
 	maxCoalesce = 64
 )
 
-// coalescer queues the requests of one kind that found every slot taken.
-// Q is a request, R its outcome.
+// coalescer queues the requests of one kind that found a statement of
+// their kind in flight. Q is a request, R its outcome.
 type coalescer[Q any, R any] struct {
 	// key and group say which requests may share a statement: distinct
 	// keys, one group (the epoch).
@@ -40,12 +48,15 @@ type coalescer[Q any, R any] struct {
 	left func(ctx context.Context, q Q, r R)
 
 	mu      sync.Mutex
-	idle    sync.Cond       // on mu: broadcast when a batch goroutine ends
-	flight  int             // statements in flight (at most coalesceSlots)
-	batches int             // goroutines sending shared statements
-	queue   []*queued[Q, R] // waiting, in arrival order
-	closed  bool            // Close ran: requests no longer queue
-	shared  int64           // requests sent in a statement with others (tests)
+	idle    sync.Cond                // on mu: broadcast when a batch goroutine ends
+	slots   [coalesceSlots]time.Time // when each slot's statement was sent; zero: free
+	stall   *time.Timer              // fires when the statements in flight will have stalled
+	armed   bool                     // stall is set to fire
+	batches int                      // goroutines sending shared statements
+	queue   []*queued[Q, R]          // waiting, in arrival order
+	closed  bool                     // Close ran: requests no longer queue
+	shared  int64                    // requests sent in a statement with others (tests)
+	stalls  int64                    // slots opened because the statements in flight stalled (tests)
 }
 
 // queued is one queued request and, once its statement returned, its
@@ -77,15 +88,17 @@ func (c *coalescer[Q, R]) do(ctx context.Context, q Q) (res R, sent, left bool) 
 		c.mu.Unlock()
 		return c.one(ctx, q), true, false
 	}
-	if c.flight < coalesceSlots && len(c.queue) == 0 {
-		c.flight++
-		c.mu.Unlock()
-		res = c.one(ctx, q)
-		c.slotFree()
-		return res, true, false
+	if len(c.queue) == 0 {
+		if i, ok := c.slotLocked(time.Now()); ok {
+			c.mu.Unlock()
+			res = c.one(ctx, q)
+			c.slotFree(i)
+			return res, true, false
+		}
 	}
 	w := &queued[Q, R]{ctx: ctx, q: q, done: make(chan struct{})}
 	c.queue = append(c.queue, w)
+	c.armLocked(time.Now())
 	c.mu.Unlock()
 	select {
 	case <-w.done:
@@ -106,18 +119,95 @@ func (c *coalescer[Q, R]) do(ctx context.Context, q Q) (res R, sent, left bool) 
 	}
 }
 
-// slotFree ends a statement: its slot goes to the queue's next batch, in a
-// goroutine of its own, or is freed.
-func (c *coalescer[Q, R]) slotFree() {
+// slotLocked takes a free slot for a statement sent at now: when no
+// statement of this kind is in flight, or when every one in flight was
+// sent coalesceStall or more before now.
+func (c *coalescer[Q, R]) slotLocked(now time.Time) (int, bool) {
+	free := -1
+	for i, sent := range c.slots {
+		switch {
+		case sent.IsZero():
+			if free < 0 {
+				free = i
+			}
+		case now.Sub(sent) < coalesceStall:
+			return 0, false
+		}
+	}
+	if free < 0 {
+		return 0, false
+	}
+	if c.busyLocked() { // every statement in flight has stalled
+		c.stalls++
+	}
+	c.slots[free] = now
+	return free, true
+}
+
+// busyLocked reports whether a statement of this kind is in flight.
+func (c *coalescer[Q, R]) busyLocked() bool {
+	return slices.ContainsFunc(c.slots[:], func(t time.Time) bool { return !t.IsZero() })
+}
+
+// armLocked sets the stall timer, when requests queue behind statements in
+// flight while a slot is free, to fire when the youngest of them will
+// have been in flight coalesceStall.
+func (c *coalescer[Q, R]) armLocked(now time.Time) {
+	if c.armed || len(c.queue) == 0 {
+		return
+	}
+	var youngest time.Time
+	free := false
+	for _, sent := range c.slots {
+		if sent.IsZero() {
+			free = true
+		} else if sent.After(youngest) {
+			youngest = sent
+		}
+	}
+	if !free || youngest.IsZero() {
+		return // a slot's end takes the queue
+	}
+	wait := youngest.Add(coalesceStall).Sub(now)
+	if c.stall == nil {
+		c.stall = time.AfterFunc(wait, c.stalled)
+	} else {
+		c.stall.Reset(wait)
+	}
+	c.armed = true
+}
+
+// stalled runs when the stall timer fires: if requests still queue and
+// the statements in flight have stalled, the next batch goes in a slot of
+// its own.
+func (c *coalescer[Q, R]) stalled() {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.armed = false
+	if len(c.queue) == 0 {
+		return
+	}
+	now := time.Now()
+	if i, ok := c.slotLocked(now); ok {
+		c.batches++
+		go c.send(i, c.takeLocked())
+	}
+	c.armLocked(now)
+}
+
+// slotFree ends slot i's statement: the slot goes to the queue's next
+// batch, in a goroutine of its own, or is freed.
+func (c *coalescer[Q, R]) slotFree(i int) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	batch := c.takeLocked()
 	if batch == nil {
-		c.flight--
+		c.slots[i] = time.Time{}
 		return
 	}
+	c.slots[i] = time.Now()
 	c.batches++
-	go c.send(batch)
+	go c.send(i, batch)
 }
 
 // takeLocked takes the next batch off the queue, or returns nil when the
@@ -149,9 +239,9 @@ func (c *coalescer[Q, R]) takeLocked() []*queued[Q, R] {
 	return batch
 }
 
-// send sends batch, hands each caller its outcome, and goes on with the
-// next batch while there is one.
-func (c *coalescer[Q, R]) send(batch []*queued[Q, R]) {
+// send sends batch in slot i, hands each caller its outcome, and goes on
+// with the next batch while there is one.
+func (c *coalescer[Q, R]) send(i int, batch []*queued[Q, R]) {
 	for batch != nil {
 		var results []R
 		ctx := context.WithoutCancel(batch[0].ctx)
@@ -177,9 +267,11 @@ func (c *coalescer[Q, R]) send(batch []*queued[Q, R]) {
 		}
 		next := c.takeLocked()
 		if next == nil {
-			c.flight--
+			c.slots[i] = time.Time{}
 			c.batches--
 			c.idle.Broadcast()
+		} else {
+			c.slots[i] = time.Now()
 		}
 		c.mu.Unlock()
 		for _, w := range gone {
@@ -196,6 +288,10 @@ func (c *coalescer[Q, R]) close() {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	c.closed = true
+	if c.stall != nil {
+		c.stall.Stop()
+		c.armed = false
+	}
 	if c.idle.L == nil {
 		c.idle.L = &c.mu
 	}
@@ -209,4 +305,12 @@ func (c *coalescer[Q, R]) sharedCount() int64 {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	return c.shared
+}
+
+// stallCount is how many slots opened because the statements in flight
+// had stalled.
+func (c *coalescer[Q, R]) stallCount() int64 {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.stalls
 }

@@ -230,3 +230,7 @@ func SharedGrants(m *Manager) int64 { return m.grants.sharedCount() }
 
 // SharedReleases is SharedGrants for releases.
 func SharedReleases(m *Manager) int64 { return m.releases.sharedCount() }
+
+// StalledGrantSlots is how many times m's grants got a statement slot of
+// their own because the grant statements in flight had stalled.
+func StalledGrantSlots(m *Manager) int64 { return m.grants.stallCount() }

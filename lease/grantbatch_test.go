@@ -204,6 +204,88 @@ func (s slowBatches) TraceQueryStart(ctx context.Context, _ *pgx.Conn, data pgx.
 
 func (slowBatches) TraceQueryEnd(context.Context, *pgx.Conn, pgx.TraceQueryEndData) {}
 
+// One grant statement that stalls (held back in the client until the
+// test lets it go) does not hold the Manager's other grants: once it has
+// been in flight for the stall bound, the queue gets a slot of its own, and
+// grants of other keys, alone and shared, come back while it is still held.
+func TestStalledGrantDoesNotHoldOthers(t *testing.T) {
+	e := newEnv(t)
+	hold := &holdKey{session: "stuck", sent: make(chan struct{}), release: make(chan struct{})}
+	pool := fencetest.PoolWith(t, fencetest.DatabaseURL(), func(c *pgxpool.Config) {
+		c.MaxConns = 16
+		c.ConnConfig.Tracer = hold
+	})
+	m := e.manager(lease.Config{Pool: pool})
+	acct := "acct-" + t.Name()
+	stuck := make(chan error, 1)
+	go func() {
+		l, err := m.Acquire(bg(), lease.Key{AccountID: acct, SessionID: "stuck"})
+		if err == nil {
+			_, err = l.Release(bg())
+		}
+		stuck <- err
+	}()
+	<-hold.sent
+	released := false
+	defer func() {
+		if !released {
+			close(hold.release)
+			<-stuck
+		}
+	}()
+	const callers, rounds = 6, 5
+	var wg sync.WaitGroup
+	for c := range callers {
+		wg.Go(func() {
+			for i := range rounds {
+				k := lease.Key{AccountID: acct, SessionID: fmt.Sprintf("c%d-%d", c, i)}
+				l, err := m.Acquire(bg(), k)
+				if err != nil {
+					t.Errorf("acquire %v: %v", k, err)
+					return
+				}
+				if _, err := l.Release(bg()); err != nil {
+					t.Errorf("release %v: %v", k, err)
+					return
+				}
+			}
+		})
+	}
+	done := make(chan struct{})
+	go func() { wg.Wait(); close(done) }()
+	select {
+	case <-done:
+	case <-time.After(20 * time.Second):
+		t.Fatal("grants of other keys still waiting 20 s after one statement stalled")
+	}
+	select {
+	case err := <-stuck:
+		t.Fatalf("the held grant returned (%v) before it was let go", err)
+	default:
+	}
+	require.Positive(t, lease.StalledGrantSlots(m), "no slot opened for the stalled statement's queue")
+	close(hold.release)
+	released = true
+	require.NoError(t, <-stuck)
+}
+
+// holdKey is a pgx tracer that holds back the lone acquire statement of
+// session until release is closed, and closes sent when it holds it.
+type holdKey struct {
+	session       string
+	sent, release chan struct{}
+}
+
+func (h *holdKey) TraceQueryStart(ctx context.Context, _ *pgx.Conn, data pgx.TraceQueryStartData) context.Context {
+	if strings.HasPrefix(strings.TrimSpace(data.SQL), "INSERT") && len(data.Args) > 1 && data.Args[1] == h.session {
+		close(h.sent)
+		<-h.release
+	}
+	return ctx
+}
+
+func (*holdKey) TraceQueryEnd(context.Context, *pgx.Conn, pgx.TraceQueryEndData) {}
+
 // Close while callers keep acquiring: every call returns (queued grants
 // with ErrClosed), and nothing stays held.
 func TestCloseWithQueuedGrants(t *testing.T) {
