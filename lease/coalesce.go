@@ -200,14 +200,25 @@ func (c *coalescer[Q, R]) stalled() {
 func (c *coalescer[Q, R]) slotFree(i int) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
+	if batch := c.nextLocked(i); batch != nil {
+		c.batches++
+		go c.send(i, batch)
+	}
+}
+
+// nextLocked gives slot i the queue's next batch, or frees it when the
+// queue is empty (nil). Requests a batch leaves queued (a key twice,
+// another epoch, more than maxCoalesce) get the stall timer too.
+func (c *coalescer[Q, R]) nextLocked(i int) []*queued[Q, R] {
 	batch := c.takeLocked()
 	if batch == nil {
 		c.slots[i] = time.Time{}
-		return
+		return nil
 	}
-	c.slots[i] = time.Now()
-	c.batches++
-	go c.send(i, batch)
+	now := time.Now()
+	c.slots[i] = now
+	c.armLocked(now)
+	return batch
 }
 
 // takeLocked takes the next batch off the queue, or returns nil when the
@@ -265,13 +276,10 @@ func (c *coalescer[Q, R]) send(i int, batch []*queued[Q, R]) {
 			w.state = queuedDone
 			close(w.done)
 		}
-		next := c.takeLocked()
+		next := c.nextLocked(i)
 		if next == nil {
-			c.slots[i] = time.Time{}
 			c.batches--
 			c.idle.Broadcast()
-		} else {
-			c.slots[i] = time.Now()
 		}
 		c.mu.Unlock()
 		for _, w := range gone {
