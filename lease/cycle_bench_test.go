@@ -1,6 +1,7 @@
 package lease_test
 
 import (
+	"context"
 	"fmt"
 	"syscall"
 	"testing"
@@ -41,6 +42,22 @@ func BenchmarkCycle(b *testing.B) {
 						return err
 					}
 					if res, err := l.Release(ctx); err != nil || res != lease.ReleaseDone {
+						return fmt.Errorf("release: %v %w", res, err)
+					}
+					return nil
+				})
+			})
+			// The same with a caller's context that can be cancelled, as a
+			// server's request context can.
+			b.Run("manager_cancellable", func(b *testing.B) {
+				cctx, cancel := context.WithCancel(ctx)
+				defer cancel()
+				cycles(b, func(k lease.Key) error {
+					l, err := m.Acquire(cctx, k)
+					if err != nil {
+						return err
+					}
+					if res, err := l.Release(cctx); err != nil || res != lease.ReleaseDone {
 						return fmt.Errorf("release: %v %w", res, err)
 					}
 					return nil

@@ -65,7 +65,8 @@
 //     stays held.
 //   - Run releases the lease however fn ends, also when fn panics (the
 //     panic then goes on unchanged).
-//   - Every statement is bounded by CallTimeout, which New keeps below
+//   - Every statement is bounded by CallTimeout (at least 15/16 of it:
+//     the statements of one window share a deadline), which New keeps below
 //     TTL − SafetyMargin − RenewEvery (a stalled renewal returns inside
 //     the trust window). The Authorizer runs before
 //     any statement: a refused caller consumes no row and no token.

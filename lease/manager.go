@@ -46,6 +46,8 @@ type Manager struct {
 	// or shared by concurrent callers (coalesce.go, grantbatch.go).
 	grants   *coalescer[grantReq, grantResult]
 	releases *coalescer[releaseReq, releaseResult]
+	// bound is the CallTimeout bound of every statement (call).
+	bound *callBound
 
 	root       context.Context // cancelled (cause ErrClosed) by Close
 	rootCancel context.CancelCauseFunc
@@ -104,6 +106,7 @@ func newManager(cfg Config, hook func(event)) (*Manager, error) {
 		fan:         newFanout(),
 		listenFirst: make(chan struct{}),
 		floor:       newFloorChecker(r),
+		bound:       newCallBound(r.CallTimeout),
 	}
 	m.ttlArg, m.channelArg = m.ttlMicros(), m.st.channel
 	m.grants, m.releases = newGrants(m), newReleases(m)
@@ -146,14 +149,16 @@ func (m *Manager) ttlMicros() int64 { return m.cfg.TTL.Microseconds() }
 // by CallTimeout, and the loops stop between statements.
 func (m *Manager) background() context.Context { return context.WithoutCancel(m.root) }
 
-// call bounds one statement by CallTimeout. A ctx whose deadline comes
-// within CallTimeout already bounds the statement as tightly: it is used
-// as it is, without a timer of its own.
+// call bounds one statement by CallTimeout (callbound.go: a deadline
+// shared by the statements of one window, at most CallTimeout away). A ctx
+// whose deadline comes within CallTimeout already bounds the statement as
+// tightly: it is used as it is.
 func (m *Manager) call(ctx context.Context) (context.Context, context.CancelFunc) {
-	if d, ok := ctx.Deadline(); ok && time.Until(d) <= m.cfg.CallTimeout {
+	now := time.Now()
+	if d, ok := ctx.Deadline(); ok && d.Sub(now) <= m.cfg.CallTimeout {
 		return ctx, func() {}
 	}
-	return context.WithTimeout(ctx, m.cfg.CallTimeout)
+	return m.bound.bound(ctx, now)
 }
 
 func (m *Manager) authorize(ctx context.Context, key Key) error {

@@ -186,7 +186,7 @@ func (m *Manager) AcquireWait(ctx context.Context, key Key, opts ...Option) (got
 // markContended flags the live holder's row so that its release sends a
 // NOTIFY. gone reports that no live lease of that holder exists any more.
 func (m *Manager) markContended(ctx context.Context, key Key, holder uuid.UUID) (gone bool, err error) {
-	cctx, cancel := context.WithTimeout(ctx, m.cfg.CallTimeout)
+	cctx, cancel := m.call(ctx)
 	defer cancel()
 	run := pgtype.UUID{Bytes: holder, Valid: holder != uuid.Nil} // NULL: any holder
 	var ok bool
