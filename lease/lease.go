@@ -186,7 +186,15 @@ func (l *Lease) Renew(ctx context.Context) (Renewal, error) {
 // Release cancels the lease's context (cause ErrReleased) and then releases
 // it in the database; see Manager.Release for the results. Release after
 // loss is allowed and harmless: it matches this run_id only.
+//
+// Release after Park sends nothing and returns an error matching ErrParked:
+// the grant lives on in the database for Resume (a deferred Release does
+// not undo a park). Manager.Release(ctx, Key(), RunID()) releases a parked
+// grant.
 func (l *Lease) Release(ctx context.Context) (ReleaseResult, error) {
+	if errors.Is(l.Err(), ErrParked) {
+		return 0, fmt.Errorf("lease: release %s run %s: %w (Manager.Release releases a parked grant)", l.key, l.runID, ErrParked)
+	}
 	ctx, sp := l.m.startSpan(ctx, spanRelease, l.key)
 	sp.run(l.runID, int64(l.token))
 	l.end(ErrReleased)

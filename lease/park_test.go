@@ -62,6 +62,11 @@ func TestParkResumeAcrossManagers(t *testing.T) {
 		own := requireParked(t, other, k, la.RunID(), la.Token())
 		require.Equal(t, "replica-a", own.Holder)
 		require.Greater(t, own.Remaining, 50*time.Second, "parked for idle from the database's now, not for TTL")
+		_, err = la.Release(bg())
+		require.ErrorIs(t, err, lease.ErrParked, "a parked Lease's Release does not undo the park")
+		_, err = la.Renew(bg())
+		require.ErrorIs(t, err, lease.ErrParked)
+		require.ErrorIs(t, la.Park(bg(), time.Minute), lease.ErrParked, "Park of an ended Lease returns its cause")
 
 		_, err = other.Acquire(bg(), k)
 		held, ok := isHeld(err)

@@ -22,7 +22,6 @@ import (
 // them whatever each row's state (the release statement changes only the
 // run's own live row), or until their epoch ends (the rows end with it),
 // or until Close (which ends the epoch).
-
 //
 // A park (Lease.Park) or resume (Manager.Resume) whose outcome is unknown
 // is kept the same way, with its idle bound: the row may still be a
