@@ -555,3 +555,22 @@ func TestEarlierReleaseMeetsParkedGrant(t *testing.T) {
 	_, err = m.Resume(bg(), k2, l2.RunID())
 	require.ErrorIs(t, err, lease.ErrLost)
 }
+
+// TestRenewalLandingAfterParkChangesNothing: a per-lease renewal collected
+// before the park and landing after it renews nothing (renewals exclude
+// parked rows): the parked expiry stays, and the Lease's cause stays
+// ErrParked.
+func TestRenewalLandingAfterParkChangesNothing(t *testing.T) {
+	e := newEnv(t)
+	a := e.manager(lease.Config{Renewal: lease.RenewalPerLease, TTL: time.Hour})
+	k := uniqueKey(t)
+	la, err := a.Acquire(bg(), k)
+	require.NoError(t, err)
+	require.NoError(t, la.Park(bg(), time.Second))
+	before := requireParked(t, a, k, la.RunID(), la.Token())
+	require.True(t, lease.RenewBatchNow(a, la), "the batched renewal statement ran")
+	after := requireParked(t, a, k, la.RunID(), la.Token())
+	require.Equal(t, before.ExpiresAt, after.ExpiresAt, "the late renewal did not move the parked expiry (TTL is an hour)")
+	require.ErrorIs(t, la.Err(), lease.ErrParked)
+	require.NotErrorIs(t, la.Err(), lease.ErrLost)
+}
