@@ -146,6 +146,7 @@ func TestTakeoverWaitsForRecord(t *testing.T) {
 
 	tx, err := e.raw.Begin(bg())
 	require.NoError(t, err)
+	t.Cleanup(func() { _ = tx.Rollback(bg()) }) // a failure must not keep the connection from the pool's Close
 	id, err := o.RecordTx(l1.Context(), tx, tg.effect(t, "r1", "{}"))
 	require.NoError(t, err)
 	took := make(chan error, 1)
