@@ -546,7 +546,6 @@ func TestBadInput(t *testing.T) {
 		{},
 		{Pool: e.raw, Schema: "Bad-Schema", Targets: []effects.Target{httpTarget()}},
 		{Pool: e.raw, LeaseSchema: "pg_x", Targets: []effects.Target{httpTarget()}},
-		{Pool: e.raw},
 		{Pool: e.raw, Targets: []effects.Target{{Name: "a b"}}},
 		{Pool: e.raw, Targets: []effects.Target{httpTarget(), httpTarget()}},
 		{Pool: e.raw, Targets: []effects.Target{httpTarget()}, MaxRequestBytes: -1},

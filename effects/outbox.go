@@ -78,7 +78,9 @@ type Config struct {
 	// LeaseSchema holds fencekit_leases (migrations.Lease), in the same
 	// database. Default: Schema.
 	LeaseSchema string
-	// Targets are the destinations effects may name (at least one).
+	// Targets are the destinations effects may name. An Outbox without
+	// targets records nothing (ErrUnknownTarget) but reads, cancels and
+	// retries effects (the fencekit CLI's).
 	Targets []Target
 	// MaxRequestBytes bounds a frozen request. Default
 	// DefaultMaxRequestBytes; at most 64 MiB.
@@ -145,9 +147,6 @@ func New(cfg Config) (*Outbox, error) {
 	}
 	if err := migrations.ValidateIdentifier(o.leaseSchema); err != nil {
 		return nil, &ConfigError{Field: "LeaseSchema", Reason: err.Error(), Err: err}
-	}
-	if len(cfg.Targets) == 0 {
-		return nil, &ConfigError{Field: "Targets", Reason: "none"}
 	}
 	o.targets = make(map[string]Target, len(cfg.Targets))
 	for i, t := range cfg.Targets {
