@@ -6,11 +6,13 @@ import (
 	"io"
 	"net/http"
 	"net/http/httptest"
+	"os"
 	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
 
+	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/stretchr/testify/require"
 	"go.uber.org/goleak"
@@ -23,6 +25,9 @@ import (
 )
 
 func TestMain(m *testing.M) {
+	if os.Getenv(childEnv) != "" {
+		os.Exit(relayChild())
+	}
 	fencetest.SkipExamplesInShort()
 	goleak.VerifyTestMain(m)
 }
@@ -202,6 +207,13 @@ func httpTarget(opts ...func(*effects.Target)) effects.Target {
 		o(&t)
 	}
 	return t
+}
+
+func uuidMust(t *testing.T, s string) uuid.UUID {
+	t.Helper()
+	id, err := uuid.Parse(s)
+	require.NoError(t, err)
+	return id
 }
 
 // eventually polls cond (a state read) until it holds or d passes.
