@@ -2,6 +2,7 @@ package mcpfence
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -253,8 +254,33 @@ func (f *Fence) Middleware(next mcp.MethodHandler) mcp.MethodHandler {
 		if policy == Unfenced {
 			return next(ctx, method, req)
 		}
-		return f.call(ctx, policy, ctr, func(ctx context.Context) (mcp.Result, error) { return next(ctx, method, req) })
+		res, err := f.call(ctx, policy, ctr, func(ctx context.Context) (mcp.Result, error) { return next(ctx, method, req) })
+		return completeOnNewRevision(ctr, res), err
 	}
+}
+
+// completeOnNewRevision gives a result the Fence built itself (a Refusal)
+// the resultType "complete" that a 2026-07-28 client requires: the SDK sets
+// it only on its own tool handlers' results, through an unexported field
+// that only JSON decoding reaches from here.
+func completeOnNewRevision(req *mcp.CallToolRequest, res mcp.Result) mcp.Result {
+	r, ok := res.(*mcp.CallToolResult)
+	if !ok || r == nil || !r.IsError || req.Params == nil {
+		return res
+	}
+	if v, _ := req.Params.Meta[mcp.MetaKeyProtocolVersion].(string); v < Revision20260728 {
+		return res
+	}
+	var c mcp.CallToolResult
+	if err := json.Unmarshal([]byte(`{"resultType":"complete"}`), &c); err != nil {
+		return res
+	}
+	c.Meta, c.Content, c.StructuredContent, c.InputRequests, c.RequestState = r.Meta, r.Content, r.StructuredContent, r.InputRequests, r.RequestState
+	if e := r.GetError(); e != nil {
+		c.SetError(e)
+	}
+	c.IsError = true
+	return &c
 }
 
 // Close stops the reaper, waits for the per-call releases in flight and
