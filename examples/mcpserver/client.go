@@ -30,16 +30,21 @@ func (b bearer) RoundTrip(r *http.Request) (*http.Response, error) {
 }
 
 // ConnectHTTP connects a Go SDK client named name, signed in as user, to the
-// streamable-HTTP endpoint. onProgress, when not nil, receives the server's
-// progress notifications.
+// streamable-HTTP endpoint, on the 2025-11-25 revision (an MCP session: the
+// client's runs stay on the replica that started them). onProgress, when
+// not nil, receives the server's progress notifications.
 func ConnectHTTP(ctx context.Context, endpoint, name, user string, onProgress func(*mcp.ProgressNotificationParams)) (*mcp.ClientSession, error) {
 	t := &mcp.StreamableClientTransport{Endpoint: endpoint,
 		HTTPClient: &http.Client{Transport: bearer{token: user, next: http.DefaultTransport}}}
-	return Connect(ctx, t, name, onProgress)
+	return connect(ctx, t, name, onProgress, &mcp.ClientSessionOptions{ProtocolVersion: "2025-11-25"})
 }
 
 // Connect connects a Go SDK client named name over t.
 func Connect(ctx context.Context, t mcp.Transport, name string, onProgress func(*mcp.ProgressNotificationParams)) (*mcp.ClientSession, error) {
+	return connect(ctx, t, name, onProgress, nil)
+}
+
+func connect(ctx context.Context, t mcp.Transport, name string, onProgress func(*mcp.ProgressNotificationParams), sopts *mcp.ClientSessionOptions) (*mcp.ClientSession, error) {
 	opts := &mcp.ClientOptions{}
 	if onProgress != nil {
 		opts.ProgressNotificationHandler = func(_ context.Context, req *mcp.ProgressNotificationClientRequest) {
@@ -47,7 +52,7 @@ func Connect(ctx context.Context, t mcp.Transport, name string, onProgress func(
 		}
 	}
 	c := mcp.NewClient(&mcp.Implementation{Name: name, Version: "v0.1.0"}, opts)
-	return c.Connect(ctx, t, nil)
+	return c.Connect(ctx, t, sopts)
 }
 
 // Call calls tool with args in the device's conversation; run, when not
