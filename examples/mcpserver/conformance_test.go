@@ -56,6 +56,26 @@ var conformanceScenarios = map[string][]string{
 	},
 }
 
+// conformanceExcused are single checks of an applied scenario that the
+// notes server cannot pass, each with the reason; the suite's CLI is given
+// them as its per-check expected failures, and the test fails when one of
+// them passes (the entry must then go). Keyed "<revision>/<scenario>:<check>".
+var conformanceExcused = map[string]string{
+	// The Go SDK answers prompts/list with an empty list although the
+	// server declares no prompts capability in server/discover.
+	"2026-07-28/server-stateless:sep-2575-server-declares-prompts-in-discover": "the Go SDK serves prompts/list without a prompts capability",
+	// Both need the suite's diagnostic tool test_missing_capability (a
+	// tool that needs the client's sampling capability); the notes server
+	// has none, and the Fence answers the unknown tool with a no_key
+	// refusal, which the suite reads as the tool having run.
+	"2026-07-28/server-stateless:sep-2575-server-rejects-undeclared-capability": "needs the suite's test_missing_capability tool",
+	"2026-07-28/server-stateless:sep-2575-missing-capability-http-400":          "needs the suite's test_missing_capability tool",
+	// A SHOULD (a warning, which the CLI counts as a failure): the suite
+	// changes the tool list through its test_trigger_tool_change tool; the
+	// notes server's tools never change.
+	"2026-07-28/server-stateless:sep-2575-server-sends-tools-list-changed-on-subscription": "needs the suite's test_trigger_tool_change tool",
+}
+
 // check is one entry of a scenario's checks.json.
 type check struct {
 	ID           string `json:"id"`
@@ -100,12 +120,17 @@ func TestConformance(t *testing.T) {
 					checks := conformanceRun(t, srv.URL+"/mcp", rev, sc)
 					passed := 0
 					for _, c := range checks {
-						switch c.Status {
-						case "SUCCESS":
+						excused, ok := conformanceExcused[rev+"/"+sc+":"+c.ID]
+						switch {
+						case ok && c.Status == "SUCCESS":
+							t.Errorf("%s passes now: remove it from conformanceExcused (%s)", c.ID, excused)
+						case ok:
+							t.Logf("excused %s %s: %s (%s)", c.ID, c.Status, c.ErrorMessage, excused)
+						case c.Status == "SUCCESS":
 							passed++
-						case "FAILURE":
+						case c.Status == "FAILURE":
 							t.Errorf("%s: %s", c.ID, c.ErrorMessage)
-						case "WARNING":
+						case c.Status == "WARNING":
 							t.Logf("warning %s: %s", c.ID, c.ErrorMessage)
 						}
 					}
@@ -119,15 +144,30 @@ func TestConformance(t *testing.T) {
 }
 
 // conformanceRun runs one server scenario of the conformance CLI at
-// revision rev against url and returns its checks. On Node 20 the CLI is
+// revision rev against url, with the scenario's conformanceExcused checks
+// as the CLI's expected failures, and returns its checks. On Node 20 the CLI is
 // loaded with interop/node20.mjs (it imports fs.globSync, Node 22's).
 func conformanceRun(t *testing.T, url, rev, scenario string) []check {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(t.Context(), time.Minute)
 	defer cancel()
 	out := t.TempDir()
-	cmd := exec.CommandContext(ctx, "node", "--import", "./node20.mjs", "node_modules/@modelcontextprotocol/conformance/dist/index.js",
-		"server", "--url", url, "--scenario", scenario, "--spec-version", rev, "--timeout", "20000", "-o", out)
+	args := []string{"--import", "./node20.mjs", "node_modules/@modelcontextprotocol/conformance/dist/index.js",
+		"server", "--url", url, "--scenario", scenario, "--spec-version", rev, "--timeout", "20000", "-o", out}
+	var baseline []string
+	for k := range conformanceExcused {
+		if id, ok := strings.CutPrefix(k, rev+"/"+scenario+":"); ok {
+			baseline = append(baseline, "  - "+scenario+":"+id)
+		}
+	}
+	if len(baseline) > 0 {
+		file := filepath.Join(t.TempDir(), "expected-failures.yml")
+		if err := os.WriteFile(file, []byte("server:\n"+strings.Join(baseline, "\n")+"\n"), 0o600); err != nil {
+			t.Fatal(err)
+		}
+		args = append(args, "--expected-failures", file)
+	}
+	cmd := exec.CommandContext(ctx, "node", args...)
 	cmd.Dir = "interop"
 	cmd.Env = append(os.Environ(), "NO_COLOR=1")
 	stdout, err := cmd.CombinedOutput()
