@@ -9,7 +9,10 @@
 // ("continue here" on another device) and cancels that run with
 // ErrTakenOver; Run wraps acquire → work → release; Inspect tells a
 // client who owns a key now, so its UI can reconcile with the server;
-// List reads many keys and Revoke ends a stuck grant (operator calls). A
+// List reads many keys and Revoke ends a stuck grant (operator calls).
+// Lease.Park leaves a grant in the database between the calls of a run,
+// held by no process, and Manager.Resume continues it in any Manager
+// (migration 0012). A
 // Lease has a run_id (which execution), a fence.Token (which order) and a
 // Context that keeps the caller's values, carries the claim (token, run_id
 // and Key.Scope, fence.ClaimFromContext) and is cancelled with a cause when
@@ -63,8 +66,22 @@
 //     until one succeeds, the heartbeat ends or Close, so a failed release
 //     does not hold a key for the Manager's lifetime; until then the key
 //     stays held.
+//   - Parked grants (Lease.Park, Manager.Resume): a parked grant keeps its
+//     run_id and token, is held (a new grant of the key is refused, by
+//     this release and by the previous one) until idle passes on the
+//     database clock, and depends on no Manager: its Manager's Close, a
+//     lost heartbeat or a dead process do not end it, and no renewal
+//     touches it (renewal statements exclude parked rows, so a renewal in
+//     flight when the park commits cannot move its expiry). Resume is one
+//     statement: exactly one of several concurrent Resumes of a run wins
+//     (the others get ErrRunActive), the run keeps its token (no token is
+//     drawn), and Resume of a run displaced by a Takeover reports
+//     ErrTakenOver. A park whose outcome is unknown ends the Lease anyway;
+//     in heartbeat mode the Manager parks the row again in the background
+//     (only while it still names its heartbeat), so the key is not held
+//     for the Manager's lifetime.
 //   - Run releases the lease however fn ends, also when fn panics (the
-//     panic then goes on unchanged).
+//     panic then goes on unchanged), unless fn parked it.
 //   - Every statement is bounded by CallTimeout (at least 15/16 of it:
 //     the statements of one window share a deadline), which New keeps below
 //     TTL − SafetyMargin − RenewEvery (a stalled renewal returns inside
@@ -95,7 +112,7 @@
 //     Health) and polls every FallbackPoll instead; Config.ListenConnString
 //     gives it a connection that delivers.
 //   - With Config.TracerProvider, each Acquire, AcquireWait, Takeover,
-//     Release, Renew and Run is one span (names, attribute keys and
+//     Release, Renew, Run, Park and Resume is one span (names, attribute keys and
 //     outcomes in package lease/leasetrace; the attributes carry the key's
 //     ids, the run id and the token), a child of the span in the
 //     call's ctx; a lease's Context carries the caller's span, not the
@@ -124,6 +141,15 @@
 //     leases at once. RenewalPerLease renews each lease on its own, at one
 //     statement per MaxBatch leases per period.
 //   - Per-lease TTLs: every lease of a Manager has its TTL.
+//   - Exclusion between the processes that share a parked run: a parked or
+//     resumed run keeps its token, so guards accept the writes of every
+//     process that holds its claim. Stop the work under a Lease before
+//     Park; the previous process's writes still in flight are not fenced
+//     off by the Resume.
+//   - A per-lease Manager does not park a row again after a park or resume
+//     whose outcome is unknown: the row is parked, or an unrenewed row of
+//     the run that expires within TTL (Resume says ErrRunActive until then,
+//     ErrLost after).
 //
 // # States of a key
 //
@@ -139,6 +165,13 @@
 //	held (run A) ──Takeover──> held (run B, larger token); A's context ends
 //	                           with ErrTakenOver, its Renew and Release are refused
 //
+//	held (run A, Manager M) ──Lease.Park(idle)──> parked (run A, same token,
+//	      ^                                       no Manager, expires after idle)
+//	      └───── Manager.Resume(run A), any Manager ────┘ │
+//	                                                      │ idle passes
+//	parked ──Takeover──> held (run B)                     v
+//	parked ──Release(run A) / Revoke──> released/expired  expired ──Acquire──> held
+//
 // Every grant (Acquire or Takeover, optionally labelled WithHolder) sets a
 // new run_id and a larger token. Renew of a released or
 // expired lease is refused (ErrLost); Release of an expired one changes
@@ -147,5 +180,6 @@
 //
 // On the holder's side a Lease goes from held to ended exactly once; the
 // cause of its context is ErrLost, ErrTrustExpired, ErrTakenOver,
-// ErrReleased or ErrClosed.
+// ErrReleased, ErrParked or ErrClosed. A parked run continues as a new
+// Lease (same run_id and token) from Resume.
 package lease

@@ -36,12 +36,24 @@ var (
 	ErrTakenOver = errors.New("lease: taken over by another run")
 	// ErrReleased is the context cause after the holder released the lease.
 	ErrReleased = errors.New("lease: released")
+	// ErrParked is the context cause after Lease.Park: the grant left this
+	// process and waits in the database for Manager.Resume. Like
+	// ErrReleased it is the holder's own choice, not a loss.
+	ErrParked = errors.New("lease: parked")
+	// ErrRunActive is returned by Manager.Resume when the run holds its key
+	// but is not parked: a Manager (this one or another) has it active
+	// now, for instance for a concurrent call of the same run on another
+	// replica. Nothing changed; wait and retry, or share the Lease of this
+	// Manager that holds it.
+	ErrRunActive = errors.New("lease: run active in a Manager (not parked)")
 	// ErrClosed is returned by a closed Manager and is the context cause of
 	// the leases it held when Close ran.
 	ErrClosed = errors.New("lease: manager closed")
 )
 
-// ConfigError describes an invalid Config field. It matches ErrInvalidConfig.
+// ConfigError describes an invalid Config field, or an invalid duration
+// argument (Lease.Park's idle bound: Field "idle"). It matches
+// ErrInvalidConfig.
 type ConfigError struct {
 	Field  string
 	Reason string

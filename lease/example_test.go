@@ -256,3 +256,46 @@ func ExampleManager_Takeover() {
 	// larger token: true
 	// now held by browser
 }
+
+// A run of several calls moves between processes: the first replica parks
+// the grant after its call, another replica (here a second Manager, as in
+// another process) resumes it for the next call, with the same run_id and
+// token.
+func ExampleLease_Park() {
+	ctx := context.Background()
+	replicaA, pool := exampleManager(ctx)
+	defer pool.Close()
+	defer replicaA.Close()
+	replicaB, err := lease.New(lease.Config{Pool: pool, Schema: "app"})
+	if err != nil {
+		log.Fatal(err)
+	}
+	defer replicaB.Close()
+
+	key := conversation()
+	first, err := replicaA.Acquire(ctx, key)
+	if err != nil {
+		log.Fatal(err)
+	}
+	// ... the first call's work under first.Context() has returned ...
+	if err := first.Park(ctx, 10*time.Minute); err != nil {
+		log.Fatal(err)
+	}
+	fmt.Println("first call's lease ended:", errors.Is(first.Err(), lease.ErrParked))
+	run := first.RunID() // kept by the client (e.g. in the conversation's metadata)
+
+	next, err := replicaB.Resume(ctx, key, run)
+	if err != nil {
+		log.Fatal(err)
+	}
+	fmt.Println("same run and token:", next.RunID() == run && next.Token() == first.Token())
+	_, err = replicaA.Resume(ctx, key, run)
+	fmt.Println("active on the other replica:", errors.Is(err, lease.ErrRunActive))
+	if _, err := next.Release(ctx); err != nil {
+		log.Fatal(err)
+	}
+	// Output:
+	// first call's lease ended: true
+	// same run and token: true
+	// active on the other replica: true
+}

@@ -17,7 +17,8 @@ import (
 // (leasecheck.Statements: acquire, inspect, renew, batched renewal or
 // the heartbeat (its creation, renewal, the listener's catch-up by epoch
 // and its end at Close), markContended and the release NOTIFY, takeover
-// and the displaced-run check, watch, the batched release at Close), in
+// and the displaced-run check, watch, park and resume, the batched release
+// at Close), in
 // both renewal modes, on pools in each pgx
 // QueryExecMode, including exec and simple_protocol, in which every
 // parameter travels in text format (what connection poolers require).

@@ -234,3 +234,9 @@ func SharedReleases(m *Manager) int64 { return m.releases.sharedCount() }
 // StalledGrantSlots is how many times m's grants got a statement slot of
 // their own because the grant statements in flight had stalled.
 func StalledGrantSlots(m *Manager) int64 { return m.grants.stallCount() }
+
+// RenewBatchNow sends the batched renewal statement (per-lease mode) for l
+// now, as the renewer does for a lease it collected before l was parked
+// and whose statement lands after the park; false when the statement
+// failed.
+func RenewBatchNow(m *Manager, l *Lease) bool { return m.renewChunk([]*Lease{l}) }

@@ -122,7 +122,12 @@ func (h *heartbeatRenewal) renew(ctx context.Context, l *Lease) (Renewal, error)
 
 // unconfirmed hands the run to the release loop (unreleased.go).
 func (h *heartbeatRenewal) unconfirmed(key Key, run uuid.UUID, ep *epoch) {
-	h.keepReleasing(key, run, ep)
+	h.keepReleasing(key, run, ep, 0)
+}
+
+// unparked hands the run to the release loop, to be parked again.
+func (h *heartbeatRenewal) unparked(key Key, run uuid.UUID, ep *epoch, idle time.Duration) {
+	h.keepReleasing(key, run, ep, idle)
 }
 
 // takeUnconfirmed hands over the runs whose release is not confirmed, for
@@ -557,7 +562,7 @@ func (h *heartbeatRenewal) renewHeartbeatLease(ctx context.Context, l *Lease) (R
 	r, err := m.renewOne(ctx, l.key, l.runID)
 	if err != nil {
 		if errors.Is(err, ErrLost) {
-			l.end(lossCause(err))
+			l.lose(lossCause(err))
 		}
 		return Renewal{}, err
 	}

@@ -54,6 +54,10 @@ type Ownership struct {
 	Holder     string    // last grant's holder label (WithHolder), "" when none
 	DBNow      time.Time
 	Remaining  time.Duration
+	// Parked is set when the grant is held and parked (Lease.Park): no
+	// Manager holds or renews it; it expires at ExpiresAt unless
+	// Manager.Resume takes it back first.
+	Parked bool
 }
 
 // Held reports State == StateHeld.
@@ -80,13 +84,14 @@ func (m *Manager) inspect(ctx context.Context, key Key) (Ownership, error) {
 		acq, ren, exp, rel *time.Time
 		now                time.Time
 		holder             *string
+		parked             bool
 	)
 	if err := m.pool.QueryRow(cctx, m.st.inspect, key.AccountID, key.SessionID).
-		Scan(&rid, &token, &acq, &ren, &exp, &rel, &now, &holder); err != nil {
+		Scan(&rid, &token, &acq, &ren, &exp, &rel, &now, &holder, &parked); err != nil {
 		return Ownership{}, fmt.Errorf("lease: inspect %s: %w", key, classify(err))
 	}
 	if rid == nil {
 		return Ownership{Key: key, DBNow: now}, nil
 	}
-	return ownershipOf(key, *rid, fence.Token(*token), *acq, *ren, *exp, rel, holder, now), nil
+	return ownershipOf(key, *rid, fence.Token(*token), *acq, *ren, *exp, rel, holder, now, parked), nil
 }

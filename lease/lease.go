@@ -22,6 +22,8 @@ import (
 //     renewal (the database may be unreachable; no reply is needed);
 //   - ErrTakenOver: another run took the key over (Manager.Takeover);
 //   - ErrReleased: Release was called;
+//   - ErrParked: Park was called (the grant waits in the database for
+//     Manager.Resume);
 //   - ErrClosed: the Manager was closed.
 //
 // Its methods are safe for concurrent use.
@@ -47,6 +49,7 @@ type Lease struct {
 	done     bool
 	inflight bool // a background renewal is in flight
 	failed   bool // a renewal statement failed since the last success
+	parking  bool // Park took it out of the Manager; Park ends it (lose)
 	endedAt  time.Time
 	cause    string // metric cause of a loss, "" otherwise
 }
@@ -132,7 +135,7 @@ func (l *Lease) whenEnded(f func(cause error)) (stop func() bool) {
 func (l *Lease) Done() <-chan struct{} { return l.ctx.Done() }
 
 // Err is nil while the lease is held, else the cause (ErrLost,
-// ErrTrustExpired, ErrTakenOver, ErrReleased or ErrClosed).
+// ErrTrustExpired, ErrTakenOver, ErrReleased, ErrParked or ErrClosed).
 func (l *Lease) Err() error {
 	if l.ctx.Err() == nil {
 		return nil
@@ -183,7 +186,15 @@ func (l *Lease) Renew(ctx context.Context) (Renewal, error) {
 // Release cancels the lease's context (cause ErrReleased) and then releases
 // it in the database; see Manager.Release for the results. Release after
 // loss is allowed and harmless: it matches this run_id only.
+//
+// Release after Park sends nothing and returns an error matching ErrParked:
+// the grant lives on in the database for Resume (a deferred Release does
+// not undo a park). Manager.Release(ctx, Key(), RunID()) releases a parked
+// grant.
 func (l *Lease) Release(ctx context.Context) (ReleaseResult, error) {
+	if errors.Is(l.Err(), ErrParked) {
+		return 0, fmt.Errorf("lease: release %s run %s: %w (Manager.Release releases a parked grant)", l.key, l.runID, ErrParked)
+	}
 	ctx, sp := l.m.startSpan(ctx, spanRelease, l.key)
 	sp.run(l.runID, int64(l.token))
 	l.end(ErrReleased)
@@ -253,6 +264,19 @@ func (l *Lease) onTrustTimer() {
 	l.end(ErrTrustExpired)
 }
 
+// lose ends the lease with cause after the database refused its renewal,
+// unless Park is parking it: a renewal sent before the park and refused
+// after it (renewals exclude parked rows) is no loss, and Park ends the
+// lease with the park's outcome.
+func (l *Lease) lose(cause error) {
+	l.mu.Lock()
+	parking := l.parking
+	l.mu.Unlock()
+	if !parking {
+		l.end(cause)
+	}
+}
+
 // end cancels the lease with cause and unregisters it; false if it had
 // already ended.
 func (l *Lease) end(cause error) bool { return l.endLogged(cause, true) }
@@ -277,7 +301,7 @@ func (l *Lease) endLogged(cause error, logWarn bool) bool {
 	l.mu.Lock()
 	var mcause string
 	switch {
-	case errors.Is(cause, ErrReleased):
+	case errors.Is(cause, ErrReleased), errors.Is(cause, ErrParked): // the holder's choice, not a loss
 	case errors.Is(cause, ErrTakenOver):
 		mcause = leasemetrics.CauseTakenOver
 	case errors.Is(cause, ErrTrustExpired):

@@ -96,11 +96,12 @@ func (m *Manager) List(ctx context.Context, opts ListOptions) ([]Ownership, erro
 			acq, ren, exp, now time.Time
 			rel                *time.Time
 			holder             *string
+			parked             bool
 		)
-		if err := rows.Scan(&k.AccountID, &k.SessionID, &rid, &token, &acq, &ren, &exp, &rel, &now, &holder); err != nil {
+		if err := rows.Scan(&k.AccountID, &k.SessionID, &rid, &token, &acq, &ren, &exp, &rel, &now, &holder, &parked); err != nil {
 			return nil, fmt.Errorf("lease: list: %w", err)
 		}
-		out = append(out, ownershipOf(k, rid, fence.Token(token), acq, ren, exp, rel, holder, now))
+		out = append(out, ownershipOf(k, rid, fence.Token(token), acq, ren, exp, rel, holder, now, parked))
 	}
 	if err := rows.Err(); err != nil {
 		return nil, fmt.Errorf("lease: list: %w", classify(err))
@@ -110,7 +111,9 @@ func (m *Manager) List(ctx context.Context, opts ListOptions) ([]Ownership, erro
 
 // ownershipOf is the state of a key's row at the database time now: the
 // one rule Inspect, List and Watch report states by.
-func ownershipOf(key Key, runID uuid.UUID, token fence.Token, acq, ren, exp time.Time, rel *time.Time, holder *string, now time.Time) Ownership {
+// parked is the row's parked mark (migration 0012), reported only while
+// the grant is held.
+func ownershipOf(key Key, runID uuid.UUID, token fence.Token, acq, ren, exp time.Time, rel *time.Time, holder *string, now time.Time, parked bool) Ownership {
 	st := Ownership{Key: key, DBNow: now, RunID: runID, Token: token, AcquiredAt: acq, RenewedAt: ren, ExpiresAt: exp}
 	if holder != nil {
 		st.Holder = *holder
@@ -119,7 +122,7 @@ func ownershipOf(key Key, runID uuid.UUID, token fence.Token, acq, ren, exp time
 	case rel != nil:
 		st.State, st.ReleasedAt = StateReleased, *rel
 	case exp.After(now):
-		st.State, st.Remaining = StateHeld, exp.Sub(now)
+		st.State, st.Remaining, st.Parked = StateHeld, exp.Sub(now), parked
 	default:
 		st.State = StateExpired
 	}

@@ -45,6 +45,12 @@ type renewal interface {
 	// under ep, failed: the row's end is then up to the mode (TTL expiry,
 	// or retried releases).
 	unconfirmed(key Key, run uuid.UUID, ep *epoch)
+	// unparked is called when the park of (key, run), a run under ep,
+	// has an unknown outcome (or a resume's whose row may now be ep's):
+	// the row may still be this Manager's, so the mode parks it again for
+	// idle (heartbeat: retried like a release, unreleased.go) or lets it
+	// expire by TTL (per-lease).
+	unparked(key Key, run uuid.UUID, ep *epoch, idle time.Duration)
 	// takeUnconfirmed hands over the runs whose release is not confirmed,
 	// for Close to release with the held ones (m.mu held).
 	takeUnconfirmed() []unreleased

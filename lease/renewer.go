@@ -68,13 +68,18 @@ func (r perLeaseRenewal) renew(ctx context.Context, l *Lease) (Renewal, error) {
 	case err == nil:
 		l.extend(time.Time{}, res.TrustDeadline, res.ExpiresAt)
 	case errors.Is(err, ErrLost):
-		l.end(lossCause(err))
+		l.lose(lossCause(err))
 	}
 	return res, err
 }
 
 // unconfirmed: the row expires by TTL.
 func (perLeaseRenewal) unconfirmed(Key, uuid.UUID, *epoch) {}
+
+// unparked: the row, if still this Manager's, expires by TTL. It is not
+// parked again: with no epoch to tell them apart, a second park could
+// catch the run after another Manager resumed it.
+func (perLeaseRenewal) unparked(Key, uuid.UUID, *epoch, time.Duration) {}
 
 // takeUnconfirmed: none are kept (unconfirmed).
 func (perLeaseRenewal) takeUnconfirmed() []unreleased { return nil }
@@ -254,7 +259,7 @@ func (m *Manager) renewChunk(chunk []*Lease) bool {
 		l.retryAt(time.Time{})
 	}
 	for i, cause := range m.refusedCauses(ctx, refused) { // ErrLost or ErrTakenOver
-		refused[i].end(cause)
+		refused[i].lose(cause)
 	}
 	lost := len(refused)
 	m.observe(event{kind: evBatch, n: len(chunk)})

@@ -27,6 +27,10 @@ import (
 // returned nil or ctx.Err(); fn's own error is wrapped too. Otherwise it
 // returns fn's error, or the release error if only that failed.
 //
+// When fn parks the lease (Lease.Park succeeded or its outcome was
+// unknown: the cause is ErrParked), Run does not release it and returns
+// fn's error.
+//
 // opts apply to the grant (WithHolder).
 func (m *Manager) Run(ctx context.Context, key Key, fn func(ctx context.Context, l *Lease) error, opts ...Option) error {
 	if fn == nil {
@@ -65,13 +69,17 @@ func (m *Manager) run(ctx context.Context, key Key, fn func(ctx context.Context,
 	end := time.Now()
 	stop()
 	var loss error
-	if cause := l.Err(); cause != nil && !errors.Is(cause, ErrReleased) {
+	parked := errors.Is(l.Err(), ErrParked)
+	if cause := l.Err(); cause != nil && !errors.Is(cause, ErrReleased) && !parked {
 		loss = cause
 		if at, mcause := l.ended(); mcause != "" {
 			m.met.onOverrun(ctx, mcause, end.Sub(at))
 		}
 	}
 	cancel(nil)
+	if parked { // fn parked the lease (Lease.Park): the grant waits for Resume, it is not released
+		return ferr
+	}
 
 	rctx, rcancel := context.WithTimeout(context.WithoutCancel(ctx), m.cfg.CallTimeout)
 	_, rerr := l.Release(rctx)

@@ -19,6 +19,7 @@ type statements struct {
 	releaseShared       string
 	markContended       string // AcquireWait: ask the holder's release to notify
 	takeover, displaced string // Takeover and the cause of a refused renewal
+	park, resume        string // Lease.Park and Manager.Resume (park.go)
 	node                string // Health: the node the floor was checked on, and this one
 	channel             string // NOTIFY channel for releases
 	// Heartbeat mode (heartbeat.go): create an epoch, renew it (one
@@ -87,6 +88,15 @@ const regrantSQL = `    run_id      = EXCLUDED.run_id,
     holder      = EXCLUDED.holder,
     manager_id  = EXCLUDED.manager_id`
 
+// notParkedSQL excludes a parked row (migration 0012: parked iff
+// parked_run_id = run_id). Renewals carry it, so that a renewal sent before
+// a park, and landing after it, finds nothing to renew: it can neither
+// shorten nor extend the parked expiry. Grants do not need it: a grant
+// writes a new run_id, after which the mark no longer matches.
+func notParkedSQL(row string) string {
+	return `(` + row + `.parked_run_id IS NULL OR ` + row + `.parked_run_id <> ` + row + `.run_id)`
+}
+
 // epochLiveSQL requires the granting Manager's epoch ($n, NULL in per-lease
 // mode) to be unexpired at now, so that a heartbeat row is never written
 // for an epoch that is already dead.
@@ -151,7 +161,8 @@ RETURNING held.fence_token, CASE WHEN held.expires_at <> 'infinity' THEN held.ex
 		// $1 account, $2 session, $3 run_id, $4 ttl µs.
 		// A heartbeat row (expires_at 'infinity') is only checked, not
 		// extended (its epoch's heartbeat extends it); the expiry returned
-		// is its epoch's.
+		// is its epoch's. A parked row (migration 0012) is refused
+		// (notParkedSQL).
 		renew: r.Replace(`WITH now_db AS MATERIALIZED (SELECT clock_timestamp() AS t)
 UPDATE $S.fencekit_leases l
    SET renewed_at = CASE WHEN l.expires_at = 'infinity' THEN l.renewed_at ELSE n.t END,
@@ -159,7 +170,7 @@ UPDATE $S.fencekit_leases l
                          ELSE n.t + $4::bigint * interval '1 microsecond' END
   FROM now_db n
  WHERE l.account_id = $1::text AND l.session_id = $2::text AND l.run_id = $3::uuid
-   AND ` + liveSQL("l", "n.t") + `
+   AND ` + liveSQL("l", "n.t") + ` AND ` + notParkedSQL("l") + `
 RETURNING l.fence_token, ` + expirySQL("l") + `, n.t`),
 
 		// $1 accounts, $2 sessions, $3 run_ids (text), $4 ttl µs. Rows are
@@ -167,14 +178,14 @@ RETURNING l.fence_token, ` + expirySQL("l") + `, n.t`),
 		// deadlock. Arrays are bound as text[] and cast here: pgx has no
 		// text-format encoder for []uuid.UUID, and the exec and
 		// simple_protocol modes (what poolers require) send every
-		// parameter as text.
+		// parameter as text. A parked row is refused (notParkedSQL).
 		renewBatch: r.Replace(`WITH now_db AS MATERIALIZED (SELECT clock_timestamp() AS t),
 req AS (SELECT * FROM unnest($1::text[], $2::text[], $3::text[]::uuid[]) AS q(account_id, session_id, run_id))
 UPDATE $S.fencekit_leases l
    SET renewed_at = n.t, expires_at = n.t + $4::bigint * interval '1 microsecond'
   FROM now_db n, req q
  WHERE l.account_id = q.account_id AND l.session_id = q.session_id AND l.run_id = q.run_id
-   AND l.released_at IS NULL AND l.expires_at > n.t
+   AND l.released_at IS NULL AND l.expires_at > n.t AND ` + notParkedSQL("l") + `
 RETURNING l.account_id, l.session_id, l.run_id, l.expires_at`),
 
 		// $1 account, $2 session, $3 run_id, $4 channel, $5 payload.
@@ -369,6 +380,55 @@ SELECT NULL, 'legacy'
 		epochEnd: r.Replace(`UPDATE $S.fencekit_managers SET expires_at = least(expires_at, clock_timestamp())
  WHERE manager_id = $1::uuid`),
 
+		// $1 account, $2 session, $3 run_id, $4 idle µs, $5 the epoch the
+		// run's grant named, or NULL (per-lease mode). Parks the run's live
+		// row (liveSQL) unless it is parked already: same run_id and token,
+		// not released, expires_at = now + idle on the database clock,
+		// manager_id NULL (no heartbeat keeps it, nothing renews it), the
+		// parked mark set (migration 0012). With an epoch, only a row that
+		// still names that epoch: a retry after a lost reply (unreleased.go)
+		// cannot park a row another Manager resumed meanwhile. A row it does
+		// not change returns nothing; the caller reads the key's row to say
+		// why (parked already: the retry of a park that committed).
+		park: r.Replace(`WITH now_db AS MATERIALIZED (SELECT clock_timestamp() AS t)
+UPDATE $S.fencekit_leases l
+   SET expires_at = n.t + $4::bigint * interval '1 microsecond', renewed_at = n.t,
+       manager_id = NULL, parked_run_id = l.run_id
+  FROM now_db n
+ WHERE l.account_id = $1::text AND l.session_id = $2::text AND l.run_id = $3::uuid
+   AND ` + notParkedSQL("l") + `
+   AND ($5::uuid IS NULL OR l.manager_id = $5::uuid)
+   AND ` + liveSQL("l", "n.t") + `
+RETURNING l.expires_at`),
+
+		// $1 account, $2 session, $3 run_id, $4 ttl µs, $5 holder label or
+		// NULL (keep the row's), $6 the Manager's heartbeat epoch or NULL
+		// (per-lease mode). Takes the run's parked, unexpired row into this
+		// Manager, as a grant would write it (a heartbeat row of the epoch,
+		// written only while the epoch is live: epochLiveSQL; or a per-lease
+		// row expiring one TTL from now), and clears the parked mark.
+		// run_id and fence_token are kept: no token is drawn, so the token
+		// floor and node gate, which guard the tokens a grant draws, do not
+		// apply (a resumed run presents the token its grant drew, as a
+		// renewed one does). acquired_at is set to the statement's start,
+		// as a grant sets it, so that a grant statement that began before
+		// this one and meets the row under its lock judges it live
+		// (grantLiveSQL) although its snapshot may predate the epoch.
+		// A parked row is never a heartbeat row, so the plain finite-expiry
+		// test is liveSQL here. Concurrent resumes of one run: the first
+		// to lock the row clears the mark, the other re-reads the row under
+		// the lock, finds it no longer parked and changes nothing.
+		resume: r.Replace(`UPDATE $S.fencekit_leases l
+   SET manager_id = $6::uuid,
+       expires_at = CASE WHEN $6::uuid IS NULL THEN statement_timestamp() + $4::bigint * interval '1 microsecond'
+                         ELSE 'infinity'::timestamptz END,
+       acquired_at = statement_timestamp(), renewed_at = statement_timestamp(),
+       parked_run_id = NULL, holder = coalesce($5::text, l.holder)
+ WHERE l.account_id = $1::text AND l.session_id = $2::text AND l.run_id = $3::uuid
+   AND l.parked_run_id = l.run_id AND l.released_at IS NULL AND l.expires_at > statement_timestamp()
+   AND ` + epochLiveSQL("$6", "statement_timestamp()") + `
+RETURNING l.fence_token, CASE WHEN l.expires_at <> 'infinity' THEN l.expires_at END, l.holder`),
+
 		channel: channelName(schema),
 	}
 	st.acquireBatch = [2]string{r.Replace(acquireBatchSQL(true)), r.Replace(acquireBatchSQL(false))}
@@ -422,11 +482,12 @@ RETURNING held.run_id, held.fence_token, CASE WHEN held.expires_at <> 'infinity'
 // l (LEFT JOIN fencekit_managers hb for heartbeat rows) at n.t: run_id,
 // token, acquired_at, renewed_at and expires_at as the row reports them
 // (expirySQL; a heartbeat row's renewal is its epoch's last beat),
-// released_at, the clock, holder.
+// released_at, the clock, holder, and whether the row is parked (migration
+// 0012).
 const readColumns = `l.run_id, l.fence_token, l.acquired_at,
        CASE WHEN l.expires_at = 'infinity' THEN greatest(l.renewed_at, hb.renewed_at) ELSE l.renewed_at END,
        CASE WHEN l.expires_at = 'infinity' THEN coalesce(hb.expires_at, l.acquired_at) ELSE l.expires_at END,
-       l.released_at, n.t, l.holder`
+       l.released_at, n.t, l.holder, coalesce(l.parked_run_id = l.run_id, false)`
 
 // channelName derives the release NOTIFY channel from the schema. Channel
 // names are identifiers of at most 63 bytes; a long schema is hashed.

@@ -22,6 +22,8 @@ const (
 	spanTakeover    = leasetrace.SpanTakeover
 	spanRelease     = leasetrace.SpanRelease
 	spanRenew       = leasetrace.SpanRenew
+	spanPark        = leasetrace.SpanPark
+	spanResume      = leasetrace.SpanResume
 )
 
 // outcomeOf names err's outcome and says whether it is a failure (span
@@ -56,6 +58,8 @@ func outcomeOf(err error, ok string) (string, bool) {
 		return leasetrace.OutcomeCanceled, true
 	case errors.Is(err, ErrHeld):
 		return leasetrace.OutcomeHeld, false
+	case errors.Is(err, ErrRunActive):
+		return leasetrace.OutcomeRunActive, false
 	}
 	return leasetrace.OutcomeError, true
 }

@@ -22,18 +22,30 @@ import (
 // them whatever each row's state (the release statement changes only the
 // run's own live row), or until their epoch ends (the rows end with it),
 // or until Close (which ends the epoch).
+//
+// A park (Lease.Park) or resume (Manager.Resume) whose outcome is unknown
+// is kept the same way, with its idle bound: the row may still be a
+// heartbeat row of the epoch, held for as long as the Manager runs. It is
+// parked again, not released (a release would end a run that the first
+// statement did park), by the park statement restricted to rows that
+// still name the epoch: a row already parked, or resumed since by another
+// Manager (another epoch, or none), is left alone, and the retry is
+// settled. Close parks such runs again too, before it ends the epoch.
 
-// unreleased is a run of a heartbeat epoch whose release is not confirmed.
+// unreleased is a run of a heartbeat epoch whose release (or park, idle >
+// 0) is not confirmed.
 type unreleased struct {
-	key Key
-	run uuid.UUID
-	ep  *epoch
+	key  Key
+	run  uuid.UUID
+	ep   *epoch
+	idle time.Duration // > 0: park the run again for idle rather than release it
 }
 
 // keepReleasing records that the release of (key, run), a run of ep, is not
-// confirmed; the release loop retries it. No epoch (nil: Manager.Release
-// of a run this Manager does not hold) or an ended one needs nothing.
-func (h *heartbeatRenewal) keepReleasing(key Key, run uuid.UUID, ep *epoch) {
+// confirmed (or its park, when idle > 0); the release loop retries it. No
+// epoch (nil: Manager.Release of a run this Manager does not hold) or an
+// ended one needs nothing.
+func (h *heartbeatRenewal) keepReleasing(key Key, run uuid.UUID, ep *epoch, idle time.Duration) {
 	m := h.m
 	if ep == nil {
 		return
@@ -46,7 +58,7 @@ func (h *heartbeatRenewal) keepReleasing(key Key, run uuid.UUID, ep *epoch) {
 		m.mu.Unlock()
 		return
 	}
-	h.unrel[run] = unreleased{key: key, run: run, ep: ep}
+	h.unrel[run] = unreleased{key: key, run: run, ep: ep, idle: idle}
 	m.mu.Unlock()
 	m.log.Debug("lease release not confirmed; retrying while the heartbeat lives", "key", key.String(), "run_id", run, "manager_id", ep.id)
 	select {
@@ -111,10 +123,24 @@ func (h *heartbeatRenewal) retryReleases() error {
 	return nil
 }
 
-// releaseRuns releases runs in statements of at most MaxBatch rows each;
-// it sends every statement and joins their errors.
+// releaseRuns releases runs in statements of at most MaxBatch rows each
+// (and parks again, one statement each, those with an idle bound); it
+// sends every statement and joins their errors.
 func (m *Manager) releaseRuns(ctx context.Context, runs []unreleased) error {
 	var errs []error
+	rel := runs[:0:0]
+	for _, u := range runs {
+		if u.idle <= 0 {
+			rel = append(rel, u)
+			continue
+		}
+		// Only a row that still names u's epoch is parked; ErrLost (not
+		// this Manager's row any more) settles it as well.
+		if err := m.park(ctx, u.key, u.run, u.idle, u.ep); err != nil && !errors.Is(err, ErrLost) {
+			errs = append(errs, err)
+		}
+	}
+	runs = rel
 	for start := 0; start < len(runs); start += MaxBatch {
 		chunk := runs[start:min(start+MaxBatch, len(runs))]
 		accts, sess, ids, payloads := make([]string, len(chunk)), make([]string, len(chunk)), make([]string, len(chunk)), make([]string, len(chunk))

@@ -28,7 +28,9 @@ const (
 	// WatchTakenOver: a Takeover granted the key while another run still
 	// held it; Displaced names that run.
 	WatchTakenOver
-	// WatchRenewed: the holder renewed; ExpiresAt moved forward.
+	// WatchRenewed: the holder renewed (ExpiresAt moved forward), or its
+	// grant was parked or resumed (Ownership.Parked changed: Lease.Park,
+	// Manager.Resume; same run and token).
 	WatchRenewed
 	// WatchReleased: the holder released the key.
 	WatchReleased
@@ -418,7 +420,9 @@ func changes(prev, cur Ownership, displaced uuid.UUID) []WatchEvent {
 		switch {
 		case !cur.Held():
 			end(cur)
-		case cur.ExpiresAt.After(prev.ExpiresAt):
+		case cur.ExpiresAt.After(prev.ExpiresAt), cur.Parked != prev.Parked:
+			// A park or resume keeps the grant (same token): reported as
+			// a renewal with Parked telling which, never as a release.
 			evs = append(evs, WatchEvent{Kind: WatchRenewed, Ownership: cur})
 		}
 	}
@@ -436,9 +440,10 @@ func (kw *keyWatch) read() (Ownership, uuid.UUID, error) {
 		acq, ren, exp, rel *time.Time
 		now                time.Time
 		holder             *string
+		parked             bool
 	)
 	if err := m.pool.QueryRow(cctx, watchStatement(m.cfg.qSchema), kw.key.AccountID, kw.key.SessionID).
-		Scan(&rid, &token, &acq, &ren, &exp, &rel, &now, &holder, &disp); err != nil {
+		Scan(&rid, &token, &acq, &ren, &exp, &rel, &now, &holder, &parked, &disp); err != nil {
 		return Ownership{}, uuid.Nil, fmt.Errorf("lease: watch %s: %w", kw.key, err)
 	}
 	st := Ownership{Key: kw.key, DBNow: now}
@@ -453,7 +458,7 @@ func (kw *keyWatch) read() (Ownership, uuid.UUID, error) {
 	case rel != nil:
 		st.State, st.ReleasedAt = StateReleased, *rel
 	case exp.After(now):
-		st.State, st.Remaining = StateHeld, exp.Sub(now)
+		st.State, st.Remaining, st.Parked = StateHeld, exp.Sub(now), parked
 	default:
 		st.State = StateExpired
 	}

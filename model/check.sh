@@ -44,6 +44,9 @@ configs=(
   "broken-hb-snapshot|$HB -DHB_LOCKED_READ -DNO_JANITOR -DBROKEN_HB_SNAPSHOT|((gown[k]==0)||(gexp[gown[k]]==0))"
   "broken-hb-revive|$HB -DHB_LOCKED_READ -DNO_JANITOR -DBROKEN_HB_REVIVE| !(lapsed[hep[c]])"
   "broken-hb-grant-trust|$HB -DHB_LOCKED_READ -DNO_JANITOR -DNO_P5 -DBROKEN_HB_GRANT_TRUST|(now<gexp[ep[c]])"
+  # parked grants (Lease.Park, Manager.Resume) in the heartbeat model
+  "hb-park|$HB -DHB_LOCKED_READ -DNO_JANITOR -DPARK|ok"
+  "broken-resume-any-run|$HB -DHB_LOCKED_READ -DNO_JANITOR -DPARK -DBROKEN_RESUME_ANY_RUN|(rtok==last_grant[rk])"
 )
 
 want=("$@")

@@ -17,6 +17,10 @@
  *                        statement's snapshot
  *   HB_GUARD             an in-process guard per key (P1; a larger search)
  *   HB_SYMMETRIC         Manager 1 renews and releases too (a larger search)
+ *   PARK                 Lease.Park and Manager.Resume (migration 0012):
+ *                        a Manager parks a lease (the row keeps its run and
+ *                        token, expires IDLE ticks later, names no epoch);
+ *                        either Manager resumes a parked run by its run_id
  *   NO_JANITOR           leave the janitor out
  *   NO_P3DB, NO_P5       leave out P3 (the database's account) or P5
  *   NK, NE               keys (2), epochs in all (3)
@@ -33,6 +37,8 @@
  *     BROKEN_HB_GRANT_TRUST  a grant's trust deadline from the acquire's
  *                        send time (as a per-lease grant's), not from the
  *                        epoch's last heartbeat
+ *     BROKEN_RESUME_ANY_RUN  (with PARK) Resume without "run_id = $3": it
+ *                        takes whichever run is parked on the key
  */
 
 #ifndef NK
@@ -49,6 +55,9 @@
 #endif
 #if defined(GUARD_PG) || defined(GUARD_S3)
 #error "the heartbeat model has the in-process guard only (GUARD_MEM)"
+#endif
+#if defined(PARK) && defined(ROLLING)
+#error "PARK is modelled without the v0.1.0 Manager (ROLLING)"
 #endif
 
 #define K(c, k) ((c)*NK + (k))
@@ -67,6 +76,26 @@ bool row_rel[NK];         /* released_at IS NOT NULL */
 byte row_mgr[NK];         /* manager_id: an epoch, 0 = NULL */
 byte row_at[NK];          /* acquired_at of a heartbeat row (0 for a finite one:
                            * nothing reads it there) */
+#ifdef PARK
+/* parked_run_id = run_id (migration 0012). The run identity of a grant is
+ * its token here (run_id and token are 1:1 per grant; row_run names the
+ * Manager whose lease the row is, for the displaced records): row_tok. A
+ * grant rewrites the run, so the mark no longer matches: WRITE_ROW clears
+ * it. A parked row has row_run 0 (no Manager's lease), a finite expiry
+ * and no manager_id. */
+bool row_park[NK];
+byte row_tok[NK];
+#ifndef IDLE
+#define IDLE    1         /* Lease.Park's idle bound, ticks */
+#endif
+#define PK      0         /* the key whose leases are parked and resumed (the
+                           * other key keeps the plain heartbeat grants) */
+byte pk[NC*NK];           /* the run (token) Manager c parked on key k, kept by
+                           * its client to resume; 0 = none */
+#define PARKED_CLEAR(k) row_park[k] = 0
+#else
+#define PARKED_CLEAR(k) skip
+#endif
 
 /* ---- fencekit_managers: one row per epoch (manager_id 1..NE) ------------ */
 byte m_exp[NE+1];         /* expires_at; 0 = no row (not yet inserted, or deleted) */
@@ -96,7 +125,14 @@ byte hi[NK];              /* ghost: highest token the resource accepted */
 
 /* ---- ghosts (read only by assertions) ------------------------------------ */
 byte last_grant[NK];      /* token of the latest grant of k */
-byte gown[NK];            /* epoch of the latest grant of k; 0 after its release */
+byte gown[NK];            /* epoch of the latest grant of k; 0 after its release
+                           * (and while it is parked) */
+#ifdef PARK
+byte gpexp[NK];           /* the parked expiry of k's latest grant while parked; 0 otherwise */
+#define PARKED_LIVE(k) (gpexp[k] > now)
+#else
+#define PARKED_LIVE(k) 0
+#endif
 #ifdef ROLLING
 #define OLDEP   (NE+1)    /* the ghosts' index for the v0.1.0 Manager's run */
 #define NG      (NE+1)
@@ -153,6 +189,7 @@ inline granted(k, tk, e) {
 inline no_other_holder(c, k) {
 #ifndef NO_P3DB
 	assert(gown[k] == 0 || gexp[gown[k]] == 0);                     /* P3 */
+	assert(!PARKED_LIVE(k));                                        /* P3: a parked grant is live until its expiry */
 #endif
 	assert(c == 0 || ctok[K(0, k)] == 0 || disp[K(0, k)]);          /* P3h */
 	assert(c == 1 || ctok[K(1, k)] == 0 || disp[K(1, k)]);          /* P3h */
@@ -259,6 +296,9 @@ end:	do
 			                     (row_inf[i] && (m_exp[row_mgr[i]] == 0 || m_exp[row_mgr[i]] + RET < now))) ->
 				row_exists[i] = 0; row_run[i] = 0; row_inf[i] = 0;
 				row_exp[i] = 0; row_rel[i] = 0; row_mgr[i] = 0; row_at[i] = 0
+#ifdef PARK
+				; row_park[i] = 0; row_tok[i] = 0
+#endif
 			:: else -> skip
 			fi
 		};
@@ -277,11 +317,16 @@ end:	do
 
 #define rid (c+1)
 #ifdef BROKEN_HB_IGNORED
-#define WRITE_ROW(k, tk, e) row_exists[k] = 1; row_run[k] = rid; \
+#define WRITE_ROW0(k, tk, e) row_exists[k] = 1; row_run[k] = rid; \
 	row_inf[k] = 0; row_exp[k] = m_exp[e]; row_rel[k] = 0; row_mgr[k] = e; row_at[k] = 0
 #else
-#define WRITE_ROW(k, tk, e) row_exists[k] = 1; row_run[k] = rid; \
+#define WRITE_ROW0(k, tk, e) row_exists[k] = 1; row_run[k] = rid; \
 	row_inf[k] = 1; row_exp[k] = 0; row_rel[k] = 0; row_mgr[k] = e; row_at[k] = t
+#endif
+#ifdef PARK
+#define WRITE_ROW(k, tk, e) WRITE_ROW0(k, tk, e); row_tok[k] = tk; row_park[k] = 0; gpexp[k] = 0
+#else
+#define WRITE_ROW(k, tk, e) WRITE_ROW0(k, tk, e)
 #endif
 
 /* Manager 0 does everything; Manager 1 (unless HB_SYMMETRIC) is a
@@ -300,6 +345,11 @@ end:	do
 proctype Manager(byte c) {
 	byte k, t, v, tk, ae, snap;   /* the acquire in flight (aq) */
 	bool aq;
+#ifdef PARK
+	byte rk, rt, re, rtok, ro;    /* the resume in flight (rq): key, statement time,
+	                               * epoch named, the run (token), its parker */
+	bool rq;
+#endif
 
 end_idle:
 	do
@@ -404,7 +454,7 @@ end_idle:
 				:: tk != 0 ->
 					/* displaced: recorded with held.manager_id in fencekit_displaced */
 					if
-					:: row_run[k] != rid && row_run[k] <= NHB -> disp[K(row_run[k]-1, k)] = 1
+					:: row_run[k] != rid && row_run[k] != 0 && row_run[k] <= NHB -> disp[K(row_run[k]-1, k)] = 1
 					:: else -> skip
 					fi;
 #ifdef ROLLING
@@ -441,6 +491,71 @@ end_idle:
 		:: else -> skip
 		fi;
 		k = 0 }
+#ifdef PARK
+	/* ---- Lease.Park of c's lease on key k: the Lease leaves the Manager
+	 * (no more writes, renewals or releases of it) before the statement;
+	 * one UPDATE: WHERE run_id AND NOT parked AND manager_id = the lease's
+	 * epoch AND live(row, now) SET expires_at = now + idle, manager_id =
+	 * NULL, parked_run_id = run_id. The client keeps the run to resume. */
+	:: atomic { FULL(c) && ctok[K(c, PK)] != 0 ->
+		k = PK;
+		tk = ctok[K(c, k)]; ctok[K(c, k)] = 0; disp[K(c, k)] = 0;
+		if
+		:: row_exists[k] && row_run[k] == rid && !row_park[k] && row_mgr[k] == ep[c] &&
+		   !row_rel[k] && row_inf[k] && m_exp[ep[c]] > now ->
+			row_inf[k] = 0; row_exp[k] = now + IDLE; row_mgr[k] = 0; row_at[k] = 0;
+			row_park[k] = 1; row_run[k] = 0;
+			gown[k] = 0; gpexp[k] = now + IDLE;
+			pk[K(c, k)] = row_tok[k]
+		:: else -> skip             /* ErrLost: the run no longer holds its row */
+		fi;
+		k = 0; tk = 0 }
+
+	/* ---- Manager.Resume of the run o parked on key k: one UPDATE in two
+	 * steps, like a grant. R1: t = statement_timestamp(), the epoch named. */
+	:: atomic { ep[c] != 0 && !rq && (pk[K(0, PK)] != 0 || pk[K(1, PK)] != 0) ->
+		rk = PK;
+		if
+		:: pk[K(0, PK)] != 0 -> ro = 0
+		:: pk[K(1, PK)] != 0 -> ro = 1
+		fi;
+		rtok = pk[K(ro, rk)];
+		if :: ctok[K(c, rk)] == 0 -> rt = now; re = ep[c]; rq = 1
+		   :: else -> ro = 0; rk = 0; rtok = 0    /* c holds the key: no resume */
+		fi }
+	/* R2: under the row lock, WHERE run_id = $3 AND parked AND NOT released
+	 * AND expires_at > t AND the named epoch live at t; SET manager_id =
+	 * epoch, expires_at = 'infinity', acquired_at = t, parked_run_id = NULL;
+	 * run and token unchanged. The client forgets the run once resumed or
+	 * refused as lost (a refusal as active: it may retry). */
+	:: atomic { rq ->
+		if
+		:: now > rt + SB -> skip                   /* statement_timeout */
+#ifdef BROKEN_RESUME_ANY_RUN
+		:: row_exists[rk] && row_park[rk] &&
+#else
+		:: row_exists[rk] && row_park[rk] && row_tok[rk] == rtok &&
+#endif
+		   !row_rel[rk] && row_exp[rk] > rt && m_exp[re] > rt ->
+			assert(rtok == last_grant[rk]);     /* P7: Resume continues the key's latest grant */
+			assert(c == 0 || ctok[K(0, rk)] == 0 || disp[K(0, rk)]);   /* P3h */
+			assert(c == 1 || ctok[K(1, rk)] == 0 || disp[K(1, rk)]);   /* P3h */
+			row_inf[rk] = 1; row_exp[rk] = 0; row_mgr[rk] = re; row_at[rk] = rt;
+			row_park[rk] = 0; row_run[rk] = rid;
+			gown[rk] = re; gpexp[rk] = 0;
+			pk[K(ro, rk)] = 0;
+			if
+			:: re == ep[c] -> ctok[K(c, rk)] = HELD(rtok); disp[K(c, rk)] = 0   /* the reply */
+			:: else -> skip      /* the epoch ended meanwhile: the lease ends at once */
+			fi
+		:: else ->
+			if
+			:: row_exists[rk] && row_tok[rk] == rtok && !row_rel[rk] && (row_inf[rk] || row_exp[rk] > now) -> skip   /* ErrRunActive */
+			:: else -> pk[K(ro, rk)] = 0    /* ErrLost: the run is gone */
+			fi
+		fi;
+		rq = 0; rk = 0; rt = 0; re = 0; rtok = 0; ro = 0 }
+#endif
 
 	od
 }

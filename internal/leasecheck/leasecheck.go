@@ -3,7 +3,7 @@
 // batched per-lease renewal, or the heartbeat with its creation, the
 // listener's catch-up by epoch and its end at Close — markContended and the
 // release NOTIFY that wakes AcquireWait, takeover and its notification, the
-// displaced-run check, watch, the acquire and release statements that
+// displaced-run check, watch, park and resume, the acquire and release statements that
 // concurrent callers share, and the batched release at Close) through
 // pools the caller provides, and fails the test when any of them does not
 // work. fencekit's tests run it in every pgx QueryExecMode and through
@@ -175,6 +175,36 @@ func Statements(t *testing.T, s Setup) {
 	_, err = holder.Renew(ctx, k3, old.RunID())
 	if !errors.Is(err, lease.ErrLost) || !errors.Is(err, lease.ErrTakenOver) {
 		t.Fatalf("renew of the displaced run: %v, want ErrLost and ErrTakenOver", err)
+	}
+
+	// Park and Resume (migration 0012): the holder parks a run, the waiter
+	// resumes it (same run and token), a renewal by run_id of a parked run
+	// is refused, and a parked run is released by run_id.
+	k6 := key("park")
+	pl, err := holder.Acquire(ctx, k6, lease.WithHolder("leasecheck parker"))
+	must("acquire for park", err)
+	must("park", pl.Park(ctx, time.Minute))
+	st, err = waiter.Inspect(ctx, k6)
+	must("inspect of a parked grant", err)
+	if st.State != lease.StateHeld || !st.Parked || st.RunID != pl.RunID() {
+		t.Fatalf("inspect after park: got %+v, want held and parked by %s", st, pl.RunID())
+	}
+	if _, err := waiter.Renew(ctx, k6, pl.RunID()); !errors.Is(err, lease.ErrLost) {
+		t.Fatalf("renew of a parked run: %v, want ErrLost", err)
+	}
+	rl, err := waiter.Resume(ctx, k6, pl.RunID())
+	must("resume", err)
+	if rl.RunID() != pl.RunID() || rl.Token() != pl.Token() || rl.Holder() != "leasecheck parker" {
+		t.Fatalf("resume: run %s token %d holder %q, want %s, %d, the row's label", rl.RunID(), rl.Token(), rl.Holder(), pl.RunID(), pl.Token())
+	}
+	if _, err := holder.Resume(ctx, k6, pl.RunID()); !errors.Is(err, lease.ErrRunActive) {
+		t.Fatalf("resume of an active run: %v, want ErrRunActive", err)
+	}
+	must("park of the resumed run", rl.Park(ctx, time.Minute))
+	rr, err = holder.Release(ctx, k6, pl.RunID())
+	must("release of a parked run", err)
+	if rr != lease.ReleaseDone {
+		t.Fatalf("release of a parked run: %s, want released", rr)
 	}
 
 	// Concurrent callers of one Manager: grants and releases that find the

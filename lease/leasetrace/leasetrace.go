@@ -14,6 +14,10 @@ const (
 	SpanRelease = "fencekit.lease.release"
 	// SpanRenew is one explicit renewal (Manager.Renew or Lease.Renew).
 	SpanRenew = "fencekit.lease.renew"
+	// SpanPark is one Lease.Park call.
+	SpanPark = "fencekit.lease.park"
+	// SpanResume is one Manager.Resume call.
+	SpanResume = "fencekit.lease.resume"
 	// SpanRenewBatch is one background renewal statement; it starts a trace
 	// of its own and counts the leases it carried.
 	SpanRenewBatch = "fencekit.lease.renew_batch"
@@ -55,7 +59,9 @@ const (
 // Values of AttrOutcome. A span's status is Error only for failures; a
 // refusal the protocol defines is an outcome with status Unset.
 const (
-	OutcomeGranted           = "granted"            // Acquire, AcquireWait, Takeover
+	OutcomeGranted           = "granted"            // Acquire, AcquireWait, Takeover, Resume
+	OutcomeParked            = "parked"             // Park
+	OutcomeRunActive         = "run_active"         // Resume refused: the run is active in a Manager now
 	OutcomeHeld              = "held"               // refused: another run holds the key
 	OutcomeUnauthorized      = "unauthorized"       // refused by the Authorizer
 	OutcomeTokenFloor        = "token_floor"        // refused: sequence not above the floor
