@@ -31,8 +31,8 @@ test: ## run every test (race detector on) against the real services (make servi
 
 # The exec-mode matrix: TEST_DATABASE_URL gets default_query_exec_mode, so
 # every pool and database/sql handle the tests open uses that mode. The text
-# modes (exec, simple_protocol) run the lease core subset and pgguard's
-# conformance and lock tests; the describe modes run pgguard's. Every lease
+# modes (exec, simple_protocol) run the lease core subset, pgguard's
+# conformance and lock tests and package effects; the describe modes run pgguard's. Every lease
 # statement runs in every mode in the main suite (TestEveryStatementInEveryExecMode).
 EXECMODES_TEXT   ?= exec simple_protocol
 EXECMODES_OTHER  ?= cache_describe describe_exec
@@ -40,13 +40,15 @@ LEASE_CORE_RUN   := TestEveryStatement|TestPark|TestResume|TestEarlierReleaseMee
 PGGUARD_RUN      := TestConformance|TestWriteAndMarkCommitTogether|TestStaleRollsBackCallerTx|TestConcurrentHolderSerialises|TestFenceContextCancelWhileWaiting|TestLockTimeoutIsBusy|TestDeadlockIsBusy|TestRows
 
 .PHONY: test/execmodes
-test/execmodes: ## lease core and pgguard conformance in pgx's other exec modes (exec, simple_protocol, describe modes)
+test/execmodes: ## lease core, pgguard conformance and effects in pgx's other exec modes (exec, simple_protocol, describe modes)
 	@$(SERVICES); \
 	for mode in $(EXECMODES_TEXT); do echo "== exec mode $$mode"; \
 	  TEST_DATABASE_URL="$$TEST_DATABASE_URL$$(case $$TEST_DATABASE_URL in *\?*) echo '&';; *) echo '?';; esac)default_query_exec_mode=$$mode" \
 	  $(GO) test $(TESTFLAGS) -run '$(LEASE_CORE_RUN)' ./lease && \
 	  TEST_DATABASE_URL="$$TEST_DATABASE_URL$$(case $$TEST_DATABASE_URL in *\?*) echo '&';; *) echo '?';; esac)default_query_exec_mode=$$mode" \
-	  $(GO) test $(TESTFLAGS) -run '$(PGGUARD_RUN)' ./guards/pgguard || exit 1; done; \
+	  $(GO) test $(TESTFLAGS) -run '$(PGGUARD_RUN)' ./guards/pgguard && \
+	  TEST_DATABASE_URL="$$TEST_DATABASE_URL$$(case $$TEST_DATABASE_URL in *\?*) echo '&';; *) echo '?';; esac)default_query_exec_mode=$$mode" \
+	  $(GO) test $(TESTFLAGS) ./effects || exit 1; done; \
 	for mode in $(EXECMODES_OTHER); do echo "== exec mode $$mode"; \
 	  TEST_DATABASE_URL="$$TEST_DATABASE_URL$$(case $$TEST_DATABASE_URL in *\?*) echo '&';; *) echo '?';; esac)default_query_exec_mode=$$mode" \
 	  $(GO) test $(TESTFLAGS) -run '$(PGGUARD_RUN)' ./guards/pgguard || exit 1; done

@@ -52,10 +52,22 @@
 //   - Nothing of a fenced tool runs without the lease: the handler is
 //     called only after the grant, and its ctx ends when the lease ends
 //     (taken over, lost, trust deadline passed, released).
-//   - Authorize before competing: a call without a key, with malformed
-//     _meta (wrong JSON type, empty, longer than lease.MaxIDLen or
-//     MaxRunIDLen, invalid UTF-8), or refused by Config.Authorize sends no
-//     lease statement and runs nothing.
+//   - Authorize before competing: a call without a key (the refusal names
+//     where the missing part was looked for), with malformed _meta (wrong
+//     JSON type, empty, longer than lease.MaxIDLen or MaxRunIDLen, invalid
+//     UTF-8, a control character, or U+FFFD, which JSON decoding leaves in
+//     place of invalid bytes and lone surrogates, so that two ids a client
+//     sent can never become one), whose names fail (the lease key, the
+//     claim's scope, Config.CheckKey: the server's guard resources), or
+//     refused by Config.Authorize sends no lease statement and runs
+//     nothing.
+//   - Over Fence.HTTPHandler (both revisions from one endpoint: 2026-07-28
+//     stateless, 2025-11-25 with sessions), a call whose client is gone —
+//     its HTTP request ended before the result (dropped connection, the
+//     client's own timeout), or its MCP session closed (DELETE) — ends
+//     with ErrClientGone: a waiting call stops waiting, the tool's ctx
+//     ends, a call granted after its client left never runs its tool, and
+//     a per-call lease is released as the handler returns.
 //   - The claim in the handler's ctx is the lease's (token, run id, key's
 //     scope): guards refuse the writes of a displaced run once the new
 //     holder has written, and the Refusal says so (CauseStale, with both

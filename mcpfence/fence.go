@@ -94,8 +94,17 @@ type Config struct {
 	// error refuses the call with CauseUnauthorized. Nil admits every
 	// caller (the Manager's own Authorizer, if any, still runs).
 	Authorize func(ctx context.Context, req *mcp.CallToolRequest, key lease.Key) error
+	// CheckKey checks the names the server's tools derive from a call's
+	// key, before any lease statement: each guard resource a fenced tool
+	// writes (fence.ValidateResource of key.Resource(name), and a guard's
+	// own rules such as fileguard.ValidateResource). A non-nil error
+	// refuses the call with CauseInvalidMeta. The lease key and the claim's
+	// scope are always checked.
+	CheckKey func(key lease.Key) error
 	// Holder labels the grants (lease.WithHolder): the name clients see in
-	// Owner. Default: the client's name from its initialize request.
+	// Owner. Default: the client's name, from its initialize request or,
+	// on a revision without initialize (Revision20260728), from the
+	// request's _meta (mcp.MetaKeyClientInfo).
 	Holder func(ctx context.Context, req *mcp.CallToolRequest) string
 	// Tools maps tool names to their policy; Default applies to the others.
 	Tools map[string]Policy
@@ -140,6 +149,8 @@ type Fence struct {
 	releasing map[lease.Key][]chan struct{} // per-call releases in flight, closed when done
 	closed    bool
 	bg        sync.WaitGroup // the goroutines of releases in flight
+
+	http httpCalls // the POSTs in flight of HTTPHandler
 
 	stop chan struct{}
 	done chan struct{}
@@ -194,16 +205,20 @@ func New(cfg Config) (*Fence, error) {
 	return f, nil
 }
 
-// clientName is the default Holder: the name the client gave at initialize.
+// clientName is the default Holder: the name the client gave at
+// initialize, or in the request's _meta.
 func clientName(_ context.Context, req *mcp.CallToolRequest) string {
-	if req.Session == nil {
-		return ""
+	var name string
+	if req.Params != nil {
+		if ci, ok := req.Params.Meta[mcp.MetaKeyClientInfo].(map[string]any); ok {
+			name, _ = ci["name"].(string)
+		}
 	}
-	p := req.Session.InitializeParams()
-	if p == nil || p.ClientInfo == nil {
-		return ""
+	if name == "" && req.Session != nil {
+		if p := req.Session.InitializeParams(); p != nil && p.ClientInfo != nil {
+			name = p.ClientInfo.Name
+		}
 	}
-	name := p.ClientInfo.Name
 	if lease.ValidateHolder(name) != nil {
 		return ""
 	}
@@ -297,6 +312,14 @@ func (f *Fence) call(ctx context.Context, policy Policy, req *mcp.CallToolReques
 		r.Tool = tool
 		return r.result(), nil
 	}
+	if gone := f.clientGone(req); gone != nil {
+		// Served by HTTPHandler: the call ends when its client is gone.
+		var cancel context.CancelCauseFunc
+		ctx, cancel = context.WithCancelCause(ctx)
+		defer cancel(nil)
+		stop := context.AfterFunc(gone, func() { cancel(context.Cause(gone)) })
+		defer stop()
+	}
 
 	key, rm, refusal := f.key(ctx, req)
 	if refusal != nil {
@@ -333,6 +356,13 @@ func (f *Fence) call(ctx context.Context, policy Policy, req *mcp.CallToolReques
 		}
 		defer f.releaseCall(ctx, l)
 	}
+	if ctx.Err() != nil {
+		// The client went (or cancelled) while the lease was being granted:
+		// the tool never starts, and the lease is released as the call
+		// returns.
+		return refuse(Refusal{Cause: CauseCanceled, Message: fmt.Sprintf("the call ended before its tool ran: %v", context.Cause(ctx)),
+			Conversation: key.SessionID, Token: l.Token()})
+	}
 	if span != nil {
 		span.SetAttributes(attribute.String(leasetrace.AttrRunID, l.RunID().String()),
 			attribute.Int64(leasetrace.AttrToken, int64(l.Token())), attribute.String(leasetrace.AttrHolder, l.Holder()))
@@ -350,21 +380,23 @@ func (f *Fence) call(ctx context.Context, policy Policy, req *mcp.CallToolReques
 	return f.classify(ctx, hctx, l, info, tool, res, err)
 }
 
-// key reads a call's key and run metadata.
+// key reads a call's key and run metadata and checks every name the key
+// becomes (the lease key, the claim's scope, Config.CheckKey's names)
+// before any lease statement.
 func (f *Fence) key(ctx context.Context, req *mcp.CallToolRequest) (lease.Key, runMeta, *Refusal) {
 	conv, err := f.cfg.Conversation(ctx, req)
 	if err != nil {
-		return lease.Key{}, runMeta{}, metaRefusal(err, "conversation")
+		return lease.Key{}, runMeta{}, metaRefusal(err, "conversation", "")
 	}
 	acct, err := f.cfg.Account(ctx, req)
 	if err != nil {
 		if errors.Is(err, ErrNoKey) || errors.Is(err, ErrInvalidMeta) {
-			return lease.Key{}, runMeta{}, metaRefusal(err, "account")
+			return lease.Key{}, runMeta{}, metaRefusal(err, "account", conv)
 		}
 		return lease.Key{}, runMeta{}, &Refusal{Cause: CauseUnauthorized, Message: err.Error(), Conversation: conv}
 	}
 	key := lease.Key{AccountID: acct, SessionID: conv}
-	if err := key.Validate(); err != nil {
+	if err := f.checkKey(key); err != nil {
 		return key, runMeta{}, &Refusal{Cause: CauseInvalidMeta, Message: err.Error()}
 	}
 	rm, err := parseRun(req)
@@ -374,11 +406,37 @@ func (f *Fence) key(ctx context.Context, req *mcp.CallToolRequest) (lease.Key, r
 	return key, rm, nil
 }
 
-func metaRefusal(err error, what string) *Refusal {
-	if errors.Is(err, ErrNoKey) {
-		return &Refusal{Cause: CauseNoKey, Message: fmt.Sprintf("the call names no %s (this tool is fenced: set _meta %q)", what, MetaConversation)}
+// checkKey checks every name key becomes: the lease key itself, the claim
+// scope the lease's ctx carries (which guards check), and the server's own
+// names (Config.CheckKey). An id accepted here never fails later for its
+// length or its bytes, after a lease statement was sent or a write
+// committed.
+func (f *Fence) checkKey(key lease.Key) error {
+	if err := key.Validate(); err != nil {
+		return err
 	}
-	return &Refusal{Cause: CauseInvalidMeta, Message: err.Error()}
+	if err := fence.ValidateScope(key.Scope()); err != nil {
+		return fmt.Errorf("mcpfence: the conversation's claim scope: %w", err)
+	}
+	if f.cfg.CheckKey != nil {
+		if err := f.cfg.CheckKey(key); err != nil {
+			return fmt.Errorf("mcpfence: the conversation's names: %w", err)
+		}
+	}
+	return nil
+}
+
+func metaRefusal(err error, what, conv string) *Refusal {
+	if errors.Is(err, ErrNoKey) {
+		where := "its key source"
+		var nk *noKeyError
+		if errors.As(err, &nk) {
+			where = nk.where
+		}
+		return &Refusal{Cause: CauseNoKey, Conversation: conv,
+			Message: fmt.Sprintf("the call names no %s (this tool is fenced: looked in %s)", what, where)}
+	}
+	return &Refusal{Cause: CauseInvalidMeta, Message: err.Error(), Conversation: conv}
 }
 
 // classify turns the handler's outcome into the call's result: errors that

@@ -5,6 +5,8 @@ import (
 	"errors"
 	"fmt"
 	"net/http"
+	"strings"
+	"unicode"
 	"unicode/utf8"
 
 	"github.com/modelcontextprotocol/go-sdk/mcp"
@@ -39,10 +41,17 @@ const (
 // MaxRunIDLen is the longest run id (MetaRun) accepted, in bytes.
 const MaxRunIDLen = 128
 
-// ErrNoKey means a call named no conversation: the key source found no
-// value (no _meta entry, no header). A fenced tool refuses the call with
-// cause CauseNoKey.
-var ErrNoKey = errors.New("mcpfence: the call names no conversation")
+// ErrNoKey means a call named no conversation or no account: the key
+// source found no value (no _meta entry, no header). A fenced tool refuses
+// the call with cause CauseNoKey. The errors of FromMeta, FromHeader and
+// FromSession that match it name what was looked for.
+var ErrNoKey = errors.New("mcpfence: the call names no key")
+
+// noKeyError is ErrNoKey for one place a source looked in.
+type noKeyError struct{ where string }
+
+func (e *noKeyError) Error() string        { return "mcpfence: the call names no key (" + e.where + ")" }
+func (e *noKeyError) Is(target error) bool { return target == ErrNoKey }
 
 // ErrInvalidMeta is matched by every *MetaError.
 var ErrInvalidMeta = errors.New("mcpfence: invalid request metadata")
@@ -78,7 +87,7 @@ func FromMeta(name string) KeySource {
 		}
 		v, ok := req.Params.Meta[name]
 		if !ok || v == nil {
-			return "", ErrNoKey
+			return "", &noKeyError{where: fmt.Sprintf("_meta %q", name)}
 		}
 		s, ok := v.(string)
 		if !ok {
@@ -101,7 +110,7 @@ func FromHeader(name string) KeySource {
 		vs := req.Extra.Header[canon]
 		switch len(vs) {
 		case 0:
-			return "", ErrNoKey
+			return "", &noKeyError{where: "header " + canon}
 		case 1:
 			return validID(canon, vs[0], maxIDLen)
 		default:
@@ -130,16 +139,25 @@ func FromSession(fn func(ss *mcp.ServerSession) string) KeySource {
 // FirstOf tries each source in order and returns the first value found. A
 // malformed value (any error but ErrNoKey) ends the search: a request that
 // carries a bad conversation id is refused, not matched by a later source.
+// When none finds a value the error names every place looked in.
 func FirstOf(srcs ...KeySource) KeySource {
 	return func(ctx context.Context, req *mcp.CallToolRequest) (string, error) {
+		var where []string
 		for _, src := range srcs {
 			s, err := src(ctx, req)
 			if errors.Is(err, ErrNoKey) {
+				var nk *noKeyError
+				if errors.As(err, &nk) {
+					where = append(where, nk.where)
+				}
 				continue
 			}
 			return s, err
 		}
-		return "", ErrNoKey
+		if len(where) == 0 {
+			return "", ErrNoKey
+		}
+		return "", &noKeyError{where: strings.Join(where, " or ")}
 	}
 }
 
@@ -193,6 +211,12 @@ func validID(field, s string, max int) (string, error) {
 	return s, nil
 }
 
+// checkID admits a non-empty id of at most max bytes of valid UTF-8 with
+// no control character and no U+FFFD. JSON decoding (the MCP SDK's, before
+// any middleware sees the request) turns every invalid byte and every lone
+// surrogate escape ("\ud800") into U+FFFD, so two different ids a client
+// sent could arrive as one: an id holding U+FFFD is refused, as the
+// altered id it most likely is.
 func checkID(field, s string, max int) error {
 	switch {
 	case s == "":
@@ -201,6 +225,14 @@ func checkID(field, s string, max int) error {
 		return &MetaError{Field: field, Reason: fmt.Sprintf("%d bytes, at most %d", len(s), max)}
 	case !utf8.ValidString(s):
 		return &MetaError{Field: field, Reason: "not valid UTF-8"}
+	}
+	for i, r := range s {
+		switch {
+		case r == utf8.RuneError:
+			return &MetaError{Field: field, Reason: fmt.Sprintf("contains U+FFFD at byte %d: the id was not valid UTF-8 as sent (JSON decoding replaced it) or holds the replacement character", i)}
+		case unicode.IsControl(r):
+			return &MetaError{Field: field, Reason: fmt.Sprintf("contains control character %U at byte %d", r, i)}
+		}
 	}
 	return nil
 }

@@ -8,6 +8,8 @@
 # PostgreSQL: the machine's cluster on 127.0.0.1:5432 (started if stopped).
 # MinIO: a pinned server built with `go install`, cached outside the tree in
 # $FENCEKIT_CACHE (default ~/.cache/fencekit), data under .services/ (git-ignored).
+# Mailpit (SMTP 127.0.0.1:1025, HTTP API 127.0.0.1:8025): pinned, cached and
+# started like MinIO.
 # Redis (127.0.0.1:6379), MariaDB (127.0.0.1:3306, root without password,
 # database test) and NATS with JetStream (127.0.0.1:4222): the machine's, from
 # Debian's packages (installed if missing), started if stopped.
@@ -142,6 +144,28 @@ if ! tcp_up 4222; then
 fi
 log "NATS ready on 127.0.0.1:4222"
 
+# --- Mailpit (the SMTP server of package effects' tests) ---------------------
+# A pinned release built with `go install`, cached like MinIO; SMTP and its
+# HTTP API (messages read back by the tests) on loopback.
+MAILPIT_VERSION=v1.33.1
+MAILPIT_BIN=$CACHE/bin/mailpit-$MAILPIT_VERSION/mailpit
+MAILPIT_SMTP=${FENCEKIT_MAILPIT_SMTP:-127.0.0.1:1025}
+MAILPIT_HTTP=${FENCEKIT_MAILPIT_HTTP:-127.0.0.1:8025}
+mailpit_live() { curl -fsS -m 2 "http://$MAILPIT_HTTP/api/v1/info" >/dev/null 2>&1; }
+if ! mailpit_live; then
+  if [ ! -x "$MAILPIT_BIN" ]; then
+    log "installing Mailpit $MAILPIT_VERSION into $(dirname "$MAILPIT_BIN")"
+    mkdir -p "$(dirname "$MAILPIT_BIN")"
+    (cd "$state" && GOBIN=$(dirname "$MAILPIT_BIN") GOFLAGS=-mod=mod go install "github.com/axllent/mailpit@$MAILPIT_VERSION") >&2
+  fi
+  log "starting Mailpit on $MAILPIT_SMTP (SMTP) and $MAILPIT_HTTP (API)"
+  nohup setsid "$MAILPIT_BIN" --smtp "$MAILPIT_SMTP" --listen "$MAILPIT_HTTP" --smtp-auth-accept-any --smtp-auth-allow-insecure \
+    >"$state/mailpit.log" 2>&1 </dev/null &
+  echo $! >"$state/mailpit.pid"
+  wait_for Mailpit mailpit_live || exit 1
+fi
+log "Mailpit ready on $MAILPIT_SMTP"
+
 cat <<EOT
 export TEST_DATABASE_URL='$PG_URL'
 export TEST_MINIO_ENDPOINT='$MINIO_ADDR'
@@ -150,4 +174,6 @@ export TEST_MINIO_SECRET_KEY='$MINIO_PASS'
 export TEST_REDIS_ADDR='$REDIS_ADDR'
 export TEST_MYSQL_DSN='$MYSQL_DSN'
 export TEST_NATS_URL='$NATS_URL'
+export TEST_SMTP_ADDR='$MAILPIT_SMTP'
+export TEST_MAILPIT_API='http://$MAILPIT_HTTP'
 EOT

@@ -114,10 +114,12 @@ func run(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io.
 }
 
 // HTTPHandler serves the notes over streamable HTTP at /mcp, behind bearer
-// auth: the token names the user (a stand-in for an OAuth verifier).
+// auth (the token names the user, a stand-in for an OAuth verifier), for
+// both MCP revisions: 2026-07-28 statelessly, 2025-11-25 with sessions
+// (mcpfence's Fence.HTTPHandler, which also ends a call whose client left).
 func (n *Notes) HTTPHandler() http.Handler {
 	server := n.Server()
-	h := mcp.NewStreamableHTTPHandler(func(*http.Request) *mcp.Server { return server }, nil)
+	h := n.Fence.HTTPHandler(func(*http.Request) *mcp.Server { return server }, nil)
 	verify := func(_ context.Context, token string, _ *http.Request) (*auth.TokenInfo, error) {
 		if token == "" {
 			return nil, auth.ErrInvalidToken

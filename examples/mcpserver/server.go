@@ -77,6 +77,15 @@ func NewNotes(ctx context.Context, pool *pgxpool.Pool, opts Options) (*Notes, er
 			"queue_note":    mcpfence.Wait,         // waits its turn, with progress notifications
 			"continue_here": mcpfence.ContinueHere, // the newest device wins
 		},
+		// Every name a conversation becomes in the tools, checked before
+		// any lease statement: an id accepted here never fails after the
+		// note was written.
+		CheckKey: func(k lease.Key) error {
+			if err := fence.ValidateResource(k.Resource("notes")); err != nil {
+				return err
+			}
+			return fileguard.ValidateResource(k.Resource("latest-note.txt"))
+		},
 		Logger: opts.Logger,
 	})
 	if err != nil {

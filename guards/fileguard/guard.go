@@ -180,6 +180,12 @@ func (g *Guard) Path(resource string) string {
 	return filepath.Join(g.dir, filepath.FromSlash(resource))
 }
 
+// ValidateResource reports whether the guard accepts resource as a name,
+// with the *fence.ResourceError its writes would return otherwise: for
+// callers that check every name an id becomes before acting on it (an
+// MCP server's mcpfence.Config.CheckKey, say).
+func ValidateResource(resource string) error { return checkResource(resource) }
+
 // checkResource applies fence.ValidateResource and the rules of a path
 // below Dir: segments separated by '/', none empty, ".", ".." or longer
 // than 255 bytes, and the first not StateDir (a *fence.ResourceError

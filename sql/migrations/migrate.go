@@ -15,7 +15,7 @@ import (
 	"github.com/jackc/pgx/v5/pgconn"
 )
 
-//go:embed lease guard
+//go:embed lease guard effects
 var files embed.FS
 
 // Set names a group of migrations that is versioned on its own.
@@ -26,6 +26,11 @@ const (
 	Lease Set = "lease"
 	// Guard is the PostgreSQL guard's high-water-mark table.
 	Guard Set = "guard"
+	// Effects is the outbox table of package effects (effects recorded
+	// under a lease, delivered by relays). It must live in the database of
+	// the Lease set, as it is written in the transaction that checks the
+	// producer's lease row. Migrate applies it only when asked for.
+	Effects Set = "effects"
 )
 
 // DefaultSchema is the schema Migrate and the packages using it default to.

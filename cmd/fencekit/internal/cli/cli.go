@@ -58,6 +58,7 @@ var groups = []struct{ name, summary string }{
 	{"leases", "list, inspect, revoke and watch leases"},
 	{"janitor", "delete old lease rows"},
 	{"marks", "the PostgreSQL guard's marks: highest token, prune idle ones"},
+	{"effects", "the effects outbox: list, retry, cancel"},
 }
 
 func commands() []command {
@@ -66,6 +67,7 @@ func commands() []command {
 	cs = append(cs, floorCommands()...)
 	cs = append(cs, leasesCommands()...)
 	cs = append(cs, housekeepingCommands()...)
+	cs = append(cs, effectsCommands()...)
 	return cs
 }
 

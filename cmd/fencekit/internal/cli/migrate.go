@@ -66,10 +66,10 @@ func (s *setFlag) Set(v string) error {
 		switch p = strings.TrimSpace(p); p {
 		case "all":
 			out = append(out, migrations.Lease, migrations.Guard)
-		case string(migrations.Lease), string(migrations.Guard):
+		case string(migrations.Lease), string(migrations.Guard), string(migrations.Effects):
 			out = append(out, migrations.Set(p))
 		default:
-			return fmt.Errorf("unknown migration set %q (want lease, guard or all)", p)
+			return fmt.Errorf("unknown migration set %q (want lease, guard, effects or all; all is lease and guard)", p)
 		}
 	}
 	s.sets, s.given = dedupe(out), true
@@ -292,7 +292,7 @@ func (v validateJSON) text(w io.Writer) {
 		fmt.Fprintf(w, "schema %s has every migration this build needs\n", v.Schema)
 		return
 	}
-	for _, s := range []migrations.Set{migrations.Lease, migrations.Guard} {
+	for _, s := range []migrations.Set{migrations.Lease, migrations.Guard, migrations.Effects} {
 		if vs, ok := v.Missing[string(s)]; ok {
 			fmt.Fprintf(w, "schema %s: %s set missing %s\n", v.Schema, s, versions(vs))
 		}

@@ -1,0 +1,469 @@
+package effects
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"math/rand/v2"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/google/uuid"
+	"github.com/jackc/pgx/v5"
+
+	"github.com/fencekit/fencekit/fence"
+)
+
+// Relay defaults.
+const (
+	DefaultClaimFor = 30 * time.Second
+	DefaultPoll     = time.Second
+	DefaultBatch    = 16
+	DefaultRetryMin = time.Second
+	DefaultRetryMax = 5 * time.Minute
+)
+
+// RelayConfig configures a Relay.
+type RelayConfig struct {
+	// Name identifies the relay in claimed_by. Default: a random name.
+	Name string
+	// Targets limits the relay to these target names; empty: every target
+	// of the Outbox that has a Deliverer.
+	Targets []string
+	// ClaimFor is a claim's lease (visibility timeout): each attempt must
+	// end within it (its context ends a tenth of it early), and another
+	// relay may claim the effect again once it passed. Default
+	// DefaultClaimFor; at least 100ms.
+	ClaimFor time.Duration
+	// Poll is how often the relay looks for due effects when no
+	// notification arrived (retries come due, notifications may be lost).
+	// Default DefaultPoll.
+	Poll time.Duration
+	// Batch is how many effects one claim statement takes (delivered
+	// concurrently). Default DefaultBatch.
+	Batch int
+	// RetryMin and RetryMax bound the backoff between attempts of an
+	// effect: RetryMin·2^(attempt-1), at most RetryMax, with full jitter
+	// over its upper half; a target's Retry-After raises it (up to
+	// RetryMax). Defaults DefaultRetryMin, DefaultRetryMax.
+	RetryMin, RetryMax time.Duration
+	// ListenConnString is the connection string of the relay's LISTEN
+	// connection, when the Outbox's pool goes through a transaction
+	// pooler (which cannot deliver notifications). Default: the pool's
+	// settings.
+	ListenConnString string
+}
+
+// RelayStats counts what a Relay did since it was built.
+type RelayStats struct {
+	Claimed    int64 // claims (attempts started)
+	Delivered  int64
+	Rejected   int64
+	Ambiguous  int64
+	Retried    int64 // attempts that ended in a retry
+	Superseded int64 // outcomes not written because another claim took over
+}
+
+// Relay claims due effects and delivers them. Any number of relays, in any
+// number of processes, may run on one schema: a claim takes rows with FOR
+// UPDATE SKIP LOCKED, raises their epoch and holds them for ClaimFor; an
+// outcome is written only under the epoch of its claim.
+type Relay struct {
+	o       *Outbox
+	cfg     RelayConfig
+	names   []string
+	amo     []string
+	hooks   relayHooks
+	mu      sync.Mutex
+	started bool
+	stopped bool
+	cancel  context.CancelFunc
+	done    chan struct{}
+	wake    chan struct{}
+	stats   struct{ claimed, delivered, rejected, ambiguous, retried, superseded atomic.Int64 }
+}
+
+// relayHooks are test hooks (export_test.go); nil in production.
+type relayHooks struct {
+	// afterClaim runs after a claim committed, before the attempt.
+	afterClaim func(id uuid.UUID, epoch int64)
+	// afterSend runs after the Deliverer returned; true abandons the
+	// attempt without writing its outcome (a relay that died there).
+	afterSend func(id uuid.UUID, epoch int64) bool
+}
+
+// NewRelay validates cfg and returns a stopped Relay for o. It does no I/O.
+func NewRelay(o *Outbox, cfg RelayConfig) (*Relay, error) {
+	if o == nil {
+		return nil, &ConfigError{Field: "Outbox", Reason: "nil"}
+	}
+	r := &Relay{o: o, cfg: cfg, wake: make(chan struct{}, 1)}
+	if r.cfg.Name == "" {
+		r.cfg.Name = "relay-" + uuid.NewString()[:8]
+	}
+	if len(r.cfg.Name) > 128 {
+		return nil, &ConfigError{Field: "Name", Reason: "longer than 128 bytes"}
+	}
+	names := cfg.Targets
+	if len(names) == 0 {
+		for n, t := range o.targets {
+			if t.Deliverer != nil {
+				names = append(names, n)
+			}
+		}
+	}
+	for _, n := range names {
+		t, ok := o.targets[n]
+		if !ok {
+			return nil, &ConfigError{Field: "Targets", Reason: fmt.Sprintf("%q is not a target of the Outbox", n)}
+		}
+		if t.Deliverer == nil {
+			return nil, &ConfigError{Field: "Targets", Reason: fmt.Sprintf("target %q has no Deliverer", n)}
+		}
+		r.names = append(r.names, n)
+		if t.AtMostOnce {
+			r.amo = append(r.amo, n)
+		}
+	}
+	if len(r.names) == 0 {
+		return nil, &ConfigError{Field: "Targets", Reason: "no target with a Deliverer"}
+	}
+	if r.amo == nil {
+		r.amo = []string{}
+	}
+	def := func(d *time.Duration, v time.Duration, field string, min time.Duration) error {
+		if *d == 0 {
+			*d = v
+		}
+		if *d < min {
+			return &ConfigError{Field: field, Reason: fmt.Sprintf("%s is below %s", *d, min)}
+		}
+		return nil
+	}
+	for _, f := range []error{
+		def(&r.cfg.ClaimFor, DefaultClaimFor, "ClaimFor", 100*time.Millisecond),
+		def(&r.cfg.Poll, DefaultPoll, "Poll", time.Millisecond),
+		def(&r.cfg.RetryMin, DefaultRetryMin, "RetryMin", time.Millisecond),
+		def(&r.cfg.RetryMax, DefaultRetryMax, "RetryMax", time.Millisecond),
+	} {
+		if f != nil {
+			return nil, f
+		}
+	}
+	if r.cfg.RetryMax < r.cfg.RetryMin {
+		return nil, &ConfigError{Field: "RetryMax", Reason: "below RetryMin"}
+	}
+	switch {
+	case r.cfg.Batch == 0:
+		r.cfg.Batch = DefaultBatch
+	case r.cfg.Batch < 0 || r.cfg.Batch > 1000:
+		return nil, &ConfigError{Field: "Batch", Reason: fmt.Sprintf("%d not in 1..1000", r.cfg.Batch)}
+	}
+	if r.cfg.ListenConnString != "" {
+		if _, err := pgx.ParseConfig(r.cfg.ListenConnString); err != nil {
+			return nil, &ConfigError{Field: "ListenConnString", Reason: err.Error(), Err: err}
+		}
+	}
+	return r, nil
+}
+
+// Start starts the relay's goroutines (a LISTEN connection and the
+// delivery loop) and returns at once. A second Start is a no-op; Start
+// after Stop returns ErrStopped. ctx's values are kept; its cancellation
+// does not stop the relay (Stop does).
+func (r *Relay) Start(ctx context.Context) error {
+	if ctx == nil {
+		return fmt.Errorf("effects: Relay.Start with nil ctx: %w", fence.ErrNilArgument)
+	}
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	switch {
+	case r.stopped:
+		return ErrStopped
+	case r.started:
+		return nil
+	}
+	r.started = true
+	ctx, r.cancel = context.WithCancel(context.WithoutCancel(ctx))
+	r.done = make(chan struct{})
+	var wg sync.WaitGroup
+	wg.Add(2)
+	go func() { defer wg.Done(); r.listen(ctx) }()
+	go func() { defer wg.Done(); r.loop(ctx) }()
+	go func() { wg.Wait(); close(r.done) }()
+	return nil
+}
+
+// Stop stops the relay and waits for its goroutines: attempts in flight
+// are cancelled (their outcome is written as a retry, or left to the next
+// claim when the database cannot be reached). Idempotent; safe before
+// Start.
+func (r *Relay) Stop() error {
+	r.mu.Lock()
+	r.stopped = true
+	cancel, done := r.cancel, r.done
+	r.mu.Unlock()
+	if cancel == nil {
+		return nil
+	}
+	cancel()
+	<-done
+	return nil
+}
+
+// Stats returns the relay's counters.
+func (r *Relay) Stats() RelayStats {
+	return RelayStats{
+		Claimed: r.stats.claimed.Load(), Delivered: r.stats.delivered.Load(), Rejected: r.stats.rejected.Load(),
+		Ambiguous: r.stats.ambiguous.Load(), Retried: r.stats.retried.Load(), Superseded: r.stats.superseded.Load(),
+	}
+}
+
+func (r *Relay) poke() {
+	select {
+	case r.wake <- struct{}{}:
+	default:
+	}
+}
+
+// listen keeps a LISTEN connection on the schema's channel and pokes the
+// loop on every notification (and on each (re)connect, to catch up).
+func (r *Relay) listen(ctx context.Context) {
+	for ctx.Err() == nil {
+		err := r.listenOnce(ctx)
+		if ctx.Err() != nil {
+			return
+		}
+		r.o.log.Warn("effects: relay listener", "relay", r.cfg.Name, "err", err)
+		select { // the poll covers the gap
+		case <-ctx.Done():
+		case <-time.After(r.cfg.Poll):
+		}
+	}
+}
+
+func (r *Relay) listenOnce(ctx context.Context) error {
+	var cc *pgx.ConnConfig
+	if r.cfg.ListenConnString != "" {
+		c, err := pgx.ParseConfig(r.cfg.ListenConnString)
+		if err != nil {
+			return err
+		}
+		cc = c
+	} else {
+		cc = r.o.pool.Config().ConnConfig.Copy()
+	}
+	conn, err := pgx.ConnectConfig(ctx, cc)
+	if err != nil {
+		return err
+	}
+	defer func() {
+		cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 2*time.Second)
+		defer cancel()
+		_ = conn.Close(cctx)
+	}()
+	if _, err := conn.Exec(ctx, "LISTEN "+pgx.Identifier{r.o.channel}.Sanitize()); err != nil {
+		return err
+	}
+	r.poke()
+	for {
+		if _, err := conn.WaitForNotification(ctx); err != nil {
+			return err
+		}
+		r.poke()
+	}
+}
+
+func (r *Relay) loop(ctx context.Context) {
+	t := time.NewTimer(0)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-r.wake:
+		case <-t.C:
+		}
+		for ctx.Err() == nil {
+			n, err := r.pass(ctx)
+			if err != nil {
+				if ctx.Err() == nil {
+					r.o.log.Warn("effects: relay claim", "relay", r.cfg.Name, "err", err)
+				}
+				break
+			}
+			if n < r.cfg.Batch {
+				break
+			}
+		}
+		if !t.Stop() {
+			select {
+			case <-t.C:
+			default:
+			}
+		}
+		t.Reset(r.cfg.Poll)
+	}
+}
+
+// claimed is one claimed effect.
+type claimed struct {
+	id        uuid.UUID
+	epoch     int64
+	target    string
+	request   []byte
+	attempts  int
+	firstSent time.Time
+	oldState  string
+	now       time.Time
+	started   time.Time // local monotonic time the claim was sent
+}
+
+// pass claims one batch and delivers it; it returns how many it claimed.
+func (r *Relay) pass(ctx context.Context) (int, error) {
+	started := time.Now()
+	rows, err := r.o.pool.Query(ctx, r.o.st.claim, r.names, r.cfg.Batch, r.cfg.Name, r.cfg.ClaimFor.Microseconds(), r.amo)
+	if err != nil {
+		return 0, err
+	}
+	var batch []claimed
+	for rows.Next() {
+		var (
+			c       claimed
+			id      string
+			created time.Time
+		)
+		if err := rows.Scan(&id, &c.epoch, &c.target, &c.request, &c.attempts, &c.firstSent, &c.oldState, &c.now, &created); err != nil {
+			rows.Close()
+			return 0, err
+		}
+		if c.id, err = uuid.Parse(id); err != nil {
+			rows.Close()
+			return 0, err
+		}
+		c.started = started
+		batch = append(batch, c)
+	}
+	rows.Close()
+	if err := rows.Err(); err != nil {
+		return 0, err
+	}
+	r.stats.claimed.Add(int64(len(batch)))
+	var wg sync.WaitGroup
+	for _, c := range batch {
+		wg.Add(1)
+		go func() { defer wg.Done(); r.attempt(ctx, c) }()
+	}
+	wg.Wait()
+	return len(batch), nil
+}
+
+// attempt delivers one claimed effect and writes its outcome under the
+// claim's epoch.
+func (r *Relay) attempt(ctx context.Context, c claimed) {
+	if h := r.hooks.afterClaim; h != nil {
+		h(c.id, c.epoch)
+	}
+	t := r.o.targets[c.target]
+	if c.oldState == string(StateSending) {
+		r.finish(ctx, c, StateAmbiguous, Result{Detail: "an earlier at-most-once send was interrupted (its relay stopped or its claim expired while sending): it may have been sent; not resent"}, nil)
+		return
+	}
+	deadline := c.started.Add(r.cfg.ClaimFor - r.cfg.ClaimFor/10)
+	if !t.AtMostOnce {
+		windowEnd := c.firstSent.Add(t.DedupWindow)
+		if !c.now.Before(windowEnd) {
+			r.finish(ctx, c, StateAmbiguous, Result{Detail: fmt.Sprintf("the target's dedup window (%s) passed with the outcome unknown: not resent", t.DedupWindow)}, nil)
+			return
+		}
+		// The send must reach the target inside its window (on the
+		// database clock, measured from the claim).
+		if local := c.started.Add(windowEnd.Sub(c.now)); local.Before(deadline) {
+			deadline = local
+		}
+	}
+	dctx, cancel := context.WithDeadline(ctx, deadline)
+	res, err := t.Deliverer.Deliver(dctx, Delivery{ID: c.id, Target: c.target, Key: IdempotencyKey(c.id), Request: c.request, Attempt: c.attempts})
+	cancel()
+	if h := r.hooks.afterSend; h != nil && h(c.id, c.epoch) {
+		return // a relay that died here: the claim expires, another attempt follows
+	}
+	var rej *RejectedError
+	switch {
+	case err == nil:
+		r.finish(ctx, c, StateDelivered, res, nil)
+	case errors.As(err, &rej):
+		r.finish(ctx, c, StateRejected, Result{Code: rej.Code, Detail: rej.Detail}, err)
+	case t.AtMostOnce && !isNotSent(err):
+		r.finish(ctx, c, StateAmbiguous, Result{Code: res.Code, Detail: "at-most-once send failed with the outcome unknown: not resent"}, err)
+	default:
+		r.retry(ctx, c, err)
+	}
+}
+
+// writeCtx bounds an outcome write; it survives Stop's cancellation so
+// that an attempt that ended is recorded.
+func writeCtx(ctx context.Context) (context.Context, context.CancelFunc) {
+	return context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
+}
+
+func (r *Relay) finish(ctx context.Context, c claimed, st State, res Result, cause error) {
+	wctx, cancel := writeCtx(ctx)
+	defer cancel()
+	var errText *string
+	if cause != nil {
+		s := shorten(cause.Error())
+		errText = &s
+	}
+	var ok bool
+	err := r.o.pool.QueryRow(wctx, r.o.st.finish, c.id.String(), c.epoch, string(st), res.Code, shorten(res.Detail), errText).Scan(&ok)
+	switch {
+	case errors.Is(err, pgx.ErrNoRows):
+		r.stats.superseded.Add(1)
+		r.o.log.Warn("effects: outcome not written: another claim took the effect over", "relay", r.cfg.Name, "effect", c.id, "epoch", c.epoch, "state", st)
+	case err != nil:
+		r.o.log.Warn("effects: outcome write failed; the next claim decides", "relay", r.cfg.Name, "effect", c.id, "err", err)
+	default:
+		switch st {
+		case StateDelivered:
+			r.stats.delivered.Add(1)
+		case StateRejected:
+			r.stats.rejected.Add(1)
+		case StateAmbiguous:
+			r.stats.ambiguous.Add(1)
+		}
+	}
+}
+
+func (r *Relay) retry(ctx context.Context, c claimed, cause error) {
+	d := r.backoff(c.attempts)
+	var ra *RetryAfterError
+	if errors.As(cause, &ra) && ra.After > d {
+		d = min(ra.After, r.cfg.RetryMax)
+	}
+	wctx, cancel := writeCtx(ctx)
+	defer cancel()
+	var ok bool
+	err := r.o.pool.QueryRow(wctx, r.o.st.retry, c.id.String(), c.epoch, d.Microseconds(), shorten(cause.Error())).Scan(&ok)
+	switch {
+	case errors.Is(err, pgx.ErrNoRows):
+		r.stats.superseded.Add(1)
+	case err != nil:
+		r.o.log.Warn("effects: retry write failed; the claim expires instead", "relay", r.cfg.Name, "effect", c.id, "err", err)
+	default:
+		r.stats.retried.Add(1)
+	}
+}
+
+// backoff is RetryMin·2^(attempts-1) capped at RetryMax, jittered over
+// its upper half.
+func (r *Relay) backoff(attempts int) time.Duration {
+	d := r.cfg.RetryMin
+	for i := 1; i < attempts && d < r.cfg.RetryMax; i++ {
+		d *= 2
+	}
+	d = min(d, r.cfg.RetryMax)
+	half := d / 2
+	return half + time.Duration(rand.Int64N(int64(half)+1))
+}

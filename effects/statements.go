@@ -1,0 +1,151 @@
+package effects
+
+import "strings"
+
+// statements holds the SQL text for one schema. The only interpolated
+// text is the schema name, validated and quoted by
+// migrations.QuoteIdentifier; every value is a bound parameter (arrays as
+// text[], uuids as text, so every pgx exec mode works). The database clock
+// is read once per statement, in a CTE.
+type statements struct {
+	lockTimeout, insert, existing               string
+	claim, finish, retry                        string
+	get, list, cancel, cancelDisplaced, requeue string
+	deleteFinal, stats                          string
+}
+
+// columns an Info is scanned from (scanInfo), for the alias e.
+const infoColumns = `e.id::text, e.target, e.account_id, e.session_id, e.run_id::text, e.fence_token, e.request_key,
+       e.state, e.epoch, e.attempts, e.created_at, e.updated_at, e.next_at, e.first_sent_at, e.final_at,
+       coalesce(e.outcome_code, 0), coalesce(e.outcome_detail, ''), coalesce(e.last_error, ''), coalesce(e.claimed_by, '')`
+
+func newStatements(q string) statements {
+	r := strings.NewReplacer("$S", q)
+	return statements{
+		lockTimeout: `SELECT set_config('lock_timeout', $1::text, true)`,
+
+		// $1 target, $2 account, $3 session, $4 run_id, $5 token, $6
+		// request key, $7 request, $8 channel. Runs after the lease check
+		// in the same transaction. No row: the (lease key, request key)
+		// was recorded before. The NOTIFY is sent at commit.
+		insert: r.Replace(`WITH now_db AS MATERIALIZED (SELECT clock_timestamp() AS t)
+INSERT INTO $S.fencekit_effects AS e
+    (target, account_id, session_id, run_id, fence_token, request_key, request, next_at, created_at, updated_at)
+SELECT $1::text, $2::text, $3::text, $4::text::uuid, $5::bigint, $6::text, $7::bytea, n.t, n.t, n.t
+  FROM now_db n
+ON CONFLICT (account_id, session_id, request_key) DO NOTHING
+RETURNING e.id::text, pg_notify($8::text, '') IS NULL`),
+
+		// $1 account, $2 session, $3 request key, $4 target, $5 request.
+		existing: r.Replace(`SELECT e.id::text, e.target = $4::text AND e.request = $5::bytea
+  FROM $S.fencekit_effects e
+ WHERE e.account_id = $1::text AND e.session_id = $2::text AND e.request_key = $3::text`),
+
+		// $1 targets (text[]), $2 limit, $3 relay name, $4 claim time µs,
+		// $5 at-most-once targets (text[]). Claims due, unclaimed (or whose
+		// claim expired) unfinished effects, skipping rows another relay
+		// is claiming: raises the epoch, counts the attempt, marks the
+		// first send time (committed before any send) and, for an
+		// at-most-once target, the state sending. Returns the state the
+		// row had before (sending: an earlier claim's send may have
+		// happened) and the clock.
+		claim: r.Replace(`WITH now_db AS MATERIALIZED (SELECT clock_timestamp() AS t),
+due AS (
+  SELECT e.id, e.state AS old_state
+    FROM $S.fencekit_effects e, now_db n
+   WHERE e.final_at IS NULL AND e.next_at <= n.t
+     AND (e.claimed_until IS NULL OR e.claimed_until <= n.t)
+     AND e.target = ANY($1::text[])
+   ORDER BY e.next_at
+   LIMIT $2
+     FOR UPDATE OF e SKIP LOCKED)
+UPDATE $S.fencekit_effects e
+   SET epoch = e.epoch + 1, attempts = e.attempts + 1, claimed_by = $3::text,
+       claimed_until = n.t + $4::bigint * interval '1 microsecond',
+       first_sent_at = coalesce(e.first_sent_at, n.t), updated_at = n.t,
+       state = CASE WHEN e.target = ANY($5::text[]) THEN 'sending' ELSE e.state END
+  FROM due d, now_db n
+ WHERE e.id = d.id
+RETURNING e.id::text, e.epoch, e.target, e.request, e.attempts, e.first_sent_at, d.old_state, n.t, e.created_at`),
+
+		// $1 id, $2 epoch, $3 final state, $4 code, $5 detail, $6 error.
+		// Only under the claim's epoch: a relay whose claim was taken by
+		// another relay changes nothing.
+		finish: r.Replace(`WITH now_db AS MATERIALIZED (SELECT clock_timestamp() AS t)
+UPDATE $S.fencekit_effects e
+   SET state = $3::text, outcome_code = $4::integer, outcome_detail = $5::text,
+       last_error = coalesce($6::text, e.last_error),
+       final_at = n.t, updated_at = n.t, claimed_until = NULL
+  FROM now_db n
+ WHERE e.id = $1::text::uuid AND e.epoch = $2::bigint AND e.final_at IS NULL
+RETURNING true`),
+
+		// $1 id, $2 epoch, $3 delay µs, $4 error. Back to pending, due
+		// after the delay; the claim ends.
+		retry: r.Replace(`WITH now_db AS MATERIALIZED (SELECT clock_timestamp() AS t)
+UPDATE $S.fencekit_effects e
+   SET state = 'pending', next_at = n.t + $3::bigint * interval '1 microsecond', last_error = $4::text,
+       updated_at = n.t, claimed_until = NULL
+  FROM now_db n
+ WHERE e.id = $1::text::uuid AND e.epoch = $2::bigint AND e.final_at IS NULL
+RETURNING true`),
+
+		// $1 id.
+		get: r.Replace(`SELECT ` + infoColumns + ` FROM $S.fencekit_effects e WHERE e.id = $1::text::uuid`),
+
+		// $1 state or NULL, $2 target or NULL, $3 account or NULL, $4
+		// session or NULL, $5 limit.
+		list: r.Replace(`SELECT ` + infoColumns + ` FROM $S.fencekit_effects e
+ WHERE ($1::text IS NULL OR e.state = $1::text) AND ($2::text IS NULL OR e.target = $2::text)
+   AND ($3::text IS NULL OR e.account_id = $3::text) AND ($4::text IS NULL OR e.session_id = $4::text)
+ ORDER BY e.created_at DESC, e.id
+ LIMIT $5`),
+
+		// $1 id, $2 detail. An operator's cancel: a pending effect no
+		// relay holds a live claim on. The epoch is raised so that the
+		// outcome of an earlier, expired claim is not written.
+		cancel: r.Replace(`WITH now_db AS MATERIALIZED (SELECT clock_timestamp() AS t)
+UPDATE $S.fencekit_effects e
+   SET state = 'canceled', outcome_detail = $2::text, final_at = n.t, updated_at = n.t,
+       epoch = e.epoch + 1, claimed_until = NULL
+  FROM now_db n
+ WHERE e.id = $1::text::uuid AND e.state = 'pending'
+   AND (e.claimed_until IS NULL OR e.claimed_until <= n.t)
+RETURNING true`),
+
+		// $1 account, $2 session, $3 the new holder's token, $4 detail.
+		// The new holder's cancel: effects of earlier grants of the key
+		// that no relay has ever claimed (epoch 0). A relay's claim locks
+		// the row and raises the epoch, so each effect is either canceled
+		// here or claimed, never both.
+		cancelDisplaced: r.Replace(`WITH now_db AS MATERIALIZED (SELECT clock_timestamp() AS t)
+UPDATE $S.fencekit_effects e
+   SET state = 'canceled', outcome_detail = $4::text, final_at = n.t, updated_at = n.t
+  FROM now_db n
+ WHERE e.account_id = $1::text AND e.session_id = $2::text AND e.fence_token < $3::bigint
+   AND e.state = 'pending' AND e.epoch = 0
+RETURNING e.id::text`),
+
+		// $1 id. An operator's retry of an ambiguous or rejected effect:
+		// pending again, due now, with a new dedup window; same id, same
+		// idempotency key.
+		requeue: r.Replace(`WITH now_db AS MATERIALIZED (SELECT clock_timestamp() AS t)
+UPDATE $S.fencekit_effects e
+   SET state = 'pending', final_at = NULL, next_at = n.t, first_sent_at = NULL, updated_at = n.t,
+       claimed_until = NULL, outcome_code = NULL, outcome_detail = NULL
+  FROM now_db n
+ WHERE e.id = $1::text::uuid AND e.state IN ('ambiguous', 'rejected')
+RETURNING true`),
+
+		// $1 age µs, $2 limit. Final effects older than the age.
+		deleteFinal: r.Replace(`DELETE FROM $S.fencekit_effects
+ WHERE id IN (SELECT e.id FROM $S.fencekit_effects e
+               WHERE e.final_at IS NOT NULL AND e.final_at < clock_timestamp() - $1::bigint * interval '1 microsecond'
+               ORDER BY e.final_at LIMIT $2)`),
+
+		// Counts by state, and the age of the oldest unfinished effect.
+		stats: r.Replace(`SELECT e.state, count(*), coalesce(extract(epoch FROM clock_timestamp() - min(e.created_at)), 0)::float8
+  FROM $S.fencekit_effects e
+ GROUP BY e.state`),
+	}
+}
