@@ -46,8 +46,11 @@ const abandoned = desktop.callTool(
   { name: "queue_note", arguments: { text: "abort never" }, _meta: meta({}) },
   { signal: controller.signal, onprogress: (p) => { progress = p.message ?? ""; waiting(); } },
 );
-await waited;
-check(/browser/.test(progress), "desktop's queue_note waits, told the browser holds the conversation", progress);
+// The call must be waiting (a progress notification) before it is aborted;
+// one that returned at once ends the scenario here.
+const first = await Promise.race([waited.then(() => "waiting"), abandoned.then((r) => JSON.stringify(r), (e) => String(e))]);
+check(first === "waiting" && /browser/.test(progress), "desktop's queue_note waits, told the browser holds the conversation", first === "waiting" ? progress : first);
+if (first !== "waiting") process.exit(1);
 controller.abort(new Error("the desktop left"));
 let outcome;
 try {
