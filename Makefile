@@ -62,7 +62,7 @@ test/renewalmodes: ## lease core subset in per-lease renewal mode (the main suit
 	  TEST_LEASE_RENEWAL=per-lease $(GO) test $(TESTFLAGS) -run '$(LEASE_CORE_RUN)|TestRevoke|TestList|TestRollingDeploy|TestMigration9' ./lease
 
 .PHONY: test/interop
-test/interop: ## MCP interop: the TypeScript SDK clients (1.x, v2) and the MCP conformance suite against examples/mcpserver (node, npm)
+test/interop: ## MCP interop: the TypeScript SDK clients (1.x) and the MCP conformance suite against examples/mcpserver (node, npm)
 	@$(SERVICES); cd examples/mcpserver && $(GO) test $(TESTFLAGS) -run 'TestTypeScriptInterop|TestReplicas|TestConformance' .
 
 .PHONY: test/short
