@@ -108,6 +108,16 @@ func (r *Router) Takeover(ctx context.Context, key lease.Key, opts ...lease.Opti
 	return m.Takeover(ctx, key, opts...)
 }
 
+// Resume is lease.Manager.Resume on key's partition: a parked grant is
+// resumed by a Manager of the partition that holds key's row.
+func (r *Router) Resume(ctx context.Context, key lease.Key, runID uuid.UUID, opts ...lease.Option) (*lease.Lease, error) {
+	m, err := r.For(key)
+	if err != nil {
+		return nil, err
+	}
+	return m.Resume(ctx, key, runID, opts...)
+}
+
 // Run is lease.Manager.Run on key's partition.
 func (r *Router) Run(ctx context.Context, key lease.Key, fn func(ctx context.Context, l *lease.Lease) error, opts ...lease.Option) error {
 	m, err := r.For(key)
