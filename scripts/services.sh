@@ -31,6 +31,15 @@ state=$top/.services
 mkdir -p "$state"
 log() { printf '[services] %s\n' "$*" >&2; }
 
+# One run at a time per machine (tests, helpers and worktrees call this
+# script concurrently): the services are the machine's, and two first runs
+# would each build MinIO and race to start it on the same port.
+mkdir -p "$CACHE"
+if command -v flock >/dev/null 2>&1; then
+  exec 9>"$CACHE/services.lock"
+  flock 9
+fi
+
 # --- PostgreSQL -------------------------------------------------------------
 pg_up() { pg_isready -q -h 127.0.0.1 -p 5432 -t 2 >/dev/null 2>&1; }
 if ! pg_up; then
