@@ -33,7 +33,8 @@ log() { printf '[services] %s\n' "$*" >&2; }
 
 # One run at a time per machine (tests, helpers and worktrees call this
 # script concurrently): the services are the machine's, and two first runs
-# would each build MinIO and race to start it on the same port.
+# would each build MinIO and race to start it on the same port. Every
+# server started below gets 9>&-, so that none keeps the lock after exit.
 mkdir -p "$CACHE"
 if command -v flock >/dev/null 2>&1; then
   exec 9>"$CACHE/services.lock"
@@ -46,7 +47,7 @@ if ! pg_up; then
   if command -v pg_ctlcluster >/dev/null 2>&1 && [ -d /etc/postgresql ]; then
     ver=$(ls /etc/postgresql | sort -V | tail -n 1)
     log "starting PostgreSQL $ver"
-    pg_ctlcluster --skip-systemctl-redirect "$ver" main start >&2 || true
+    9>&- pg_ctlcluster --skip-systemctl-redirect "$ver" main start >&2 || true
   fi
   for _ in $(seq 1 60); do pg_up && break; sleep 0.5; done
   pg_up || { log "PostgreSQL is not reachable on 127.0.0.1:5432"; exit 1; }
@@ -84,7 +85,7 @@ if ! minio_live; then
   log "starting MinIO on $MINIO_ADDR"
   MINIO_ROOT_USER=$MINIO_USER MINIO_ROOT_PASSWORD=$MINIO_PASS MINIO_BROWSER=off \
     MINIO_UPDATE=off MINIO_CI_CD=1 \
-    nohup setsid "$MINIO_BIN" server --quiet --address "$MINIO_ADDR" --console-address "$MINIO_CONSOLE" \
+    9>&- nohup setsid "$MINIO_BIN" server --quiet --address "$MINIO_ADDR" --console-address "$MINIO_CONSOLE" \
     "$state/minio-data" >"$state/minio.log" 2>&1 </dev/null &
   echo $! >"$state/minio.pid"
   for _ in $(seq 1 120); do minio_live && break; sleep 0.25; done
@@ -119,7 +120,7 @@ need_pkg redis-cli redis-server
 if ! redis_up; then
   log "starting Redis on 127.0.0.1:6379"
   mkdir -p /var/lib/redis /var/log/redis
-  redis-server --daemonize yes --bind 127.0.0.1 -::1 --port 6379 --save "" --appendonly no \
+  9>&- redis-server --daemonize yes --bind 127.0.0.1 -::1 --port 6379 --save "" --appendonly no \
     --dir /var/lib/redis --logfile /var/log/redis/ci.log >&2
   wait_for Redis redis_up || exit 1
 fi
@@ -130,7 +131,7 @@ need_pkg /usr/sbin/mariadbd mariadb-server
 if ! mariadb_up; then
   log "starting MariaDB on 127.0.0.1:3306"
   mkdir -p /run/mysqld && chown mysql:mysql /run/mysqld 2>/dev/null || true
-  start-stop-daemon --start --oknodo --background --exec /usr/sbin/mariadbd >&2
+  9>&- start-stop-daemon --start --oknodo --background --exec /usr/sbin/mariadbd >&2
   wait_for MariaDB mariadb_up || exit 1
 fi
 if ! mariadb --protocol=tcp -h 127.0.0.1 -P 3306 -uroot -e 'SELECT 1' test >/dev/null 2>&1; then
@@ -147,7 +148,7 @@ need_pkg /usr/sbin/nats-server nats-server
 if ! tcp_up 4222; then
   log "starting NATS (JetStream) on 127.0.0.1:4222"
   mkdir -p /var/lib/nats-server
-  start-stop-daemon --start --oknodo --background --exec /usr/sbin/nats-server -- \
+  9>&- start-stop-daemon --start --oknodo --background --exec /usr/sbin/nats-server -- \
     -a 127.0.0.1 -p 4222 -js -sd /var/lib/nats-server -l /var/log/nats-server.log >&2
   wait_for NATS tcp_up 4222 || exit 1
 fi
@@ -168,7 +169,7 @@ if ! mailpit_live; then
     (cd "$state" && GOBIN=$(dirname "$MAILPIT_BIN") GOFLAGS=-mod=mod go install "github.com/axllent/mailpit@$MAILPIT_VERSION") >&2
   fi
   log "starting Mailpit on $MAILPIT_SMTP (SMTP) and $MAILPIT_HTTP (API)"
-  nohup setsid "$MAILPIT_BIN" --smtp "$MAILPIT_SMTP" --listen "$MAILPIT_HTTP" --smtp-auth-accept-any --smtp-auth-allow-insecure \
+  9>&- nohup setsid "$MAILPIT_BIN" --smtp "$MAILPIT_SMTP" --listen "$MAILPIT_HTTP" --smtp-auth-accept-any --smtp-auth-allow-insecure \
     >"$state/mailpit.log" 2>&1 </dev/null &
   echo $! >"$state/mailpit.pid"
   wait_for Mailpit mailpit_live || exit 1
