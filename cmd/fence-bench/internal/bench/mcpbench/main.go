@@ -4,6 +4,7 @@ import (
 	"context"
 	"crypto/rand"
 	"encoding/hex"
+	"encoding/json"
 	"errors"
 	"flag"
 	"fmt"
@@ -61,16 +62,28 @@ func env(name, def string) string {
 	return def
 }
 
-// The sides, in the order of their columns.
+// The sides, in the order of their columns. Every side calls the same
+// handler doing the same guarded write; the first five speak MCP
+// 2025-11-25 (the Go SDK's client pinned to it: one MCP session), the
+// last three 2026-07-28 (the same client unpinned: stateless requests, no
+// session), all through one mcpfence.HTTPHandler.
 const (
 	sideUnfenced = iota
+	sideFloor
 	sideFenced
 	sideRun
 	sideBeforeReply
+	sideUnfenced26
+	sideFloor26
+	sideFenced26
 	nSides
 )
 
-var sideNames = [nSides]string{"unfenced (same guarded write)", "fenced per call", "fenced, later call of a run", "fenced per call, release before reply"}
+var sideNames = [nSides]string{
+	"2025-11-25 unfenced (same guarded write)", "2025-11-25 floor (+1 durable commit, no lease)", "2025-11-25 fenced per call",
+	"2025-11-25 fenced, later call of a run", "2025-11-25 fenced, release before reply",
+	"2026-07-28 unfenced (same guarded write)", "2026-07-28 floor (+1 durable commit, no lease)", "2026-07-28 fenced per call",
+}
 
 // timing is what the server measured of the last call (calls are
 // sequential): its whole time in the server and the guarded write's.
@@ -106,6 +119,13 @@ func run(e *bench.Env, dbURL string, rounds int, log io.Writer) (err error) {
 	if _, err := pool.Exec(ctx, "CREATE TABLE "+table+" (id bigserial PRIMARY KEY, conversation text NOT NULL, body text NOT NULL, token bigint NOT NULL)"); err != nil {
 		return err
 	}
+	// The floor's own durable commit: one UPSERT of a row per conversation,
+	// the shape of a lease grant, committed on its own before the write.
+	floorTable := pgx.Identifier{schema, "floor"}.Sanitize()
+	if _, err := pool.Exec(ctx, "CREATE TABLE "+floorTable+" (conversation text PRIMARY KEY, n bigint NOT NULL)"); err != nil {
+		return err
+	}
+	floorUpsert := "INSERT INTO " + floorTable + " AS f (conversation, n) VALUES ($1, 1) ON CONFLICT (conversation) DO UPDATE SET n = f.n + 1"
 	m, err := lease.New(lease.Config{Pool: pool, Schema: schema})
 	if err != nil {
 		return err
@@ -120,7 +140,7 @@ func run(e *bench.Env, dbURL string, rounds int, log io.Writer) (err error) {
 
 	newServer := func(releaseBeforeReply bool) (*benchServer, *mcpfence.Fence, error) {
 		f, err := mcpfence.New(mcpfence.Config{Manager: m, Account: mcpfence.Fixed("bench"), ReleaseBeforeReply: releaseBeforeReply, //nolint:contextcheck // the Fence's reaper runs until Close
-			Tools: map[string]mcpfence.Policy{"note_unfenced": mcpfence.Unfenced, "note": mcpfence.Acquire}})
+			Tools: map[string]mcpfence.Policy{"note_unfenced": mcpfence.Unfenced, "note_floor": mcpfence.Unfenced, "note": mcpfence.Acquire}})
 		if err != nil {
 			return nil, nil, err
 		}
@@ -142,33 +162,42 @@ func run(e *bench.Env, dbURL string, rounds int, log io.Writer) (err error) {
 		type out struct {
 			OK bool `json:"ok"`
 		}
-		// One handler for both tools: the unfenced tool's ctx carries no
-		// claim, and the handler writes under a fixed claim of its own.
-		note := func(ctx context.Context, req *mcp.CallToolRequest, a in) (*mcp.CallToolResult, out, error) {
-			conv, _ := req.Params.Meta[mcpfence.MetaConversation].(string)
-			key := lease.Key{AccountID: "bench", SessionID: conv}
-			c, cerr := fence.ClaimFromContext(ctx)
-			if cerr != nil {
-				c = fixed
-				c.Scope = key.Scope()
-				ctx = fence.WithClaim(ctx, c)
+		// One handler for every tool: the unfenced tools' ctx carries no
+		// claim, and the handler writes under a fixed claim of its own;
+		// the floor tool first commits one UPSERT of its own.
+		note := func(floor bool) mcp.ToolHandlerFor[in, out] {
+			return func(ctx context.Context, req *mcp.CallToolRequest, a in) (*mcp.CallToolResult, out, error) {
+				conv, _ := req.Params.Meta[mcpfence.MetaConversation].(string)
+				key := lease.Key{AccountID: "bench", SessionID: conv}
+				if floor {
+					if _, err := pool.Exec(ctx, floorUpsert, conv); err != nil {
+						return nil, out{}, err
+					}
+				}
+				c, cerr := fence.ClaimFromContext(ctx)
+				if cerr != nil {
+					c = fixed
+					c.Scope = key.Scope()
+					ctx = fence.WithClaim(ctx, c)
+				}
+				t0 := time.Now()
+				err := g.InTx(ctx, key.Resource("notes"), func(ctx context.Context, tx pgx.Tx) error {
+					_, err := tx.Exec(ctx, insert, conv, a.Text, int64(c.Token))
+					return err
+				})
+				b.last.write.Store(int64(time.Since(t0)))
+				return nil, out{OK: err == nil}, err
 			}
-			t0 := time.Now()
-			err := g.InTx(ctx, key.Resource("notes"), func(ctx context.Context, tx pgx.Tx) error {
-				_, err := tx.Exec(ctx, insert, conv, a.Text, int64(c.Token))
-				return err
-			})
-			b.last.write.Store(int64(time.Since(t0)))
-			return nil, out{OK: err == nil}, err
 		}
-		mcp.AddTool(s, &mcp.Tool{Name: "note_unfenced"}, note)
-		mcp.AddTool(s, &mcp.Tool{Name: "note"}, note)
+		mcp.AddTool(s, &mcp.Tool{Name: "note_unfenced"}, note(false))
+		mcp.AddTool(s, &mcp.Tool{Name: "note_floor"}, note(true))
+		mcp.AddTool(s, &mcp.Tool{Name: "note"}, note(false))
 		ln, err := (&net.ListenConfig{}).Listen(ctx, "tcp", "127.0.0.1:0")
 		if err != nil {
 			return nil, nil, err
 		}
 		b.url = "http://" + ln.Addr().String()
-		b.srv = &http.Server{Handler: mcp.NewStreamableHTTPHandler(func(*http.Request) *mcp.Server { return s }, nil), ReadHeaderTimeout: 10 * time.Second}
+		b.srv = &http.Server{Handler: f.HTTPHandler(func(*http.Request) *mcp.Server { return s }, nil), ReadHeaderTimeout: 10 * time.Second}
 		go b.srv.Serve(ln) //nolint:errcheck // ends with Close
 		return b, f, nil
 	}
@@ -184,20 +213,27 @@ func run(e *bench.Env, dbURL string, rounds int, log io.Writer) (err error) {
 	}
 	defer fWaiting.Close()    //nolint:errcheck // bench teardown
 	defer waiting.srv.Close() //nolint:errcheck // bench teardown
-	connect := func(url string) (*mcp.ClientSession, error) {
+	// The Go SDK's client speaks 2026-07-28 unless pinned to an older
+	// revision.
+	connect := func(url, revision string) (*mcp.ClientSession, error) {
 		return mcp.NewClient(&mcp.Implementation{Name: "bench", Version: "v0"}, nil).
-			Connect(ctx, &mcp.StreamableClientTransport{Endpoint: url}, nil)
+			Connect(ctx, &mcp.StreamableClientTransport{Endpoint: url}, &mcp.ClientSessionOptions{ProtocolVersion: revision})
 	}
-	csMain, err := connect(main.url)
+	csMain, err := connect(main.url, "2025-11-25")
 	if err != nil {
 		return err
 	}
 	defer csMain.Close() //nolint:errcheck // bench teardown
-	csWaiting, err := connect(waiting.url)
+	csWaiting, err := connect(waiting.url, "2025-11-25")
 	if err != nil {
 		return err
 	}
 	defer csWaiting.Close() //nolint:errcheck // bench teardown
+	cs26, err := connect(main.url, mcpfence.Revision20260728)
+	if err != nil {
+		return err
+	}
+	defer cs26.Close() //nolint:errcheck // bench teardown
 
 	id := hex.EncodeToString(rb[:])
 	runID := uuid.NewString()
@@ -209,17 +245,25 @@ func run(e *bench.Env, dbURL string, rounds int, log io.Writer) (err error) {
 	}
 	calls := [nSides]call{
 		sideUnfenced:    {csMain, main, "note_unfenced", mcp.Meta{mcpfence.MetaConversation: "u-" + id}},
+		sideFloor:       {csMain, main, "note_floor", mcp.Meta{mcpfence.MetaConversation: "l-" + id}},
 		sideFenced:      {csMain, main, "note", mcp.Meta{mcpfence.MetaConversation: "f-" + id}},
 		sideRun:         {csMain, main, "note", mcp.Meta{mcpfence.MetaConversation: "r-" + id, mcpfence.MetaRun: runID}},
 		sideBeforeReply: {csWaiting, waiting, "note", mcp.Meta{mcpfence.MetaConversation: "w-" + id}},
+		sideUnfenced26:  {cs26, main, "note_unfenced", mcp.Meta{mcpfence.MetaConversation: "u26-" + id}},
+		sideFloor26:     {cs26, main, "note_floor", mcp.Meta{mcpfence.MetaConversation: "l26-" + id}},
+		sideFenced26:    {cs26, main, "note", mcp.Meta{mcpfence.MetaConversation: "f26-" + id}},
 	}
 	one := func(k int) (total, server, write time.Duration, err error) {
 		c := calls[k]
 		t0 := time.Now()
 		res, err := c.cs.CallTool(ctx, &mcp.CallToolParams{Name: c.tool, Meta: c.meta, Arguments: map[string]any{"text": "x"}})
-		total = time.Since(t0)
 		if err == nil && res.IsError {
-			err = fmt.Errorf("%s: %v", sideNames[k], res.Content)
+			b, _ := json.Marshal(res)
+			err = fmt.Errorf("tool error: %s", b)
+		}
+		total = time.Since(t0)
+		if err != nil {
+			err = fmt.Errorf("%s: %w", sideNames[k], err)
 		}
 		return total, time.Duration(c.srv.last.server.Load()), time.Duration(c.srv.last.write.Load()), err
 	}
@@ -278,27 +322,38 @@ func diff(a, b []time.Duration) []time.Duration {
 
 func report(e *bench.Env, total, server, write [nSides][]time.Duration, rounds int, log io.Writer) {
 	how := fmt.Sprintf("%d rounds of one call per side over streamable HTTP, order rotated per round; p50 ratio per block of rounds, median of %d blocks (min-max)", rounds, bench.RatioBlocks)
-	ratio := func(key string, b int, target float64, note string) {
-		sp := p50Ratio(total, b, sideUnfenced, 50)
+	ratio := func(key string, b, a int, target float64, note string) {
+		sp := p50Ratio(total, b, a, 50)
 		m := bench.Metric{Key: key, Value: sp.Median, Unit: "x", Note: note + "; " + how, Spread: &sp}
 		if target > 0 {
 			m.Target, m.Cmp = target, bench.AtMost
 		}
 		e.Report.Add(m)
 	}
-	ratio("mcp_fenced_call_ratio", sideFenced, 1.3,
-		"a tool call fenced per call (acquire + the guarded INSERT under the lease's claim + release after the result) vs the same tool unfenced (the same guarded INSERT under a fixed claim, no lease), p50")
-	ratio("mcp_run_call_ratio", sideRun, 1.05,
-		"a later call of a run (the run's lease obtained by its first call: the guarded INSERT only) vs the same tool unfenced, p50")
-	ratio("mcp_release_before_reply_ratio", sideBeforeReply, 0,
-		"a tool call fenced per call with Config.ReleaseBeforeReply (the result waits for the release) vs the same tool unfenced, p50")
+	ratio("mcp_fenced_call_ratio", sideFenced, sideUnfenced, 1.3,
+		"MCP 2025-11-25: a tool call fenced per call (acquire + the guarded INSERT under the lease's claim + release after the result) vs the same tool unfenced (the same guarded INSERT under a fixed claim, no lease), p50")
+	ratio("mcp_fenced_vs_floor_ratio", sideFenced, sideFloor, 1.1,
+		"MCP 2025-11-25: a tool call fenced per call vs the floor: the same tool unfenced doing one more durable commit of its own first (an UPSERT of one row, the shape of a grant), no fencekit, p50")
+	ratio("mcp_run_call_ratio", sideRun, sideUnfenced, 1.05,
+		"MCP 2025-11-25: a later call of a run (the run's lease obtained by its first call: the guarded INSERT only) vs the same tool unfenced, p50")
+	ratio("mcp_release_before_reply_ratio", sideBeforeReply, sideUnfenced, 0,
+		"MCP 2025-11-25: a tool call fenced per call with Config.ReleaseBeforeReply (the result waits for the release) vs the same tool unfenced, p50")
+	ratio("mcp_floor_ratio", sideFloor, sideUnfenced, 0,
+		"MCP 2025-11-25: the floor (one more durable commit of the tool's own) vs the same tool unfenced, p50: what any per-call grant that commits durably costs here")
+	ratio("mcp26_fenced_call_ratio", sideFenced26, sideUnfenced26, 1.3,
+		"MCP 2026-07-28 (stateless requests): a tool call fenced per call vs the same tool unfenced, p50")
+	ratio("mcp26_fenced_vs_floor_ratio", sideFenced26, sideFloor26, 1.1,
+		"MCP 2026-07-28 (stateless requests): a tool call fenced per call vs the floor (the same tool unfenced with one more durable commit of its own), p50")
+	ratio("mcp26_floor_ratio", sideFloor26, sideUnfenced26, 0,
+		"MCP 2026-07-28 (stateless requests): the floor vs the same tool unfenced, p50")
 	p99 := p50Ratio(total, sideFenced, sideUnfenced, 99)
 	e.Report.Add(bench.Metric{Key: "mcp_fenced_call_p99_ratio", Value: p99.Median, Unit: "x", Spread: &p99,
 		Note: "p99 of the fenced call vs p99 of the unfenced call, per block of rounds"})
 	for _, s := range []struct {
 		key  string
 		side int
-	}{{"mcp_unfenced_call", sideUnfenced}, {"mcp_fenced_call", sideFenced}, {"mcp_run_call", sideRun}, {"mcp_release_before_reply_call", sideBeforeReply}} {
+	}{{"mcp_unfenced_call", sideUnfenced}, {"mcp_floor_call", sideFloor}, {"mcp_fenced_call", sideFenced}, {"mcp_run_call", sideRun},
+		{"mcp_release_before_reply_call", sideBeforeReply}, {"mcp26_unfenced_call", sideUnfenced26}, {"mcp26_floor_call", sideFloor26}, {"mcp26_fenced_call", sideFenced26}} {
 		e.Report.Add(bench.Metric{Key: s.key + "_p50_us", Value: us(bench.Percentile(total[s.side], 50)), Unit: "µs", Note: sideNames[s.side] + ", client's time per call, p50"})
 		e.Report.Add(bench.Metric{Key: s.key + "_p99_us", Value: us(bench.Percentile(total[s.side], 99)), Unit: "µs", Note: sideNames[s.side] + ", client's time per call, p99"})
 	}
@@ -314,10 +369,14 @@ func report(e *bench.Env, total, server, write [nSides][]time.Duration, rounds i
 	stage("mcp_stage_fence_before_reply_us", diff(server[sideBeforeReply], write[sideBeforeReply]), "fenced call, release before reply: the server's time minus the guarded write (acquire and release)")
 
 	fmt.Fprintf(log, "MCP tool call over streamable HTTP, %d rounds (one call per side, order rotated)\n", rounds)
-	fmt.Fprintf(log, "%-40s %10s %10s %10s %10s %10s %10s\n", "side", "p50", "p99", "p50 x", "transport", "fence", "write")
+	fmt.Fprintf(log, "%-48s %10s %10s %10s %10s %10s %10s\n", "side", "p50", "p99", "p50 x unf", "transport", "fence", "write")
 	for k := range nSides {
-		sp := p50Ratio(total, k, sideUnfenced, 50)
-		fmt.Fprintf(log, "%-40s %10s %10s %9.2fx %10s %10s %10s\n", sideNames[k],
+		base := sideUnfenced
+		if k >= sideUnfenced26 {
+			base = sideUnfenced26
+		}
+		sp := p50Ratio(total, k, base, 50)
+		fmt.Fprintf(log, "%-48s %10s %10s %9.2fx %10s %10s %10s\n", sideNames[k],
 			bench.Percentile(total[k], 50).Round(time.Microsecond), bench.Percentile(total[k], 99).Round(time.Microsecond), sp.Median,
 			bench.Percentile(diff(total[k], server[k]), 50).Round(time.Microsecond),
 			bench.Percentile(diff(server[k], write[k]), 50).Round(time.Microsecond),
