@@ -22,12 +22,9 @@ services: ## start PostgreSQL, MinIO, Redis, MariaDB, NATS if missing; prints ex
 	@scripts/services.sh
 
 .PHONY: test
-test: ## run every test (race detector on) against the real services (make services) and PgBouncer, then the exec-mode matrix
+test: ## run every test (race detector on) against the real services (make services) and PgBouncer: the main module, the nested modules and the exec-mode matrix in lanes at once (scripts/test.sh; TEST_LANES=1: one after another)
 	@scripts/install-pgbouncer.sh; scripts/install-ha.sh
-	@$(SERVICES); $(GO) test $(TESTFLAGS) $(PKGS); \
-	for m in $(NESTED); do echo "== $$m"; (cd $$m && $(GO) test $(TESTFLAGS) ./...); done
-	@$(MAKE) --no-print-directory test/execmodes
-	@$(MAKE) --no-print-directory test/renewalmodes
+	@$(SERVICES); GO=$(GO) TESTFLAGS="$(TESTFLAGS)" PKGS="$(PKGS)" scripts/test.sh
 
 # The exec-mode matrix: TEST_DATABASE_URL gets default_query_exec_mode, so
 # every pool and database/sql handle the tests open uses that mode. The text
