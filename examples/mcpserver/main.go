@@ -54,6 +54,7 @@ func run(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io.
 	members := fs.String("members", "alice=acme,bob=acme,mallory=other", "user=account,... memberships")
 	user := fs.String("user", "alice", "stdio: the user this process runs for")
 	ttl := fs.Duration("ttl", 0, "lease TTL (0: fencekit's default)")
+	smtpAddr := fs.String("smtp", smtpFromEnv(), "SMTP server host:port of the send_email tool (default $SMTP_ADDR, else $TEST_SMTP_ADDR; empty: no send_email)")
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
@@ -82,7 +83,7 @@ func run(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io.
 	}
 	defer pool.Close()
 	logger := slog.New(slog.NewTextHandler(stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))
-	notes, err := NewNotes(ctx, pool, Options{Schema: *schema, Dir: *dir, Members: ms, User: *user, TTL: *ttl, Logger: logger})
+	notes, err := NewNotes(ctx, pool, Options{Schema: *schema, Dir: *dir, Members: ms, User: *user, TTL: *ttl, Logger: logger, SMTP: *smtpAddr})
 	if err != nil {
 		return err
 	}
