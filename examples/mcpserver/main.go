@@ -3,6 +3,8 @@
 // as PostgreSQL rows through pgguard and as a file through fileguard. Two
 // devices (MCP clients) of one conversation cannot both write: "continue
 // here" on one ends the other's run, whose late writes the guards refuse.
+// send_email sends mail through package effects: recorded only under the
+// call's current lease claim, delivered once by the server's relay (-smtp).
 //
 //	DATABASE_URL=postgres://postgres@127.0.0.1:5432/test go run . -http 127.0.0.1:8808
 //	DATABASE_URL=... go run . -user alice          # stdio, for a client that starts it
