@@ -12,9 +12,11 @@ import (
 	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5"
 	"github.com/modelcontextprotocol/go-sdk/mcp"
+	"go.uber.org/goleak"
 
 	"github.com/fencekit/fencekit/fencetest"
 	"github.com/fencekit/fencekit/mcpfence"
+	"github.com/fencekit/fencekit/sql/migrations"
 )
 
 // needMailpit returns the Mailpit HTTP API of scripts/services.sh; the
@@ -252,4 +254,24 @@ func TestSendEmailRetrySameRequestKey(t *testing.T) {
 			t.Errorf("%d effects recorded, want 2", n)
 		}
 	})
+}
+
+// TestMailRelayStopsWithServer: the relay NewNotes starts for send_email
+// leaves no goroutine behind once the server is closed.
+func TestMailRelayStopsWithServer(t *testing.T) {
+	needMailpit(t)
+	pool := fencetest.Pool(t)
+	schema := fencetest.Schema(t, migrations.Lease, migrations.Guard)
+	before := goleak.IgnoreCurrent()
+	notes, err := NewNotes(t.Context(), pool, Options{Schema: schema, Dir: t.TempDir(), SMTP: os.Getenv("TEST_SMTP_ADDR")})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if notes.mail == nil {
+		t.Fatal("no mailer with an SMTP address")
+	}
+	if err := notes.Close(); err != nil {
+		t.Fatal(err)
+	}
+	goleak.VerifyNone(t, before)
 }
