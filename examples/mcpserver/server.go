@@ -97,7 +97,7 @@ func NewNotes(ctx context.Context, pool *pgxpool.Pool, opts Options) (*Notes, er
 	}
 	if opts.SMTP != "" {
 		if n.mail, err = newMailer(ctx, n, opts.SMTP, opts.Logger); err != nil {
-			n.Close() //nolint:errcheck // startup failed
+			_ = n.Close() //nolint:contextcheck // startup failed: Close stops what was started under its own bounded context
 			return nil, err
 		}
 	}
