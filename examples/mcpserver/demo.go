@@ -7,6 +7,8 @@ import (
 	"io"
 	"net"
 	"net/http"
+	"net/url"
+	"os"
 	"time"
 
 	"github.com/google/uuid"
@@ -19,8 +21,13 @@ import (
 // are two MCP clients (Go SDK, streamable HTTP) of one conversation; the
 // browser continues here while the desktop is paused mid-call; the
 // desktop's late write and its next call are refused, and both are told who
-// owns the conversation.
+// owns the conversation. Then both send the same e-mail: the desktop, paused
+// mid-call again, is refused when it records the mail late; one mail
+// arrives.
 func runDemo(ctx context.Context, notes *Notes, out io.Writer) error {
+	if notes.mail == nil {
+		return errNoMailer
+	}
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		return err
@@ -128,10 +135,11 @@ func runDemo(ctx context.Context, notes *Notes, out io.Writer) error {
 	if len(ro.Notes) != 3 {
 		fails = append(fails, fmt.Sprintf("%d notes stored, want 3 (the desktop's draft and the browser's two)", len(ro.Notes)))
 	}
+	fails = append(fails, demoEmail(ctx, desktop, browser, holding, say)...)
 	if len(fails) > 0 {
 		return fmt.Errorf("demo checks failed: %v", fails)
 	}
-	say("", "ok: one conversation, two devices, the late call refused, both told who owns it")
+	say("", "ok: one conversation, two devices, the late call refused, both told who owns it; one e-mail sent")
 	return nil
 }
 
@@ -164,4 +172,102 @@ func describe(res *mcp.CallToolResult) string {
 		return fmt.Sprintf("ok under token %d, owner %q", li.Token, li.Holder)
 	}
 	return "ok"
+}
+
+// demoEmail: the desktop starts a run whose send_email pauses mid-call; the
+// browser continues here and sends the e-mail; the desktop's late
+// send_email is refused when it records (stale), and one mail arrives
+// (counted in Mailpit when TEST_MAILPIT_API is set). It returns the failed
+// checks.
+func demoEmail(ctx context.Context, desktop, browser *Device, holding <-chan struct{}, say func(who, format string, args ...any)) []string {
+	var fails []string
+	subject := "minutes of " + desktop.Conv
+	args := func(stall bool) map[string]any {
+		return map[string]any{"to": "ann@example.test", "subject": subject, "body": "The minutes.", "stall": stall}
+	}
+	type result struct {
+		res *mcp.CallToolResult
+		err error
+	}
+	late := make(chan result, 1)
+	run := uuid.NewString()
+	go func() {
+		r, err := desktop.Call(ctx, "send_email", args(true), run, false, "mail")
+		late <- result{r, err}
+	}()
+	select {
+	case <-holding:
+	case <-ctx.Done():
+		return []string{ctx.Err().Error()}
+	}
+	say("desktop", "send_email %q in flight (new run); the desktop is paused mid-call", subject)
+	brun := uuid.NewString()
+	res, err := browser.Call(ctx, "continue_here", nil, brun, false, nil)
+	if err != nil {
+		return []string{err.Error()}
+	}
+	say("browser", "continue_here: %s", describe(res))
+	res, err = browser.Call(ctx, "send_email", args(false), brun, true, nil)
+	if err != nil {
+		return []string{err.Error()}
+	}
+	var out MailOut
+	if b, err := json.Marshal(res.StructuredContent); err == nil {
+		_ = json.Unmarshal(b, &out)
+	}
+	say("browser", "send_email: %s; the mail is %s", describe(res), out.State)
+	if res.IsError || out.State != "delivered" {
+		fails = append(fails, "the browser's e-mail was not delivered")
+	}
+	lr := <-late
+	if lr.err != nil {
+		return append(fails, lr.err.Error())
+	}
+	say("desktop", "its late send_email: %s", describe(lr.res))
+	if r, ok := mcpfence.RefusalFrom(lr.res); !ok || r.Cause != mcpfence.CauseStale {
+		fails = append(fails, "the desktop's late send_email was not refused as stale")
+	}
+	if api := os.Getenv("TEST_MAILPIT_API"); api != "" {
+		n, err := mailpitMessages(ctx, api, subject)
+		if err != nil {
+			return append(fails, err.Error())
+		}
+		say("mailpit", "%d message(s) with subject %q", n, subject)
+		if n != 1 {
+			fails = append(fails, fmt.Sprintf("Mailpit holds %d messages, want 1", n))
+		}
+	}
+	return fails
+}
+
+// mailpitMessages counts the messages with subject in the Mailpit whose
+// HTTP API is api.
+func mailpitMessages(ctx context.Context, api, subject string) (int, error) {
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, api+"/api/v1/search?query="+url.QueryEscape(`subject:"`+subject+`"`), nil) //nolint:gosec // the operator's own Mailpit (TEST_MAILPIT_API)
+	if err != nil {
+		return 0, err
+	}
+	resp, err := http.DefaultClient.Do(req) //nolint:gosec // the operator's own Mailpit (TEST_MAILPIT_API)
+	if err != nil {
+		return 0, err
+	}
+	defer resp.Body.Close() //nolint:errcheck // read-only
+	if resp.StatusCode != http.StatusOK {
+		return 0, fmt.Errorf("mailpit search: %s", resp.Status)
+	}
+	var found struct {
+		Messages []struct {
+			Subject string `json:"Subject"`
+		} `json:"messages"`
+	}
+	if err := json.NewDecoder(resp.Body).Decode(&found); err != nil {
+		return 0, err
+	}
+	n := 0
+	for _, m := range found.Messages {
+		if m.Subject == subject {
+			n++
+		}
+	}
+	return n, nil
 }

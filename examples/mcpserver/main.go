@@ -3,6 +3,8 @@
 // as PostgreSQL rows through pgguard and as a file through fileguard. Two
 // devices (MCP clients) of one conversation cannot both write: "continue
 // here" on one ends the other's run, whose late writes the guards refuse.
+// send_email sends mail through package effects: recorded only under the
+// call's current lease claim, delivered once by the server's relay (-smtp).
 //
 //	DATABASE_URL=postgres://postgres@127.0.0.1:5432/test go run . -http 127.0.0.1:8808
 //	DATABASE_URL=... go run . -user alice          # stdio, for a client that starts it
@@ -54,6 +56,7 @@ func run(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io.
 	members := fs.String("members", "alice=acme,bob=acme,mallory=other", "user=account,... memberships")
 	user := fs.String("user", "alice", "stdio: the user this process runs for")
 	ttl := fs.Duration("ttl", 0, "lease TTL (0: fencekit's default)")
+	smtpAddr := fs.String("smtp", smtpFromEnv(), "SMTP server host:port of the send_email tool (default $SMTP_ADDR, else $TEST_SMTP_ADDR; empty: no send_email)")
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
@@ -82,7 +85,7 @@ func run(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io.
 	}
 	defer pool.Close()
 	logger := slog.New(slog.NewTextHandler(stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))
-	notes, err := NewNotes(ctx, pool, Options{Schema: *schema, Dir: *dir, Members: ms, User: *user, TTL: *ttl, Logger: logger})
+	notes, err := NewNotes(ctx, pool, Options{Schema: *schema, Dir: *dir, Members: ms, User: *user, TTL: *ttl, Logger: logger, SMTP: *smtpAddr})
 	if err != nil {
 		return err
 	}

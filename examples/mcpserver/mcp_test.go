@@ -71,7 +71,7 @@ func transports(t *testing.T, fn func(t *testing.T, e *env)) {
 			switch tr {
 			case "http":
 				notes, err := NewNotes(t.Context(), e.pool, Options{Schema: e.schema, Dir: e.dir,
-					Members: map[string][]string{"alice": {"acme"}, "mallory": {"other"}}})
+					Members: map[string][]string{"alice": {"acme"}, "mallory": {"other"}}, SMTP: os.Getenv("TEST_SMTP_ADDR")})
 				if err != nil {
 					t.Fatal(err)
 				}

@@ -32,6 +32,7 @@ type Notes struct {
 	files   *fileguard.Guard
 	members map[string][]string // user -> accounts
 	user    string              // the stdio server's user (no HTTP auth there)
+	mail    *mailer             // send_email's outbox and relay; nil without an SMTP server
 }
 
 // Options configures NewNotes.
@@ -42,12 +43,13 @@ type Options struct {
 	User    string              // stdio: the user the process runs for; HTTP takes it from the bearer token
 	TTL     time.Duration       // the leases' TTL (0: lease.DefaultTTL)
 	Logger  *slog.Logger
+	SMTP    string // host:port of the SMTP server send_email's mail goes to ("": no send_email tool)
 }
 
 // NewNotes migrates opts.Schema and builds the Manager, the guards and the
 // Fence. Close releases them.
 func NewNotes(ctx context.Context, pool *pgxpool.Pool, opts Options) (*Notes, error) {
-	if _, err := migrations.Migrate(ctx, pool, migrations.Options{Schema: opts.Schema}, migrations.Lease, migrations.Guard); err != nil {
+	if _, err := migrations.Migrate(ctx, pool, migrations.Options{Schema: opts.Schema}, migrations.Lease, migrations.Guard, migrations.Effects); err != nil {
 		return nil, err
 	}
 	if _, err := pool.Exec(ctx, "CREATE TABLE IF NOT EXISTS "+pgx.Identifier{opts.Schema, "notes"}.Sanitize()+
@@ -76,6 +78,7 @@ func NewNotes(ctx context.Context, pool *pgxpool.Pool, opts Options) (*Notes, er
 			"append_note":   mcpfence.Acquire,      // refused while another run holds the conversation
 			"queue_note":    mcpfence.Wait,         // waits its turn, with progress notifications
 			"continue_here": mcpfence.ContinueHere, // the newest device wins
+			"send_email":    mcpfence.Acquire,      // an effect recorded under the lease (email.go)
 		},
 		// Every name a conversation becomes in the tools, checked before
 		// any lease statement: an id accepted here never fails after the
@@ -92,6 +95,12 @@ func NewNotes(ctx context.Context, pool *pgxpool.Pool, opts Options) (*Notes, er
 		n.Manager.Close() //nolint:errcheck,contextcheck // startup failed; Close releases nothing yet
 		return nil, err
 	}
+	if opts.SMTP != "" {
+		if n.mail, err = newMailer(ctx, n, opts.SMTP, opts.Logger); err != nil {
+			_ = n.Close() //nolint:contextcheck // startup failed: Close stops what was started under its own bounded context
+			return nil, err
+		}
+	}
 	return n, nil
 }
 
@@ -103,12 +112,13 @@ func (n *Notes) Server() *mcp.Server {
 	mcp.AddTool(s, &mcp.Tool{Name: "queue_note", Description: "Append a note, waiting while another device holds the conversation."}, n.appendNote)
 	mcp.AddTool(s, &mcp.Tool{Name: "continue_here", Description: "Take the conversation over on this device, then append the note if one is given."}, n.appendNote)
 	mcp.AddTool(s, &mcp.Tool{Name: "read_notes", Description: "List the conversation's notes."}, n.readNotes)
+	n.addMailTools(s)
 	return s
 }
 
-// Close stops the Fence and the Manager (releasing their leases).
+// Close stops the Fence, the mail relay and the Manager (releasing their leases).
 func (n *Notes) Close() error {
-	return errors.Join(n.Fence.Close(), n.Manager.Close()) //nolint:contextcheck // Close releases under its own bounded context
+	return errors.Join(n.Fence.Close(), n.mail.stop(), n.Manager.Close()) //nolint:contextcheck // Close releases under its own bounded context
 }
 
 // user is the signed-in user: the bearer token's over HTTP, the process's
