@@ -22,10 +22,13 @@ type EffectResult struct {
 	// State is the effect's state after the call; empty when no effect
 	// has the id (never recorded, or deleted by DeleteFinal).
 	State State
-	// Due is, for an effect that is not final, how long until it can be
-	// claimed again (its retry backoff or another relay's live claim), on
-	// the database clock; 0 when it can be claimed now or is final.
+	// Due is, for an effect that is not final, how long until it is due
+	// again (its retry backoff), on the database clock; 0 when it is due
+	// now or is final.
 	Due time.Duration
+	// ClaimedElsewhere is true when, after the call, a relay other than
+	// this call holds a live claim on the effect (it is delivering it).
+	ClaimedElsewhere bool
 }
 
 // DeliverEffect claims effect id and makes one delivery attempt, exactly as
@@ -71,10 +74,11 @@ func (r *Relay) DeliverEffect(ctx context.Context, id uuid.UUID) (EffectResult, 
 		res.Attempted = true
 	}
 	var (
-		state string
-		dueUS int64
+		state   string
+		dueUS   int64
+		claimed bool
 	)
-	err = r.o.pool.QueryRow(ctx, st.due, id.String()).Scan(&state, &dueUS)
+	err = r.o.pool.QueryRow(ctx, st.due, id.String()).Scan(&state, &dueUS, &claimed)
 	switch {
 	case errors.Is(err, pgx.ErrNoRows):
 		return res, nil
@@ -82,6 +86,7 @@ func (r *Relay) DeliverEffect(ctx context.Context, id uuid.UUID) (EffectResult, 
 		return res, r.o.dbError(ctx, "read effect", err)
 	}
 	res.State = State(state)
+	res.ClaimedElsewhere = claimed && !res.Attempted
 	if dueUS > 0 {
 		res.Due = time.Duration(dueUS) * time.Microsecond
 	}
@@ -117,12 +122,13 @@ UPDATE $S.fencekit_effects e
   FROM due d, now_db n
  WHERE e.id = d.id
 RETURNING e.id::text, e.epoch, e.target, e.request, e.attempts, e.first_sent_at, d.old_state, n.t, e.created_at`),
-		// $1 id. The state, and µs until the effect can be claimed
-		// again (0 when final).
-		due: s.Replace(`SELECT e.state,
+		// $1 id. The state, µs until the effect is due (0 when final),
+		// and whether a live claim holds it.
+		due: s.Replace(`WITH now_db AS MATERIALIZED (SELECT clock_timestamp() AS t)
+SELECT e.state,
        CASE WHEN e.final_at IS NOT NULL THEN 0
-            ELSE greatest(0, (extract(epoch FROM greatest(e.next_at, coalesce(e.claimed_until, e.next_at)) - clock_timestamp()) * 1000000)::bigint)
-       END
-  FROM $S.fencekit_effects e WHERE e.id = $1::text::uuid`),
+            ELSE greatest(0, (extract(epoch FROM e.next_at - n.t) * 1000000)::bigint) END,
+       e.final_at IS NULL AND coalesce(e.claimed_until > n.t, false)
+  FROM $S.fencekit_effects e, now_db n WHERE e.id = $1::text::uuid`),
 	}, nil
 }
