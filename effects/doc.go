@@ -13,6 +13,11 @@
 // the NOTIFY the insert sends at commit, polling as a fallback) and calls
 // the target's [Deliverer]. [Outbox.Await] waits for an effect's outcome.
 //
+// Config.MeterProvider and Config.TracerProvider receive the Outbox's and
+// its Relays' instruments and spans (package effects/effectsobs names
+// them; nil records nothing). Final effects stay until [Outbox.DeleteFinal]
+// deletes them (retention).
+//
 // # States
 //
 //	pending --claim--> (sending, at-most-once targets) --> delivered | rejected | ambiguous

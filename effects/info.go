@@ -190,7 +190,11 @@ func nullable(s string) any {
 // may already have been sent by it: Cancel then only stops further
 // deliveries. The displaced-run policy is CancelDisplaced.
 func (o *Outbox) Cancel(ctx context.Context, id uuid.UUID, reason string) error {
-	return o.operatorUpdate(ctx, "cancel", o.st.cancel, id, shorten("canceled: "+reason))
+	err := o.operatorUpdate(ctx, "cancel", o.st.cancel, id, shorten("canceled: "+reason))
+	if err == nil {
+		o.obs.canceledN(ctx, 1)
+	}
+	return err
 }
 
 // Retry makes an ambiguous or rejected effect pending again, due now, with
@@ -281,6 +285,7 @@ func (o *Outbox) CancelDisplaced(ctx context.Context, key lease.Key, claim fence
 	if err := tx.Commit(ctx); err != nil {
 		return nil, fence.OutcomeUnknown(ctx, "effects: commit cancel", key.Scope(), err)
 	}
+	o.obs.canceledN(ctx, len(ids))
 	return ids, nil
 }
 

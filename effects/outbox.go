@@ -16,6 +16,8 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgxpool"
+	"go.opentelemetry.io/otel/metric"
+	"go.opentelemetry.io/otel/trace"
 
 	"github.com/fencekit/fencekit/fence"
 	"github.com/fencekit/fencekit/lease"
@@ -95,6 +97,12 @@ type Config struct {
 	AwaitPoll time.Duration
 	// Logger receives the relays' warnings. Nil discards.
 	Logger *slog.Logger
+	// MeterProvider receives the instruments of the Outbox and its Relays
+	// (package effects/effectsobs names them). Nil records nothing.
+	MeterProvider metric.MeterProvider
+	// TracerProvider records the spans effectsobs.SpanRecord and
+	// effectsobs.SpanDeliver. Nil records none and costs nothing.
+	TracerProvider trace.TracerProvider
 }
 
 // Outbox records effects under a lease claim and answers questions about
@@ -110,6 +118,7 @@ type Outbox struct {
 	log         *slog.Logger
 	channel     string
 	st          statements
+	obs         *observer
 }
 
 // Effect is one external call to record.
@@ -192,6 +201,9 @@ func New(cfg Config) (*Outbox, error) {
 	}
 	o.channel = channelName(o.schema)
 	o.st = newStatements(q)
+	if o.obs, err = newObserver(cfg.MeterProvider, cfg.TracerProvider, o.schema, o.targets); err != nil {
+		return nil, err
+	}
 	return o, nil
 }
 
@@ -402,13 +414,16 @@ func KeyFromScope(scope string) (lease.Key, error) {
 }
 
 // record runs the check and the insert in tx.
-func (o *Outbox) record(ctx context.Context, tx pgx.Tx, key lease.Key, claim fence.Claim, e Effect) (uuid.UUID, error) {
+func (o *Outbox) record(ctx context.Context, tx pgx.Tx, key lease.Key, claim fence.Claim, e Effect) (id uuid.UUID, err error) {
+	ctx, span := o.obs.startRecord(ctx, key, claim, e)
+	dup := false
+	defer func() { o.obs.endRecord(ctx, span, e.Target, id, dup, err) }()
 	if err := lease.CheckClaimTx(ctx, tx, o.leaseSchema, key, claim); err != nil {
 		return uuid.Nil, fmt.Errorf("effects: record %q: %w", e.RequestKey, err)
 	}
 	var idText string
 	var notified bool
-	err := tx.QueryRow(ctx, o.st.insert, e.Target, key.AccountID, key.SessionID, claim.Run, int64(claim.Token),
+	err = tx.QueryRow(ctx, o.st.insert, e.Target, key.AccountID, key.SessionID, claim.Run, int64(claim.Token),
 		e.RequestKey, e.Request, o.channel).Scan(&idText, &notified)
 	if errors.Is(err, pgx.ErrNoRows) { // recorded before: same effect, or a conflict
 		var same bool
@@ -423,6 +438,7 @@ func (o *Outbox) record(ctx context.Context, tx pgx.Tx, key lease.Key, claim fen
 		if !same {
 			return uuid.Nil, &ConflictError{RequestKey: e.RequestKey, Existing: id}
 		}
+		dup = true
 		return id, nil
 	}
 	if err != nil {

@@ -11,7 +11,9 @@ import (
 
 	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5"
+	"go.opentelemetry.io/otel/metric"
 
+	"github.com/fencekit/fencekit/effects/effectsobs"
 	"github.com/fencekit/fencekit/fence"
 )
 
@@ -78,6 +80,7 @@ type Relay struct {
 	mu      sync.Mutex
 	started bool
 	stopped bool
+	gauge   metric.Registration // the OldestPending callback while started
 	cancel  context.CancelFunc
 	done    chan struct{}
 	wake    chan struct{}
@@ -185,6 +188,11 @@ func (r *Relay) Start(ctx context.Context) error {
 		return nil
 	}
 	r.started = true
+	if reg, err := r.o.obs.registerOldest(r.o); err != nil {
+		r.o.log.Warn("effects: relay: oldest-pending gauge not registered", "relay", r.cfg.Name, "err", err)
+	} else {
+		r.gauge = reg
+	}
 	ctx, r.cancel = context.WithCancel(context.WithoutCancel(ctx))
 	r.done = make(chan struct{})
 	var wg sync.WaitGroup
@@ -202,8 +210,12 @@ func (r *Relay) Start(ctx context.Context) error {
 func (r *Relay) Stop() error {
 	r.mu.Lock()
 	r.stopped = true
-	cancel, done := r.cancel, r.done
+	cancel, done, gauge := r.cancel, r.done, r.gauge
+	r.gauge = nil
 	r.mu.Unlock()
+	if gauge != nil {
+		_ = gauge.Unregister()
+	}
 	if cancel == nil {
 		return nil
 	}
@@ -318,6 +330,7 @@ type claimed struct {
 	oldState  string
 	now       time.Time
 	started   time.Time // local monotonic time the claim was sent
+	created   time.Time // the effect's record (database clock)
 }
 
 // pass claims one batch and delivers it; it returns how many it claimed.
@@ -330,11 +343,10 @@ func (r *Relay) pass(ctx context.Context) (int, error) {
 	var batch []claimed
 	for rows.Next() {
 		var (
-			c       claimed
-			id      string
-			created time.Time
+			c  claimed
+			id string
 		)
-		if err := rows.Scan(&id, &c.epoch, &c.target, &c.request, &c.attempts, &c.firstSent, &c.oldState, &c.now, &created); err != nil {
+		if err := rows.Scan(&id, &c.epoch, &c.target, &c.request, &c.attempts, &c.firstSent, &c.oldState, &c.now, &c.created); err != nil {
 			rows.Close()
 			return 0, err
 		}
@@ -362,6 +374,8 @@ func (r *Relay) pass(ctx context.Context) (int, error) {
 // attempt delivers one claimed effect and writes its outcome under the
 // claim's epoch.
 func (r *Relay) attempt(ctx context.Context, c claimed) {
+	ctx, end := r.o.obs.startAttempt(ctx, r.cfg.Name, c)
+	defer end()
 	if h := r.hooks.afterClaim; h != nil {
 		h(c.id, c.epoch)
 	}
@@ -418,6 +432,7 @@ func (r *Relay) finish(ctx context.Context, c claimed, st State, res Result, cau
 	}
 	var ok bool
 	err := r.o.pool.QueryRow(wctx, r.o.st.finish, c.id.String(), c.epoch, string(st), res.Code, shorten(res.Detail), errText).Scan(&ok)
+	r.o.obs.attemptOutcome(ctx, c, string(st), err == nil, ignoreNoRows(err))
 	switch {
 	case errors.Is(err, pgx.ErrNoRows):
 		r.stats.superseded.Add(1)
@@ -446,6 +461,7 @@ func (r *Relay) retry(ctx context.Context, c claimed, cause error) {
 	defer cancel()
 	var ok bool
 	err := r.o.pool.QueryRow(wctx, r.o.st.retry, c.id.String(), c.epoch, d.Microseconds(), shorten(cause.Error())).Scan(&ok)
+	r.o.obs.attemptOutcome(ctx, c, effectsobs.OutcomeRetry, err == nil, ignoreNoRows(err))
 	switch {
 	case errors.Is(err, pgx.ErrNoRows):
 		r.stats.superseded.Add(1)

@@ -66,6 +66,10 @@ func (m *Meter) Collect() []Point {
 				for _, p := range d.DataPoints {
 					out = append(out, Point{Name: mt.Name, Attrs: attrMap(p.Attributes.ToSlice()), Value: float64(p.Value)})
 				}
+			case metricdata.Gauge[float64]:
+				for _, p := range d.DataPoints {
+					out = append(out, Point{Name: mt.Name, Attrs: attrMap(p.Attributes.ToSlice()), Value: p.Value})
+				}
 			case metricdata.Histogram[float64]:
 				for _, p := range d.DataPoints {
 					pt := Point{Name: mt.Name, Attrs: attrMap(p.Attributes.ToSlice()), Count: p.Count, Sum: p.Sum, Hist: true}
