@@ -99,7 +99,9 @@ func TestWatchExpiryWithoutPoll(t *testing.T) {
 	k := uniqueKey(t)
 	watcher := e.manager(lease.Config{TTL: time.Second})
 	holderPool := fencetest.Pool(t)
-	holder := e.manager(lease.Config{Pool: holderPool, TTL: 300 * time.Millisecond})
+	// TTL 1s: a shorter one leaves the holder's Acquire a CallTimeout a
+	// loaded machine can miss; the watcher's timer is what is tested.
+	holder := e.manager(lease.Config{Pool: holderPool, TTL: time.Second})
 	l, err := holder.Acquire(bg(), k)
 	require.NoError(t, err)
 	w, err := watcher.Watch(bg(), k, lease.WithWatchPoll(time.Hour))

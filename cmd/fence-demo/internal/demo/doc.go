@@ -37,9 +37,10 @@
 //     alive: it renews, nothing stalls. The browser's run D calls
 //     lease.Manager.Takeover (holder "browser") and gets token P > C's.
 //  8. C's lease context ends with cause lease.ErrTakenOver, told by the
-//     takeover's notification: a check requires it before C's next
-//     background renewal could have been sent, and the time from Takeover
-//     returning is printed (Result.TakeoverNotice).
+//     takeover's notification, usually before C's next background renewal
+//     could have been sent (the event says which could have told it); a
+//     check requires it within one renewal period of the takeover, and the
+//     time from Takeover returning is printed (Result.TakeoverNotice).
 //  9. D writes; C's result, sent with C's claim but not its cancellation,
 //     is refused by both guards as stale. C's renewal (lease.ErrLost and
 //     lease.ErrTakenOver) and release (lease.ReleaseNotHolder) are refused.
