@@ -34,6 +34,7 @@ func main() {
 	million := flag.Bool("growth.million", false, "growth case: also grow the heartbeat Manager to 1,000,000 leases (minutes of grants)")
 	stores := flag.String("stores", "cmd/fence-bench/internal/bench/storesbench", "directory of the store bench module (Redis, MySQL, NATS guard cases)")
 	mcpDir := flag.String("mcp", "cmd/fence-bench/internal/bench/mcpbench", "directory of the MCP bench module (mcp_call: a fenced MCP tool call vs the same tool unfenced)")
+	effectsDir := flag.String("effects", "cmd/fence-bench/internal/bench/effectsbench", "directory of the effects bench module (effects: Record vs pgguard InTx, delivery delay, relay vs river)")
 	flag.Parse()
 	e := &bench.Env{
 		Ctx:             context.Background(),
@@ -42,6 +43,7 @@ func main() {
 		PeerDir:         *peer,
 		StoresDir:       *stores,
 		MCPDir:          *mcpDir,
+		EffectsDir:      *effectsDir,
 		HeartbeatLeases: *hbLeases,
 		GrowthMillion:   *million,
 		Report:          &bench.Report{Info: map[string]any{}},

@@ -36,6 +36,10 @@ type Env struct {
 	// MCPDir is the directory of the MCP bench module (mcpbench, beside
 	// this package); empty skips the mcp_call case with an error.
 	MCPDir string
+	// EffectsDir is the directory of the effects bench module
+	// (effectsbench, beside this package); empty skips the effects case
+	// with an error.
+	EffectsDir string
 	// HeartbeatLeases is the number of leases the heartbeat case holds in
 	// one Manager; 0 takes its default (20,000 with Quick, else 1,000,000).
 	HeartbeatLeases int
@@ -82,6 +86,7 @@ func Cases() []Case {
 		{"takeover", []string{"takeover_ratio_vs_lease_cycle", "takeovers_per_s"}, Takeover},
 		{"storm", StormKeys, Storm},
 		MCPCallCase(),
+		EffectsCase(),
 		{"growth", []string{"growth_cycle_ratio_w1", "growth_cycle_ratio_w8", "growth_cycle_ratio_w32", "growth_cycle_ratio_w128"}, GrowthCase},
 	}
 }
