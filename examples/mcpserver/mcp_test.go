@@ -9,6 +9,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -453,4 +454,49 @@ func TestMalformedMeta(t *testing.T) {
 			t.Errorf("stored notes %v, want none", b)
 		}
 	})
+}
+
+// TestEveryToolHasPolicy: every tool the server serves (send_email with
+// it, the server having an SMTP server) has a policy in the server's Fence,
+// so that none of them is refused unknown_tool.
+func TestEveryToolHasPolicy(t *testing.T) {
+	fencetest.SkipShort(t)
+	smtp := os.Getenv("TEST_SMTP_ADDR")
+	if smtp == "" {
+		fencetest.Missing(t, "TEST_SMTP_ADDR is not set (scripts/services.sh starts Mailpit): send_email is served only with an SMTP server")
+	}
+	schema := fencetest.Schema(t, migrations.Lease, migrations.Guard)
+	notes, err := NewNotes(t.Context(), fencetest.Pool(t), Options{Schema: schema, Dir: t.TempDir(), SMTP: smtp})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() {
+		if err := notes.Close(); err != nil {
+			t.Error(err)
+		}
+	}()
+	ct, st := mcp.NewInMemoryTransports()
+	ss, err := notes.Server().Connect(t.Context(), st, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cs, err := mcp.NewClient(&mcp.Implementation{Name: "lister", Version: "v0"}, nil).Connect(t.Context(), ct, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { cs.Close(); ss.Wait() }() //nolint:errcheck // test teardown
+	res, err := cs.ListTools(t.Context(), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var names []string
+	for _, tool := range res.Tools {
+		names = append(names, tool.Name)
+		if p := notes.Fence.Policy(tool.Name); p == 0 {
+			t.Errorf("tool %q is served but has no policy: its calls are refused %s", tool.Name, mcpfence.CauseUnknownTool)
+		}
+	}
+	if !slices.Contains(names, "send_email") || len(names) != 5 {
+		t.Errorf("served tools %v: want the five, send_email among them", names)
+	}
 }
