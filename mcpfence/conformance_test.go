@@ -47,10 +47,14 @@ import (
 // claim in its ctx carries another.
 //
 // Writes of the same kit token share one lease: the conversation's calls
-// are one mcpfence run (MetaRun), so they carry the same token and run id,
-// as the kit's run-less writes of one token must (a retry under the same
-// claim). A per-call lease would give each of them a run id of its own,
-// and the guard would rightly refuse the second as a reused token.
+// are one mcpfence run, so they carry the same token and run id, as the
+// kit's run-less writes of one token must (a retry under the same claim). A
+// per-call lease would give each of them a run id of its own, and the guard
+// would rightly refuse the second as a reused token. The subject starts
+// each conversation's run with a call of kit_begin (MetaRunStart, a tool
+// that writes nothing, so that a kit write that fails is never a run's
+// first call, which would end the run) and presents the returned handle
+// (MetaRun) with every write.
 //
 // Errors cross the wire as results: a stale write is mcpfence's Refusal
 // (cause "stale", both tokens, the resource), decoded back into a
@@ -158,7 +162,8 @@ func newKitServer(t *testing.T) *kitServer {
 	}
 	t.Cleanup(func() { k.m.Close() }) //nolint:errcheck // test teardown
 	k.f, err = mcpfence.New(mcpfence.Config{Manager: k.m, Account: mcpfence.Fixed("kit"),
-		Tools:   map[string]mcpfence.Policy{"kit_write": mcpfence.Acquire, "kit_write_unfenced": mcpfence.Unfenced, "kit_read": mcpfence.Unfenced},
+		Tools: map[string]mcpfence.Policy{"kit_begin": mcpfence.Acquire, "kit_write": mcpfence.Acquire,
+			"kit_write_unfenced": mcpfence.Unfenced, "kit_read": mcpfence.Unfenced},
 		RunIdle: time.Hour})
 	if err != nil {
 		t.Fatal(err)
@@ -185,6 +190,9 @@ func newKitServer(t *testing.T) *kitServer {
 		}
 	}, k.f.Middleware)
 	obj := &jsonschema.Schema{Type: "object"}
+	s.AddTool(&mcp.Tool{Name: "kit_begin", InputSchema: obj}, func(context.Context, *mcp.CallToolRequest) (*mcp.CallToolResult, error) {
+		return &mcp.CallToolResult{Content: []mcp.Content{&mcp.TextContent{Text: "run started"}}}, nil
+	})
 	s.AddTool(&mcp.Tool{Name: "kit_write", InputSchema: obj}, k.write)
 	s.AddTool(&mcp.Tool{Name: "kit_write_unfenced", InputSchema: obj}, k.write)
 	s.AddTool(&mcp.Tool{Name: "kit_read", InputSchema: obj}, k.read)
@@ -327,6 +335,36 @@ func (k *kitServer) read(ctx context.Context, req *mcp.CallToolRequest) (*mcp.Ca
 type kitSubject struct {
 	k  *kitServer
 	id string
+
+	mu   sync.Mutex
+	runs map[string]string // conversation -> its run's handle
+}
+
+// run returns the handle of conv's run, starting the run first.
+func (s *kitSubject) run(ctx context.Context, conv string) (string, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if h, ok := s.runs[conv]; ok {
+		return h, nil
+	}
+	res, err := s.k.cs.CallTool(context.WithoutCancel(ctx), &mcp.CallToolParams{Name: "kit_begin", Arguments: map[string]any{},
+		Meta: mcp.Meta{mcpfence.MetaConversation: conv, mcpfence.MetaRunStart: true}})
+	if err == nil && res.IsError {
+		err = fmt.Errorf("kit_begin: %v", res.Content)
+	}
+	if err != nil {
+		return "", err
+	}
+	info, _ := res.Meta[mcpfence.MetaLease].(map[string]any)
+	h, _ := info["run"].(string)
+	if h == "" {
+		return "", fmt.Errorf("kit_begin: no run handle in %v", res.Meta)
+	}
+	if s.runs == nil {
+		s.runs = map[string]string{}
+	}
+	s.runs[conv] = h
+	return h, nil
 }
 
 var (
@@ -346,7 +384,11 @@ func (s *kitSubject) call(ctx context.Context, tool string, tok fence.Token, a k
 	params := &mcp.CallToolParams{Name: tool, Arguments: a}
 	if tool == "kit_write" {
 		conv := fmt.Sprintf("%s.t%d", s.id, tok)
-		params.Meta = mcp.Meta{mcpfence.MetaConversation: conv, mcpfence.MetaRun: conv}
+		h, err := s.run(ctx, conv)
+		if err != nil {
+			return err
+		}
+		params.Meta = mcp.Meta{mcpfence.MetaConversation: conv, mcpfence.MetaRun: h}
 	}
 	cctx := ctx
 	if ctx.Err() != nil {

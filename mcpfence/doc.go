@@ -19,17 +19,33 @@
 // default, or an HTTP header, or a function of the MCP session) and the
 // account (Config.Account); runs Config.Authorize; obtains the lease of
 // lease.Key{AccountID: account, SessionID: conversation} by the tool's Policy
-// (Acquire, Wait, ContinueHere) or joins the call's run (MetaRun); calls the
-// tool with a ctx that has the request's values and cancellation, the
-// lease's claim (fence.ClaimFromContext) and ends, with the lease's cause,
-// when the lease ends; releases a per-call lease when the tool returns (a
-// run's lease when a call presents MetaRunEnd, when the run was idle for
-// Config.RunIdle, or at Close).
+// (Acquire, Wait, ContinueHere), or continues the call's run (MetaRun);
+// calls the tool with a ctx that has the request's values and cancellation,
+// the lease's claim (fence.ClaimFromContext) and ends, with the lease's
+// cause, when the lease ends; releases a per-call lease when the tool
+// returns, and parks a run's lease in the database when the run's last
+// call running here returns. A tool that neither Config.Tools nor
+// Config.Default gives a policy is refused (CauseUnknownTool).
 //
-// A lease spans one call, or a run of calls: a client that sends the same
-// MetaRun id with several calls of one MCP session has them run under the
-// one lease (one token) its first call obtained. Only the first call's
-// Policy is used; a run is bound to its conversation and MCP session.
+// # Runs
+//
+// A lease spans one call, or a run of calls. A call that presents
+// MetaRunStart obtains the lease by its tool's Policy and its result names
+// the run's handle (LeaseInfo.Run under MetaLease: the lease's run_id, a
+// UUID). Later calls present the handle as MetaRun and run under the same
+// lease (one token), on any replica: between calls the run lives in the
+// database as a parked grant (lease.Lease.Park, for Config.RunIdle), and a
+// later call resumes it (lease.Manager.Resume), waiting with backoff (5 ms
+// to 100 ms, at most Config.MaxWait) while a call of the run runs on
+// another replica. The handle is checked against the lease's row: it
+// continues the run only for the account and conversation the run holds,
+// whatever MCP session or transport the call came by, and it is no
+// credential (Authorize runs for every call). Only the first call's Policy
+// is used. A run ends at MetaRunEnd (on any replica), when no call came
+// for Config.RunIdle (its parked grant expires), when another device takes
+// the conversation over, and when its first call did not succeed (released
+// at once); a call of an ended run is refused with CauseRunEnded (or
+// CauseTakenOver).
 //
 // # What the client sees
 //
@@ -93,9 +109,12 @@
 //     handler ignores its ctx keeps running; only guarded writes are
 //     refused (see the lease package).
 //   - That the client sees a cancelled call's result: MCP drops it.
-//   - Run ids are chosen by clients and bound to the MCP session that began
-//     the run; they are not secrets, and a run survives no server restart
-//     (its lease then expires after its TTL).
+//   - A run's handle is not a secret and not bound to a session: anyone
+//     the server authorizes for the conversation may continue the run.
+//   - That a run's calls never run at once: calls of one run on one replica
+//     share its lease and may overlap (the run's token covers them all), as
+//     they did before runs moved between replicas; calls of one run on two
+//     replicas do not overlap (the second waits for the park).
 //   - The Owner named in a Refusal is the database's answer when the
 //     refusal was built; it may have changed since.
 //   - That a conversation is free the moment a per-call result arrived,

@@ -9,6 +9,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/google/uuid"
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/codes"
@@ -24,8 +25,7 @@ type Policy uint8
 
 const (
 	// Acquire takes the lease if it is free and refuses the call with
-	// CauseHeld (naming the holder) when another run holds it. It is the
-	// default for tools Config.Tools does not name.
+	// CauseHeld (naming the holder) when another run holds it.
 	Acquire Policy = iota + 1
 	// Wait waits for the lease (lease.Manager.AcquireWait) for at most
 	// Config.MaxWait, sending a progress notification every
@@ -109,15 +109,19 @@ type Config struct {
 	Holder func(ctx context.Context, req *mcp.CallToolRequest) string
 	// Tools maps tool names to their policy; Default applies to the others.
 	Tools map[string]Policy
-	// Default is the policy of tools Tools does not name. Zero: Acquire.
+	// Default is the policy of tools Tools does not name. Zero: none, a
+	// call of a tool Tools does not name is refused with CauseUnknownTool
+	// before anything else (a tool the server added but nobody classified
+	// is never run unfenced, nor fenced by accident).
 	Default Policy
 	// MaxWait bounds a Wait call's wait. Default DefaultMaxWait.
 	MaxWait time.Duration
 	// ProgressEvery is the period of a Wait call's progress notifications.
 	// Default DefaultProgressEvery.
 	ProgressEvery time.Duration
-	// RunIdle releases a run's lease when none of its calls ran for this
-	// long. Default DefaultRunIdle.
+	// RunIdle is how long a run's lease waits, parked in the database
+	// between two of its calls, for its next call (on any replica) before
+	// it expires. At most lease.MaxParkIdle. Default DefaultRunIdle.
 	RunIdle time.Duration
 	// ReleaseTimeout bounds each release, which runs on a context of its
 	// own (not the possibly cancelled call's). Default DefaultReleaseTimeout.
@@ -146,19 +150,16 @@ type Fence struct {
 	tracer trace.Tracer
 
 	mu        sync.Mutex
-	runs      map[string]*run
+	runs      map[uuid.UUID]*run            // the runs with calls running here
 	releasing map[lease.Key][]chan struct{} // per-call releases in flight, closed when done
 	closed    bool
 	bg        sync.WaitGroup // the goroutines of releases in flight
 
 	http httpCalls // the POSTs in flight of HTTPHandler
-
-	stop chan struct{}
-	done chan struct{}
 }
 
-// New validates cfg, fills its defaults and starts the Fence's reaper of
-// idle runs (stopped by Close).
+// New validates cfg and fills its defaults. A Fence starts no goroutine of
+// its own.
 func New(cfg Config) (*Fence, error) {
 	if cfg.Manager == nil {
 		return nil, errors.New("mcpfence: Config.Manager is required")
@@ -171,9 +172,7 @@ func New(cfg Config) (*Fence, error) {
 			return nil, fmt.Errorf("mcpfence: Config.Tools[%q]: invalid policy %d", name, p)
 		}
 	}
-	if cfg.Default == 0 {
-		cfg.Default = Acquire
-	} else if cfg.Default > Unfenced {
+	if cfg.Default > Unfenced {
 		return nil, fmt.Errorf("mcpfence: Config.Default: invalid policy %d", cfg.Default)
 	}
 	if cfg.Conversation == nil {
@@ -190,6 +189,8 @@ func New(cfg Config) (*Fence, error) {
 	}
 	if cfg.RunIdle <= 0 {
 		cfg.RunIdle = DefaultRunIdle
+	} else if cfg.RunIdle > lease.MaxParkIdle {
+		return nil, fmt.Errorf("mcpfence: Config.RunIdle %s: a run waits between its calls as a parked grant, at most lease.MaxParkIdle (%s)", cfg.RunIdle, lease.MaxParkIdle)
 	}
 	if cfg.ReleaseTimeout <= 0 {
 		cfg.ReleaseTimeout = DefaultReleaseTimeout
@@ -197,12 +198,10 @@ func New(cfg Config) (*Fence, error) {
 	if cfg.Logger == nil {
 		cfg.Logger = slog.New(slog.DiscardHandler)
 	}
-	f := &Fence{cfg: cfg, runs: map[string]*run{}, releasing: map[lease.Key][]chan struct{}{},
-		stop: make(chan struct{}), done: make(chan struct{})}
+	f := &Fence{cfg: cfg, runs: map[uuid.UUID]*run{}, releasing: map[lease.Key][]chan struct{}{}}
 	if cfg.TracerProvider != nil {
 		f.tracer = cfg.TracerProvider.Tracer("github.com/fencekit/fencekit")
 	}
-	go f.reap()
 	return f, nil
 }
 
@@ -226,7 +225,9 @@ func clientName(_ context.Context, req *mcp.CallToolRequest) string {
 	return name
 }
 
-// Policy returns the policy of the tool named name.
+// Policy returns the policy of the tool named name: its Config.Tools
+// entry, else Config.Default; 0 when the Fence knows no policy for it (its
+// calls are refused with CauseUnknownTool).
 func (f *Fence) Policy(name string) Policy {
 	if p, ok := f.cfg.Tools[name]; ok {
 		return p
@@ -251,6 +252,11 @@ func (f *Fence) Middleware(next mcp.MethodHandler) mcp.MethodHandler {
 			return next(ctx, method, req)
 		}
 		policy := f.Policy(ctr.Params.Name)
+		if policy == 0 {
+			r := Refusal{Cause: CauseUnknownTool, Tool: ctr.Params.Name,
+				Message: fmt.Sprintf("the server's fence has no policy for tool %q: nothing ran", ctr.Params.Name)}
+			return completeOnNewRevision(ctr, r.result()), nil
+		}
 		if policy == Unfenced {
 			return next(ctx, method, req)
 		}
@@ -283,31 +289,19 @@ func completeOnNewRevision(req *mcp.CallToolRequest, res mcp.Result) mcp.Result 
 	return &c
 }
 
-// Close stops the reaper, waits for the per-call releases in flight and
-// releases the leases of the runs still open. Calls still running keep
-// their leases until they return (then released before their result). It
-// is idempotent.
+// Close refuses new fenced calls (CauseUnavailable) and waits for the
+// per-call releases in flight. Calls still running keep their leases until
+// they return: a per-call lease is then released before the result, a
+// run's is parked as always. Runs live in the database between their
+// calls, so they outlive Close: a later call continues each on another
+// Fence (another replica, or this server restarted) for as long as RunIdle
+// allows. It is idempotent and returns nil.
 func (f *Fence) Close() error {
 	f.mu.Lock()
-	if f.closed {
-		f.mu.Unlock()
-		<-f.done
-		return nil
-	}
 	f.closed = true
-	runs := f.runs
-	f.runs = map[string]*run{}
 	f.mu.Unlock()
-	close(f.stop)
-	<-f.done
 	f.bg.Wait()
-	var errs []error
-	for _, r := range runs {
-		if err := f.releaseRun(r); err != nil {
-			errs = append(errs, err)
-		}
-	}
-	return errors.Join(errs...)
+	return nil
 }
 
 // call runs one fenced tool call.
@@ -353,8 +347,8 @@ func (f *Fence) call(ctx context.Context, policy Policy, req *mcp.CallToolReques
 	}
 	if span != nil {
 		span.SetAttributes(attribute.String(leasetrace.AttrAccountID, key.AccountID), attribute.String(leasetrace.AttrSessionID, key.SessionID))
-		if rm.id != "" {
-			span.SetAttributes(attribute.String(AttrRun, rm.id))
+		if rm.id != uuid.Nil {
+			span.SetAttributes(attribute.String(AttrRun, rm.id.String()))
 		}
 	}
 	if f.cfg.Authorize != nil {
@@ -363,17 +357,36 @@ func (f *Fence) call(ctx context.Context, policy Policy, req *mcp.CallToolReques
 		}
 	}
 
+	f.mu.Lock()
+	closed := f.closed
+	f.mu.Unlock()
+	if closed {
+		return refuse(Refusal{Cause: CauseUnavailable, Message: "the server is shutting down", Conversation: key.SessionID})
+	}
 	var (
-		l *lease.Lease
-		r *run
+		l      *lease.Lease
+		handle string // the run's handle, for LeaseInfo.Run
 	)
-	if rm.id != "" {
-		var refusal *Refusal
-		r, l, refusal = f.joinRun(ctx, policy, req, key, rm.id)
+	if rm.start || rm.id != uuid.Nil {
+		var (
+			r       *run
+			refusal *Refusal
+		)
+		if rm.start {
+			r, refusal = f.startRun(ctx, policy, req, key)
+		} else {
+			r, refusal = f.joinRun(ctx, req, key, rm.id)
+		}
 		if refusal != nil {
 			return refuse(*refusal)
 		}
-		defer f.leaveRun(ctx, r, rm.end)
+		l, handle = r.l, r.id.String()
+		defer func() {
+			// A run whose first call did not succeed is released, not
+			// parked: nobody holds its handle.
+			failed := rm.start && (err != nil || isError(res))
+			f.leaveRun(ctx, r, rm.end, failed)
+		}()
 	} else {
 		var refusal *Refusal
 		l, refusal = f.obtain(ctx, policy, req, key)
@@ -402,7 +415,7 @@ func (f *Fence) call(ctx context.Context, policy Policy, req *mcp.CallToolReques
 	defer stopAfter()
 
 	res, err = next(hctx)
-	info := LeaseInfo{Conversation: key.SessionID, Token: l.Token(), Holder: l.Holder(), RunID: l.RunID().String(), Run: rm.id}
+	info := LeaseInfo{Conversation: key.SessionID, Token: l.Token(), Holder: l.Holder(), RunID: l.RunID().String(), Run: handle}
 	return f.classify(ctx, hctx, l, info, tool, res, err)
 }
 
@@ -501,6 +514,12 @@ func (f *Fence) classify(ctx, hctx context.Context, l *lease.Lease, info LeaseIn
 		return r.result(), nil
 	}
 	return res, err
+}
+
+// isError reports whether res is an error result.
+func isError(res mcp.Result) bool {
+	r, ok := res.(*mcp.CallToolResult)
+	return ok && r != nil && r.IsError
 }
 
 // endedRefusal fills r for a call whose lease ended under it.

@@ -44,8 +44,21 @@ type harness struct {
 func newHarness(t *testing.T, cfg mcpfence.Config, mcfg lease.Config) *harness {
 	t.Helper()
 	fencetest.SkipShort(t)
+	return newReplica(t, cfg, mcfg, fencetest.Schema(t, migrations.Lease))
+}
+
+// replica is another server sharing h's database schema, with a pool, a
+// lease Manager and a Fence of its own: another replica of the service
+// behind a load balancer (or the service restarted).
+func (h *harness) replica(cfg mcpfence.Config, mcfg lease.Config) *harness {
+	h.t.Helper()
+	return newReplica(h.t, cfg, mcfg, h.schema)
+}
+
+func newReplica(t *testing.T, cfg mcpfence.Config, mcfg lease.Config, schema string) *harness {
+	t.Helper()
 	h := &harness{t: t, active: map[string]int{}, max: map[string]int{}}
-	h.schema = fencetest.Schema(t, migrations.Lease)
+	h.schema = schema
 	mcfg.Pool, mcfg.Schema = fencetest.Pool(t), h.schema
 	var err error
 	if h.m, err = lease.New(mcfg); err != nil {
@@ -70,7 +83,8 @@ func newHarness(t *testing.T, cfg mcpfence.Config, mcfg lease.Config) *harness {
 	h.server = mcp.NewServer(&mcp.Implementation{Name: "test", Version: "v0"}, nil)
 	h.server.AddReceivingMiddleware(h.f.Middleware)
 	type in struct {
-		Hold bool `json:"hold,omitempty"`
+		Hold    bool `json:"hold,omitempty"`
+		SleepMS int  `json:"sleep_ms,omitempty"`
 	}
 	tool := func(ctx context.Context, req *mcp.CallToolRequest, a in) (*mcp.CallToolResult, map[string]any, error) {
 		h.calls.Add(1)
@@ -92,8 +106,8 @@ func newHarness(t *testing.T, cfg mcpfence.Config, mcfg lease.Config) *harness {
 			<-ctx.Done()
 			return nil, nil, context.Cause(ctx)
 		}
-		time.Sleep(time.Millisecond) // widen the window in which two holders would overlap
-		return nil, map[string]any{"token": claim.Token.String()}, nil
+		time.Sleep(time.Millisecond + time.Duration(a.SleepMS)*time.Millisecond) // widen the window in which two holders would overlap
+		return nil, map[string]any{"token": claim.Token.String(), "run": claim.Run}, nil
 	}
 	mcp.AddTool(h.server, &mcp.Tool{Name: "write"}, tool)
 	mcp.AddTool(h.server, &mcp.Tool{Name: "take"}, tool)
@@ -271,58 +285,70 @@ func TestSpanPerCall(t *testing.T) {
 	}
 }
 
-// TestRunBoundToSession: a run id is honoured only from the MCP session
-// that began the run.
-func TestRunBoundToSession(t *testing.T) {
+// TestRunNotBoundToSession: a run is named by its handle, not by the MCP
+// session that began it: another session (another device's client, or the
+// same client reconnected) continues it under the same token; the handle
+// presented for another conversation is refused; run_end ends it.
+func TestRunNotBoundToSession(t *testing.T) {
 	h := newHarness(t, mcpfence.Config{}, lease.Config{})
 	a, b := h.client("a"), h.client("b")
-	if c := cause(call(t.Context(), a, "write", "c1", "r1", false, nil)); c != "ok" {
-		t.Fatal(c)
+	run, first := startRun(t, a, "write", "c1", nil)
+	info := mustRunCall(t, "another session presenting the handle", b, "write", "c1", run, false)
+	if info.Token != first.Token || info.RunID != run {
+		t.Errorf("another session's call ran under %+v, want the run's %+v", info, first)
 	}
-	if c := cause(call(t.Context(), b, "write", "c1", "r1", false, nil)); c != mcpfence.CauseInvalidMeta {
-		t.Errorf("another session presenting the run: %s", c)
-	}
-	if c := cause(call(t.Context(), a, "write", "c2", "r1", false, nil)); c != mcpfence.CauseInvalidMeta {
+	if c := cause(call(t.Context(), a, "write", "c2", run, false, nil)); c != mcpfence.CauseRunEnded {
 		t.Errorf("the run presented for another conversation: %s", c)
 	}
-	if c := cause(call(t.Context(), a, "write", "c1", "r1", true, nil)); c != "ok" {
-		t.Errorf("the run's own last call: %s", c)
-	}
-	if c := cause(call(t.Context(), a, "write", "c1", "r1", false, nil)); c != mcpfence.CauseRunEnded {
+	mustRunCall(t, "the run's own last call", a, "write", "c1", run, true)
+	if c := cause(call(t.Context(), a, "write", "c1", run, false, nil)); c != mcpfence.CauseRunEnded {
 		t.Errorf("a call of the ended run: %s", c)
 	}
 }
 
-// TestIdleRunReleased: a run nobody continues is released after RunIdle,
-// not held until its Manager closes.
+// TestIdleRunReleased: a run nobody continues does not hold its
+// conversation past RunIdle: its parked grant expires in the database, and
+// its handle is then refused.
 func TestIdleRunReleased(t *testing.T) {
 	h := newHarness(t, mcpfence.Config{RunIdle: 200 * time.Millisecond}, lease.Config{})
 	cs := h.client("desktop")
-	if c := cause(call(t.Context(), cs, "write", "c1", "r1", false, nil)); c != "ok" {
-		t.Fatal(c)
+	run, _ := startRun(t, cs, "write", "c1", nil)
+	key := lease.Key{AccountID: "acme", SessionID: "c1"}
+	if o, err := h.m.Inspect(t.Context(), key); err != nil || !o.Held() || !o.Parked || o.RunID.String() != run {
+		t.Fatalf("between the run's calls: %+v, %v (want held and parked)", o, err)
 	}
-	h.watchReleased(lease.Key{AccountID: "acme", SessionID: "c1"}, 5*time.Second)
+	waitNotHeld(t, h.m, key, 5*time.Second)
+	if c := cause(call(t.Context(), cs, "write", "c1", run, false, nil)); c != mcpfence.CauseRunEnded {
+		t.Errorf("a call of the idle run: %s", c)
+	}
+	if c := cause(call(t.Context(), cs, "write", "c1", "", false, nil)); c != "ok" {
+		t.Errorf("a call after the idle run: %s", c)
+	}
 }
 
-// TestCloseReleasesRuns: Fence.Close releases the runs still open.
+// TestCloseReleasesRuns: Fence.Close refuses new calls and leaves the runs
+// in the database, parked (a restarted or another replica continues them:
+// TestRunSurvivesRestart); per-call leases are released.
 func TestCloseReleasesRuns(t *testing.T) {
 	h := newHarness(t, mcpfence.Config{}, lease.Config{})
 	cs := h.client("desktop")
-	if c := cause(call(t.Context(), cs, "write", "c1", "r1", false, nil)); c != "ok" {
+	run, _ := startRun(t, cs, "write", "c1", nil)
+	if c := cause(call(t.Context(), cs, "write", "c9", "", false, nil)); c != "ok" {
 		t.Fatal(c)
-	}
-	key := lease.Key{AccountID: "acme", SessionID: "c1"}
-	if o, err := h.m.Inspect(t.Context(), key); err != nil || !o.Held() {
-		t.Fatalf("run's lease after its first call: %v, %v", o.State, err)
 	}
 	if err := h.f.Close(); err != nil {
 		t.Fatal(err)
 	}
-	if o, err := h.m.Inspect(t.Context(), key); err != nil || o.State != lease.StateReleased {
-		t.Errorf("after Close: %v, %v", o.State, err)
+	if o, err := h.m.Inspect(t.Context(), lease.Key{AccountID: "acme", SessionID: "c1"}); err != nil || !o.Parked || o.RunID.String() != run {
+		t.Errorf("the run after Close: %+v, %v (want parked)", o, err)
 	}
-	if c := cause(call(t.Context(), cs, "write", "c1", "r2", false, nil)); c != mcpfence.CauseUnavailable {
-		t.Errorf("a new run after Close: %s", c)
+	if o, err := h.m.Inspect(t.Context(), lease.Key{AccountID: "acme", SessionID: "c9"}); err != nil || o.State != lease.StateReleased {
+		t.Errorf("a per-call lease after Close: %v, %v", o.State, err)
+	}
+	for _, meta := range []mcp.Meta{{mcpfence.MetaRunStart: true}, {mcpfence.MetaRun: run}, {}} {
+		if c := cause(callMeta(t.Context(), cs, "write", "c1", meta, nil)); c != mcpfence.CauseUnavailable {
+			t.Errorf("a call with %v after Close: %s", meta, c)
+		}
 	}
 }
 

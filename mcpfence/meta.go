@@ -9,6 +9,7 @@ import (
 	"unicode"
 	"unicode/utf8"
 
+	"github.com/google/uuid"
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 
 	"github.com/fencekit/fencekit/lease"
@@ -25,10 +26,20 @@ const (
 	// account id of its lease.Key, when the server takes it from the request
 	// (Config.Account = FromMeta(MetaAccount)).
 	MetaAccount = "io.fencekit/account"
-	// MetaRun is a run id, a JSON string the client chooses (a UUID, say):
-	// every call that presents it runs under the one lease the run's first
-	// call obtained, until a call presents MetaRunEnd, the run stays idle
-	// for Config.RunIdle, or the lease ends.
+	// MetaRunStart, a JSON boolean, starts a run with this call: the call
+	// obtains the conversation's lease by its tool's policy, and its result
+	// names the run's handle in its _meta (MetaLease, LeaseInfo.Run). The
+	// run lives in the database between its calls (a parked grant), so a
+	// later call may reach any replica.
+	MetaRunStart = "io.fencekit/run_start"
+	// MetaRun is a run's handle, a JSON string: the lease's run_id (a UUID)
+	// that the run's first call returned in LeaseInfo.Run. A call that
+	// presents it continues the run under its lease (same token), on any
+	// replica, if the run still holds the call's conversation (account and
+	// conversation): the handle is checked against the lease's row, it is
+	// not bound to an MCP session, and it is no credential (the call is
+	// authorized as any other). A run ends at MetaRunEnd, when idle for
+	// Config.RunIdle, when taken over, or when its first call failed.
 	MetaRun = "io.fencekit/run"
 	// MetaRunEnd, a JSON boolean, ends the run of MetaRun after this call:
 	// its lease is released once the call returns.
@@ -38,7 +49,7 @@ const (
 	MetaLease = "io.fencekit/lease"
 )
 
-// MaxRunIDLen is the longest run id (MetaRun) accepted, in bytes.
+// MaxRunIDLen is the longest run handle (MetaRun) accepted, in bytes.
 const MaxRunIDLen = 128
 
 // ErrNoKey means a call named no conversation or no account: the key
@@ -169,8 +180,9 @@ func Fixed(s string) KeySource {
 
 // runMeta is the run part of a call's _meta.
 type runMeta struct {
-	id  string // "" when the call names no run
-	end bool
+	id    uuid.UUID // uuid.Nil when the call names no run
+	start bool      // MetaRunStart
+	end   bool      // MetaRunEnd
 }
 
 func parseRun(req *mcp.CallToolRequest) (runMeta, error) {
@@ -186,17 +198,33 @@ func parseRun(req *mcp.CallToolRequest) (runMeta, error) {
 		if err := checkID(MetaRun, s, MaxRunIDLen); err != nil {
 			return rm, err
 		}
-		rm.id = s
+		id, err := uuid.Parse(s)
+		if err != nil || id == uuid.Nil {
+			return rm, &MetaError{Field: MetaRun, Reason: "not a run handle (a UUID returned by the run's first call, with " + MetaRunStart + ")"}
+		}
+		rm.id = id
 	}
-	if v, ok := req.Params.Meta[MetaRunEnd]; ok && v != nil {
+	for _, f := range []struct {
+		name string
+		dst  *bool
+	}{{MetaRunStart, &rm.start}, {MetaRunEnd, &rm.end}} {
+		v, ok := req.Params.Meta[f.name]
+		if !ok || v == nil {
+			continue
+		}
 		b, ok := v.(bool)
 		if !ok {
-			return rm, &MetaError{Field: MetaRunEnd, Reason: fmt.Sprintf("want a boolean, got %s", jsonType(v))}
+			return rm, &MetaError{Field: f.name, Reason: fmt.Sprintf("want a boolean, got %s", jsonType(v))}
 		}
-		if b && rm.id == "" {
-			return rm, &MetaError{Field: MetaRunEnd, Reason: "true without " + MetaRun}
-		}
-		rm.end = b
+		*f.dst = b
+	}
+	switch {
+	case rm.start && rm.id != uuid.Nil:
+		return rm, &MetaError{Field: MetaRunStart, Reason: "true with " + MetaRun + ": a call starts a run or continues one"}
+	case rm.start && rm.end:
+		return rm, &MetaError{Field: MetaRunStart, Reason: "true with " + MetaRunEnd + ": a run of one call is a call without a run"}
+	case rm.end && rm.id == uuid.Nil:
+		return rm, &MetaError{Field: MetaRunEnd, Reason: "true without " + MetaRun}
 	}
 	return rm, nil
 }

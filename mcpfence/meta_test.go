@@ -6,8 +6,12 @@ import (
 	"net/http"
 	"strings"
 	"testing"
+	"time"
 
+	"github.com/google/uuid"
 	"github.com/modelcontextprotocol/go-sdk/mcp"
+
+	"github.com/fencekit/fencekit/lease"
 )
 
 func callWith(meta mcp.Meta, header http.Header) *mcp.CallToolRequest {
@@ -93,6 +97,8 @@ func TestFirstOf(t *testing.T) {
 }
 
 func TestParseRun(t *testing.T) {
+	id := uuid.New()
+	h := id.String()
 	cases := []struct {
 		name string
 		meta mcp.Meta
@@ -100,13 +106,20 @@ func TestParseRun(t *testing.T) {
 		bad  bool
 	}{
 		{"none", mcp.Meta{}, runMeta{}, false},
-		{"run", mcp.Meta{MetaRun: "r"}, runMeta{id: "r"}, false},
-		{"run end", mcp.Meta{MetaRun: "r", MetaRunEnd: true}, runMeta{id: "r", end: true}, false},
-		{"run end false", mcp.Meta{MetaRun: "r", MetaRunEnd: false}, runMeta{id: "r"}, false},
+		{"start", mcp.Meta{MetaRunStart: true}, runMeta{start: true}, false},
+		{"start false", mcp.Meta{MetaRunStart: false}, runMeta{}, false},
+		{"run", mcp.Meta{MetaRun: h}, runMeta{id: id}, false},
+		{"run end", mcp.Meta{MetaRun: h, MetaRunEnd: true}, runMeta{id: id, end: true}, false},
+		{"run end false", mcp.Meta{MetaRun: h, MetaRunEnd: false}, runMeta{id: id}, false},
 		{"run a number", mcp.Meta{MetaRun: 1.0}, runMeta{}, true},
+		{"run not a uuid", mcp.Meta{MetaRun: "r"}, runMeta{}, true},
+		{"run nil uuid", mcp.Meta{MetaRun: uuid.Nil.String()}, runMeta{}, true},
 		{"run too long", mcp.Meta{MetaRun: strings.Repeat("r", MaxRunIDLen+1)}, runMeta{}, true},
-		{"end a string", mcp.Meta{MetaRun: "r", MetaRunEnd: "true"}, runMeta{}, true},
+		{"end a string", mcp.Meta{MetaRun: h, MetaRunEnd: "true"}, runMeta{}, true},
+		{"start a string", mcp.Meta{MetaRunStart: "true"}, runMeta{}, true},
 		{"end without run", mcp.Meta{MetaRunEnd: true}, runMeta{}, true},
+		{"start with run", mcp.Meta{MetaRunStart: true, MetaRun: h}, runMeta{}, true},
+		{"start with end", mcp.Meta{MetaRunStart: true, MetaRunEnd: true}, runMeta{}, true},
 	}
 	for _, c := range cases {
 		got, err := parseRun(callWith(c.meta, nil))
@@ -122,5 +135,8 @@ func TestParseRun(t *testing.T) {
 func TestNewValidates(t *testing.T) {
 	if _, err := New(Config{Account: Fixed("a")}); err == nil {
 		t.Error("no Manager: accepted")
+	}
+	if _, err := New(Config{Manager: &lease.Manager{}, Account: Fixed("a"), RunIdle: lease.MaxParkIdle + time.Second}); err == nil {
+		t.Error("RunIdle above lease.MaxParkIdle: accepted")
 	}
 }

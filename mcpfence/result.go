@@ -30,8 +30,12 @@ const (
 	// passed, Manager closed) before the call finished.
 	CauseLost = "lost"
 	// CauseRunEnded: the run named in MetaRun has ended (released by
-	// MetaRunEnd or idleness): start a new run.
+	// MetaRunEnd, idle for Config.RunIdle, its first call failed) or does
+	// not hold the call's conversation: start a new run.
 	CauseRunEnded = "run_ended"
+	// CauseUnknownTool: the Fence has no policy for the tool (neither
+	// Config.Tools nor Config.Default names one). Nothing was read or sent.
+	CauseUnknownTool = "unknown_tool"
 	// CauseUnauthorized: the caller may not use the account (Config.Authorize
 	// or the Manager's Authorizer refused). No lease statement was sent.
 	CauseUnauthorized = "unauthorized"
@@ -85,8 +89,11 @@ type LeaseInfo struct {
 	Conversation string      `json:"conversation"`
 	Token        fence.Token `json:"token"`
 	Holder       string      `json:"holder,omitempty"`
-	RunID        string      `json:"run_id"`        // the lease's run_id
-	Run          string      `json:"run,omitempty"` // the MetaRun id, when the call was part of a run
+	RunID        string      `json:"run_id"` // the lease's run_id
+	// Run is the run's handle, when the call started (MetaRunStart) or
+	// continued (MetaRun) a run: the value later calls present as MetaRun.
+	// It equals RunID.
+	Run string `json:"run,omitempty"`
 }
 
 // RefusalError is a Refusal as a Go error, for code that handles a refused

@@ -2,72 +2,108 @@ package mcpfence
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"time"
 
+	"github.com/google/uuid"
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 
 	"github.com/fencekit/fencekit/lease"
 )
 
-// run is a multi-call run: the lease its first call obtained, shared by
-// every call that presents its MetaRun id from the same MCP session.
-type run struct {
-	id      string
-	key     lease.Key
-	session *mcp.ServerSession
+// Backoff of a later call of a run while the run is active on another
+// replica (lease.ErrRunActive): from resumeBackoffMin, doubling, at most
+// resumeBackoffMax, for at most Config.MaxWait.
+const (
+	resumeBackoffMin = 5 * time.Millisecond
+	resumeBackoffMax = 100 * time.Millisecond
+)
 
-	ready chan struct{} // closed once the first call obtained the lease (or failed)
-	l     *lease.Lease  // nil when obtaining failed
-	fail  *Refusal      // the first call's refusal
+// run is a run's lease while calls of it run in this Fence. A run lives in
+// the database (a parked grant, lease.Lease.Park) between its calls: the
+// entry exists only while at least one of its calls runs here, and the
+// last one to return parks the lease, so that a later call on any replica
+// resumes it (lease.Manager.Resume).
+type run struct {
+	id    uuid.UUID // the handle: the lease's run_id
+	key   lease.Key
+	start bool // this entry began the run (MetaRunStart)
+
+	ready chan struct{} // closed once the lease was obtained or resumed (or that failed)
+	l     *lease.Lease  // nil when that failed
+	fail  *Refusal      // why it failed
 
 	// guarded by Fence.mu
-	calls    int       // calls running
-	lastUsed time.Time // when the last call ended
-	ended    bool      // MetaRunEnd seen or reaped: released, never reused
+	calls  int  // calls running here
+	ended  bool // released (MetaRunEnd, or its first call failed): never parked
+	failed bool // the run's first call did not succeed: released, not parked
 }
 
-// joinRun finds or starts the run id and returns its live lease.
-func (f *Fence) joinRun(ctx context.Context, policy Policy, req *mcp.CallToolRequest, key lease.Key, id string) (*run, *lease.Lease, *Refusal) {
+// startRun obtains a new run's lease by policy (the call presents
+// MetaRunStart) and registers it, so that the call's result can name its
+// handle.
+func (f *Fence) startRun(ctx context.Context, policy Policy, req *mcp.CallToolRequest, key lease.Key) (*run, *Refusal) {
 	f.mu.Lock()
 	if f.closed {
 		f.mu.Unlock()
-		return nil, nil, &Refusal{Cause: CauseUnavailable, Message: "the server is shutting down", Conversation: key.SessionID}
+		return nil, &Refusal{Cause: CauseUnavailable, Message: "the server is shutting down", Conversation: key.SessionID}
+	}
+	f.mu.Unlock()
+	l, refusal := f.obtain(ctx, policy, req, key)
+	if refusal != nil {
+		return nil, refusal
+	}
+	r := &run{id: l.RunID(), key: key, start: true, ready: make(chan struct{}), l: l, calls: 1}
+	close(r.ready)
+	f.mu.Lock()
+	f.runs[r.id] = r
+	f.mu.Unlock()
+	return r, nil
+}
+
+// joinRun continues the run id (a later call: MetaRun): it joins the calls
+// of the run running here, or resumes the run's parked grant from the
+// database, waiting while the run is active on another replica.
+func (f *Fence) joinRun(ctx context.Context, req *mcp.CallToolRequest, key lease.Key, id uuid.UUID) (*run, *Refusal) {
+	f.mu.Lock()
+	if f.closed {
+		f.mu.Unlock()
+		return nil, &Refusal{Cause: CauseUnavailable, Message: "the server is shutting down", Conversation: key.SessionID}
 	}
 	r, ok := f.runs[id]
 	if !ok {
-		r = &run{id: id, key: key, session: req.Session, ready: make(chan struct{})}
+		r = &run{id: id, key: key, ready: make(chan struct{}), calls: 1}
 		f.runs[id] = r
-		r.calls++
 		f.mu.Unlock()
-		r.l, r.fail = f.obtain(ctx, policy, req, key)
+		r.l, r.fail = f.resume(ctx, req, key, id)
 		f.mu.Lock()
 		if r.fail != nil {
-			delete(f.runs, id) // a refused first call starts no run
+			delete(f.runs, id)
 		}
 		close(r.ready)
 		f.mu.Unlock()
 		if r.fail != nil {
-			return nil, nil, r.fail
+			return nil, r.fail
 		}
-		return r, r.l, nil
+		return r, nil
 	}
-	if r.key != key || r.session != req.Session {
+	if r.key != key {
 		f.mu.Unlock()
-		return nil, nil, &Refusal{Cause: CauseInvalidMeta, Conversation: key.SessionID,
-			Message: fmt.Sprintf("run %q belongs to another conversation or MCP session: start a run of your own", id)}
+		return nil, &Refusal{Cause: CauseRunEnded, Conversation: key.SessionID,
+			Message: fmt.Sprintf("run %s does not hold this conversation: start a run of your own", id)}
 	}
 	r.calls++
 	f.mu.Unlock()
 	select {
 	case <-r.ready:
 	case <-ctx.Done():
-		f.leaveRun(ctx, r, false)
-		return nil, nil, &Refusal{Cause: CauseCanceled, Message: "cancelled while the run's first call obtained the lease", Conversation: key.SessionID}
+		f.leaveRun(ctx, r, false, false)
+		return nil, &Refusal{Cause: CauseCanceled, Message: fmt.Sprintf("the call ended while its run's lease was obtained: %v", context.Cause(ctx)), Conversation: key.SessionID}
 	}
 	if r.fail != nil {
-		f.leaveRun(ctx, r, false)
-		return nil, nil, r.fail
+		f.leaveRun(ctx, r, false, false)
+		return nil, r.fail
 	}
 	f.mu.Lock()
 	ended := r.ended
@@ -79,65 +115,96 @@ func (f *Fence) joinRun(ctx context.Context, policy Policy, req *mcp.CallToolReq
 		} else {
 			rf.Cause, rf.Message = CauseRunEnded, "the run has ended: start a new one"
 		}
-		f.leaveRun(ctx, r, false)
-		return nil, nil, &rf
+		f.leaveRun(ctx, r, false, false)
+		return nil, &rf
 	}
-	return r, r.l, nil
+	return r, nil
 }
 
-// leaveRun ends one call of r; end (MetaRunEnd) releases the run's lease.
-func (f *Fence) leaveRun(ctx context.Context, r *run, end bool) {
+// resume takes the run's parked grant into this Fence's Manager, retrying
+// with backoff while the run is active elsewhere (lease.ErrRunActive), for
+// at most MaxWait.
+func (f *Fence) resume(ctx context.Context, req *mcp.CallToolRequest, key lease.Key, id uuid.UUID) (*lease.Lease, *Refusal) {
+	var opts []lease.Option
+	if h := f.cfg.Holder(ctx, req); h != "" {
+		opts = append(opts, lease.WithHolder(h))
+	}
+	wctx, cancel := context.WithTimeout(ctx, f.cfg.MaxWait)
+	defer cancel()
+	delay := resumeBackoffMin
+	for {
+		l, err := f.cfg.Manager.Resume(wctx, key, id, opts...)
+		if err == nil {
+			return l, nil
+		}
+		if !errors.Is(err, lease.ErrRunActive) {
+			return nil, f.resumeRefusal(ctx, key, id, err)
+		}
+		t := time.NewTimer(delay)
+		select {
+		case <-t.C:
+		case <-wctx.Done():
+			t.Stop()
+			if ctx.Err() != nil {
+				return nil, &Refusal{Cause: CauseCanceled, Message: fmt.Sprintf("the call ended while its run was active elsewhere: %v", context.Cause(ctx)), Conversation: key.SessionID}
+			}
+			return nil, &Refusal{Cause: CauseHeld, Conversation: key.SessionID, Owner: f.owner(key),
+				Message: fmt.Sprintf("run %s stayed active in another call (another replica) for %s", id, f.cfg.MaxWait)}
+		}
+		delay = min(2*delay, resumeBackoffMax)
+	}
+}
+
+// resumeRefusal turns a failed Resume into a Refusal: a run that no longer
+// holds the conversation (released, idle for RunIdle, revoked, or a handle
+// of another conversation) has ended; one displaced by a takeover was taken
+// over.
+func (f *Fence) resumeRefusal(ctx context.Context, key lease.Key, id uuid.UUID, err error) *Refusal {
+	switch {
+	case errors.Is(err, lease.ErrTakenOver):
+		return &Refusal{Cause: CauseTakenOver, Conversation: key.SessionID, Owner: f.owner(key),
+			Message: fmt.Sprintf("another device took the conversation over (continue here): run %s has ended", id)}
+	case errors.Is(err, lease.ErrLost):
+		return &Refusal{Cause: CauseRunEnded, Conversation: key.SessionID,
+			Message: fmt.Sprintf("run %s does not hold this conversation (it ended: run_end, idle for %s, or not this conversation's): start a new run", id, f.cfg.RunIdle)}
+	}
+	return f.leaseRefusal(ctx, key, err)
+}
+
+// leaveRun ends one call of r. end (MetaRunEnd) and failed (the first call
+// of the run did not succeed) release the run's lease; otherwise the last
+// call of r running here parks it for RunIdle, for a later call on any
+// replica to resume.
+func (f *Fence) leaveRun(ctx context.Context, r *run, end, failed bool) {
 	f.mu.Lock()
 	r.calls--
-	r.lastUsed = time.Now()
-	release := end && !r.ended
-	if end {
+	release := (end || failed) && !r.ended
+	if end || failed {
 		r.ended = true
+		r.failed = r.failed || failed
+	}
+	park := r.calls == 0 && !r.ended
+	if r.calls == 0 && f.runs[r.id] == r {
+		delete(f.runs, r.id)
 	}
 	f.mu.Unlock()
-	if release && r.l != nil {
-		f.release(ctx, r.l)
-	}
-}
-
-func (f *Fence) releaseRun(r *run) error {
-	<-r.ready
 	if r.l == nil {
-		return nil
+		return
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), f.cfg.ReleaseTimeout)
-	defer cancel()
-	_, err := r.l.Release(ctx)
-	return err
+	switch {
+	case release:
+		f.release(ctx, r.l)
+	case park && r.l.Err() == nil:
+		f.park(ctx, r.l)
+	}
 }
 
-// reap releases runs idle for RunIdle and forgets ended runs after as long
-// (until then a later call of an ended run is told why it ended).
-func (f *Fence) reap() {
-	defer close(f.done)
-	t := time.NewTicker(f.cfg.RunIdle / 4)
-	defer t.Stop()
-	for {
-		select {
-		case <-f.stop:
-			return
-		case <-t.C:
-		}
-		var idle []*run
-		f.mu.Lock()
-		for id, r := range f.runs {
-			if r.calls > 0 || time.Since(r.lastUsed) < f.cfg.RunIdle {
-				continue
-			}
-			if !r.ended && r.l != nil && r.l.Err() == nil {
-				idle = append(idle, r)
-			}
-			r.ended = true
-			delete(f.runs, id)
-		}
-		f.mu.Unlock()
-		for _, r := range idle {
-			f.release(context.Background(), r.l)
-		}
+// park parks l for RunIdle on a context of its own (ctx's values, not its
+// cancellation), bounded by ReleaseTimeout.
+func (f *Fence) park(ctx context.Context, l *lease.Lease) {
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), f.cfg.ReleaseTimeout)
+	defer cancel()
+	if err := l.Park(ctx, f.cfg.RunIdle); err != nil {
+		f.cfg.Logger.Warn("mcpfence: parking a run failed (its grant expires unless resumed)", "key", l.Key().String(), "run_id", l.RunID(), "err", err)
 	}
 }

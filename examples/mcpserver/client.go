@@ -55,20 +55,49 @@ func connect(ctx context.Context, t mcp.Transport, name string, onProgress func(
 	return c.Connect(ctx, t, sopts)
 }
 
+// StartRun, passed as Call's run, starts a run with the call: its result
+// names the run's handle (RunHandle), which the run's later calls pass as
+// run, on any replica of the server.
+const StartRun = "start"
+
 // Call calls tool with args in the device's conversation; run, when not
-// empty, makes the call part of that run (end: its last call); progress,
-// when not nil, asks for progress notifications with that token.
+// empty, makes the call part of a run: StartRun starts one, a handle
+// (RunHandle of the run's first result) continues it (end: its last
+// call); progress, when not nil, asks for progress notifications with that
+// token.
 func (d *Device) Call(ctx context.Context, tool string, args map[string]any, run string, end bool, progress any) (*mcp.CallToolResult, error) {
 	meta := mcp.Meta{mcpfence.MetaAccount: d.Account, mcpfence.MetaConversation: d.Conv}
-	if run != "" {
-		meta[mcpfence.MetaRun] = run
-	}
-	if end {
-		meta[mcpfence.MetaRunEnd] = true
-	}
+	RunMeta(meta, run, end)
 	p := &mcp.CallToolParams{Meta: meta, Name: tool, Arguments: args}
 	if progress != nil {
 		p.SetProgressToken(progress)
 	}
 	return d.Session.CallTool(ctx, p)
+}
+
+// RunMeta sets a call's run entries in meta: none for run "",
+// mcpfence.MetaRunStart for StartRun, otherwise the handle run as
+// mcpfence.MetaRun, with mcpfence.MetaRunEnd when end is set.
+func RunMeta(meta mcp.Meta, run string, end bool) {
+	switch run {
+	case "":
+	case StartRun:
+		meta[mcpfence.MetaRunStart] = true
+	default:
+		meta[mcpfence.MetaRun] = run
+		if end {
+			meta[mcpfence.MetaRunEnd] = true
+		}
+	}
+}
+
+// RunHandle is the run's handle a fenced call's result names in its _meta
+// (mcpfence.MetaLease, LeaseInfo.Run), "" when it names none.
+func RunHandle(res *mcp.CallToolResult) string {
+	if res == nil {
+		return ""
+	}
+	info, _ := res.Meta[mcpfence.MetaLease].(map[string]any)
+	h, _ := info["run"].(string)
+	return h
 }

@@ -61,10 +61,13 @@ func runDemo(ctx context.Context, notes *Notes, out io.Writer) error {
 	browser := &Device{Name: "browser", Session: bs, Account: "acme", Conv: conv}
 	say("", "conversation %s of account acme, server %s", conv, endpoint)
 
-	run := uuid.NewString()
-	res, err := desktop.Call(ctx, "append_note", map[string]any{"text": "draft from the desktop"}, run, false, nil)
+	res, err := desktop.Call(ctx, "append_note", map[string]any{"text": "draft from the desktop"}, StartRun, false, nil)
 	if err != nil {
 		return err
+	}
+	run := RunHandle(res)
+	if run == "" {
+		return fmt.Errorf("the desktop's first call started no run: %s", describe(res))
 	}
 	say("desktop", "append_note (run %s…): %s", run[:8], describe(res))
 
@@ -84,11 +87,11 @@ func runDemo(ctx context.Context, notes *Notes, out io.Writer) error {
 	}
 	say("desktop", "append_note in flight; the desktop is paused mid-call")
 
-	brun := uuid.NewString()
-	res, err = browser.Call(ctx, "continue_here", map[string]any{"text": "final from the browser"}, brun, false, nil)
+	res, err = browser.Call(ctx, "continue_here", map[string]any{"text": "final from the browser"}, StartRun, false, nil)
 	if err != nil {
 		return err
 	}
+	brun := RunHandle(res)
 	say("browser", "continue_here: %s", describe(res))
 	var fails []string
 	if res.IsError {
@@ -190,9 +193,8 @@ func demoEmail(ctx context.Context, desktop, browser *Device, holding <-chan str
 		err error
 	}
 	late := make(chan result, 1)
-	run := uuid.NewString()
 	go func() {
-		r, err := desktop.Call(ctx, "send_email", args(true), run, false, "mail")
+		r, err := desktop.Call(ctx, "send_email", args(true), StartRun, false, "mail")
 		late <- result{r, err}
 	}()
 	select {
@@ -201,11 +203,11 @@ func demoEmail(ctx context.Context, desktop, browser *Device, holding <-chan str
 		return []string{ctx.Err().Error()}
 	}
 	say("desktop", "send_email %q in flight (new run); the desktop is paused mid-call", subject)
-	brun := uuid.NewString()
-	res, err := browser.Call(ctx, "continue_here", nil, brun, false, nil)
+	res, err := browser.Call(ctx, "continue_here", nil, StartRun, false, nil)
 	if err != nil {
 		return []string{err.Error()}
 	}
+	brun := RunHandle(res)
 	say("browser", "continue_here: %s", describe(res))
 	res, err = browser.Call(ctx, "send_email", args(false), brun, true, nil)
 	if err != nil {

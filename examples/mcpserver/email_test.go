@@ -75,9 +75,7 @@ func effectRows(t *testing.T, e *env, conv string) int {
 func callMail(t *testing.T, d *Device, args map[string]any, run, requestKey string, progress any) (*mcp.CallToolResult, error) {
 	t.Helper()
 	meta := mcp.Meta{mcpfence.MetaAccount: d.Account, mcpfence.MetaConversation: d.Conv}
-	if run != "" {
-		meta[mcpfence.MetaRun] = run
-	}
+	RunMeta(meta, run, false)
 	if requestKey != "" {
 		meta[MetaRequest] = requestKey
 	}
@@ -175,7 +173,7 @@ func TestSendEmailLateCallRefused(t *testing.T) {
 		desktop := &Device{Name: "desktop", Session: e.connect(t, "desktop", "alice", pr.handle), Account: "acme", Conv: conv}
 		browser := &Device{Name: "browser", Session: e.connect(t, "browser", "alice", nil), Account: "acme", Conv: conv}
 
-		run := uuid.NewString()
+		run := StartRun
 		type result struct {
 			res *mcp.CallToolResult
 			err error
@@ -187,9 +185,9 @@ func TestSendEmailLateCallRefused(t *testing.T) {
 		}()
 		pr.await(t, "stall", 1)
 
-		brun := uuid.NewString()
-		res, err := browser.Call(t.Context(), "continue_here", nil, brun, false, nil)
+		res, err := browser.Call(t.Context(), "continue_here", nil, StartRun, false, nil)
 		mustOK(t, "browser continue_here", res, err)
+		brun := RunHandle(res)
 		res, err = callMail(t, browser, map[string]any{"to": "bob@example.test", "subject": subject, "body": "final"}, brun, "", nil)
 		out := mailOut(t, "browser send_email", res, err)
 		if out.State != "delivered" {

@@ -9,6 +9,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -250,17 +251,17 @@ func TestTwoDevicesContinueHere(t *testing.T) {
 		browser := &Device{Name: "browser", Session: e.connect(t, "browser", "alice", nil), Account: "acme", Conv: conv}
 		ctx := t.Context()
 
-		run := uuid.NewString()
-		res, err := desktop.Call(ctx, "append_note", map[string]any{"text": "draft"}, run, false, nil)
+		res, err := desktop.Call(ctx, "append_note", map[string]any{"text": "draft"}, StartRun, false, nil)
 		mustOK(t, "desktop draft", res, err)
+		run := RunHandle(res)
 		inflight := goCall(ctx, desktop, "append_note", map[string]any{"text": "never written", "hold": true}, run, "hold")
 		late := goCall(ctx, desktop, "append_note", map[string]any{"text": "late draft", "stall": true}, run, "stall")
 		pr.await(t, "hold", 1)
 		pr.await(t, "stall", 1)
 
-		brun := uuid.NewString()
-		res, err = browser.Call(ctx, "continue_here", map[string]any{"text": "final"}, brun, false, nil)
+		res, err = browser.Call(ctx, "continue_here", map[string]any{"text": "final"}, StartRun, false, nil)
 		mustOK(t, "browser continue_here", res, err)
+		brun := RunHandle(res)
 
 		got := <-inflight
 		r := mustRefusal(t, "desktop in-flight call", got.res, got.err, mcpfence.CauseTakenOver)
@@ -312,9 +313,9 @@ func TestWaitWithProgress(t *testing.T) {
 		browser := &Device{Name: "browser", Session: e.connect(t, "browser", "alice", pr.handle), Account: "acme", Conv: conv}
 		ctx := t.Context()
 
-		run := uuid.NewString()
-		res, err := desktop.Call(ctx, "append_note", map[string]any{"text": "one"}, run, false, nil)
+		res, err := desktop.Call(ctx, "append_note", map[string]any{"text": "one"}, StartRun, false, nil)
 		mustOK(t, "desktop", res, err)
+		run := RunHandle(res)
 		res, err = browser.Call(ctx, "append_note", map[string]any{"text": "refused"}, "", false, nil)
 		r := mustRefusal(t, "browser append_note while held", res, err, mcpfence.CauseHeld)
 		if r.Owner == nil || r.Owner.Holder != "desktop" {
@@ -434,7 +435,9 @@ func TestMalformedMeta(t *testing.T) {
 			{"conversation empty", mcp.Meta{mcpfence.MetaAccount: "acme", mcpfence.MetaConversation: ""}, mcpfence.CauseInvalidMeta, "empty"},
 			{"run an array", mcp.Meta{mcpfence.MetaAccount: "acme", mcpfence.MetaConversation: conv, mcpfence.MetaRun: []any{"r"}}, mcpfence.CauseInvalidMeta, "got an array"},
 			{"run huge", mcp.Meta{mcpfence.MetaAccount: "acme", mcpfence.MetaConversation: conv, mcpfence.MetaRun: huge}, mcpfence.CauseInvalidMeta, mcpfence.MetaRun},
-			{"run_end a string", mcp.Meta{mcpfence.MetaAccount: "acme", mcpfence.MetaConversation: conv, mcpfence.MetaRun: "r", mcpfence.MetaRunEnd: "yes"}, mcpfence.CauseInvalidMeta, "want a boolean"},
+			{"run_end a string", mcp.Meta{mcpfence.MetaAccount: "acme", mcpfence.MetaConversation: conv, mcpfence.MetaRun: uuid.NewString(), mcpfence.MetaRunEnd: "yes"}, mcpfence.CauseInvalidMeta, "want a boolean"},
+			{"run not a handle", mcp.Meta{mcpfence.MetaAccount: "acme", mcpfence.MetaConversation: conv, mcpfence.MetaRun: "r"}, mcpfence.CauseInvalidMeta, "not a run handle"},
+			{"run_start with run", mcp.Meta{mcpfence.MetaAccount: "acme", mcpfence.MetaConversation: conv, mcpfence.MetaRun: uuid.NewString(), mcpfence.MetaRunStart: true}, mcpfence.CauseInvalidMeta, "starts a run or continues one"},
 			{"run_end without run", mcp.Meta{mcpfence.MetaAccount: "acme", mcpfence.MetaConversation: conv, mcpfence.MetaRunEnd: true}, mcpfence.CauseInvalidMeta, "without"},
 		}
 		for _, c := range cases {
@@ -451,4 +454,49 @@ func TestMalformedMeta(t *testing.T) {
 			t.Errorf("stored notes %v, want none", b)
 		}
 	})
+}
+
+// TestEveryToolHasPolicy: every tool the server serves (send_email with
+// it, the server having an SMTP server) has a policy in the server's Fence,
+// so that none of them is refused unknown_tool.
+func TestEveryToolHasPolicy(t *testing.T) {
+	fencetest.SkipShort(t)
+	smtp := os.Getenv("TEST_SMTP_ADDR")
+	if smtp == "" {
+		fencetest.Missing(t, "TEST_SMTP_ADDR is not set (scripts/services.sh starts Mailpit): send_email is served only with an SMTP server")
+	}
+	schema := fencetest.Schema(t, migrations.Lease, migrations.Guard)
+	notes, err := NewNotes(t.Context(), fencetest.Pool(t), Options{Schema: schema, Dir: t.TempDir(), SMTP: smtp})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() {
+		if err := notes.Close(); err != nil {
+			t.Error(err)
+		}
+	}()
+	ct, st := mcp.NewInMemoryTransports()
+	ss, err := notes.Server().Connect(t.Context(), st, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cs, err := mcp.NewClient(&mcp.Implementation{Name: "lister", Version: "v0"}, nil).Connect(t.Context(), ct, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { cs.Close(); ss.Wait() }() //nolint:errcheck // test teardown
+	res, err := cs.ListTools(t.Context(), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var names []string
+	for _, tool := range res.Tools {
+		names = append(names, tool.Name)
+		if p := notes.Fence.Policy(tool.Name); p == 0 {
+			t.Errorf("tool %q is served but has no policy: its calls are refused %s", tool.Name, mcpfence.CauseUnknownTool)
+		}
+	}
+	if !slices.Contains(names, "send_email") || len(names) != 5 {
+		t.Errorf("served tools %v: want the five, send_email among them", names)
+	}
 }

@@ -6,7 +6,6 @@
 // Exits 1 when a check fails; prints one line per check.
 import { Client } from "@modelcontextprotocol/sdk/client/index.js";
 import { StreamableHTTPClientTransport } from "@modelcontextprotocol/sdk/client/streamableHttp.js";
-import { randomUUID } from "node:crypto";
 
 const [endpoint, conversation] = process.argv.slice(2);
 if (!endpoint || !conversation) {
@@ -30,9 +29,11 @@ async function device(name, user) {
   return client;
 }
 
+// run: "start" starts a run (io.fencekit/run_start), a handle continues it.
 function call(client, name, args, { run, end, meta, onprogress } = {}) {
   const _meta = meta ?? { "io.fencekit/account": account, "io.fencekit/conversation": conversation };
-  if (run) _meta["io.fencekit/run"] = run;
+  if (run === "start") _meta["io.fencekit/run_start"] = true;
+  else if (run) _meta["io.fencekit/run"] = run;
   if (end) _meta["io.fencekit/run_end"] = true;
   return client.callTool({ name, arguments: args, _meta }, undefined, onprogress ? { onprogress } : undefined);
 }
@@ -42,18 +43,18 @@ const refusal = (res) => (res.isError && res.structuredContent && res.structured
 const desktop = await device("desktop", "alice");
 const browser = await device("browser", "alice");
 
-const run = randomUUID();
-let res = await call(desktop, "append_note", { text: "ts draft" }, { run });
-check(!res.isError && res._meta?.["io.fencekit/lease"]?.holder === "desktop", "desktop writes in its run", JSON.stringify(res._meta));
+let res = await call(desktop, "append_note", { text: "ts draft" }, { run: "start" });
+const run = res._meta?.["io.fencekit/lease"]?.run;
+check(!res.isError && res._meta?.["io.fencekit/lease"]?.holder === "desktop" && run, "desktop writes in the run it starts", JSON.stringify(res._meta));
 
 let holding;
 const held = new Promise((resolve) => (holding = resolve));
 const late = call(desktop, "append_note", { text: "ts late draft", stall: true }, { run, onprogress: () => holding() });
 await held;
 
-const brun = randomUUID();
-res = await call(browser, "continue_here", { text: "ts final" }, { run: brun });
-check(!res.isError && res._meta?.["io.fencekit/lease"]?.holder === "browser", "browser continues here and writes");
+res = await call(browser, "continue_here", { text: "ts final" }, { run: "start" });
+const brun = res._meta?.["io.fencekit/lease"]?.run;
+check(!res.isError && res._meta?.["io.fencekit/lease"]?.holder === "browser" && brun, "browser continues here and writes");
 
 res = await late;
 let r = refusal(res);

@@ -13,8 +13,10 @@
 //     statements, no lease);
 //   - fenced: policy Acquire, a lease per call (acquire, the handler's
 //     write under the lease's claim, release after the result);
-//   - run: the same fenced tool as a later call of a run (io.fencekit/run;
-//     the run's first call, in the warm-up, obtained the lease);
+//   - run: the same fenced tool as a later call of a run (io.fencekit/run,
+//     the handle the run's first call, io.fencekit/run_start, returned):
+//     the run's parked grant resumed, the write, the grant parked again
+//     before the result (a run lives in the database between its calls);
 //   - fenced, release before reply: a second server whose Fence has
 //     Config.ReleaseBeforeReply (the result waits for the release).
 //

@@ -139,7 +139,7 @@ func run(e *bench.Env, dbURL string, rounds int, log io.Writer) (err error) {
 	fixed := fence.Claim{Token: 1, Run: uuid.NewString()}
 
 	newServer := func(releaseBeforeReply bool) (*benchServer, *mcpfence.Fence, error) {
-		f, err := mcpfence.New(mcpfence.Config{Manager: m, Account: mcpfence.Fixed("bench"), ReleaseBeforeReply: releaseBeforeReply, //nolint:contextcheck // the Fence's reaper runs until Close
+		f, err := mcpfence.New(mcpfence.Config{Manager: m, Account: mcpfence.Fixed("bench"), ReleaseBeforeReply: releaseBeforeReply,
 			Tools: map[string]mcpfence.Policy{"note_unfenced": mcpfence.Unfenced, "note_floor": mcpfence.Unfenced, "note": mcpfence.Acquire}})
 		if err != nil {
 			return nil, nil, err
@@ -236,7 +236,19 @@ func run(e *bench.Env, dbURL string, rounds int, log io.Writer) (err error) {
 	defer cs26.Close() //nolint:errcheck // bench teardown
 
 	id := hex.EncodeToString(rb[:])
-	runID := uuid.NewString()
+	// The run's first call starts it (MetaRunStart); its result names the
+	// handle every later call presents (MetaRun).
+	first, err := csMain.CallTool(ctx, &mcp.CallToolParams{Name: "note", Arguments: map[string]any{"text": "start"},
+		Meta: mcp.Meta{mcpfence.MetaConversation: "r-" + id, mcpfence.MetaRunStart: true}})
+	if err != nil {
+		return err
+	}
+	info, _ := first.Meta[mcpfence.MetaLease].(map[string]any)
+	runID, _ := info["run"].(string)
+	if first.IsError || runID == "" {
+		b, _ := json.Marshal(first)
+		return fmt.Errorf("the run's first call named no handle: %s", b)
+	}
 	type call struct {
 		cs   *mcp.ClientSession
 		srv  *benchServer
@@ -267,7 +279,7 @@ func run(e *bench.Env, dbURL string, rounds int, log io.Writer) (err error) {
 		}
 		return total, time.Duration(c.srv.last.server.Load()), time.Duration(c.srv.last.write.Load()), err
 	}
-	// Warm-up (the run's first call obtains its lease here).
+	// Warm-up.
 	for range 30 {
 		for k := range nSides {
 			if _, _, _, err := one(k); err != nil {
@@ -335,7 +347,7 @@ func report(e *bench.Env, total, server, write [nSides][]time.Duration, rounds i
 	ratio("mcp_fenced_vs_floor_ratio", sideFenced, sideFloor, 1.1,
 		"MCP 2025-11-25: a tool call fenced per call vs the floor: the same tool unfenced doing one more durable commit of its own first (an UPSERT of one row, the shape of a grant), no fencekit, p50")
 	ratio("mcp_run_call_ratio", sideRun, sideUnfenced, 1.05,
-		"MCP 2025-11-25: a later call of a run (the run's lease obtained by its first call: the guarded INSERT only) vs the same tool unfenced, p50")
+		"MCP 2025-11-25: a later call of a run (its handle from the run's first call: resume the parked grant, the guarded INSERT, park it again before the result) vs the same tool unfenced, p50")
 	ratio("mcp_release_before_reply_ratio", sideBeforeReply, sideUnfenced, 0,
 		"MCP 2025-11-25: a tool call fenced per call with Config.ReleaseBeforeReply (the result waits for the release) vs the same tool unfenced, p50")
 	ratio("mcp_floor_ratio", sideFloor, sideUnfenced, 0,
@@ -365,7 +377,7 @@ func report(e *bench.Env, total, server, write [nSides][]time.Duration, rounds i
 	stage("mcp_stage_write_us", write[sideFenced], "fenced call: the guarded write (pgguard InTx: BEGIN + mark, INSERT, COMMIT)")
 	stage("mcp_stage_fence_unfenced_us", diff(server[sideUnfenced], write[sideUnfenced]), "unfenced call: the server's time minus the guarded write (the middleware passes it through)")
 	stage("mcp_stage_write_unfenced_us", write[sideUnfenced], "unfenced call: the same guarded write")
-	stage("mcp_stage_fence_run_us", diff(server[sideRun], write[sideRun]), "later call of a run: the server's time minus the guarded write (joining the run)")
+	stage("mcp_stage_fence_run_us", diff(server[sideRun], write[sideRun]), "later call of a run: the server's time minus the guarded write (resuming and parking the run)")
 	stage("mcp_stage_fence_before_reply_us", diff(server[sideBeforeReply], write[sideBeforeReply]), "fenced call, release before reply: the server's time minus the guarded write (acquire and release)")
 
 	fmt.Fprintf(log, "MCP tool call over streamable HTTP, %d rounds (one call per side, order rotated)\n", rounds)
