@@ -112,5 +112,5 @@ ha: ## Patroni + etcd + HAProxy harness (integration/ha; installs the Debian pac
 	@scripts/install-ha.sh; $(SERVICES); $(GO) test -race -count=1 -timeout 15m -v -run '^TestPatroni$$' ./integration/ha | grep -E '^(---|===|ok|FAIL|PASS)|ha_test.go'
 
 .PHONY: model
-model: ## spin: exhaustive check of the protocol model, and a counterexample from every broken variant (docs/model.md)
+model: ## spin: exhaustive check of the protocol models (lease, heartbeat, effects), and a counterexample from every broken variant (docs/model.md, docs/effects.md)
 	@scripts/install-spin.sh; model/check.sh

@@ -5,7 +5,7 @@
 // A producer holding a lease records an [Effect] (target name, the caller's
 // request key, the request frozen as bytes) with [Outbox.Record] or, inside
 // its own transaction (pgguard's InTx, say), [Outbox.RecordTx]. The same
-// transaction checks, with lease.CheckClaimTx, that the claim is the key's
+// statement checks, as lease.CheckClaimTx does, that the claim is the key's
 // current grant and share-locks the lease row: a takeover granted before
 // the check makes it fail with an error matching fence.ErrStale, and one
 // requested during it is ordered after the commit. Nothing is sent by the

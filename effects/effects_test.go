@@ -556,3 +556,84 @@ func TestBadInput(t *testing.T) {
 	_, err = effects.NewRelay(o, effects.RelayConfig{Targets: []string{"nope"}})
 	require.ErrorIs(t, err, effects.ErrInvalidConfig)
 }
+
+// The record statement repeats lease.CheckClaimTx's definition of a live
+// row; both renewal modes of the lease package: heartbeat rows (the
+// default, the other tests) and per-lease expiry. A record succeeds while
+// the lease is held and is refused as stale after its release, with no
+// row left.
+func TestRecordPerLeaseRenewal(t *testing.T) {
+	e := newEnv(t)
+	tg := newTarget(t)
+	o := e.outbox(httpTarget())
+	m, err := lease.New(lease.Config{Pool: fencetest.Pool(t), Schema: e.schema, TTL: 10 * time.Second, Renewal: lease.RenewalPerLease})
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = m.Close() })
+	l, err := m.Acquire(bg(), e.key())
+	require.NoError(t, err)
+	c := claimOf(t, l)
+	_, err = o.Record(l.Context(), tg.effect(t, "r1", `{"amount":1}`))
+	require.NoError(t, err)
+	_, err = l.Release(bg())
+	require.NoError(t, err)
+	_, err = o.RecordClaim(bg(), c, tg.effect(t, "r2", `{"amount":2}`))
+	require.ErrorIs(t, err, fence.ErrStale)
+	require.ErrorIs(t, err, lease.ErrReleased)
+	require.Equal(t, 1, e.count())
+}
+
+// An input error of RecordTxClaim (here a claim whose run is not a lease
+// run id) is returned before any statement: the caller's transaction is
+// still usable and commits its own work.
+func TestRecordTxBadInputKeepsTx(t *testing.T) {
+	e := newEnv(t)
+	tg := newTarget(t)
+	o := e.outbox(httpTarget())
+	l, err := e.manager().Acquire(bg(), e.key())
+	require.NoError(t, err)
+	tx, err := e.raw.Begin(bg())
+	require.NoError(t, err)
+	defer func() { _ = tx.Rollback(bg()) }()
+	bad := claimOf(t, l)
+	bad.Run = "not-a-uuid"
+	_, err = o.RecordTxClaim(bg(), tx, bad, tg.effect(t, "r1", `{"amount":1}`))
+	require.ErrorIs(t, err, fence.ErrInvalidRun)
+	id, err := o.RecordTxClaim(bg(), tx, claimOf(t, l), tg.effect(t, "r1", `{"amount":1}`))
+	require.NoError(t, err, "the transaction must still be usable")
+	require.NoError(t, tx.Commit(bg()))
+	in, err := o.Get(bg(), id)
+	require.NoError(t, err)
+	require.Equal(t, effects.StatePending, in.State)
+}
+
+// Record's own transaction waits for the lease row's lock at most
+// Config.LockTimeout (set in the same implicit transaction as the record
+// statement), then fails with fence.ErrBusy and records nothing; the
+// caller's transaction (RecordTx) keeps its own settings.
+func TestRecordLockTimeoutIsBusy(t *testing.T) {
+	e := newEnv(t)
+	tg := newTarget(t)
+	o, err := effects.New(effects.Config{Pool: fencetest.Pool(t), Schema: e.schema, Targets: []effects.Target{httpTarget()},
+		LockTimeout: 50 * time.Millisecond})
+	require.NoError(t, err)
+	key := e.key()
+	l, err := e.manager().Acquire(bg(), key)
+	require.NoError(t, err)
+	// Another transaction holds the lease row's lock (as a grant would).
+	locker, err := e.raw.Begin(bg())
+	require.NoError(t, err)
+	defer func() { _ = locker.Rollback(bg()) }()
+	_, err = locker.Exec(bg(), fmt.Sprintf(`SELECT 1 FROM %q.fencekit_leases WHERE account_id = $1 AND session_id = $2 FOR UPDATE`, e.schema),
+		key.AccountID, key.SessionID)
+	require.NoError(t, err)
+	// Without the lock timeout the call would wait for its context.
+	ctx, cancel := context.WithTimeout(l.Context(), 3*time.Second)
+	defer cancel()
+	_, err = o.Record(ctx, tg.effect(t, "r1", `{"amount":1}`))
+	require.ErrorIs(t, err, fence.ErrBusy, "the lock timeout was not applied")
+	require.NoError(t, locker.Rollback(bg()))
+	require.Equal(t, 0, e.count())
+	_, err = o.Record(l.Context(), tg.effect(t, "r1", `{"amount":1}`))
+	require.NoError(t, err)
+	require.Equal(t, 1, e.count())
+}

@@ -28,6 +28,9 @@ func TestMain(m *testing.M) {
 	if os.Getenv(childEnv) != "" {
 		os.Exit(relayChild())
 	}
+	if os.Getenv(producerEnv) != "" {
+		os.Exit(producerChild())
+	}
 	fencetest.SkipExamplesInShort()
 	goleak.VerifyTestMain(m)
 }

@@ -154,7 +154,8 @@ func New(cfg Config) (*Outbox, error) {
 	if o.leaseSchema == "" {
 		o.leaseSchema = o.schema
 	}
-	if err := migrations.ValidateIdentifier(o.leaseSchema); err != nil {
+	leaseQ, err := migrations.QuoteIdentifier(o.leaseSchema)
+	if err != nil {
 		return nil, &ConfigError{Field: "LeaseSchema", Reason: err.Error(), Err: err}
 	}
 	o.targets = make(map[string]Target, len(cfg.Targets))
@@ -200,7 +201,7 @@ func New(cfg Config) (*Outbox, error) {
 		o.log = slog.New(slog.DiscardHandler)
 	}
 	o.channel = channelName(o.schema)
-	o.st = newStatements(q)
+	o.st = newStatements(q, leaseQ)
 	if o.obs, err = newObserver(cfg.MeterProvider, cfg.TracerProvider, o.schema, o.targets); err != nil {
 		return nil, err
 	}
@@ -238,8 +239,11 @@ func channelName(schema string) string {
 
 // Record records e under the claim ctx carries (fence.ClaimFromContext: a
 // lease's context carries its claim), in a transaction of its own that
-// also checks the claim against the lease row (lease.CheckClaimTx). See
-// RecordTxClaim.
+// also checks the claim against the lease row, as lease.CheckClaimTx does.
+// See RecordTxClaim. The transaction is implicit: Config.LockTimeout and
+// the one record statement go to the server in one round trip and commit
+// together; a connection lost after they were sent is an outcome-unknown
+// error (fence.ErrOutcomeUnknown family), as a lost COMMIT would be.
 func (o *Outbox) Record(ctx context.Context, e Effect) (uuid.UUID, error) {
 	c, err := claimFromContext(ctx)
 	if err != nil {
@@ -257,27 +261,7 @@ func (o *Outbox) RecordClaim(ctx context.Context, claim fence.Claim, e Effect) (
 	if err != nil {
 		return uuid.Nil, err
 	}
-	tx, err := o.pool.Begin(ctx)
-	if err != nil {
-		return uuid.Nil, fence.WrapContext(ctx, fmt.Errorf("effects: begin: %w", err))
-	}
-	defer rollback(ctx, tx)
-	if _, err := tx.Exec(ctx, o.st.lockTimeout, o.lockTimeout); err != nil {
-		return uuid.Nil, o.dbError(ctx, "set lock_timeout", err)
-	}
-	if id, err = o.record(ctx, tx, key, claim, e); err != nil {
-		return uuid.Nil, err
-	}
-	if err := fence.ContextError(ctx); err != nil {
-		return uuid.Nil, fmt.Errorf("effects: not committed: %w", err)
-	}
-	if err := tx.Commit(ctx); err != nil {
-		if pgconn.SafeToRetry(err) && !errors.Is(err, pgconn.ErrConnClosed) {
-			return uuid.Nil, o.dbError(ctx, "commit", err)
-		}
-		return uuid.Nil, fence.OutcomeUnknown(ctx, "effects: commit", key.Scope(), err)
-	}
-	return id, nil
+	return o.record(ctx, nil, key, claim, e)
 }
 
 // RecordTx records e in the caller's transaction tx (for example inside
@@ -292,11 +276,13 @@ func (o *Outbox) RecordTx(ctx context.Context, tx pgx.Tx, e Effect) (uuid.UUID, 
 }
 
 // RecordTxClaim records e in tx under claim, only while claim is the
-// current grant of the effect's lease key: in tx it first runs
-// lease.CheckClaimTx (the key's row carries the claim's run and token and
-// is live on the database clock, and stays share-locked until tx ends, so
-// a takeover granted concurrently is ordered before the check, which then
-// fails, or after tx's commit), then inserts the effect. The insert
+// current grant of the effect's lease key: one statement in tx checks the
+// key's lease row as lease.CheckClaimTx does (the row carries the claim's
+// run and token and is live on the database clock, and stays share-locked
+// until tx ends, so a takeover granted concurrently is ordered before the
+// check, which then fails, or after tx's commit) and inserts the effect
+// only if it passed; on a refusal lease.CheckClaimTx runs in tx to name
+// the reason. The insert
 // notifies the relays at commit. An effect with the same (lease key,
 // request key) as one recorded before returns that effect's id and records
 // nothing new; with another target or request it is a *ConflictError.
@@ -374,6 +360,18 @@ func (o *Outbox) checkInput(claim fence.Claim, e *Effect) (lease.Key, error) {
 	if err := key.Validate(); err != nil {
 		return lease.Key{}, err
 	}
+	// lease.CheckClaimTx's checks before its I/O (the record statement
+	// does its reading): a bad claim is refused before any statement, so
+	// the caller's transaction stays usable.
+	if claim.Run == "" {
+		return lease.Key{}, fmt.Errorf("effects: %w: the claim has no run identity; a lease claim (Lease.Context) carries one", fence.ErrInvalidRun)
+	}
+	if _, err := uuid.Parse(claim.Run); err != nil {
+		return lease.Key{}, fmt.Errorf("effects: %w: %q is not a lease run_id (UUID)", fence.ErrInvalidRun, shorten(claim.Run))
+	}
+	if claim.Scope != "" && claim.Scope != key.Scope() {
+		return lease.Key{}, &fence.ScopeError{Resource: key.Scope(), Scope: claim.Scope}
+	}
 	return key, nil
 }
 
@@ -413,38 +411,94 @@ func KeyFromScope(scope string) (lease.Key, error) {
 	return k, nil
 }
 
-// record runs the check and the insert in tx.
+// record runs the record statement: in tx, or (tx nil) in an implicit
+// transaction of its own, batched with the lock timeout.
 func (o *Outbox) record(ctx context.Context, tx pgx.Tx, key lease.Key, claim fence.Claim, e Effect) (id uuid.UUID, err error) {
 	ctx, span := o.obs.startRecord(ctx, key, claim, e)
 	dup := false
 	defer func() { o.obs.endRecord(ctx, span, e.Target, id, dup, err) }()
-	if err := lease.CheckClaimTx(ctx, tx, o.leaseSchema, key, claim); err != nil {
-		return uuid.Nil, fmt.Errorf("effects: record %q: %w", e.RequestKey, err)
+	var (
+		ok            bool
+		newID, exID   *string
+		same          bool
+		args          = []any{e.Target, key.AccountID, key.SessionID, claim.Run, int64(claim.Token), e.RequestKey, e.Request, o.channel}
+		scan          = func(row pgx.Row) error { return row.Scan(&ok, &newID, &exID, &same) }
+		q             querier
+		existingQuery = func() (string, bool, error) {
+			var idText string
+			var same bool
+			err := q.QueryRow(ctx, o.st.existing, key.AccountID, key.SessionID, e.RequestKey, e.Target, e.Request).Scan(&idText, &same)
+			return idText, same, err
+		}
+	)
+	if tx != nil {
+		q = tx
+		if err := scan(tx.QueryRow(ctx, o.st.record, args...)); err != nil {
+			return uuid.Nil, o.dbError(ctx, "record effect", err)
+		}
+	} else {
+		q = o.pool
+		if ctx.Err() != nil {
+			return uuid.Nil, fmt.Errorf("effects: not recorded: %w", fence.ContextError(ctx))
+		}
+		b := &pgx.Batch{}
+		b.Queue(o.st.lockTimeout, o.lockTimeout)
+		b.Queue(o.st.record, args...).QueryRow(scan)
+		if err := o.pool.SendBatch(ctx, b).Close(); err != nil {
+			var pe *pgconn.PgError
+			if pgconn.SafeToRetry(err) || errors.As(err, &pe) {
+				return uuid.Nil, o.dbError(ctx, "record effect", err) // nothing committed
+			}
+			return uuid.Nil, fence.OutcomeUnknown(ctx, "effects: record", key.Scope(), err)
+		}
 	}
-	var idText string
-	var notified bool
-	err = tx.QueryRow(ctx, o.st.insert, e.Target, key.AccountID, key.SessionID, claim.Run, int64(claim.Token),
-		e.RequestKey, e.Request, o.channel).Scan(&idText, &notified)
-	if errors.Is(err, pgx.ErrNoRows) { // recorded before: same effect, or a conflict
-		var same bool
-		err = tx.QueryRow(ctx, o.st.existing, key.AccountID, key.SessionID, e.RequestKey, e.Target, e.Request).Scan(&idText, &same)
-		if err != nil {
+	if !ok {
+		return uuid.Nil, fmt.Errorf("effects: record %q: %w", e.RequestKey, o.refusal(ctx, tx, key, claim))
+	}
+	if newID != nil {
+		return uuid.Parse(*newID)
+	}
+	idText := ""
+	if exID != nil {
+		idText = *exID
+	} else { // recorded by a transaction that committed after the statement began
+		if idText, same, err = existingQuery(); err != nil {
 			return uuid.Nil, o.dbError(ctx, "read existing effect", err)
 		}
-		id, perr := uuid.Parse(idText)
-		if perr != nil {
-			return uuid.Nil, perr
-		}
-		if !same {
-			return uuid.Nil, &ConflictError{RequestKey: e.RequestKey, Existing: id}
-		}
-		dup = true
-		return id, nil
 	}
-	if err != nil {
-		return uuid.Nil, o.dbError(ctx, "insert effect", err)
+	id, perr := uuid.Parse(idText)
+	if perr != nil {
+		return uuid.Nil, perr
 	}
-	return uuid.Parse(idText)
+	if !same {
+		return uuid.Nil, &ConflictError{RequestKey: e.RequestKey, Existing: id}
+	}
+	dup = true
+	return id, nil
+}
+
+// querier is what record reads with: the caller's tx or the pool.
+type querier interface {
+	QueryRow(ctx context.Context, sql string, args ...any) pgx.Row
+}
+
+// refusal names why the record statement found claim not current: it runs
+// lease.CheckClaimTx in tx, or in a transaction of its own (rolled back). A
+// claim that lease.CheckClaimTx then finds current (it was not when the
+// record ran) is still refused as stale.
+func (o *Outbox) refusal(ctx context.Context, tx pgx.Tx, key lease.Key, claim fence.Claim) error {
+	if tx == nil {
+		own, err := o.pool.Begin(ctx)
+		if err != nil {
+			return o.dbError(ctx, "begin", err)
+		}
+		defer rollback(ctx, own)
+		tx = own
+	}
+	if err := lease.CheckClaimTx(ctx, tx, o.leaseSchema, key, claim); err != nil {
+		return err
+	}
+	return &fence.StaleError{Resource: key.Scope(), Presented: claim.Token, Highest: claim.Token}
 }
 
 func (o *Outbox) dbError(ctx context.Context, op string, err error) error {

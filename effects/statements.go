@@ -2,13 +2,13 @@ package effects
 
 import "strings"
 
-// statements holds the SQL text for one schema. The only interpolated
-// text is the schema name, validated and quoted by
+// statements holds the SQL text for one schema (and the lease schema).
+// The only interpolated text is the schema names, validated and quoted by
 // migrations.QuoteIdentifier; every value is a bound parameter (arrays as
 // text[], uuids as text, so every pgx exec mode works). The database clock
 // is read once per statement, in a CTE.
 type statements struct {
-	lockTimeout, insert, existing               string
+	lockTimeout, record, existing               string
 	claim, finish, retry                        string
 	get, list, cancel, cancelDisplaced, requeue string
 	deleteFinal, stats                          string
@@ -19,22 +19,50 @@ const infoColumns = `e.id::text, e.target, e.account_id, e.session_id, e.run_id:
        e.state, e.epoch, e.attempts, e.created_at, e.updated_at, e.next_at, e.first_sent_at, e.final_at,
        coalesce(e.outcome_code, 0), coalesce(e.outcome_detail, ''), coalesce(e.last_error, ''), coalesce(e.claimed_by, '')`
 
-func newStatements(q string) statements {
-	r := strings.NewReplacer("$S", q)
+func newStatements(q, leaseQ string) statements {
+	r := strings.NewReplacer("$S", q, "$L", leaseQ)
 	return statements{
 		lockTimeout: `SELECT set_config('lock_timeout', $1::text, true)`,
 
 		// $1 target, $2 account, $3 session, $4 run_id, $5 token, $6
-		// request key, $7 request, $8 channel. Runs after the lease check
-		// in the same transaction. No row: the (lease key, request key)
-		// was recorded before. The NOTIFY is sent at commit.
-		insert: r.Replace(`WITH now_db AS MATERIALIZED (SELECT clock_timestamp() AS t)
-INSERT INTO $S.fencekit_effects AS e
-    (target, account_id, session_id, run_id, fence_token, request_key, request, next_at, created_at, updated_at)
-SELECT $1::text, $2::text, $3::text, $4::text::uuid, $5::bigint, $6::text, $7::bytea, n.t, n.t, n.t
-  FROM now_db n
-ON CONFLICT (account_id, session_id, request_key) DO NOTHING
-RETURNING e.id::text, pg_notify($8::text, '') IS NULL`),
+		// request key, $7 request, $8 channel. The whole record in one
+		// statement: lr reads and share-locks the key's lease row and says
+		// whether the claim is its current grant, live on the database
+		// clock (the definition of lease.CheckClaimTx, whose liveSQL this
+		// repeats: released_at IS NULL and, for a heartbeat row, the
+		// manager's heartbeat unexpired, else expires_at in the future;
+		// in READ COMMITTED a row updated while FOR SHARE waited is read
+		// again in its new version). ins inserts only when it is; the
+		// lock lasts until the transaction ends, so a grant to another
+		// run waits for the commit. No id from ins with ok: the (lease
+		// key, request key) was recorded before, and existing is that
+		// effect (NULL when it committed after this statement's
+		// snapshot: the caller reads it again). The NOTIFY is sent at
+		// commit. Returns ok, the new id, the existing id, and whether
+		// the existing effect has the same target and request.
+		record: r.Replace(`WITH now_db AS MATERIALIZED (SELECT clock_timestamp() AS t),
+lr AS MATERIALIZED (
+  SELECT l.run_id = $4::text::uuid AND l.fence_token = $5::bigint
+         AND l.released_at IS NULL
+         AND CASE WHEN l.expires_at = 'infinity'
+             THEN EXISTS (SELECT 1 FROM $L.fencekit_managers hb WHERE hb.manager_id = l.manager_id AND hb.expires_at > n.t)
+             ELSE l.expires_at > n.t END AS ok
+    FROM $L.fencekit_leases l, now_db n
+   WHERE l.account_id = $2::text AND l.session_id = $3::text
+     FOR SHARE OF l),
+ins AS (
+  INSERT INTO $S.fencekit_effects AS e
+      (target, account_id, session_id, run_id, fence_token, request_key, request, next_at, created_at, updated_at)
+  SELECT $1::text, $2::text, $3::text, $4::text::uuid, $5::bigint, $6::text, $7::bytea, n.t, n.t, n.t
+    FROM now_db n, lr
+   WHERE lr.ok
+  ON CONFLICT (account_id, session_id, request_key) DO NOTHING
+  RETURNING e.id::text AS id, pg_notify($8::text, '') IS NULL AS notified)
+SELECT coalesce((SELECT lr.ok FROM lr), false), (SELECT ins.id FROM ins WHERE ins.notified IS NOT NULL),
+       x.id::text, coalesce(x.target = $1::text AND x.request = $7::bytea, false)
+  FROM (SELECT 1) one
+  LEFT JOIN $S.fencekit_effects x
+    ON x.account_id = $2::text AND x.session_id = $3::text AND x.request_key = $6::text`),
 
 		// $1 account, $2 session, $3 request key, $4 target, $5 request.
 		existing: r.Replace(`SELECT e.id::text, e.target = $4::text AND e.request = $5::bytea

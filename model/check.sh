@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Exhaustively check model/fencekit.pml with spin for every shipped
+# Exhaustively check model/fencekit.pml (and model/effects.pml) with spin for every shipped
 # configuration (must find no error) and every broken variant (must find a
 # counterexample, and the right one: the property named below). Build
 # products and trails go to model/.build/<name>/ (git-ignored).
@@ -17,6 +17,7 @@ DEPTH=${MODEL_DEPTH:-10000}
 HB="-DHEARTBEAT -DTTL=2 -DTMAX=3 -DMAXTOK=3"
 
 # name | spin -D flags | expected: "ok" or the text of the assertion that must fail
+#      | model file, optional, default fencekit.pml
 configs=(
   "mem|-DGUARD_MEM|ok"
   "pg|-DGUARD_PG|ok"
@@ -47,6 +48,15 @@ configs=(
   # parked grants (Lease.Park, Manager.Resume) in the heartbeat model
   "hb-park|$HB -DHB_LOCKED_READ -DNO_JANITOR -DPARK|ok"
   "broken-resume-any-run|$HB -DHB_LOCKED_READ -DNO_JANITOR -DPARK -DBROKEN_RESUME_ANY_RUN|(rtok==last_grant[rk])"
+  # fenced effects (model/effects.pml): record under the lease, relay
+  # claim/deliver/outcome under an epoch, CancelDisplaced
+  "effects|-DCANCEL|ok|effects.pml"
+  "broken-effects-no-lease-check|-DCANCEL -DBROKEN_NO_LEASE_CHECK| !(displaced[1])|effects.pml"
+  "broken-effects-unlocked-check|-DCANCEL -DBROKEN_UNLOCKED_CHECK| !(displaced[1])|effects.pml"
+  "broken-effects-no-epoch-check|-DCANCEL -DBROKEN_NO_EPOCH_CHECK|(ep[e]==myep)|effects.pml"
+  "broken-effects-cancel-claimed|-DCANCEL -DBROKEN_CANCEL_CLAIMED| !(canceled[e])|effects.pml"
+  "broken-effects-amo-resend|-DCANCEL -DBROKEN_AMO_RESEND|(applied[e]<=1)|effects.pml"
+  "effects-window-any|-DCANCEL -DWINDOW_ANY|(applied[e]<=1)|effects.pml"
 )
 
 want=("$@")
@@ -56,22 +66,26 @@ selected() {
   return 1
 }
 
-printf '%-28s %-8s %12s %7s %9s  %s\n' config result states depth seconds note
+printf '%-30s %-8s %12s %7s %9s  %s\n' config result states depth seconds note
 failed=0
 total_start=$(date +%s.%N)
 for entry in "${configs[@]}"; do
   IFS='|' read -r name flags expect <<<"$entry"
+  # the expectation may contain '|' itself: a model file is a last field
+  # ending in .pml
+  file=fencekit.pml
+  case $expect in *'|'*.pml) file=${expect##*|}; expect=${expect%|*} ;; esac
   selected "$name" || continue
   dir=.build/$name
   rm -rf "$dir"; mkdir -p "$dir"
-  cp fencekit.pml heartbeat.pml "$dir/"
+  cp ./*.pml "$dir/"
   # the clean configurations search millions of states: optimise; the
   # broken ones stop at their first counterexample: compile fast
   opt=-O1; [ "$expect" = ok ] || opt=-O0
   # shellcheck disable=SC2086
-  if ! (cd "$dir" && spin $flags -a fencekit.pml >spin.log 2>&1 &&
+  if ! (cd "$dir" && spin $flags -a "$file" >spin.log 2>&1 &&
         $CC $opt -w -DSAFETY -DMEMLIM=4096 -o pan pan.c >cc.log 2>&1); then
-    printf '%-28s %-8s  (build failed, see model/%s/)\n' "$name" FAIL "$dir"
+    printf '%-30s %-8s  (build failed, see model/%s/)\n' "$name" FAIL "$dir"
     failed=1; continue
   fi
   start=$(date +%s.%N)
@@ -100,12 +114,12 @@ for entry in "${configs[@]}"; do
     else note="errors: $errors ${violated:-$(grep -m1 -E 'invalid end state|violated' "$out" || true)}"; fi
   else
     if [ "$errors" != 0 ] && [ "$violated" = "$expect" ]; then
-      result=ok; note="counterexample: assert$violated, $tdepth steps: model/$dir/fencekit.pml.trail"
+      result=ok; note="counterexample: assert$violated, $tdepth steps: model/$dir/$file.trail"
     elif [ "$errors" = 0 ]; then note="no counterexample (expected assert$expect)"
     else note="wrong counterexample: ${violated:-see model/$dir/pan.out} (expected $expect)"; fi
   fi
   [ "$result" = ok ] || failed=1
-  printf '%-28s %-8s %12s %7s %9.2f  %s\n' "$name" "$result" "$states" "$depth" "$secs" "$note"
+  printf '%-30s %-8s %12s %7s %9.2f  %s\n' "$name" "$result" "$states" "$depth" "$secs" "$note"
 done
 printf 'total %.1f s\n' "$(echo "$(date +%s.%N) - $total_start" | bc)"
 if [ "$failed" != 0 ]; then
