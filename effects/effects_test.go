@@ -637,3 +637,25 @@ func TestRecordLockTimeoutIsBusy(t *testing.T) {
 	require.NoError(t, err)
 	require.Equal(t, 1, e.count())
 }
+
+// Await is woken by the outcome's NOTIFY: with a poll interval far longer
+// than the test, it returns once the relay delivered, and its listener is
+// gone afterwards (goleak in TestMain).
+func TestAwaitWokenByOutcome(t *testing.T) {
+	e := newEnv(t)
+	tg := newTarget(t)
+	o, err := effects.New(effects.Config{Pool: fencetest.Pool(t), Schema: e.schema, Targets: []effects.Target{httpTarget()},
+		AwaitPoll: time.Hour})
+	require.NoError(t, err)
+	l, err := e.manager().Acquire(bg(), e.key())
+	require.NoError(t, err)
+	tg.delay.Store(int64(200 * time.Millisecond)) // the outcome comes after Await's first read
+	id, err := o.Record(l.Context(), tg.effect(t, "r1", `{"amount":1}`))
+	require.NoError(t, err)
+	e.relay([]effects.Target{httpTarget()}, effects.RelayConfig{})
+	ctx, cancel := context.WithTimeout(bg(), 20*time.Second)
+	defer cancel()
+	in, err := o.Await(ctx, id)
+	require.NoError(t, err, "Await was not woken by the outcome (its poll is an hour)")
+	require.Equal(t, effects.StateDelivered, in.State)
+}

@@ -113,14 +113,20 @@ func (o *Outbox) Get(ctx context.Context, id uuid.UUID) (Info, error) {
 	return in, nil
 }
 
-// Await waits until effect id is final and returns it, reading its state
-// every Config.AwaitPoll. It returns ctx's error (matching its cause) when
+// Await waits until effect id is final and returns it. It is woken by the
+// NOTIFY the outcome's statement sends (one LISTEN connection per Outbox,
+// opened by the first waiting Await, closed by the last) and reads the
+// effect's state every Config.AwaitPoll as a fallback (a listener that
+// cannot connect, a transaction-pooling proxy that drops notifications).
+// It returns ctx's error (matching its cause) when
 // ctx ends first, and an error matching fence.ErrNotFound for a missing
 // effect. Await never calls the target; only relays do.
 func (o *Outbox) Await(ctx context.Context, id uuid.UUID) (Info, error) {
 	if err := checkCtx(ctx, "Await"); err != nil {
 		return Info{}, err
 	}
+	wake := o.aw.register(o, id)
+	defer o.aw.unregister(id, wake)
 	t := time.NewTimer(0)
 	defer t.Stop()
 	for {
@@ -128,10 +134,17 @@ func (o *Outbox) Await(ctx context.Context, id uuid.UUID) (Info, error) {
 		case <-ctx.Done():
 			return Info{}, fence.ContextError(ctx)
 		case <-t.C:
+		case <-wake:
 		}
 		in, err := o.Get(ctx, id)
 		if err != nil || in.State.Final() {
 			return in, err
+		}
+		if !t.Stop() {
+			select {
+			case <-t.C:
+			default:
+			}
 		}
 		t.Reset(o.awaitPoll)
 	}
@@ -190,7 +203,7 @@ func nullable(s string) any {
 // may already have been sent by it: Cancel then only stops further
 // deliveries. The displaced-run policy is CancelDisplaced.
 func (o *Outbox) Cancel(ctx context.Context, id uuid.UUID, reason string) error {
-	err := o.operatorUpdate(ctx, "cancel", o.st.cancel, id, shorten("canceled: "+reason))
+	err := o.operatorUpdate(ctx, "cancel", o.st.cancel, id, shorten("canceled: "+reason), o.outcomes)
 	if err == nil {
 		o.obs.canceledN(ctx, 1)
 	}
@@ -260,14 +273,17 @@ func (o *Outbox) CancelDisplaced(ctx context.Context, key lease.Key, claim fence
 		return nil, fmt.Errorf("effects: cancel displaced: %w", err)
 	}
 	rows, err := tx.Query(ctx, o.st.cancelDisplaced, key.AccountID, key.SessionID, int64(claim.Token),
-		fmt.Sprintf("canceled by the key's new holder (run %s, token %d)", claim.Run, claim.Token))
+		fmt.Sprintf("canceled by the key's new holder (run %s, token %d)", claim.Run, claim.Token), o.outcomes)
 	if err != nil {
 		return nil, o.dbError(ctx, "cancel displaced", err)
 	}
 	var ids []uuid.UUID
 	for rows.Next() {
-		var s string
-		if err := rows.Scan(&s); err != nil {
+		var (
+			s        string
+			notified bool
+		)
+		if err := rows.Scan(&s, &notified); err != nil {
 			rows.Close()
 			return nil, o.dbError(ctx, "cancel displaced", err)
 		}

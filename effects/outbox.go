@@ -92,7 +92,8 @@ type Config struct {
 	// caller's transaction keeps its own settings). Default
 	// DefaultLockTimeout.
 	LockTimeout time.Duration
-	// AwaitPoll is how often Await reads an effect's state. Default
+	// AwaitPoll is how often Await reads an effect's state when no
+	// outcome notification woke it (the fallback). Default
 	// DefaultAwaitPoll.
 	AwaitPoll time.Duration
 	// Logger receives the relays' warnings. Nil discards.
@@ -117,6 +118,8 @@ type Outbox struct {
 	awaitPoll   time.Duration
 	log         *slog.Logger
 	channel     string
+	outcomes    string // NOTIFY channel of final outcomes (Await)
+	aw          awaiter
 	st          statements
 	obs         *observer
 }
@@ -201,6 +204,7 @@ func New(cfg Config) (*Outbox, error) {
 		o.log = slog.New(slog.DiscardHandler)
 	}
 	o.channel = channelName(o.schema)
+	o.outcomes = outcomeChannelName(o.schema)
 	o.st = newStatements(q, leaseQ)
 	if o.obs, err = newObserver(cfg.MeterProvider, cfg.TracerProvider, o.schema, o.targets); err != nil {
 		return nil, err
@@ -228,8 +232,13 @@ func validateTargetName(name string) error {
 
 // channelName is the NOTIFY channel of the schema's new effects: an
 // identifier of at most 63 bytes (a long schema is hashed).
-func channelName(schema string) string {
-	const prefix = "fencekit_effects_"
+func channelName(schema string) string { return channelWith("fencekit_effects_", schema) }
+
+// outcomeChannelName is the NOTIFY channel of the schema's final outcomes
+// (payload: the effect id), which Await listens on.
+func outcomeChannelName(schema string) string { return channelWith("fencekit_outcomes_", schema) }
+
+func channelWith(prefix, schema string) string {
 	if len(prefix)+len(schema) <= 63 {
 		return prefix + schema
 	}

@@ -431,7 +431,7 @@ func (r *Relay) finish(ctx context.Context, c claimed, st State, res Result, cau
 		errText = &s
 	}
 	var ok bool
-	err := r.o.pool.QueryRow(wctx, r.o.st.finish, c.id.String(), c.epoch, string(st), res.Code, shorten(res.Detail), errText).Scan(&ok)
+	err := r.o.pool.QueryRow(wctx, r.o.st.finish, c.id.String(), c.epoch, string(st), res.Code, shorten(res.Detail), errText, r.o.outcomes).Scan(&ok)
 	r.o.obs.attemptOutcome(ctx, c, string(st), err == nil, ignoreNoRows(err))
 	switch {
 	case errors.Is(err, pgx.ErrNoRows):

@@ -96,9 +96,10 @@ UPDATE $S.fencekit_effects e
  WHERE e.id = d.id
 RETURNING e.id::text, e.epoch, e.target, e.request, e.attempts, e.first_sent_at, d.old_state, n.t, e.created_at`),
 
-		// $1 id, $2 epoch, $3 final state, $4 code, $5 detail, $6 error.
-		// Only under the claim's epoch: a relay whose claim was taken by
-		// another relay changes nothing.
+		// $1 id, $2 epoch, $3 final state, $4 code, $5 detail, $6 error,
+		// $7 outcome channel. Only under the claim's epoch: a relay whose
+		// claim was taken by another relay changes nothing. Notifies
+		// Await (the id as payload) at commit.
 		finish: r.Replace(`WITH now_db AS MATERIALIZED (SELECT clock_timestamp() AS t)
 UPDATE $S.fencekit_effects e
    SET state = $3::text, outcome_code = $4::integer, outcome_detail = $5::text,
@@ -106,7 +107,7 @@ UPDATE $S.fencekit_effects e
        final_at = n.t, updated_at = n.t, claimed_until = NULL
   FROM now_db n
  WHERE e.id = $1::text::uuid AND e.epoch = $2::bigint AND e.final_at IS NULL
-RETURNING true`),
+RETURNING pg_notify($7::text, e.id::text) IS NULL`),
 
 		// $1 id, $2 epoch, $3 delay µs, $4 error. Back to pending, due
 		// after the delay; the claim ends.
@@ -129,7 +130,7 @@ RETURNING true`),
  ORDER BY e.created_at DESC, e.id
  LIMIT $5`),
 
-		// $1 id, $2 detail. An operator's cancel: a pending effect no
+		// $1 id, $2 detail, $3 outcome channel. An operator's cancel: a pending effect no
 		// relay holds a live claim on. The epoch is raised so that the
 		// outcome of an earlier, expired claim is not written.
 		cancel: r.Replace(`WITH now_db AS MATERIALIZED (SELECT clock_timestamp() AS t)
@@ -139,9 +140,10 @@ UPDATE $S.fencekit_effects e
   FROM now_db n
  WHERE e.id = $1::text::uuid AND e.state = 'pending'
    AND (e.claimed_until IS NULL OR e.claimed_until <= n.t)
-RETURNING true`),
+RETURNING pg_notify($3::text, e.id::text) IS NULL`),
 
-		// $1 account, $2 session, $3 the new holder's token, $4 detail.
+		// $1 account, $2 session, $3 the new holder's token, $4 detail,
+		// $5 outcome channel.
 		// The new holder's cancel: effects of earlier grants of the key
 		// that no relay has ever claimed (epoch 0). A relay's claim locks
 		// the row and raises the epoch, so each effect is either canceled
@@ -152,7 +154,7 @@ UPDATE $S.fencekit_effects e
   FROM now_db n
  WHERE e.account_id = $1::text AND e.session_id = $2::text AND e.fence_token < $3::bigint
    AND e.state = 'pending' AND e.epoch = 0
-RETURNING e.id::text`),
+RETURNING e.id::text, pg_notify($5::text, e.id::text) IS NULL`),
 
 		// $1 id. An operator's retry of an ambiguous or rejected effect:
 		// pending again, due now, with a new dedup window; same id, same
