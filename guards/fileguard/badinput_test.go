@@ -19,7 +19,7 @@ import (
 
 // TestForeignFiles: a file at a resource's path that this guard did not
 // write (no header, a malformed token or run, a tombstone with content)
-// refuses every write with a *ForeignError and is left as it was.
+// refuses every write with a *fence.ForeignError and is left as it was.
 func TestForeignFiles(t *testing.T) {
 	ctx := context.Background()
 	dir := t.TempDir()
@@ -48,9 +48,9 @@ func TestForeignFiles(t *testing.T) {
 		}
 		for _, tok := range []fence.Token{1, 5, 1 << 62} {
 			err := g.PutClaim(ctx, r, fence.Claim{Token: tok}, []byte("new"))
-			var fe *ForeignError
+			var fe *fence.ForeignError
 			if !errors.As(err, &fe) || fe.Resource != r || errors.Is(err, fence.ErrStale) || errors.Is(err, fence.ErrBusy) {
-				t.Errorf("%q: token %d: %v, want *ForeignError", content, tok, err)
+				t.Errorf("%q: token %d: %v, want *fence.ForeignError", content, tok, err)
 			}
 		}
 		if err := g.Do(fence.WithToken(ctx, 9), r, func(context.Context) error {
@@ -100,7 +100,7 @@ func TestBadArguments(t *testing.T) {
 	file := filepath.Join(dir, "file")
 	_ = os.WriteFile(file, nil, 0o644)
 	for _, cfg := range []Config{{}, {Dir: filepath.Join(dir, "missing")}, {Dir: file}, {Dir: dir, Perm: os.ModeDir | 0o755}} {
-		if _, err := New(cfg); !errors.Is(err, ErrInvalidConfig) {
+		if _, err := New(cfg); !errors.Is(err, fence.ErrInvalidConfig) {
 			t.Errorf("New(%+v): %v", cfg, err)
 		}
 	}
@@ -180,7 +180,7 @@ func TestDeleteKeepsMark(t *testing.T) {
 	if err := g.DeleteClaim(ctx, "d/x", fence.Claim{Token: 5}); err != nil {
 		t.Fatal(err)
 	}
-	var nf *NotFoundError
+	var nf *fence.NotFoundError
 	if _, _, err := g.Get(ctx, "d/x"); !errors.As(err, &nf) || !nf.Deleted || nf.Token != 5 {
 		t.Fatalf("Get after delete: %v", err)
 	}

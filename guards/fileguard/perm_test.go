@@ -47,14 +47,14 @@ func TestConfiguredPermissions(t *testing.T) {
 	}
 	for _, cfg := range []Config{{DirPerm: 0o644}, {DirPerm: 0o077}, {DirPerm: os.ModeDir | 0o755}, {LockPerm: 0o400}, {LockPerm: 0o200}, {LockPerm: os.ModeSetuid | 0o600}} {
 		cfg.Dir = dir
-		if _, err := New(cfg); !errors.Is(err, ErrInvalidConfig) {
-			t.Errorf("New(%+v): %v, want ErrInvalidConfig", cfg, err)
+		if _, err := New(cfg); !errors.Is(err, fence.ErrInvalidConfig) {
+			t.Errorf("New(%+v): %v, want fence.ErrInvalidConfig", cfg, err)
 		}
 	}
 }
 
 // TestWriteOverDirectory: a write to a resource whose path is a directory
-// (holding other resources) is refused with a *ForeignError, and the
+// (holding other resources) is refused with a *fence.ForeignError, and the
 // directory is left as it is.
 func TestWriteOverDirectory(t *testing.T) {
 	ctx := context.Background()
@@ -62,9 +62,9 @@ func TestWriteOverDirectory(t *testing.T) {
 	if err := g.PutClaim(ctx, "a/b", fence.Claim{Token: 1}, []byte("x")); err != nil {
 		t.Fatal(err)
 	}
-	var fe *ForeignError
+	var fe *fence.ForeignError
 	if err := g.PutClaim(ctx, "a", fence.Claim{Token: 2}, []byte("y")); !errors.As(err, &fe) || fe.Resource != "a" {
-		t.Fatalf("write over the directory a: %v, want *ForeignError", err)
+		t.Fatalf("write over the directory a: %v, want *fence.ForeignError", err)
 	}
 	if b, _, err := g.Get(ctx, "a/b"); err != nil || string(b) != "x" {
 		t.Fatalf("a/b after the refused write: %q %v", b, err)

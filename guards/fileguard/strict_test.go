@@ -97,8 +97,8 @@ func TestGetDirectoryNotFound(t *testing.T) {
 	if err := g.PutClaim(ctx, "a/b", fence.Claim{Token: 1}, []byte("x")); err != nil {
 		t.Fatal(err)
 	}
-	var nf *NotFoundError
+	var nf *fence.NotFoundError
 	if _, _, err := g.Get(ctx, "a"); !errors.As(err, &nf) || nf.Deleted || nf.Token != 0 {
-		t.Fatalf("Get(a) with a/b written: %v, want *NotFoundError", err)
+		t.Fatalf("Get(a) with a/b written: %v, want *fence.NotFoundError", err)
 	}
 }

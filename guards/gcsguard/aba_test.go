@@ -70,7 +70,7 @@ func TestABATombstone(t *testing.T) {
 		t.Fatalf("stale re-stamp after newer tombstone: %v", err)
 	}
 	info, err := newer.Stat(ctx, key)
-	var nf *NotFoundError
+	var nf *fence.NotFoundError
 	if !errors.As(err, &nf) || !nf.Deleted || nf.Token != 4 || info.Token != 4 {
 		t.Fatalf("Stat: %+v, %v", info, err)
 	}

@@ -31,8 +31,8 @@ func TestNewConfig(t *testing.T) {
 		{Client: c, Bucket: "b", ChunkSize: 1000},
 		{Client: c, Bucket: "b", ChunkSize: -256 << 10},
 	} {
-		if _, err := New(cfg); !errors.Is(err, ErrInvalidConfig) {
-			t.Errorf("New(%+v): %v, want ErrInvalidConfig", cfg, err)
+		if _, err := New(cfg); !errors.Is(err, fence.ErrInvalidConfig) {
+			t.Errorf("New(%+v): %v, want fence.ErrInvalidConfig", cfg, err)
 		}
 	}
 }
@@ -199,9 +199,9 @@ func TestForeignObjects(t *testing.T) {
 		_, err = s.Mark(ctx, key)
 		errs = append(errs, err)
 		for i, err := range errs {
-			var oe *ForeignError
+			var oe *fence.ForeignError
 			if !errors.As(err, &oe) || !errors.Is(err, fence.ErrForeign) || oe.Resource != key {
-				t.Errorf("%s: call %d: %v, want *ForeignError", name, i, err)
+				t.Errorf("%s: call %d: %v, want *fence.ForeignError", name, i, err)
 			}
 		}
 		after, err := e.srv.GetObject(s.Bucket(), key)

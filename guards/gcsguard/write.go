@@ -75,7 +75,7 @@ func (s *Guard) put(ctx context.Context, resource string, c *fence.Claim, r io.R
 // "true"), written with the same generation precondition as Put. The
 // object is replaced, not removed, because a removed object has no mark:
 // a stale writer could then create it again. Afterwards Get reports
-// *NotFoundError with Deleted and Token set. Deleting a resource without object
+// *fence.NotFoundError with Deleted and Token set. Deleting a resource without object
 // writes the tombstone all the same, raising the mark.
 func (s *Guard) Delete(ctx context.Context, resource string) (Info, error) {
 	return s.write(ctx, resource, nil, StageDelete)

@@ -78,9 +78,6 @@ var TokenGapBounds = []float64{1, 2, 5, 10, 100, 1000, 10000, 100000}
 // "fencekit.guard.<kind>.retries" (fencekit.guard.s3.retries for S3).
 func RetriesName(kind string) string { return "fencekit.guard." + kind + ".retries" }
 
-// ErrInvalidConfig is matched by every error New returns for a bad Config.
-var ErrInvalidConfig = errors.New("guardobs: invalid config")
-
 // Config configures a Recorder. Kind is required.
 type Config struct {
 	// Kind is the value of the guard attribute: 1 to 32 bytes of lower-case
@@ -119,11 +116,11 @@ type Recorder struct {
 }
 
 // New validates cfg and creates the instruments on cfg.MeterProvider. An
-// error creating an instrument is returned (matching ErrInvalidConfig)
+// error creating an instrument is returned (matching fence.ErrInvalidConfig)
 // with no Recorder.
 func New(cfg Config) (*Recorder, error) {
 	if !kindRE.MatchString(cfg.Kind) {
-		return nil, fmt.Errorf("%w: Kind %q: want 1 to 32 bytes of a-z, 0-9 and '_'", ErrInvalidConfig, cfg.Kind)
+		return nil, configErr("Kind", fmt.Sprintf("%q: want 1 to 32 bytes of a-z, 0-9 and '_'", cfg.Kind), nil)
 	}
 	if cfg.Name == "" {
 		cfg.Name = cfg.Kind + "guard"
@@ -160,7 +157,7 @@ func New(cfg Config) (*Recorder, error) {
 			metric.WithDescription(cfg.Retries))
 	}
 	if err := errors.Join(errs[:]...); err != nil {
-		return nil, fmt.Errorf("%w: MeterProvider: %w", ErrInvalidConfig, err)
+		return nil, configErr("MeterProvider", "instruments", err)
 	}
 	return r, nil
 }
@@ -217,4 +214,9 @@ func (r *Recorder) Decision(ctx context.Context, err error) {
 	if re, ok := fence.IsReused(err); ok {
 		r.Reused(ctx, re)
 	}
+}
+
+// configErr is the *fence.ConfigError of a guardobs Config field.
+func configErr(field, reason string, err error) error {
+	return &fence.ConfigError{Source: "guardobs", Field: field, Reason: reason, Err: err}
 }

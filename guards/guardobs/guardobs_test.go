@@ -160,8 +160,8 @@ func TestNilRecorderAndBadConfig(t *testing.T) {
 	r.Retried(context.Background(), 1)
 	r.Reused(context.Background(), &fence.ReusedError{})
 	for _, kind := range []string{"", "Redis", "has space", "a-b", "x123456789012345678901234567890123"} {
-		if _, err := guardobs.New(guardobs.Config{Kind: kind}); !errors.Is(err, guardobs.ErrInvalidConfig) {
-			t.Errorf("Kind %q: %v, want ErrInvalidConfig", kind, err)
+		if _, err := guardobs.New(guardobs.Config{Kind: kind}); !errors.Is(err, fence.ErrInvalidConfig) {
+			t.Errorf("Kind %q: %v, want fence.ErrInvalidConfig", kind, err)
 		}
 	}
 }

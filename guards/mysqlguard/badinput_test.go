@@ -13,7 +13,7 @@ import (
 )
 
 // TestCorruptMarks: a marks row or an in-row token/run the guard did not
-// write refuses the write with a *ForeignError and writes nothing: a token
+// write refuses the write with a *fence.ForeignError and writes nothing: a token
 // below 1 refuses every write; a malformed run refuses writes at its token
 // (the only ones its run decides), while a higher token replaces it.
 func TestCorruptMarks(t *testing.T) {
@@ -41,9 +41,9 @@ func TestCorruptMarks(t *testing.T) {
 		for _, tok := range toks {
 			for name, w := range map[string]guardtestWriter{"marks": ms, "in-row": rs} {
 				err := w.WriteClaim(ctx, r, fence.Claim{Token: tok, Run: "run-a"}, "new")
-				var me *ForeignError
+				var me *fence.ForeignError
 				if !errors.As(err, &me) || me.Resource != r || errors.Is(err, fence.ErrStale) || errors.Is(err, fence.ErrBusy) {
-					t.Errorf("%s: mark (%d, %q), token %d: %v, want *ForeignError", name, bad.tok, bad.run, tok, err)
+					t.Errorf("%s: mark (%d, %q), token %d: %v, want *fence.ForeignError", name, bad.tok, bad.run, tok, err)
 				}
 			}
 		}
@@ -113,9 +113,9 @@ func TestBadArguments(t *testing.T) {
 		{Config{DB: f.db, IsoLevel: sql.LevelSnapshot}, "IsoLevel"}, {Config{DB: f.db, SettleTimeout: -1}, "SettleTimeout"},
 	} {
 		_, err := New(tc.cfg)
-		var ce *ConfigError
-		if !errors.Is(err, ErrInvalidConfig) || !errors.As(err, &ce) || ce.Field != tc.field {
-			t.Errorf("New(%+v): %v, want a *ConfigError for %s", tc.cfg, err, tc.field)
+		var ce *fence.ConfigError
+		if !errors.Is(err, fence.ErrInvalidConfig) || !errors.As(err, &ce) || ce.Field != tc.field {
+			t.Errorf("New(%+v): %v, want a *fence.ConfigError for %s", tc.cfg, err, tc.field)
 		}
 	}
 	for _, tc := range []struct {
@@ -127,9 +127,9 @@ func TestBadArguments(t *testing.T) {
 		{RowsConfig{Table: "t", Key: []string{"k"}, RunColumn: "R"}, "RunColumn"},
 	} {
 		_, err := NewRows(tc.cfg)
-		var ce *ConfigError
-		if !errors.Is(err, ErrInvalidConfig) || !errors.As(err, &ce) || ce.Field != tc.field {
-			t.Errorf("NewRows(%+v): %v, want a *ConfigError for %s", tc.cfg, err, tc.field)
+		var ce *fence.ConfigError
+		if !errors.Is(err, fence.ErrInvalidConfig) || !errors.As(err, &ce) || ce.Field != tc.field {
+			t.Errorf("NewRows(%+v): %v, want a *fence.ConfigError for %s", tc.cfg, err, tc.field)
 		}
 	}
 	var n int

@@ -10,7 +10,7 @@
 // (Config.Table, created by CreateTable from schema.sql), in the database
 // that holds the guarded data, so the mark and the data share one
 // transaction. A Guard owns its database, Config.DB (required; New returns
-// a *ConfigError without it): the methods that open a transaction take no
+// a *fence.ConfigError without it): the methods that open a transaction take no
 // database argument, the ones that fence the caller's own transaction take
 // that transaction.
 //
@@ -132,7 +132,7 @@
 //     resource lies outside its claim's scope, or whose claim has no scope,
 //     is refused with a *fence.ScopeError before any I/O.
 //   - A stored mark the guard did not write refuses the write with
-//     *ForeignError and nothing is written: a token below 1 refuses every
+//     *fence.ForeignError and nothing is written: a token below 1 refuses every
 //     write; a run that is not a valid identity refuses the writes at its
 //     token, the only ones it decides (a higher token replaces it). Bad input (resource, token, run, missing claim, nil
 //     arguments, key arity) is refused with a typed error before any I/O.

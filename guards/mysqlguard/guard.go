@@ -35,7 +35,7 @@ type Config struct {
 	// table in it, InTx, InTxClaim and Fence open their transactions on it,
 	// Mark reads from it, and a COMMIT whose reply was lost is settled on a
 	// fresh connection of it. The marks table and the guarded data must
-	// both live in it. Required (New returns a *ConfigError otherwise).
+	// both live in it. Required (New returns a *fence.ConfigError otherwise).
 	// FenceTx and FenceTxClaim work in the caller's transaction, which
 	// should be on the same database.
 	DB *sql.DB
@@ -103,7 +103,7 @@ type Guard struct {
 var _ fence.Guard = (*Guard)(nil)
 
 // New validates cfg, fills defaults and returns a Guard. It does no I/O.
-// Every error is a *ConfigError (ErrInvalidConfig).
+// Every error is a *fence.ConfigError (fence.ErrInvalidConfig).
 func New(cfg Config) (*Guard, error) {
 	if cfg.DB == nil {
 		return nil, configErr("DB", "nil: the Guard needs the database that holds the marks table and the guarded data", nil)
@@ -153,7 +153,7 @@ func validSQL(tok string) string { return "(" + tok + " >= 1)" }
 // checked (REGEXP, as fence.ValidateRun) and compared, so the usual write
 // with a higher token evaluates no regular expression; a malformed run at
 // an equal token refuses the write, and the guard reports it as a
-// *ForeignError after reading it. Runs are compared byte for byte, as
+// *fence.ForeignError after reading it. Runs are compared byte for byte, as
 // fence.DecideClaim compares them, whatever the column's collation.
 func admitSQL(tok, run string) string {
 	if run == "" {
@@ -427,12 +427,12 @@ func (g *Guard) fenceOnce(ctx context.Context, tx *sql.Tx, resource string, c fe
 		return stmtError(ctx, g.table, resource, "read mark", err)
 	}
 	if err := (fence.Claim{Token: fence.Token(tok), Run: run}).Validate(); err != nil {
-		return &ForeignError{Resource: resource, Reason: fmt.Sprintf("token %d, run %q", tok, run)}
+		return &fence.ForeignError{Source: "mysqlguard", Resource: resource, Reason: fmt.Sprintf("token %d, run %q", tok, run)}
 	}
 	if derr := fence.DecideClaim(resource, c, fence.Token(tok), run); derr != nil {
 		return derr
 	}
-	return &ForeignError{Resource: resource, Reason: fmt.Sprintf("fence statement refused token %d, mark (%d, %q) admits it", c.Token, tok, run)}
+	return &fence.ForeignError{Source: "mysqlguard", Resource: resource, Reason: fmt.Sprintf("fence statement refused token %d, mark (%d, %q) admits it", c.Token, tok, run)}
 }
 
 // corrupt reads a mark the fence statement found invalid, for the error.
@@ -444,7 +444,7 @@ func (g *Guard) corrupt(ctx context.Context, tx *sql.Tx, resource string) error 
 	if err := tx.QueryRowContext(ctx, g.runSQL, resource).Scan(&tok, &run); err != nil {
 		return stmtError(ctx, g.table, resource, "read mark", err)
 	}
-	return &ForeignError{Resource: resource, Reason: fmt.Sprintf("token %d, run %q", tok, run)}
+	return &fence.ForeignError{Source: "mysqlguard", Resource: resource, Reason: fmt.Sprintf("token %d, run %q", tok, run)}
 }
 
 // TxFromContext returns the transaction of a running Fence write callback.
@@ -496,7 +496,7 @@ func (g *Guard) Mark(ctx context.Context, resource string) (fence.Claim, error) 
 	}
 	c := fence.Claim{Token: fence.Token(tok), Run: run}
 	if err := c.Validate(); err != nil {
-		return fence.Claim{}, &ForeignError{Resource: resource, Reason: err.Error()}
+		return fence.Claim{}, &fence.ForeignError{Source: "mysqlguard", Resource: resource, Reason: err.Error()}
 	}
 	return c, nil
 }

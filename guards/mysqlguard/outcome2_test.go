@@ -170,7 +170,7 @@ func TestNilContext(t *testing.T) {
 // TestInRowKeyBytesAndNullToken: a []byte key is validated as its bytes (a
 // NUL byte is refused with fence.ErrInvalidResource before any I/O, where
 // its fmt.Sprint text "[97 0]" would pass), and a NULL token in a nullable
-// token column refuses the write with *ForeignError, writing nothing.
+// token column refuses the write with *fence.ForeignError, writing nothing.
 func TestInRowKeyBytesAndNullToken(t *testing.T) {
 	ctx := context.Background()
 	f := newFixture(t)
@@ -201,9 +201,9 @@ func TestInRowKeyBytesAndNullToken(t *testing.T) {
 		tok fence.Token
 	}{{"null/tok", 1}, {"null/tok", 9}, {"null/run", 4}} {
 		err := nr.UpsertClaim(ctx, f.db, []any{tc.r}, fence.Claim{Token: tc.tok, Run: "run-a"}, "new")
-		var me *ForeignError
+		var me *fence.ForeignError
 		if !errors.As(err, &me) || me.Resource != tc.r {
-			t.Errorf("%s, token %d: %v, want *ForeignError", tc.r, tc.tok, err)
+			t.Errorf("%s, token %d: %v, want *fence.ForeignError", tc.r, tc.tok, err)
 		}
 		var v string
 		if err := f.db.QueryRowContext(ctx, "SELECT value FROM "+table+" WHERE resource = ?", tc.r).Scan(&v); err != nil || v != "old" {

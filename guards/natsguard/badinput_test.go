@@ -18,7 +18,7 @@ import (
 
 // TestForeignEntries: a latest record the guard did not write (a plain
 // KV Put, a malformed token or run, a tombstone with content) refuses
-// every write with an *ForeignError, and nothing is written.
+// every write with an *fence.ForeignError, and nothing is written.
 func TestForeignEntries(t *testing.T) {
 	ctx := context.Background()
 	bucket := newBucket(t, jetstreamKV(0))
@@ -43,9 +43,9 @@ func TestForeignEntries(t *testing.T) {
 		}
 		for _, tok := range []fence.Token{1, 5, 1 << 62} {
 			err := g.PutClaim(ctx, r, fence.Claim{Token: tok}, []byte("new"))
-			var ee *ForeignError
+			var ee *fence.ForeignError
 			if !errors.As(err, &ee) || ee.Resource != r || errors.Is(err, fence.ErrStale) || errors.Is(err, fence.ErrBusy) {
-				t.Errorf("%v: token %d: %v, want *ForeignError", hdr, tok, err)
+				t.Errorf("%v: token %d: %v, want *fence.ForeignError", hdr, tok, err)
 			}
 		}
 		if err := g.Do(fence.WithToken(ctx, 9), r, func(context.Context) error {
@@ -86,7 +86,7 @@ func TestMarkersAreTombstones(t *testing.T) {
 	if err := g.kv.Delete(ctx, Key("m/del")); err != nil {
 		t.Fatal(err)
 	}
-	var nf *NotFoundError
+	var nf *fence.NotFoundError
 	if _, _, err := g.Get(ctx, "m/del"); !errors.As(err, &nf) || !nf.Deleted || nf.Token != 7 {
 		t.Fatalf("Get over a delete marker: %v", err)
 	}
@@ -143,7 +143,7 @@ func TestBucketChecks(t *testing.T) {
 		t.Error("missing bucket accepted")
 	}
 	for _, cfg := range []Config{{Bucket: "b"}, {JS: js}, {JS: js, Bucket: "b", MaxAttempts: -1}, {JS: js, Bucket: "b", SettleTimeout: -1}} {
-		if _, err := New(cfg); !errors.Is(err, ErrInvalidConfig) {
+		if _, err := New(cfg); !errors.Is(err, fence.ErrInvalidConfig) {
 			t.Errorf("New(%+v): %v", cfg, err)
 		}
 	}

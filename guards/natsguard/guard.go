@@ -168,10 +168,10 @@ func (g *Guard) forget(key string) {
 // fails otherwise returns the client's error, wrapped.
 func New(cfg Config) (*Guard, error) {
 	if cfg.JS == nil {
-		return nil, fmt.Errorf("%w: JS is nil", ErrInvalidConfig)
+		return nil, configErr("JS", "nil", nil)
 	}
 	if cfg.Bucket == "" {
-		return nil, fmt.Errorf("%w: Bucket is empty", ErrInvalidConfig)
+		return nil, configErr("Bucket", "empty", nil)
 	}
 	for _, d := range []struct {
 		name string
@@ -180,20 +180,20 @@ func New(cfg Config) (*Guard, error) {
 	}{{"CheckTimeout", &cfg.CheckTimeout, DefaultCheckTimeout}, {"ReplyTimeout", &cfg.ReplyTimeout, DefaultReplyTimeout},
 		{"SettleTimeout", &cfg.SettleTimeout, DefaultSettleTimeout}} {
 		if *d.v < 0 {
-			return nil, fmt.Errorf("%w: %s %v is negative", ErrInvalidConfig, d.name, *d.v)
+			return nil, configErr(d.name, fmt.Sprintf("%v is negative", *d.v), nil)
 		}
 		if *d.v == 0 {
 			*d.v = d.def
 		}
 	}
-	if err := engine.MaxAttemptsConfig(&cfg.MaxAttempts, ErrInvalidConfig); err != nil {
+	if err := engine.MaxAttemptsConfig(&cfg.MaxAttempts, "natsguard"); err != nil {
 		return nil, err
 	}
 	rec, err := guardobs.New(guardobs.Config{Kind: guardobs.KindNATS, Name: name,
 		Retries:       "JetStream conditional writes retried after another writer won the race (wrong last sequence).",
 		MeterProvider: cfg.MeterProvider, TracerProvider: cfg.TracerProvider, Logger: cfg.Logger})
 	if err != nil {
-		return nil, fmt.Errorf("%w: %w", ErrInvalidConfig, err)
+		return nil, configErr("MeterProvider", "instruments", err)
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), cfg.CheckTimeout)
 	defer cancel()
@@ -300,7 +300,7 @@ func (g *Guard) markBefore(ctx context.Context, resource, key string, seq uint64
 // parse reads the guard's headers of a record.
 func parse(resource, key string, m *jetstream.RawStreamMsg) (Info, bool, error) {
 	bad := func(reason string) (Info, bool, error) {
-		return Info{}, false, &ForeignError{Resource: resource, Key: key, Revision: m.Sequence, Reason: reason}
+		return Info{}, false, &fence.ForeignError{Source: "natsguard", Resource: resource, Key: key, Version: int64(m.Sequence), Reason: reason}
 	}
 	if len(m.Header.Values(HeaderToken)) != 1 {
 		return bad("no " + HeaderToken + " header")
@@ -356,7 +356,7 @@ func (g *Guard) DeleteClaim(ctx context.Context, resource string, c fence.Claim)
 }
 
 // Get returns resource's value and the mark written with it (one record).
-// A resource without value yields a *NotFoundError with the mark known;
+// A resource without value yields a *fence.NotFoundError with the mark known;
 // it matches fence.ErrNotFound.
 func (g *Guard) Get(ctx context.Context, resource string) ([]byte, Info, error) {
 	if err := g.eng.Read(ctx, resource); err != nil {
@@ -367,7 +367,7 @@ func (g *Guard) Get(ctx context.Context, resource string) ([]byte, Info, error) 
 	case err != nil:
 		return nil, Info{}, err
 	case !st.present:
-		return nil, st.info, &NotFoundError{Resource: resource, Deleted: st.deleted, Token: st.info.Token}
+		return nil, st.info, &fence.NotFoundError{Source: "natsguard", Resource: resource, Deleted: st.deleted, Token: st.info.Token}
 	}
 	return st.value, st.info, nil
 }

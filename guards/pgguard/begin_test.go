@@ -148,13 +148,13 @@ func TestBeginBadInput(t *testing.T) {
 		{g, "r", 0, fence.ErrInvalidToken},
 		{g, "", 1, fence.ErrInvalidResource},
 		{g, "a\x00b", 1, fence.ErrInvalidResource},
-		{sqlOnly, "r", 1, pgguard.ErrInvalidConfig}, // Begin needs Config.DB
+		{sqlOnly, "r", 1, fence.ErrInvalidConfig}, // Begin needs Config.DB
 	} {
 		tx, err := tc.g.BeginClaim(bg(), tc.resource, cl(tc.tok))
 		assert.ErrorIs(t, err, tc.want, "%q %d", tc.resource, tc.tok)
 		assert.Nil(t, tx)
 	}
-	var ce *pgguard.ConfigError
+	var ce *fence.ConfigError
 	_, err := sqlOnly.Begin(fence.WithToken(bg(), 1), "r")
 	require.ErrorAs(t, err, &ce)
 	assert.Equal(t, "DB", ce.Field)

@@ -15,7 +15,7 @@
 // required. The methods that open a transaction take no database argument;
 // the ones that fence the caller's own transaction take that transaction.
 // A method that needs the database the Config does not set returns a
-// *ConfigError (ErrInvalidConfig) before any I/O.
+// *fence.ConfigError (fence.ErrInvalidConfig) before any I/O.
 //
 // Each entry point has a ctx-first form, which takes the claim from ctx
 // (fence.ClaimFromContext: a lease's context carries its claim, and

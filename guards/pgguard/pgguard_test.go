@@ -201,7 +201,7 @@ func TestNewRejectsBadConfig(t *testing.T) {
 		strings.Repeat("s", 64),
 	} {
 		_, err := pgguard.New(pgguard.Config{Schema: schema})
-		assert.ErrorIs(t, err, pgguard.ErrInvalidConfig, "%q", schema)
+		assert.ErrorIs(t, err, fence.ErrInvalidConfig, "%q", schema)
 		assert.ErrorIs(t, err, migrations.ErrInvalidIdentifier, "%q", schema)
 	}
 	for _, tc := range []struct {
@@ -214,8 +214,8 @@ func TestNewRejectsBadConfig(t *testing.T) {
 		{pgguard.Config{}, "DB"}, // neither DB nor SQLDB
 	} {
 		_, err := pgguard.New(tc.cfg)
-		assert.ErrorIs(t, err, pgguard.ErrInvalidConfig, "%+v", tc.cfg)
-		var ce *pgguard.ConfigError
+		assert.ErrorIs(t, err, fence.ErrInvalidConfig, "%+v", tc.cfg)
+		var ce *fence.ConfigError
 		if assert.ErrorAs(t, err, &ce, "%+v", tc.cfg) {
 			assert.Equal(t, tc.field, ce.Field)
 		}
@@ -251,16 +251,16 @@ func (d noSQLDB) QueryRowContext(context.Context, string, ...any) *sql.Row {
 }
 
 // A method that needs the database the Config does not set returns a
-// *ConfigError naming it, before any I/O; the database-free checks come
+// *fence.ConfigError naming it, before any I/O; the database-free checks come
 // first.
 func TestMethodNeedsItsDatabase(t *testing.T) {
 	ctx := fence.WithToken(bg(), 3)
 	nop := func(context.Context, pgx.Tx) error { return nil }
 	sqlNop := func(context.Context, *sql.Tx) error { return nil }
 	field := func(err error) string {
-		var ce *pgguard.ConfigError
+		var ce *fence.ConfigError
 		require.ErrorAs(t, err, &ce)
-		require.ErrorIs(t, err, pgguard.ErrInvalidConfig)
+		require.ErrorIs(t, err, fence.ErrInvalidConfig)
 		return ce.Field
 	}
 

@@ -22,7 +22,7 @@ import (
 // Errors: fence.ErrNoToken when ctx carries no claim, input errors
 // (fence.ErrInvalidResource, fence.ErrInvalidToken, fence.ErrInvalidRun,
 // fence.ErrInvalidScope, fence.ErrNilArgument), all before any I/O;
-// *fence.ScopeError under Config.Strict, before any I/O; a *ConfigError
+// *fence.ScopeError under Config.Strict, before any I/O; a *fence.ConfigError
 // when Config.DB is nil, before any I/O; *fence.StaleError and
 // *fence.ReusedError from the fence statement; fence.ErrBusy for lock
 // timeout, serialization failure and deadlock (retry the transaction);

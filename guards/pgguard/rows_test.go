@@ -265,7 +265,7 @@ func TestNewRowsRejectsBadConfig(t *testing.T) {
 		cfg.Columns = append([]string(nil), good.Columns...)
 		mod(&cfg)
 		_, err := pgguard.NewRows(cfg)
-		assert.ErrorIs(t, err, pgguard.ErrInvalidConfig, name)
+		assert.ErrorIs(t, err, fence.ErrInvalidConfig, name)
 	}
 	_, err := pgguard.NewRows(good)
 	require.NoError(t, err)

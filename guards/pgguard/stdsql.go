@@ -13,7 +13,7 @@ import (
 // statement (lock wait bounded by Config.LockTimeout), calls fn with ctx and
 // the transaction, and commits. database/sql sends BEGIN on its own, so
 // this is one round trip more than InTx. Errors and rollback are InTx's; a
-// *ConfigError when Config.SQLDB is nil, before any I/O.
+// *fence.ConfigError when Config.SQLDB is nil, before any I/O.
 func (g *Guard) InSQLTx(ctx context.Context, resource string, fn func(ctx context.Context, tx *sql.Tx) error) error {
 	return g.args.Claimed(ctx, resource, nil, func(c fence.Claim) error { return g.inSQLTxChecked(ctx, resource, c, fn) })
 }

@@ -12,7 +12,7 @@ import (
 )
 
 // TestCorruptMark: a mark key that is not this guard's (malformed token or
-// run, another type) refuses every write with a *ForeignError and nothing is
+// run, another type) refuses every write with a *fence.ForeignError and nothing is
 // written; Get and Mark report it too.
 func TestCorruptMark(t *testing.T) {
 	ctx := context.Background()
@@ -43,9 +43,9 @@ func TestCorruptMark(t *testing.T) {
 		}
 		for _, tok := range []fence.Token{1, 5, 1 << 62} {
 			err := g.PutClaim(ctx, r, fence.Claim{Token: tok}, []byte("new"))
-			var me *ForeignError
+			var me *fence.ForeignError
 			if !errors.As(err, &me) || !errors.Is(err, fence.ErrForeign) || me.Resource != r {
-				t.Errorf("%s: write under token %d: %v, want *ForeignError", bad.name, tok, err)
+				t.Errorf("%s: write under token %d: %v, want *fence.ForeignError", bad.name, tok, err)
 			}
 			if errors.Is(err, fence.ErrStale) || errors.Is(err, fence.ErrBusy) {
 				t.Errorf("%s: %v matches stale or busy", bad.name, err)
@@ -70,7 +70,7 @@ func TestCorruptMark(t *testing.T) {
 }
 
 // TestForeignValue: a value key that is not a string is reported by Get as
-// a *ForeignError naming the value key.
+// a *fence.ForeignError naming the value key.
 func TestForeignValue(t *testing.T) {
 	ctx := context.Background()
 	s := newSpace(t)
@@ -85,9 +85,9 @@ func TestForeignValue(t *testing.T) {
 	if err := g.client.RPush(ctx, r, "x").Err(); err != nil {
 		t.Fatal(err)
 	}
-	var me *ForeignError
+	var me *fence.ForeignError
 	if _, _, err := g.Get(ctx, r); !errors.As(err, &me) || me.Key != r {
-		t.Fatalf("Get over a list: %v, want *ForeignError on the value key", err)
+		t.Fatalf("Get over a list: %v, want *fence.ForeignError on the value key", err)
 	}
 }
 
@@ -132,8 +132,8 @@ func TestBadArguments(t *testing.T) {
 		{Client: g.client, SettleTimeout: -1},
 		{Client: g.client, CheckTimeout: -1},
 	} {
-		if _, err := New(cfg); !errors.Is(err, ErrInvalidConfig) {
-			t.Errorf("New(%+v): %v, want ErrInvalidConfig", cfg, err)
+		if _, err := New(cfg); !errors.Is(err, fence.ErrInvalidConfig) {
+			t.Errorf("New(%+v): %v, want fence.ErrInvalidConfig", cfg, err)
 		}
 	}
 	if err := Stage(ctx, []byte("x")); !errors.Is(err, fence.ErrNoStager) {
@@ -193,7 +193,7 @@ func keySlot(key string) uint16 {
 // TestForeignValueNotReplaced: a value key of another type (hash, list,
 // set, sorted set, stream) under a valid mark is not this guard's to
 // replace or delete: PutClaim, DeleteClaim, Fence and Do with a higher
-// token are refused with a *ForeignError naming the value key, Do's and
+// token are refused with a *fence.ForeignError naming the value key, Do's and
 // Fence's callbacks do not run, and neither the key nor the mark changes.
 func TestForeignValueNotReplaced(t *testing.T) {
 	ctx := context.Background()
@@ -239,9 +239,9 @@ func TestForeignValueNotReplaced(t *testing.T) {
 			"Fence":       g.Fence(fence.WithClaim(ctx, high), r, high.Token, ran("Fence")),
 			"Do":          g.Do(fence.WithClaim(ctx, high), r, ran("Do")),
 		} {
-			var me *ForeignError
+			var me *fence.ForeignError
 			if !errors.As(err, &me) || me.Key != r || errors.Is(err, fence.ErrStale) {
-				t.Errorf("%s value key: %s: %v, want *ForeignError on the value key", tc.typ, name, err)
+				t.Errorf("%s value key: %s: %v, want *fence.ForeignError on the value key", tc.typ, name, err)
 			}
 		}
 		if typ, err := c.Type(ctx, r).Result(); err != nil || typ != tc.typ {

@@ -96,7 +96,7 @@ func TestNewUnreachable(t *testing.T) {
 	_ = ln.Close()
 	c := redis.NewClient(&redis.Options{Addr: addr, MaxRetries: -1})
 	defer func() { _ = c.Close() }()
-	if _, err := New(Config{Client: c, CheckTimeout: time.Second}); err == nil || errors.Is(err, ErrInvalidConfig) {
+	if _, err := New(Config{Client: c, CheckTimeout: time.Second}); err == nil || errors.Is(err, fence.ErrInvalidConfig) {
 		t.Fatalf("New on a closed port: %v", err)
 	}
 }

@@ -135,18 +135,18 @@ var _ fence.Guard = (*Guard)(nil)
 // *EvictionError; an unreachable server fails New with its error.
 func New(cfg Config) (*Guard, error) {
 	if cfg.Client == nil {
-		return nil, fmt.Errorf("%w: Client is nil", ErrInvalidConfig)
+		return nil, configErr("Client", "nil", nil)
 	}
 	if cfg.MarkPrefix == "" {
 		cfg.MarkPrefix = DefaultMarkPrefix
 	}
 	if err := fence.ValidateResource(cfg.MarkPrefix); err != nil || strings.ContainsAny(cfg.MarkPrefix, "{}") {
-		return nil, fmt.Errorf("%w: MarkPrefix %q: want a valid resource name without '{' or '}'", ErrInvalidConfig, cfg.MarkPrefix)
+		return nil, configErr("MarkPrefix", fmt.Sprintf("%q: want a valid resource name without '{' or '}'", cfg.MarkPrefix), nil)
 	}
 	ttlArg := "0"
 	switch {
 	case cfg.TTL < 0 || (cfg.TTL > 0 && cfg.TTL < time.Millisecond):
-		return nil, fmt.Errorf("%w: TTL %v: want 0 or at least 1ms", ErrInvalidConfig, cfg.TTL)
+		return nil, configErr("TTL", fmt.Sprintf("%v: want 0 or at least 1ms", cfg.TTL), nil)
 	case cfg.TTL > 0:
 		ttlArg = strconv.FormatInt(cfg.TTL.Milliseconds(), 10)
 	}
@@ -156,26 +156,26 @@ func New(cfg Config) (*Guard, error) {
 		def  time.Duration
 	}{{"CheckTimeout", &cfg.CheckTimeout, DefaultCheckTimeout}, {"SettleTimeout", &cfg.SettleTimeout, DefaultSettleTimeout}} {
 		if *d.v < 0 {
-			return nil, fmt.Errorf("%w: %s %v is negative", ErrInvalidConfig, d.name, *d.v)
+			return nil, configErr(d.name, fmt.Sprintf("%v is negative", *d.v), nil)
 		}
 		if *d.v == 0 {
 			*d.v = d.def
 		}
 	}
-	if err := engine.MaxAttemptsConfig(&cfg.MaxAttempts, ErrInvalidConfig); err != nil {
+	if err := engine.MaxAttemptsConfig(&cfg.MaxAttempts, "redisguard"); err != nil {
 		return nil, err
 	}
 	switch {
 	case cfg.DuplicateWindow == 0:
 		cfg.DuplicateWindow = DefaultDuplicateWindow
 	case cfg.DuplicateWindow < 10*time.Millisecond || cfg.DuplicateWindow%time.Millisecond != 0:
-		return nil, fmt.Errorf("%w: DuplicateWindow %v: want at least 10ms, in whole milliseconds", ErrInvalidConfig, cfg.DuplicateWindow)
+		return nil, configErr("DuplicateWindow", fmt.Sprintf("%v: want at least 10ms, in whole milliseconds", cfg.DuplicateWindow), nil)
 	}
 	rec, err := guardobs.New(guardobs.Config{Kind: guardobs.KindRedis, Name: name,
 		Retries:       "Redis writes sent again after a lost reply was settled as not applied.",
 		MeterProvider: cfg.MeterProvider, TracerProvider: cfg.TracerProvider, Logger: cfg.Logger})
 	if err != nil {
-		return nil, fmt.Errorf("%w: %w", ErrInvalidConfig, err)
+		return nil, configErr("MeterProvider", "instruments", err)
 	}
 	g := &Guard{client: cfg.Client, prefix: cfg.MarkPrefix, ttlArg: ttlArg, settleTimeout: cfg.SettleTimeout,
 		now: time.Now, window: cfg.DuplicateWindow, windowArg: strconv.FormatInt(cfg.DuplicateWindow.Milliseconds(), 10)}
@@ -260,7 +260,7 @@ func (g *Guard) DeleteClaim(ctx context.Context, resource string, c fence.Claim)
 
 // Get returns resource's value and its mark, read together in one script.
 // A resource without value (never written, deleted, expired, or only
-// fenced by a Fence that staged nothing) yields a *NotFoundError carrying
+// fenced by a Fence that staged nothing) yields a *fence.NotFoundError carrying
 // the mark's token; it matches fence.ErrNotFound.
 func (g *Guard) Get(ctx context.Context, resource string) ([]byte, Info, error) {
 	if err := g.eng.Read(ctx, resource); err != nil {
@@ -275,7 +275,7 @@ func (g *Guard) Get(ctx context.Context, resource string) ([]byte, Info, error) 
 	}
 	switch r[0] {
 	case "none":
-		return nil, Info{}, &NotFoundError{Resource: resource}
+		return nil, Info{}, &fence.NotFoundError{Source: "redisguard", Resource: resource}
 	case "bad":
 		return nil, Info{}, g.foreign(resource, r[1])
 	}
@@ -284,7 +284,7 @@ func (g *Guard) Get(ctx context.Context, resource string) ([]byte, Info, error) 
 		return nil, Info{}, err
 	}
 	if r[0] == "novalue" {
-		return nil, info, &NotFoundError{Resource: resource, Token: info.Token}
+		return nil, info, &fence.NotFoundError{Source: "redisguard", Resource: resource, Token: info.Token}
 	}
 	return []byte(r[1]), info, nil
 }
@@ -299,7 +299,7 @@ func (g *Guard) Mark(ctx context.Context, resource string) (fence.Claim, error) 
 	v, err := g.client.HMGet(ctx, key, "t", "r", "w").Result()
 	if err != nil {
 		if redis.HasErrorPrefix(err, "WRONGTYPE") {
-			return fence.Claim{}, &ForeignError{Resource: resource, Key: key, Reason: "mark key is not a hash"}
+			return fence.Claim{}, &fence.ForeignError{Source: "redisguard", Resource: resource, Key: key, Reason: "mark key is not a hash"}
 		}
 		return fence.Claim{}, fence.WrapContext(ctx, fmt.Errorf("redisguard: read mark of %q: %w", resource, err))
 	}
@@ -315,12 +315,12 @@ func (g *Guard) info(resource, tok, run, id string) (Info, error) {
 	return Info{Token: t, Run: run, WriteID: id}, nil
 }
 
-// foreign is the *ForeignError of resource for reason: on the value key
+// foreign is the *fence.ForeignError of resource for reason: on the value key
 // when reason is about it, on the mark key otherwise.
 func (g *Guard) foreign(resource, reason string) error {
 	key := g.markKey(resource)
 	if strings.HasPrefix(reason, "value key") {
 		key = resource
 	}
-	return &ForeignError{Resource: resource, Key: key, Reason: reason}
+	return &fence.ForeignError{Source: "redisguard", Resource: resource, Key: key, Reason: reason}
 }

@@ -105,7 +105,7 @@ func TestBadInput(t *testing.T) {
 
 // TestForeignObjectAtKey: whatever someone else stored at a key, if it is
 // not an s3guard pointer the guard refuses to read through it or overwrite
-// it (*ForeignError), and leaves it exactly as it was.
+// it (*fence.ForeignError), and leaves it exactly as it was.
 func TestForeignObjectAtKey(t *testing.T) {
 	forEachClient(t, func(t *testing.T, e env) {
 		s := e.store(t, nil, nil)
@@ -161,7 +161,7 @@ func TestForeignObjectAtKey(t *testing.T) {
 				require.NoError(t, err)
 				before := e.snapshot(t)
 				for op, err := range ops(s, key, 100) {
-					var pe *ForeignError
+					var pe *fence.ForeignError
 					require.ErrorAs(t, err, &pe, "%s", op)
 					assert.ErrorIs(t, err, fence.ErrForeign, "%s", op)
 					assert.Equal(t, key, pe.Resource)
@@ -190,7 +190,7 @@ func TestNewValidates(t *testing.T) {
 			"negative backoff":  {Client: e.client, Bucket: e.bucket, ConflictBackoff: -1},
 		} {
 			s, err := New(cfg)
-			assert.ErrorIs(t, err, ErrInvalidConfig, name)
+			assert.ErrorIs(t, err, fence.ErrInvalidConfig, name)
 			assert.Nil(t, s, name)
 		}
 		s, err := New(Config{Client: e.client, Bucket: e.bucket})

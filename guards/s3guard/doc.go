@@ -153,7 +153,7 @@
 //     followed) is never applied: its If-Match names the ETag the later
 //     write replaced, and every accepted pointer has a fresh ETag.
 //   - Get and GetBytes of a resource without content return a
-//     *NotFoundError matching fence.ErrNotFound. A nil context or a nil
+//     *fence.NotFoundError matching fence.ErrNotFound. A nil context or a nil
 //     Fence write is refused with an error matching fence.ErrNilArgument
 //     (Stage and StageDelete outside a Fence callback: fence.ErrNoStager;
 //     a second change: fence.ErrAlreadyStaged; after Fence returned:
@@ -164,7 +164,7 @@
 //     longer than the size given to Put, PutClaim or Stage (0 or more) is a
 //     *SizeError (ErrSizeMismatch): no pointer is published and data
 //     uploaded for it is removed. An object at a key that is not a valid
-//     pointer (*ForeignError, fence.ErrForeign) is neither read through nor
+//     pointer (*fence.ForeignError, fence.ErrForeign) is neither read through nor
 //     overwritten.
 //   - Staged content is invisible until its pointer is written; a refused or
 //     failed write removes what it staged, unless its outcome is unknown.
@@ -172,7 +172,7 @@
 // # What is not guaranteed
 //
 //   - Readers and writers that bypass the guard: a plain PUT to the user's key
-//     replaces the pointer (the guard then refuses the key as *ForeignError
+//     replaces the pointer (the guard then refuses the key as *fence.ForeignError
 //     until it is restored), a DeleteObject of a pointer or tombstone erases
 //     the key's mark, and writes to data objects are detected only as
 //     *DataError on the next Get.

@@ -186,7 +186,7 @@ func ExampleGuard_Delete() {
 		panic(err)
 	}
 	_, _, err := store.GetBytes(ctx, "draft.md")
-	var nf *s3guard.NotFoundError
+	var nf *fence.NotFoundError
 	if errors.As(err, &nf) {
 		fmt.Printf("not found: deleted=%v under token %d\n", nf.Deleted, nf.Token)
 	}

@@ -82,7 +82,7 @@ func TestInline(t *testing.T) {
 
 		for _, bad := range []int{-1, MaxInline + 1} {
 			_, err := New(Config{Client: e.client, Bucket: e.bucket, InlineMax: bad})
-			assert.ErrorIs(t, err, ErrInvalidConfig)
+			assert.ErrorIs(t, err, fence.ErrInvalidConfig)
 		}
 	})
 }

@@ -56,7 +56,7 @@ func (s *Guard) PutBytes(ctx context.Context, resource string, b []byte, opts Pu
 // Delete stores a tombstone at resource under the claim ctx carries: a fenced
 // write through the same conditional path as Put (never a conditional
 // DeleteObject, which MinIO does not honour). Afterwards Get reports
-// *NotFoundError with Deleted and Token set, and writes below the token are
+// *fence.NotFoundError with Deleted and Token set, and writes below the token are
 // refused. Deleting a resource that has no content still writes the tombstone,
 // raising the mark.
 func (s *Guard) Delete(ctx context.Context, resource string) (Info, error) {

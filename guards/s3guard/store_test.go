@@ -22,7 +22,7 @@ func TestPutGetRoundTrip(t *testing.T) {
 		ctx := testCtx(t)
 
 		_, _, err := s.GetBytes(ctx, "a/b.txt")
-		var nf *NotFoundError
+		var nf *fence.NotFoundError
 		require.ErrorAs(t, err, &nf)
 		assert.False(t, nf.Deleted)
 		assert.Zero(t, nf.Token)
@@ -146,7 +146,7 @@ func TestDeleteTombstone(t *testing.T) {
 		require.NoError(t, err)
 		assert.True(t, info.Deleted)
 		_, gi, err := s.GetBytes(ctx, "doc")
-		var nf *NotFoundError
+		var nf *fence.NotFoundError
 		require.ErrorAs(t, err, &nf)
 		assert.ErrorIs(t, err, fence.ErrNotFound)
 		assert.True(t, nf.Deleted)
@@ -221,7 +221,7 @@ func TestFenceStaging(t *testing.T) {
 
 		// On a key without content it leaves a tombstone carrying the mark.
 		require.NoError(t, s.Fence(ctx, "g", 2, func(context.Context) error { return nil }))
-		var nf *NotFoundError
+		var nf *fence.NotFoundError
 		_, _, err = s.GetBytes(ctx, "g")
 		require.ErrorAs(t, err, &nf)
 		assert.Equal(t, fence.Token(2), nf.Token)
