@@ -50,7 +50,7 @@
 //
 // # Writing
 //
-// Put, PutClaim, Delete, DeleteClaim, and Fence / Do (whose callback stages
+// Put, Delete, and Fence / Do (whose callback stages
 // the new content with Stage), each:
 //
 //  1. take the resource's lock file with flock (exclusive), waiting until

@@ -210,29 +210,19 @@ func checkResource(resource string) error {
 }
 
 // Put writes value as resource's content under the claim ctx carries
-// (fence.ClaimFromContext; none: fence.ErrNoToken, nothing written).
+// (fence.ClaimFromContext; none: fence.ErrNoToken, nothing written; a
+// claim from elsewhere goes in with fence.WithClaim): under resource's
+// lock, it reads the mark from the file's header, applies
+// fence.DecideClaim, writes the header and value to a temporary file, syncs
+// it, renames it over the resource's file and syncs the directory.
 func (g *Guard) Put(ctx context.Context, resource string, value []byte) error {
 	return g.eng.Put(ctx, resource, value)
-}
-
-// PutClaim writes value as resource's content under the claim c, passed
-// explicitly: under resource's lock, it reads the mark from the file's
-// header, applies fence.DecideClaim, writes the header and value to a
-// temporary file, syncs it, renames it over the resource's file and syncs
-// the directory.
-func (g *Guard) PutClaim(ctx context.Context, resource string, c fence.Claim, value []byte) error {
-	return g.eng.PutClaim(ctx, resource, c, value)
 }
 
 // Delete replaces resource's content with a tombstone under the claim ctx
 // carries: the mark stays, so older tokens are still refused.
 func (g *Guard) Delete(ctx context.Context, resource string) error {
 	return g.eng.Delete(ctx, resource)
-}
-
-// DeleteClaim is Delete under the claim c, passed explicitly.
-func (g *Guard) DeleteClaim(ctx context.Context, resource string, c fence.Claim) error {
-	return g.eng.DeleteClaim(ctx, resource, c)
 }
 
 // Get returns resource's content and mark. A resource without a file (also

@@ -24,7 +24,7 @@ func TestConfiguredPermissions(t *testing.T) {
 	ctx := context.Background()
 	dir := t.TempDir()
 	g := newGuard(t, dir, Config{Perm: 0o660, DirPerm: 0o770, LockPerm: 0o660})
-	if err := g.PutClaim(ctx, "a/b", fence.Claim{Token: 1}, []byte("x")); err != nil {
+	if err := g.Put(fence.WithClaim(ctx, fence.Claim{Token: 1}), "a/b", []byte("x")); err != nil {
 		t.Fatal(err)
 	}
 	for p, want := range map[string]fs.FileMode{
@@ -39,7 +39,7 @@ func TestConfiguredPermissions(t *testing.T) {
 	if err := os.WriteFile(lock, nil, 0o666); err != nil {
 		t.Fatal(err)
 	}
-	if err := newGuard(t, dir, Config{}).PutClaim(ctx, "wide", fence.Claim{Token: 1}, []byte("x")); err != nil {
+	if err := newGuard(t, dir, Config{}).Put(fence.WithClaim(ctx, fence.Claim{Token: 1}), "wide", []byte("x")); err != nil {
 		t.Fatal(err)
 	}
 	if fi, err := os.Stat(lock); err != nil || fi.Mode().Perm() != 0o600 {
@@ -59,11 +59,11 @@ func TestConfiguredPermissions(t *testing.T) {
 func TestWriteOverDirectory(t *testing.T) {
 	ctx := context.Background()
 	g := newGuard(t, t.TempDir(), Config{})
-	if err := g.PutClaim(ctx, "a/b", fence.Claim{Token: 1}, []byte("x")); err != nil {
+	if err := g.Put(fence.WithClaim(ctx, fence.Claim{Token: 1}), "a/b", []byte("x")); err != nil {
 		t.Fatal(err)
 	}
 	var fe *fence.ForeignError
-	if err := g.PutClaim(ctx, "a", fence.Claim{Token: 2}, []byte("y")); !errors.As(err, &fe) || fe.Resource != "a" {
+	if err := g.Put(fence.WithClaim(ctx, fence.Claim{Token: 2}), "a", []byte("y")); !errors.As(err, &fe) || fe.Resource != "a" {
 		t.Fatalf("write over the directory a: %v, want *fence.ForeignError", err)
 	}
 	if b, _, err := g.Get(ctx, "a/b"); err != nil || string(b) != "x" {

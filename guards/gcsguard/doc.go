@@ -34,12 +34,11 @@
 // A fenced delete writes a tombstone rather than removing the object: a
 // removed object has no mark, so a stale writer could create it again.
 //
-// Every write has a ctx-first form (Put, PutBytes, Delete, Do) taking the
-// claim from ctx (fence.ClaimFromContext: a lease's context carries its
-// token and run identity; no claim: fence.ErrNoToken, nothing written), and
-// explicit forms taking the claim right after the resource (PutClaim,
-// PutBytesClaim, DeleteClaim; a token-only caller passes
-// fence.Claim{Token: t}). Fence implements fence.Guard and takes a token.
+// Every write (Put, PutBytes, Delete, Do) takes the claim from ctx
+// (fence.ClaimFromContext: a lease's context carries its token and run
+// identity, fence.WithClaim or fence.WithToken sets one from elsewhere; no
+// claim: fence.ErrNoToken, nothing written). Fence implements fence.Guard
+// and takes a token.
 //
 // # Metrics and logs
 //

@@ -12,11 +12,11 @@ import (
 var ErrInvalidOptions = errors.New("gcsguard: invalid put options")
 
 // ErrSizeMismatch is matched by a *SizeError: content shorter or longer
-// than the size Put, PutClaim or Stage was given. Nothing is written.
+// than the size Put or Stage was given. Nothing is written.
 var ErrSizeMismatch = errors.New("gcsguard: content length differs from the declared size")
 
-// SizeError reports content whose length differs from the size a Put,
-// PutClaim or Stage was given. It matches ErrSizeMismatch. Nothing was
+// SizeError reports content whose length differs from the size a Put or
+// Stage was given. It matches ErrSizeMismatch. Nothing was
 // written.
 type SizeError struct {
 	Resource string

@@ -77,28 +77,28 @@ func TestBadArguments(t *testing.T) {
 	f := newFixture(t)
 	g := f.guard(t, Config{DB: f.db})
 	rows := f.inRow(t, RowsConfig{})
-	if err := g.InTxClaim(ctx, "r", fence.Claim{Token: 1}, nil); !errors.Is(err, fence.ErrNilArgument) {
+	if err := g.InTx(fence.WithClaim(ctx, fence.Claim{Token: 1}), "r", nil); !errors.Is(err, fence.ErrNilArgument) {
 		t.Errorf("InTxClaim(nil fn): %v", err)
 	}
 	if err := g.InTx(fence.WithToken(ctx, 1), "r", nil); !errors.Is(err, fence.ErrNilArgument) {
 		t.Errorf("InTx(nil fn): %v", err)
 	}
-	if err := g.FenceTxClaim(ctx, nil, "r", fence.Claim{Token: 1}); !errors.Is(err, fence.ErrNilArgument) {
+	if err := g.FenceTx(fence.WithClaim(ctx, fence.Claim{Token: 1}), nil, "r"); !errors.Is(err, fence.ErrNilArgument) {
 		t.Errorf("FenceTx(nil tx): %v", err)
 	}
 	if err := g.Fence(ctx, "r", 1, nil); !errors.Is(err, fence.ErrNilArgument) {
 		t.Errorf("Fence(nil write): %v", err)
 	}
-	if err := rows.UpsertClaim(ctx, nil, []any{"a"}, fence.Claim{Token: 1}, "v"); !errors.Is(err, fence.ErrNilArgument) {
+	if err := rows.Upsert(fence.WithClaim(ctx, fence.Claim{Token: 1}), nil, []any{"a"}, "v"); !errors.Is(err, fence.ErrNilArgument) {
 		t.Errorf("UpsertClaim(nil querier): %v", err)
 	}
-	if err := rows.UpsertClaim(ctx, f.db, []any{"a", "b"}, fence.Claim{Token: 1}, "v"); !errors.Is(err, ErrKeyArity) {
+	if err := rows.Upsert(fence.WithClaim(ctx, fence.Claim{Token: 1}), f.db, []any{"a", "b"}, "v"); !errors.Is(err, ErrKeyArity) {
 		t.Errorf("two key values: %v", err)
 	}
-	if err := rows.UpsertClaim(ctx, f.db, []any{"a"}, fence.Claim{Token: 1}); !errors.Is(err, ErrKeyArity) {
+	if err := rows.Upsert(fence.WithClaim(ctx, fence.Claim{Token: 1}), f.db, []any{"a"}); !errors.Is(err, ErrKeyArity) {
 		t.Errorf("no column value: %v", err)
 	}
-	if err := rows.UpsertClaim(ctx, f.db, []any{"a\nb"}, fence.Claim{Token: 1}, "v"); !errors.Is(err, fence.ErrInvalidResource) {
+	if err := rows.Upsert(fence.WithClaim(ctx, fence.Claim{Token: 1}), f.db, []any{"a\nb"}, "v"); !errors.Is(err, fence.ErrInvalidResource) {
 		t.Errorf("key with a newline: %v", err)
 	}
 	if err := rows.Upsert(ctx, f.db, []any{"a"}, "v"); !errors.Is(err, fence.ErrNoToken) {

@@ -32,11 +32,11 @@ var schemaSQL string
 // Config configures a Guard (marks mode).
 type Config struct {
 	// DB is the database the Guard works on: CreateTable creates the marks
-	// table in it, InTx, InTxClaim and Fence open their transactions on it,
+	// table in it, InTx and Fence open their transactions on it,
 	// Mark reads from it, and a COMMIT whose reply was lost is settled on a
 	// fresh connection of it. The marks table and the guarded data must
 	// both live in it. Required (New returns a *fence.ConfigError otherwise).
-	// FenceTx and FenceTxClaim work in the caller's transaction, which
+	// FenceTx works in the caller's transaction, which
 	// should be on the same database.
 	DB *sql.DB
 	// Table is the marks table (created by CreateTable). A plain
@@ -257,12 +257,6 @@ func (g *Guard) InTx(ctx context.Context, resource string, fn func(ctx context.C
 	return g.args.Claimed(ctx, resource, nil, func(c fence.Claim) error { return g.inTx(ctx, resource, c, fn) })
 }
 
-// InTxClaim is InTx for a claim passed explicitly (fence.ClaimFor(ctx,
-// token) for a token from elsewhere).
-func (g *Guard) InTxClaim(ctx context.Context, resource string, claim fence.Claim, fn func(ctx context.Context, tx *sql.Tx) error) error {
-	return g.args.Claimed(ctx, resource, &claim, func(claim fence.Claim) error { return g.inTx(ctx, resource, claim, fn) })
-}
-
 func (g *Guard) inTx(ctx context.Context, resource string, c fence.Claim, fn func(ctx context.Context, tx *sql.Tx) error) (err error) {
 	ctx, span := g.rec.Start(ctx, resource, c)
 	defer func() { span.End(err) }()
@@ -371,11 +365,6 @@ func (g *Guard) settle(ctx context.Context, resource string, c fence.Claim, id s
 // Mark with the claim before assuming either outcome.
 func (g *Guard) FenceTx(ctx context.Context, tx *sql.Tx, resource string) error {
 	return g.args.Claimed(ctx, resource, nil, func(c fence.Claim) error { return g.fenceTxChecked(ctx, tx, resource, c) })
-}
-
-// FenceTxClaim is FenceTx for a claim passed explicitly.
-func (g *Guard) FenceTxClaim(ctx context.Context, tx *sql.Tx, resource string, c fence.Claim) error {
-	return g.args.Claimed(ctx, resource, &c, func(c fence.Claim) error { return g.fenceTxChecked(ctx, tx, resource, c) })
 }
 
 func (g *Guard) fenceTxChecked(ctx context.Context, tx *sql.Tx, resource string, c fence.Claim) (err error) {

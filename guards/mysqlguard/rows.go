@@ -232,21 +232,6 @@ func (r *Rows) Upsert(ctx context.Context, q Querier, key []any, values ...any) 
 	return r.upsert(ctx, q, res, c, key, values)
 }
 
-// UpsertClaim is Upsert for a claim passed explicitly, right after the key.
-func (r *Rows) UpsertClaim(ctx context.Context, q Querier, key []any, c fence.Claim, values ...any) error {
-	if ctx == nil {
-		return r.args.NilArgument("", "UpsertClaim with nil ctx")
-	}
-	res, err := r.arity(key, values)
-	if err != nil {
-		return err
-	}
-	if err := r.args.Explicit(ctx, res, c); err != nil {
-		return err
-	}
-	return r.upsert(ctx, q, res, c, key, values)
-}
-
 func (r *Rows) arity(key, values []any) (string, error) {
 	if len(key) != r.nKey || len(values) != r.nCols {
 		return "", fmt.Errorf("%w: %d key and %d column values for %d key and %d data columns of %s",

@@ -42,7 +42,7 @@ func TestForeignEntries(t *testing.T) {
 			t.Fatal(err)
 		}
 		for _, tok := range []fence.Token{1, 5, 1 << 62} {
-			err := g.PutClaim(ctx, r, fence.Claim{Token: tok}, []byte("new"))
+			err := g.Put(fence.WithClaim(ctx, fence.Claim{Token: tok}), r, []byte("new"))
 			var ee *fence.ForeignError
 			if !errors.As(err, &ee) || ee.Resource != r || errors.Is(err, fence.ErrStale) || errors.Is(err, fence.ErrBusy) {
 				t.Errorf("%v: token %d: %v, want *fence.ForeignError", hdr, tok, err)
@@ -80,7 +80,7 @@ func TestMarkersAreTombstones(t *testing.T) {
 	ctx := context.Background()
 	bucket := newBucket(t, jetstreamKV(4))
 	g := guard(t, bucket, Config{})
-	if err := g.PutClaim(ctx, "m/del", fence.Claim{Token: 7, Run: "run-a"}, []byte("seven")); err != nil {
+	if err := g.Put(fence.WithClaim(ctx, fence.Claim{Token: 7, Run: "run-a"}), "m/del", []byte("seven")); err != nil {
 		t.Fatal(err)
 	}
 	if err := g.kv.Delete(ctx, Key("m/del")); err != nil {
@@ -90,36 +90,36 @@ func TestMarkersAreTombstones(t *testing.T) {
 	if _, _, err := g.Get(ctx, "m/del"); !errors.As(err, &nf) || !nf.Deleted || nf.Token != 7 {
 		t.Fatalf("Get over a delete marker: %v", err)
 	}
-	if err := g.PutClaim(ctx, "m/del", fence.Claim{Token: 6}, []byte("six")); !errors.Is(err, fence.ErrStale) {
+	if err := g.Put(fence.WithClaim(ctx, fence.Claim{Token: 6}), "m/del", []byte("six")); !errors.Is(err, fence.ErrStale) {
 		t.Fatalf("older token over a delete marker: %v, want stale", err)
 	}
-	if err := g.PutClaim(ctx, "m/del", fence.Claim{Token: 7, Run: "run-b"}, []byte("b")); !errors.Is(err, fence.ErrTokenReused) {
+	if err := g.Put(fence.WithClaim(ctx, fence.Claim{Token: 7, Run: "run-b"}), "m/del", []byte("b")); !errors.Is(err, fence.ErrTokenReused) {
 		t.Fatalf("reused token over a delete marker: %v", err)
 	}
-	if err := g.PutClaim(ctx, "m/del", fence.Claim{Token: 8}, []byte("eight")); err != nil {
+	if err := g.Put(fence.WithClaim(ctx, fence.Claim{Token: 8}), "m/del", []byte("eight")); err != nil {
 		t.Fatalf("newer token over a delete marker: %v", err)
 	}
 	if b, info, err := g.Get(ctx, "m/del"); err != nil || string(b) != "eight" || info.Token != 8 {
 		t.Fatalf("after writing over the marker: %q %+v %v", b, info, err)
 	}
 	// The guard's own delete keeps the mark in the record itself.
-	if err := g.DeleteClaim(ctx, "m/del", fence.Claim{Token: 9}); err != nil {
+	if err := g.Delete(fence.WithClaim(ctx, fence.Claim{Token: 9}), "m/del"); err != nil {
 		t.Fatal(err)
 	}
 	if _, _, err := g.Get(ctx, "m/del"); !errors.As(err, &nf) || !nf.Deleted || nf.Token != 9 {
 		t.Fatalf("Get after a fenced delete: %v", err)
 	}
-	if err := g.PutClaim(ctx, "m/del", fence.Claim{Token: 8}, []byte("x")); !errors.Is(err, fence.ErrStale) {
+	if err := g.Put(fence.WithClaim(ctx, fence.Claim{Token: 8}), "m/del", []byte("x")); !errors.Is(err, fence.ErrStale) {
 		t.Fatalf("older token after a fenced delete: %v", err)
 	}
 	// Purge erases the history: the mark is gone.
-	if err := g.PutClaim(ctx, "m/purge", fence.Claim{Token: 7}, []byte("seven")); err != nil {
+	if err := g.Put(fence.WithClaim(ctx, fence.Claim{Token: 7}), "m/purge", []byte("seven")); err != nil {
 		t.Fatal(err)
 	}
 	if err := g.kv.Purge(ctx, Key("m/purge")); err != nil {
 		t.Fatal(err)
 	}
-	if err := g.PutClaim(ctx, "m/purge", fence.Claim{Token: 3}, []byte("three")); err != nil {
+	if err := g.Put(fence.WithClaim(ctx, fence.Claim{Token: 3}), "m/purge", []byte("three")); err != nil {
 		t.Fatalf("after a purge the mark is gone, token 3 should be admitted (documented hazard): %v", err)
 	}
 }
@@ -162,7 +162,7 @@ func TestKeys(t *testing.T) {
 			t.Errorf("%q and %q share key %q", prev, r, k)
 		}
 		seen[k] = r
-		if err := g.PutClaim(ctx, r, fence.Claim{Token: fence.Token(i + 1)}, []byte(r)); err != nil {
+		if err := g.Put(fence.WithClaim(ctx, fence.Claim{Token: fence.Token(i + 1)}), r, []byte(r)); err != nil {
 			t.Errorf("PutClaim(%q): %v", r, err)
 			continue
 		}
@@ -171,7 +171,7 @@ func TestKeys(t *testing.T) {
 		}
 	}
 	for _, r := range []string{"", "a\x00b", "tab\t", "\xff", strings.Repeat("x", fence.MaxResourceLen+1)} {
-		if err := g.PutClaim(ctx, r, fence.Claim{Token: 1}, []byte("v")); !errors.Is(err, fence.ErrInvalidResource) {
+		if err := g.Put(fence.WithClaim(ctx, fence.Claim{Token: 1}), r, []byte("v")); !errors.Is(err, fence.ErrInvalidResource) {
 			t.Errorf("PutClaim(%q): %v", r, err)
 		}
 	}
@@ -185,7 +185,7 @@ func TestMetricsAndReuseLog(t *testing.T) {
 	logs, logger := obstest.NewLogs()
 	g := guard(t, bucket, Config{MeterProvider: m.Provider, Logger: logger})
 	for _, c := range []fence.Claim{{Token: 5, Run: "run-a"}, {Token: 5, Run: "run-a"}, {Token: 3}, {Token: 5, Run: "run-b"}} {
-		_ = g.PutClaim(ctx, "metrics", c, []byte("v"))
+		_ = g.Put(fence.WithClaim(ctx, c), "metrics", []byte("v"))
 	}
 	pts := m.Collect()
 	attr := map[string]string{guardobs.AttrGuard: guardobs.KindNATS}

@@ -18,7 +18,7 @@
 //
 // # Writing
 //
-// Put, PutClaim, Delete, DeleteClaim, and Fence / Do (whose callback stages
+// Put, Delete, and Fence / Do (whose callback stages
 // the value with Stage) read the key's latest record, apply
 // fence.DecideClaim to its headers, and publish the new record with
 // Nats-Expected-Last-Subject-Sequence set to the revision read (0: no

@@ -328,19 +328,15 @@ func parse(resource, key string, m *jetstream.RawStreamMsg) (Info, bool, error) 
 }
 
 // Put writes value to resource under the claim ctx carries
-// (fence.ClaimFromContext; none: fence.ErrNoToken, nothing written).
+// (fence.ClaimFromContext; none: fence.ErrNoToken, nothing written; a
+// claim from elsewhere goes in with fence.WithClaim): it reads the key's
+// latest record, applies fence.DecideClaim to the mark its headers carry,
+// and publishes the new record (value as the body; the token, run and
+// write id as headers) with Nats-Expected-Last-Subject-Sequence set to the
+// revision it read, so the write is stored only if no other write came in
+// between; otherwise it reads and decides again.
 func (g *Guard) Put(ctx context.Context, resource string, value []byte) error {
 	return g.eng.Put(ctx, resource, value)
-}
-
-// PutClaim writes value to resource under the claim c, passed explicitly:
-// it reads the key's latest record, applies fence.DecideClaim to the mark
-// its headers carry, and publishes the new record (value as the body; the
-// token, run and write id as headers) with Nats-Expected-Last-Subject-
-// Sequence set to the revision it read, so the write is stored only if no
-// other write came in between; otherwise it reads and decides again.
-func (g *Guard) PutClaim(ctx context.Context, resource string, c fence.Claim, value []byte) error {
-	return g.eng.PutClaim(ctx, resource, c, value)
 }
 
 // Delete writes a tombstone for resource under the claim ctx carries: a
@@ -348,11 +344,6 @@ func (g *Guard) PutClaim(ctx context.Context, resource string, c fence.Claim, va
 // the mark. (A KV Delete would leave a marker without a token.)
 func (g *Guard) Delete(ctx context.Context, resource string) error {
 	return g.eng.Delete(ctx, resource)
-}
-
-// DeleteClaim is Delete under the claim c, passed explicitly.
-func (g *Guard) DeleteClaim(ctx context.Context, resource string, c fence.Claim) error {
-	return g.eng.DeleteClaim(ctx, resource, c)
 }
 
 // Get returns resource's value and the mark written with it (one record).

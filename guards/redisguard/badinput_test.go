@@ -42,7 +42,7 @@ func TestCorruptMark(t *testing.T) {
 			t.Fatal(err)
 		}
 		for _, tok := range []fence.Token{1, 5, 1 << 62} {
-			err := g.PutClaim(ctx, r, fence.Claim{Token: tok}, []byte("new"))
+			err := g.Put(fence.WithClaim(ctx, fence.Claim{Token: tok}), r, []byte("new"))
 			var me *fence.ForeignError
 			if !errors.As(err, &me) || !errors.Is(err, fence.ErrForeign) || me.Resource != r {
 				t.Errorf("%s: write under token %d: %v, want *fence.ForeignError", bad.name, tok, err)
@@ -76,7 +76,7 @@ func TestForeignValue(t *testing.T) {
 	s := newSpace(t)
 	g := s.guard(t, Config{})
 	r := s.resources + "list"
-	if err := g.PutClaim(ctx, r, fence.Claim{Token: 2}, []byte("v")); err != nil {
+	if err := g.Put(fence.WithClaim(ctx, fence.Claim{Token: 2}), r, []byte("v")); err != nil {
 		t.Fatal(err)
 	}
 	if err := g.client.Del(ctx, r).Err(); err != nil {
@@ -98,7 +98,7 @@ func TestBadArguments(t *testing.T) {
 	s := newSpace(t)
 	g := s.guard(t, Config{})
 	for _, r := range []string{"", "a\x00b", "tab\t", strings.Repeat("x", fence.MaxResourceLen+1), "\xff", s.marks + "x", "a}b", "{}}"} {
-		if err := g.PutClaim(ctx, r, fence.Claim{Token: 1}, []byte("v")); !errors.Is(err, fence.ErrInvalidResource) {
+		if err := g.Put(fence.WithClaim(ctx, fence.Claim{Token: 1}), r, []byte("v")); !errors.Is(err, fence.ErrInvalidResource) {
 			t.Errorf("PutClaim(%q): %v, want fence.ErrInvalidResource", r, err)
 		}
 		if _, _, err := g.Get(ctx, r); !errors.Is(err, fence.ErrInvalidResource) {
@@ -107,7 +107,7 @@ func TestBadArguments(t *testing.T) {
 		if _, err := g.Mark(ctx, r); !errors.Is(err, fence.ErrInvalidResource) {
 			t.Errorf("Mark(%q): %v", r, err)
 		}
-		if err := g.DeleteClaim(ctx, r, fence.Claim{Token: 1}); !errors.Is(err, fence.ErrInvalidResource) {
+		if err := g.Delete(fence.WithClaim(ctx, fence.Claim{Token: 1}), r); !errors.Is(err, fence.ErrInvalidResource) {
 			t.Errorf("DeleteClaim(%q): %v", r, err)
 		}
 	}
@@ -213,7 +213,7 @@ func TestForeignValueNotReplaced(t *testing.T) {
 		}},
 	} {
 		r := s.resources + "foreign/" + tc.typ
-		if err := g.PutClaim(ctx, r, fence.Claim{Token: 5, Run: "run-a"}, []byte("v")); err != nil {
+		if err := g.Put(fence.WithClaim(ctx, fence.Claim{Token: 5, Run: "run-a"}), r, []byte("v")); err != nil {
 			t.Fatal(err)
 		}
 		if err := c.Del(ctx, r).Err(); err != nil {
@@ -234,8 +234,8 @@ func TestForeignValueNotReplaced(t *testing.T) {
 			}
 		}
 		for name, err := range map[string]error{
-			"PutClaim":    g.PutClaim(ctx, r, high, []byte("x")),
-			"DeleteClaim": g.DeleteClaim(ctx, r, high),
+			"PutClaim":    g.Put(fence.WithClaim(ctx, high), r, []byte("x")),
+			"DeleteClaim": g.Delete(fence.WithClaim(ctx, high), r),
 			"Fence":       g.Fence(fence.WithClaim(ctx, high), r, high.Token, ran("Fence")),
 			"Do":          g.Do(fence.WithClaim(ctx, high), r, ran("Do")),
 		} {
@@ -267,9 +267,7 @@ func TestNilContext(t *testing.T) {
 		}
 	}
 	check("Put", g.Put(nilCtx, r, []byte("x")), fence.ErrNilArgument)
-	check("PutClaim", g.PutClaim(nilCtx, r, fence.Claim{Token: 1}, []byte("x")), fence.ErrNilArgument)
 	check("Delete", g.Delete(nilCtx, r), fence.ErrNilArgument)
-	check("DeleteClaim", g.DeleteClaim(nilCtx, r, fence.Claim{Token: 1}), fence.ErrNilArgument)
 	check("Fence", g.Fence(nilCtx, r, 1, func(context.Context) error { return nil }), fence.ErrNilArgument)
 	check("Do", g.Do(nilCtx, r, func(context.Context) error { return nil }), fence.ErrNilArgument)
 	_, _, err := g.Get(nilCtx, r)
@@ -294,7 +292,7 @@ func TestGetMissingMatchesFenceNotFound(t *testing.T) {
 	r := s.resources + "missing"
 	for _, step := range []string{"never written", "deleted"} {
 		if step == "deleted" {
-			if err := g.DeleteClaim(ctx, r, fence.Claim{Token: 3}); err != nil {
+			if err := g.Delete(fence.WithClaim(ctx, fence.Claim{Token: 3}), r); err != nil {
 				t.Fatal(err)
 			}
 		}

@@ -24,7 +24,7 @@
 //
 // # Writing
 //
-// Put, PutClaim, Delete and DeleteClaim run one script (EVALSHA, falling
+// Put and Delete run one script (EVALSHA, falling
 // back to EVAL when the server has not cached it) that reads the mark,
 // applies fence.DecideClaim (a lower token is stale, the mark's token from
 // another run is a reuse), and only when admitted sets the value (SET, with

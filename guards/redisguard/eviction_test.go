@@ -113,13 +113,13 @@ func TestLostMarksReadmitOlderTokens(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := g.PutClaim(ctx, "doc", fence.Claim{Token: 9}, []byte("nine")); err != nil {
+	if err := g.Put(fence.WithClaim(ctx, fence.Claim{Token: 9}), "doc", []byte("nine")); err != nil {
 		t.Fatal(err)
 	}
 	if err := c.FlushAll(ctx).Err(); err != nil { // what a restart without persistence leaves
 		t.Fatal(err)
 	}
-	if err := g.PutClaim(ctx, "doc", fence.Claim{Token: 3}, []byte("three")); err != nil {
+	if err := g.Put(fence.WithClaim(ctx, fence.Claim{Token: 3}), "doc", []byte("three")); err != nil {
 		t.Fatalf("after the marks were lost, token 3 was refused: %v (the hazard is documented as undetectable)", err)
 	}
 }

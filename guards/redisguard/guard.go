@@ -232,30 +232,21 @@ func checkPolicy(ctx context.Context, c redis.Cmdable, addr string) error {
 }
 
 // Put writes value to resource under the claim ctx carries
-// (fence.ClaimFromContext; none: fence.ErrNoToken, nothing written).
+// (fence.ClaimFromContext; none: fence.ErrNoToken, nothing written; a
+// claim from elsewhere goes in with fence.WithClaim). The value key is
+// resource itself (SET, with PX Config.TTL when set); the mark key records
+// the claim's token, its run (fence.NextMark) and the write's id. Both
+// change in one script, or neither does: a token below the mark is refused
+// with *fence.StaleError, the mark's token from another run with
+// *fence.ReusedError.
 func (g *Guard) Put(ctx context.Context, resource string, value []byte) error {
 	return g.eng.Put(ctx, resource, value)
-}
-
-// PutClaim writes value to resource under the claim c, passed explicitly.
-// The value key is resource itself (SET, with PX Config.TTL when set); the
-// mark key records c's token, its run (fence.NextMark) and the write's id.
-// Both change in one script, or neither does: a token below the mark is
-// refused with *fence.StaleError, the mark's token from another run with
-// *fence.ReusedError.
-func (g *Guard) PutClaim(ctx context.Context, resource string, c fence.Claim, value []byte) error {
-	return g.eng.PutClaim(ctx, resource, c, value)
 }
 
 // Delete deletes resource's value under the claim ctx carries. The mark
 // stays: it is what refuses older tokens afterwards.
 func (g *Guard) Delete(ctx context.Context, resource string) error {
 	return g.eng.Delete(ctx, resource)
-}
-
-// DeleteClaim is Delete under the claim c, passed explicitly.
-func (g *Guard) DeleteClaim(ctx context.Context, resource string, c fence.Claim) error {
-	return g.eng.DeleteClaim(ctx, resource, c)
 }
 
 // Get returns resource's value and its mark, read together in one script.

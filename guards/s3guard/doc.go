@@ -35,15 +35,12 @@
 //
 // # Writing
 //
-// The fenced writes are one family in two forms. Put, PutBytes, Delete and Do
-// present the claim their ctx carries (a lease context's token and run
-// identity, or fence.WithClaim / fence.WithToken); without one they return an
-// error matching fence.ErrNoToken and touch nothing. PutClaim,
-// PutBytesClaim and DeleteClaim take the claim as an argument right after
-// the resource (a token-only caller passes fence.Claim{Token: t}); Fence
-// (the fence.Guard method) takes a token and presents
-// fence.ClaimFor(ctx, token). All run
-// the same steps:
+// The fenced writes Put, PutBytes, Delete and Do present the claim their
+// ctx carries (a lease context's token and run identity, or
+// fence.WithClaim / fence.WithToken for a claim from elsewhere); without
+// one they return an error matching fence.ErrNoToken and touch nothing.
+// Fence (the fence.Guard method) takes a token and presents
+// fence.ClaimFor(ctx, token). All run the same steps:
 //
 //  1. GET the pointer; fence.DecideClaim the presented claim against the
 //     pointer's token and run. A token stale against it is refused
@@ -161,7 +158,7 @@
 //   - Bad input (invalid resources, tokens, options) returns a typed error
 //     and changes nothing; a resource the guard refuses is a
 //     *fence.ResourceError (fence.ErrInvalidResource). Content shorter or
-//     longer than the size given to Put, PutClaim or Stage (0 or more) is a
+//     longer than the size given to Put or Stage (0 or more) is a
 //     *SizeError (ErrSizeMismatch): no pointer is published and data
 //     uploaded for it is removed. An object at a key that is not a valid
 //     pointer (*fence.ForeignError, fence.ErrForeign) is neither read through nor

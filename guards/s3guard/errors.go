@@ -17,11 +17,11 @@ var ErrCorrupt = errors.New("s3guard: data object missing or replaced")
 var ErrInvalidOptions = errors.New("s3guard: invalid put options")
 
 // ErrSizeMismatch is matched by a *SizeError: content shorter or longer
-// than the size Put, PutClaim or Stage was given. Nothing is written.
+// than the size Put or Stage was given. Nothing is written.
 var ErrSizeMismatch = errors.New("s3guard: content length differs from the declared size")
 
-// SizeError reports content whose length differs from the size a Put,
-// PutClaim or Stage was given. It matches ErrSizeMismatch. Nothing was
+// SizeError reports content whose length differs from the size a Put or
+// Stage was given. It matches ErrSizeMismatch. Nothing was
 // written: no pointer was published, and data staged for it was removed.
 type SizeError struct {
 	Resource string

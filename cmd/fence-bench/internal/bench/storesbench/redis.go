@@ -62,7 +62,7 @@ func redisCase(e *bench.Env) error {
 		{Name: "SET", Run: func(int) error { return c.Set(ctx, plainKey, body, 0).Err() }},
 		{Name: "redisguard PutClaim", Run: func(int) error {
 			tok++
-			return g.PutClaim(ctx, guardKey, fence.Claim{Token: tok, Run: run}, body)
+			return g.Put(fence.WithClaim(ctx, fence.Claim{Token: tok, Run: run}), guardKey, body)
 		}},
 		{Name: "no-op script", Run: func(int) error {
 			id := fmt.Sprintf("%032x", tok)
