@@ -45,7 +45,7 @@ func (g *kvGuard) Put(ctx context.Context, resource string, value []byte) error 
 	if err != nil {
 		return err
 	}
-	return g.Put(fence.WithClaim(ctx, c), resource, value)
+	return g.PutClaim(ctx, resource, c, value)
 }
 
 // PutClaim validates before any I/O, decides and writes in one atomic step,
@@ -134,11 +134,11 @@ func Example_writeYourOwnGuard() {
 type kvSubject struct{ g *kvGuard }
 
 func (s kvSubject) Write(ctx context.Context, r string, tok fence.Token, v string) error {
-	return s.g.Put(fence.WithClaim(ctx, fence.Claim{Token: tok}), r, []byte(v))
+	return s.g.PutClaim(ctx, r, fence.Claim{Token: tok}, []byte(v))
 }
 
 func (s kvSubject) WriteClaim(ctx context.Context, r string, c fence.Claim, v string) error {
-	return s.g.Put(fence.WithClaim(ctx, c), r, []byte(v))
+	return s.g.PutClaim(ctx, r, c, []byte(v))
 }
 
 func (s kvSubject) WriteStrict(ctx context.Context, r string, c fence.Claim, v string) error {
