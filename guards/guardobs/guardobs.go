@@ -71,8 +71,11 @@ const (
 	FieldMarkRun  = "mark_run" // the run identity stored with the mark
 )
 
-// TokenGapBounds are the explicit bucket boundaries of MetricTokenGap.
-var TokenGapBounds = []float64{1, 2, 5, 10, 100, 1000, 10000, 100000}
+// TokenGapBounds returns the explicit bucket boundaries of MetricTokenGap,
+// a fresh slice on each call (the boundaries cannot be changed).
+func TokenGapBounds() []float64 {
+	return []float64{1, 2, 5, 10, 100, 1000, 10000, 100000}
+}
 
 // RetriesName is the name of kind's retry counter:
 // "fencekit.guard.<kind>.retries" (fencekit.guard.s3.retries for S3).
@@ -149,7 +152,7 @@ func New(cfg Config) (*Recorder, error) {
 		metric.WithDescription("Writes a guard refused because their token was below the resource's mark."))
 	r.gap, errs[2] = m.Int64Histogram(MetricTokenGap, metric.WithUnit("{token}"),
 		metric.WithDescription("Highest minus presented token of each stale rejection."),
-		metric.WithExplicitBucketBoundaries(TokenGapBounds...))
+		metric.WithExplicitBucketBoundaries(TokenGapBounds()...))
 	r.reused, errs[3] = m.Int64Counter(MetricReused, metric.WithUnit("{write}"),
 		metric.WithDescription("Writes a guard refused because their token equals the mark while their run identity differs (token issued twice)."))
 	if cfg.Retries != "" {

@@ -86,7 +86,7 @@ func TestInstruments(t *testing.T) {
 		"fencekit.guard.accepted":   {Unit: "{write}", Kind: "sum"},
 		"fencekit.guard.stale":      {Unit: "{write}", Kind: "sum"},
 		"fencekit.guard.reused":     {Unit: "{write}", Kind: "sum"},
-		"fencekit.guard.token_gap":  {Unit: "{token}", Kind: "histogram", Bounds: fmtBounds(guardobs.TokenGapBounds)},
+		"fencekit.guard.token_gap":  {Unit: "{token}", Kind: "histogram", Bounds: fmtBounds(guardobs.TokenGapBounds())},
 		"fencekit.guard.s3.retries": {Unit: "{attempt}", Kind: "sum"},
 	}
 	if len(got) != len(want) {
@@ -163,5 +163,18 @@ func TestNilRecorderAndBadConfig(t *testing.T) {
 		if _, err := guardobs.New(guardobs.Config{Kind: kind}); !errors.Is(err, fence.ErrInvalidConfig) {
 			t.Errorf("Kind %q: %v, want fence.ErrInvalidConfig", kind, err)
 		}
+	}
+}
+
+// TokenGapBounds hands out a copy: changing what it returned does not
+// change the boundaries a later Recorder uses.
+func TestTokenGapBoundsIsACopy(t *testing.T) {
+	b := guardobs.TokenGapBounds()
+	if len(b) == 0 || b[0] != 1 {
+		t.Fatalf("TokenGapBounds() = %v, want boundaries starting at 1", b)
+	}
+	b[0] = 42
+	if again := guardobs.TokenGapBounds(); again[0] != 1 {
+		t.Fatalf("after changing a returned slice, TokenGapBounds()[0] = %v, want 1", again[0])
 	}
 }
