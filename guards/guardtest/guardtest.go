@@ -62,7 +62,7 @@ type Config struct {
 	// concurrency check's writers run. Default 2; negative means none.
 	Readers int
 	// FaultRounds is the number of rounds of tokens in the linearizability
-	// check (CheckLinearizable): each writer writes every resource once
+	// check (checkLinearizable): each writer writes every resource once
 	// per round, plus repeats. Default 6.
 	FaultRounds int
 	// FaultEvery makes about one write in FaultEvery of the
@@ -186,25 +186,25 @@ type Check struct {
 // Checks returns every check Run performs, in order.
 func Checks() []Check {
 	return []Check{
-		{"FirstWriteAccepted", CheckFirstWrite},
-		{"HigherAccepted", CheckHigher},
-		{"EqualAccepted", CheckEqual},
-		{"StaleRejected", CheckStale},
-		{"InvalidTokensRejected", CheckInvalidTokens},
-		{"InvalidResourcesRejected", CheckInvalidResources},
-		{"FailedWriteKeepsMark", CheckFailedWrite},
+		{"FirstWriteAccepted", checkFirstWrite},
+		{"HigherAccepted", checkHigher},
+		{"EqualAccepted", checkEqual},
+		{"StaleRejected", checkStale},
+		{"InvalidTokensRejected", checkInvalidTokens},
+		{"InvalidResourcesRejected", checkInvalidResources},
+		{"FailedWriteKeepsMark", checkFailedWrite},
 		{"ConcurrentHistory", CheckConcurrent},
-		{"EndedContextRefused", CheckEndedContext},
-		{"EndedContextRefusedContextForm", CheckEndedContextForm},
-		{"NoTokenRefused", CheckNoToken},
-		{"ContextFormMatchesWrite", CheckContextForm},
-		{"TokenReuseRefused", CheckTokenReuse},
-		{"OutcomeUnknownReported", CheckOutcomeUnknown},
-		{"DelayedDuplicateNotApplied", CheckDelayedDuplicate},
-		{"LinearizableUnderFaults", CheckLinearizable},
-		{"StrictScopeRefused", CheckStrictScope},
-		{"FenceCallbackCarriesClaim", CheckFenceClaim},
-		{"FenceOnMissingResource", CheckFenceMissing},
+		{"EndedContextRefused", checkEndedContext},
+		{"EndedContextRefusedContextForm", checkEndedContextForm},
+		{"NoTokenRefused", checkNoToken},
+		{"ContextFormMatchesWrite", checkContextForm},
+		{"TokenReuseRefused", checkTokenReuse},
+		{"OutcomeUnknownReported", checkOutcomeUnknown},
+		{"DelayedDuplicateNotApplied", checkDelayedDuplicate},
+		{"LinearizableUnderFaults", checkLinearizable},
+		{"StrictScopeRefused", checkStrictScope},
+		{"FenceCallbackCarriesClaim", checkFenceClaim},
+		{"FenceOnMissingResource", checkFenceMissing},
 	}
 }
 
