@@ -223,7 +223,7 @@ func openGuard(nc *nats.Conn, bucket string, cfg Config) (*Guard, error) {
 		return nil, err
 	}
 	cfg.JS, cfg.Bucket = js, bucket
-	return New(cfg)
+	return New(context.Background(), cfg)
 }
 
 func (a kitSubject) WriteDelayed(ctx context.Context, r string, c fence.Claim, v string) (func(context.Context) error, error) {

@@ -165,8 +165,14 @@ func (g *Guard) forget(key string) {
 // MinDuplicateWindow, or not above ReplyTimeout + 2 × SettleTimeout, is
 // refused always (*BucketError). A bucket that does not exist is a
 // *BucketError too (matching jetstream.ErrBucketNotFound); a lookup that
-// fails otherwise returns the client's error, wrapped.
-func New(cfg Config) (*Guard, error) {
+// fails otherwise returns the client's error, wrapped. ctx bounds the
+// lookup together with CheckTimeout (the shorter wins); once ctx has ended
+// the error matches ctx.Err() and context.Cause(ctx). A nil ctx is refused
+// with fence.ErrNilArgument before any I/O.
+func New(ctx context.Context, cfg Config) (*Guard, error) {
+	if ctx == nil {
+		return nil, fmt.Errorf("natsguard: New with nil ctx: %w", fence.ErrNilArgument)
+	}
 	if cfg.JS == nil {
 		return nil, configErr("JS", "nil", nil)
 	}
@@ -195,7 +201,7 @@ func New(cfg Config) (*Guard, error) {
 	if err != nil {
 		return nil, configErr("MeterProvider", "instruments", err)
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), cfg.CheckTimeout)
+	ctx, cancel := context.WithTimeout(ctx, cfg.CheckTimeout)
 	defer cancel()
 	bad := func(reason string) error { return &BucketError{Bucket: cfg.Bucket, Reason: reason} }
 	kv, err := cfg.JS.KeyValue(ctx, cfg.Bucket)
@@ -203,14 +209,14 @@ func New(cfg Config) (*Guard, error) {
 		return nil, &BucketError{Bucket: cfg.Bucket, Reason: "no such key-value bucket", Err: err}
 	}
 	if err != nil {
-		return nil, fmt.Errorf("natsguard: bucket %q: %w", cfg.Bucket, err)
+		return nil, fence.WrapContext(ctx, fmt.Errorf("natsguard: bucket %q: %w", cfg.Bucket, err))
 	}
 	stream, err := cfg.JS.Stream(ctx, "KV_"+cfg.Bucket)
 	if errors.Is(err, jetstream.ErrStreamNotFound) {
 		return nil, &BucketError{Bucket: cfg.Bucket, Reason: "no stream KV_" + cfg.Bucket, Err: err}
 	}
 	if err != nil {
-		return nil, fmt.Errorf("natsguard: bucket %q: %w", cfg.Bucket, err)
+		return nil, fence.WrapContext(ctx, fmt.Errorf("natsguard: bucket %q: %w", cfg.Bucket, err))
 	}
 	sc := stream.CachedInfo().Config
 	switch {

@@ -132,7 +132,7 @@ func TestBadArguments(t *testing.T) {
 		{Client: g.client, SettleTimeout: -1},
 		{Client: g.client, CheckTimeout: -1},
 	} {
-		if _, err := New(cfg); !errors.Is(err, fence.ErrInvalidConfig) {
+		if _, err := New(context.Background(), cfg); !errors.Is(err, fence.ErrInvalidConfig) {
 			t.Errorf("New(%+v): %v, want fence.ErrInvalidConfig", cfg, err)
 		}
 	}
@@ -300,5 +300,15 @@ func TestGetMissingMatchesFenceNotFound(t *testing.T) {
 		if !errors.Is(err, fence.ErrNotFound) {
 			t.Errorf("Get %s: %v, want fence.ErrNotFound and fence.ErrNotFound", step, err)
 		}
+	}
+}
+
+// TestNewNilContext: New refuses a nil ctx with fence.ErrNilArgument
+// before it looks at the Config or sends anything.
+func TestNewNilContext(t *testing.T) {
+	var nilCtx context.Context
+	g, err := New(nilCtx, Config{})
+	if !errors.Is(err, fence.ErrNilArgument) || g != nil {
+		t.Fatalf("New(nil, Config{}) = %v, %v; want nil, fence.ErrNilArgument", g, err)
 	}
 }

@@ -78,7 +78,7 @@ func newDelayed(ctx context.Context, s space, cfg Config) (*delayed, error) {
 	cfg.Client = d.client
 	cfg.MarkPrefix = s.marks
 	cfg.AllowEviction = true // checked by the space's other guards
-	if d.g, err = New(cfg); err != nil {
+	if d.g, err = New(context.Background(), cfg); err != nil {
 		return fail(err)
 	}
 	return d, nil

@@ -132,8 +132,13 @@ var _ fence.Guard = (*Guard)(nil)
 // New validates cfg, fills defaults and, unless cfg.AllowEviction is set,
 // checks the server's eviction policy (CheckEviction, bounded by
 // CheckTimeout): a server that may evict marks is refused with an
-// *EvictionError; an unreachable server fails New with its error.
-func New(cfg Config) (*Guard, error) {
+// *EvictionError; an unreachable server fails New with its error. ctx
+// bounds that check together with CheckTimeout (the shorter wins). A nil
+// ctx is refused with fence.ErrNilArgument before any I/O.
+func New(ctx context.Context, cfg Config) (*Guard, error) {
+	if ctx == nil {
+		return nil, fmt.Errorf("redisguard: New with nil ctx: %w", fence.ErrNilArgument)
+	}
 	if cfg.Client == nil {
 		return nil, configErr("Client", "nil", nil)
 	}
@@ -182,7 +187,7 @@ func New(cfg Config) (*Guard, error) {
 	g.eng = &engine.Engine{Args: engine.Args{Name: name, Strict: cfg.Strict, Rec: rec, Resource: g.checkResource},
 		Driver: (*driver)(g), Op: "redisguard: write", MaxAttempts: cfg.MaxAttempts}
 	if !cfg.AllowEviction {
-		ctx, cancel := context.WithTimeout(context.Background(), cfg.CheckTimeout)
+		ctx, cancel := context.WithTimeout(ctx, cfg.CheckTimeout)
 		defer cancel()
 		if err := g.CheckEviction(ctx); err != nil {
 			return nil, err

@@ -48,7 +48,7 @@ func (hs holds) open() (*replyHold, error) {
 	c := redis.NewClient(&redis.Options{Addr: p.Addr(), PoolSize: 1, MaxRetries: -1,
 		ReadTimeout: 300 * time.Millisecond, WriteTimeout: 300 * time.Millisecond})
 	h := &replyHold{client: c, p: p}
-	h.g, err = New(Config{Client: c, MarkPrefix: hs.s.marks, SettleTimeout: 300 * time.Millisecond, AllowEviction: true})
+	h.g, err = New(context.Background(), Config{Client: c, MarkPrefix: hs.s.marks, SettleTimeout: 300 * time.Millisecond, AllowEviction: true})
 	if err != nil {
 		h.close()
 		return nil, err
