@@ -27,7 +27,9 @@
 //
 // A lease's context carries its claim; [WithClaim] and [WithToken] attach one
 // from elsewhere, and [ClaimFromContext] reads it ([ErrNoToken] if absent).
-// Every guard has a ctx-first form that takes the claim from the context.
+// Every guard's writes take the claim from the context, and only from there:
+// a claim from elsewhere travels in ctx too (WithClaim), never as an
+// argument. The one exception is [Guard]'s Fence, which takes a bare token.
 //
 // # Cancellation and unknown outcomes
 //

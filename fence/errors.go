@@ -52,7 +52,8 @@ func IsStale(err error) (*StaleError, bool) {
 
 // ErrNotFound is matched by the error of a guard's read of a resource that
 // holds no value: never written, or deleted by a fenced delete. Every guard's
-// read matches it, whatever its store calls a missing key.
+// read matches it, whatever its store calls a missing key; the guards that
+// know more return a *NotFoundError.
 var ErrNotFound = errors.New("fence: not found")
 
 // ErrNotApplied is matched by a *NotAppliedError: the guard sent a write's
@@ -95,13 +96,105 @@ func IsNotApplied(err error) (*NotAppliedError, bool) {
 // ErrForeign is matched by a guard's error for a stored value or mark that
 // the guard did not write, or cannot read: a key, file, record, row or
 // object without the guard's mark, or with a malformed one. The guard
-// neither reads through it nor overwrites it; nothing was written. Each
-// guard's typed error for it is its ForeignError.
+// neither reads through it nor overwrites it; nothing was written. Every
+// guard's typed error for it is a *ForeignError.
 var ErrForeign = errors.New("fence: value or mark not written by this guard, or unreadable")
+
+// ForeignError reports a stored value or mark that the guard named by Source
+// did not write, or cannot read. It matches ErrForeign. The guard neither
+// reads through it nor overwrites it; nothing was written. It is the one
+// type every guard returns for this meaning.
+type ForeignError struct {
+	Source   string // the guard that refused it: "s3guard", "natsguard", ...
+	Resource string // the resource name as given to the guard
+	// Key is where the store holds what was found, when it is not Resource
+	// itself: a redisguard key, a natsguard key, a fileguard path. Empty
+	// otherwise.
+	Key string
+	// Version is the store's version of what was found: a gcsguard object's
+	// generation, a natsguard record's revision. Zero when the store has
+	// none or it is not known.
+	Version int64
+	Reason  string // what is wrong with it
+}
+
+// Error implements error.
+func (e *ForeignError) Error() string {
+	msg := fmt.Sprintf("%s: %q", e.Source, e.Resource)
+	if e.Key != "" {
+		msg += fmt.Sprintf(": %s", e.Key)
+	}
+	if e.Version != 0 {
+		msg += fmt.Sprintf(" (version %d)", e.Version)
+	}
+	return msg + fmt.Sprintf(": not written by %s, or unreadable: %s", e.Source, e.Reason)
+}
+
+// Is reports whether target is ErrForeign.
+func (e *ForeignError) Is(target error) bool { return target == ErrForeign }
+
+// NotFoundError reports a read of a resource without a value. It matches
+// ErrNotFound. It is the one type every guard's read returns for it.
+type NotFoundError struct {
+	Source   string // the guard that read it: "s3guard", "fileguard", ...
+	Resource string // the resource name as given to the guard
+	// Deleted is true when a tombstone (or the store's delete marker) is in
+	// place: a fenced delete, or a Fence call that staged nothing over no
+	// value.
+	Deleted bool
+	// Token is the resource's mark (the tombstone's token when Deleted);
+	// zero when the resource was never written or the guard knows no mark.
+	Token Token
+}
+
+// Error implements error.
+func (e *NotFoundError) Error() string {
+	switch {
+	case e.Deleted:
+		return fmt.Sprintf("%s: %q not found: deleted under token %d", e.Source, e.Resource, e.Token)
+	case e.Token != 0:
+		return fmt.Sprintf("%s: %q not found (mark %d: no value)", e.Source, e.Resource, e.Token)
+	}
+	return fmt.Sprintf("%s: %q not found", e.Source, e.Resource)
+}
+
+// Is reports whether target is ErrNotFound.
+func (e *NotFoundError) Is(target error) bool { return target == ErrNotFound }
+
+// ErrInvalidConfig is matched by every *ConfigError: a constructor (New and
+// its kin in lease and every guard) or a method refused a Config field, or
+// found one it needs missing, before any I/O.
+var ErrInvalidConfig = errors.New("fence: invalid config")
+
+// ConfigError reports a Config field that is invalid, or missing for the
+// call made. It matches ErrInvalidConfig and unwraps to Err. Every fencekit
+// package reports a bad Config with it.
+type ConfigError struct {
+	Source string // the package that refused it: "lease", "pgguard", ...
+	Field  string // the field as its Config names it: "Schema", "MaxAttempts"
+	Reason string // what is wrong with it
+	Err    error  // the underlying cause, if any
+}
+
+// Error implements error.
+func (e *ConfigError) Error() string {
+	msg := e.Source + ": invalid config " + e.Field + ": " + e.Reason
+	if e.Err != nil && e.Err.Error() != e.Reason {
+		msg += ": " + e.Err.Error()
+	}
+	return msg
+}
+
+// Is reports whether target is ErrInvalidConfig.
+func (e *ConfigError) Is(target error) bool { return target == ErrInvalidConfig }
+
+// Unwrap returns Err.
+func (e *ConfigError) Unwrap() error { return e.Err }
 
 // ErrNilArgument is matched by the error of a guard call given a nil
 // context, a nil write callback or function, or a nil transaction or
-// querier. It is returned before any I/O; nothing was written.
+// querier, and by lease.Manager.Run's for a nil context or function. It is
+// returned before any I/O; nothing was written.
 var ErrNilArgument = errors.New("fence: nil argument")
 
 // ErrNoStager is returned by a guard's Stage and StageDelete when ctx does

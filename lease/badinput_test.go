@@ -82,7 +82,7 @@ func TestBadInputTouchesNothing(t *testing.T) {
 }
 
 // TestConfigValidation: New rejects every bad Config field with a
-// *ConfigError naming it (matching ErrInvalidConfig), and fills defaults.
+// *fence.ConfigError naming it (matching fence.ErrInvalidConfig), and fills defaults.
 func TestConfigValidation(t *testing.T) {
 	pool := fencetest.Pool(t)
 	cases := map[string]struct {
@@ -105,8 +105,8 @@ func TestConfigValidation(t *testing.T) {
 	for name, c := range cases {
 		m, err := lease.New(c.cfg)
 		require.Nil(t, m, name)
-		require.ErrorIs(t, err, lease.ErrInvalidConfig, name)
-		var ce *lease.ConfigError
+		require.ErrorIs(t, err, fence.ErrInvalidConfig, name)
+		var ce *fence.ConfigError
 		require.True(t, errors.As(err, &ce), name)
 		require.Equal(t, c.field, ce.Field, name)
 	}
@@ -158,7 +158,7 @@ func TestKeyResource(t *testing.T) {
 // TTL − SafetyMargin − RenewEvery (one stalled statement delays the next
 // renewal by as much). Left unset it is derived to fit (DefaultCallTimeout
 // when that fits, as with the default TTL); set explicitly out of that
-// range it is a *ConfigError naming CallTimeout.
+// range it is a *fence.ConfigError naming CallTimeout.
 func TestCallTimeoutInsideTrustWindow(t *testing.T) {
 	pool := fencetest.Pool(t)
 	for _, c := range []lease.Config{
@@ -193,7 +193,7 @@ func TestCallTimeoutInsideTrustWindow(t *testing.T) {
 		c.Pool = pool
 		m, err := lease.New(c)
 		require.Nil(t, m)
-		var ce *lease.ConfigError
+		var ce *fence.ConfigError
 		require.True(t, errors.As(err, &ce), "%+v: %v", c, err)
 		require.Equal(t, "CallTimeout", ce.Field)
 		require.Contains(t, ce.Reason, "TTL − SafetyMargin − RenewEvery")

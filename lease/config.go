@@ -102,7 +102,7 @@ type Config struct {
 	// much. Default DefaultCallTimeout (5s), lowered to 3/4 of that bound
 	// when it is shorter (TTL 1s: 350ms), so that a renewal retried after
 	// one stalled statement still starts inside the trust window; an
-	// explicit value at or above the bound is a *ConfigError.
+	// explicit value at or above the bound is a *fence.ConfigError.
 	CallTimeout time.Duration
 	// WaitPoll is the safety-net poll interval of AcquireWait and the
 	// period of the LISTEN connection's delivery probe. Default 10s.
@@ -114,7 +114,7 @@ type Config struct {
 	// Proxy, most hosted poolers), which cannot deliver notifications:
 	// point it at the database directly, or at a PgBouncer pool in session
 	// mode. The connection only LISTENs and sends the displaced-run check.
-	// A malformed string fails New with a *ConfigError and starts nothing.
+	// A malformed string fails New with a *fence.ConfigError and starts nothing.
 	ListenConnString string
 	// FallbackPoll is how often the Manager polls instead while its
 	// listener does not receive notifications (a probe NOTIFY sent with the
@@ -168,14 +168,14 @@ type resolved struct {
 func (c Config) resolve() (resolved, error) {
 	r := resolved{Config: c}
 	if c.Pool == nil {
-		return r, &ConfigError{Field: "Pool", Reason: "nil"}
+		return r, configErr("Pool", "nil", nil)
 	}
 	if r.Schema == "" {
 		r.Schema = migrations.DefaultSchema
 	}
 	q, err := migrations.QuoteIdentifier(r.Schema)
 	if err != nil {
-		return r, &ConfigError{Field: "Schema", Reason: err.Error(), Err: err}
+		return r, configErr("Schema", err.Error(), err)
 	}
 	r.qSchema = q
 	if r.TTL == 0 {
@@ -183,55 +183,55 @@ func (c Config) resolve() (resolved, error) {
 	}
 	switch {
 	case r.TTL < 0:
-		return r, &ConfigError{Field: "TTL", Reason: "negative: " + r.TTL.String()}
+		return r, configErr("TTL", "negative: "+r.TTL.String(), nil)
 	case r.TTL < MinTTL:
-		return r, &ConfigError{Field: "TTL", Reason: r.TTL.String() + " is below the minimum " + MinTTL.String()}
+		return r, configErr("TTL", r.TTL.String()+" is below the minimum "+MinTTL.String(), nil)
 	case r.TTL > MaxTTL:
-		return r, &ConfigError{Field: "TTL", Reason: r.TTL.String() + " is above the maximum " + MaxTTL.String()}
+		return r, configErr("TTL", r.TTL.String()+" is above the maximum "+MaxTTL.String(), nil)
 	}
 	r.TTL = r.TTL.Truncate(time.Microsecond)
 	if r.SafetyMargin == 0 {
 		r.SafetyMargin = r.TTL / 5
 	}
 	if r.SafetyMargin < 0 || r.SafetyMargin >= r.TTL {
-		return r, &ConfigError{Field: "SafetyMargin", Reason: r.SafetyMargin.String() + " must be > 0 and < TTL " + r.TTL.String()}
+		return r, configErr("SafetyMargin", r.SafetyMargin.String()+" must be > 0 and < TTL "+r.TTL.String(), nil)
 	}
 	window := r.TTL - r.SafetyMargin
 	if r.RenewEvery == 0 {
 		r.RenewEvery = min(r.TTL/3, window/2)
 	}
 	if r.RenewEvery <= 0 || r.RenewEvery >= window {
-		return r, &ConfigError{Field: "RenewEvery", Reason: r.RenewEvery.String() + " must be > 0 and < TTL − SafetyMargin " + window.String()}
+		return r, configErr("RenewEvery", r.RenewEvery.String()+" must be > 0 and < TTL − SafetyMargin "+window.String(), nil)
 	}
 	bound := window - r.RenewEvery
 	if r.CallTimeout == 0 {
 		r.CallTimeout = min(DefaultCallTimeout, bound*3/4)
 	}
 	if r.CallTimeout < 0 {
-		return r, &ConfigError{Field: "CallTimeout", Reason: "negative: " + r.CallTimeout.String()}
+		return r, configErr("CallTimeout", "negative: "+r.CallTimeout.String(), nil)
 	}
 	if r.CallTimeout >= bound {
-		return r, &ConfigError{Field: "CallTimeout", Reason: r.CallTimeout.String() +
-			" must be < TTL − SafetyMargin − RenewEvery " + bound.String() + " (a stalled statement delays the next renewal by CallTimeout)"}
+		return r, configErr("CallTimeout", r.CallTimeout.String()+
+			" must be < TTL − SafetyMargin − RenewEvery "+bound.String()+" (a stalled statement delays the next renewal by CallTimeout)", nil)
 	}
 	if r.WaitPoll == 0 {
 		r.WaitPoll = DefaultWaitPoll
 	}
 	if r.WaitPoll < 0 {
-		return r, &ConfigError{Field: "WaitPoll", Reason: "negative: " + r.WaitPoll.String()}
+		return r, configErr("WaitPoll", "negative: "+r.WaitPoll.String(), nil)
 	}
 	if r.FallbackPoll == 0 {
 		r.FallbackPoll = DefaultFallbackPoll
 	}
 	if r.FallbackPoll < 0 {
-		return r, &ConfigError{Field: "FallbackPoll", Reason: "negative: " + r.FallbackPoll.String()}
+		return r, configErr("FallbackPoll", "negative: "+r.FallbackPoll.String(), nil)
 	}
 	if r.ListenConnString != "" {
 		lc, err := pgx.ParseConfig(r.ListenConnString)
 		if err != nil {
 			// pgx's message quotes the string, and its password masking is
 			// best effort: neither the string nor that message is kept.
-			return r, &ConfigError{Field: "ListenConnString", Reason: "not a valid connection string (pgx.ParseConfig refused it; it is not repeated here since it may hold a password)"}
+			return r, configErr("ListenConnString", "not a valid connection string (pgx.ParseConfig refused it; it is not repeated here since it may hold a password)", nil)
 		}
 		r.listen = lc
 	}
@@ -239,7 +239,7 @@ func (c Config) resolve() (resolved, error) {
 		r.Renewal = RenewalHeartbeat
 	}
 	if r.Renewal != RenewalHeartbeat && r.Renewal != RenewalPerLease {
-		return r, &ConfigError{Field: "Renewal", Reason: "unknown mode " + r.Renewal.String()}
+		return r, configErr("Renewal", "unknown mode "+r.Renewal.String(), nil)
 	}
 	if r.Logger == nil {
 		r.Logger = slog.New(slog.NewTextHandler(io.Discard, nil))

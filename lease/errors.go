@@ -13,8 +13,6 @@ import (
 // Sentinel errors. Match them with errors.Is; the typed errors below carry
 // details and match the corresponding sentinel.
 var (
-	// ErrInvalidConfig is matched by every *ConfigError returned from New.
-	ErrInvalidConfig = errors.New("lease: invalid config")
 	// ErrInvalidKey is matched by every *KeyError.
 	ErrInvalidKey = errors.New("lease: invalid key")
 	// ErrInvalidRunID is returned for the zero run_id.
@@ -51,24 +49,12 @@ var (
 	ErrClosed = errors.New("lease: manager closed")
 )
 
-// ConfigError describes an invalid Config field, or an invalid duration
-// argument (Lease.Park's idle bound: Field "idle"). It matches
-// ErrInvalidConfig.
-type ConfigError struct {
-	Field  string
-	Reason string
-	Err    error // underlying cause, if any (e.g. sql.ErrInvalidIdentifier)
+// configErr is the *fence.ConfigError (fence.ErrInvalidConfig) of an
+// invalid Config field, or of an invalid duration argument (Lease.Park's
+// idle bound: field "idle").
+func configErr(field, reason string, err error) error {
+	return &fence.ConfigError{Source: "lease", Field: field, Reason: reason, Err: err}
 }
-
-func (e *ConfigError) Error() string {
-	return fmt.Sprintf("lease: invalid config %s: %s", e.Field, e.Reason)
-}
-
-// Is reports whether target is ErrInvalidConfig.
-func (e *ConfigError) Is(target error) bool { return target == ErrInvalidConfig }
-
-// Unwrap returns the underlying cause.
-func (e *ConfigError) Unwrap() error { return e.Err }
 
 // KeyError describes an invalid Key field. It matches ErrInvalidKey.
 type KeyError struct {

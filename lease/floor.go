@@ -120,7 +120,7 @@ type FloorConfig struct {
 // resolveFloor validates Config.Floor.
 func (r *resolved) resolveFloor() error {
 	if p := floorcheck.Validate(r.Floor.Source, r.Floor.Gap); p != nil {
-		return &ConfigError{Field: "Floor." + p.Field, Reason: p.Reason}
+		return configErr("Floor."+p.Field, p.Reason, nil)
 	}
 	return nil
 }

@@ -11,7 +11,7 @@ import (
 	"github.com/fencekit/fencekit/lease"
 )
 
-// TestFloorConfigInvalid: a misconfigured floor source is a *ConfigError
+// TestFloorConfigInvalid: a misconfigured floor source is a *fence.ConfigError
 // naming the field, from New, before anything starts (TestMain's goleak
 // check would see a started renewer) and before any statement is sent.
 func TestFloorConfigInvalid(t *testing.T) {
@@ -27,8 +27,8 @@ func TestFloorConfigInvalid(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			m, err := lease.New(lease.Config{Pool: pool, Floor: tc.floor})
 			require.Nil(t, m)
-			require.ErrorIs(t, err, lease.ErrInvalidConfig)
-			var ce *lease.ConfigError
+			require.ErrorIs(t, err, fence.ErrInvalidConfig)
+			var ce *fence.ConfigError
 			require.ErrorAs(t, err, &ce)
 			require.Equal(t, tc.field, ce.Field)
 		})

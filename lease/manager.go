@@ -113,7 +113,7 @@ func newManager(cfg Config, hook func(event)) (*Manager, error) {
 	met, err := newMetrics(r.MeterProvider, r.TTL)
 	if err != nil {
 		cancel(nil)
-		return nil, &ConfigError{Field: "MeterProvider", Reason: "creating instruments: " + err.Error(), Err: err}
+		return nil, configErr("MeterProvider", "creating instruments", err)
 	}
 	m.met = met
 	m.tr = newTracer(r.TracerProvider)

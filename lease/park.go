@@ -61,14 +61,14 @@ const MaxParkIdle = 24 * time.Hour
 //     closes (Close parks it again too); in per-lease mode the unrenewed row
 //     expires within TTL. Manager.Resume tells which (ErrRunActive while the
 //     row is still this Manager's, ErrLost once it expired).
-//   - a *ConfigError (matching ErrInvalidConfig, Field "idle") when idle is
+//   - a *fence.ConfigError (matching fence.ErrInvalidConfig, Field "idle") when idle is
 //     not in (0, MaxParkIdle]: nothing is sent and the Lease is unchanged.
 //   - the cause of a Lease that had already ended, unchanged.
 //
 // idle is truncated to microseconds, as TTL is.
 func (l *Lease) Park(ctx context.Context, idle time.Duration) (err error) {
 	if idle <= 0 || idle > MaxParkIdle {
-		return &ConfigError{Field: "idle", Reason: idle.String() + " must be > 0 and <= " + MaxParkIdle.String()}
+		return configErr("idle", idle.String()+" must be > 0 and <= "+MaxParkIdle.String(), nil)
 	}
 	m := l.m
 	ctx, sp := m.startSpan(ctx, spanPark, l.key)

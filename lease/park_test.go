@@ -329,8 +329,8 @@ func TestParkBadIdle(t *testing.T) {
 	require.NoError(t, err)
 	for _, idle := range []time.Duration{0, -time.Second, lease.MaxParkIdle + time.Microsecond} {
 		err := l.Park(bg(), idle)
-		require.ErrorIs(t, err, lease.ErrInvalidConfig, "idle %s", idle)
-		var ce *lease.ConfigError
+		require.ErrorIs(t, err, fence.ErrInvalidConfig, "idle %s", idle)
+		var ce *fence.ConfigError
 		require.ErrorAs(t, err, &ce)
 		require.Equal(t, "idle", ce.Field)
 	}

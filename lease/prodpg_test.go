@@ -15,6 +15,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/stretchr/testify/require"
 
+	"github.com/fencekit/fencekit/fence"
 	"github.com/fencekit/fencekit/fencetest"
 	"github.com/fencekit/fencekit/internal/obs/obstest"
 	"github.com/fencekit/fencekit/lease"
@@ -180,20 +181,20 @@ func TestListenerDetectsUndeliveredNotifications(t *testing.T) {
 }
 
 // TestListenConnStringMalformed: a ListenConnString pgx cannot parse fails
-// New with a *ConfigError naming the field, without repeating the string
+// New with a *fence.ConfigError naming the field, without repeating the string
 // (it may hold a password), and starts nothing.
 func TestListenConnStringMalformed(t *testing.T) {
 	for _, s := range []string{"postgres://user:s3cretpw@[::1", "host=127.0.0.1 port=notaport password=s3cretpw", "postgres://user:s3cretpw@127.0.0.1:5432/db?sslmode=bogus"} {
 		m, err := lease.New(lease.Config{Pool: fencetest.Pool(t), ListenConnString: s})
 		require.Nil(t, m)
-		require.ErrorIs(t, err, lease.ErrInvalidConfig)
-		var ce *lease.ConfigError
+		require.ErrorIs(t, err, fence.ErrInvalidConfig)
+		var ce *fence.ConfigError
 		require.ErrorAs(t, err, &ce)
 		require.Equal(t, "ListenConnString", ce.Field)
 		require.NotContains(t, err.Error(), "s3cretpw")
 	}
 	_, err := lease.New(lease.Config{Pool: fencetest.Pool(t), FallbackPoll: -time.Second})
-	var ce *lease.ConfigError
+	var ce *fence.ConfigError
 	require.ErrorAs(t, err, &ce)
 	require.Equal(t, "FallbackPoll", ce.Field)
 }

@@ -32,9 +32,15 @@ import (
 // fn's error.
 //
 // opts apply to the grant (WithHolder).
+//
+// A nil ctx or fn is refused before anything is sent with an error
+// matching fence.ErrNilArgument.
 func (m *Manager) Run(ctx context.Context, key Key, fn func(ctx context.Context, l *Lease) error, opts ...Option) error {
+	if ctx == nil {
+		return fmt.Errorf("lease: Run with nil ctx: %w", fence.ErrNilArgument)
+	}
 	if fn == nil {
-		return errors.New("lease: Run with nil fn")
+		return fmt.Errorf("lease: Run with nil fn: %w", fence.ErrNilArgument)
 	}
 	if m.tr != nil {
 		return m.tracedRun(ctx, key, fn, opts)

@@ -54,7 +54,21 @@ func TestRunHoldsAndReleases(t *testing.T) {
 	err = m.Run(bg(), k, func(context.Context, *lease.Lease) error { ran = true; return nil })
 	require.ErrorIs(t, err, lease.ErrHeld)
 	require.False(t, ran)
-	require.Error(t, m.Run(bg(), uniqueKey(t), nil))
+}
+
+// TestRunNilArgument: a nil ctx or fn is refused with fence.ErrNilArgument
+// and the key is not acquired.
+func TestRunNilArgument(t *testing.T) {
+	e := newEnv(t)
+	m := e.manager(lease.Config{})
+	k := uniqueKey(t)
+	require.ErrorIs(t, m.Run(bg(), k, nil), fence.ErrNilArgument)
+	var nilCtx context.Context
+	err := m.Run(nilCtx, k, func(context.Context, *lease.Lease) error { t.Error("fn ran"); return nil })
+	require.ErrorIs(t, err, fence.ErrNilArgument)
+	st, err := m.Inspect(bg(), k)
+	require.NoError(t, err)
+	require.NotEqual(t, lease.StateHeld, st.State)
 }
 
 // TestRunReportsLoss: when the lease is lost during fn, Run's error wraps

@@ -19,7 +19,7 @@ import (
 
 // TestForeignFiles: a file at a resource's path that this guard did not
 // write (no header, a malformed token or run, a tombstone with content)
-// refuses every write with a *ForeignError and is left as it was.
+// refuses every write with a *fence.ForeignError and is left as it was.
 func TestForeignFiles(t *testing.T) {
 	ctx := context.Background()
 	dir := t.TempDir()
@@ -47,10 +47,10 @@ func TestForeignFiles(t *testing.T) {
 			t.Fatal(err)
 		}
 		for _, tok := range []fence.Token{1, 5, 1 << 62} {
-			err := g.PutClaim(ctx, r, fence.Claim{Token: tok}, []byte("new"))
-			var fe *ForeignError
+			err := g.Put(fence.WithClaim(ctx, fence.Claim{Token: tok}), r, []byte("new"))
+			var fe *fence.ForeignError
 			if !errors.As(err, &fe) || fe.Resource != r || errors.Is(err, fence.ErrStale) || errors.Is(err, fence.ErrBusy) {
-				t.Errorf("%q: token %d: %v, want *ForeignError", content, tok, err)
+				t.Errorf("%q: token %d: %v, want *fence.ForeignError", content, tok, err)
 			}
 		}
 		if err := g.Do(fence.WithToken(ctx, 9), r, func(context.Context) error {
@@ -78,17 +78,17 @@ func TestBadArguments(t *testing.T) {
 	dir := t.TempDir()
 	g := newGuard(t, dir, Config{})
 	for _, r := range append([]string{"", "a\x00b", "tab\t", "\xff", strings.Repeat("x", fence.MaxResourceLen+1)}, badResources...) {
-		if err := g.PutClaim(ctx, r, fence.Claim{Token: 1}, []byte("v")); !errors.Is(err, fence.ErrInvalidResource) {
+		if err := g.Put(fence.WithClaim(ctx, fence.Claim{Token: 1}), r, []byte("v")); !errors.Is(err, fence.ErrInvalidResource) {
 			t.Errorf("PutClaim(%q): %v, want fence.ErrInvalidResource", r, err)
 		}
 		if _, _, err := g.Get(ctx, r); !errors.Is(err, fence.ErrInvalidResource) {
 			t.Errorf("Get(%q): %v", r, err)
 		}
-		if err := g.DeleteClaim(ctx, r, fence.Claim{Token: 1}); !errors.Is(err, fence.ErrInvalidResource) {
+		if err := g.Delete(fence.WithClaim(ctx, fence.Claim{Token: 1}), r); !errors.Is(err, fence.ErrInvalidResource) {
 			t.Errorf("DeleteClaim(%q): %v", r, err)
 		}
 	}
-	if err := g.PutClaim(ctx, "ok", fence.Claim{Token: 1, Run: "bad run"}, []byte("v")); !errors.Is(err, fence.ErrInvalidRun) {
+	if err := g.Put(fence.WithClaim(ctx, fence.Claim{Token: 1, Run: "bad run"}), "ok", []byte("v")); !errors.Is(err, fence.ErrInvalidRun) {
 		t.Errorf("bad run: %v", err)
 	}
 	if err := g.Fence(ctx, "ok", 1, nil); !errors.Is(err, fence.ErrNilArgument) {
@@ -100,7 +100,7 @@ func TestBadArguments(t *testing.T) {
 	file := filepath.Join(dir, "file")
 	_ = os.WriteFile(file, nil, 0o644)
 	for _, cfg := range []Config{{}, {Dir: filepath.Join(dir, "missing")}, {Dir: file}, {Dir: dir, Perm: os.ModeDir | 0o755}} {
-		if _, err := New(cfg); !errors.Is(err, ErrInvalidConfig) {
+		if _, err := New(cfg); !errors.Is(err, fence.ErrInvalidConfig) {
 			t.Errorf("New(%+v): %v", cfg, err)
 		}
 	}
@@ -124,13 +124,13 @@ func TestLockTimeoutIsBusy(t *testing.T) {
 	}()
 	<-entered
 	g := newGuard(t, dir, Config{LockTimeout: 50 * time.Millisecond})
-	if err := g.PutClaim(ctx, "busy", fence.Claim{Token: 4}, []byte("x")); !errors.Is(err, fence.ErrBusy) {
+	if err := g.Put(fence.WithClaim(ctx, fence.Claim{Token: 4}), "busy", []byte("x")); !errors.Is(err, fence.ErrBusy) {
 		t.Errorf("lock held: %v, want fence.ErrBusy", err)
 	}
 	cause := errors.New("lease lost")
 	cctx, cancel := context.WithTimeoutCause(ctx, 50*time.Millisecond, cause)
 	defer cancel()
-	err := newGuard(t, dir, Config{LockTimeout: -1}).PutClaim(cctx, "busy", fence.Claim{Token: 4}, []byte("x"))
+	err := newGuard(t, dir, Config{LockTimeout: -1}).Put(fence.WithClaim(cctx, fence.Claim{Token: 4}), "busy", []byte("x"))
 	if !errors.Is(err, context.DeadlineExceeded) || !errors.Is(err, cause) || errors.Is(err, fence.ErrBusy) {
 		t.Errorf("context ended while waiting: %v", err)
 	}
@@ -138,7 +138,7 @@ func TestLockTimeoutIsBusy(t *testing.T) {
 	if err := <-done; err != nil {
 		t.Fatal(err)
 	}
-	if err := g.PutClaim(ctx, "busy", fence.Claim{Token: 4}, []byte("x")); err != nil {
+	if err := g.Put(fence.WithClaim(ctx, fence.Claim{Token: 4}), "busy", []byte("x")); err != nil {
 		t.Fatalf("after release: %v", err)
 	}
 }
@@ -156,7 +156,7 @@ func TestSyncFailureIsOutcomeUnknown(t *testing.T) {
 		}
 		return nil
 	}
-	err := g.PutClaim(ctx, "unsynced", fence.Claim{Token: 2}, []byte("two"))
+	err := g.Put(fence.WithClaim(ctx, fence.Claim{Token: 2}), "unsynced", []byte("two"))
 	if !errors.Is(err, fence.ErrOutcomeUnknown) || !errors.Is(err, injected) || errors.Is(err, fence.ErrBusy) {
 		t.Fatalf("unsynced write: %v, want fence.ErrOutcomeUnknown", err)
 	}
@@ -174,20 +174,20 @@ func TestSyncFailureIsOutcomeUnknown(t *testing.T) {
 func TestDeleteKeepsMark(t *testing.T) {
 	ctx := context.Background()
 	g := newGuard(t, t.TempDir(), Config{})
-	if err := g.PutClaim(ctx, "d/x", fence.Claim{Token: 4}, []byte("four")); err != nil {
+	if err := g.Put(fence.WithClaim(ctx, fence.Claim{Token: 4}), "d/x", []byte("four")); err != nil {
 		t.Fatal(err)
 	}
-	if err := g.DeleteClaim(ctx, "d/x", fence.Claim{Token: 5}); err != nil {
+	if err := g.Delete(fence.WithClaim(ctx, fence.Claim{Token: 5}), "d/x"); err != nil {
 		t.Fatal(err)
 	}
-	var nf *NotFoundError
+	var nf *fence.NotFoundError
 	if _, _, err := g.Get(ctx, "d/x"); !errors.As(err, &nf) || !nf.Deleted || nf.Token != 5 {
 		t.Fatalf("Get after delete: %v", err)
 	}
-	if err := g.PutClaim(ctx, "d/x", fence.Claim{Token: 4}, []byte("again")); !errors.Is(err, fence.ErrStale) {
+	if err := g.Put(fence.WithClaim(ctx, fence.Claim{Token: 4}), "d/x", []byte("again")); !errors.Is(err, fence.ErrStale) {
 		t.Fatalf("older token after delete: %v", err)
 	}
-	if err := g.PutClaim(ctx, "d/x", fence.Claim{Token: 6}, []byte("six")); err != nil {
+	if err := g.Put(fence.WithClaim(ctx, fence.Claim{Token: 6}), "d/x", []byte("six")); err != nil {
 		t.Fatal(err)
 	}
 }
@@ -199,7 +199,7 @@ func TestMetricsAndReuseLog(t *testing.T) {
 	logs, logger := obstest.NewLogs()
 	g := newGuard(t, t.TempDir(), Config{MeterProvider: m.Provider, Logger: logger})
 	for _, c := range []fence.Claim{{Token: 5, Run: "run-a"}, {Token: 5, Run: "run-a"}, {Token: 3}, {Token: 5, Run: "run-b"}} {
-		_ = g.PutClaim(ctx, "metrics", c, []byte("v"))
+		_ = g.Put(fence.WithClaim(ctx, c), "metrics", []byte("v"))
 	}
 	pts := m.Collect()
 	attr := map[string]string{guardobs.AttrGuard: guardobs.KindFile}

@@ -53,7 +53,7 @@ func TestCrashAtEveryStep(t *testing.T) {
 		t.Run(step.name, func(t *testing.T) {
 			dir := t.TempDir()
 			g := newGuard(t, dir, Config{})
-			if err := g.PutClaim(ctx, crashResource, fence.Claim{Token: 5, Run: "run-old"}, []byte("old content")); err != nil {
+			if err := g.Put(fence.WithClaim(ctx, fence.Claim{Token: 5, Run: "run-old"}), crashResource, []byte("old content")); err != nil {
 				t.Fatal(err)
 			}
 			cmd := exec.Command(os.Args[0], "-test.run=^TestCrashAtEveryStep$", "-test.count=1") //nolint:gosec // this test binary
@@ -77,13 +77,13 @@ func TestCrashAtEveryStep(t *testing.T) {
 			// Below the mark: refused. (After the replacement, token 6 is
 			// stale too.)
 			for _, tok := range []fence.Token{4, wantTok - 1} {
-				if err := g.PutClaim(ctx, crashResource, fence.Claim{Token: tok}, []byte("stale")); !errors.Is(err, fence.ErrStale) {
+				if err := g.Put(fence.WithClaim(ctx, fence.Claim{Token: tok}), crashResource, []byte("stale")); !errors.Is(err, fence.ErrStale) {
 					t.Fatalf("after a crash at %s: token %d: %v, want stale", step.name, tok, err)
 				}
 			}
 			// The dead writer's lock is gone with it: the next write goes
 			// through, and replaces its leftovers.
-			if err := g.PutClaim(ctx, crashResource, fence.Claim{Token: 8}, []byte("after")); err != nil {
+			if err := g.Put(fence.WithClaim(ctx, fence.Claim{Token: 8}), crashResource, []byte("after")); err != nil {
 				t.Fatalf("after a crash at %s: token 8: %v", step.name, err)
 			}
 			if b, info, err := g.Get(ctx, crashResource); err != nil || string(b) != "after" || info.Token != 8 {
@@ -108,6 +108,6 @@ func crashChild(t *testing.T, dir, step string) {
 		}
 		return nil
 	}
-	err := g.PutClaim(context.Background(), crashResource, fence.Claim{Token: 7, Run: "run-new"}, []byte("new content"))
+	err := g.Put(fence.WithClaim(context.Background(), fence.Claim{Token: 7, Run: "run-new"}), crashResource, []byte("new content"))
 	t.Fatalf("child survived step %s: %v", step, err)
 }

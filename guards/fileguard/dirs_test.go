@@ -26,14 +26,14 @@ func TestResourceDirectories(t *testing.T) {
 		g := newGuard(t, dir, Config{})
 		sub := filepath.Base(t.Name()) + "-" + filepath.Base(filepath.Clean(dir))
 		for i, res := range []string{sub + "/a/b/c", sub + "/a/b/d", sub + "/a/e"} {
-			if err := g.PutClaim(ctx, res, fence.Claim{Token: fence.Token(i + 1)}, []byte(res)); err != nil {
+			if err := g.Put(fence.WithClaim(ctx, fence.Claim{Token: fence.Token(i + 1)}), res, []byte(res)); err != nil {
 				t.Fatalf("Dir %q: PutClaim(%s): %v", dir, res, err)
 			}
 			if b, _, err := g.Get(ctx, res); err != nil || string(b) != res {
 				t.Fatalf("Dir %q: Get(%s) = %q, %v", dir, res, b, err)
 			}
 		}
-		err := g.PutClaim(ctx, sub+"/a/e/f", fence.Claim{Token: 9}, []byte("under a file"))
+		err := g.Put(fence.WithClaim(ctx, fence.Claim{Token: 9}), sub+"/a/e/f", []byte("under a file"))
 		if err == nil || errors.Is(err, fence.ErrOutcomeUnknown) {
 			t.Fatalf("Dir %q: write below the file a/e: %v, want an error", dir, err)
 		}

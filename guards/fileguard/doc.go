@@ -50,7 +50,7 @@
 //
 // # Writing
 //
-// Put, PutClaim, Delete, DeleteClaim, and Fence / Do (whose callback stages
+// Put, Delete, and Fence / Do (whose callback stages
 // the new content with Stage), each:
 //
 //  1. take the resource's lock file with flock (exclusive), waiting until
@@ -73,7 +73,7 @@
 // A Fence callback that staged nothing raises the mark and carries the
 // content over (a resource without content gets a tombstone), read from the file whose mark was decided on; if that
 // content cannot be read, or another program changed the file meanwhile,
-// the write fails (a *ForeignError for a changed file) and nothing is written.
+// the write fails (a *fence.ForeignError for a changed file) and nothing is written.
 //
 // # What is guaranteed
 //
@@ -91,7 +91,7 @@
 //   - With Config.Strict, a write whose resource lies outside its claim's
 //     scope, or whose claim has no scope, is refused with a
 //     *fence.ScopeError before any I/O.
-//   - A file the guard did not write (*ForeignError) is neither read through
+//   - A file the guard did not write (*fence.ForeignError) is neither read through
 //     nor overwritten. Bad input returns a typed error before any I/O.
 //   - Nothing outside Dir is created, read or written through a symbolic
 //     link below Dir, and no open waits on a FIFO (*UnsafePathError,
@@ -100,7 +100,7 @@
 //     context.Cause(ctx), never fence.ErrBusy. A nil ctx is refused with
 //     fence.ErrNilArgument before any I/O (Stage: fence.ErrNoStager).
 //   - A read of a resource without content (never written, tombstoned, or
-//     a directory holding other resources) returns a *NotFoundError, which
+//     a directory holding other resources) returns a *fence.NotFoundError, which
 //     matches fence.ErrNotFound.
 //   - No write is ever in transit outside its own call: a copy of a write
 //     cannot reach the file later (the guardtest delayed-duplicate check,

@@ -181,7 +181,7 @@ func (a *attempt) commit(ctx context.Context, c fence.Claim, ch engine.Change) e
 
 // pathError types the error of opening a path of resource: an
 // *UnsafePathError as it is, a regular file where a directory is needed
-// or a directory where a file is needed as a *ForeignError, anything else
+// or a directory where a file is needed as a *fence.ForeignError, anything else
 // wrapped with op and resource.
 func (g *Guard) pathError(resource, op string, err error) error {
 	var pe *fs.PathError
@@ -189,9 +189,9 @@ func (g *Guard) pathError(resource, op string, err error) error {
 	case errors.Is(err, ErrUnsafePath):
 		return err
 	case errors.Is(err, unix.ENOTDIR) && errors.As(err, &pe):
-		return &ForeignError{Resource: resource, Path: pe.Path, Reason: "a regular file where a directory is needed"}
+		return &fence.ForeignError{Source: "fileguard", Resource: resource, Key: pe.Path, Reason: "a regular file where a directory is needed"}
 	case errors.Is(err, unix.EISDIR) && errors.As(err, &pe):
-		return &ForeignError{Resource: resource, Path: pe.Path, Reason: "a directory (it holds other resources)"}
+		return &fence.ForeignError{Source: "fileguard", Resource: resource, Key: pe.Path, Reason: "a directory (it holds other resources)"}
 	}
 	return fmt.Errorf("fileguard: %s %q: %w", op, resource, err)
 }

@@ -27,7 +27,7 @@ func StageDelete(ctx context.Context) error {
 // fence.ClaimFor), runs write with a ctx that carries the admitted claim
 // (fence.ClaimFromContext); write states the new content with Stage or
 // StageDelete. When write returns nil the staged content is written as
-// PutClaim writes it, still under the lock. A write that staged nothing
+// Put writes it, still under the lock. A write that staged nothing
 // raises the mark alone: the content is kept, and a resource without
 // content gets a tombstone (a later Get reports fence.ErrNotFound). If
 // write fails, nothing is written. Effects of write outside the file are

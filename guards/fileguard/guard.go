@@ -125,32 +125,32 @@ var _ fence.Guard = (*Guard)(nil)
 // directory; it writes nothing.
 func New(cfg Config) (*Guard, error) {
 	if cfg.Dir == "" {
-		return nil, fmt.Errorf("%w: Dir is empty", ErrInvalidConfig)
+		return nil, configErr("Dir", "empty", nil)
 	}
 	fi, err := os.Stat(cfg.Dir)
 	if err != nil {
-		return nil, fmt.Errorf("%w: Dir: %w", ErrInvalidConfig, err)
+		return nil, configErr("Dir", err.Error(), err)
 	}
 	if !fi.IsDir() {
-		return nil, fmt.Errorf("%w: Dir %s is not a directory", ErrInvalidConfig, cfg.Dir)
+		return nil, configErr("Dir", fmt.Sprintf("%s is not a directory", cfg.Dir), nil)
 	}
 	if cfg.Perm == 0 {
 		cfg.Perm = 0o644
 	}
 	if cfg.Perm&^fs.ModePerm != 0 {
-		return nil, fmt.Errorf("%w: Perm %v has bits beyond the permission bits", ErrInvalidConfig, cfg.Perm)
+		return nil, configErr("Perm", fmt.Sprintf("%v has bits beyond the permission bits", cfg.Perm), nil)
 	}
 	if cfg.DirPerm == 0 {
 		cfg.DirPerm = 0o700 | cfg.Perm&0o044 | (cfg.Perm&0o044)>>2
 	}
 	if cfg.DirPerm&^fs.ModePerm != 0 || cfg.DirPerm&0o700 != 0o700 {
-		return nil, fmt.Errorf("%w: DirPerm %v must be permission bits only, with rwx for the owner", ErrInvalidConfig, cfg.DirPerm)
+		return nil, configErr("DirPerm", fmt.Sprintf("%v must be permission bits only, with rwx for the owner", cfg.DirPerm), nil)
 	}
 	if cfg.LockPerm == 0 {
 		cfg.LockPerm = 0o600
 	}
 	if cfg.LockPerm&^fs.ModePerm != 0 || cfg.LockPerm&0o600 != 0o600 {
-		return nil, fmt.Errorf("%w: LockPerm %v must be permission bits only, with rw for the owner", ErrInvalidConfig, cfg.LockPerm)
+		return nil, configErr("LockPerm", fmt.Sprintf("%v must be permission bits only, with rw for the owner", cfg.LockPerm), nil)
 	}
 	switch {
 	case cfg.LockTimeout == 0:
@@ -161,7 +161,7 @@ func New(cfg Config) (*Guard, error) {
 	rec, err := guardobs.New(guardobs.Config{Kind: guardobs.KindFile, Name: guardName,
 		MeterProvider: cfg.MeterProvider, TracerProvider: cfg.TracerProvider, Logger: cfg.Logger})
 	if err != nil {
-		return nil, fmt.Errorf("%w: %w", ErrInvalidConfig, err)
+		return nil, configErr("MeterProvider", "instruments", err)
 	}
 	g := &Guard{dir: cfg.Dir, perm: cfg.Perm, dirPerm: cfg.DirPerm, lockPerm: cfg.LockPerm, lockTimeout: cfg.LockTimeout,
 		eng: &engine.Engine{Args: engine.Args{Name: guardName, Strict: cfg.Strict, Rec: rec, Resource: checkResource},
@@ -210,18 +210,13 @@ func checkResource(resource string) error {
 }
 
 // Put writes value as resource's content under the claim ctx carries
-// (fence.ClaimFromContext; none: fence.ErrNoToken, nothing written).
+// (fence.ClaimFromContext; none: fence.ErrNoToken, nothing written; a
+// claim from elsewhere goes in with fence.WithClaim): under resource's
+// lock, it reads the mark from the file's header, applies
+// fence.DecideClaim, writes the header and value to a temporary file, syncs
+// it, renames it over the resource's file and syncs the directory.
 func (g *Guard) Put(ctx context.Context, resource string, value []byte) error {
 	return g.eng.Put(ctx, resource, value)
-}
-
-// PutClaim writes value as resource's content under the claim c, passed
-// explicitly: under resource's lock, it reads the mark from the file's
-// header, applies fence.DecideClaim, writes the header and value to a
-// temporary file, syncs it, renames it over the resource's file and syncs
-// the directory.
-func (g *Guard) PutClaim(ctx context.Context, resource string, c fence.Claim, value []byte) error {
-	return g.eng.PutClaim(ctx, resource, c, value)
 }
 
 // Delete replaces resource's content with a tombstone under the claim ctx
@@ -230,15 +225,10 @@ func (g *Guard) Delete(ctx context.Context, resource string) error {
 	return g.eng.Delete(ctx, resource)
 }
 
-// DeleteClaim is Delete under the claim c, passed explicitly.
-func (g *Guard) DeleteClaim(ctx context.Context, resource string, c fence.Claim) error {
-	return g.eng.DeleteClaim(ctx, resource, c)
-}
-
 // Get returns resource's content and mark. A resource without a file (also
 // one whose path is a directory holding other resources, as a's is when
 // a/b was written; a itself cannot be written then), or with a tombstone,
-// yields a *NotFoundError (it matches ErrNotFound and fence.ErrNotFound).
+// yields a *fence.NotFoundError (fence.ErrNotFound).
 // A symbolic link or a special file on the way yields an *UnsafePathError.
 // Reads take no lock: a rename replaces a file whole, so a reader sees the
 // old or the new one.
@@ -251,7 +241,7 @@ func (g *Guard) Get(ctx context.Context, resource string) ([]byte, Info, error) 
 		return nil, Info{}, err
 	}
 	if f == nil {
-		return nil, Info{}, &NotFoundError{Resource: resource}
+		return nil, Info{}, &fence.NotFoundError{Source: "fileguard", Resource: resource}
 	}
 	defer func() { _ = f.Close() }()
 	b, err := io.ReadAll(f)
@@ -263,7 +253,7 @@ func (g *Guard) Get(ctx context.Context, resource string) ([]byte, Info, error) 
 		return nil, Info{}, err
 	}
 	if m.kind == kindDeleted {
-		return nil, m.info, &NotFoundError{Resource: resource, Deleted: true, Token: m.info.Token}
+		return nil, m.info, &fence.NotFoundError{Source: "fileguard", Resource: resource, Deleted: true, Token: m.info.Token}
 	}
 	return body, m.info, nil
 }
@@ -330,7 +320,7 @@ func encodeHeader(c fence.Claim, k kind) []byte {
 // parse splits a file into its header and body.
 func (g *Guard) parse(resource string, b []byte) (mark, []byte, error) {
 	bad := func(reason string) (mark, []byte, error) {
-		return mark{}, nil, &ForeignError{Resource: resource, Path: g.Path(resource), Reason: reason}
+		return mark{}, nil, &fence.ForeignError{Source: "fileguard", Resource: resource, Key: g.Path(resource), Reason: reason}
 	}
 	nl := bytes.IndexByte(b[:min(len(b), maxHeader)], '\n')
 	if !bytes.HasPrefix(b, []byte(header)) || nl < 0 {
@@ -373,7 +363,7 @@ func (g *Guard) readHeader(resource string, f *os.File) (mark, error) {
 	if perr == nil && m.kind == kindDeleted {
 		// A tombstone is only its header: check there is nothing after it.
 		if fi, err := f.Stat(); err == nil && fi.Size() != int64(len(line)) {
-			return mark{}, &ForeignError{Resource: resource, Path: g.Path(resource), Reason: "tombstone with content"}
+			return mark{}, &fence.ForeignError{Source: "fileguard", Resource: resource, Key: g.Path(resource), Reason: "tombstone with content"}
 		}
 	}
 	return m, perr
@@ -393,7 +383,7 @@ func (g *Guard) body(resource string, f *os.File, m mark) ([]byte, error) {
 		return nil, err
 	}
 	if now != m {
-		return nil, &ForeignError{Resource: resource, Path: g.Path(resource),
+		return nil, &fence.ForeignError{Source: "fileguard", Resource: resource, Key: g.Path(resource),
 			Reason: "changed by another program while this write held its lock"}
 	}
 	return body, nil

@@ -16,10 +16,10 @@ import (
 func TestNotFoundMatchesFence(t *testing.T) {
 	ctx := context.Background()
 	g := newGuard(t, t.TempDir(), Config{})
-	if err := g.PutClaim(ctx, "d/x", fence.Claim{Token: 1}, []byte("x")); err != nil {
+	if err := g.Put(fence.WithClaim(ctx, fence.Claim{Token: 1}), "d/x", []byte("x")); err != nil {
 		t.Fatal(err)
 	}
-	if err := g.DeleteClaim(ctx, "del", fence.Claim{Token: 1}); err != nil {
+	if err := g.Delete(fence.WithClaim(ctx, fence.Claim{Token: 1}), "del"); err != nil {
 		t.Fatal(err)
 	}
 	for _, r := range []string{"missing", "missing/deeper", "del", "d", "d/x/below-a-file"} {
@@ -37,17 +37,14 @@ func TestNilContext(t *testing.T) {
 	dir := t.TempDir()
 	g := newGuard(t, dir, Config{})
 	var nilCtx context.Context
-	c := fence.Claim{Token: 1}
 	noop := func(context.Context) error { return nil }
 	for name, call := range map[string]func() error{
-		"Put":         func() error { return g.Put(nilCtx, "r", []byte("x")) },
-		"PutClaim":    func() error { return g.PutClaim(nilCtx, "r", c, []byte("x")) },
-		"Delete":      func() error { return g.Delete(nilCtx, "r") },
-		"DeleteClaim": func() error { return g.DeleteClaim(nilCtx, "r", c) },
-		"Fence":       func() error { return g.Fence(nilCtx, "r", 1, noop) },
-		"Do":          func() error { return g.Do(nilCtx, "r", noop) },
-		"Get":         func() error { _, _, err := g.Get(nilCtx, "r"); return err },
-		"Mark":        func() error { _, err := g.Mark(nilCtx, "r"); return err },
+		"Put":    func() error { return g.Put(nilCtx, "r", []byte("x")) },
+		"Delete": func() error { return g.Delete(nilCtx, "r") },
+		"Fence":  func() error { return g.Fence(nilCtx, "r", 1, noop) },
+		"Do":     func() error { return g.Do(nilCtx, "r", noop) },
+		"Get":    func() error { _, _, err := g.Get(nilCtx, "r"); return err },
+		"Mark":   func() error { _, err := g.Mark(nilCtx, "r"); return err },
 	} {
 		panicked, err := callRecover(call)
 		if panicked != nil || !errors.Is(err, fence.ErrNilArgument) {

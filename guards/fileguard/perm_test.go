@@ -24,7 +24,7 @@ func TestConfiguredPermissions(t *testing.T) {
 	ctx := context.Background()
 	dir := t.TempDir()
 	g := newGuard(t, dir, Config{Perm: 0o660, DirPerm: 0o770, LockPerm: 0o660})
-	if err := g.PutClaim(ctx, "a/b", fence.Claim{Token: 1}, []byte("x")); err != nil {
+	if err := g.Put(fence.WithClaim(ctx, fence.Claim{Token: 1}), "a/b", []byte("x")); err != nil {
 		t.Fatal(err)
 	}
 	for p, want := range map[string]fs.FileMode{
@@ -39,7 +39,7 @@ func TestConfiguredPermissions(t *testing.T) {
 	if err := os.WriteFile(lock, nil, 0o666); err != nil {
 		t.Fatal(err)
 	}
-	if err := newGuard(t, dir, Config{}).PutClaim(ctx, "wide", fence.Claim{Token: 1}, []byte("x")); err != nil {
+	if err := newGuard(t, dir, Config{}).Put(fence.WithClaim(ctx, fence.Claim{Token: 1}), "wide", []byte("x")); err != nil {
 		t.Fatal(err)
 	}
 	if fi, err := os.Stat(lock); err != nil || fi.Mode().Perm() != 0o600 {
@@ -47,24 +47,24 @@ func TestConfiguredPermissions(t *testing.T) {
 	}
 	for _, cfg := range []Config{{DirPerm: 0o644}, {DirPerm: 0o077}, {DirPerm: os.ModeDir | 0o755}, {LockPerm: 0o400}, {LockPerm: 0o200}, {LockPerm: os.ModeSetuid | 0o600}} {
 		cfg.Dir = dir
-		if _, err := New(cfg); !errors.Is(err, ErrInvalidConfig) {
-			t.Errorf("New(%+v): %v, want ErrInvalidConfig", cfg, err)
+		if _, err := New(cfg); !errors.Is(err, fence.ErrInvalidConfig) {
+			t.Errorf("New(%+v): %v, want fence.ErrInvalidConfig", cfg, err)
 		}
 	}
 }
 
 // TestWriteOverDirectory: a write to a resource whose path is a directory
-// (holding other resources) is refused with a *ForeignError, and the
+// (holding other resources) is refused with a *fence.ForeignError, and the
 // directory is left as it is.
 func TestWriteOverDirectory(t *testing.T) {
 	ctx := context.Background()
 	g := newGuard(t, t.TempDir(), Config{})
-	if err := g.PutClaim(ctx, "a/b", fence.Claim{Token: 1}, []byte("x")); err != nil {
+	if err := g.Put(fence.WithClaim(ctx, fence.Claim{Token: 1}), "a/b", []byte("x")); err != nil {
 		t.Fatal(err)
 	}
-	var fe *ForeignError
-	if err := g.PutClaim(ctx, "a", fence.Claim{Token: 2}, []byte("y")); !errors.As(err, &fe) || fe.Resource != "a" {
-		t.Fatalf("write over the directory a: %v, want *ForeignError", err)
+	var fe *fence.ForeignError
+	if err := g.Put(fence.WithClaim(ctx, fence.Claim{Token: 2}), "a", []byte("y")); !errors.As(err, &fe) || fe.Resource != "a" {
+		t.Fatalf("write over the directory a: %v, want *fence.ForeignError", err)
 	}
 	if b, _, err := g.Get(ctx, "a/b"); err != nil || string(b) != "x" {
 		t.Fatalf("a/b after the refused write: %q %v", b, err)

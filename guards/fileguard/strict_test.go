@@ -36,7 +36,7 @@ type kitSubject struct {
 }
 
 func (a kitSubject) WriteStrict(ctx context.Context, r string, c fence.Claim, v string) error {
-	return a.strict.PutClaim(ctx, r, c, []byte(v))
+	return a.strict.Put(fence.WithClaim(ctx, c), r, []byte(v))
 }
 
 // fenceKitSubject is fenceSubject (Fence, Do with Stage) plus WriteStrict
@@ -70,8 +70,8 @@ func TestStrictRefusesBeforeIO(t *testing.T) {
 		c fence.Claim
 	}{{"acme/conv-2/notes", scoped}, {"acme/conv-1/notes", fence.Claim{Token: 3}}} {
 		for name, err := range map[string]error{
-			"PutClaim":    g.PutClaim(ctx, tc.r, tc.c, []byte("x")),
-			"DeleteClaim": g.DeleteClaim(ctx, tc.r, tc.c),
+			"PutClaim":    g.Put(fence.WithClaim(ctx, tc.c), tc.r, []byte("x")),
+			"DeleteClaim": g.Delete(fence.WithClaim(ctx, tc.c), tc.r),
 			"Put":         g.Put(fence.WithClaim(ctx, tc.c), tc.r, []byte("x")),
 			"Fence": g.Fence(fence.WithClaim(ctx, tc.c), tc.r, tc.c.Token, func(context.Context) error {
 				t.Errorf("Fence ran its write for %q outside the claim's scope", tc.r)
@@ -94,11 +94,11 @@ func TestStrictRefusesBeforeIO(t *testing.T) {
 func TestGetDirectoryNotFound(t *testing.T) {
 	ctx := context.Background()
 	g := newGuard(t, t.TempDir(), Config{})
-	if err := g.PutClaim(ctx, "a/b", fence.Claim{Token: 1}, []byte("x")); err != nil {
+	if err := g.Put(fence.WithClaim(ctx, fence.Claim{Token: 1}), "a/b", []byte("x")); err != nil {
 		t.Fatal(err)
 	}
-	var nf *NotFoundError
+	var nf *fence.NotFoundError
 	if _, _, err := g.Get(ctx, "a"); !errors.As(err, &nf) || nf.Deleted || nf.Token != 0 {
-		t.Fatalf("Get(a) with a/b written: %v, want *NotFoundError", err)
+		t.Fatalf("Get(a) with a/b written: %v, want *fence.NotFoundError", err)
 	}
 }

@@ -107,7 +107,7 @@ func TestSymlinksRefused(t *testing.T) {
 			}
 			// A file another guard wrote outside this one's Dir.
 			og := newGuard(t, outside, Config{})
-			if err := og.PutClaim(ctx, "guarded", fence.Claim{Token: 1}, []byte("another tenant's secret")); err != nil {
+			if err := og.Put(fence.WithClaim(ctx, fence.Claim{Token: 1}), "guarded", []byte("another tenant's secret")); err != nil {
 				t.Fatal(err)
 			}
 			g := newGuard(t, dir, Config{})
@@ -126,9 +126,9 @@ func TestSymlinksRefused(t *testing.T) {
 					t.Errorf("%s: %v, want *UnsafePathError", what, err)
 				}
 			}
-			check("PutClaim", g.PutClaim(ctx, tc.resource, fence.Claim{Token: 5}, []byte("escaped")))
+			check("Put", g.Put(fence.WithClaim(ctx, fence.Claim{Token: 5}), tc.resource, []byte("escaped")))
 			check("Fence", g.Fence(ctx, tc.resource, 6, func(ctx context.Context) error { return Stage(ctx, []byte("escaped")) }))
-			check("DeleteClaim", g.DeleteClaim(ctx, tc.resource, fence.Claim{Token: 7}))
+			check("Delete", g.Delete(fence.WithClaim(ctx, fence.Claim{Token: 7}), tc.resource))
 			if !tc.ok && !strings.HasPrefix(tc.link, StateDir) {
 				// Reads go through the resource's path only.
 				b, _, err := g.Get(ctx, tc.resource)
@@ -163,8 +163,8 @@ func TestSymlinksRefused(t *testing.T) {
 	g := newGuard(t, dir, Config{})
 	for _, r := range []string{"..", "../x", "a/../../x", "a/.."} {
 		var re *fence.ResourceError
-		if err := g.PutClaim(ctx, r, fence.Claim{Token: 1}, []byte("x")); !errors.As(err, &re) {
-			t.Errorf("PutClaim(%q): %v, want *fence.ResourceError", r, err)
+		if err := g.Put(fence.WithClaim(ctx, fence.Claim{Token: 1}), r, []byte("x")); !errors.As(err, &re) {
+			t.Errorf("Put(%q): %v, want *fence.ResourceError", r, err)
 		}
 	}
 	sameTree(t, "dot-dot", before, snapshot(t, base))
@@ -191,8 +191,8 @@ func TestHardLinkedLockFileRefused(t *testing.T) {
 		t.Fatal(err)
 	}
 	g := newGuard(t, dir, Config{})
-	if err := g.PutClaim(context.Background(), "hl", fence.Claim{Token: 1}, []byte("x")); !errors.Is(err, ErrUnsafePath) {
-		t.Errorf("PutClaim with a hard-linked lock file: %v, want ErrUnsafePath", err)
+	if err := g.Put(fence.WithClaim(context.Background(), fence.Claim{Token: 1}), "hl", []byte("x")); !errors.Is(err, ErrUnsafePath) {
+		t.Errorf("Put with a hard-linked lock file: %v, want ErrUnsafePath", err)
 	}
 	if b, err := os.ReadFile(victim); err != nil || string(b) != "precious content" {
 		t.Errorf("the lock file's other name after the write: %q %v", b, err)
@@ -215,7 +215,7 @@ func TestLinkSwappedDuringWrite(t *testing.T) {
 		}
 		g := newGuard(t, dir, Config{})
 		if exists {
-			if err := g.PutClaim(ctx, "sub/x", fence.Claim{Token: 1}, []byte("one")); err != nil {
+			if err := g.Put(fence.WithClaim(ctx, fence.Claim{Token: 1}), "sub/x", []byte("one")); err != nil {
 				t.Fatal(err)
 			}
 		}
@@ -230,7 +230,7 @@ func TestLinkSwappedDuringWrite(t *testing.T) {
 			}
 			return os.Symlink(outside, filepath.Join(dir, "sub"))
 		}
-		err := g.PutClaim(ctx, "sub/x", fence.Claim{Token: 2}, []byte("two"))
+		err := g.Put(fence.WithClaim(ctx, fence.Claim{Token: 2}), "sub/x", []byte("two"))
 		if exists {
 			if err != nil {
 				t.Errorf("directory moved during the write: %v, want accepted in the directory it opened", err)
@@ -267,16 +267,16 @@ func TestFIFORefused(t *testing.T) {
 		name string
 		call func(ctx context.Context) error
 	}{
-		{"PutClaim(fifo)", func(ctx context.Context) error { // first: probes the lock if it blocks
-			return g.PutClaim(ctx, "fifo", fence.Claim{Token: 1}, []byte("x"))
+		{"Put(fifo)", func(ctx context.Context) error { // first: probes the lock if it blocks
+			return g.Put(fence.WithClaim(ctx, fence.Claim{Token: 1}), "fifo", []byte("x"))
 		}},
 		{"Get(fifo)", func(ctx context.Context) error { _, _, err := g.Get(ctx, "fifo"); return err }},
 		{"Mark(fifo)", func(ctx context.Context) error { _, err := g.Mark(ctx, "fifo"); return err }},
-		{"PutClaim(lockfifo)", func(ctx context.Context) error {
-			return g.PutClaim(ctx, "lockfifo", fence.Claim{Token: 1}, []byte("x"))
+		{"Put(lockfifo)", func(ctx context.Context) error {
+			return g.Put(fence.WithClaim(ctx, fence.Claim{Token: 1}), "lockfifo", []byte("x"))
 		}},
-		{"PutClaim(fifodir/x)", func(ctx context.Context) error {
-			return g.PutClaim(ctx, "fifodir/x", fence.Claim{Token: 1}, []byte("x"))
+		{"Put(fifodir/x)", func(ctx context.Context) error {
+			return g.Put(fence.WithClaim(ctx, fence.Claim{Token: 1}), "fifodir/x", []byte("x"))
 		}},
 		{"Get(fifodir/x)", func(ctx context.Context) error { _, _, err := g.Get(ctx, "fifodir/x"); return err }},
 	}
@@ -290,10 +290,10 @@ func TestFIFORefused(t *testing.T) {
 		case err = <-done:
 		case <-time.After(3 * time.Second):
 			t.Errorf("%s: still blocked 3 s after it started (1 s context)", c.name)
-			if c.name == "PutClaim(fifo)" {
+			if c.name == "Put(fifo)" {
 				// Stuck in open, holding the resource's lock.
 				busy := newGuard(t, dir, Config{LockTimeout: 100 * time.Millisecond}).
-					PutClaim(context.Background(), "fifo", fence.Claim{Token: 2}, []byte("y"))
+					Put(fence.WithToken(context.Background(), 2), "fifo", []byte("y"))
 				t.Errorf("meanwhile another writer of the resource got %v", busy)
 			}
 			// Unblock it: a writer opens the FIFO (its reader is waiting).
@@ -323,7 +323,7 @@ func TestFIFORefused(t *testing.T) {
 func TestMarkOnlyWriteKeepsContent(t *testing.T) {
 	ctx := context.Background()
 	g := newGuard(t, t.TempDir(), Config{})
-	if err := g.PutClaim(ctx, "r", fence.Claim{Token: 1}, []byte("body")); err != nil {
+	if err := g.Put(fence.WithClaim(ctx, fence.Claim{Token: 1}), "r", []byte("body")); err != nil {
 		t.Fatal(err)
 	}
 	if err := g.Fence(ctx, "r", 2, func(context.Context) error { return nil }); err != nil {
@@ -357,7 +357,7 @@ func TestDefaultPermissions(t *testing.T) {
 	}{{0, 0o755}, {0o666, 0o755}, {0o640, 0o750}, {0o600, 0o700}} {
 		dir := t.TempDir()
 		g := newGuard(t, dir, Config{Perm: tc.perm})
-		if err := g.PutClaim(ctx, "a/b", fence.Claim{Token: 1}, []byte("x")); err != nil {
+		if err := g.Put(fence.WithClaim(ctx, fence.Claim{Token: 1}), "a/b", []byte("x")); err != nil {
 			t.Fatal(err)
 		}
 		wantFile := tc.perm

@@ -23,18 +23,18 @@ func TestABAIdenticalBytes(t *testing.T) {
 	stale := e.store(t, bucket, Config{})
 	newer := e.store(t, bucket, Config{})
 	const key, body = "aba/doc", "identical bytes"
-	if _, err := stale.PutClaim(ctx, key, fence.ClaimFor(ctx, 7), strings.NewReader(body), int64(len(body)), PutOptions{}); err != nil {
+	if _, err := stale.Put(fence.WithClaim(ctx, fence.ClaimFor(ctx, 7)), key, strings.NewReader(body), int64(len(body)), PutOptions{}); err != nil {
 		t.Fatal(err)
 	}
 	var once sync.Once
 	stale.afterRead = func(string) {
 		once.Do(func() {
-			if _, err := newer.PutClaim(ctx, key, fence.ClaimFor(ctx, 8), strings.NewReader(body), int64(len(body)), PutOptions{}); err != nil {
+			if _, err := newer.Put(fence.WithClaim(ctx, fence.ClaimFor(ctx, 8)), key, strings.NewReader(body), int64(len(body)), PutOptions{}); err != nil {
 				t.Errorf("newer write: %v", err)
 			}
 		})
 	}
-	_, err := stale.PutClaim(ctx, key, fence.ClaimFor(ctx, 7), strings.NewReader(body), int64(len(body)), PutOptions{})
+	_, err := stale.Put(fence.WithClaim(ctx, fence.ClaimFor(ctx, 7)), key, strings.NewReader(body), int64(len(body)), PutOptions{})
 	se, ok := fence.IsStale(err)
 	if !ok || se.Presented != 7 || se.Highest != 8 {
 		t.Fatalf("stale write after identical newer write: %v, want StaleError{7, 8}", err)
@@ -54,13 +54,13 @@ func TestABATombstone(t *testing.T) {
 	stale := e.store(t, bucket, Config{})
 	newer := e.store(t, bucket, Config{})
 	const key = "aba/tomb"
-	if _, err := stale.DeleteClaim(ctx, key, fence.ClaimFor(ctx, 3)); err != nil {
+	if _, err := stale.Delete(fence.WithClaim(ctx, fence.ClaimFor(ctx, 3)), key); err != nil {
 		t.Fatal(err)
 	}
 	var once sync.Once
 	stale.afterRead = func(string) {
 		once.Do(func() {
-			if _, err := newer.DeleteClaim(ctx, key, fence.ClaimFor(ctx, 4)); err != nil {
+			if _, err := newer.Delete(fence.WithClaim(ctx, fence.ClaimFor(ctx, 4)), key); err != nil {
 				t.Errorf("newer delete: %v", err)
 			}
 		})
@@ -70,7 +70,7 @@ func TestABATombstone(t *testing.T) {
 		t.Fatalf("stale re-stamp after newer tombstone: %v", err)
 	}
 	info, err := newer.Stat(ctx, key)
-	var nf *NotFoundError
+	var nf *fence.NotFoundError
 	if !errors.As(err, &nf) || !nf.Deleted || nf.Token != 4 || info.Token != 4 {
 		t.Fatalf("Stat: %+v, %v", info, err)
 	}
@@ -84,7 +84,7 @@ func TestRestampKeepsContent(t *testing.T) {
 	s := e.store(t, "", Config{})
 	const key = "restamp/doc"
 	opts := PutOptions{ContentType: "text/markdown", CacheControl: "no-cache", Metadata: map[string]string{"author": "ada"}}
-	first, err := s.PutClaim(ctx, key, fence.ClaimFor(ctx, 5), strings.NewReader("# notes"), int64(len("# notes")), opts)
+	first, err := s.Put(fence.WithClaim(ctx, fence.ClaimFor(ctx, 5)), key, strings.NewReader("# notes"), int64(len("# notes")), opts)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -99,7 +99,7 @@ func TestRestampKeepsContent(t *testing.T) {
 		info.Metadata["author"] != "ada" || len(info.Metadata) != 1 || info.Generation == first.Generation || info.WriteID == first.WriteID {
 		t.Fatalf("after re-stamp: %q %+v (first %+v)", b, info, first)
 	}
-	if _, err := s.PutClaim(ctx, key, fence.ClaimFor(ctx, 8), strings.NewReader("stale"), int64(len("stale")), PutOptions{}); !errors.Is(err, fence.ErrStale) {
+	if _, err := s.Put(fence.WithClaim(ctx, fence.ClaimFor(ctx, 8)), key, strings.NewReader("stale"), int64(len("stale")), PutOptions{}); !errors.Is(err, fence.ErrStale) {
 		t.Fatalf("token 8 after re-stamp at 9: %v", err)
 	}
 }
@@ -111,7 +111,7 @@ func TestPlainReaders(t *testing.T) {
 	s := e.store(t, "", Config{})
 	const key = "plain/report.txt"
 	c := fence.Claim{Token: 12, Run: "0b7e4a2c-6c1e-4f59-9a51-1b2f3e4d5c6a"}
-	w, err := s.PutClaim(ctx, key, c, strings.NewReader("hello"), int64(len("hello")), PutOptions{ContentType: "text/plain"})
+	w, err := s.Put(fence.WithClaim(ctx, c), key, strings.NewReader("hello"), int64(len("hello")), PutOptions{ContentType: "text/plain"})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -139,7 +139,7 @@ func TestPlainReaders(t *testing.T) {
 		t.Fatalf("plain HTTP GET: %d %q %v", resp.StatusCode, hb, err)
 	}
 	// A tombstone is a zero-byte object that says so.
-	if _, err := s.DeleteClaim(ctx, key, c); err != nil {
+	if _, err := s.Delete(fence.WithClaim(ctx, c), key); err != nil {
 		t.Fatal(err)
 	}
 	got, _ = readRaw(ctx, t, o)

@@ -42,12 +42,12 @@ func TestMaxAttemptsCountsConditionalWrites(t *testing.T) {
 		races := 0
 		s.afterRead = func(key string) {
 			if races++; races <= max { // another writer wins the race
-				if _, err := other.PutBytesClaim(ctx, key, fence.Claim{Token: 5}, []byte("theirs"), PutOptions{}); err != nil {
+				if _, err := other.PutBytes(fence.WithClaim(ctx, fence.Claim{Token: 5}), key, []byte("theirs"), PutOptions{}); err != nil {
 					t.Error(err)
 				}
 			}
 		}
-		_, err := s.PutBytesClaim(ctx, "attempts", fence.Claim{Token: 5}, []byte("mine"), PutOptions{})
+		_, err := s.PutBytes(fence.WithClaim(ctx, fence.Claim{Token: 5}), "attempts", []byte("mine"), PutOptions{})
 		if !errors.Is(err, fence.ErrBusy) || cu.n.Load() != int32(max) {
 			t.Fatalf("MaxAttempts %d: %v after %d conditional writes, want fence.ErrBusy after %d", max, err, cu.n.Load(), max)
 		}
@@ -57,7 +57,7 @@ func TestMaxAttemptsCountsConditionalWrites(t *testing.T) {
 		races = max - 1 // the last race is lost, then one attempt more lands
 		s.eng.MaxAttempts = max + 1
 		cu.n.Store(0)
-		if _, err := s.PutBytesClaim(ctx, "attempts", fence.Claim{Token: 5}, []byte("mine"), PutOptions{}); err != nil || cu.n.Load() != 2 {
+		if _, err := s.PutBytes(fence.WithClaim(ctx, fence.Claim{Token: 5}), "attempts", []byte("mine"), PutOptions{}); err != nil || cu.n.Load() != 2 {
 			t.Fatalf("MaxAttempts %d: %v after %d conditional writes, want success after 2", max+1, err, cu.n.Load())
 		}
 	}

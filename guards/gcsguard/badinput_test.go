@@ -31,8 +31,8 @@ func TestNewConfig(t *testing.T) {
 		{Client: c, Bucket: "b", ChunkSize: 1000},
 		{Client: c, Bucket: "b", ChunkSize: -256 << 10},
 	} {
-		if _, err := New(cfg); !errors.Is(err, ErrInvalidConfig) {
-			t.Errorf("New(%+v): %v, want ErrInvalidConfig", cfg, err)
+		if _, err := New(cfg); !errors.Is(err, fence.ErrInvalidConfig) {
+			t.Errorf("New(%+v): %v, want fence.ErrInvalidConfig", cfg, err)
 		}
 	}
 }
@@ -51,53 +51,53 @@ func TestBadInputWritesNothing(t *testing.T) {
 		{"no token in ctx", func() error { _, err := s.PutBytes(ctx, "k", []byte("x"), PutOptions{}); return err }, fence.ErrNoToken},
 		{"no token in ctx, delete", func() error { _, err := s.Delete(ctx, "k"); return err }, fence.ErrNoToken},
 		{"token 0", func() error {
-			_, err := s.PutClaim(ctx, "k", fence.ClaimFor(ctx, 0), strings.NewReader("x"), int64(len("x")), PutOptions{})
+			_, err := s.Put(fence.WithClaim(ctx, fence.ClaimFor(ctx, 0)), "k", strings.NewReader("x"), int64(len("x")), PutOptions{})
 			return err
 		}, fence.ErrInvalidToken},
 		{"bad run", func() error {
-			_, err := s.PutClaim(ctx, "k", fence.Claim{Token: 5, Run: "a b"}, strings.NewReader("x"), int64(len("x")), PutOptions{})
+			_, err := s.Put(fence.WithClaim(ctx, fence.Claim{Token: 5, Run: "a b"}), "k", strings.NewReader("x"), int64(len("x")), PutOptions{})
 			return err
 		}, fence.ErrInvalidRun},
 		{"only spaces", func() error {
-			_, err := s.PutClaim(ctx, "   ", ok, strings.NewReader("x"), int64(len("x")), PutOptions{})
+			_, err := s.Put(fence.WithClaim(ctx, ok), "   ", strings.NewReader("x"), int64(len("x")), PutOptions{})
 			return err
 		}, fence.ErrInvalidResource},
-		{"dot", func() error { _, err := s.DeleteClaim(ctx, ".", ok); return err }, fence.ErrInvalidResource},
+		{"dot", func() error { _, err := s.Delete(fence.WithClaim(ctx, ok), "."); return err }, fence.ErrInvalidResource},
 		{"newline", func() error {
-			_, err := s.PutClaim(ctx, "a\nb", ok, strings.NewReader("x"), int64(len("x")), PutOptions{})
+			_, err := s.Put(fence.WithClaim(ctx, ok), "a\nb", strings.NewReader("x"), int64(len("x")), PutOptions{})
 			return err
 		}, fence.ErrInvalidResource},
 		{"acme", func() error {
-			_, err := s.PutClaim(ctx, ".well-known/acme-challenge/t", ok, strings.NewReader("x"), int64(len("x")), PutOptions{})
+			_, err := s.Put(fence.WithClaim(ctx, ok), ".well-known/acme-challenge/t", strings.NewReader("x"), int64(len("x")), PutOptions{})
 			return err
 		}, fence.ErrInvalidResource},
 		{"reserved metadata key", func() error {
-			_, err := s.PutClaim(ctx, "k", ok, strings.NewReader("x"), int64(len("x")), PutOptions{Metadata: map[string]string{"Fencekit-Token": "9"}})
+			_, err := s.Put(fence.WithClaim(ctx, ok), "k", strings.NewReader("x"), int64(len("x")), PutOptions{Metadata: map[string]string{"Fencekit-Token": "9"}})
 			return err
 		}, ErrInvalidOptions},
 		{"metadata key charset", func() error {
-			_, err := s.PutClaim(ctx, "k", ok, strings.NewReader("x"), int64(len("x")), PutOptions{Metadata: map[string]string{"a b": "v"}})
+			_, err := s.Put(fence.WithClaim(ctx, ok), "k", strings.NewReader("x"), int64(len("x")), PutOptions{Metadata: map[string]string{"a b": "v"}})
 			return err
 		}, ErrInvalidOptions},
 		{"metadata value control", func() error {
-			_, err := s.PutClaim(ctx, "k", ok, strings.NewReader("x"), int64(len("x")), PutOptions{Metadata: map[string]string{"k": "a\nb"}})
+			_, err := s.Put(fence.WithClaim(ctx, ok), "k", strings.NewReader("x"), int64(len("x")), PutOptions{Metadata: map[string]string{"k": "a\nb"}})
 			return err
 		}, ErrInvalidOptions},
 		{"metadata too large", func() error {
-			_, err := s.PutClaim(ctx, "k", ok, strings.NewReader("x"), int64(len("x")), PutOptions{Metadata: map[string]string{"k": strings.Repeat("v", MaxMetadataSize)}})
+			_, err := s.Put(fence.WithClaim(ctx, ok), "k", strings.NewReader("x"), int64(len("x")), PutOptions{Metadata: map[string]string{"k": strings.Repeat("v", MaxMetadataSize)}})
 			return err
 		}, ErrInvalidOptions},
 		{"content type control", func() error {
-			_, err := s.PutClaim(ctx, "k", ok, strings.NewReader("x"), int64(len("x")), PutOptions{ContentType: "text/plain\r\nX: y"})
+			_, err := s.Put(fence.WithClaim(ctx, ok), "k", strings.NewReader("x"), int64(len("x")), PutOptions{ContentType: "text/plain\r\nX: y"})
 			return err
 		}, ErrInvalidOptions},
-		{"nil reader", func() error { _, err := s.PutClaim(ctx, "k", ok, nil, -1, PutOptions{}); return err }, ErrInvalidOptions},
+		{"nil reader", func() error { _, err := s.Put(fence.WithClaim(ctx, ok), "k", nil, -1, PutOptions{}); return err }, ErrInvalidOptions},
 		{"size below -1", func() error {
-			_, err := s.PutClaim(ctx, "k", ok, strings.NewReader("x"), -2, PutOptions{})
+			_, err := s.Put(fence.WithClaim(ctx, ok), "k", strings.NewReader("x"), -2, PutOptions{})
 			return err
 		}, ErrInvalidOptions},
 		{"size mismatch, short", func() error {
-			_, err := s.PutClaim(ctx, "k", ok, strings.NewReader("x"), 2, PutOptions{})
+			_, err := s.Put(fence.WithClaim(ctx, ok), "k", strings.NewReader("x"), 2, PutOptions{})
 			return err
 		}, ErrSizeMismatch},
 		{"nil write", func() error { return s.Fence(ctx, "k", 5, nil) }, fence.ErrNilArgument},
@@ -105,7 +105,7 @@ func TestBadInputWritesNothing(t *testing.T) {
 			return s.Do(ctx, "k", func(context.Context) error { t.Error("Do called write without a claim"); return nil })
 		}, fence.ErrNoToken},
 		{"failing reader", func() error {
-			_, err := s.PutClaim(ctx, "k", ok, io.MultiReader(strings.NewReader("part"), errReader{}), -1, PutOptions{})
+			_, err := s.Put(fence.WithClaim(ctx, ok), "k", io.MultiReader(strings.NewReader("part"), errReader{}), -1, PutOptions{})
 			return err
 		}, errBroken},
 	}
@@ -137,7 +137,7 @@ func TestFailingSeekerWritesNothing(t *testing.T) {
 	s := e.store(t, "", Config{})
 	big := strings.Repeat("x", 3*DefaultChunkSize)
 	r := &failAt{r: strings.NewReader(big), at: 2 * DefaultChunkSize}
-	_, err := s.PutClaim(ctx, "stream", fence.ClaimFor(ctx, 4), r, int64(len(big)), PutOptions{})
+	_, err := s.Put(fence.WithClaim(ctx, fence.ClaimFor(ctx, 4)), "stream", r, int64(len(big)), PutOptions{})
 	if !errors.Is(err, errBroken) {
 		t.Fatalf("failing stream: %v", err)
 	}
@@ -189,9 +189,9 @@ func TestForeignObjects(t *testing.T) {
 			t.Fatal(err)
 		}
 		var errs []error
-		_, err = s.PutClaim(ctx, key, fence.ClaimFor(ctx, 99), strings.NewReader("ours"), int64(len("ours")), PutOptions{})
+		_, err = s.Put(fence.WithClaim(ctx, fence.ClaimFor(ctx, 99)), key, strings.NewReader("ours"), int64(len("ours")), PutOptions{})
 		errs = append(errs, err)
-		_, err = s.DeleteClaim(ctx, key, fence.ClaimFor(ctx, 99))
+		_, err = s.Delete(fence.WithClaim(ctx, fence.ClaimFor(ctx, 99)), key)
 		errs = append(errs, err)
 		errs = append(errs, s.Fence(ctx, key, 99, func(context.Context) error { return nil }))
 		_, _, err = s.GetBytes(ctx, key)
@@ -199,9 +199,9 @@ func TestForeignObjects(t *testing.T) {
 		_, err = s.Mark(ctx, key)
 		errs = append(errs, err)
 		for i, err := range errs {
-			var oe *ForeignError
+			var oe *fence.ForeignError
 			if !errors.As(err, &oe) || !errors.Is(err, fence.ErrForeign) || oe.Resource != key {
-				t.Errorf("%s: call %d: %v, want *ForeignError", name, i, err)
+				t.Errorf("%s: call %d: %v, want *fence.ForeignError", name, i, err)
 			}
 		}
 		after, err := e.srv.GetObject(s.Bucket(), key)
@@ -244,7 +244,7 @@ func TestContextEndsDuringWrite(t *testing.T) {
 	cause := errors.New("lease lost (test)")
 	seed := func(t *testing.T, key string, tok fence.Token) {
 		t.Helper()
-		if _, err := other.PutBytesClaim(context.Background(), key, fence.ClaimFor(context.Background(), tok), []byte("seed"), PutOptions{}); err != nil {
+		if _, err := other.PutBytes(fence.WithClaim(context.Background(), fence.ClaimFor(context.Background(), tok)), key, []byte("seed"), PutOptions{}); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -273,7 +273,7 @@ func TestContextEndsDuringWrite(t *testing.T) {
 				cancel(cause)
 			}
 		}
-		_, err := s.PutBytesClaim(ctx, key, fence.ClaimFor(ctx, 3), []byte("x"), PutOptions{})
+		_, err := s.PutBytes(fence.WithClaim(ctx, fence.ClaimFor(ctx, 3)), key, []byte("x"), PutOptions{})
 		if reads != 2 {
 			t.Fatalf("%d reads, want 2", reads)
 		}
@@ -286,7 +286,7 @@ func TestContextEndsDuringWrite(t *testing.T) {
 		ctx, cancel := context.WithCancelCause(context.Background())
 		defer cancel(nil)
 		s.afterRead = func(string) { cancel(cause) }
-		_, err := s.PutBytesClaim(ctx, key, fence.ClaimFor(ctx, 4), []byte("x"), PutOptions{})
+		_, err := s.PutBytes(fence.WithClaim(ctx, fence.ClaimFor(ctx, 4)), key, []byte("x"), PutOptions{})
 		check(t, err, true)
 	})
 }

@@ -59,7 +59,7 @@ func BenchmarkPutPaired(b *testing.B) {
 				return w.Close()
 			}
 			guarded := func() error {
-				_, err := s.PutBytesClaim(ctx, guardedKey, fence.ClaimFor(ctx, 1), body, PutOptions{})
+				_, err := s.PutBytes(fence.WithClaim(ctx, fence.ClaimFor(ctx, 1)), guardedKey, body, PutOptions{})
 				return err
 			}
 			// Both keys exist before timing starts.

@@ -40,7 +40,7 @@ func TestConcurrentIndependentClients(t *testing.T) {
 				mu.Lock()
 				floor := highest
 				mu.Unlock()
-				_, err := stores[w].PutClaim(ctx, key, fence.ClaimFor(ctx, tok), strings.NewReader(fmt.Sprint(tok)), int64(len(fmt.Sprint(tok))), PutOptions{})
+				_, err := stores[w].Put(fence.WithClaim(ctx, fence.ClaimFor(ctx, tok)), key, strings.NewReader(fmt.Sprint(tok)), int64(len(fmt.Sprint(tok))), PutOptions{})
 				mu.Lock()
 				switch {
 				case err == nil:
@@ -88,7 +88,7 @@ func TestConcurrentReuse(t *testing.T) {
 		wg.Go(func() {
 			<-start
 			for range 5 {
-				_, err := s.PutClaim(ctx, key, fence.Claim{Token: 40, Run: run}, strings.NewReader(run), int64(len(run)), PutOptions{})
+				_, err := s.Put(fence.WithClaim(ctx, fence.Claim{Token: 40, Run: run}), key, strings.NewReader(run), int64(len(run)), PutOptions{})
 				results[i] = append(results[i], err)
 			}
 		})
@@ -120,7 +120,7 @@ func TestConcurrentReuse(t *testing.T) {
 	if other == winner {
 		other = runs[1]
 	}
-	_, err = e.store(t, bucket, Config{}).PutClaim(ctx, key, fence.Claim{Token: 40, Run: other}, strings.NewReader("x"), int64(len("x")), PutOptions{})
+	_, err = e.store(t, bucket, Config{}).Put(fence.WithClaim(ctx, fence.Claim{Token: 40, Run: other}), key, strings.NewReader("x"), int64(len("x")), PutOptions{})
 	if re, ok := fence.IsReused(err); !ok || re.MarkRun != winner {
 		t.Fatalf("after the race: %v", err)
 	}

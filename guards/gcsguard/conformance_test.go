@@ -58,7 +58,7 @@ func (a *subject) write(ctx context.Context, st *Guard, r string, c fence.Claim,
 			return StageBytes(ctx, []byte(v), PutOptions{})
 		})
 	}
-	_, err := st.PutClaim(ctx, r, c, strings.NewReader(v), int64(len(v)), PutOptions{ContentType: "text/plain"})
+	_, err := st.Put(fence.WithClaim(ctx, c), r, strings.NewReader(v), int64(len(v)), PutOptions{ContentType: "text/plain"})
 	return err
 }
 

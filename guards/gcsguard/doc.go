@@ -34,12 +34,11 @@
 // A fenced delete writes a tombstone rather than removing the object: a
 // removed object has no mark, so a stale writer could create it again.
 //
-// Every write has a ctx-first form (Put, PutBytes, Delete, Do) taking the
-// claim from ctx (fence.ClaimFromContext: a lease's context carries its
-// token and run identity; no claim: fence.ErrNoToken, nothing written), and
-// explicit forms taking the claim right after the resource (PutClaim,
-// PutBytesClaim, DeleteClaim; a token-only caller passes
-// fence.Claim{Token: t}). Fence implements fence.Guard and takes a token.
+// Every write (Put, PutBytes, Delete, Do) takes the claim from ctx
+// (fence.ClaimFromContext: a lease's context carries its token and run
+// identity, fence.WithClaim or fence.WithToken sets one from elsewhere; no
+// claim: fence.ErrNoToken, nothing written). Fence implements fence.Guard
+// and takes a token.
 //
 // # Metrics and logs
 //
@@ -65,7 +64,7 @@
 //     the content does not match) returns a typed error and writes
 //     nothing; a resource the guard refuses is a *fence.ResourceError
 //     (fence.ErrInvalidResource). An object of a resource without valid
-//     gcsguard metadata (*ForeignError, fence.ErrForeign) is neither read
+//     gcsguard metadata (*fence.ForeignError, fence.ErrForeign) is neither read
 //     through nor overwritten.
 //   - Once ctx has ended, calls return an error matching both ctx.Err()
 //     and context.Cause(ctx) (fence.ContextError), never fence.ErrBusy.
@@ -87,7 +86,7 @@
 //     followed) is never applied: its generation precondition names the
 //     generation the later write replaced.
 //   - Stat, Get and GetBytes of a resource without content return a
-//     *NotFoundError matching fence.ErrNotFound. A nil context or a nil
+//     *fence.NotFoundError matching fence.ErrNotFound. A nil context or a nil
 //     Fence write is refused with an error matching fence.ErrNilArgument
 //     (Stage and StageDelete outside a Fence callback: fence.ErrNoStager;
 //     a second change: fence.ErrAlreadyStaged; after Fence returned:
@@ -100,7 +99,7 @@
 //
 //   - Writers that bypass the guard: a plain write or metadata update of
 //     the object replaces or edits the mark (the guard then refuses a resource
-//     whose metadata it cannot read as *ForeignError), and a plain delete
+//     whose metadata it cannot read as *fence.ForeignError), and a plain delete
 //     erases it.
 //   - When a write's reply is lost and, before the retry, a newer holder's
 //     write lands, the write is reported as stale (or, once ctx has ended,

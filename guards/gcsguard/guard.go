@@ -96,25 +96,25 @@ var _ fence.Guard = (*Guard)(nil)
 // New validates cfg, fills defaults and returns a Guard. It does no I/O.
 func New(cfg Config) (*Guard, error) {
 	if cfg.Client == nil {
-		return nil, fmt.Errorf("%w: Client is nil", ErrInvalidConfig)
+		return nil, configErr("Client", "nil", nil)
 	}
 	if cfg.Bucket == "" {
-		return nil, fmt.Errorf("%w: Bucket is empty", ErrInvalidConfig)
+		return nil, configErr("Bucket", "empty", nil)
 	}
-	if err := engine.MaxAttemptsConfig(&cfg.MaxAttempts, ErrInvalidConfig); err != nil {
+	if err := engine.MaxAttemptsConfig(&cfg.MaxAttempts, "gcsguard"); err != nil {
 		return nil, err
 	}
 	switch {
 	case cfg.ChunkSize == 0:
 		cfg.ChunkSize = DefaultChunkSize
 	case cfg.ChunkSize < 0 || cfg.ChunkSize%(256<<10) != 0:
-		return nil, fmt.Errorf("%w: ChunkSize %d is not a positive multiple of 256 KiB", ErrInvalidConfig, cfg.ChunkSize)
+		return nil, configErr("ChunkSize", fmt.Sprintf("%d is not a positive multiple of 256 KiB", cfg.ChunkSize), nil)
 	}
 	met, err := guardobs.New(guardobs.Config{Kind: guardobs.KindGCS, Name: "gcsguard",
 		Retries:       "GCS conditional writes retried after losing a race (412).",
 		MeterProvider: cfg.MeterProvider, TracerProvider: cfg.TracerProvider, Logger: cfg.Logger})
 	if err != nil {
-		return nil, fmt.Errorf("%w: %w", ErrInvalidConfig, err)
+		return nil, configErr("MeterProvider", "instruments", err)
 	}
 	g := &Guard{
 		bucket: cfg.Client.Bucket(cfg.Bucket), name: cfg.Bucket, max: cfg.MaxAttempts, chunk: cfg.ChunkSize,
@@ -146,8 +146,8 @@ func (s *Guard) read(ctx context.Context, key string) (state, error) {
 }
 
 // Stat returns the state of resource as its metadata records it. A
-// resource without object yields *NotFoundError; a tombstone yields its
-// Info together with a *NotFoundError whose Deleted is set.
+// resource without object yields *fence.NotFoundError; a tombstone yields its
+// Info together with a *fence.NotFoundError whose Deleted is set.
 func (s *Guard) Stat(ctx context.Context, resource string) (Info, error) {
 	if err := s.eng.Read(ctx, resource); err != nil {
 		return Info{}, err
@@ -157,9 +157,9 @@ func (s *Guard) Stat(ctx context.Context, resource string) (Info, error) {
 	case err != nil:
 		return Info{}, err
 	case !st.exists():
-		return Info{}, &NotFoundError{Resource: resource}
+		return Info{}, &fence.NotFoundError{Source: "gcsguard", Resource: resource}
 	case st.deleted:
-		return st.info(resource), &NotFoundError{Resource: resource, Deleted: true, Token: st.token}
+		return st.info(resource), &fence.NotFoundError{Source: "gcsguard", Resource: resource, Deleted: true, Token: st.token}
 	}
 	return st.info(resource), nil
 }
@@ -180,7 +180,7 @@ func (s *Guard) Mark(ctx context.Context, resource string) (fence.Claim, error) 
 
 // Get returns the current content of resource, its Info and a reader the
 // caller must close. The bytes are those of the generation the Info
-// describes. A resource without object or with a tombstone yields *NotFoundError. If the
+// describes. A resource without object or with a tombstone yields *fence.NotFoundError. If the
 // object is replaced between the metadata read and the content read, Get
 // reads again.
 func (s *Guard) Get(ctx context.Context, resource string) (io.ReadCloser, Info, error) {
@@ -193,9 +193,9 @@ func (s *Guard) Get(ctx context.Context, resource string) (io.ReadCloser, Info, 
 		case err != nil:
 			return nil, Info{}, err
 		case !st.exists():
-			return nil, Info{}, &NotFoundError{Resource: resource}
+			return nil, Info{}, &fence.NotFoundError{Source: "gcsguard", Resource: resource}
 		case st.deleted:
-			return nil, st.info(resource), &NotFoundError{Resource: resource, Deleted: true, Token: st.token}
+			return nil, st.info(resource), &fence.NotFoundError{Source: "gcsguard", Resource: resource, Deleted: true, Token: st.token}
 		}
 		rc, err := s.bucket.Object(resource).Generation(st.gen).NewReader(ctx)
 		if errors.Is(err, storage.ErrObjectNotExist) {

@@ -47,7 +47,7 @@ func TestLostReplyRetried(t *testing.T) {
 	const key = "lost/retried"
 	for _, tok := range []fence.Token{3, 4} { // first write (DoesNotExist) and an overwrite (GenerationMatch)
 		uploads := loseFirstUpload(e, nil)
-		info, err := s.PutClaim(ctx, key, fence.ClaimFor(ctx, tok), strings.NewReader("v"), int64(len("v")), PutOptions{})
+		info, err := s.Put(fence.WithClaim(ctx, fence.ClaimFor(ctx, tok)), key, strings.NewReader("v"), int64(len("v")), PutOptions{})
 		e.setFault(nil)
 		if err != nil {
 			t.Fatalf("token %d: write whose reply was lost: %v", tok, err)
@@ -76,7 +76,7 @@ func TestLostReplyNoLibraryRetry(t *testing.T) {
 	s := e.store(t, "", Config{Client: c})
 	const key = "lost/noretry"
 	uploads := loseFirstUpload(e, nil)
-	info, err := s.PutClaim(ctx, key, fence.ClaimFor(ctx, 6), strings.NewReader("v"), int64(len("v")), PutOptions{})
+	info, err := s.Put(fence.WithClaim(ctx, fence.ClaimFor(ctx, 6)), key, strings.NewReader("v"), int64(len("v")), PutOptions{})
 	e.setFault(nil)
 	if err != nil {
 		t.Fatalf("write whose reply was lost: %v", err)
@@ -97,7 +97,7 @@ func TestLostReplyOvertaken(t *testing.T) {
 	e := newEmulator(t)
 	s := e.store(t, "", Config{})
 	const key = "lost/overtaken"
-	if _, err := s.PutClaim(ctx, key, fence.ClaimFor(ctx, 7), strings.NewReader("seven"), int64(len("seven")), PutOptions{}); err != nil {
+	if _, err := s.Put(fence.WithClaim(ctx, fence.ClaimFor(ctx, 7)), key, strings.NewReader("seven"), int64(len("seven")), PutOptions{}); err != nil {
 		t.Fatal(err)
 	}
 	uploads := loseFirstUpload(e, func() {
@@ -111,7 +111,7 @@ func TestLostReplyOvertaken(t *testing.T) {
 			Content: []byte("nine"),
 		})
 	})
-	_, err := s.PutClaim(ctx, key, fence.ClaimFor(ctx, 8), strings.NewReader("eight"), int64(len("eight")), PutOptions{})
+	_, err := s.Put(fence.WithClaim(ctx, fence.ClaimFor(ctx, 8)), key, strings.NewReader("eight"), int64(len("eight")), PutOptions{})
 	e.setFault(nil)
 	se, ok := fence.IsStale(err)
 	if !ok || se.Presented != 8 || se.Highest != 9 {
@@ -133,7 +133,7 @@ func TestUnknownOutcomeNotLanded(t *testing.T) {
 	c.SetRetry(storage.WithPolicy(storage.RetryNever))
 	s := e.store(t, "", Config{Client: c})
 	const key = "lost/notlanded"
-	if _, err := s.PutClaim(ctx, key, fence.ClaimFor(ctx, 2), strings.NewReader("two"), int64(len("two")), PutOptions{}); err != nil {
+	if _, err := s.Put(fence.WithClaim(ctx, fence.ClaimFor(ctx, 2)), key, strings.NewReader("two"), int64(len("two")), PutOptions{}); err != nil {
 		t.Fatal(err)
 	}
 	e.setFault(func(r *http.Request) bool {
@@ -144,7 +144,7 @@ func TestUnknownOutcomeNotLanded(t *testing.T) {
 		}
 		return strings.HasPrefix(r.URL.Path, "/upload/")
 	})
-	_, err := s.PutClaim(ctx, key, fence.ClaimFor(ctx, 3), strings.NewReader("three"), int64(len("three")), PutOptions{})
+	_, err := s.Put(fence.WithClaim(ctx, fence.ClaimFor(ctx, 3)), key, strings.NewReader("three"), int64(len("three")), PutOptions{})
 	e.setFault(nil)
 	if err == nil || errors.Is(err, fence.ErrStale) || errors.Is(err, fence.ErrBusy) {
 		t.Fatalf("unknown outcome: %v, want the store error", err)
@@ -192,7 +192,7 @@ func TestContextEndedDuringUploadNotLanded(t *testing.T) {
 		<-ht.started
 		cancel(cause)
 	}()
-	_, err := s.PutClaim(ctx, "ended/upload", fence.ClaimFor(ctx, 2), strings.NewReader("two"), int64(len("two")), PutOptions{})
+	_, err := s.Put(fence.WithClaim(ctx, fence.ClaimFor(ctx, 2)), "ended/upload", strings.NewReader("two"), int64(len("two")), PutOptions{})
 	if !errors.Is(err, fence.ErrOutcomeUnknown) || !errors.Is(err, context.Canceled) || !errors.Is(err, cause) {
 		t.Fatalf("error %v: want an unknown outcome matching the context's end and its cause", err)
 	}

@@ -123,7 +123,7 @@ func TestGuardMetrics(t *testing.T) {
 	b := e.store(t, bucket, Config{}) // another process, no metrics
 	const key = "doc/secret-name"
 	put := func(s *Guard, c fence.Claim, v string) error {
-		_, err := s.PutClaim(ctx, key, c, strings.NewReader(v), int64(len(v)), PutOptions{})
+		_, err := s.Put(fence.WithClaim(ctx, c), key, strings.NewReader(v), int64(len(v)), PutOptions{})
 		return err
 	}
 
@@ -154,7 +154,7 @@ func TestGuardMetrics(t *testing.T) {
 	if err := put(a, reuse, "b2"); !errors.Is(err, fence.ErrTokenReused) {
 		t.Fatalf("put: %v, want reuse", err)
 	}
-	if _, err := a.DeleteClaim(ctx, key, reuse); !errors.Is(err, fence.ErrTokenReused) {
+	if _, err := a.Delete(fence.WithClaim(ctx, reuse), key); !errors.Is(err, fence.ErrTokenReused) {
 		t.Fatalf("delete: %v, want reuse", err)
 	}
 	if err := a.Do(fence.WithClaim(ctx, reuse), key, func(context.Context) error { return nil }); !errors.Is(err, fence.ErrTokenReused) {

@@ -48,10 +48,10 @@ type state struct {
 func (st state) exists() bool { return st.attrs != nil }
 
 // decode reads gcsguard's metadata from attrs. Anything that is not exactly
-// what gcsguard writes is an *ForeignError.
+// what gcsguard writes is an *fence.ForeignError.
 func decode(key string, a *storage.ObjectAttrs) (state, error) {
 	bad := func(format string, args ...any) (state, error) {
-		return state{}, &ForeignError{Resource: key, Generation: a.Generation, Reason: fmt.Sprintf(format, args...)}
+		return state{}, &fence.ForeignError{Source: "gcsguard", Resource: key, Version: a.Generation, Reason: fmt.Sprintf(format, args...)}
 	}
 	raw, ok := a.Metadata[MetaToken]
 	if !ok {

@@ -34,27 +34,27 @@ func TestPutSizeMismatchWritesNothing(t *testing.T) {
 		read int64 // SizeError.Read
 	}{
 		{"memory short", func(r string) error {
-			_, err := s.PutClaim(ctx, r, fence.ClaimFor(ctx, 3), onlyReader{strings.NewReader("abc")}, 4, PutOptions{})
+			_, err := s.Put(fence.WithClaim(ctx, fence.ClaimFor(ctx, 3)), r, onlyReader{strings.NewReader("abc")}, 4, PutOptions{})
 			return err
 		}, 4, 3},
 		{"memory long", func(r string) error {
-			_, err := s.PutClaim(ctx, r, fence.ClaimFor(ctx, 3), onlyReader{strings.NewReader("abcde")}, 4, PutOptions{})
+			_, err := s.Put(fence.WithClaim(ctx, fence.ClaimFor(ctx, 3)), r, onlyReader{strings.NewReader("abcde")}, 4, PutOptions{})
 			return err
 		}, 4, 5},
 		{"stream short", func(r string) error {
-			_, err := s.PutClaim(ctx, r, fence.ClaimFor(ctx, 3), strings.NewReader("abc"), 4, PutOptions{})
+			_, err := s.Put(fence.WithClaim(ctx, fence.ClaimFor(ctx, 3)), r, strings.NewReader("abc"), 4, PutOptions{})
 			return err
 		}, 4, 3},
 		{"stream long", func(r string) error {
-			_, err := s.PutClaim(ctx, r, fence.ClaimFor(ctx, 3), strings.NewReader("abcde"), 4, PutOptions{})
+			_, err := s.Put(fence.WithClaim(ctx, fence.ClaimFor(ctx, 3)), r, strings.NewReader("abcde"), 4, PutOptions{})
 			return err
 		}, 4, 5},
 		{"stream long, resumable", func(r string) error {
-			_, err := s.PutClaim(ctx, r, fence.ClaimFor(ctx, 3), strings.NewReader(big), int64(len(big))-1, PutOptions{})
+			_, err := s.Put(fence.WithClaim(ctx, fence.ClaimFor(ctx, 3)), r, strings.NewReader(big), int64(len(big))-1, PutOptions{})
 			return err
 		}, int64(len(big)) - 1, int64(len(big))},
 		{"stream short, resumable", func(r string) error {
-			_, err := s.PutClaim(ctx, r, fence.ClaimFor(ctx, 3), strings.NewReader(big), int64(len(big))+1, PutOptions{})
+			_, err := s.Put(fence.WithClaim(ctx, fence.ClaimFor(ctx, 3)), r, strings.NewReader(big), int64(len(big))+1, PutOptions{})
 			return err
 		}, int64(len(big)) + 1, int64(len(big))},
 		{"ctx form", func(r string) error {
@@ -119,7 +119,7 @@ func TestPutSizes(t *testing.T) {
 	for i, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
 			resource := "sizes/" + strings.ReplaceAll(c.name, " ", "-")
-			info, err := s.PutClaim(ctx, resource, fence.ClaimFor(ctx, fence.Token(i+1)), c.r(c.body), c.size(c.body), PutOptions{})
+			info, err := s.Put(fence.WithClaim(ctx, fence.ClaimFor(ctx, fence.Token(i+1))), resource, c.r(c.body), c.size(c.body), PutOptions{})
 			if err != nil {
 				t.Fatal(err)
 			}

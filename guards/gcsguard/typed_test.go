@@ -26,7 +26,7 @@ func TestLostReplyOvertakenNoLibraryRetry(t *testing.T) {
 	c.SetRetry(storage.WithPolicy(storage.RetryNever))
 	s := e.store(t, "", Config{Client: c})
 	const key = "lost/overtaken-noretry"
-	if _, err := s.PutClaim(ctx, key, fence.ClaimFor(ctx, 7), strings.NewReader("seven"), int64(len("seven")), PutOptions{}); err != nil {
+	if _, err := s.Put(fence.WithClaim(ctx, fence.ClaimFor(ctx, 7)), key, strings.NewReader("seven"), int64(len("seven")), PutOptions{}); err != nil {
 		t.Fatal(err)
 	}
 	loseFirstUpload(e, func() {
@@ -39,7 +39,7 @@ func TestLostReplyOvertakenNoLibraryRetry(t *testing.T) {
 			Content: []byte("nine"),
 		})
 	})
-	_, err := s.PutClaim(ctx, key, fence.ClaimFor(ctx, 8), strings.NewReader("eight"), int64(len("eight")), PutOptions{})
+	_, err := s.Put(fence.WithClaim(ctx, fence.ClaimFor(ctx, 8)), key, strings.NewReader("eight"), int64(len("eight")), PutOptions{})
 	e.setFault(nil)
 	se, ok := fence.IsStale(err)
 	if !ok || se.Presented != 8 || se.Highest != 9 || !se.Overtaken || errors.Is(err, fence.ErrOutcomeUnknown) {

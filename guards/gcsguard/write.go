@@ -18,8 +18,13 @@ import (
 
 // Put stores size bytes from r at resource under the claim ctx carries
 // (fence.ClaimFromContext: a lease's context carries its token and run
-// identity). With no claim in ctx it returns an error matching
-// fence.ErrNoToken and writes nothing. An io.ReadSeeker is streamed (and
+// identity; a claim from elsewhere goes in with fence.WithClaim). With no
+// claim in ctx it returns an error matching fence.ErrNoToken and writes
+// nothing. The write is refused with a *fence.StaleError when the claim's
+// token is below the resource's mark and with a *fence.ReusedError when it
+// equals the mark while the claim's run and the mark's are both set and
+// differ; nothing is written. A size below -1 is refused with
+// ErrInvalidOptions. An io.ReadSeeker is streamed (and
 // rewound for a retry); any other reader is read into memory first.
 //
 // size is the content's length in bytes, or -1 when it is not known (the
@@ -36,23 +41,6 @@ func (s *Guard) Put(ctx context.Context, resource string, r io.Reader, size int6
 // PutBytes is Put for content held in memory.
 func (s *Guard) PutBytes(ctx context.Context, resource string, b []byte, opts PutOptions) (Info, error) {
 	return s.Put(ctx, resource, bytes.NewReader(b), int64(len(b)), opts)
-}
-
-// PutBytesClaim is PutClaim for content held in memory.
-func (s *Guard) PutBytesClaim(ctx context.Context, resource string, claim fence.Claim, b []byte, opts PutOptions) (Info, error) {
-	return s.PutClaim(ctx, resource, claim, bytes.NewReader(b), int64(len(b)), opts)
-}
-
-// PutClaim is Put with an explicit claim. A caller holding only a token
-// passes fence.Claim{Token: t}, or fence.ClaimFor(ctx, t) to keep ctx's run
-// identity for that token.
-//
-// The write is refused with a *fence.StaleError when c.Token is below the
-// resource's mark and with a *fence.ReusedError when it equals the mark
-// while c.Run and the mark's run identity are both set and differ; nothing
-// is written. A size below -1 is refused with ErrInvalidOptions.
-func (s *Guard) PutClaim(ctx context.Context, resource string, claim fence.Claim, r io.Reader, size int64, opts PutOptions) (Info, error) {
-	return s.put(ctx, resource, &claim, r, size, opts)
 }
 
 func (s *Guard) put(ctx context.Context, resource string, c *fence.Claim, r io.Reader, size int64, opts PutOptions) (Info, error) {
@@ -75,15 +63,10 @@ func (s *Guard) put(ctx context.Context, resource string, c *fence.Claim, r io.R
 // "true"), written with the same generation precondition as Put. The
 // object is replaced, not removed, because a removed object has no mark:
 // a stale writer could then create it again. Afterwards Get reports
-// *NotFoundError with Deleted and Token set. Deleting a resource without object
+// *fence.NotFoundError with Deleted and Token set. Deleting a resource without object
 // writes the tombstone all the same, raising the mark.
 func (s *Guard) Delete(ctx context.Context, resource string) (Info, error) {
 	return s.write(ctx, resource, nil, StageDelete)
-}
-
-// DeleteClaim is Delete with an explicit claim (see PutClaim).
-func (s *Guard) DeleteClaim(ctx context.Context, resource string, claim fence.Claim) (Info, error) {
-	return s.write(ctx, resource, &claim, StageDelete)
 }
 
 // Do is Fence under the claim ctx carries (fence.ClaimFromContext): with no

@@ -71,15 +71,15 @@ const (
 	FieldMarkRun  = "mark_run" // the run identity stored with the mark
 )
 
-// TokenGapBounds are the explicit bucket boundaries of MetricTokenGap.
-var TokenGapBounds = []float64{1, 2, 5, 10, 100, 1000, 10000, 100000}
+// TokenGapBounds returns the explicit bucket boundaries of MetricTokenGap,
+// a fresh slice on each call (the boundaries cannot be changed).
+func TokenGapBounds() []float64 {
+	return []float64{1, 2, 5, 10, 100, 1000, 10000, 100000}
+}
 
 // RetriesName is the name of kind's retry counter:
 // "fencekit.guard.<kind>.retries" (fencekit.guard.s3.retries for S3).
 func RetriesName(kind string) string { return "fencekit.guard." + kind + ".retries" }
-
-// ErrInvalidConfig is matched by every error New returns for a bad Config.
-var ErrInvalidConfig = errors.New("guardobs: invalid config")
 
 // Config configures a Recorder. Kind is required.
 type Config struct {
@@ -119,11 +119,11 @@ type Recorder struct {
 }
 
 // New validates cfg and creates the instruments on cfg.MeterProvider. An
-// error creating an instrument is returned (matching ErrInvalidConfig)
+// error creating an instrument is returned (matching fence.ErrInvalidConfig)
 // with no Recorder.
 func New(cfg Config) (*Recorder, error) {
 	if !kindRE.MatchString(cfg.Kind) {
-		return nil, fmt.Errorf("%w: Kind %q: want 1 to 32 bytes of a-z, 0-9 and '_'", ErrInvalidConfig, cfg.Kind)
+		return nil, configErr("Kind", fmt.Sprintf("%q: want 1 to 32 bytes of a-z, 0-9 and '_'", cfg.Kind), nil)
 	}
 	if cfg.Name == "" {
 		cfg.Name = cfg.Kind + "guard"
@@ -152,7 +152,7 @@ func New(cfg Config) (*Recorder, error) {
 		metric.WithDescription("Writes a guard refused because their token was below the resource's mark."))
 	r.gap, errs[2] = m.Int64Histogram(MetricTokenGap, metric.WithUnit("{token}"),
 		metric.WithDescription("Highest minus presented token of each stale rejection."),
-		metric.WithExplicitBucketBoundaries(TokenGapBounds...))
+		metric.WithExplicitBucketBoundaries(TokenGapBounds()...))
 	r.reused, errs[3] = m.Int64Counter(MetricReused, metric.WithUnit("{write}"),
 		metric.WithDescription("Writes a guard refused because their token equals the mark while their run identity differs (token issued twice)."))
 	if cfg.Retries != "" {
@@ -160,7 +160,7 @@ func New(cfg Config) (*Recorder, error) {
 			metric.WithDescription(cfg.Retries))
 	}
 	if err := errors.Join(errs[:]...); err != nil {
-		return nil, fmt.Errorf("%w: MeterProvider: %w", ErrInvalidConfig, err)
+		return nil, configErr("MeterProvider", "instruments", err)
 	}
 	return r, nil
 }
@@ -217,4 +217,9 @@ func (r *Recorder) Decision(ctx context.Context, err error) {
 	if re, ok := fence.IsReused(err); ok {
 		r.Reused(ctx, re)
 	}
+}
+
+// configErr is the *fence.ConfigError of a guardobs Config field.
+func configErr(field, reason string, err error) error {
+	return &fence.ConfigError{Source: "guardobs", Field: field, Reason: reason, Err: err}
 }

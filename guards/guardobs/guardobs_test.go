@@ -86,7 +86,7 @@ func TestInstruments(t *testing.T) {
 		"fencekit.guard.accepted":   {Unit: "{write}", Kind: "sum"},
 		"fencekit.guard.stale":      {Unit: "{write}", Kind: "sum"},
 		"fencekit.guard.reused":     {Unit: "{write}", Kind: "sum"},
-		"fencekit.guard.token_gap":  {Unit: "{token}", Kind: "histogram", Bounds: fmtBounds(guardobs.TokenGapBounds)},
+		"fencekit.guard.token_gap":  {Unit: "{token}", Kind: "histogram", Bounds: fmtBounds(guardobs.TokenGapBounds())},
 		"fencekit.guard.s3.retries": {Unit: "{attempt}", Kind: "sum"},
 	}
 	if len(got) != len(want) {
@@ -160,8 +160,21 @@ func TestNilRecorderAndBadConfig(t *testing.T) {
 	r.Retried(context.Background(), 1)
 	r.Reused(context.Background(), &fence.ReusedError{})
 	for _, kind := range []string{"", "Redis", "has space", "a-b", "x123456789012345678901234567890123"} {
-		if _, err := guardobs.New(guardobs.Config{Kind: kind}); !errors.Is(err, guardobs.ErrInvalidConfig) {
-			t.Errorf("Kind %q: %v, want ErrInvalidConfig", kind, err)
+		if _, err := guardobs.New(guardobs.Config{Kind: kind}); !errors.Is(err, fence.ErrInvalidConfig) {
+			t.Errorf("Kind %q: %v, want fence.ErrInvalidConfig", kind, err)
 		}
+	}
+}
+
+// TokenGapBounds hands out a copy: changing what it returned does not
+// change the boundaries a later Recorder uses.
+func TestTokenGapBoundsIsACopy(t *testing.T) {
+	b := guardobs.TokenGapBounds()
+	if len(b) == 0 || b[0] != 1 {
+		t.Fatalf("TokenGapBounds() = %v, want boundaries starting at 1", b)
+	}
+	b[0] = 42
+	if again := guardobs.TokenGapBounds(); again[0] != 1 {
+		t.Fatalf("after changing a returned slice, TokenGapBounds()[0] = %v, want 1", again[0])
 	}
 }

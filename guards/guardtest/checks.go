@@ -17,9 +17,9 @@ func mustAccept(ctx context.Context, s Subject, r string, tok fence.Token, v str
 	return nil
 }
 
-// CheckFirstWrite checks that a resource never written is not found, and a first write
+// checkFirstWrite checks that a resource never written is not found, and a first write
 // with any valid token is accepted and read back.
-func CheckFirstWrite(ctx context.Context, s Subject, cfg Config) error {
+func checkFirstWrite(ctx context.Context, s Subject, cfg Config) error {
 	r := resourceName(cfg, "first", 0)
 	if err := expectState(ctx, s, r, State{}, "before any write"); err != nil {
 		return err
@@ -38,8 +38,8 @@ func CheckFirstWrite(ctx context.Context, s Subject, cfg Config) error {
 	return expectState(ctx, s, r2, found("max", math.MaxInt64), "after first write with MaxInt64")
 }
 
-// CheckHigher checks that a higher token is accepted and replaces the value.
-func CheckHigher(ctx context.Context, s Subject, cfg Config) error {
+// checkHigher checks that a higher token is accepted and replaces the value.
+func checkHigher(ctx context.Context, s Subject, cfg Config) error {
 	r := resourceName(cfg, "higher", 0)
 	for _, step := range []struct {
 		tok fence.Token
@@ -55,9 +55,9 @@ func CheckHigher(ctx context.Context, s Subject, cfg Config) error {
 	return nil
 }
 
-// CheckEqual checks that the same token writing again is accepted (a retry of the same
+// checkEqual checks that the same token writing again is accepted (a retry of the same
 // acquisition) and replaces the value.
-func CheckEqual(ctx context.Context, s Subject, cfg Config) error {
+func checkEqual(ctx context.Context, s Subject, cfg Config) error {
 	r := resourceName(cfg, "equal", 0)
 	if err := mustAccept(ctx, s, r, 4, "first"); err != nil {
 		return err
@@ -98,9 +98,9 @@ func checkStaleErr(err error, r string, presented, highest fence.Token) error {
 	return nil
 }
 
-// CheckStale checks that a lower token is refused with a *fence.StaleError naming both
+// checkStale checks that a lower token is refused with a *fence.StaleError naming both
 // tokens, and the state is unchanged; the mark still admits its own token.
-func CheckStale(ctx context.Context, s Subject, cfg Config) error {
+func checkStale(ctx context.Context, s Subject, cfg Config) error {
 	r := resourceName(cfg, "stale", 0)
 	if err := mustAccept(ctx, s, r, 10, "ten"); err != nil {
 		return err
@@ -130,9 +130,9 @@ func CheckStale(ctx context.Context, s Subject, cfg Config) error {
 	return expectState(ctx, s, r, found("twelve", 12), "after a write to another resource")
 }
 
-// CheckInvalidTokens checks that tokens 0 and negative are refused with errors matching
+// checkInvalidTokens checks that tokens 0 and negative are refused with errors matching
 // fence.ErrInvalidToken, on fresh and on written resources, changing nothing.
-func CheckInvalidTokens(ctx context.Context, s Subject, cfg Config) error {
+func checkInvalidTokens(ctx context.Context, s Subject, cfg Config) error {
 	r := resourceName(cfg, "badtoken", 0)
 	fresh := resourceName(cfg, "badtoken", 1)
 	if err := mustAccept(ctx, s, r, 5, "keep"); err != nil {
@@ -181,9 +181,9 @@ func InvalidResources() []string {
 	}
 }
 
-// CheckInvalidResources checks that bad resource names are refused with errors matching
+// checkInvalidResources checks that bad resource names are refused with errors matching
 // fence.ErrInvalidResource, and nothing is stored under them or elsewhere.
-func CheckInvalidResources(ctx context.Context, s Subject, cfg Config) error {
+func checkInvalidResources(ctx context.Context, s Subject, cfg Config) error {
 	good := resourceName(cfg, "badres", 0)
 	if err := mustAccept(ctx, s, good, 3, "keep"); err != nil {
 		return err
@@ -207,10 +207,10 @@ func CheckInvalidResources(ctx context.Context, s Subject, cfg Config) error {
 	return errors.Join(errs...)
 }
 
-// CheckFailedWrite checks that, when the write callback fails, Fence reports an error
+// checkFailedWrite checks that, when the write callback fails, Fence reports an error
 // that is not a stale refusal, nothing is stored, and the mark is not
 // raised. Needs a FailingWriter.
-func CheckFailedWrite(ctx context.Context, s Subject, cfg Config) error {
+func checkFailedWrite(ctx context.Context, s Subject, cfg Config) error {
 	fw, ok := s.(FailingWriter)
 	if !ok {
 		return &UnsupportedError{Interface: "FailingWriter"}

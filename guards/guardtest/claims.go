@@ -137,17 +137,17 @@ func checkEnded(ctx context.Context, s Subject, cfg Config, name string,
 	return errors.Join(errs...)
 }
 
-// CheckEndedContext checks that Write under a context that was cancelled
+// checkEndedContext checks that Write under a context that was cancelled
 // with a cause (as a lease context is when the lease is lost) returns an
 // error matching both context.Canceled and the cause, never fence.ErrBusy,
 // and changes neither the value nor the mark.
-func CheckEndedContext(ctx context.Context, s Subject, cfg Config) error {
+func checkEndedContext(ctx context.Context, s Subject, cfg Config) error {
 	return checkEnded(ctx, s, cfg, "ended", s.Write)
 }
 
-// CheckEndedContextForm is CheckEndedContext for the ctx-first form: the
+// checkEndedContextForm is checkEndedContext for the ctx-first form: the
 // cancelled context carries a valid claim. Needs a ContextWriter.
-func CheckEndedContextForm(ctx context.Context, s Subject, cfg Config) error {
+func checkEndedContextForm(ctx context.Context, s Subject, cfg Config) error {
 	cw, ok := s.(ContextWriter)
 	if !ok {
 		return &UnsupportedError{Interface: InterfaceContextWriter}
@@ -157,10 +157,10 @@ func CheckEndedContextForm(ctx context.Context, s Subject, cfg Config) error {
 	})
 }
 
-// CheckNoToken checks that the ctx-first form refuses a context that
+// checkNoToken checks that the ctx-first form refuses a context that
 // carries no claim with an error matching fence.ErrNoToken and writes
 // nothing, on a written and on a fresh resource. Needs a ContextWriter.
-func CheckNoToken(ctx context.Context, s Subject, cfg Config) error {
+func checkNoToken(ctx context.Context, s Subject, cfg Config) error {
 	cw, ok := s.(ContextWriter)
 	if !ok {
 		return &UnsupportedError{Interface: InterfaceContextWriter}
@@ -194,13 +194,13 @@ func CheckNoToken(ctx context.Context, s Subject, cfg Config) error {
 	return errors.Join(errs...)
 }
 
-// CheckContextForm checks that the ctx-first form under fence.WithClaim
+// checkContextForm checks that the ctx-first form under fence.WithClaim
 // admits and refuses exactly like Write: first, higher and equal tokens
 // accepted, lower ones refused with a *fence.StaleError, marks shared with
 // Write in both directions, an invalid claim or resource refused with the
 // typed error, and a claim whose token equals the mark while its run differs
 // from the mark's refused as a reuse. Needs a ContextWriter.
-func CheckContextForm(ctx context.Context, s Subject, cfg Config) error {
+func checkContextForm(ctx context.Context, s Subject, cfg Config) error {
 	cw, ok := s.(ContextWriter)
 	if !ok {
 		return &UnsupportedError{Interface: InterfaceContextWriter}
@@ -296,14 +296,14 @@ func checkReusedErr(err error, r string, tok fence.Token, run, markRun string) e
 	return nil
 }
 
-// CheckTokenReuse checks the run-identity rule with explicit claims: with
+// checkTokenReuse checks the run-identity rule with explicit claims: with
 // the mark set by run A at token T, T from run B is refused with a
 // *fence.ReusedError (not stale, not busy) and changes nothing; T from A is
 // accepted; T with no run is accepted (token-only rule) and keeps A's
 // identity, so B is still refused; T+1 from B is accepted and hands the
 // identity to B; a malformed run is refused with fence.ErrInvalidRun and
 // writes nothing. Needs a ClaimWriter.
-func CheckTokenReuse(ctx context.Context, s Subject, cfg Config) error {
+func checkTokenReuse(ctx context.Context, s Subject, cfg Config) error {
 	cw, ok := s.(ClaimWriter)
 	if !ok {
 		return &UnsupportedError{Interface: InterfaceClaimWriter}

@@ -208,7 +208,7 @@ func TestClaimChecksNeedTheirInterfaces(t *testing.T) {
 		assert.Equal(t, iface, ue.Interface, c.Name)
 	}
 	_, err := guardtest.Config{Pending: []string{"FailingWriter"}}.WithDefaults()
-	assert.ErrorIs(t, err, guardtest.ErrInvalidConfig)
+	assert.ErrorIs(t, err, fence.ErrInvalidConfig)
 }
 
 // Run fails a Subject that lacks ClaimWriter, ContextWriter or StrictWriter

@@ -98,7 +98,7 @@
 //     write stored, never return an older token than a write or a read that
 //     completed before them, and that the final stored value and token are
 //     those of the highest accepted token;
-//   - linearizability under faults ([CheckLinearizable]): many concurrent
+//   - linearizability under faults (Checks: LinearizableUnderFaults): many concurrent
 //     writers and readers over a few resources, with interleaved tokens, run
 //     identities (repeated writes of a run, run-less writes, re-issued
 //     tokens), and a fraction of the writes made through WriteHeld (reply

@@ -29,7 +29,7 @@ import (
 // that was refused (stale, reused or busy), never for one that reported
 // success, an unknown outcome or "not applied".
 //
-// CheckLinearizable calls WriteDelayed from several goroutines at once, for
+// checkLinearizable calls WriteDelayed from several goroutines at once, for
 // different resources, and delivers each held copy while other writes go
 // on (it takes a resource's next faulted write only after delivering).
 //
@@ -47,11 +47,11 @@ var ErrNothingHeld = errors.New("guardtest: no committing request was held")
 const InterfaceDuplicateWriter = "DuplicateWriter"
 
 // DelayedWriteTimeout bounds the context of the delayed write in
-// CheckDelayedDuplicate: a guard that neither retries nor settles returns
+// checkDelayedDuplicate: a guard that neither retries nor settles returns
 // when it ends.
 const DelayedWriteTimeout = 3 * time.Second
 
-// CheckDelayedDuplicate checks that a delayed copy of an earlier write of a
+// checkDelayedDuplicate checks that a delayed copy of an earlier write of a
 // run can never be applied after a later write of the same run: with the
 // mark at (5, run A), a write of "first" under (5, A) whose first request is
 // held in transit returns nil, an error matching fence.ErrOutcomeUnknown or
@@ -59,7 +59,7 @@ const DelayedWriteTimeout = 3 * time.Second
 // is accepted; the held copy is then delivered; and Read still returns
 // "later" at token 5. The same holds when the later write comes from a newer
 // run (6, B). Needs a DuplicateWriter and a ClaimWriter.
-func CheckDelayedDuplicate(ctx context.Context, s Subject, cfg Config) error {
+func checkDelayedDuplicate(ctx context.Context, s Subject, cfg Config) error {
 	dw, ok := s.(DuplicateWriter)
 	if !ok {
 		return &UnsupportedError{Interface: InterfaceDuplicateWriter}
@@ -125,8 +125,8 @@ func checkDelayed(ctx context.Context, s Subject, dw DuplicateWriter, cw ClaimWr
 	return errors.Join(errs...)
 }
 
-// CheckFaultWritersConcurrent runs CheckDelayedDuplicate and
-// CheckOutcomeUnknown from Writers goroutines at once (half each), on
+// CheckFaultWritersConcurrent runs checkDelayedDuplicate and
+// checkOutcomeUnknown from Writers goroutines at once (half each), on
 // resources of their own, and joins their errors: a Subject's
 // DuplicateWriter and OutcomeWriter must give each call the outcome it has
 // alone (a hold shared between calls shows here). Needs both interfaces.
@@ -135,9 +135,9 @@ func CheckFaultWritersConcurrent(ctx context.Context, s Subject, cfg Config) err
 	errs := make([]error, n)
 	var wg sync.WaitGroup
 	for i := range n {
-		check := CheckDelayedDuplicate
+		check := checkDelayedDuplicate
 		if i%2 == 1 {
-			check = CheckOutcomeUnknown
+			check = checkOutcomeUnknown
 		}
 		wg.Go(func() { errs[i] = check(ctx, s, cfg) })
 	}

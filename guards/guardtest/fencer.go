@@ -10,7 +10,7 @@ import (
 
 // Fencer is implemented by Subjects that expose the fence.Guard their
 // writes go through (every fencekit guard is one; FromGuard's Subjects
-// implement it). A nil Guard counts as not implemented. CheckFenceClaim and CheckFenceMissing call its Fence (and
+// implement it). A nil Guard counts as not implemented. checkFenceClaim and checkFenceMissing call its Fence (and
 // Do, when it is a ContextGuard) with callbacks that write nothing
 // themselves; Read must then see what the guard alone did.
 type Fencer interface {
@@ -20,12 +20,12 @@ type Fencer interface {
 // InterfaceFencer names Fencer in messages.
 const InterfaceFencer = "Fencer"
 
-// CheckFenceClaim checks that a Fence callback's context carries the
+// checkFenceClaim checks that a Fence callback's context carries the
 // admitted claim (fence.ClaimFromContext): the token Fence was given, with
 // the run and scope of ctx's claim when that claim is for the same token,
 // and no run otherwise; and, for a ContextGuard, that Do's callback sees
 // ctx's claim. Needs a Fencer.
-func CheckFenceClaim(ctx context.Context, s Subject, cfg Config) error {
+func checkFenceClaim(ctx context.Context, s Subject, cfg Config) error {
 	g := fencerGuard(s)
 	if g == nil {
 		return &UnsupportedError{Interface: InterfaceFencer}
@@ -71,11 +71,11 @@ func CheckFenceClaim(ctx context.Context, s Subject, cfg Config) error {
 	return errors.Join(errs...)
 }
 
-// CheckFenceMissing checks the rule for a Fence whose callback writes
+// checkFenceMissing checks the rule for a Fence whose callback writes
 // nothing on a resource never written: it succeeds and raises the mark
 // (a lower token is then refused as stale, the same token accepted), and
 // no value appears (Read finds none). Needs a Fencer.
-func CheckFenceMissing(ctx context.Context, s Subject, cfg Config) error {
+func checkFenceMissing(ctx context.Context, s Subject, cfg Config) error {
 	g := fencerGuard(s)
 	if g == nil {
 		return &UnsupportedError{Interface: InterfaceFencer}

@@ -62,7 +62,7 @@ type Config struct {
 	// concurrency check's writers run. Default 2; negative means none.
 	Readers int
 	// FaultRounds is the number of rounds of tokens in the linearizability
-	// check (CheckLinearizable): each writer writes every resource once
+	// check (checkLinearizable): each writer writes every resource once
 	// per round, plus repeats. Default 6.
 	FaultRounds int
 	// FaultEvery makes about one write in FaultEvery of the
@@ -123,10 +123,6 @@ const (
 // skips such a check (see Config.Pending).
 var ErrUnsupported = errors.New("guardtest: subject does not support this check")
 
-// ErrInvalidConfig is matched by the error WithDefaults returns for a bad
-// Config.
-var ErrInvalidConfig = errors.New("guardtest: invalid config")
-
 // WithDefaults validates cfg and returns a copy with defaults filled in.
 // New may be nil here (the check functions do not use it); Run requires it.
 func (cfg Config) WithDefaults() (Config, error) {
@@ -162,18 +158,18 @@ func (cfg Config) WithDefaults() (Config, error) {
 	}
 	switch {
 	case cfg.Writers < 1 || cfg.Rounds < 1 || cfg.Resources < 1:
-		return cfg, fmt.Errorf("%w: Writers, Rounds and Resources must be positive", ErrInvalidConfig)
+		return cfg, configErr("Writers, Rounds, Resources", "must be positive", nil)
 	case cfg.FaultRounds < 1 || cfg.FaultEvery < 1:
-		return cfg, fmt.Errorf("%w: FaultRounds and FaultEvery must be positive", ErrInvalidConfig)
+		return cfg, configErr("FaultRounds, FaultEvery", "must be positive", nil)
 	case cfg.Timeout < 0 || cfg.DeliveryDelay < 0 || cfg.SearchTimeout < 0:
-		return cfg, fmt.Errorf("%w: negative Timeout, DeliveryDelay or SearchTimeout", ErrInvalidConfig)
+		return cfg, configErr("Timeout, DeliveryDelay, SearchTimeout", "negative", nil)
 	case fence.ValidateResource(cfg.Prefix+"x") != nil:
-		return cfg, fmt.Errorf("%w: Prefix %q does not make valid resource names", ErrInvalidConfig, cfg.Prefix)
+		return cfg, configErr("Prefix", fmt.Sprintf("%q does not make valid resource names", cfg.Prefix), nil)
 	}
 	for _, p := range cfg.Pending {
 		if p != InterfaceClaimWriter && p != InterfaceContextWriter && p != InterfaceStrictWriter {
-			return cfg, fmt.Errorf("%w: Pending %q is not %q, %q or %q", ErrInvalidConfig, p,
-				InterfaceClaimWriter, InterfaceContextWriter, InterfaceStrictWriter)
+			return cfg, configErr("Pending", fmt.Sprintf("%q is not %q, %q or %q", p,
+				InterfaceClaimWriter, InterfaceContextWriter, InterfaceStrictWriter), nil)
 		}
 	}
 	return cfg, nil
@@ -190,25 +186,25 @@ type Check struct {
 // Checks returns every check Run performs, in order.
 func Checks() []Check {
 	return []Check{
-		{"FirstWriteAccepted", CheckFirstWrite},
-		{"HigherAccepted", CheckHigher},
-		{"EqualAccepted", CheckEqual},
-		{"StaleRejected", CheckStale},
-		{"InvalidTokensRejected", CheckInvalidTokens},
-		{"InvalidResourcesRejected", CheckInvalidResources},
-		{"FailedWriteKeepsMark", CheckFailedWrite},
+		{"FirstWriteAccepted", checkFirstWrite},
+		{"HigherAccepted", checkHigher},
+		{"EqualAccepted", checkEqual},
+		{"StaleRejected", checkStale},
+		{"InvalidTokensRejected", checkInvalidTokens},
+		{"InvalidResourcesRejected", checkInvalidResources},
+		{"FailedWriteKeepsMark", checkFailedWrite},
 		{"ConcurrentHistory", CheckConcurrent},
-		{"EndedContextRefused", CheckEndedContext},
-		{"EndedContextRefusedContextForm", CheckEndedContextForm},
-		{"NoTokenRefused", CheckNoToken},
-		{"ContextFormMatchesWrite", CheckContextForm},
-		{"TokenReuseRefused", CheckTokenReuse},
-		{"OutcomeUnknownReported", CheckOutcomeUnknown},
-		{"DelayedDuplicateNotApplied", CheckDelayedDuplicate},
-		{"LinearizableUnderFaults", CheckLinearizable},
-		{"StrictScopeRefused", CheckStrictScope},
-		{"FenceCallbackCarriesClaim", CheckFenceClaim},
-		{"FenceOnMissingResource", CheckFenceMissing},
+		{"EndedContextRefused", checkEndedContext},
+		{"EndedContextRefusedContextForm", checkEndedContextForm},
+		{"NoTokenRefused", checkNoToken},
+		{"ContextFormMatchesWrite", checkContextForm},
+		{"TokenReuseRefused", checkTokenReuse},
+		{"OutcomeUnknownReported", checkOutcomeUnknown},
+		{"DelayedDuplicateNotApplied", checkDelayedDuplicate},
+		{"LinearizableUnderFaults", checkLinearizable},
+		{"StrictScopeRefused", checkStrictScope},
+		{"FenceCallbackCarriesClaim", checkFenceClaim},
+		{"FenceOnMissingResource", checkFenceMissing},
 	}
 }
 
@@ -304,3 +300,8 @@ func (s State) String() string {
 }
 
 func found(v string, t fence.Token) State { return State{Value: v, Token: t, Found: true} }
+
+// configErr is the *fence.ConfigError of a guardtest Config field.
+func configErr(field, reason string, err error) error {
+	return &fence.ConfigError{Source: "guardtest", Field: field, Reason: reason, Err: err}
+}

@@ -387,7 +387,7 @@ func TestConfigDefaults(t *testing.T) {
 	for _, bad := range []guardtest.Config{{Writers: -1}, {Rounds: -2}, {Prefix: "a\x00"}, {Timeout: -1},
 		{FaultRounds: -1}, {FaultEvery: -3}, {DeliveryDelay: -1}, {SearchTimeout: -1}} {
 		_, err := bad.WithDefaults()
-		assert.ErrorIs(t, err, guardtest.ErrInvalidConfig, "%+v", bad)
+		assert.ErrorIs(t, err, fence.ErrInvalidConfig, "%+v", bad)
 	}
 }
 

@@ -11,7 +11,7 @@ import (
 	"github.com/fencekit/fencekit/fence"
 )
 
-// CheckLinearizable runs cfg.Writers concurrent writers and cfg.Readers
+// checkLinearizable runs cfg.Writers concurrent writers and cfg.Readers
 // concurrent readers over cfg.Resources resources for cfg.FaultRounds rounds
 // of interleaved, shuffled tokens (see Workload), with run identities: each
 // token's holder writes under its own run, sometimes twice in a row, now and
@@ -59,7 +59,7 @@ import (
 // the faults are skipped, and logged (cfg.Logf), and the fault-free history
 // is still checked. Without a ClaimWriter, plain writes go through Write
 // and carry no run identity.
-func CheckLinearizable(ctx context.Context, s Subject, cfg Config) error {
+func checkLinearizable(ctx context.Context, s Subject, cfg Config) error {
 	ow, _ := s.(OutcomeWriter)
 	dw, _ := s.(DuplicateWriter)
 	cw, _ := s.(ClaimWriter)
@@ -110,10 +110,10 @@ func CheckLinearizable(ctx context.Context, s Subject, cfg Config) error {
 	return nil
 }
 
-// Fault is how CheckLinearizable makes a planned write.
+// Fault is how checkLinearizable makes a planned write.
 type Fault string
 
-// Faults of CheckLinearizable.
+// Faults of checkLinearizable.
 const (
 	FaultNone    Fault = ""        // Write, or WriteClaim with a ClaimWriter
 	FaultHeld    Fault = "held"    // OutcomeWriter.WriteHeld
@@ -137,7 +137,7 @@ type PlannedWrite struct {
 	Round    int  // the round of its token: writers start each round together
 }
 
-// LinearizablePlan returns, for each writer, the writes CheckLinearizable
+// LinearizablePlan returns, for each writer, the writes checkLinearizable
 // makes in order. Tokens are Workload's (rounds rounds over resources). Each
 // token's writer presents the run "g<token>.w<writer>", or (when claims is
 // false, or for one write in ten) no run; one write in four is followed by a

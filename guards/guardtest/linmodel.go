@@ -48,7 +48,7 @@ func writeOutcome(err error) string {
 	return outcomeUnexpected
 }
 
-// LinearWrite is one recorded write of CheckLinearizable. Invoked and
+// LinearWrite is one recorded write of checkLinearizable. Invoked and
 // Completed are ticks of the run's logical clock around the call; for a
 // delayed write, Delivered is the tick after its held copy's delivery
 // returned (0 for other writes).
@@ -72,7 +72,7 @@ type LinearWrite struct {
 	Violation string
 }
 
-// LinearHistory is what CheckLinearizable records: every write, every read
+// LinearHistory is what checkLinearizable records: every write, every read
 // (concurrent, read-backs and the final ones after every write and delivery
 // completed).
 type LinearHistory struct {
@@ -206,7 +206,7 @@ var linModel = (&porcupine.NondeterministicModel{
 	},
 }).ToModel()
 
-// CheckLinearizableHistory checks h (see CheckLinearizable) one resource at
+// CheckLinearizableHistory checks h (see checkLinearizable) one resource at
 // a time against the fenced register, with Porcupine, each search bounded
 // by timeout (0: none). It reports every resource whose history is not
 // linearizable (with its operations and the longest order the search could

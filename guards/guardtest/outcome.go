@@ -21,7 +21,7 @@ import (
 // the reply in flight. WriteHeld returns what the guard returned, after
 // releasing the hold.
 //
-// CheckLinearizable calls WriteHeld from several goroutines at once, for
+// checkLinearizable calls WriteHeld from several goroutines at once, for
 // different resources: the hold must catch each call's own reply.
 //
 // Every guard whose commit is a request over a network should implement it;
@@ -34,7 +34,7 @@ type OutcomeWriter interface {
 // InterfaceOutcomeWriter names OutcomeWriter in messages.
 const InterfaceOutcomeWriter = "OutcomeWriter"
 
-// CheckOutcomeUnknown checks what a guard reports when its context ends
+// checkOutcomeUnknown checks what a guard reports when its context ends
 // while its committing request is in flight and has in fact been applied,
 // on a written and on a fresh resource: never "nothing written". It must
 // either settle the outcome (return nil: the write was applied) or return
@@ -43,7 +43,7 @@ const InterfaceOutcomeWriter = "OutcomeWriter"
 // returns the write, and a retry under the same token is accepted, as
 // docs/guards.md tells callers to do after an unknown outcome. Needs an
 // OutcomeWriter.
-func CheckOutcomeUnknown(ctx context.Context, s Subject, cfg Config) error {
+func checkOutcomeUnknown(ctx context.Context, s Subject, cfg Config) error {
 	ow, ok := s.(OutcomeWriter)
 	if !ok {
 		return &UnsupportedError{Interface: InterfaceOutcomeWriter}

@@ -23,7 +23,7 @@ type StrictWriter interface {
 // InterfaceStrictWriter names StrictWriter in Config.Pending.
 const InterfaceStrictWriter = "StrictWriter"
 
-// CheckStrictScope checks the strict mode (fence.CheckScope): with the
+// checkStrictScope checks the strict mode (fence.CheckScope): with the
 // claims of two keys A and B (scopes S_A and S_B), a strict write under A's
 // claim to a resource in S_A is accepted; B's claim, with a higher token,
 // to that resource is refused with a *fence.ScopeError naming the resource
@@ -33,7 +33,7 @@ const InterfaceStrictWriter = "StrictWriter"
 // text prefix of the resource's scope. A malformed scope is refused with
 // fence.ErrInvalidScope by WriteStrict and by WriteClaim (strict or not, a
 // malformed claim is bad input). Needs a StrictWriter and a ClaimWriter.
-func CheckStrictScope(ctx context.Context, s Subject, cfg Config) error {
+func checkStrictScope(ctx context.Context, s Subject, cfg Config) error {
 	sw, ok := s.(StrictWriter)
 	if !ok {
 		return &UnsupportedError{Interface: InterfaceStrictWriter}

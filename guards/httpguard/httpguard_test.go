@@ -569,7 +569,7 @@ func TestResourceFunc(t *testing.T) {
 func TestMiddlewareConfig(t *testing.T) {
 	mem := newMem(t)
 	_, err := httpguard.Middleware(nil, httpguard.Config{})
-	assert.ErrorIs(t, err, httpguard.ErrInvalidConfig)
+	assert.ErrorIs(t, err, fence.ErrInvalidConfig)
 	for _, cfg := range []httpguard.Config{
 		{TokenHeader: "Bad Header"},
 		{TokenHeader: "a:b"},
@@ -583,7 +583,7 @@ func TestMiddlewareConfig(t *testing.T) {
 		{MaxResponseBytes: -1},
 	} {
 		_, err := httpguard.Middleware(mem, cfg)
-		assert.ErrorIs(t, err, httpguard.ErrInvalidConfig, "%+v", cfg)
+		assert.ErrorIs(t, err, fence.ErrInvalidConfig, "%+v", cfg)
 	}
 }
 

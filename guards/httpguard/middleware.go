@@ -86,10 +86,6 @@ type Config struct {
 	TracerProvider trace.TracerProvider
 }
 
-// ErrInvalidConfig is matched by errors Middleware returns for a bad Config
-// or a nil guard.
-var ErrInvalidConfig = errors.New("httpguard: invalid config")
-
 // ErrResponseTooLarge is returned by the buffered ResponseWriter's Write once
 // the handler has written more than Config.MaxResponseBytes.
 var ErrResponseTooLarge = errors.New("httpguard: handler response over MaxResponseBytes")
@@ -132,26 +128,26 @@ func (cfg Config) withDefaults() (Config, error) {
 	}
 	switch {
 	case !validHeaderName(cfg.TokenHeader):
-		return cfg, fmt.Errorf("%w: TokenHeader %q is not a header field name", ErrInvalidConfig, cfg.TokenHeader)
+		return cfg, configErr("TokenHeader", fmt.Sprintf("%q is not a header field name", cfg.TokenHeader), nil)
 	case !validHeaderName(cfg.ResourceHeader):
-		return cfg, fmt.Errorf("%w: ResourceHeader %q is not a header field name", ErrInvalidConfig, cfg.ResourceHeader)
+		return cfg, configErr("ResourceHeader", fmt.Sprintf("%q is not a header field name", cfg.ResourceHeader), nil)
 	case !validHeaderName(cfg.RunHeader):
-		return cfg, fmt.Errorf("%w: RunHeader %q is not a header field name", ErrInvalidConfig, cfg.RunHeader)
+		return cfg, configErr("RunHeader", fmt.Sprintf("%q is not a header field name", cfg.RunHeader), nil)
 	case http.CanonicalHeaderKey(cfg.TokenHeader) == http.CanonicalHeaderKey(cfg.ResourceHeader):
-		return cfg, fmt.Errorf("%w: TokenHeader and ResourceHeader are both %q", ErrInvalidConfig, cfg.TokenHeader)
+		return cfg, configErr("ResourceHeader", fmt.Sprintf("%q is also the token header", cfg.TokenHeader), nil)
 	case http.CanonicalHeaderKey(cfg.RunHeader) == http.CanonicalHeaderKey(cfg.TokenHeader),
 		http.CanonicalHeaderKey(cfg.RunHeader) == http.CanonicalHeaderKey(cfg.ResourceHeader):
-		return cfg, fmt.Errorf("%w: RunHeader %q is also the token or resource header", ErrInvalidConfig, cfg.RunHeader)
+		return cfg, configErr("RunHeader", fmt.Sprintf("%q is also the token or resource header", cfg.RunHeader), nil)
 	case !validHeaderName(cfg.ScopeHeader):
-		return cfg, fmt.Errorf("%w: ScopeHeader %q is not a header field name", ErrInvalidConfig, cfg.ScopeHeader)
+		return cfg, configErr("ScopeHeader", fmt.Sprintf("%q is not a header field name", cfg.ScopeHeader), nil)
 	case http.CanonicalHeaderKey(cfg.ScopeHeader) == http.CanonicalHeaderKey(cfg.TokenHeader),
 		http.CanonicalHeaderKey(cfg.ScopeHeader) == http.CanonicalHeaderKey(cfg.ResourceHeader),
 		http.CanonicalHeaderKey(cfg.ScopeHeader) == http.CanonicalHeaderKey(cfg.RunHeader):
-		return cfg, fmt.Errorf("%w: ScopeHeader %q is also the token, resource or run header", ErrInvalidConfig, cfg.ScopeHeader)
+		return cfg, configErr("ScopeHeader", fmt.Sprintf("%q is also the token, resource or run header", cfg.ScopeHeader), nil)
 	case cfg.RetryAfter < 0:
-		return cfg, fmt.Errorf("%w: negative RetryAfter", ErrInvalidConfig)
+		return cfg, configErr("RetryAfter", "negative", nil)
 	case cfg.MaxResponseBytes < 0:
-		return cfg, fmt.Errorf("%w: negative MaxResponseBytes", ErrInvalidConfig)
+		return cfg, configErr("MaxResponseBytes", "negative", nil)
 	}
 	cfg.TokenHeader = http.CanonicalHeaderKey(cfg.TokenHeader)
 	cfg.ResourceHeader = http.CanonicalHeaderKey(cfg.ResourceHeader)
@@ -162,10 +158,11 @@ func (cfg Config) withDefaults() (Config, error) {
 
 // Middleware returns server middleware that fences every request it
 // handles with g. See the package documentation for the protocol. It
-// returns an error matching ErrInvalidConfig for a nil g or a bad cfg.
+// returns a *fence.ConfigError (fence.ErrInvalidConfig) for a nil g or a
+// bad cfg.
 func Middleware(g fence.Guard, cfg Config) (func(http.Handler) http.Handler, error) {
 	if g == nil {
-		return nil, fmt.Errorf("%w: nil guard", ErrInvalidConfig)
+		return nil, configErr("g", "nil guard", nil)
 	}
 	cfg, err := cfg.withDefaults()
 	if err != nil {
@@ -174,7 +171,7 @@ func Middleware(g fence.Guard, cfg Config) (func(http.Handler) http.Handler, err
 	met, err := guardobs.New(guardobs.Config{Kind: guardobs.KindHTTP, Name: "httpguard",
 		MeterProvider: cfg.MeterProvider, TracerProvider: cfg.TracerProvider, Logger: cfg.Logger})
 	if err != nil {
-		return nil, fmt.Errorf("%w: %w", ErrInvalidConfig, err)
+		return nil, configErr("MeterProvider", "instruments", err)
 	}
 	m := &middleware{g: g, cfg: cfg, met: met, retryAfter: strconv.FormatInt(int64((cfg.RetryAfter+time.Second-1)/time.Second), 10)}
 	if cfg.RetryAfter < time.Second {
@@ -439,4 +436,9 @@ func (b *bufferedResponse) relay(w http.ResponseWriter) {
 	}
 	w.WriteHeader(b.statusCode())
 	_, _ = w.Write(b.body.Bytes())
+}
+
+// configErr is the *fence.ConfigError of a httpguard Config field.
+func configErr(field, reason string, err error) error {
+	return &fence.ConfigError{Source: "httpguard", Field: field, Reason: reason, Err: err}
 }

@@ -2,7 +2,6 @@ package memguard
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"log/slog"
 	"sync"
@@ -36,10 +35,6 @@ type Config struct {
 	Strict bool
 }
 
-// ErrInvalidConfig is returned by New when the MeterProvider cannot create
-// the guard's instruments.
-var ErrInvalidConfig = errors.New("memguard: invalid config")
-
 // Guard is an in-process fence.Guard. It is safe for concurrent use.
 type Guard struct {
 	mu      sync.Mutex
@@ -62,7 +57,7 @@ func New(cfg Config) (*Guard, error) {
 	met, err := guardobs.New(guardobs.Config{Kind: guardobs.KindMemory, Name: "memguard",
 		MeterProvider: cfg.MeterProvider, TracerProvider: cfg.TracerProvider, Logger: cfg.Logger})
 	if err != nil {
-		return nil, fmt.Errorf("%w: %w", ErrInvalidConfig, err)
+		return nil, &fence.ConfigError{Source: "memguard", Field: "MeterProvider", Reason: "instruments", Err: err}
 	}
 	return &Guard{entries: map[string]*entry{}, met: met,
 		args: engine.Args{Name: "memguard", Strict: cfg.Strict, Rec: met}}, nil

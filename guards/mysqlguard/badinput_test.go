@@ -13,7 +13,7 @@ import (
 )
 
 // TestCorruptMarks: a marks row or an in-row token/run the guard did not
-// write refuses the write with a *ForeignError and writes nothing: a token
+// write refuses the write with a *fence.ForeignError and writes nothing: a token
 // below 1 refuses every write; a malformed run refuses writes at its token
 // (the only ones its run decides), while a higher token replaces it.
 func TestCorruptMarks(t *testing.T) {
@@ -41,9 +41,9 @@ func TestCorruptMarks(t *testing.T) {
 		for _, tok := range toks {
 			for name, w := range map[string]guardtestWriter{"marks": ms, "in-row": rs} {
 				err := w.WriteClaim(ctx, r, fence.Claim{Token: tok, Run: "run-a"}, "new")
-				var me *ForeignError
+				var me *fence.ForeignError
 				if !errors.As(err, &me) || me.Resource != r || errors.Is(err, fence.ErrStale) || errors.Is(err, fence.ErrBusy) {
-					t.Errorf("%s: mark (%d, %q), token %d: %v, want *ForeignError", name, bad.tok, bad.run, tok, err)
+					t.Errorf("%s: mark (%d, %q), token %d: %v, want *fence.ForeignError", name, bad.tok, bad.run, tok, err)
 				}
 			}
 		}
@@ -77,28 +77,28 @@ func TestBadArguments(t *testing.T) {
 	f := newFixture(t)
 	g := f.guard(t, Config{DB: f.db})
 	rows := f.inRow(t, RowsConfig{})
-	if err := g.InTxClaim(ctx, "r", fence.Claim{Token: 1}, nil); !errors.Is(err, fence.ErrNilArgument) {
+	if err := g.InTx(fence.WithClaim(ctx, fence.Claim{Token: 1}), "r", nil); !errors.Is(err, fence.ErrNilArgument) {
 		t.Errorf("InTxClaim(nil fn): %v", err)
 	}
 	if err := g.InTx(fence.WithToken(ctx, 1), "r", nil); !errors.Is(err, fence.ErrNilArgument) {
 		t.Errorf("InTx(nil fn): %v", err)
 	}
-	if err := g.FenceTxClaim(ctx, nil, "r", fence.Claim{Token: 1}); !errors.Is(err, fence.ErrNilArgument) {
+	if err := g.FenceTx(fence.WithClaim(ctx, fence.Claim{Token: 1}), nil, "r"); !errors.Is(err, fence.ErrNilArgument) {
 		t.Errorf("FenceTx(nil tx): %v", err)
 	}
 	if err := g.Fence(ctx, "r", 1, nil); !errors.Is(err, fence.ErrNilArgument) {
 		t.Errorf("Fence(nil write): %v", err)
 	}
-	if err := rows.UpsertClaim(ctx, nil, []any{"a"}, fence.Claim{Token: 1}, "v"); !errors.Is(err, fence.ErrNilArgument) {
+	if err := rows.Upsert(fence.WithClaim(ctx, fence.Claim{Token: 1}), nil, []any{"a"}, "v"); !errors.Is(err, fence.ErrNilArgument) {
 		t.Errorf("UpsertClaim(nil querier): %v", err)
 	}
-	if err := rows.UpsertClaim(ctx, f.db, []any{"a", "b"}, fence.Claim{Token: 1}, "v"); !errors.Is(err, ErrKeyArity) {
+	if err := rows.Upsert(fence.WithClaim(ctx, fence.Claim{Token: 1}), f.db, []any{"a", "b"}, "v"); !errors.Is(err, ErrKeyArity) {
 		t.Errorf("two key values: %v", err)
 	}
-	if err := rows.UpsertClaim(ctx, f.db, []any{"a"}, fence.Claim{Token: 1}); !errors.Is(err, ErrKeyArity) {
+	if err := rows.Upsert(fence.WithClaim(ctx, fence.Claim{Token: 1}), f.db, []any{"a"}); !errors.Is(err, ErrKeyArity) {
 		t.Errorf("no column value: %v", err)
 	}
-	if err := rows.UpsertClaim(ctx, f.db, []any{"a\nb"}, fence.Claim{Token: 1}, "v"); !errors.Is(err, fence.ErrInvalidResource) {
+	if err := rows.Upsert(fence.WithClaim(ctx, fence.Claim{Token: 1}), f.db, []any{"a\nb"}, "v"); !errors.Is(err, fence.ErrInvalidResource) {
 		t.Errorf("key with a newline: %v", err)
 	}
 	if err := rows.Upsert(ctx, f.db, []any{"a"}, "v"); !errors.Is(err, fence.ErrNoToken) {
@@ -113,9 +113,9 @@ func TestBadArguments(t *testing.T) {
 		{Config{DB: f.db, IsoLevel: sql.LevelSnapshot}, "IsoLevel"}, {Config{DB: f.db, SettleTimeout: -1}, "SettleTimeout"},
 	} {
 		_, err := New(tc.cfg)
-		var ce *ConfigError
-		if !errors.Is(err, ErrInvalidConfig) || !errors.As(err, &ce) || ce.Field != tc.field {
-			t.Errorf("New(%+v): %v, want a *ConfigError for %s", tc.cfg, err, tc.field)
+		var ce *fence.ConfigError
+		if !errors.Is(err, fence.ErrInvalidConfig) || !errors.As(err, &ce) || ce.Field != tc.field {
+			t.Errorf("New(%+v): %v, want a *fence.ConfigError for %s", tc.cfg, err, tc.field)
 		}
 	}
 	for _, tc := range []struct {
@@ -127,9 +127,9 @@ func TestBadArguments(t *testing.T) {
 		{RowsConfig{Table: "t", Key: []string{"k"}, RunColumn: "R"}, "RunColumn"},
 	} {
 		_, err := NewRows(tc.cfg)
-		var ce *ConfigError
-		if !errors.Is(err, ErrInvalidConfig) || !errors.As(err, &ce) || ce.Field != tc.field {
-			t.Errorf("NewRows(%+v): %v, want a *ConfigError for %s", tc.cfg, err, tc.field)
+		var ce *fence.ConfigError
+		if !errors.Is(err, fence.ErrInvalidConfig) || !errors.As(err, &ce) || ce.Field != tc.field {
+			t.Errorf("NewRows(%+v): %v, want a *fence.ConfigError for %s", tc.cfg, err, tc.field)
 		}
 	}
 	var n int

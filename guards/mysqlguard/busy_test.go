@@ -29,7 +29,7 @@ func TestLockWaitTimeoutIsBusy(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer rollback(tx)
-	if err := g.FenceTxClaim(ctx, tx, r, fence.Claim{Token: 5}); err != nil {
+	if err := g.FenceTx(fence.WithClaim(ctx, fence.Claim{Token: 5}), tx, r); err != nil {
 		t.Fatal(err)
 	}
 	s := marksSubject{f: f, g: g, db: waiter}
@@ -64,13 +64,13 @@ func TestDeadlockIsBusy(t *testing.T) {
 			t.Fatal(err)
 		}
 		defer rollback(tx)
-		if err := g.FenceTxClaim(ctx, tx, res[i], fence.Claim{Token: 3}); err != nil {
+		if err := g.FenceTx(fence.WithClaim(ctx, fence.Claim{Token: 3}), tx, res[i]); err != nil {
 			t.Fatal(err)
 		}
 		txs[i] = tx
 	}
 	errs := make(chan error, 2)
-	go func() { errs <- g.FenceTxClaim(ctx, txs[0], res[1], fence.Claim{Token: 3}) }()
+	go func() { errs <- g.FenceTx(fence.WithClaim(ctx, fence.Claim{Token: 3}), txs[0], res[1]) }()
 	// Wait until the first transaction waits for the second's lock, then
 	// close the cycle.
 	waitFor(t, "a lock wait", func() bool {
@@ -85,7 +85,7 @@ func TestDeadlockIsBusy(t *testing.T) {
 			"INSERT INTO `"+f.marks+"`%").Scan(&n)
 		return n > 0
 	})
-	go func() { errs <- g.FenceTxClaim(ctx, txs[1], res[0], fence.Claim{Token: 3}) }()
+	go func() { errs <- g.FenceTx(fence.WithClaim(ctx, fence.Claim{Token: 3}), txs[1], res[0]) }()
 	var busy, ok int
 	for range 2 {
 		err := <-errs

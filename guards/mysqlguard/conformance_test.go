@@ -20,7 +20,7 @@ type marksSubject struct {
 }
 
 func (s marksSubject) WriteClaim(ctx context.Context, r string, c fence.Claim, v string) error {
-	return s.g.InTxClaim(ctx, r, c, func(ctx context.Context, tx *sql.Tx) error {
+	return s.g.InTx(fence.WithClaim(ctx, c), r, func(ctx context.Context, tx *sql.Tx) error {
 		return s.f.writeData(ctx, tx, r, int64(c.Token), v)
 	})
 }
@@ -37,7 +37,7 @@ func (s marksSubject) WriteContext(ctx context.Context, r, v string) error {
 }
 
 func (s marksSubject) WriteFailing(ctx context.Context, r string, tok fence.Token) error {
-	return s.g.InTxClaim(ctx, r, fence.Claim{Token: tok}, func(ctx context.Context, tx *sql.Tx) error {
+	return s.g.InTx(fence.WithClaim(ctx, fence.Claim{Token: tok}), r, func(ctx context.Context, tx *sql.Tx) error {
 		if err := s.f.writeData(ctx, tx, r, int64(tok), "never"); err != nil {
 			return err
 		}
@@ -76,7 +76,7 @@ type rowsSubject struct {
 }
 
 func (s rowsSubject) WriteClaim(ctx context.Context, r string, c fence.Claim, v string) error {
-	return s.r.UpsertClaim(ctx, s.db, []any{r}, c, v)
+	return s.r.Upsert(fence.WithClaim(ctx, c), s.db, []any{r}, v)
 }
 
 func (s rowsSubject) Write(ctx context.Context, r string, tok fence.Token, v string) error {
@@ -94,7 +94,7 @@ func (s rowsSubject) WriteFailing(ctx context.Context, r string, tok fence.Token
 		return err
 	}
 	defer rollback(tx)
-	if err := s.r.UpsertClaim(ctx, tx, []any{r}, fence.Claim{Token: tok}, "never"); err != nil {
+	if err := s.r.Upsert(fence.WithClaim(ctx, fence.Claim{Token: tok}), tx, []any{r}, "never"); err != nil {
 		return err
 	}
 	return guardtest.ErrInjected

@@ -10,13 +10,13 @@
 // (Config.Table, created by CreateTable from schema.sql), in the database
 // that holds the guarded data, so the mark and the data share one
 // transaction. A Guard owns its database, Config.DB (required; New returns
-// a *ConfigError without it): the methods that open a transaction take no
+// a *fence.ConfigError without it): the methods that open a transaction take no
 // database argument, the ones that fence the caller's own transaction take
 // that transaction.
 //
-//   - InTx / InTxClaim: begin on Config.DB (isolation Config.IsoLevel),
+//   - InTx: begin on Config.DB (isolation Config.IsoLevel),
 //     fence, run the function, commit; roll back on any error or panic.
-//   - FenceTx / FenceTxClaim: fence inside a transaction the caller opened
+//   - FenceTx: fence inside a transaction the caller opened
 //     (for example through an ORM).
 //   - Fence: the fence.Guard method, on Config.DB; the callback finds the
 //     transaction with TxFromContext and the admitted claim with
@@ -25,7 +25,7 @@
 //     CreateTable creates the marks table there.
 //
 // In-row mode (Rows, built by NewRows) keeps the token and run identity in
-// columns of the user's own rows: Upsert / UpsertClaim write one row with
+// columns of the user's own rows: Upsert writes one row with
 // one INSERT ... ON DUPLICATE KEY UPDATE that changes nothing when the
 // claim is refused, followed in the same transaction by a locking read of
 // the row's token and run that decides. Their querier argument says where
@@ -33,9 +33,8 @@
 // which Upsert opens a transaction of its own and commits an admitted
 // write. The mark is the row: deleting the row deletes the mark.
 //
-// Each entry point has a ctx-first form, which takes the claim from ctx
-// (fence.ClaimFromContext), and a ...Claim form for a claim passed
-// explicitly.
+// Every entry point takes the claim from ctx (fence.ClaimFromContext; a
+// claim from elsewhere goes in with fence.WithClaim).
 //
 // # How the decision is made
 //
@@ -132,7 +131,7 @@
 //     resource lies outside its claim's scope, or whose claim has no scope,
 //     is refused with a *fence.ScopeError before any I/O.
 //   - A stored mark the guard did not write refuses the write with
-//     *ForeignError and nothing is written: a token below 1 refuses every
+//     *fence.ForeignError and nothing is written: a token below 1 refuses every
 //     write; a run that is not a valid identity refuses the writes at its
 //     token, the only ones it decides (a higher token replaces it). Bad input (resource, token, run, missing claim, nil
 //     arguments, key arity) is refused with a typed error before any I/O.

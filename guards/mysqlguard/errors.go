@@ -12,57 +12,9 @@ import (
 	"github.com/fencekit/fencekit/fence"
 )
 
-// ErrInvalidConfig is matched by every error New and NewRows return (each a
-// *ConfigError).
-var ErrInvalidConfig = errors.New("mysqlguard: invalid config")
-
-// ConfigError reports a Config (RowsConfig) field that is invalid or
-// missing. It matches ErrInvalidConfig.
-type ConfigError struct {
-	Field  string
-	Reason string
-	Err    error // underlying cause, if any
-}
-
-// Error implements error.
-func (e *ConfigError) Error() string {
-	msg := "mysqlguard: invalid config " + e.Field + ": " + e.Reason
-	if e.Err != nil {
-		msg += ": " + e.Err.Error()
-	}
-	return msg
-}
-
-// Is reports whether target is ErrInvalidConfig.
-func (e *ConfigError) Is(target error) bool { return target == ErrInvalidConfig }
-
-// Unwrap returns the underlying cause.
-func (e *ConfigError) Unwrap() error { return e.Err }
-
-// configErr is a *ConfigError.
-func configErr(field, reason string, err error) error {
-	return &ConfigError{Field: field, Reason: reason, Err: err}
-}
-
 // ErrKeyArity is matched by the error of an in-row write whose key or value
 // count does not match RowsConfig.
 var ErrKeyArity = errors.New("mysqlguard: wrong number of key or column values")
-
-// ForeignError reports a stored mark the guard cannot read (a marks-table
-// row, or the token and run columns of a row in in-row mode, that this
-// guard does not write). It matches fence.ErrForeign. Nothing is written.
-type ForeignError struct {
-	Resource string
-	Reason   string
-}
-
-// Error implements error.
-func (e *ForeignError) Error() string {
-	return fmt.Sprintf("mysqlguard: %q: unreadable mark: %s", e.Resource, e.Reason)
-}
-
-// Is reports whether target is fence.ErrForeign.
-func (e *ForeignError) Is(target error) bool { return target == fence.ErrForeign }
 
 // ErrTableMismatch is matched by a *TableError: the guarded table (the
 // marks table, or an in-row table) is missing or lacks a column the guard
@@ -174,4 +126,9 @@ func stmtError(ctx context.Context, table, resource, op string, err error) error
 // (commit, upsert), sent and failed with err without a reply.
 func outcomeUnknown(ctx context.Context, resource, op string, err error) error {
 	return fence.OutcomeUnknown(ctx, "mysqlguard: "+op, resource, err)
+}
+
+// configErr is the *fence.ConfigError of a mysqlguard Config field.
+func configErr(field, reason string, err error) error {
+	return &fence.ConfigError{Source: "mysqlguard", Field: field, Reason: reason, Err: err}
 }

@@ -93,7 +93,7 @@ func ExampleRows_Upsert() {
 	runB := fence.WithClaim(ctx, fence.Claim{Token: 8, Run: "run-b"})
 	fmt.Println(rows.Upsert(runB, db, []any{"doc-1"}, "from B"))
 	// The same token from another run: issued twice, refused.
-	err = rows.UpsertClaim(ctx, db, []any{"doc-1"}, fence.Claim{Token: 8, Run: "run-c"}, "from C")
+	err = rows.Upsert(fence.WithClaim(ctx, fence.Claim{Token: 8, Run: "run-c"}), db, []any{"doc-1"}, "from C")
 	if re, ok := fence.IsReused(err); ok {
 		fmt.Printf("C refused: token %d was accepted from %s\n", re.Token, re.MarkRun)
 	}

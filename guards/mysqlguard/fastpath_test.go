@@ -55,7 +55,7 @@ func equalTokenRules(ctx context.Context, t *testing.T, f fixture, rows *Rows, t
 		{fence.Claim{Token: 6, Run: "run-c"}, "v6", nil, 6, "run-c"},
 		{fence.Claim{Token: 6, Run: "RUN-C"}, "x", fence.ErrTokenReused, 6, "run-c"},
 	} {
-		err := rows.UpsertClaim(ctx, f.db, []any{res}, step.claim, step.value)
+		err := rows.Upsert(fence.WithClaim(ctx, step.claim), f.db, []any{res}, step.value)
 		switch {
 		case step.want == nil && err != nil, step.want != nil && !errors.Is(err, step.want):
 			t.Fatalf("step %d, claim %+v: %v, want %v", i, step.claim, err, step.want)

@@ -32,11 +32,11 @@ var schemaSQL string
 // Config configures a Guard (marks mode).
 type Config struct {
 	// DB is the database the Guard works on: CreateTable creates the marks
-	// table in it, InTx, InTxClaim and Fence open their transactions on it,
+	// table in it, InTx and Fence open their transactions on it,
 	// Mark reads from it, and a COMMIT whose reply was lost is settled on a
 	// fresh connection of it. The marks table and the guarded data must
-	// both live in it. Required (New returns a *ConfigError otherwise).
-	// FenceTx and FenceTxClaim work in the caller's transaction, which
+	// both live in it. Required (New returns a *fence.ConfigError otherwise).
+	// FenceTx works in the caller's transaction, which
 	// should be on the same database.
 	DB *sql.DB
 	// Table is the marks table (created by CreateTable). A plain
@@ -103,7 +103,7 @@ type Guard struct {
 var _ fence.Guard = (*Guard)(nil)
 
 // New validates cfg, fills defaults and returns a Guard. It does no I/O.
-// Every error is a *ConfigError (ErrInvalidConfig).
+// Every error is a *fence.ConfigError (fence.ErrInvalidConfig).
 func New(cfg Config) (*Guard, error) {
 	if cfg.DB == nil {
 		return nil, configErr("DB", "nil: the Guard needs the database that holds the marks table and the guarded data", nil)
@@ -153,7 +153,7 @@ func validSQL(tok string) string { return "(" + tok + " >= 1)" }
 // checked (REGEXP, as fence.ValidateRun) and compared, so the usual write
 // with a higher token evaluates no regular expression; a malformed run at
 // an equal token refuses the write, and the guard reports it as a
-// *ForeignError after reading it. Runs are compared byte for byte, as
+// *fence.ForeignError after reading it. Runs are compared byte for byte, as
 // fence.DecideClaim compares them, whatever the column's collation.
 func admitSQL(tok, run string) string {
 	if run == "" {
@@ -255,12 +255,6 @@ func (g *Guard) Table() string { return g.table }
 // after ctx ends.
 func (g *Guard) InTx(ctx context.Context, resource string, fn func(ctx context.Context, tx *sql.Tx) error) error {
 	return g.args.Claimed(ctx, resource, nil, func(c fence.Claim) error { return g.inTx(ctx, resource, c, fn) })
-}
-
-// InTxClaim is InTx for a claim passed explicitly (fence.ClaimFor(ctx,
-// token) for a token from elsewhere).
-func (g *Guard) InTxClaim(ctx context.Context, resource string, claim fence.Claim, fn func(ctx context.Context, tx *sql.Tx) error) error {
-	return g.args.Claimed(ctx, resource, &claim, func(claim fence.Claim) error { return g.inTx(ctx, resource, claim, fn) })
 }
 
 func (g *Guard) inTx(ctx context.Context, resource string, c fence.Claim, fn func(ctx context.Context, tx *sql.Tx) error) (err error) {
@@ -373,11 +367,6 @@ func (g *Guard) FenceTx(ctx context.Context, tx *sql.Tx, resource string) error 
 	return g.args.Claimed(ctx, resource, nil, func(c fence.Claim) error { return g.fenceTxChecked(ctx, tx, resource, c) })
 }
 
-// FenceTxClaim is FenceTx for a claim passed explicitly.
-func (g *Guard) FenceTxClaim(ctx context.Context, tx *sql.Tx, resource string, c fence.Claim) error {
-	return g.args.Claimed(ctx, resource, &c, func(c fence.Claim) error { return g.fenceTxChecked(ctx, tx, resource, c) })
-}
-
 func (g *Guard) fenceTxChecked(ctx context.Context, tx *sql.Tx, resource string, c fence.Claim) (err error) {
 	ctx, span := g.rec.Start(ctx, resource, c)
 	defer func() { span.End(err) }()
@@ -427,12 +416,12 @@ func (g *Guard) fenceOnce(ctx context.Context, tx *sql.Tx, resource string, c fe
 		return stmtError(ctx, g.table, resource, "read mark", err)
 	}
 	if err := (fence.Claim{Token: fence.Token(tok), Run: run}).Validate(); err != nil {
-		return &ForeignError{Resource: resource, Reason: fmt.Sprintf("token %d, run %q", tok, run)}
+		return &fence.ForeignError{Source: "mysqlguard", Resource: resource, Reason: fmt.Sprintf("token %d, run %q", tok, run)}
 	}
 	if derr := fence.DecideClaim(resource, c, fence.Token(tok), run); derr != nil {
 		return derr
 	}
-	return &ForeignError{Resource: resource, Reason: fmt.Sprintf("fence statement refused token %d, mark (%d, %q) admits it", c.Token, tok, run)}
+	return &fence.ForeignError{Source: "mysqlguard", Resource: resource, Reason: fmt.Sprintf("fence statement refused token %d, mark (%d, %q) admits it", c.Token, tok, run)}
 }
 
 // corrupt reads a mark the fence statement found invalid, for the error.
@@ -444,7 +433,7 @@ func (g *Guard) corrupt(ctx context.Context, tx *sql.Tx, resource string) error 
 	if err := tx.QueryRowContext(ctx, g.runSQL, resource).Scan(&tok, &run); err != nil {
 		return stmtError(ctx, g.table, resource, "read mark", err)
 	}
-	return &ForeignError{Resource: resource, Reason: fmt.Sprintf("token %d, run %q", tok, run)}
+	return &fence.ForeignError{Source: "mysqlguard", Resource: resource, Reason: fmt.Sprintf("token %d, run %q", tok, run)}
 }
 
 // TxFromContext returns the transaction of a running Fence write callback.
@@ -496,7 +485,7 @@ func (g *Guard) Mark(ctx context.Context, resource string) (fence.Claim, error) 
 	}
 	c := fence.Claim{Token: fence.Token(tok), Run: run}
 	if err := c.Validate(); err != nil {
-		return fence.Claim{}, &ForeignError{Resource: resource, Reason: err.Error()}
+		return fence.Claim{}, &fence.ForeignError{Source: "mysqlguard", Resource: resource, Reason: err.Error()}
 	}
 	return c, nil
 }

@@ -122,11 +122,11 @@ func TestLostInRowCommitReply(t *testing.T) {
 	db, p := proxiedDB(t, func(c *mysql.Config) { c.InterpolateParams = true })
 	rows := f.inRow(t, RowsConfig{})
 	c := fence.Claim{Token: 8, Run: "run-a"}
-	if err := rows.UpsertClaim(ctx, db, []any{"lost/row"}, fence.Claim{Token: 7}, "seven"); err != nil {
+	if err := rows.Upsert(fence.WithClaim(ctx, fence.Claim{Token: 7}), db, []any{"lost/row"}, "seven"); err != nil {
 		t.Fatal(err)
 	}
 	rows.beforeCommit = func() { p.Pause(netproxy.Downstream) }
-	err := rows.UpsertClaim(ctx, db, []any{"lost/row"}, c, "eight")
+	err := rows.Upsert(fence.WithClaim(ctx, c), db, []any{"lost/row"}, "eight")
 	p.Restore()
 	rows.beforeCommit = nil
 	if !errors.Is(err, fence.ErrOutcomeUnknown) || errors.Is(err, fence.ErrBusy) {
@@ -139,7 +139,7 @@ func TestLostInRowCommitReply(t *testing.T) {
 	if v, tok, _, err := s.Read(ctx, "lost/row"); err != nil || v != "eight" || tok != 8 {
 		t.Fatalf("stored %q %d %v (the COMMIT had reached the server)", v, tok, err)
 	}
-	if err := rows.UpsertClaim(ctx, db, []any{"lost/row"}, c, "eight"); err != nil {
+	if err := rows.Upsert(fence.WithClaim(ctx, c), db, []any{"lost/row"}, "eight"); err != nil {
 		t.Fatalf("sending the same upsert again: %v", err)
 	}
 }

@@ -37,7 +37,7 @@ func TestInTxCommitBoundedByContext(t *testing.T) {
 				rows := f.inRow(t, RowsConfig{})
 				rows.beforeCommit = hold
 				write = func(ctx context.Context) error {
-					return rows.UpsertClaim(ctx, db, []any{"bounded/commit"}, fence.Claim{Token: 3}, "three")
+					return rows.Upsert(fence.WithClaim(ctx, fence.Claim{Token: 3}), db, []any{"bounded/commit"}, "three")
 				}
 			}
 			ctx, cancel := context.WithTimeout(context.Background(), time.Second)
@@ -85,7 +85,7 @@ func TestLockWaitBeyondReadTimeoutIsBusy(t *testing.T) {
 	const r = "busy/readtimeout"
 	g := f.guard(t, Config{DB: waiter})
 	rows := f.inRow(t, RowsConfig{})
-	if err := rows.UpsertClaim(ctx, holder, []any{r}, fence.Claim{Token: 1}, "one"); err != nil {
+	if err := rows.Upsert(fence.WithClaim(ctx, fence.Claim{Token: 1}), holder, []any{r}, "one"); err != nil {
 		t.Fatal(err)
 	}
 	tx, err := holder.BeginTx(ctx, nil)
@@ -93,15 +93,15 @@ func TestLockWaitBeyondReadTimeoutIsBusy(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer rollback(tx)
-	if err := g.FenceTxClaim(ctx, tx, r, fence.Claim{Token: 5}); err != nil {
+	if err := g.FenceTx(fence.WithClaim(ctx, fence.Claim{Token: 5}), tx, r); err != nil {
 		t.Fatal(err)
 	}
-	if err := rows.UpsertClaim(ctx, tx, []any{r}, fence.Claim{Token: 5}, "five"); err != nil {
+	if err := rows.Upsert(fence.WithClaim(ctx, fence.Claim{Token: 5}), tx, []any{r}, "five"); err != nil {
 		t.Fatal(err)
 	}
 	for name, write := range map[string]func() error{
 		"InTx":   func() error { return (marksSubject{f: f, g: g, db: waiter}).Write(ctx, r, 6, "six") },
-		"Upsert": func() error { return rows.UpsertClaim(ctx, waiter, []any{r}, fence.Claim{Token: 6}, "six") },
+		"Upsert": func() error { return rows.Upsert(fence.WithClaim(ctx, fence.Claim{Token: 6}), waiter, []any{r}, "six") },
 	} {
 		err := write()
 		if !errors.Is(err, fence.ErrBusy) || !strings.Contains(err.Error(), "mysqlguard") || !strings.Contains(err.Error(), r) {
@@ -112,7 +112,7 @@ func TestLockWaitBeyondReadTimeoutIsBusy(t *testing.T) {
 	if err := (marksSubject{f: f, g: g, db: waiter}).Write(ctx, r, 6, "six"); err != nil {
 		t.Errorf("InTx retry after the holder ended: %v", err)
 	}
-	if err := rows.UpsertClaim(ctx, waiter, []any{r}, fence.Claim{Token: 6}, "six"); err != nil {
+	if err := rows.Upsert(fence.WithClaim(ctx, fence.Claim{Token: 6}), waiter, []any{r}, "six"); err != nil {
 		t.Errorf("Upsert retry after the holder ended: %v", err)
 	}
 }
@@ -125,7 +125,7 @@ func TestInTxFunctionErrorNamesGuard(t *testing.T) {
 	f := newFixture(t)
 	g := f.guard(t, Config{DB: f.db})
 	mine := errors.New("my function failed")
-	err := g.InTxClaim(ctx, "fn/err", fence.Claim{Token: 2}, func(context.Context, *sql.Tx) error { return mine })
+	err := g.InTx(fence.WithClaim(ctx, fence.Claim{Token: 2}), "fn/err", func(context.Context, *sql.Tx) error { return mine })
 	if !errors.Is(err, mine) || !strings.HasPrefix(err.Error(), "mysqlguard: ") || !strings.Contains(err.Error(), `"fn/err"`) {
 		t.Fatalf("function error: %v, want it wrapped with mysqlguard's prefix and the resource", err)
 	}
@@ -143,15 +143,12 @@ func TestNilContext(t *testing.T) {
 	fn := func(context.Context, *sql.Tx) error { return nil }
 	var nilCtx context.Context
 	for name, call := range map[string]func() error{
-		"InTx":         func() error { return g.InTx(nilCtx, "r", fn) },
-		"InTxClaim":    func() error { return g.InTxClaim(nilCtx, "r", fence.Claim{Token: 1}, fn) },
-		"FenceTx":      func() error { return g.FenceTx(nilCtx, nil, "r") },
-		"FenceTxClaim": func() error { return g.FenceTxClaim(nilCtx, nil, "r", fence.Claim{Token: 1}) },
-		"Fence":        func() error { return g.Fence(nilCtx, "r", 1, func(context.Context) error { return nil }) },
-		"Mark":         func() error { _, err := g.Mark(nilCtx, "r"); return err },
-		"CreateTable":  func() error { return g.CreateTable(nilCtx) },
-		"Upsert":       func() error { return rows.Upsert(nilCtx, f.db, []any{"r"}, "v") },
-		"UpsertClaim":  func() error { return rows.UpsertClaim(nilCtx, f.db, []any{"r"}, fence.Claim{Token: 1}, "v") },
+		"InTx":        func() error { return g.InTx(nilCtx, "r", fn) },
+		"FenceTx":     func() error { return g.FenceTx(nilCtx, nil, "r") },
+		"Fence":       func() error { return g.Fence(nilCtx, "r", 1, func(context.Context) error { return nil }) },
+		"Mark":        func() error { _, err := g.Mark(nilCtx, "r"); return err },
+		"CreateTable": func() error { return g.CreateTable(nilCtx) },
+		"Upsert":      func() error { return rows.Upsert(nilCtx, f.db, []any{"r"}, "v") },
 	} {
 		err := func() (err error) {
 			defer func() {
@@ -170,15 +167,15 @@ func TestNilContext(t *testing.T) {
 // TestInRowKeyBytesAndNullToken: a []byte key is validated as its bytes (a
 // NUL byte is refused with fence.ErrInvalidResource before any I/O, where
 // its fmt.Sprint text "[97 0]" would pass), and a NULL token in a nullable
-// token column refuses the write with *ForeignError, writing nothing.
+// token column refuses the write with *fence.ForeignError, writing nothing.
 func TestInRowKeyBytesAndNullToken(t *testing.T) {
 	ctx := context.Background()
 	f := newFixture(t)
 	rows := f.inRow(t, RowsConfig{})
-	if err := rows.UpsertClaim(ctx, f.db, []any{[]byte("a\x00")}, fence.Claim{Token: 1}, "v"); !errors.Is(err, fence.ErrInvalidResource) {
+	if err := rows.Upsert(fence.WithClaim(ctx, fence.Claim{Token: 1}), f.db, []any{[]byte("a\x00")}, "v"); !errors.Is(err, fence.ErrInvalidResource) {
 		t.Errorf("[]byte key with a NUL byte: %v, want fence.ErrInvalidResource", err)
 	}
-	if err := rows.UpsertClaim(ctx, f.db, []any{[]byte("bytes/key")}, fence.Claim{Token: 1}, "v"); err != nil {
+	if err := rows.Upsert(fence.WithClaim(ctx, fence.Claim{Token: 1}), f.db, []any{[]byte("bytes/key")}, "v"); err != nil {
 		t.Errorf("[]byte key: %v", err)
 	} else if v, _, _, _ := (rowsSubject{f: f, r: rows, db: f.db}).Read(ctx, "bytes/key"); v != "v" {
 		t.Errorf("[]byte key stored %q", v)
@@ -200,17 +197,17 @@ func TestInRowKeyBytesAndNullToken(t *testing.T) {
 		r   string
 		tok fence.Token
 	}{{"null/tok", 1}, {"null/tok", 9}, {"null/run", 4}} {
-		err := nr.UpsertClaim(ctx, f.db, []any{tc.r}, fence.Claim{Token: tc.tok, Run: "run-a"}, "new")
-		var me *ForeignError
+		err := nr.Upsert(fence.WithClaim(ctx, fence.Claim{Token: tc.tok, Run: "run-a"}), f.db, []any{tc.r}, "new")
+		var me *fence.ForeignError
 		if !errors.As(err, &me) || me.Resource != tc.r {
-			t.Errorf("%s, token %d: %v, want *ForeignError", tc.r, tc.tok, err)
+			t.Errorf("%s, token %d: %v, want *fence.ForeignError", tc.r, tc.tok, err)
 		}
 		var v string
 		if err := f.db.QueryRowContext(ctx, "SELECT value FROM "+table+" WHERE resource = ?", tc.r).Scan(&v); err != nil || v != "old" {
 			t.Errorf("%s: value %q %v, want old", tc.r, v, err)
 		}
 	}
-	if err := nr.UpsertClaim(ctx, f.db, []any{"null/run"}, fence.Claim{Token: 5, Run: "run-a"}, "five"); err != nil {
+	if err := nr.Upsert(fence.WithClaim(ctx, fence.Claim{Token: 5, Run: "run-a"}), f.db, []any{"null/run"}, "five"); err != nil {
 		t.Errorf("higher token over a NULL run: %v, want admitted", err)
 	}
 }

@@ -166,7 +166,7 @@ func (s marksKit) WriteHeld(ctx context.Context, r string, tok fence.Token, v st
 	g := s.f.healing(s.t, Config{DB: h.db, IsoLevel: s.iso}, h)
 	var held bool
 	err := h.run(ctx, applied, func(hold func()) error {
-		return g.InTxClaim(ctx, r, fence.Claim{Token: tok}, func(ctx context.Context, tx *sql.Tx) error {
+		return g.InTx(fence.WithClaim(ctx, fence.Claim{Token: tok}), r, func(ctx context.Context, tx *sql.Tx) error {
 			if err := s.f.writeData(ctx, tx, r, int64(tok), v); err != nil {
 				return err
 			}
@@ -245,7 +245,7 @@ type rowsKit struct {
 }
 
 func (s rowsKit) WriteStrict(ctx context.Context, r string, c fence.Claim, v string) error {
-	return s.strict.UpsertClaim(ctx, s.db, []any{r}, c, v)
+	return s.strict.Upsert(fence.WithClaim(ctx, c), s.db, []any{r}, v)
 }
 
 func (s rowsKit) WriteHeld(ctx context.Context, r string, tok fence.Token, v string, applied func()) error {
@@ -254,7 +254,7 @@ func (s rowsKit) WriteHeld(ctx context.Context, r string, tok fence.Token, v str
 	return h.run(ctx, applied, func(hold func()) error {
 		rows := s.f.inRow(s.t, RowsConfig{})
 		rows.beforeCommit = hold
-		return rows.UpsertClaim(ctx, h.db, []any{r}, fence.Claim{Token: tok}, v)
+		return rows.Upsert(fence.WithClaim(ctx, fence.Claim{Token: tok}), h.db, []any{r}, v)
 	})
 }
 
@@ -262,7 +262,7 @@ func (s rowsKit) WriteDelayed(ctx context.Context, r string, c fence.Claim, v st
 	return delayed(s.t, s.f, "SELECT fence_token FROM "+s.f.rows+" WHERE resource = ? FOR UPDATE", r, func(db *sql.DB, hold func()) error {
 		rows := s.f.inRow(s.t, RowsConfig{})
 		rows.beforeCommit = hold
-		return rows.UpsertClaim(ctx, db, []any{r}, c, v)
+		return rows.Upsert(fence.WithClaim(ctx, c), db, []any{r}, v)
 	})
 }
 
@@ -289,11 +289,11 @@ func TestStrictRefusesBeforeIO(t *testing.T) {
 		c fence.Claim
 	}{{"acme/conv-2/notes", scoped}, {"acme/conv-1/notes", fence.Claim{Token: 3}}} {
 		for name, err := range map[string]error{
-			"InTxClaim":   g.InTxClaim(ctx, tc.r, tc.c, fn),
+			"InTxClaim":   g.InTx(fence.WithClaim(ctx, tc.c), tc.r, fn),
 			"InTx":        g.InTx(fence.WithClaim(ctx, tc.c), tc.r, fn),
-			"FenceTx":     g.FenceTxClaim(ctx, nil, tc.r, tc.c),
+			"FenceTx":     g.FenceTx(fence.WithClaim(ctx, tc.c), nil, tc.r),
 			"Fence":       g.Fence(fence.WithClaim(ctx, tc.c), tc.r, tc.c.Token, func(context.Context) error { return nil }),
-			"UpsertClaim": rows.UpsertClaim(ctx, closed, []any{tc.r}, tc.c, "x"),
+			"UpsertClaim": rows.Upsert(fence.WithClaim(ctx, tc.c), closed, []any{tc.r}, "x"),
 			"Upsert":      rows.Upsert(fence.WithClaim(ctx, tc.c), closed, []any{tc.r}, "x"),
 		} {
 			se, ok := fence.IsOutOfScope(err)

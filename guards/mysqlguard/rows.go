@@ -81,7 +81,7 @@ type Beginner interface {
 
 // NewRows validates cfg, fills defaults and returns a Rows. It does no I/O;
 // the table must exist with the named columns. Every error is a
-// *ConfigError (ErrInvalidConfig). Rows holds no database: each write takes
+// *fence.ConfigError (fence.ErrInvalidConfig). Rows holds no database: each write takes
 // a Querier that says where its statement runs.
 func NewRows(cfg RowsConfig) (*Rows, error) {
 	if cfg.TokenColumn == "" {
@@ -232,21 +232,6 @@ func (r *Rows) Upsert(ctx context.Context, q Querier, key []any, values ...any) 
 	return r.upsert(ctx, q, res, c, key, values)
 }
 
-// UpsertClaim is Upsert for a claim passed explicitly, right after the key.
-func (r *Rows) UpsertClaim(ctx context.Context, q Querier, key []any, c fence.Claim, values ...any) error {
-	if ctx == nil {
-		return r.args.NilArgument("", "UpsertClaim with nil ctx")
-	}
-	res, err := r.arity(key, values)
-	if err != nil {
-		return err
-	}
-	if err := r.args.Explicit(ctx, res, c); err != nil {
-		return err
-	}
-	return r.upsert(ctx, q, res, c, key, values)
-}
-
 func (r *Rows) arity(key, values []any) (string, error) {
 	if len(key) != r.nKey || len(values) != r.nCols {
 		return "", fmt.Errorf("%w: %d key and %d column values for %d key and %d data columns of %s",
@@ -331,23 +316,23 @@ func (r *Rows) decide(ctx context.Context, tx *sql.Tx, res string, c fence.Claim
 	err := tx.QueryRowContext(ctx, r.lockSQL, key...).Scan(&tok, &run)
 	switch {
 	case errors.Is(err, sql.ErrNoRows):
-		return &ForeignError{Resource: res, Reason: "the row is gone right after the upsert (a trigger?)"}
+		return &fence.ForeignError{Source: "mysqlguard", Resource: res, Reason: "the row is gone right after the upsert (a trigger?)"}
 	case err != nil:
 		return stmtError(ctx, r.table, res, "read mark", err)
 	case !tok.Valid:
-		return &ForeignError{Resource: res, Reason: "token is NULL"}
+		return &fence.ForeignError{Source: "mysqlguard", Resource: res, Reason: "token is NULL"}
 	case tok.Int64 < 1:
-		return &ForeignError{Resource: res, Reason: fmt.Sprintf("token %d", tok.Int64)}
+		return &fence.ForeignError{Source: "mysqlguard", Resource: res, Reason: fmt.Sprintf("token %d", tok.Int64)}
 	case fence.Token(tok.Int64) > c.Token:
 		return &fence.StaleError{Resource: res, Presented: c.Token, Highest: fence.Token(tok.Int64)}
 	case fence.Token(tok.Int64) < c.Token:
-		return &ForeignError{Resource: res, Reason: fmt.Sprintf("token %d below the admitted claim's %d after the upsert (a trigger changed it?)", tok.Int64, c.Token)}
+		return &fence.ForeignError{Source: "mysqlguard", Resource: res, Reason: fmt.Sprintf("token %d below the admitted claim's %d after the upsert (a trigger changed it?)", tok.Int64, c.Token)}
 	case !run.Valid:
-		return &ForeignError{Resource: res, Reason: fmt.Sprintf("token %d, run NULL", tok.Int64)}
+		return &fence.ForeignError{Source: "mysqlguard", Resource: res, Reason: fmt.Sprintf("token %d, run NULL", tok.Int64)}
 	}
 	mark := fence.Claim{Token: fence.Token(tok.Int64), Run: run.String}
 	if err := mark.Validate(); err != nil {
-		return &ForeignError{Resource: res, Reason: fmt.Sprintf("token %d, run %q", tok.Int64, run.String)}
+		return &fence.ForeignError{Source: "mysqlguard", Resource: res, Reason: fmt.Sprintf("token %d, run %q", tok.Int64, run.String)}
 	}
 	return fence.DecideClaim(res, c, mark.Token, mark.Run)
 }

@@ -87,20 +87,20 @@ func TestInRowUserTriggers(t *testing.T) {
 				}
 				return v, tok, run
 			}
-			if err := rows.UpsertClaim(ctx, f.db, []any{r}, fence.Claim{Token: 5, Run: "run-a"}, "five"); err != nil {
+			if err := rows.Upsert(fence.WithClaim(ctx, fence.Claim{Token: 5, Run: "run-a"}), f.db, []any{r}, "five"); err != nil {
 				t.Fatalf("insert at (5, run-a): %v", err)
 			}
-			if err := rows.UpsertClaim(ctx, f.db, []any{r}, fence.Claim{Token: 5, Run: "run-a"}, "five again"); err != nil {
+			if err := rows.Upsert(fence.WithClaim(ctx, fence.Claim{Token: 5, Run: "run-a"}), f.db, []any{r}, "five again"); err != nil {
 				t.Fatalf("the same claim again: %v", err)
 			}
 			if v, tok, run := read(); v != "five again" || tok != 5 || run != "run-a" {
 				t.Fatalf("row (%q, %d, %q) after the same claim again", v, tok, run)
 			}
-			err := rows.UpsertClaim(ctx, f.db, []any{r}, fence.Claim{Token: 3, Run: "run-a"}, "stale")
+			err := rows.Upsert(fence.WithClaim(ctx, fence.Claim{Token: 3, Run: "run-a"}), f.db, []any{r}, "stale")
 			if se, ok := fence.IsStale(err); !ok || se.Presented != 3 || se.Highest != 5 || se.Overtaken {
 				t.Errorf("stale write (3 over 5): %v, want *fence.StaleError{3, 5}", err)
 			}
-			err = rows.UpsertClaim(ctx, f.db, []any{r}, fence.Claim{Token: 5, Run: "run-b"}, "reused")
+			err = rows.Upsert(fence.WithClaim(ctx, fence.Claim{Token: 5, Run: "run-b"}), f.db, []any{r}, "reused")
 			if !errors.Is(err, fence.ErrTokenReused) {
 				t.Errorf("re-used token (5, run-b over 5, run-a): %v, want fence.ErrTokenReused", err)
 			}
@@ -108,7 +108,7 @@ func TestInRowUserTriggers(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			err = rows.UpsertClaim(ctx, tx, []any{r}, fence.Claim{Token: 4}, "stale in tx")
+			err = rows.Upsert(fence.WithClaim(ctx, fence.Claim{Token: 4}), tx, []any{r}, "stale in tx")
 			if se, ok := fence.IsStale(err); !ok || se.Highest != 5 {
 				t.Errorf("stale write in a *sql.Tx: %v, want *fence.StaleError", err)
 			}
@@ -116,7 +116,7 @@ func TestInRowUserTriggers(t *testing.T) {
 			if v, tok, run := read(); v != "five again" || tok != 5 || run != "run-a" {
 				t.Fatalf("row (%q, %d, %q) after refused writes, want unchanged", v, tok, run)
 			}
-			if err := rows.UpsertClaim(ctx, f.db, []any{r}, fence.Claim{Token: 6, Run: "run-b"}, "six"); err != nil {
+			if err := rows.Upsert(fence.WithClaim(ctx, fence.Claim{Token: 6, Run: "run-b"}), f.db, []any{r}, "six"); err != nil {
 				t.Fatalf("higher token: %v", err)
 			}
 			if v, tok, run := read(); v != "six" || tok != 6 || run != "run-b" {
@@ -150,7 +150,7 @@ func TestInRowAuditedConcurrentWriters(t *testing.T) {
 		wg.Go(func() {
 			for i := range perW {
 				tok := fence.Token(i*writers + w + 1) // writer w: w+1, w+1+8, ...
-				results[tok] = rows.UpsertClaim(ctx, db, []any{r}, fence.Claim{Token: tok, Run: fmt.Sprintf("run-%d", tok)}, fmt.Sprintf("v%d", tok))
+				results[tok] = rows.Upsert(fence.WithClaim(ctx, fence.Claim{Token: tok, Run: fmt.Sprintf("run-%d", tok)}), db, []any{r}, fmt.Sprintf("v%d", tok))
 			}
 		})
 	}

@@ -18,7 +18,7 @@ import (
 
 // TestForeignEntries: a latest record the guard did not write (a plain
 // KV Put, a malformed token or run, a tombstone with content) refuses
-// every write with an *ForeignError, and nothing is written.
+// every write with an *fence.ForeignError, and nothing is written.
 func TestForeignEntries(t *testing.T) {
 	ctx := context.Background()
 	bucket := newBucket(t, jetstreamKV(0))
@@ -42,10 +42,10 @@ func TestForeignEntries(t *testing.T) {
 			t.Fatal(err)
 		}
 		for _, tok := range []fence.Token{1, 5, 1 << 62} {
-			err := g.PutClaim(ctx, r, fence.Claim{Token: tok}, []byte("new"))
-			var ee *ForeignError
+			err := g.Put(fence.WithClaim(ctx, fence.Claim{Token: tok}), r, []byte("new"))
+			var ee *fence.ForeignError
 			if !errors.As(err, &ee) || ee.Resource != r || errors.Is(err, fence.ErrStale) || errors.Is(err, fence.ErrBusy) {
-				t.Errorf("%v: token %d: %v, want *ForeignError", hdr, tok, err)
+				t.Errorf("%v: token %d: %v, want *fence.ForeignError", hdr, tok, err)
 			}
 		}
 		if err := g.Do(fence.WithToken(ctx, 9), r, func(context.Context) error {
@@ -80,46 +80,46 @@ func TestMarkersAreTombstones(t *testing.T) {
 	ctx := context.Background()
 	bucket := newBucket(t, jetstreamKV(4))
 	g := guard(t, bucket, Config{})
-	if err := g.PutClaim(ctx, "m/del", fence.Claim{Token: 7, Run: "run-a"}, []byte("seven")); err != nil {
+	if err := g.Put(fence.WithClaim(ctx, fence.Claim{Token: 7, Run: "run-a"}), "m/del", []byte("seven")); err != nil {
 		t.Fatal(err)
 	}
 	if err := g.kv.Delete(ctx, Key("m/del")); err != nil {
 		t.Fatal(err)
 	}
-	var nf *NotFoundError
+	var nf *fence.NotFoundError
 	if _, _, err := g.Get(ctx, "m/del"); !errors.As(err, &nf) || !nf.Deleted || nf.Token != 7 {
 		t.Fatalf("Get over a delete marker: %v", err)
 	}
-	if err := g.PutClaim(ctx, "m/del", fence.Claim{Token: 6}, []byte("six")); !errors.Is(err, fence.ErrStale) {
+	if err := g.Put(fence.WithClaim(ctx, fence.Claim{Token: 6}), "m/del", []byte("six")); !errors.Is(err, fence.ErrStale) {
 		t.Fatalf("older token over a delete marker: %v, want stale", err)
 	}
-	if err := g.PutClaim(ctx, "m/del", fence.Claim{Token: 7, Run: "run-b"}, []byte("b")); !errors.Is(err, fence.ErrTokenReused) {
+	if err := g.Put(fence.WithClaim(ctx, fence.Claim{Token: 7, Run: "run-b"}), "m/del", []byte("b")); !errors.Is(err, fence.ErrTokenReused) {
 		t.Fatalf("reused token over a delete marker: %v", err)
 	}
-	if err := g.PutClaim(ctx, "m/del", fence.Claim{Token: 8}, []byte("eight")); err != nil {
+	if err := g.Put(fence.WithClaim(ctx, fence.Claim{Token: 8}), "m/del", []byte("eight")); err != nil {
 		t.Fatalf("newer token over a delete marker: %v", err)
 	}
 	if b, info, err := g.Get(ctx, "m/del"); err != nil || string(b) != "eight" || info.Token != 8 {
 		t.Fatalf("after writing over the marker: %q %+v %v", b, info, err)
 	}
 	// The guard's own delete keeps the mark in the record itself.
-	if err := g.DeleteClaim(ctx, "m/del", fence.Claim{Token: 9}); err != nil {
+	if err := g.Delete(fence.WithClaim(ctx, fence.Claim{Token: 9}), "m/del"); err != nil {
 		t.Fatal(err)
 	}
 	if _, _, err := g.Get(ctx, "m/del"); !errors.As(err, &nf) || !nf.Deleted || nf.Token != 9 {
 		t.Fatalf("Get after a fenced delete: %v", err)
 	}
-	if err := g.PutClaim(ctx, "m/del", fence.Claim{Token: 8}, []byte("x")); !errors.Is(err, fence.ErrStale) {
+	if err := g.Put(fence.WithClaim(ctx, fence.Claim{Token: 8}), "m/del", []byte("x")); !errors.Is(err, fence.ErrStale) {
 		t.Fatalf("older token after a fenced delete: %v", err)
 	}
 	// Purge erases the history: the mark is gone.
-	if err := g.PutClaim(ctx, "m/purge", fence.Claim{Token: 7}, []byte("seven")); err != nil {
+	if err := g.Put(fence.WithClaim(ctx, fence.Claim{Token: 7}), "m/purge", []byte("seven")); err != nil {
 		t.Fatal(err)
 	}
 	if err := g.kv.Purge(ctx, Key("m/purge")); err != nil {
 		t.Fatal(err)
 	}
-	if err := g.PutClaim(ctx, "m/purge", fence.Claim{Token: 3}, []byte("three")); err != nil {
+	if err := g.Put(fence.WithClaim(ctx, fence.Claim{Token: 3}), "m/purge", []byte("three")); err != nil {
 		t.Fatalf("after a purge the mark is gone, token 3 should be admitted (documented hazard): %v", err)
 	}
 }
@@ -129,21 +129,21 @@ func TestMarkersAreTombstones(t *testing.T) {
 func TestBucketChecks(t *testing.T) {
 	ttl := newBucket(t, jetstream.KeyValueConfig{TTL: time.Hour})
 	js := connect(t, natsURL(), nil)
-	if _, err := New(Config{JS: js, Bucket: ttl}); !errors.Is(err, ErrBucket) {
+	if _, err := New(context.Background(), Config{JS: js, Bucket: ttl}); !errors.Is(err, ErrBucket) {
 		t.Errorf("bucket with a TTL: %v, want ErrBucket", err)
 	}
-	if _, err := New(Config{JS: js, Bucket: ttl, AllowExpiry: true}); err != nil {
+	if _, err := New(context.Background(), Config{JS: js, Bucket: ttl, AllowExpiry: true}); err != nil {
 		t.Errorf("bucket with a TTL, AllowExpiry: %v", err)
 	}
 	short := newBucket(t, jetstream.KeyValueConfig{TTL: 10 * time.Second})
-	if _, err := New(Config{JS: js, Bucket: short, AllowExpiry: true}); !errors.Is(err, ErrBucket) {
+	if _, err := New(context.Background(), Config{JS: js, Bucket: short, AllowExpiry: true}); !errors.Is(err, ErrBucket) {
 		t.Errorf("10 s duplicate window: %v, want ErrBucket", err)
 	}
-	if _, err := New(Config{JS: js, Bucket: "fktest_no_such_bucket"}); err == nil {
+	if _, err := New(context.Background(), Config{JS: js, Bucket: "fktest_no_such_bucket"}); err == nil {
 		t.Error("missing bucket accepted")
 	}
 	for _, cfg := range []Config{{Bucket: "b"}, {JS: js}, {JS: js, Bucket: "b", MaxAttempts: -1}, {JS: js, Bucket: "b", SettleTimeout: -1}} {
-		if _, err := New(cfg); !errors.Is(err, ErrInvalidConfig) {
+		if _, err := New(context.Background(), cfg); !errors.Is(err, fence.ErrInvalidConfig) {
 			t.Errorf("New(%+v): %v", cfg, err)
 		}
 	}
@@ -162,7 +162,7 @@ func TestKeys(t *testing.T) {
 			t.Errorf("%q and %q share key %q", prev, r, k)
 		}
 		seen[k] = r
-		if err := g.PutClaim(ctx, r, fence.Claim{Token: fence.Token(i + 1)}, []byte(r)); err != nil {
+		if err := g.Put(fence.WithClaim(ctx, fence.Claim{Token: fence.Token(i + 1)}), r, []byte(r)); err != nil {
 			t.Errorf("PutClaim(%q): %v", r, err)
 			continue
 		}
@@ -171,7 +171,7 @@ func TestKeys(t *testing.T) {
 		}
 	}
 	for _, r := range []string{"", "a\x00b", "tab\t", "\xff", strings.Repeat("x", fence.MaxResourceLen+1)} {
-		if err := g.PutClaim(ctx, r, fence.Claim{Token: 1}, []byte("v")); !errors.Is(err, fence.ErrInvalidResource) {
+		if err := g.Put(fence.WithClaim(ctx, fence.Claim{Token: 1}), r, []byte("v")); !errors.Is(err, fence.ErrInvalidResource) {
 			t.Errorf("PutClaim(%q): %v", r, err)
 		}
 	}
@@ -185,7 +185,7 @@ func TestMetricsAndReuseLog(t *testing.T) {
 	logs, logger := obstest.NewLogs()
 	g := guard(t, bucket, Config{MeterProvider: m.Provider, Logger: logger})
 	for _, c := range []fence.Claim{{Token: 5, Run: "run-a"}, {Token: 5, Run: "run-a"}, {Token: 3}, {Token: 5, Run: "run-b"}} {
-		_ = g.PutClaim(ctx, "metrics", c, []byte("v"))
+		_ = g.Put(fence.WithClaim(ctx, c), "metrics", []byte("v"))
 	}
 	pts := m.Collect()
 	attr := map[string]string{guardobs.AttrGuard: guardobs.KindNATS}
@@ -196,5 +196,15 @@ func TestMetricsAndReuseLog(t *testing.T) {
 	}
 	if recs := logs.AtLeast(slog.LevelError); len(recs) != 1 || recs[0].Message != "natsguard: "+guardobs.MsgReused {
 		t.Errorf("reuse log: %+v", recs)
+	}
+}
+
+// TestNewNilContext: New refuses a nil ctx with fence.ErrNilArgument
+// before it looks at the Config or sends anything.
+func TestNewNilContext(t *testing.T) {
+	var nilCtx context.Context
+	g, err := New(nilCtx, Config{})
+	if !errors.Is(err, fence.ErrNilArgument) || g != nil {
+		t.Fatalf("New(nil, Config{}) = %v, %v; want nil, fence.ErrNilArgument", g, err)
 	}
 }

@@ -88,12 +88,12 @@ func TestConnectionClosedAfterSend(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			bucket := newBucket(t, jetstreamKV(0))
 			g, nc, p, direct := viaProxy(t, bucket, Config{}, tc.opts...)
-			if err := direct.PutClaim(context.Background(), "closed", fence.Claim{Token: 3}, []byte("three")); err != nil {
+			if err := direct.Put(fence.WithClaim(context.Background(), fence.Claim{Token: 3}), "closed", []byte("three")); err != nil {
 				t.Fatal(err)
 			}
 			ctx, onStored := tc.setup(t, nc, p)
 			holdReplyOnce(g, p, onStored)
-			err := g.PutClaim(ctx, "closed", fence.Claim{Token: 4}, []byte("four"))
+			err := g.Put(fence.WithClaim(ctx, fence.Claim{Token: 4}), "closed", []byte("four"))
 			if !errors.Is(err, fence.ErrOutcomeUnknown) || errors.Is(err, fence.ErrBusy) || errors.Is(err, fence.ErrStale) {
 				t.Fatalf("write stored, connection closed before its reply: %v, want fence.ErrOutcomeUnknown only", err)
 			}
@@ -114,7 +114,7 @@ func TestClosedBeforePublish(t *testing.T) {
 	bucket := newBucket(t, jetstreamKV(0))
 	g := guard(t, bucket, Config{})
 	g.js.Conn().Close()
-	err := g.PutClaim(context.Background(), "closed/before", fence.Claim{Token: 1}, []byte("one"))
+	err := g.Put(fence.WithClaim(context.Background(), fence.Claim{Token: 1}), "closed/before", []byte("one"))
 	if !errors.Is(err, nats.ErrConnectionClosed) || errors.Is(err, fence.ErrOutcomeUnknown) || errors.Is(err, fence.ErrNotApplied) {
 		t.Fatalf("write on a closed connection: %v, want nats.ErrConnectionClosed (nothing sent)", err)
 	}
@@ -132,18 +132,18 @@ func TestLostReplyNotAppliedCtxEnded(t *testing.T) {
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	c := fence.Claim{Token: 8, Run: "run-a"}
-	if err := direct.PutClaim(ctx, "na", c, []byte("base")); err != nil {
+	if err := direct.Put(fence.WithClaim(ctx, c), "na", []byte("base")); err != nil {
 		t.Fatal(err)
 	}
 	pauseFirst(g, p, netproxy.Upstream)
 	onFirstPublish(g, func(error) {
-		if err := direct.PutClaim(context.Background(), "na", c, []byte("other")); err != nil {
+		if err := direct.Put(fence.WithClaim(context.Background(), c), "na", []byte("other")); err != nil {
 			t.Error(err)
 		}
 		cancel()
 		p.Restore()
 	})
-	err := g.PutClaim(ctx, "na", c, []byte("held"))
+	err := g.Put(fence.WithClaim(ctx, c), "na", []byte("held"))
 	if _, ok := fence.IsNotApplied(err); !ok || !errors.Is(err, context.Canceled) || errors.Is(err, fence.ErrOutcomeUnknown) {
 		t.Fatalf("held write settled as not stored, ctx ended: %v, want *fence.NotAppliedError matching context.Canceled", err)
 	}

@@ -13,11 +13,11 @@ import (
 type subject struct{ g *Guard }
 
 func (a subject) Write(ctx context.Context, r string, tok fence.Token, v string) error {
-	return a.g.PutClaim(ctx, r, fence.Claim{Token: tok}, []byte(v))
+	return a.g.Put(fence.WithClaim(ctx, fence.Claim{Token: tok}), r, []byte(v))
 }
 
 func (a subject) WriteClaim(ctx context.Context, r string, c fence.Claim, v string) error {
-	return a.g.PutClaim(ctx, r, c, []byte(v))
+	return a.g.Put(fence.WithClaim(ctx, c), r, []byte(v))
 }
 
 func (a subject) WriteContext(ctx context.Context, r, v string) error {
@@ -122,18 +122,18 @@ func TestCacheSeesOtherWriters(t *testing.T) {
 	ctx := context.Background()
 	bucket := newBucket(t, jetstreamKV(0))
 	a, b := guard(t, bucket, Config{}), guard(t, bucket, Config{})
-	if err := a.PutClaim(ctx, "c", fence.Claim{Token: 5}, []byte("a5")); err != nil {
+	if err := a.Put(fence.WithClaim(ctx, fence.Claim{Token: 5}), "c", []byte("a5")); err != nil {
 		t.Fatal(err)
 	}
-	if err := b.PutClaim(ctx, "c", fence.Claim{Token: 9}, []byte("b9")); err != nil {
+	if err := b.Put(fence.WithClaim(ctx, fence.Claim{Token: 9}), "c", []byte("b9")); err != nil {
 		t.Fatal(err)
 	}
 	// a's cache says mark 5, revision 1: token 6 passes that decision, and
 	// the conditional write must fail and be decided again as stale.
-	if se, ok := fence.IsStale(a.PutClaim(ctx, "c", fence.Claim{Token: 6}, []byte("a6"))); !ok || se.Highest != 9 {
+	if se, ok := fence.IsStale(a.Put(fence.WithClaim(ctx, fence.Claim{Token: 6}), "c", []byte("a6"))); !ok || se.Highest != 9 {
 		t.Fatalf("token 6 after another guard wrote 9: %v", se)
 	}
-	if err := a.PutClaim(ctx, "c", fence.Claim{Token: 10}, []byte("a10")); err != nil {
+	if err := a.Put(fence.WithClaim(ctx, fence.Claim{Token: 10}), "c", []byte("a10")); err != nil {
 		t.Fatal(err)
 	}
 	if v, info, err := b.Get(ctx, "c"); err != nil || string(v) != "a10" || info.Token != 10 || info.Revision != 3 {

@@ -18,7 +18,7 @@
 //
 // # Writing
 //
-// Put, PutClaim, Delete, DeleteClaim, and Fence / Do (whose callback stages
+// Put, Delete, and Fence / Do (whose callback stages
 // the value with Stage) read the key's latest record, apply
 // fence.DecideClaim to its headers, and publish the new record with
 // Nats-Expected-Last-Subject-Sequence set to the revision read (0: no
@@ -93,12 +93,12 @@
 //     run followed) is never stored: it carries the revision its write
 //     decided on, which the later write replaced (and, within the duplicate
 //     window, its write id is answered as a duplicate).
-//   - A read of a resource without value (Get) returns a *NotFoundError
+//   - A read of a resource without value (Get) returns a *fence.NotFoundError
 //     matching fence.ErrNotFound.
 //   - With Config.Strict, a write whose resource lies outside its claim's
 //     scope, or whose claim has no scope, is refused with a
 //     *fence.ScopeError before any I/O.
-//   - A latest record the guard did not write (*ForeignError) is neither
+//   - A latest record the guard did not write (*fence.ForeignError) is neither
 //     read through nor overwritten. Bad input returns a typed error before
 //     any I/O.
 //   - New refuses a bucket whose records expire (TTL) or are discarded when

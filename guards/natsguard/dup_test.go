@@ -223,11 +223,11 @@ func openGuard(nc *nats.Conn, bucket string, cfg Config) (*Guard, error) {
 		return nil, err
 	}
 	cfg.JS, cfg.Bucket = js, bucket
-	return New(cfg)
+	return New(context.Background(), cfg)
 }
 
 func (a kitSubject) WriteDelayed(ctx context.Context, r string, c fence.Claim, v string) (func(context.Context) error, error) {
-	return writeDelayed(ctx, a.bucket, r, func(ctx context.Context, g *Guard) error { return g.PutClaim(ctx, r, c, []byte(v)) })
+	return writeDelayed(ctx, a.bucket, r, func(ctx context.Context, g *Guard) error { return g.Put(fence.WithClaim(ctx, c), r, []byte(v)) })
 }
 
 func (a fenceKitSubject) WriteDelayed(ctx context.Context, r string, c fence.Claim, v string) (func(context.Context) error, error) {
@@ -249,7 +249,7 @@ func TestDelayedCopyIsHeld(t *testing.T) {
 	deliver, err := writeDelayed(ctx, bucket, "dup", func(ctx context.Context, g *Guard) error {
 		n := 0
 		g.afterPublish = func(error) { n++ }
-		err := g.PutClaim(ctx, "dup", c, []byte("first"))
+		err := g.Put(fence.WithClaim(ctx, c), "dup", []byte("first"))
 		if n != 2 {
 			t.Errorf("%d publishes, want the held one and one re-send", n)
 		}
@@ -258,7 +258,7 @@ func TestDelayedCopyIsHeld(t *testing.T) {
 	if err != nil {
 		t.Fatalf("delayed write: %v, want stored by the re-send", err)
 	}
-	if err := direct.PutClaim(ctx, "dup", c, []byte("later")); err != nil {
+	if err := direct.Put(fence.WithClaim(ctx, c), "dup", []byte("later")); err != nil {
 		t.Fatal(err)
 	}
 	if err := deliver(ctx); err != nil {

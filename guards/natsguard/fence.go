@@ -24,7 +24,7 @@ func StageDelete(ctx context.Context) error {
 // write with a ctx that carries the admitted claim
 // (fence.ClaimFromContext); write states the new value with Stage or
 // StageDelete. When write returns nil the staged change is written as
-// PutClaim writes it, deciding again. A write that staged nothing raises
+// Put writes it, deciding again. A write that staged nothing raises
 // the mark alone: the value is kept, and a resource without a value gets
 // a tombstone (a later Get reports fence.ErrNotFound). If write fails
 // nothing is written. Effects of write outside the bucket are not fenced.

@@ -165,13 +165,19 @@ func (g *Guard) forget(key string) {
 // MinDuplicateWindow, or not above ReplyTimeout + 2 × SettleTimeout, is
 // refused always (*BucketError). A bucket that does not exist is a
 // *BucketError too (matching jetstream.ErrBucketNotFound); a lookup that
-// fails otherwise returns the client's error, wrapped.
-func New(cfg Config) (*Guard, error) {
+// fails otherwise returns the client's error, wrapped. ctx bounds the
+// lookup together with CheckTimeout (the shorter wins); once ctx has ended
+// the error matches ctx.Err() and context.Cause(ctx). A nil ctx is refused
+// with fence.ErrNilArgument before any I/O.
+func New(ctx context.Context, cfg Config) (*Guard, error) {
+	if ctx == nil {
+		return nil, fmt.Errorf("natsguard: New with nil ctx: %w", fence.ErrNilArgument)
+	}
 	if cfg.JS == nil {
-		return nil, fmt.Errorf("%w: JS is nil", ErrInvalidConfig)
+		return nil, configErr("JS", "nil", nil)
 	}
 	if cfg.Bucket == "" {
-		return nil, fmt.Errorf("%w: Bucket is empty", ErrInvalidConfig)
+		return nil, configErr("Bucket", "empty", nil)
 	}
 	for _, d := range []struct {
 		name string
@@ -180,22 +186,22 @@ func New(cfg Config) (*Guard, error) {
 	}{{"CheckTimeout", &cfg.CheckTimeout, DefaultCheckTimeout}, {"ReplyTimeout", &cfg.ReplyTimeout, DefaultReplyTimeout},
 		{"SettleTimeout", &cfg.SettleTimeout, DefaultSettleTimeout}} {
 		if *d.v < 0 {
-			return nil, fmt.Errorf("%w: %s %v is negative", ErrInvalidConfig, d.name, *d.v)
+			return nil, configErr(d.name, fmt.Sprintf("%v is negative", *d.v), nil)
 		}
 		if *d.v == 0 {
 			*d.v = d.def
 		}
 	}
-	if err := engine.MaxAttemptsConfig(&cfg.MaxAttempts, ErrInvalidConfig); err != nil {
+	if err := engine.MaxAttemptsConfig(&cfg.MaxAttempts, "natsguard"); err != nil {
 		return nil, err
 	}
 	rec, err := guardobs.New(guardobs.Config{Kind: guardobs.KindNATS, Name: name,
 		Retries:       "JetStream conditional writes retried after another writer won the race (wrong last sequence).",
 		MeterProvider: cfg.MeterProvider, TracerProvider: cfg.TracerProvider, Logger: cfg.Logger})
 	if err != nil {
-		return nil, fmt.Errorf("%w: %w", ErrInvalidConfig, err)
+		return nil, configErr("MeterProvider", "instruments", err)
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), cfg.CheckTimeout)
+	ctx, cancel := context.WithTimeout(ctx, cfg.CheckTimeout)
 	defer cancel()
 	bad := func(reason string) error { return &BucketError{Bucket: cfg.Bucket, Reason: reason} }
 	kv, err := cfg.JS.KeyValue(ctx, cfg.Bucket)
@@ -203,14 +209,14 @@ func New(cfg Config) (*Guard, error) {
 		return nil, &BucketError{Bucket: cfg.Bucket, Reason: "no such key-value bucket", Err: err}
 	}
 	if err != nil {
-		return nil, fmt.Errorf("natsguard: bucket %q: %w", cfg.Bucket, err)
+		return nil, fence.WrapContext(ctx, fmt.Errorf("natsguard: bucket %q: %w", cfg.Bucket, err))
 	}
 	stream, err := cfg.JS.Stream(ctx, "KV_"+cfg.Bucket)
 	if errors.Is(err, jetstream.ErrStreamNotFound) {
 		return nil, &BucketError{Bucket: cfg.Bucket, Reason: "no stream KV_" + cfg.Bucket, Err: err}
 	}
 	if err != nil {
-		return nil, fmt.Errorf("natsguard: bucket %q: %w", cfg.Bucket, err)
+		return nil, fence.WrapContext(ctx, fmt.Errorf("natsguard: bucket %q: %w", cfg.Bucket, err))
 	}
 	sc := stream.CachedInfo().Config
 	switch {
@@ -300,7 +306,7 @@ func (g *Guard) markBefore(ctx context.Context, resource, key string, seq uint64
 // parse reads the guard's headers of a record.
 func parse(resource, key string, m *jetstream.RawStreamMsg) (Info, bool, error) {
 	bad := func(reason string) (Info, bool, error) {
-		return Info{}, false, &ForeignError{Resource: resource, Key: key, Revision: m.Sequence, Reason: reason}
+		return Info{}, false, &fence.ForeignError{Source: "natsguard", Resource: resource, Key: key, Version: int64(m.Sequence), Reason: reason}
 	}
 	if len(m.Header.Values(HeaderToken)) != 1 {
 		return bad("no " + HeaderToken + " header")
@@ -328,19 +334,15 @@ func parse(resource, key string, m *jetstream.RawStreamMsg) (Info, bool, error) 
 }
 
 // Put writes value to resource under the claim ctx carries
-// (fence.ClaimFromContext; none: fence.ErrNoToken, nothing written).
+// (fence.ClaimFromContext; none: fence.ErrNoToken, nothing written; a
+// claim from elsewhere goes in with fence.WithClaim): it reads the key's
+// latest record, applies fence.DecideClaim to the mark its headers carry,
+// and publishes the new record (value as the body; the token, run and
+// write id as headers) with Nats-Expected-Last-Subject-Sequence set to the
+// revision it read, so the write is stored only if no other write came in
+// between; otherwise it reads and decides again.
 func (g *Guard) Put(ctx context.Context, resource string, value []byte) error {
 	return g.eng.Put(ctx, resource, value)
-}
-
-// PutClaim writes value to resource under the claim c, passed explicitly:
-// it reads the key's latest record, applies fence.DecideClaim to the mark
-// its headers carry, and publishes the new record (value as the body; the
-// token, run and write id as headers) with Nats-Expected-Last-Subject-
-// Sequence set to the revision it read, so the write is stored only if no
-// other write came in between; otherwise it reads and decides again.
-func (g *Guard) PutClaim(ctx context.Context, resource string, c fence.Claim, value []byte) error {
-	return g.eng.PutClaim(ctx, resource, c, value)
 }
 
 // Delete writes a tombstone for resource under the claim ctx carries: a
@@ -350,13 +352,8 @@ func (g *Guard) Delete(ctx context.Context, resource string) error {
 	return g.eng.Delete(ctx, resource)
 }
 
-// DeleteClaim is Delete under the claim c, passed explicitly.
-func (g *Guard) DeleteClaim(ctx context.Context, resource string, c fence.Claim) error {
-	return g.eng.DeleteClaim(ctx, resource, c)
-}
-
 // Get returns resource's value and the mark written with it (one record).
-// A resource without value yields a *NotFoundError with the mark known;
+// A resource without value yields a *fence.NotFoundError with the mark known;
 // it matches fence.ErrNotFound.
 func (g *Guard) Get(ctx context.Context, resource string) ([]byte, Info, error) {
 	if err := g.eng.Read(ctx, resource); err != nil {
@@ -367,7 +364,7 @@ func (g *Guard) Get(ctx context.Context, resource string) ([]byte, Info, error) 
 	case err != nil:
 		return nil, Info{}, err
 	case !st.present:
-		return nil, st.info, &NotFoundError{Resource: resource, Deleted: st.deleted, Token: st.info.Token}
+		return nil, st.info, &fence.NotFoundError{Source: "natsguard", Resource: resource, Deleted: st.deleted, Token: st.info.Token}
 	}
 	return st.value, st.info, nil
 }

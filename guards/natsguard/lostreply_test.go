@@ -65,13 +65,13 @@ func TestLostReplyStored(t *testing.T) {
 	bucket := newBucket(t, jetstreamKV(0))
 	g, direct, p := proxied(t, bucket, Config{})
 	ctx := context.Background()
-	if err := direct.PutClaim(ctx, "lost/stored", fence.Claim{Token: 3}, []byte("three")); err != nil {
+	if err := direct.Put(fence.WithClaim(ctx, fence.Claim{Token: 3}), "lost/stored", []byte("three")); err != nil {
 		t.Fatal(err)
 	}
 	pauseFirst(g, p, netproxy.Downstream)
 	var first error
 	n := onFirstPublish(g, func(err error) { first = err; p.Restore() })
-	if err := g.PutClaim(context.Background(), "lost/stored", fence.Claim{Token: 4}, []byte("four")); err != nil {
+	if err := g.Put(fence.WithClaim(context.Background(), fence.Claim{Token: 4}), "lost/stored", []byte("four")); err != nil {
 		t.Fatalf("stored write whose reply was lost: %v", err)
 	}
 	if first == nil || *n != 2 {
@@ -94,12 +94,12 @@ func TestLostRequestOvertaken(t *testing.T) {
 	ctx := context.Background()
 	pauseFirst(g, p, netproxy.Upstream)
 	onFirstPublish(g, func(error) {
-		if err := direct.PutClaim(ctx, "lost/overtaken", fence.Claim{Token: 9}, []byte("nine")); err != nil {
+		if err := direct.Put(fence.WithClaim(ctx, fence.Claim{Token: 9}), "lost/overtaken", []byte("nine")); err != nil {
 			t.Error(err)
 		}
 		p.Restore()
 	})
-	err := g.PutClaim(context.Background(), "lost/overtaken", fence.Claim{Token: 8}, []byte("eight"))
+	err := g.Put(fence.WithClaim(context.Background(), fence.Claim{Token: 8}), "lost/overtaken", []byte("eight"))
 	se, ok := fence.IsStale(err)
 	if !ok || se.Presented != 8 || se.Highest != 9 || !se.Overtaken {
 		t.Fatalf("overtaken write: %v, want StaleError{8, 9} with Overtaken set (its reply was lost)", err)
@@ -116,7 +116,7 @@ func TestLostReplyUnsettled(t *testing.T) {
 	bucket := newBucket(t, jetstreamKV(0))
 	g, direct, p := proxied(t, bucket, Config{SettleTimeout: 300 * time.Millisecond})
 	g.beforePublish = func() { p.Pause(netproxy.Downstream) }
-	err := g.PutClaim(context.Background(), "lost/unsettled", fence.Claim{Token: 2}, []byte("two"))
+	err := g.Put(fence.WithClaim(context.Background(), fence.Claim{Token: 2}), "lost/unsettled", []byte("two"))
 	p.Restore()
 	if !errors.Is(err, fence.ErrOutcomeUnknown) || errors.Is(err, fence.ErrBusy) || errors.Is(err, fence.ErrStale) {
 		t.Fatalf("unsettled write: %v, want fence.ErrOutcomeUnknown only", err)
@@ -141,7 +141,7 @@ func TestLostReplyBoundedByDefault(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	start := time.Now()
-	err := g.PutClaim(ctx, "lost/bounded", fence.Claim{Token: 2}, []byte("two"))
+	err := g.Put(fence.WithClaim(ctx, fence.Claim{Token: 2}), "lost/bounded", []byte("two"))
 	took := time.Since(start)
 	if !errors.Is(err, fence.ErrOutcomeUnknown) || errors.Is(err, context.DeadlineExceeded) && ctx.Err() != nil {
 		t.Fatalf("write whose replies were all lost: %v, want fence.ErrOutcomeUnknown before the call's deadline", err)
@@ -168,12 +168,12 @@ func TestLostReplyStoredThenOvertaken(t *testing.T) {
 	p.OnHold(func(netproxy.Direction) { once.Do(stored.Done) })
 	onFirstPublish(g, func(error) {
 		stored.Wait()
-		if err := direct.PutClaim(ctx, "lost/stored-overtaken", fence.Claim{Token: 9}, []byte("nine")); err != nil {
+		if err := direct.Put(fence.WithClaim(ctx, fence.Claim{Token: 9}), "lost/stored-overtaken", []byte("nine")); err != nil {
 			t.Error(err)
 		}
 		p.Restore()
 	})
-	if err := g.PutClaim(ctx, "lost/stored-overtaken", fence.Claim{Token: 8}, []byte("eight")); err != nil {
+	if err := g.Put(fence.WithClaim(ctx, fence.Claim{Token: 8}), "lost/stored-overtaken", []byte("eight")); err != nil {
 		t.Fatalf("write stored, then overtaken before its re-send: %v, want nil (it was applied)", err)
 	}
 	if b, info, err := direct.Get(ctx, "lost/stored-overtaken"); err != nil || string(b) != "nine" || info.Token != 9 || info.Revision != 2 {

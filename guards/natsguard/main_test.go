@@ -90,7 +90,7 @@ func guard(t testing.TB, bucket string, cfg Config) *Guard {
 		cfg.JS = connect(t, natsURL(), nil)
 	}
 	cfg.Bucket = bucket
-	g, err := New(cfg)
+	g, err := New(context.Background(), cfg)
 	if err != nil {
 		t.Fatal(err)
 	}

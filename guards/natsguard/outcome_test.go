@@ -68,11 +68,11 @@ type kitSubject struct {
 }
 
 func (a kitSubject) WriteStrict(ctx context.Context, r string, c fence.Claim, v string) error {
-	return a.strict.PutClaim(ctx, r, c, []byte(v))
+	return a.strict.Put(fence.WithClaim(ctx, c), r, []byte(v))
 }
 
 func (a kitSubject) WriteHeld(ctx context.Context, r string, tok fence.Token, v string, applied func()) error {
-	return heldReply(a.bucket, applied, func(g *Guard) error { return g.PutClaim(ctx, r, fence.Claim{Token: tok}, []byte(v)) })
+	return heldReply(a.bucket, applied, func(g *Guard) error { return g.Put(fence.WithClaim(ctx, fence.Claim{Token: tok}), r, []byte(v)) })
 }
 
 // fenceKitSubject is fenceSubject (Fence, Do with Stage) with the same
@@ -108,8 +108,8 @@ func TestStrictRefusesBeforeIO(t *testing.T) {
 		c fence.Claim
 	}{{"acme/conv-2/notes", scoped}, {"acme/conv-1/notes", fence.Claim{Token: 3}}} {
 		for name, err := range map[string]error{
-			"PutClaim":    g.PutClaim(ctx, tc.r, tc.c, []byte("x")),
-			"DeleteClaim": g.DeleteClaim(ctx, tc.r, tc.c),
+			"PutClaim":    g.Put(fence.WithClaim(ctx, tc.c), tc.r, []byte("x")),
+			"DeleteClaim": g.Delete(fence.WithClaim(ctx, tc.c), tc.r),
 			"Put":         g.Put(fence.WithClaim(ctx, tc.c), tc.r, []byte("x")),
 			"Fence": g.Fence(fence.WithClaim(ctx, tc.c), tc.r, tc.c.Token, func(context.Context) error {
 				t.Errorf("Fence ran its write for %q outside the claim's scope", tc.r)

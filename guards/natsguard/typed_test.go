@@ -17,7 +17,7 @@ func TestNotFoundMatchesFence(t *testing.T) {
 	ctx := context.Background()
 	bucket := newBucket(t, jetstreamKV(0))
 	g := guard(t, bucket, Config{})
-	if err := g.DeleteClaim(ctx, "nf/deleted", fence.Claim{Token: 2}); err != nil {
+	if err := g.Delete(fence.WithClaim(ctx, fence.Claim{Token: 2}), "nf/deleted"); err != nil {
 		t.Fatal(err)
 	}
 	for _, r := range []string{"nf/never", "nf/deleted"} {
@@ -32,7 +32,7 @@ func TestNotFoundMatchesFence(t *testing.T) {
 // *BucketError (ErrBucket) that still matches jetstream.ErrBucketNotFound.
 func TestMissingBucketTyped(t *testing.T) {
 	js := connect(t, natsURL(), nil)
-	_, err := New(Config{JS: js, Bucket: "fktest_no_such_bucket"})
+	_, err := New(context.Background(), Config{JS: js, Bucket: "fktest_no_such_bucket"})
 	var be *BucketError
 	if !errors.As(err, &be) || be.Bucket != "fktest_no_such_bucket" || !errors.Is(err, ErrBucket) || !errors.Is(err, jetstream.ErrBucketNotFound) {
 		t.Fatalf("New over a missing bucket: %v, want *BucketError matching jetstream.ErrBucketNotFound", err)
@@ -44,18 +44,15 @@ func TestMissingBucketTyped(t *testing.T) {
 func TestNilContext(t *testing.T) {
 	bucket := newBucket(t, jetstreamKV(0))
 	g := guard(t, bucket, Config{})
-	c := fence.Claim{Token: 1}
 	write := func(context.Context) error { t.Error("Fence ran its write with a nil context"); return nil }
 	//nolint:staticcheck // a nil context is the input under test
 	calls := map[string]func() error{
-		"Put":         func() error { return g.Put(nil, "nil/ctx", []byte("v")) },
-		"PutClaim":    func() error { return g.PutClaim(nil, "nil/ctx", c, []byte("v")) },
-		"Delete":      func() error { return g.Delete(nil, "nil/ctx") },
-		"DeleteClaim": func() error { return g.DeleteClaim(nil, "nil/ctx", c) },
-		"Get":         func() error { _, _, err := g.Get(nil, "nil/ctx"); return err },
-		"Mark":        func() error { _, err := g.Mark(nil, "nil/ctx"); return err },
-		"Fence":       func() error { return g.Fence(nil, "nil/ctx", 1, write) },
-		"Do":          func() error { return g.Do(nil, "nil/ctx", write) },
+		"Put":    func() error { return g.Put(nil, "nil/ctx", []byte("v")) },
+		"Delete": func() error { return g.Delete(nil, "nil/ctx") },
+		"Get":    func() error { _, _, err := g.Get(nil, "nil/ctx"); return err },
+		"Mark":   func() error { _, err := g.Mark(nil, "nil/ctx"); return err },
+		"Fence":  func() error { return g.Fence(nil, "nil/ctx", 1, write) },
+		"Do":     func() error { return g.Do(nil, "nil/ctx", write) },
 	}
 	for name, call := range calls {
 		func() {

@@ -77,7 +77,7 @@ func TestBeginOneRoundTrip(t *testing.T) {
 			tok   fence.Token
 			stale bool
 		}{{5, false}, {8, false}, {8, false}, {6, true}, {9, false}} {
-			tx, err := g.BeginClaim(bg(), resource, cl(step.tok))
+			tx, err := g.Begin(fence.WithClaim(bg(), cl(step.tok)), resource)
 			if step.stale {
 				se, ok := fence.IsStale(err)
 				require.True(t, ok, "%v", err)
@@ -116,17 +116,17 @@ func TestBeginWritesOnlyWhenAdmitted(t *testing.T) {
 	schema := setupSchema(t)
 	pool := fencetest.Pool(t)
 	g := newGuard(t, pgguard.Config{Schema: schema, DB: pool})
-	tx, err := g.BeginClaim(bg(), "r", cl(7))
+	tx, err := g.Begin(fence.WithClaim(bg(), cl(7)), "r")
 	require.NoError(t, err)
 	_, err = tx.Exec(bg(), upsertSQL(schema), "r", "seven", 7)
 	require.NoError(t, err)
 	require.NoError(t, tx.Rollback(bg()))
 	assertState(t, g, pool, schema, "r", 0, "", false) // rolled back: no mark row either
 
-	tx, err = g.BeginClaim(bg(), "r", cl(7))
+	tx, err = g.Begin(fence.WithClaim(bg(), cl(7)), "r")
 	require.NoError(t, err)
 	require.NoError(t, tx.Commit(bg()))
-	tx, err = g.BeginClaim(bg(), "r", cl(6))
+	tx, err = g.Begin(fence.WithClaim(bg(), cl(6)), "r")
 	assert.Nil(t, tx)
 	se, ok := fence.IsStale(err)
 	require.True(t, ok, "%v", err)
@@ -148,13 +148,13 @@ func TestBeginBadInput(t *testing.T) {
 		{g, "r", 0, fence.ErrInvalidToken},
 		{g, "", 1, fence.ErrInvalidResource},
 		{g, "a\x00b", 1, fence.ErrInvalidResource},
-		{sqlOnly, "r", 1, pgguard.ErrInvalidConfig}, // Begin needs Config.DB
+		{sqlOnly, "r", 1, fence.ErrInvalidConfig}, // Begin needs Config.DB
 	} {
-		tx, err := tc.g.BeginClaim(bg(), tc.resource, cl(tc.tok))
+		tx, err := tc.g.Begin(fence.WithClaim(bg(), cl(tc.tok)), tc.resource)
 		assert.ErrorIs(t, err, tc.want, "%q %d", tc.resource, tc.tok)
 		assert.Nil(t, tx)
 	}
-	var ce *pgguard.ConfigError
+	var ce *fence.ConfigError
 	_, err := sqlOnly.Begin(fence.WithToken(bg(), 1), "r")
 	require.ErrorAs(t, err, &ce)
 	assert.Equal(t, "DB", ce.Field)
@@ -172,9 +172,9 @@ func TestBeginBusy(t *testing.T) {
 	h, err := holder.Begin(bg())
 	require.NoError(t, err)
 	defer func() { _ = h.Rollback(bg()) }()
-	require.NoError(t, g.FenceTxClaim(bg(), h, "r", cl(3)))
+	require.NoError(t, g.FenceTx(fence.WithClaim(bg(), cl(3)), h, "r"))
 
-	tx, err := g.BeginClaim(bg(), "r", cl(4))
+	tx, err := g.Begin(fence.WithClaim(bg(), cl(4)), "r")
 	assert.Nil(t, tx)
 	requireCode(t, err, "55P03")
 	assert.Zero(t, waiter.Stat().AcquiredConns())
@@ -184,7 +184,7 @@ func TestBeginBusy(t *testing.T) {
 	// a synchronisation sleep.
 	ctx, cancel := context.WithTimeout(bg(), 100*time.Millisecond)
 	defer cancel()
-	tx, err = noTimeout.BeginClaim(ctx, "r", cl(4))
+	tx, err = noTimeout.Begin(fence.WithClaim(ctx, cl(4)), "r")
 	assert.Nil(t, tx)
 	assert.NotErrorIs(t, err, fence.ErrBusy, "the caller's deadline ended the wait: not retryable")
 	assert.ErrorIs(t, err, context.DeadlineExceeded)

@@ -86,7 +86,7 @@ ON CONFLICT (resource) DO UPDATE SET value = EXCLUDED.value, fence_token = EXCLU
 	}
 	inTx := func(g *pgguard.Guard, r string) func(fence.Token) error {
 		return func(tok fence.Token) error {
-			return g.InTxClaim(ctx, r, cl(tok), func(ctx context.Context, tx pgx.Tx) error {
+			return g.InTx(fence.WithClaim(ctx, cl(tok)), r, func(ctx context.Context, tx pgx.Tx) error {
 				_, err := tx.Exec(ctx, upsert, r, "value", int64(tok))
 				return err
 			})
@@ -101,7 +101,7 @@ ON CONFLICT (resource) DO UPDATE SET value = EXCLUDED.value, fence_token = EXCLU
 	b.Run("pgx/marks/FenceTx", func(b *testing.B) {
 		interleave(b, plainTx("u-fencetx"), func(tok fence.Token) error {
 			return pgx.BeginFunc(ctx, pool, func(tx pgx.Tx) error {
-				if err := g.FenceTxClaim(ctx, tx, "g-fencetx", cl(tok)); err != nil {
+				if err := g.FenceTx(fence.WithClaim(ctx, cl(tok)), tx, "g-fencetx"); err != nil {
 					return err
 				}
 				_, err := tx.Exec(ctx, upsert, "g-fencetx", "value", int64(tok))
@@ -114,7 +114,7 @@ ON CONFLICT (resource) DO UPDATE SET value = EXCLUDED.value, fence_token = EXCLU
 			_, err := pool.Exec(ctx, docUpsert, "u-rows", "value", int64(tok))
 			return err
 		}, func(tok fence.Token) error {
-			return rows.UpsertClaim(ctx, pool, []any{"g-rows"}, cl(tok), "value")
+			return rows.Upsert(fence.WithClaim(ctx, cl(tok)), pool, []any{"g-rows"}, "value")
 		})
 	})
 
@@ -133,7 +133,7 @@ ON CONFLICT (resource) DO UPDATE SET value = EXCLUDED.value, fence_token = EXCLU
 	}
 	b.Run("sql/marks/InSQLTx", func(b *testing.B) {
 		interleave(b, plainSQLTx("su-intx"), func(tok fence.Token) error {
-			return g.InSQLTxClaim(ctx, "sg-intx", cl(tok), func(ctx context.Context, tx *sql.Tx) error {
+			return g.InSQLTx(fence.WithClaim(ctx, cl(tok)), "sg-intx", func(ctx context.Context, tx *sql.Tx) error {
 				_, err := tx.ExecContext(ctx, upsert, "sg-intx", "value", int64(tok))
 				return err
 			})
@@ -144,7 +144,7 @@ ON CONFLICT (resource) DO UPDATE SET value = EXCLUDED.value, fence_token = EXCLU
 			_, err := db.ExecContext(ctx, docUpsert, "su-rows", "value", int64(tok))
 			return err
 		}, func(tok fence.Token) error {
-			return rows.UpsertSQLClaim(ctx, db, []any{"sg-rows"}, cl(tok), "value")
+			return rows.UpsertSQL(fence.WithClaim(ctx, cl(tok)), db, []any{"sg-rows"}, "value")
 		})
 	})
 }

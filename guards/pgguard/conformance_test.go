@@ -230,7 +230,7 @@ func inTxWrite(g *pgguard.Guard, schema string) writeFunc {
 		if c == nil {
 			return g.InTx(ctx, r, fn)
 		}
-		return g.InTxClaim(ctx, r, *c, fn)
+		return g.InTx(fence.WithClaim(ctx, *c), r, fn)
 	}
 }
 
@@ -248,7 +248,7 @@ func TestConformanceInTx(t *testing.T) {
 			hg := k.guard(t, h.pool, nil)
 			runKit(t, k.held(func(ctx context.Context, r string, tok fence.Token, v string, applied func()) error {
 				return h.run(applied, func(hold func()) error {
-					return hg.InTxClaim(ctx, r, fence.ClaimFor(ctx, tok), heldRowWriter(k.schema, r, v, tok, hold))
+					return hg.InTx(fence.WithClaim(ctx, fence.ClaimFor(ctx, tok)), r, heldRowWriter(k.schema, r, v, tok, hold))
 				})
 			}))
 		})
@@ -268,7 +268,7 @@ func TestConformanceBegin(t *testing.T) {
 			if c == nil {
 				tx, err = g.Begin(ctx, r)
 			} else {
-				tx, err = g.BeginClaim(ctx, r, *c)
+				tx, err = g.Begin(fence.WithClaim(ctx, *c), r)
 			}
 			if err != nil {
 				return err
@@ -296,7 +296,7 @@ func TestConformanceFenceTxInCallerTx(t *testing.T) {
 				if c == nil {
 					return g.FenceTx(ctx, nil, r)
 				}
-				return g.FenceTxClaim(ctx, nil, r, *c)
+				return g.FenceTx(fence.WithClaim(ctx, *c), nil, r)
 			}
 			tx, err := m.pool.Begin(ctx)
 			if err != nil {
@@ -309,7 +309,7 @@ func TestConformanceFenceTxInCallerTx(t *testing.T) {
 			if c == nil {
 				err = g.FenceTx(ctx, tx, r)
 			} else {
-				err = g.FenceTxClaim(ctx, tx, r, *c)
+				err = g.FenceTx(fence.WithClaim(ctx, *c), tx, r)
 			}
 			if err != nil {
 				return err
@@ -461,14 +461,14 @@ func TestConformanceInSQLTx(t *testing.T) {
 					if c == nil {
 						return g.InSQLTx(ctx, r, fn)
 					}
-					return g.InSQLTxClaim(ctx, r, *c, fn)
+					return g.InSQLTx(fence.WithClaim(ctx, *c), r, fn)
 				}
 			})
 			h := newReplyHold(t)
 			hg := k.guard(t, nil, h.db)
 			runKit(t, k.held(func(ctx context.Context, r string, tok fence.Token, v string, applied func()) error {
 				return h.run(applied, func(hold func()) error {
-					return hg.InSQLTxClaim(ctx, r, fence.ClaimFor(ctx, tok), func(ctx context.Context, tx *sql.Tx) error {
+					return hg.InSQLTx(fence.WithClaim(ctx, fence.ClaimFor(ctx, tok)), r, func(ctx context.Context, tx *sql.Tx) error {
 						if err := sqlUpsert(ctx, tx, k.schema, r, v, int64(tok), false); err != nil {
 							return err
 						}
@@ -492,7 +492,7 @@ func TestConformanceFenceSQLTxInCallerTx(t *testing.T) {
 				if c == nil {
 					return g.FenceSQLTx(ctx, nil, r)
 				}
-				return g.FenceSQLTxClaim(ctx, nil, r, *c)
+				return g.FenceSQLTx(fence.WithClaim(ctx, *c), nil, r)
 			}
 			tx, err := m.db.BeginTx(ctx, nil)
 			if err != nil {
@@ -505,7 +505,7 @@ func TestConformanceFenceSQLTxInCallerTx(t *testing.T) {
 			if c == nil {
 				err = g.FenceSQLTx(ctx, tx, r)
 			} else {
-				err = g.FenceSQLTxClaim(ctx, tx, r, *c)
+				err = g.FenceSQLTx(fence.WithClaim(ctx, *c), tx, r)
 			}
 			if err != nil {
 				return err

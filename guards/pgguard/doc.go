@@ -15,21 +15,19 @@
 // required. The methods that open a transaction take no database argument;
 // the ones that fence the caller's own transaction take that transaction.
 // A method that needs the database the Config does not set returns a
-// *ConfigError (ErrInvalidConfig) before any I/O.
+// *fence.ConfigError (fence.ErrInvalidConfig) before any I/O.
 //
-// Each entry point has a ctx-first form, which takes the claim from ctx
-// (fence.ClaimFromContext: a lease's context carries its claim, and
-// fence.WithToken or fence.WithClaim set one), and a ...Claim form for a
-// claim passed explicitly (fence.ClaimFor(ctx, token) for a token from
-// elsewhere):
+// Every entry point takes the claim from ctx (fence.ClaimFromContext: a
+// lease's context carries its claim; fence.WithClaim or fence.WithToken
+// set one for a token from elsewhere):
 //
-//   - InTx / InTxClaim (pgx, on Config.DB) and InSQLTx / InSQLTxClaim
+//   - InTx (pgx, on Config.DB) and InSQLTx
 //     (database/sql, on Config.SQLDB): begin, fence, run the function,
 //     commit; roll back on any error or panic. InTx sends BEGIN and the
 //     fence statement in one round trip.
-//   - Begin / BeginClaim (pgx, on Config.DB): begin and fence in one round
+//   - Begin (pgx, on Config.DB): begin and fence in one round
 //     trip, and hand over the transaction to write in and commit.
-//   - FenceTx / FenceTxClaim (pgx) and FenceSQLTx / FenceSQLTxClaim
+//   - FenceTx (pgx) and FenceSQLTx
 //     (database/sql): fence inside a transaction the caller opened (for
 //     example through an ORM).
 //   - Fence: the fence.Guard method, for code written against that
@@ -38,8 +36,8 @@
 //     Config.SQLDB when DB is nil.
 //
 // In-row mode (Rows, built by NewRows) keeps the token and run identity in
-// columns of the user's own rows instead of the marks table: Upsert /
-// UpsertClaim (pgx) and UpsertSQL / UpsertSQLClaim (database/sql) write one
+// columns of the user's own rows instead of the marks table: Upsert
+// (pgx) and UpsertSQL (database/sql) write one
 // row with one conditional upsert that changes no row when the claim is
 // refused, then read the row's token to name it in the error. Their
 // querier argument says where the statement runs: a pool or connection

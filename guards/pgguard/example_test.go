@@ -125,8 +125,9 @@ func ExampleGuard_FenceTx() {
 
 // database/sql (here with pgx's stdlib driver; any PostgreSQL driver
 // works): InSQLTx begins, fences, runs the function and commits. A token
-// from another source than a lease is passed explicitly.
-func ExampleGuard_InSQLTxClaim() {
+// from another source than a lease travels in ctx (fence.WithToken), as
+// every claim does.
+func ExampleGuard_InSQLTx_tokenFromElsewhere() {
 	ctx := context.Background()
 	pool, schema, cleanup := exampleDB(ctx)
 	defer cleanup()
@@ -140,7 +141,7 @@ func ExampleGuard_InSQLTxClaim() {
 		panic(err)
 	}
 	write := func(token fence.Token, body string) error {
-		return g.InSQLTxClaim(ctx, "report/9", fence.ClaimFor(ctx, token), func(ctx context.Context, tx *sql.Tx) error {
+		return g.InSQLTx(fence.WithToken(ctx, token), "report/9", func(ctx context.Context, tx *sql.Tx) error {
 			_, err := tx.ExecContext(ctx, `INSERT INTO `+schema+`.reports (id, body, fence_token) VALUES (9, $1, $2)
 				ON CONFLICT (id) DO UPDATE SET body = EXCLUDED.body, fence_token = EXCLUDED.fence_token`, body, int64(token))
 			return err

@@ -54,9 +54,9 @@ type Config struct {
 	// the Guard opens the transactions of InSQLTx on; Fence and Mark use it
 	// when DB is nil. It must reach the same database as DB.
 	//
-	// At least one of DB and SQLDB is required (New returns a *ConfigError
+	// At least one of DB and SQLDB is required (New returns a *fence.ConfigError
 	// otherwise). A method that needs the one not set returns a
-	// *ConfigError and does nothing: InTx and Begin need DB, InSQLTx needs
+	// *fence.ConfigError and does nothing: InTx and Begin need DB, InSQLTx needs
 	// SQLDB. FenceTx and FenceSQLTx work in the caller's transaction and
 	// need neither.
 	SQLDB SQLDB
@@ -109,37 +109,9 @@ const DefaultLockTimeout = 5 * time.Second
 // MarksTable is the name of the high-water-mark table inside Config.Schema.
 const MarksTable = "fencekit_guard_marks"
 
-// ErrInvalidConfig is matched by every error New, NewRows and NewMarks
-// return, and by the *ConfigError of a method that needs a database the
-// Config does not set.
-var ErrInvalidConfig = errors.New("pgguard: invalid config")
-
-// ConfigError reports a Config (RowsConfig, MarksConfig) field that is
-// invalid, or missing for the method called. It matches ErrInvalidConfig.
-type ConfigError struct {
-	Field  string
-	Reason string
-	Err    error // underlying cause, if any (e.g. migrations.ErrInvalidIdentifier)
-}
-
-// Error implements error.
-func (e *ConfigError) Error() string {
-	msg := "pgguard: invalid config " + e.Field + ": " + e.Reason
-	if e.Err != nil {
-		msg += ": " + e.Err.Error()
-	}
-	return msg
-}
-
-// Is reports whether target is ErrInvalidConfig.
-func (e *ConfigError) Is(target error) bool { return target == ErrInvalidConfig }
-
-// Unwrap returns the underlying cause.
-func (e *ConfigError) Unwrap() error { return e.Err }
-
-// configErr is a *ConfigError.
+// configErr is the *fence.ConfigError of a pgguard Config field.
 func configErr(field, reason string, err error) error {
-	return &ConfigError{Field: field, Reason: reason, Err: err}
+	return &fence.ConfigError{Source: "pgguard", Field: field, Reason: reason, Err: err}
 }
 
 // Guard fences PostgreSQL writes with the high-water marks in

@@ -81,7 +81,7 @@ func TestMarksPrune(t *testing.T) {
 	require.NoError(t, err)
 	require.EqualValues(t, 30, mark.Token)
 	_, err = pgguard.NewMarks(pgguard.MarksConfig{})
-	require.ErrorIs(t, err, pgguard.ErrInvalidConfig)
+	require.ErrorIs(t, err, fence.ErrInvalidConfig)
 	_, err = pgguard.NewMarks(pgguard.MarksConfig{DB: pool, Schema: "x;y"})
-	require.ErrorIs(t, err, pgguard.ErrInvalidConfig)
+	require.ErrorIs(t, err, fence.ErrInvalidConfig)
 }

@@ -54,7 +54,7 @@ func TestGuardMetrics(t *testing.T) {
 	require.Error(t, g.Fence(bg(), res, 6, write))
 	tx, err := pool.Begin(bg())
 	require.NoError(t, err)
-	require.Error(t, g.FenceTxClaim(bg(), tx, res, cl(9))) // rolls tx back
+	require.Error(t, g.FenceTx(fence.WithClaim(bg(), cl(9)), tx, res)) // rolls tx back
 	require.Error(t, g.Fence(bg(), "", 10, write), "bad input counts as nothing")
 	assert.Empty(t, logs.String(), "nothing logged for stale refusals")
 

@@ -97,7 +97,7 @@ func TestCommitConnectionLostIsOutcomeUnknown(t *testing.T) {
 	g := newGuard(t, pgguard.Config{Schema: schema, DB: h.pool})
 	ctx := testCtx(t)
 	err := h.run(func() { h.p.CloseConns() }, func(hold func()) error {
-		return g.InTxClaim(ctx, "doc/1", fence.Claim{Token: 4}, heldRowWriter(schema, "doc/1", "v", 4, hold))
+		return g.InTx(fence.WithClaim(ctx, fence.Claim{Token: 4}), "doc/1", heldRowWriter(schema, "doc/1", "v", 4, hold))
 	})
 	require.ErrorIs(t, err, fence.ErrOutcomeUnknown)
 	require.NotErrorIs(t, err, context.Canceled)
@@ -134,7 +134,7 @@ func TestContextEndedBeforeCommitIsNothingWritten(t *testing.T) {
 	}
 	t.Run("pgx", func(t *testing.T) {
 		ctx, cancel := context.WithCancelCause(testCtx(t))
-		err := g.InTxClaim(ctx, "doc/pgx", fence.Claim{Token: 1}, func(ctx context.Context, tx pgx.Tx) error {
+		err := g.InTx(fence.WithClaim(ctx, fence.Claim{Token: 1}), "doc/pgx", func(ctx context.Context, tx pgx.Tx) error {
 			if err := rowWriter(schema, "doc/pgx", "v", 1, false)(ctx, tx); err != nil {
 				return err
 			}
@@ -145,7 +145,7 @@ func TestContextEndedBeforeCommitIsNothingWritten(t *testing.T) {
 	})
 	t.Run("database/sql", func(t *testing.T) {
 		ctx, cancel := context.WithCancelCause(testCtx(t))
-		err := g.InSQLTxClaim(ctx, "doc/sql", fence.Claim{Token: 1}, func(ctx context.Context, tx *sql.Tx) error {
+		err := g.InSQLTx(fence.WithClaim(ctx, fence.Claim{Token: 1}), "doc/sql", func(ctx context.Context, tx *sql.Tx) error {
 			if err := sqlUpsert(ctx, tx, schema, "doc/sql", "v", 1, false); err != nil {
 				return err
 			}

@@ -127,7 +127,7 @@ func fenceCounted(t *testing.T, g *pgguard.Guard, pool *pgxpool.Pool, c *counter
 	require.NoError(t, err)
 	defer func() { _ = tx.Rollback(bg()) }()
 	c.start(tx.Conn())
-	err = g.FenceTxClaim(bg(), tx, r, cl(tok))
+	err = g.FenceTx(fence.WithClaim(bg(), cl(tok)), tx, r)
 	sqls := c.stop()
 	if err == nil {
 		require.NoError(t, tx.Commit(bg()))
@@ -170,14 +170,14 @@ func TestFenceTxBadInput(t *testing.T) {
 	require.NoError(t, err)
 	defer func() { _ = tx.Rollback(bg()) }()
 	c.start(tx.Conn())
-	assert.ErrorIs(t, g.FenceTxClaim(bg(), tx, "r", cl(0)), fence.ErrInvalidToken)
-	assert.ErrorIs(t, g.FenceTxClaim(bg(), tx, "r", cl(-9)), fence.ErrInvalidToken)
-	assert.ErrorIs(t, g.FenceTxClaim(bg(), tx, "", cl(1)), fence.ErrInvalidResource)
-	assert.ErrorIs(t, g.FenceTxClaim(bg(), tx, "a\x00b", cl(1)), fence.ErrInvalidResource)
-	assert.ErrorIs(t, g.FenceTxClaim(bg(), tx, strings.Repeat("x", 513), cl(1)), fence.ErrInvalidResource)
-	assert.ErrorIs(t, g.FenceTxClaim(bg(), nil, "r", cl(1)), fence.ErrNilArgument)
+	assert.ErrorIs(t, g.FenceTx(fence.WithClaim(bg(), cl(0)), tx, "r"), fence.ErrInvalidToken)
+	assert.ErrorIs(t, g.FenceTx(fence.WithClaim(bg(), cl(-9)), tx, "r"), fence.ErrInvalidToken)
+	assert.ErrorIs(t, g.FenceTx(fence.WithClaim(bg(), cl(1)), tx, ""), fence.ErrInvalidResource)
+	assert.ErrorIs(t, g.FenceTx(fence.WithClaim(bg(), cl(1)), tx, "a\x00b"), fence.ErrInvalidResource)
+	assert.ErrorIs(t, g.FenceTx(fence.WithClaim(bg(), cl(1)), tx, strings.Repeat("x", 513)), fence.ErrInvalidResource)
+	assert.ErrorIs(t, g.FenceTx(fence.WithClaim(bg(), cl(1)), nil, "r"), fence.ErrNilArgument)
 	assert.Empty(t, c.stop(), "bad input must not reach the database")
-	require.NoError(t, g.FenceTxClaim(bg(), tx, "r", cl(1)), "tx still usable")
+	require.NoError(t, g.FenceTx(fence.WithClaim(bg(), cl(1)), tx, "r"), "tx still usable")
 	require.NoError(t, tx.Commit(bg()))
 
 	gd := newGuard(t, pgguard.Config{Schema: schema, DB: pool})
@@ -201,7 +201,7 @@ func TestNewRejectsBadConfig(t *testing.T) {
 		strings.Repeat("s", 64),
 	} {
 		_, err := pgguard.New(pgguard.Config{Schema: schema})
-		assert.ErrorIs(t, err, pgguard.ErrInvalidConfig, "%q", schema)
+		assert.ErrorIs(t, err, fence.ErrInvalidConfig, "%q", schema)
 		assert.ErrorIs(t, err, migrations.ErrInvalidIdentifier, "%q", schema)
 	}
 	for _, tc := range []struct {
@@ -214,8 +214,8 @@ func TestNewRejectsBadConfig(t *testing.T) {
 		{pgguard.Config{}, "DB"}, // neither DB nor SQLDB
 	} {
 		_, err := pgguard.New(tc.cfg)
-		assert.ErrorIs(t, err, pgguard.ErrInvalidConfig, "%+v", tc.cfg)
-		var ce *pgguard.ConfigError
+		assert.ErrorIs(t, err, fence.ErrInvalidConfig, "%+v", tc.cfg)
+		var ce *fence.ConfigError
 		if assert.ErrorAs(t, err, &ce, "%+v", tc.cfg) {
 			assert.Equal(t, tc.field, ce.Field)
 		}
@@ -251,32 +251,32 @@ func (d noSQLDB) QueryRowContext(context.Context, string, ...any) *sql.Row {
 }
 
 // A method that needs the database the Config does not set returns a
-// *ConfigError naming it, before any I/O; the database-free checks come
+// *fence.ConfigError naming it, before any I/O; the database-free checks come
 // first.
 func TestMethodNeedsItsDatabase(t *testing.T) {
 	ctx := fence.WithToken(bg(), 3)
 	nop := func(context.Context, pgx.Tx) error { return nil }
 	sqlNop := func(context.Context, *sql.Tx) error { return nil }
 	field := func(err error) string {
-		var ce *pgguard.ConfigError
+		var ce *fence.ConfigError
 		require.ErrorAs(t, err, &ce)
-		require.ErrorIs(t, err, pgguard.ErrInvalidConfig)
+		require.ErrorIs(t, err, fence.ErrInvalidConfig)
 		return ce.Field
 	}
 
 	pgxOnly, err := pgguard.New(pgguard.Config{DB: noDB{t}})
 	require.NoError(t, err)
 	assert.Equal(t, "SQLDB", field(pgxOnly.InSQLTx(ctx, "r", sqlNop)))
-	assert.Equal(t, "SQLDB", field(pgxOnly.InSQLTxClaim(bg(), "r", cl(3), sqlNop)))
+	assert.Equal(t, "SQLDB", field(pgxOnly.InSQLTx(fence.WithClaim(bg(), cl(3)), "r", sqlNop)))
 	assert.ErrorIs(t, pgxOnly.InSQLTx(bg(), "r", sqlNop), fence.ErrNoToken, "input first")
 
 	sqlOnly, err := pgguard.New(pgguard.Config{SQLDB: noSQLDB{t}})
 	require.NoError(t, err)
 	assert.Equal(t, "DB", field(sqlOnly.InTx(ctx, "r", nop)))
-	assert.Equal(t, "DB", field(sqlOnly.InTxClaim(bg(), "r", cl(3), nop)))
+	assert.Equal(t, "DB", field(sqlOnly.InTx(fence.WithClaim(bg(), cl(3)), "r", nop)))
 	_, err = sqlOnly.Begin(ctx, "r")
 	assert.Equal(t, "DB", field(err))
-	_, err = sqlOnly.BeginClaim(bg(), "r", cl(3))
+	_, err = sqlOnly.Begin(fence.WithClaim(bg(), cl(3)), "r")
 	assert.Equal(t, "DB", field(err))
 	assert.ErrorIs(t, sqlOnly.InTx(ctx, "", nop), fence.ErrInvalidResource, "input first")
 	assert.ErrorIs(t, sqlOnly.InTx(ctx, "r", nil), fence.ErrNilArgument, "input first")
@@ -397,7 +397,7 @@ func TestStaleRollsBackCallerTx(t *testing.T) {
 	require.NoError(t, err)
 	_, err = tx.Exec(bg(), upsertSQL(schema), "r", "stale write", 5)
 	require.NoError(t, err)
-	err = g.FenceTxClaim(bg(), tx, "r", cl(5))
+	err = g.FenceTx(fence.WithClaim(bg(), cl(5)), tx, "r")
 	se, ok := fence.IsStale(err)
 	require.True(t, ok, "%v", err)
 	assert.Equal(t, fence.StaleError{Resource: "r", Presented: 5, Highest: 7}, *se)
@@ -460,7 +460,7 @@ func TestConcurrentHolderSerialises(t *testing.T) {
 			txA, err := poolA.Begin(bg())
 			require.NoError(t, err)
 			defer func() { _ = txA.Rollback(bg()) }()
-			require.NoError(t, g.FenceTxClaim(bg(), txA, "r", cl(tc.first)))
+			require.NoError(t, g.FenceTx(fence.WithClaim(bg(), cl(tc.first)), txA, "r"))
 
 			txB, err := poolB.Begin(bg())
 			require.NoError(t, err)
@@ -468,7 +468,7 @@ func TestConcurrentHolderSerialises(t *testing.T) {
 			pidB := txB.Conn().PgConn().PID()
 			c.start(txB.Conn())
 			res := make(chan error, 1)
-			go func() { res <- g.FenceTxClaim(bg(), txB, "r", cl(tc.second)) }()
+			go func() { res <- g.FenceTx(fence.WithClaim(bg(), cl(tc.second)), txB, "r") }()
 			waitForLockWait(t, observer, pidB)
 			select {
 			case err := <-res:
@@ -518,7 +518,7 @@ func TestLockTimeoutIsBusy(t *testing.T) {
 	tx, err := holder.Begin(bg())
 	require.NoError(t, err)
 	defer func() { _ = tx.Rollback(bg()) }()
-	require.NoError(t, g.FenceTxClaim(bg(), tx, "r", cl(3)))
+	require.NoError(t, g.FenceTx(fence.WithClaim(bg(), cl(3)), tx, "r"))
 
 	called := false
 	err = g.Fence(bg(), "r", 4, func(context.Context) error { called = true; return nil })
@@ -542,12 +542,12 @@ func TestDeadlockIsBusy(t *testing.T) {
 	txB, err := poolB.Begin(bg())
 	require.NoError(t, err)
 	defer func() { _ = txB.Rollback(bg()) }()
-	require.NoError(t, g.FenceTxClaim(bg(), txA, "one", cl(1)))
-	require.NoError(t, g.FenceTxClaim(bg(), txB, "two", cl(1)))
+	require.NoError(t, g.FenceTx(fence.WithClaim(bg(), cl(1)), txA, "one"))
+	require.NoError(t, g.FenceTx(fence.WithClaim(bg(), cl(1)), txB, "two"))
 	resA := make(chan error, 1)
-	go func() { resA <- g.FenceTxClaim(bg(), txA, "two", cl(2)) }()
+	go func() { resA <- g.FenceTx(fence.WithClaim(bg(), cl(2)), txA, "two") }()
 	waitForLockWait(t, observer, txA.Conn().PgConn().PID())
-	errB := g.FenceTxClaim(bg(), txB, "one", cl(2))
+	errB := g.FenceTx(fence.WithClaim(bg(), cl(2)), txB, "one")
 	errA := <-resA
 	// Exactly one of them is the deadlock victim; the other proceeds.
 	if errA == nil {
@@ -574,7 +574,7 @@ func TestSnapshotIsolationConflictIsBusy(t *testing.T) {
 		_, err = tx.Exec(bg(), "SELECT 1") // takes the snapshot
 		require.NoError(t, err)
 		require.NoError(t, g.Fence(bg(), r, 9, func(context.Context) error { return nil }))
-		err = g.FenceTxClaim(bg(), tx, r, cl(10))
+		err = g.FenceTx(fence.WithClaim(bg(), cl(10)), tx, r)
 		if iso == pgx.ReadCommitted {
 			require.NoError(t, err)
 			require.NoError(t, tx.Commit(bg()))
@@ -599,7 +599,7 @@ func TestFenceContextCancelWhileWaiting(t *testing.T) {
 	tx, err := holder.Begin(bg())
 	require.NoError(t, err)
 	defer func() { _ = tx.Rollback(bg()) }()
-	require.NoError(t, g.FenceTxClaim(bg(), tx, "r", cl(3)))
+	require.NoError(t, g.FenceTx(fence.WithClaim(bg(), cl(3)), tx, "r"))
 
 	errLost := errors.New("lease lost (test cause)")
 	ctx, cancel := context.WithCancelCause(bg())

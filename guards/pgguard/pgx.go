@@ -22,7 +22,7 @@ import (
 // Errors: fence.ErrNoToken when ctx carries no claim, input errors
 // (fence.ErrInvalidResource, fence.ErrInvalidToken, fence.ErrInvalidRun,
 // fence.ErrInvalidScope, fence.ErrNilArgument), all before any I/O;
-// *fence.ScopeError under Config.Strict, before any I/O; a *ConfigError
+// *fence.ScopeError under Config.Strict, before any I/O; a *fence.ConfigError
 // when Config.DB is nil, before any I/O; *fence.StaleError and
 // *fence.ReusedError from the fence statement; fence.ErrBusy for lock
 // timeout, serialization failure and deadlock (retry the transaction);
@@ -37,13 +37,6 @@ import (
 // mark or the data back, or retry with the same claim.
 func (g *Guard) InTx(ctx context.Context, resource string, fn func(ctx context.Context, tx pgx.Tx) error) error {
 	return g.args.Claimed(ctx, resource, nil, func(c fence.Claim) error { return g.inTx(ctx, resource, c, fn) })
-}
-
-// InTxClaim is InTx for a claim passed explicitly, for tokens that do not
-// come in ctx: pass fence.ClaimFor(ctx, token) (the token, with ctx's run
-// identity only if it was granted that token) or a fence.Claim you hold.
-func (g *Guard) InTxClaim(ctx context.Context, resource string, claim fence.Claim, fn func(ctx context.Context, tx pgx.Tx) error) error {
-	return g.args.Claimed(ctx, resource, &claim, func(claim fence.Claim) error { return g.inTx(ctx, resource, claim, fn) })
 }
 
 func (g *Guard) inTx(ctx context.Context, resource string, c fence.Claim, fn func(ctx context.Context, tx pgx.Tx) error) (err error) {
@@ -101,14 +94,6 @@ func (g *Guard) Begin(ctx context.Context, resource string) (pgx.Tx, error) {
 		return nil, err
 	}
 	return g.beginChecked(ctx, resource, c)
-}
-
-// BeginClaim is Begin for a claim passed explicitly (see InTxClaim).
-func (g *Guard) BeginClaim(ctx context.Context, resource string, claim fence.Claim) (pgx.Tx, error) {
-	if err := g.args.Explicit(ctx, resource, claim); err != nil {
-		return nil, err
-	}
-	return g.beginChecked(ctx, resource, claim)
 }
 
 func (g *Guard) beginChecked(ctx context.Context, resource string, c fence.Claim) (_ pgx.Tx, err error) {
@@ -191,11 +176,6 @@ func (g *Guard) FenceTx(ctx context.Context, tx pgx.Tx, resource string) error {
 	return g.args.Claimed(ctx, resource, nil, func(c fence.Claim) error { return g.fenceTxChecked(ctx, tx, resource, c) })
 }
 
-// FenceTxClaim is FenceTx for a claim passed explicitly (see InTxClaim).
-func (g *Guard) FenceTxClaim(ctx context.Context, tx pgx.Tx, resource string, claim fence.Claim) error {
-	return g.args.Claimed(ctx, resource, &claim, func(claim fence.Claim) error { return g.fenceTxChecked(ctx, tx, resource, claim) })
-}
-
 func (g *Guard) fenceTxChecked(ctx context.Context, tx pgx.Tx, resource string, c fence.Claim) (err error) {
 	ctx, span := g.met.Start(ctx, resource, c)
 	defer func() { span.End(err) }()
@@ -239,7 +219,7 @@ func TxFromContext(ctx context.Context) (pgx.Tx, bool) {
 
 // Fence implements fence.Guard, for code written against that interface
 // (httpguard, the conformance kit): it fences under fence.ClaimFor(ctx,
-// token) like InTxClaim, calls write with a ctx that carries the
+// token) as InTx fences under ctx's claim, calls write with a ctx that carries the
 // transaction and the claim (fence.FromContext), and commits. The
 // transaction is a pgx.Tx on Config.DB (TxFromContext), or, when the Guard
 // has only Config.SQLDB, a *sql.Tx on it (SQLTxFromContext). Errors and

@@ -261,15 +261,6 @@ func (r *Rows) Upsert(ctx context.Context, q Querier, key []any, values ...any) 
 	return r.upsertPgx(ctx, q, res, c, key, values)
 }
 
-// UpsertClaim is Upsert for a claim passed explicitly (see InTxClaim).
-func (r *Rows) UpsertClaim(ctx context.Context, q Querier, key []any, claim fence.Claim, values ...any) error {
-	res, err := r.explicitArgs(ctx, claim, key, values)
-	if err != nil {
-		return err
-	}
-	return r.upsertPgx(ctx, q, res, claim, key, values)
-}
-
 // UpsertSQL is Upsert on database/sql: q is a *sql.DB, *sql.Conn or *sql.Tx
 // (a *sql.Tx is rolled back after a refusal or database error).
 func (r *Rows) UpsertSQL(ctx context.Context, q SQLQuerier, key []any, values ...any) error {
@@ -278,15 +269,6 @@ func (r *Rows) UpsertSQL(ctx context.Context, q SQLQuerier, key []any, values ..
 		return err
 	}
 	return r.upsertStd(ctx, q, res, c, key, values)
-}
-
-// UpsertSQLClaim is UpsertSQL for a claim passed explicitly.
-func (r *Rows) UpsertSQLClaim(ctx context.Context, q SQLQuerier, key []any, claim fence.Claim, values ...any) error {
-	res, err := r.explicitArgs(ctx, claim, key, values)
-	if err != nil {
-		return err
-	}
-	return r.upsertStd(ctx, q, res, claim, key, values)
 }
 
 func (r *Rows) arity(key, values []any) (string, error) {

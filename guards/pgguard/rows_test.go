@@ -83,7 +83,7 @@ func rowsSubject(t *testing.T) *heldSubject {
 			if c == nil {
 				err = rows.Upsert(ctx, q, []any{r}, v)
 			} else {
-				err = rows.UpsertClaim(ctx, q, []any{r}, *c, v)
+				err = rows.Upsert(fence.WithClaim(ctx, *c), q, []any{r}, v)
 			}
 			if err == nil && fail {
 				return errInjected
@@ -110,7 +110,7 @@ func rowsSubject(t *testing.T) *heldSubject {
 			defer conn.Release()
 			return h.run(applied, func(hold func()) error {
 				hold()
-				return rows.UpsertClaim(ctx, conn, []any{r}, fence.ClaimFor(ctx, tok), v)
+				return rows.Upsert(fence.WithClaim(ctx, fence.ClaimFor(ctx, tok)), conn, []any{r}, v)
 			})
 		},
 	}
@@ -144,7 +144,7 @@ func TestConformanceRowsSQL(t *testing.T) {
 			if c == nil {
 				err = rows.UpsertSQL(ctx, q, []any{r}, v)
 			} else {
-				err = rows.UpsertSQLClaim(ctx, q, []any{r}, *c, v)
+				err = rows.UpsertSQL(fence.WithClaim(ctx, *c), q, []any{r}, v)
 			}
 			if err == nil && fail {
 				return errInjected
@@ -176,7 +176,7 @@ func TestConformanceRowsSQL(t *testing.T) {
 			defer func() { _ = conn.Close() }()
 			return h.run(applied, func(hold func()) error {
 				hold()
-				return rows.UpsertSQLClaim(ctx, conn, []any{r}, fence.ClaimFor(ctx, tok), v)
+				return rows.UpsertSQL(fence.WithClaim(ctx, fence.ClaimFor(ctx, tok)), conn, []any{r}, v)
 			})
 		},
 	})
@@ -192,10 +192,10 @@ func TestRowsStatements(t *testing.T) {
 	require.NoError(t, err)
 	defer conn.Release()
 	c.start(conn.Conn())
-	require.NoError(t, rows.UpsertClaim(bg(), conn, []any{"r"}, cl(5), "five"))
+	require.NoError(t, rows.Upsert(fence.WithClaim(bg(), cl(5)), conn, []any{"r"}, "five"))
 	assert.Equal(t, []string{"INSERT"}, c.stop())
 	c.start(conn.Conn())
-	err = rows.UpsertClaim(bg(), conn, []any{"r"}, cl(4), "four")
+	err = rows.Upsert(fence.WithClaim(bg(), cl(4)), conn, []any{"r"}, "four")
 	assert.Equal(t, []string{"INSERT", "SELECT"}, c.stop())
 	se, ok := fence.IsStale(err)
 	require.True(t, ok, "%v", err)
@@ -212,12 +212,12 @@ func TestRowsStaleRollsBackCallerTx(t *testing.T) {
 	schema := setupRowsTable(t)
 	rows := newRows(t, schema, nil)
 	pool := fencetest.Pool(t)
-	require.NoError(t, rows.UpsertClaim(bg(), pool, []any{"r"}, cl(7), "seven"))
+	require.NoError(t, rows.Upsert(fence.WithClaim(bg(), cl(7)), pool, []any{"r"}, "seven"))
 	tx, err := pool.Begin(bg())
 	require.NoError(t, err)
 	_, err = tx.Exec(bg(), fmt.Sprintf(`INSERT INTO %q.docs (resource, value, fence_token) VALUES ('other', 'x', 1)`, schema))
 	require.NoError(t, err)
-	_, ok := fence.IsStale(rows.UpsertClaim(bg(), tx, []any{"r"}, cl(6), "six"))
+	_, ok := fence.IsStale(rows.Upsert(fence.WithClaim(bg(), cl(6)), tx, []any{"r"}, "six"))
 	require.True(t, ok)
 	assert.ErrorIs(t, tx.Commit(bg()), pgx.ErrTxClosed, "a refused tx must not be committable")
 	_, _, found, err := readDoc(bg(), pool, schema, "other")
@@ -234,15 +234,15 @@ func TestRowsDeleteDropsMark(t *testing.T) {
 	_, err := pool.Exec(bg(), fmt.Sprintf(`ALTER TABLE %q.docs ADD COLUMN deleted boolean NOT NULL DEFAULT false`, schema))
 	require.NoError(t, err)
 	rows := newRows(t, schema, func(c *pgguard.RowsConfig) { c.Columns = []string{"value", "deleted"} })
-	require.NoError(t, rows.UpsertClaim(bg(), pool, []any{"hard"}, cl(9), "nine", false))
+	require.NoError(t, rows.Upsert(fence.WithClaim(bg(), cl(9)), pool, []any{"hard"}, "nine", false))
 	_, err = pool.Exec(bg(), fmt.Sprintf(`DELETE FROM %q.docs WHERE resource = 'hard'`, schema))
 	require.NoError(t, err)
-	require.NoError(t, rows.UpsertClaim(bg(), pool, []any{"hard"}, cl(3), "stale three", false),
+	require.NoError(t, rows.Upsert(fence.WithClaim(bg(), cl(3)), pool, []any{"hard"}, "stale three", false),
 		"with the row deleted, token 3 is admitted again: this is what deleting a row allows")
 
-	require.NoError(t, rows.UpsertClaim(bg(), pool, []any{"soft"}, cl(9), "nine", false))
-	require.NoError(t, rows.UpsertClaim(bg(), pool, []any{"soft"}, cl(10), "", true), "tombstone")
-	_, ok := fence.IsStale(rows.UpsertClaim(bg(), pool, []any{"soft"}, cl(3), "stale three", false))
+	require.NoError(t, rows.Upsert(fence.WithClaim(bg(), cl(9)), pool, []any{"soft"}, "nine", false))
+	require.NoError(t, rows.Upsert(fence.WithClaim(bg(), cl(10)), pool, []any{"soft"}, "", true), "tombstone")
+	_, ok := fence.IsStale(rows.Upsert(fence.WithClaim(bg(), cl(3)), pool, []any{"soft"}, "stale three", false))
 	assert.True(t, ok, "a tombstone keeps the mark")
 }
 
@@ -265,7 +265,7 @@ func TestNewRowsRejectsBadConfig(t *testing.T) {
 		cfg.Columns = append([]string(nil), good.Columns...)
 		mod(&cfg)
 		_, err := pgguard.NewRows(cfg)
-		assert.ErrorIs(t, err, pgguard.ErrInvalidConfig, name)
+		assert.ErrorIs(t, err, fence.ErrInvalidConfig, name)
 	}
 	_, err := pgguard.NewRows(good)
 	require.NoError(t, err)
@@ -280,13 +280,13 @@ func TestRowsBadInput(t *testing.T) {
 	require.NoError(t, err)
 	defer conn.Release()
 	c.start(conn.Conn())
-	assert.ErrorIs(t, rows.UpsertClaim(bg(), conn, []any{"r", "extra"}, cl(1), "v"), pgguard.ErrKeyArity)
-	assert.ErrorIs(t, rows.UpsertClaim(bg(), conn, []any{"r"}, cl(1)), pgguard.ErrKeyArity)
-	assert.ErrorIs(t, rows.UpsertClaim(bg(), conn, []any{"r"}, cl(0), "v"), fence.ErrInvalidToken)
-	assert.ErrorIs(t, rows.UpsertClaim(bg(), conn, []any{"r"}, fence.Claim{Token: 1, Run: "a b"}, "v"), fence.ErrInvalidRun)
-	assert.ErrorIs(t, rows.UpsertClaim(bg(), conn, []any{strings.Repeat("x", 513)}, cl(1), "v"), fence.ErrInvalidResource)
+	assert.ErrorIs(t, rows.Upsert(fence.WithClaim(bg(), cl(1)), conn, []any{"r", "extra"}, "v"), pgguard.ErrKeyArity)
+	assert.ErrorIs(t, rows.Upsert(fence.WithClaim(bg(), cl(1)), conn, []any{"r"}), pgguard.ErrKeyArity)
+	assert.ErrorIs(t, rows.Upsert(fence.WithClaim(bg(), cl(0)), conn, []any{"r"}, "v"), fence.ErrInvalidToken)
+	assert.ErrorIs(t, rows.Upsert(fence.WithClaim(bg(), fence.Claim{Token: 1, Run: "a b"}), conn, []any{"r"}, "v"), fence.ErrInvalidRun)
+	assert.ErrorIs(t, rows.Upsert(fence.WithClaim(bg(), cl(1)), conn, []any{strings.Repeat("x", 513)}, "v"), fence.ErrInvalidResource)
 	assert.ErrorIs(t, rows.Upsert(bg(), conn, []any{"r"}, "v"), fence.ErrNoToken)
-	assert.ErrorIs(t, rows.UpsertClaim(bg(), nil, []any{"r"}, cl(1), "v"), fence.ErrNilArgument)
+	assert.ErrorIs(t, rows.Upsert(fence.WithClaim(bg(), cl(1)), nil, []any{"r"}, "v"), fence.ErrNilArgument)
 	assert.Empty(t, c.stop(), "bad input must not reach the database")
 }
 
@@ -296,12 +296,12 @@ func TestRowsLockTimeoutIsBusy(t *testing.T) {
 	schema := setupRowsTable(t)
 	holder := fencetest.Pool(t)
 	rows := newRows(t, schema, func(c *pgguard.RowsConfig) { c.LockTimeout = 50 * time.Millisecond })
-	require.NoError(t, rows.UpsertClaim(bg(), holder, []any{"r"}, cl(2), "two"))
+	require.NoError(t, rows.Upsert(fence.WithClaim(bg(), cl(2)), holder, []any{"r"}, "two"))
 	tx, err := holder.Begin(bg())
 	require.NoError(t, err)
 	defer func() { _ = tx.Rollback(bg()) }()
-	require.NoError(t, rows.UpsertClaim(bg(), tx, []any{"r"}, cl(3), "three"))
-	requireCode(t, rows.UpsertClaim(bg(), fencetest.Pool(t), []any{"r"}, cl(4), "four"), "55P03")
+	require.NoError(t, rows.Upsert(fence.WithClaim(bg(), cl(3)), tx, []any{"r"}, "three"))
+	requireCode(t, rows.Upsert(fence.WithClaim(bg(), cl(4)), fencetest.Pool(t), []any{"r"}, "four"), "55P03")
 }
 
 var _ pgguard.Querier = (*pgxpool.Pool)(nil)

@@ -13,14 +13,9 @@ import (
 // statement (lock wait bounded by Config.LockTimeout), calls fn with ctx and
 // the transaction, and commits. database/sql sends BEGIN on its own, so
 // this is one round trip more than InTx. Errors and rollback are InTx's; a
-// *ConfigError when Config.SQLDB is nil, before any I/O.
+// *fence.ConfigError when Config.SQLDB is nil, before any I/O.
 func (g *Guard) InSQLTx(ctx context.Context, resource string, fn func(ctx context.Context, tx *sql.Tx) error) error {
 	return g.args.Claimed(ctx, resource, nil, func(c fence.Claim) error { return g.inSQLTxChecked(ctx, resource, c, fn) })
-}
-
-// InSQLTxClaim is InSQLTx for a claim passed explicitly (see InTxClaim).
-func (g *Guard) InSQLTxClaim(ctx context.Context, resource string, claim fence.Claim, fn func(ctx context.Context, tx *sql.Tx) error) error {
-	return g.args.Claimed(ctx, resource, &claim, func(claim fence.Claim) error { return g.inSQLTxChecked(ctx, resource, claim, fn) })
 }
 
 func (g *Guard) inSQLTxChecked(ctx context.Context, resource string, c fence.Claim, fn func(ctx context.Context, tx *sql.Tx) error) (err error) {
@@ -65,12 +60,6 @@ func (g *Guard) inSQLTx(ctx context.Context, resource string, c fence.Claim, fn 
 // input errors, tx has been rolled back.
 func (g *Guard) FenceSQLTx(ctx context.Context, tx *sql.Tx, resource string) error {
 	return g.args.Claimed(ctx, resource, nil, func(c fence.Claim) error { return g.fenceSQLTxChecked(ctx, tx, resource, c) })
-}
-
-// FenceSQLTxClaim is FenceSQLTx for a claim passed explicitly (see
-// InTxClaim).
-func (g *Guard) FenceSQLTxClaim(ctx context.Context, tx *sql.Tx, resource string, claim fence.Claim) error {
-	return g.args.Claimed(ctx, resource, &claim, func(claim fence.Claim) error { return g.fenceSQLTxChecked(ctx, tx, resource, claim) })
 }
 
 func (g *Guard) fenceSQLTxChecked(ctx context.Context, tx *sql.Tx, resource string, c fence.Claim) (err error) {

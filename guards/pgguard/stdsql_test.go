@@ -22,13 +22,13 @@ func TestFenceSQLTxStaleRollsBack(t *testing.T) {
 	db := sqlDB(t)
 	g := newGuard(t, pgguard.Config{Schema: schema, SQLDB: db})
 	nop := func(context.Context, *sql.Tx) error { return nil }
-	require.NoError(t, g.InSQLTxClaim(bg(), "r", cl(7), nop))
+	require.NoError(t, g.InSQLTx(fence.WithClaim(bg(), cl(7)), "r", nop))
 
 	tx, err := db.BeginTx(bg(), nil)
 	require.NoError(t, err)
 	_, err = tx.ExecContext(bg(), upsertSQL(schema), "r", "stale write", 5)
 	require.NoError(t, err)
-	se, ok := fence.IsStale(g.FenceSQLTxClaim(bg(), tx, "r", cl(5)))
+	se, ok := fence.IsStale(g.FenceSQLTx(fence.WithClaim(bg(), cl(5)), tx, "r"))
 	require.True(t, ok)
 	assert.Equal(t, fence.StaleError{Resource: "r", Presented: 5, Highest: 7}, *se)
 	assert.ErrorIs(t, tx.Commit(), sql.ErrTxDone, "a refused tx must not be committable")
@@ -50,21 +50,21 @@ func TestSQLBusy(t *testing.T) {
 		h, err := holderDB.BeginTx(bg(), nil)
 		require.NoError(t, err)
 		defer func() { _ = h.Rollback() }()
-		require.NoError(t, g.FenceSQLTxClaim(bg(), h, "lock", cl(3)))
+		require.NoError(t, g.FenceSQLTx(fence.WithClaim(bg(), cl(3)), h, "lock"))
 		called := false
-		err = g.InSQLTxClaim(bg(), "lock", cl(4), func(context.Context, *sql.Tx) error { called = true; return nil })
+		err = g.InSQLTx(fence.WithClaim(bg(), cl(4)), "lock", func(context.Context, *sql.Tx) error { called = true; return nil })
 		requireCode(t, err, "55P03")
 		assert.False(t, called)
 	})
 	t.Run("40001", func(t *testing.T) {
-		require.NoError(t, gHolder.InSQLTxClaim(bg(), "ser", cl(1), nop))
+		require.NoError(t, gHolder.InSQLTx(fence.WithClaim(bg(), cl(1)), "ser", nop))
 		tx, err := waiterDB.BeginTx(bg(), &sql.TxOptions{Isolation: sql.LevelRepeatableRead})
 		require.NoError(t, err)
 		defer func() { _ = tx.Rollback() }()
 		_, err = tx.ExecContext(bg(), "SELECT 1") // takes the snapshot
 		require.NoError(t, err)
-		require.NoError(t, gHolder.InSQLTxClaim(bg(), "ser", cl(9), nop))
-		requireCode(t, g.FenceSQLTxClaim(bg(), tx, "ser", cl(10)), "40001")
+		require.NoError(t, gHolder.InSQLTx(fence.WithClaim(bg(), cl(9)), "ser", nop))
+		requireCode(t, g.FenceSQLTx(fence.WithClaim(bg(), cl(10)), tx, "ser"), "40001")
 		assert.ErrorIs(t, tx.Commit(), sql.ErrTxDone)
 	})
 	t.Run("40P01", func(t *testing.T) {
@@ -76,12 +76,12 @@ func TestSQLBusy(t *testing.T) {
 		defer func() { _ = txB.Rollback() }()
 		var pidA int32
 		require.NoError(t, txA.QueryRowContext(bg(), "SELECT pg_backend_pid()").Scan(&pidA))
-		require.NoError(t, g.FenceSQLTxClaim(bg(), txA, "one", cl(1)))
-		require.NoError(t, g.FenceSQLTxClaim(bg(), txB, "two", cl(1)))
+		require.NoError(t, g.FenceSQLTx(fence.WithClaim(bg(), cl(1)), txA, "one"))
+		require.NoError(t, g.FenceSQLTx(fence.WithClaim(bg(), cl(1)), txB, "two"))
 		resA := make(chan error, 1)
-		go func() { resA <- g.FenceSQLTxClaim(bg(), txA, "two", cl(2)) }()
+		go func() { resA <- g.FenceSQLTx(fence.WithClaim(bg(), cl(2)), txA, "two") }()
 		waitForLockWait(t, fencetest.Pool(t), uint32(pidA))
-		errB := g.FenceSQLTxClaim(bg(), txB, "one", cl(2))
+		errB := g.FenceSQLTx(fence.WithClaim(bg(), cl(2)), txB, "one")
 		errA := <-resA
 		if errA == nil {
 			requireCode(t, errB, "40P01")
@@ -94,7 +94,7 @@ func TestSQLBusy(t *testing.T) {
 		h, err := holderDB.BeginTx(bg(), nil)
 		require.NoError(t, err)
 		defer func() { _ = h.Rollback() }()
-		require.NoError(t, g.FenceSQLTxClaim(bg(), h, "ctx", cl(3)))
+		require.NoError(t, g.FenceSQLTx(fence.WithClaim(bg(), cl(3)), h, "ctx"))
 		errLost := errors.New("lease lost (test cause)")
 		ctx, cancel := context.WithCancelCause(bg())
 		cancel(errLost)

@@ -32,8 +32,8 @@ func TestWriteSpans(t *testing.T) {
 	require.NoError(t, g.InTx(fence.WithClaim(ctx, claim(6)), res, func(context.Context, pgx.Tx) error { return nil }))
 	tx, err := pool.Begin(bg())
 	require.NoError(t, err)
-	require.ErrorIs(t, g.FenceTxClaim(ctx, tx, res, claim(4)), fence.ErrStale) // rolls tx back
-	require.ErrorIs(t, g.FenceTxClaim(ctx, tx, "other/doc", claim(7)), fence.ErrOutOfScope)
+	require.ErrorIs(t, g.FenceTx(fence.WithClaim(ctx, claim(4)), tx, res), fence.ErrStale) // rolls tx back
+	require.ErrorIs(t, g.FenceTx(fence.WithClaim(ctx, claim(7)), tx, "other/doc"), fence.ErrOutOfScope)
 
 	got := spans.Ended(guardobs.SpanWrite)
 	require.Len(t, got, 4)
@@ -65,8 +65,8 @@ func TestWriteSpans(t *testing.T) {
 	rows, err := pgguard.NewRows(pgguard.RowsConfig{Schema: schema, Table: "docs", Key: []string{"id"},
 		Columns: []string{"body"}, TracerProvider: spans.Provider})
 	require.NoError(t, err)
-	require.NoError(t, rows.UpsertClaim(ctx, pool, []any{"d1"}, claim(9), "x"))
-	require.ErrorIs(t, rows.UpsertClaim(ctx, pool, []any{"d1"}, claim(8), "y"), fence.ErrStale)
+	require.NoError(t, rows.Upsert(fence.WithClaim(ctx, claim(9)), pool, []any{"d1"}, "x"))
+	require.ErrorIs(t, rows.Upsert(fence.WithClaim(ctx, claim(8)), pool, []any{"d1"}, "y"), fence.ErrStale)
 	got = spans.Ended(guardobs.SpanWrite)
 	require.Len(t, got, 6)
 	require.Equal(t, guardobs.OutcomeAccepted, obstest.SpanAttrs(got[4])[guardobs.AttrOutcome])

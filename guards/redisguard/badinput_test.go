@@ -12,7 +12,7 @@ import (
 )
 
 // TestCorruptMark: a mark key that is not this guard's (malformed token or
-// run, another type) refuses every write with a *ForeignError and nothing is
+// run, another type) refuses every write with a *fence.ForeignError and nothing is
 // written; Get and Mark report it too.
 func TestCorruptMark(t *testing.T) {
 	ctx := context.Background()
@@ -42,10 +42,10 @@ func TestCorruptMark(t *testing.T) {
 			t.Fatal(err)
 		}
 		for _, tok := range []fence.Token{1, 5, 1 << 62} {
-			err := g.PutClaim(ctx, r, fence.Claim{Token: tok}, []byte("new"))
-			var me *ForeignError
+			err := g.Put(fence.WithClaim(ctx, fence.Claim{Token: tok}), r, []byte("new"))
+			var me *fence.ForeignError
 			if !errors.As(err, &me) || !errors.Is(err, fence.ErrForeign) || me.Resource != r {
-				t.Errorf("%s: write under token %d: %v, want *ForeignError", bad.name, tok, err)
+				t.Errorf("%s: write under token %d: %v, want *fence.ForeignError", bad.name, tok, err)
 			}
 			if errors.Is(err, fence.ErrStale) || errors.Is(err, fence.ErrBusy) {
 				t.Errorf("%s: %v matches stale or busy", bad.name, err)
@@ -70,13 +70,13 @@ func TestCorruptMark(t *testing.T) {
 }
 
 // TestForeignValue: a value key that is not a string is reported by Get as
-// a *ForeignError naming the value key.
+// a *fence.ForeignError naming the value key.
 func TestForeignValue(t *testing.T) {
 	ctx := context.Background()
 	s := newSpace(t)
 	g := s.guard(t, Config{})
 	r := s.resources + "list"
-	if err := g.PutClaim(ctx, r, fence.Claim{Token: 2}, []byte("v")); err != nil {
+	if err := g.Put(fence.WithClaim(ctx, fence.Claim{Token: 2}), r, []byte("v")); err != nil {
 		t.Fatal(err)
 	}
 	if err := g.client.Del(ctx, r).Err(); err != nil {
@@ -85,9 +85,9 @@ func TestForeignValue(t *testing.T) {
 	if err := g.client.RPush(ctx, r, "x").Err(); err != nil {
 		t.Fatal(err)
 	}
-	var me *ForeignError
+	var me *fence.ForeignError
 	if _, _, err := g.Get(ctx, r); !errors.As(err, &me) || me.Key != r {
-		t.Fatalf("Get over a list: %v, want *ForeignError on the value key", err)
+		t.Fatalf("Get over a list: %v, want *fence.ForeignError on the value key", err)
 	}
 }
 
@@ -98,7 +98,7 @@ func TestBadArguments(t *testing.T) {
 	s := newSpace(t)
 	g := s.guard(t, Config{})
 	for _, r := range []string{"", "a\x00b", "tab\t", strings.Repeat("x", fence.MaxResourceLen+1), "\xff", s.marks + "x", "a}b", "{}}"} {
-		if err := g.PutClaim(ctx, r, fence.Claim{Token: 1}, []byte("v")); !errors.Is(err, fence.ErrInvalidResource) {
+		if err := g.Put(fence.WithClaim(ctx, fence.Claim{Token: 1}), r, []byte("v")); !errors.Is(err, fence.ErrInvalidResource) {
 			t.Errorf("PutClaim(%q): %v, want fence.ErrInvalidResource", r, err)
 		}
 		if _, _, err := g.Get(ctx, r); !errors.Is(err, fence.ErrInvalidResource) {
@@ -107,7 +107,7 @@ func TestBadArguments(t *testing.T) {
 		if _, err := g.Mark(ctx, r); !errors.Is(err, fence.ErrInvalidResource) {
 			t.Errorf("Mark(%q): %v", r, err)
 		}
-		if err := g.DeleteClaim(ctx, r, fence.Claim{Token: 1}); !errors.Is(err, fence.ErrInvalidResource) {
+		if err := g.Delete(fence.WithClaim(ctx, fence.Claim{Token: 1}), r); !errors.Is(err, fence.ErrInvalidResource) {
 			t.Errorf("DeleteClaim(%q): %v", r, err)
 		}
 	}
@@ -132,8 +132,8 @@ func TestBadArguments(t *testing.T) {
 		{Client: g.client, SettleTimeout: -1},
 		{Client: g.client, CheckTimeout: -1},
 	} {
-		if _, err := New(cfg); !errors.Is(err, ErrInvalidConfig) {
-			t.Errorf("New(%+v): %v, want ErrInvalidConfig", cfg, err)
+		if _, err := New(context.Background(), cfg); !errors.Is(err, fence.ErrInvalidConfig) {
+			t.Errorf("New(%+v): %v, want fence.ErrInvalidConfig", cfg, err)
 		}
 	}
 	if err := Stage(ctx, []byte("x")); !errors.Is(err, fence.ErrNoStager) {
@@ -193,7 +193,7 @@ func keySlot(key string) uint16 {
 // TestForeignValueNotReplaced: a value key of another type (hash, list,
 // set, sorted set, stream) under a valid mark is not this guard's to
 // replace or delete: PutClaim, DeleteClaim, Fence and Do with a higher
-// token are refused with a *ForeignError naming the value key, Do's and
+// token are refused with a *fence.ForeignError naming the value key, Do's and
 // Fence's callbacks do not run, and neither the key nor the mark changes.
 func TestForeignValueNotReplaced(t *testing.T) {
 	ctx := context.Background()
@@ -213,7 +213,7 @@ func TestForeignValueNotReplaced(t *testing.T) {
 		}},
 	} {
 		r := s.resources + "foreign/" + tc.typ
-		if err := g.PutClaim(ctx, r, fence.Claim{Token: 5, Run: "run-a"}, []byte("v")); err != nil {
+		if err := g.Put(fence.WithClaim(ctx, fence.Claim{Token: 5, Run: "run-a"}), r, []byte("v")); err != nil {
 			t.Fatal(err)
 		}
 		if err := c.Del(ctx, r).Err(); err != nil {
@@ -234,14 +234,14 @@ func TestForeignValueNotReplaced(t *testing.T) {
 			}
 		}
 		for name, err := range map[string]error{
-			"PutClaim":    g.PutClaim(ctx, r, high, []byte("x")),
-			"DeleteClaim": g.DeleteClaim(ctx, r, high),
+			"PutClaim":    g.Put(fence.WithClaim(ctx, high), r, []byte("x")),
+			"DeleteClaim": g.Delete(fence.WithClaim(ctx, high), r),
 			"Fence":       g.Fence(fence.WithClaim(ctx, high), r, high.Token, ran("Fence")),
 			"Do":          g.Do(fence.WithClaim(ctx, high), r, ran("Do")),
 		} {
-			var me *ForeignError
+			var me *fence.ForeignError
 			if !errors.As(err, &me) || me.Key != r || errors.Is(err, fence.ErrStale) {
-				t.Errorf("%s value key: %s: %v, want *ForeignError on the value key", tc.typ, name, err)
+				t.Errorf("%s value key: %s: %v, want *fence.ForeignError on the value key", tc.typ, name, err)
 			}
 		}
 		if typ, err := c.Type(ctx, r).Result(); err != nil || typ != tc.typ {
@@ -267,9 +267,7 @@ func TestNilContext(t *testing.T) {
 		}
 	}
 	check("Put", g.Put(nilCtx, r, []byte("x")), fence.ErrNilArgument)
-	check("PutClaim", g.PutClaim(nilCtx, r, fence.Claim{Token: 1}, []byte("x")), fence.ErrNilArgument)
 	check("Delete", g.Delete(nilCtx, r), fence.ErrNilArgument)
-	check("DeleteClaim", g.DeleteClaim(nilCtx, r, fence.Claim{Token: 1}), fence.ErrNilArgument)
 	check("Fence", g.Fence(nilCtx, r, 1, func(context.Context) error { return nil }), fence.ErrNilArgument)
 	check("Do", g.Do(nilCtx, r, func(context.Context) error { return nil }), fence.ErrNilArgument)
 	_, _, err := g.Get(nilCtx, r)
@@ -294,7 +292,7 @@ func TestGetMissingMatchesFenceNotFound(t *testing.T) {
 	r := s.resources + "missing"
 	for _, step := range []string{"never written", "deleted"} {
 		if step == "deleted" {
-			if err := g.DeleteClaim(ctx, r, fence.Claim{Token: 3}); err != nil {
+			if err := g.Delete(fence.WithClaim(ctx, fence.Claim{Token: 3}), r); err != nil {
 				t.Fatal(err)
 			}
 		}
@@ -302,5 +300,15 @@ func TestGetMissingMatchesFenceNotFound(t *testing.T) {
 		if !errors.Is(err, fence.ErrNotFound) {
 			t.Errorf("Get %s: %v, want fence.ErrNotFound and fence.ErrNotFound", step, err)
 		}
+	}
+}
+
+// TestNewNilContext: New refuses a nil ctx with fence.ErrNilArgument
+// before it looks at the Config or sends anything.
+func TestNewNilContext(t *testing.T) {
+	var nilCtx context.Context
+	g, err := New(nilCtx, Config{})
+	if !errors.Is(err, fence.ErrNilArgument) || g != nil {
+		t.Fatalf("New(nil, Config{}) = %v, %v; want nil, fence.ErrNilArgument", g, err)
 	}
 }

@@ -15,11 +15,11 @@ import (
 type subject struct{ g *Guard }
 
 func (a subject) Write(ctx context.Context, r string, tok fence.Token, v string) error {
-	return a.g.PutClaim(ctx, r, fence.Claim{Token: tok}, []byte(v))
+	return a.g.Put(fence.WithClaim(ctx, fence.Claim{Token: tok}), r, []byte(v))
 }
 
 func (a subject) WriteClaim(ctx context.Context, r string, c fence.Claim, v string) error {
-	return a.g.PutClaim(ctx, r, c, []byte(v))
+	return a.g.Put(fence.WithClaim(ctx, c), r, []byte(v))
 }
 
 func (a subject) WriteContext(ctx context.Context, r, v string) error {

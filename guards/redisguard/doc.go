@@ -24,7 +24,7 @@
 //
 // # Writing
 //
-// Put, PutClaim, Delete and DeleteClaim run one script (EVALSHA, falling
+// Put and Delete run one script (EVALSHA, falling
 // back to EVAL when the server has not cached it) that reads the mark,
 // applies fence.DecideClaim (a lower token is stale, the mark's token from
 // another run is a reuse), and only when admitted sets the value (SET, with
@@ -33,7 +33,7 @@
 // script, never as Lua numbers. A fenced delete removes the value and
 // keeps the mark; an expired value keeps its mark too. A value key of
 // another type (hash, list, set, ...) is not this guard's: every write to
-// it is refused with a *ForeignError, nothing written.
+// it is refused with a *fence.ForeignError, nothing written.
 //
 // Fence (fence.Guard) and Do run a callback that stages the new value
 // with Stage or StageDelete; the script then writes it as above. Fence
@@ -117,7 +117,7 @@
 //     the error is a *fence.OutcomeUnknownError (fence.ErrOutcomeUnknown;
 //     once ctx has ended it matches ctx.Err() and context.Cause(ctx) too):
 //     the write may have been applied, never "nothing written".
-//   - Get of a resource without a value returns a *NotFoundError, which
+//   - Get of a resource without a value returns a *fence.NotFoundError, which
 //     matches fence.ErrNotFound.
 //   - A nil context is refused with fence.ErrNilArgument before any I/O (Stage
 //     and StageDelete: fence.ErrNoStager); no call panics on it.
@@ -126,7 +126,7 @@
 //     *fence.ScopeError before any I/O.
 //   - Bad input (resource, token, run, config) returns a typed error
 //     before any I/O. A mark the guard cannot read (malformed token or
-//     run, a key of another type) refuses the write with *ForeignError and
+//     run, a key of another type) refuses the write with *fence.ForeignError and
 //     nothing is written. So is a value key of another type than string.
 //   - New refuses a server whose maxmemory-policy is allkeys-* unless
 //     Config.AllowEviction is set (*EvictionError).

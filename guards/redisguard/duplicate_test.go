@@ -78,7 +78,7 @@ func newDelayed(ctx context.Context, s space, cfg Config) (*delayed, error) {
 	cfg.Client = d.client
 	cfg.MarkPrefix = s.marks
 	cfg.AllowEviction = true // checked by the space's other guards
-	if d.g, err = New(cfg); err != nil {
+	if d.g, err = New(context.Background(), cfg); err != nil {
 		return fail(err)
 	}
 	return d, nil
@@ -145,7 +145,7 @@ func TestDelayedDuplicateOfOwnWrite(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			r := s.resources + "delayed/" + strings.ReplaceAll(tc.name, " ", "-")
-			if err := other.PutClaim(ctx, r, claim, []byte("base")); err != nil {
+			if err := other.Put(fence.WithClaim(ctx, claim), r, []byte("base")); err != nil {
 				t.Fatal(err)
 			}
 			d, err := newDelayed(ctx, s, Config{})
@@ -154,13 +154,13 @@ func TestDelayedDuplicateOfOwnWrite(t *testing.T) {
 			}
 			t.Cleanup(d.close)
 			d.hold()
-			if err := d.g.PutClaim(fence.WithClaim(ctx, claim), r, claim, []byte("v1")); err != nil {
+			if err := d.g.Put(fence.WithClaim(fence.WithClaim(ctx, claim), claim), r, []byte("v1")); err != nil {
 				t.Fatalf("Put(v1), its first request held and re-sent by go-redis: %v", err)
 			}
 			if v, _ := mustGet(t, other, r); v != "v1" {
 				t.Fatalf("after Put(v1) returned nil the value is %q", v)
 			}
-			if err := tc.later(d).PutClaim(ctx, r, claim, []byte("v2")); err != nil {
+			if err := tc.later(d).Put(fence.WithClaim(ctx, claim), r, []byte("v2")); err != nil {
 				t.Fatalf("Put(v2): %v", err)
 			}
 			_, info := mustGet(t, other, r)
@@ -195,7 +195,7 @@ func (a duplicateSubject) WriteDelayed(ctx context.Context, r string, c fence.Cl
 	a.t.Cleanup(d.close)
 	if !a.fence {
 		d.hold() // PutClaim's only request is the script
-		return d.deliver, d.g.PutClaim(ctx, r, c, []byte(v))
+		return d.deliver, d.g.Put(fence.WithClaim(ctx, c), r, []byte(v))
 	}
 	werr := d.g.Fence(fence.WithClaim(ctx, c), r, c.Token, func(ctx context.Context) error {
 		d.hold() // after Fence read the mark: the next request is the script

@@ -8,9 +8,6 @@ import (
 	"github.com/fencekit/fencekit/fence"
 )
 
-// ErrInvalidConfig is matched by every error New returns for a bad Config.
-var ErrInvalidConfig = errors.New("redisguard: invalid config")
-
 // ErrEvictionPolicy is matched by an *EvictionError: the server may evict
 // keys that have no TTL, marks among them.
 var ErrEvictionPolicy = errors.New("redisguard: server may evict marks")
@@ -34,46 +31,6 @@ func (e *EvictionError) Error() string {
 
 // Is reports whether target is ErrEvictionPolicy.
 func (e *EvictionError) Is(target error) bool { return target == ErrEvictionPolicy }
-
-// ForeignError reports a resource whose stored mark or value key is not
-// what this guard writes (a mark hash with a malformed token or run, a
-// mark key of another type, a value key that is not a string). It matches
-// fence.ErrForeign. Nothing is written.
-type ForeignError struct {
-	Resource string
-	Key      string // the offending key
-	Reason   string
-}
-
-// Error implements error.
-func (e *ForeignError) Error() string {
-	return fmt.Sprintf("redisguard: %q: key %q: %s", e.Resource, e.Key, e.Reason)
-}
-
-// Is reports whether target is fence.ErrForeign.
-func (e *ForeignError) Is(target error) bool { return target == fence.ErrForeign }
-
-// NotFoundError reports a resource without a value. It matches
-// fence.ErrNotFound.
-type NotFoundError struct {
-	Resource string
-	// Token is the resource's mark: the token of the write that deleted
-	// the value (or of the last write, whose value has expired, or of a
-	// Fence that staged nothing); zero when the resource was never
-	// written.
-	Token fence.Token
-}
-
-// Error implements error.
-func (e *NotFoundError) Error() string {
-	if e.Token != 0 {
-		return fmt.Sprintf("redisguard: %q not found (mark %d: no value)", e.Resource, e.Token)
-	}
-	return fmt.Sprintf("redisguard: %q not found", e.Resource)
-}
-
-// Is reports whether target is fence.ErrNotFound.
-func (e *NotFoundError) Is(target error) bool { return target == fence.ErrNotFound }
 
 // ErrClockSkew is matched by a *ClockError: this host's clock and the
 // server's differ by more than a write's deadline allows. Nothing is
@@ -102,3 +59,8 @@ func (e *ClockError) Error() string {
 
 // Is reports whether target is ErrClockSkew.
 func (e *ClockError) Is(target error) bool { return target == ErrClockSkew }
+
+// configErr is the *fence.ConfigError of a redisguard Config field.
+func configErr(field, reason string, err error) error {
+	return &fence.ConfigError{Source: "redisguard", Field: field, Reason: reason, Err: err}
+}

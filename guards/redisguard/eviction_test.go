@@ -57,12 +57,12 @@ func TestEvictionPolicyRefused(t *testing.T) {
 	ctx := context.Background()
 	addr := privateServer(t, "--maxmemory", "64mb", "--maxmemory-policy", "allkeys-lru")
 	c := newClient(t, addr, nil)
-	_, err := New(Config{Client: c})
+	_, err := New(context.Background(), Config{Client: c})
 	var ee *EvictionError
 	if !errors.As(err, &ee) || !errors.Is(err, ErrEvictionPolicy) || ee.Policy != "allkeys-lru" || ee.Addr != addr {
 		t.Fatalf("New on allkeys-lru: %v, want *EvictionError", err)
 	}
-	g, err := New(Config{Client: c, AllowEviction: true})
+	g, err := New(context.Background(), Config{Client: c, AllowEviction: true})
 	if err != nil {
 		t.Fatalf("New with AllowEviction: %v", err)
 	}
@@ -96,7 +96,7 @@ func TestNewUnreachable(t *testing.T) {
 	_ = ln.Close()
 	c := redis.NewClient(&redis.Options{Addr: addr, MaxRetries: -1})
 	defer func() { _ = c.Close() }()
-	if _, err := New(Config{Client: c, CheckTimeout: time.Second}); err == nil || errors.Is(err, ErrInvalidConfig) {
+	if _, err := New(context.Background(), Config{Client: c, CheckTimeout: time.Second}); err == nil || errors.Is(err, fence.ErrInvalidConfig) {
 		t.Fatalf("New on a closed port: %v", err)
 	}
 }
@@ -109,17 +109,17 @@ func TestLostMarksReadmitOlderTokens(t *testing.T) {
 	ctx := context.Background()
 	addr := privateServer(t)
 	c := newClient(t, addr, func(o *redis.Options) { o.MaxRetries = -1 })
-	g, err := New(Config{Client: c})
+	g, err := New(context.Background(), Config{Client: c})
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := g.PutClaim(ctx, "doc", fence.Claim{Token: 9}, []byte("nine")); err != nil {
+	if err := g.Put(fence.WithClaim(ctx, fence.Claim{Token: 9}), "doc", []byte("nine")); err != nil {
 		t.Fatal(err)
 	}
 	if err := c.FlushAll(ctx).Err(); err != nil { // what a restart without persistence leaves
 		t.Fatal(err)
 	}
-	if err := g.PutClaim(ctx, "doc", fence.Claim{Token: 3}, []byte("three")); err != nil {
+	if err := g.Put(fence.WithClaim(ctx, fence.Claim{Token: 3}), "doc", []byte("three")); err != nil {
 		t.Fatalf("after the marks were lost, token 3 was refused: %v (the hazard is documented as undetectable)", err)
 	}
 }

@@ -29,7 +29,7 @@ func Example() {
 	ctx := context.Background()
 	client := exampleClient()
 	defer func() { _ = client.Close() }()
-	g, err := redisguard.New(redisguard.Config{Client: client, MarkPrefix: "example:mark:"})
+	g, err := redisguard.New(ctx, redisguard.Config{Client: client, MarkPrefix: "example:mark:"})
 	if err != nil {
 		panic(err)
 	}

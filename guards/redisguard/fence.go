@@ -137,7 +137,7 @@ func (a *attempt) Settle(ctx context.Context, c fence.Claim, _ engine.Change, id
 
 // peek reads resource's mark and checks, in the same round trip, that its
 // value key is a string or absent: a key of another type is not this
-// guard's to replace (*ForeignError), and the callback must not run.
+// guard's to replace (*fence.ForeignError), and the callback must not run.
 func (g *Guard) peek(ctx context.Context, resource string) (fence.Claim, error) {
 	key := g.markKey(resource)
 	var hm *redis.SliceCmd
@@ -151,10 +151,10 @@ func (g *Guard) peek(ctx context.Context, resource string) (fence.Claim, error) 
 		return fence.Claim{}, fence.WrapContext(ctx, fmt.Errorf("redisguard: read mark of %q: %w", resource, err))
 	}
 	if redis.HasErrorPrefix(hm.Err(), "WRONGTYPE") {
-		return fence.Claim{}, &ForeignError{Resource: resource, Key: key, Reason: "mark key is not a hash"}
+		return fence.Claim{}, &fence.ForeignError{Source: "redisguard", Resource: resource, Key: key, Reason: "mark key is not a hash"}
 	}
 	if t := typ.Val(); t != "none" && t != "string" {
-		return fence.Claim{}, &ForeignError{Resource: resource, Key: resource, Reason: "value key holds a " + t}
+		return fence.Claim{}, &fence.ForeignError{Source: "redisguard", Resource: resource, Key: resource, Reason: "value key holds a " + t}
 	}
 	return g.markOf(resource, hm.Val())
 }

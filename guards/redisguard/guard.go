@@ -132,21 +132,26 @@ var _ fence.Guard = (*Guard)(nil)
 // New validates cfg, fills defaults and, unless cfg.AllowEviction is set,
 // checks the server's eviction policy (CheckEviction, bounded by
 // CheckTimeout): a server that may evict marks is refused with an
-// *EvictionError; an unreachable server fails New with its error.
-func New(cfg Config) (*Guard, error) {
+// *EvictionError; an unreachable server fails New with its error. ctx
+// bounds that check together with CheckTimeout (the shorter wins). A nil
+// ctx is refused with fence.ErrNilArgument before any I/O.
+func New(ctx context.Context, cfg Config) (*Guard, error) {
+	if ctx == nil {
+		return nil, fmt.Errorf("redisguard: New with nil ctx: %w", fence.ErrNilArgument)
+	}
 	if cfg.Client == nil {
-		return nil, fmt.Errorf("%w: Client is nil", ErrInvalidConfig)
+		return nil, configErr("Client", "nil", nil)
 	}
 	if cfg.MarkPrefix == "" {
 		cfg.MarkPrefix = DefaultMarkPrefix
 	}
 	if err := fence.ValidateResource(cfg.MarkPrefix); err != nil || strings.ContainsAny(cfg.MarkPrefix, "{}") {
-		return nil, fmt.Errorf("%w: MarkPrefix %q: want a valid resource name without '{' or '}'", ErrInvalidConfig, cfg.MarkPrefix)
+		return nil, configErr("MarkPrefix", fmt.Sprintf("%q: want a valid resource name without '{' or '}'", cfg.MarkPrefix), nil)
 	}
 	ttlArg := "0"
 	switch {
 	case cfg.TTL < 0 || (cfg.TTL > 0 && cfg.TTL < time.Millisecond):
-		return nil, fmt.Errorf("%w: TTL %v: want 0 or at least 1ms", ErrInvalidConfig, cfg.TTL)
+		return nil, configErr("TTL", fmt.Sprintf("%v: want 0 or at least 1ms", cfg.TTL), nil)
 	case cfg.TTL > 0:
 		ttlArg = strconv.FormatInt(cfg.TTL.Milliseconds(), 10)
 	}
@@ -156,33 +161,33 @@ func New(cfg Config) (*Guard, error) {
 		def  time.Duration
 	}{{"CheckTimeout", &cfg.CheckTimeout, DefaultCheckTimeout}, {"SettleTimeout", &cfg.SettleTimeout, DefaultSettleTimeout}} {
 		if *d.v < 0 {
-			return nil, fmt.Errorf("%w: %s %v is negative", ErrInvalidConfig, d.name, *d.v)
+			return nil, configErr(d.name, fmt.Sprintf("%v is negative", *d.v), nil)
 		}
 		if *d.v == 0 {
 			*d.v = d.def
 		}
 	}
-	if err := engine.MaxAttemptsConfig(&cfg.MaxAttempts, ErrInvalidConfig); err != nil {
+	if err := engine.MaxAttemptsConfig(&cfg.MaxAttempts, "redisguard"); err != nil {
 		return nil, err
 	}
 	switch {
 	case cfg.DuplicateWindow == 0:
 		cfg.DuplicateWindow = DefaultDuplicateWindow
 	case cfg.DuplicateWindow < 10*time.Millisecond || cfg.DuplicateWindow%time.Millisecond != 0:
-		return nil, fmt.Errorf("%w: DuplicateWindow %v: want at least 10ms, in whole milliseconds", ErrInvalidConfig, cfg.DuplicateWindow)
+		return nil, configErr("DuplicateWindow", fmt.Sprintf("%v: want at least 10ms, in whole milliseconds", cfg.DuplicateWindow), nil)
 	}
 	rec, err := guardobs.New(guardobs.Config{Kind: guardobs.KindRedis, Name: name,
 		Retries:       "Redis writes sent again after a lost reply was settled as not applied.",
 		MeterProvider: cfg.MeterProvider, TracerProvider: cfg.TracerProvider, Logger: cfg.Logger})
 	if err != nil {
-		return nil, fmt.Errorf("%w: %w", ErrInvalidConfig, err)
+		return nil, configErr("MeterProvider", "instruments", err)
 	}
 	g := &Guard{client: cfg.Client, prefix: cfg.MarkPrefix, ttlArg: ttlArg, settleTimeout: cfg.SettleTimeout,
 		now: time.Now, window: cfg.DuplicateWindow, windowArg: strconv.FormatInt(cfg.DuplicateWindow.Milliseconds(), 10)}
 	g.eng = &engine.Engine{Args: engine.Args{Name: name, Strict: cfg.Strict, Rec: rec, Resource: g.checkResource},
 		Driver: (*driver)(g), Op: "redisguard: write", MaxAttempts: cfg.MaxAttempts}
 	if !cfg.AllowEviction {
-		ctx, cancel := context.WithTimeout(context.Background(), cfg.CheckTimeout)
+		ctx, cancel := context.WithTimeout(ctx, cfg.CheckTimeout)
 		defer cancel()
 		if err := g.CheckEviction(ctx); err != nil {
 			return nil, err
@@ -232,19 +237,15 @@ func checkPolicy(ctx context.Context, c redis.Cmdable, addr string) error {
 }
 
 // Put writes value to resource under the claim ctx carries
-// (fence.ClaimFromContext; none: fence.ErrNoToken, nothing written).
+// (fence.ClaimFromContext; none: fence.ErrNoToken, nothing written; a
+// claim from elsewhere goes in with fence.WithClaim). The value key is
+// resource itself (SET, with PX Config.TTL when set); the mark key records
+// the claim's token, its run (fence.NextMark) and the write's id. Both
+// change in one script, or neither does: a token below the mark is refused
+// with *fence.StaleError, the mark's token from another run with
+// *fence.ReusedError.
 func (g *Guard) Put(ctx context.Context, resource string, value []byte) error {
 	return g.eng.Put(ctx, resource, value)
-}
-
-// PutClaim writes value to resource under the claim c, passed explicitly.
-// The value key is resource itself (SET, with PX Config.TTL when set); the
-// mark key records c's token, its run (fence.NextMark) and the write's id.
-// Both change in one script, or neither does: a token below the mark is
-// refused with *fence.StaleError, the mark's token from another run with
-// *fence.ReusedError.
-func (g *Guard) PutClaim(ctx context.Context, resource string, c fence.Claim, value []byte) error {
-	return g.eng.PutClaim(ctx, resource, c, value)
 }
 
 // Delete deletes resource's value under the claim ctx carries. The mark
@@ -253,14 +254,9 @@ func (g *Guard) Delete(ctx context.Context, resource string) error {
 	return g.eng.Delete(ctx, resource)
 }
 
-// DeleteClaim is Delete under the claim c, passed explicitly.
-func (g *Guard) DeleteClaim(ctx context.Context, resource string, c fence.Claim) error {
-	return g.eng.DeleteClaim(ctx, resource, c)
-}
-
 // Get returns resource's value and its mark, read together in one script.
 // A resource without value (never written, deleted, expired, or only
-// fenced by a Fence that staged nothing) yields a *NotFoundError carrying
+// fenced by a Fence that staged nothing) yields a *fence.NotFoundError carrying
 // the mark's token; it matches fence.ErrNotFound.
 func (g *Guard) Get(ctx context.Context, resource string) ([]byte, Info, error) {
 	if err := g.eng.Read(ctx, resource); err != nil {
@@ -275,7 +271,7 @@ func (g *Guard) Get(ctx context.Context, resource string) ([]byte, Info, error) 
 	}
 	switch r[0] {
 	case "none":
-		return nil, Info{}, &NotFoundError{Resource: resource}
+		return nil, Info{}, &fence.NotFoundError{Source: "redisguard", Resource: resource}
 	case "bad":
 		return nil, Info{}, g.foreign(resource, r[1])
 	}
@@ -284,7 +280,7 @@ func (g *Guard) Get(ctx context.Context, resource string) ([]byte, Info, error) 
 		return nil, Info{}, err
 	}
 	if r[0] == "novalue" {
-		return nil, info, &NotFoundError{Resource: resource, Token: info.Token}
+		return nil, info, &fence.NotFoundError{Source: "redisguard", Resource: resource, Token: info.Token}
 	}
 	return []byte(r[1]), info, nil
 }
@@ -299,7 +295,7 @@ func (g *Guard) Mark(ctx context.Context, resource string) (fence.Claim, error) 
 	v, err := g.client.HMGet(ctx, key, "t", "r", "w").Result()
 	if err != nil {
 		if redis.HasErrorPrefix(err, "WRONGTYPE") {
-			return fence.Claim{}, &ForeignError{Resource: resource, Key: key, Reason: "mark key is not a hash"}
+			return fence.Claim{}, &fence.ForeignError{Source: "redisguard", Resource: resource, Key: key, Reason: "mark key is not a hash"}
 		}
 		return fence.Claim{}, fence.WrapContext(ctx, fmt.Errorf("redisguard: read mark of %q: %w", resource, err))
 	}
@@ -315,12 +311,12 @@ func (g *Guard) info(resource, tok, run, id string) (Info, error) {
 	return Info{Token: t, Run: run, WriteID: id}, nil
 }
 
-// foreign is the *ForeignError of resource for reason: on the value key
+// foreign is the *fence.ForeignError of resource for reason: on the value key
 // when reason is about it, on the mark key otherwise.
 func (g *Guard) foreign(resource, reason string) error {
 	key := g.markKey(resource)
 	if strings.HasPrefix(reason, "value key") {
 		key = resource
 	}
-	return &ForeignError{Resource: resource, Key: key, Reason: reason}
+	return &fence.ForeignError{Source: "redisguard", Resource: resource, Key: key, Reason: reason}
 }

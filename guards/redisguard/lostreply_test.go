@@ -89,11 +89,11 @@ func TestLostReplyApplied(t *testing.T) {
 	s := newSpace(t)
 	g, direct, p := proxied(t, s, Config{})
 	r := s.resources + "applied"
-	if err := direct.PutClaim(ctx, r, fence.Claim{Token: 3, Run: "run-a"}, []byte("three")); err != nil {
+	if err := direct.Put(fence.WithClaim(ctx, fence.Claim{Token: 3, Run: "run-a"}), r, []byte("three")); err != nil {
 		t.Fatal(err)
 	}
 	n := loseReply(g, p, nil)
-	if err := g.PutClaim(ctx, r, fence.Claim{Token: 4, Run: "run-a"}, []byte("four")); err != nil {
+	if err := g.Put(fence.WithClaim(ctx, fence.Claim{Token: 4, Run: "run-a"}), r, []byte("four")); err != nil {
 		t.Fatalf("write whose reply was lost: %v", err)
 	}
 	if n.Load() != 1 {
@@ -115,7 +115,7 @@ func TestLostReplyNotApplied(t *testing.T) {
 	s := newSpace(t)
 	g, direct, p := proxied(t, s, Config{})
 	r := s.resources + "notapplied"
-	if err := direct.PutClaim(ctx, r, fence.Claim{Token: 3}, []byte("three")); err != nil {
+	if err := direct.Put(fence.WithClaim(ctx, fence.Claim{Token: 3}), r, []byte("three")); err != nil {
 		t.Fatal(err)
 	}
 	var held *Info
@@ -131,7 +131,7 @@ func TestLostReplyNotApplied(t *testing.T) {
 			held = &info
 		}
 	}
-	err := g.PutClaim(ctx, r, fence.Claim{Token: 5}, []byte("five"))
+	err := g.Put(fence.WithClaim(ctx, fence.Claim{Token: 5}), r, []byte("five"))
 	if err != nil {
 		t.Fatalf("write re-sent after a settled lost reply: %v", err)
 	}
@@ -166,12 +166,12 @@ func TestLostReplyOvertaken(t *testing.T) {
 	g, direct, p := proxied(t, s, Config{})
 	r := s.resources + "overtaken"
 	loseReply(g, p, func() bool {
-		if err := direct.PutClaim(ctx, r, fence.Claim{Token: 9}, []byte("nine")); err != nil {
+		if err := direct.Put(fence.WithClaim(ctx, fence.Claim{Token: 9}), r, []byte("nine")); err != nil {
 			t.Error(err)
 		}
 		return true
 	})
-	if err := g.PutClaim(ctx, r, fence.Claim{Token: 8}, []byte("eight")); err != nil {
+	if err := g.Put(fence.WithClaim(ctx, fence.Claim{Token: 8}), r, []byte("eight")); err != nil {
 		t.Fatalf("applied write whose reply was lost, then overtaken: %v, want nil (settled: applied)", err)
 	}
 	if v, info := mustGet(t, direct, r); v != "nine" || info.Token != 9 {
@@ -189,12 +189,12 @@ func TestLostReplyOvertakenUnrecorded(t *testing.T) {
 	g, direct, p := proxied(t, s, Config{DuplicateWindow: 50 * time.Millisecond})
 	r := s.resources + "overtaken"
 	loseReply(g, p, func() bool {
-		if err := direct.PutClaim(ctx, r, fence.Claim{Token: 9}, []byte("nine")); err != nil {
+		if err := direct.Put(fence.WithClaim(ctx, fence.Claim{Token: 9}), r, []byte("nine")); err != nil {
 			t.Error(err)
 		}
 		return true
 	})
-	err := g.PutClaim(ctx, r, fence.Claim{Token: 8}, []byte("eight"))
+	err := g.Put(fence.WithClaim(ctx, fence.Claim{Token: 8}), r, []byte("eight"))
 	se, ok := fence.IsStale(err)
 	if !ok || se.Presented != 8 || se.Highest != 9 || !se.Overtaken {
 		t.Fatalf("overtaken lost reply: %#v, want StaleError{8, 9, Overtaken: true}", err)
@@ -219,12 +219,12 @@ func TestLostRequestOvertaken(t *testing.T) {
 	g.afterWriteSent = func() {
 		if n.Add(1) == 1 {
 			g.client = direct.client // settle past the partition
-			if err := direct.PutClaim(ctx, r, fence.Claim{Token: 9}, []byte("nine")); err != nil {
+			if err := direct.Put(fence.WithClaim(ctx, fence.Claim{Token: 9}), r, []byte("nine")); err != nil {
 				t.Error(err)
 			}
 		}
 	}
-	err := g.PutClaim(ctx, r, fence.Claim{Token: 8}, []byte("eight"))
+	err := g.Put(fence.WithClaim(ctx, fence.Claim{Token: 8}), r, []byte("eight"))
 	se, ok := fence.IsStale(err)
 	if !ok || se.Presented != 8 || se.Highest != 9 || se.Overtaken {
 		t.Fatalf("overtaken lost request: %#v, want StaleError{8, 9, Overtaken: false}", err)
@@ -246,7 +246,7 @@ func TestLostReplyNotAppliedTyped(t *testing.T) {
 	r := s.resources + "notappliedtyped"
 	p.Pause(netproxy.Upstream)
 	g.afterWriteSent = func() { g.client = direct.client }
-	err := g.PutClaim(ctx, r, fence.Claim{Token: 5}, []byte("five"))
+	err := g.Put(fence.WithClaim(ctx, fence.Claim{Token: 5}), r, []byte("five"))
 	ne, ok := fence.IsNotApplied(err)
 	if !ok || ne.Op != "redisguard: write" || ne.Resource != r || errors.Is(err, fence.ErrOutcomeUnknown) || errors.Is(err, fence.ErrBusy) {
 		t.Fatalf("settled not applied: %#v, want *fence.NotAppliedError only", err)
@@ -268,7 +268,7 @@ func TestLostReplyUnsettled(t *testing.T) {
 	g, direct, p := proxied(t, s, Config{SettleTimeout: 500 * time.Millisecond})
 	r := s.resources + "unsettled"
 	loseReply(g, p, func() bool { p.Cut(); return false })
-	err := g.PutClaim(ctx, r, fence.Claim{Token: 2}, []byte("two"))
+	err := g.Put(fence.WithClaim(ctx, fence.Claim{Token: 2}), r, []byte("two"))
 	p.Restore()
 	if !errors.Is(err, fence.ErrOutcomeUnknown) || errors.Is(err, fence.ErrBusy) || errors.Is(err, fence.ErrStale) {
 		t.Fatalf("unsettled write: %v, want fence.ErrOutcomeUnknown only", err)
@@ -290,7 +290,7 @@ func TestLostReplyEndedContext(t *testing.T) {
 	r := s.resources + "endedctx"
 	ctx, cancel := context.WithCancel(context.Background())
 	loseReply(g, p, func() bool { cancel(); return true })
-	if err := g.PutClaim(ctx, r, fence.Claim{Token: 6}, []byte("six")); err != nil {
+	if err := g.Put(fence.WithClaim(ctx, fence.Claim{Token: 6}), r, []byte("six")); err != nil {
 		t.Fatalf("applied write whose context ended before its reply: %v", err)
 	}
 	if v, info := mustGet(t, direct, r); v != "six" || info.Token != 6 {
@@ -347,7 +347,7 @@ func TestHeldCopyAfterWindow(t *testing.T) {
 			g.client = direct.client
 		}
 	}
-	if err := g.PutClaim(ctx, r, fence.Claim{Token: 5}, []byte("five")); err != nil {
+	if err := g.Put(fence.WithClaim(ctx, fence.Claim{Token: 5}), r, []byte("five")); err != nil {
 		t.Fatalf("write re-sent after a settled lost reply: %v", err)
 	}
 	if n.Load() != 2 {
@@ -375,7 +375,7 @@ func TestClockSkew(t *testing.T) {
 		g := s.guard(t, Config{})
 		g.now = func() time.Time { return time.Now().Add(shift) }
 		r := s.resources + "skew"
-		err := g.PutClaim(ctx, r, fence.Claim{Token: 5}, []byte("x"))
+		err := g.Put(fence.WithClaim(ctx, fence.Claim{Token: 5}), r, []byte("x"))
 		var ce *ClockError
 		if !errors.As(err, &ce) || !errors.Is(err, ErrClockSkew) || (ce.Offset > 0) != (shift < 0) {
 			t.Errorf("host clock shifted by %v: %v, want *ClockError with an offset of the other sign", shift, err)

@@ -92,7 +92,7 @@ func (s space) guard(t testing.TB, cfg Config) *Guard {
 	if cfg.MarkPrefix == "" {
 		cfg.MarkPrefix = s.marks
 	}
-	g, err := New(cfg)
+	g, err := New(context.Background(), cfg)
 	if err != nil {
 		t.Fatal(err)
 	}

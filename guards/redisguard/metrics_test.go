@@ -20,7 +20,7 @@ func TestMetricsAndReuseLog(t *testing.T) {
 	g := s.guard(t, Config{MeterProvider: m.Provider, Logger: logger})
 	r := s.resources + "metrics"
 	for _, c := range []fence.Claim{{Token: 5, Run: "run-a"}, {Token: 5, Run: "run-a"}, {Token: 3}, {Token: 5, Run: "run-b"}} {
-		_ = g.PutClaim(ctx, r, c, []byte("v"))
+		_ = g.Put(fence.WithClaim(ctx, c), r, []byte("v"))
 	}
 	pts := m.Collect()
 	attr := map[string]string{guardobs.AttrGuard: guardobs.KindRedis}

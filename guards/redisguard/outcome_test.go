@@ -48,7 +48,7 @@ func (hs holds) open() (*replyHold, error) {
 	c := redis.NewClient(&redis.Options{Addr: p.Addr(), PoolSize: 1, MaxRetries: -1,
 		ReadTimeout: 300 * time.Millisecond, WriteTimeout: 300 * time.Millisecond})
 	h := &replyHold{client: c, p: p}
-	h.g, err = New(Config{Client: c, MarkPrefix: hs.s.marks, SettleTimeout: 300 * time.Millisecond, AllowEviction: true})
+	h.g, err = New(context.Background(), Config{Client: c, MarkPrefix: hs.s.marks, SettleTimeout: 300 * time.Millisecond, AllowEviction: true})
 	if err != nil {
 		h.close()
 		return nil, err
@@ -97,7 +97,7 @@ type kitSubject struct {
 }
 
 func (a kitSubject) WriteStrict(ctx context.Context, r string, c fence.Claim, v string) error {
-	return a.strict.PutClaim(ctx, r, c, []byte(v))
+	return a.strict.Put(fence.WithClaim(ctx, c), r, []byte(v))
 }
 
 func (a kitSubject) WriteHeld(ctx context.Context, r string, tok fence.Token, v string, applied func()) error {
@@ -108,7 +108,7 @@ func (a kitSubject) WriteHeld(ctx context.Context, r string, tok fence.Token, v 
 	defer h.close()
 	return h.run(ctx, applied, func(hold func()) error {
 		hold() // PutClaim's only request is the script
-		return h.g.PutClaim(ctx, r, fence.Claim{Token: tok}, []byte(v))
+		return h.g.Put(fence.WithClaim(ctx, fence.Claim{Token: tok}), r, []byte(v))
 	})
 }
 
@@ -156,8 +156,8 @@ func TestStrictRefusesBeforeIO(t *testing.T) {
 		c fence.Claim
 	}{{s.resources + "acme/conv-2/notes", scoped}, {s.resources + "acme/conv-1/notes", fence.Claim{Token: 3}}} {
 		for name, err := range map[string]error{
-			"PutClaim":    g.PutClaim(ctx, tc.r, tc.c, []byte("x")),
-			"DeleteClaim": g.DeleteClaim(ctx, tc.r, tc.c),
+			"PutClaim":    g.Put(fence.WithClaim(ctx, tc.c), tc.r, []byte("x")),
+			"DeleteClaim": g.Delete(fence.WithClaim(ctx, tc.c), tc.r),
 			"Put":         g.Put(fence.WithClaim(ctx, tc.c), tc.r, []byte("x")),
 			"Fence": g.Fence(fence.WithClaim(ctx, tc.c), tc.r, tc.c.Token, func(context.Context) error {
 				t.Errorf("Fence ran its write for %q outside the claim's scope", tc.r)

@@ -33,7 +33,7 @@ func TestWriteSpans(t *testing.T) {
 		{fence.Claim{Token: 5, Run: "run-b"}, guardobs.OutcomeReused, "5", "run-a", ""},
 	}
 	for _, st := range steps {
-		_ = g.PutClaim(ctx, r, st.c, []byte("v"))
+		_ = g.Put(fence.WithClaim(ctx, st.c), r, []byte("v"))
 	}
 	if err := g.Fence(fence.WithClaim(ctx, fence.Claim{Token: 2, Run: "run-d"}), r, 2, func(context.Context) error { return nil }); !errors.Is(err, fence.ErrStale) {
 		t.Fatalf("Fence with token 2: %v", err)

@@ -48,11 +48,11 @@ func testIdenticalBytesABA(t *testing.T, e env, cacheSize int) {
 
 	t.Run("after", func(t *testing.T) {
 		const key = "aba/after"
-		i7, err := old.PutBytesClaim(testCtx(t), key, fence.ClaimFor(testCtx(t), 7), x, PutOptions{})
+		i7, err := old.PutBytes(fence.WithClaim(testCtx(t), fence.ClaimFor(testCtx(t), 7)), key, x, PutOptions{})
 		require.NoError(t, err)
 		_, p7, err := e.rawGet(t, key)
 		require.NoError(t, err)
-		i8, err := cur.PutBytesClaim(testCtx(t), key, fence.ClaimFor(testCtx(t), 8), x, PutOptions{})
+		i8, err := cur.PutBytes(fence.WithClaim(testCtx(t), fence.ClaimFor(testCtx(t), 8)), key, x, PutOptions{})
 		require.NoError(t, err)
 		_, p8, err := e.rawGet(t, key)
 		require.NoError(t, err)
@@ -61,7 +61,7 @@ func testIdenticalBytesABA(t *testing.T, e env, cacheSize int) {
 		// ...but the pointer's did, because its body holds a fresh write id.
 		assert.NotEqual(t, p7.ETag, p8.ETag)
 
-		_, err = old.PutBytesClaim(testCtx(t), key, fence.ClaimFor(testCtx(t), 7), x, PutOptions{})
+		_, err = old.PutBytes(fence.WithClaim(testCtx(t), fence.ClaimFor(testCtx(t), 7)), key, x, PutOptions{})
 		assertRefused(t, err, key)
 		got, info := content(t, cur, key)
 		assert.Equal(t, string(x), got)
@@ -71,7 +71,7 @@ func testIdenticalBytesABA(t *testing.T, e env, cacheSize int) {
 
 	t.Run("interleaved", func(t *testing.T) {
 		const key = "aba/interleaved"
-		_, err := old.PutBytesClaim(testCtx(t), key, fence.ClaimFor(testCtx(t), 7), x, PutOptions{})
+		_, err := old.PutBytes(fence.WithClaim(testCtx(t), fence.ClaimFor(testCtx(t), 7)), key, x, PutOptions{})
 		require.NoError(t, err)
 
 		// The stale writer reads the pointer (token 7), then pauses.
@@ -87,12 +87,12 @@ func testIdenticalBytesABA(t *testing.T, e env, cacheSize int) {
 		defer func() { old.afterRead = nil }()
 		res := make(chan error, 1)
 		go func() {
-			_, err := old.PutBytesClaim(testCtx(t), key, fence.ClaimFor(testCtx(t), 7), x, PutOptions{})
+			_, err := old.PutBytes(fence.WithClaim(testCtx(t), fence.ClaimFor(testCtx(t), 7)), key, x, PutOptions{})
 			res <- err
 		}()
 		<-readDone
 		// Meanwhile token 8 writes byte-identical content.
-		i8, err := cur.PutBytesClaim(testCtx(t), key, fence.ClaimFor(testCtx(t), 8), x, PutOptions{})
+		i8, err := cur.PutBytes(fence.WithClaim(testCtx(t), fence.ClaimFor(testCtx(t), 8)), key, x, PutOptions{})
 		require.NoError(t, err)
 		close(resume)
 		err = <-res

@@ -20,8 +20,8 @@ import (
 func ops(s *Guard, key string, tok fence.Token) map[string]error {
 	ctx := context.Background()
 	m := map[string]error{}
-	_, m["Put"] = s.PutBytesClaim(ctx, key, fence.ClaimFor(ctx, tok), []byte("bad"), PutOptions{})
-	_, m["Delete"] = s.DeleteClaim(ctx, key, fence.ClaimFor(ctx, tok))
+	_, m["Put"] = s.PutBytes(fence.WithClaim(ctx, fence.ClaimFor(ctx, tok)), key, []byte("bad"), PutOptions{})
+	_, m["Delete"] = s.Delete(fence.WithClaim(ctx, fence.ClaimFor(ctx, tok)), key)
 	m["Fence"] = s.Fence(ctx, key, tok, func(ctx context.Context) error {
 		return Stage(ctx, strings.NewReader("bad"), 3, PutOptions{})
 	})
@@ -59,9 +59,9 @@ func TestBadInput(t *testing.T) {
 
 		t.Run("tokens", func(t *testing.T) {
 			for _, tok := range []fence.Token{0, -1, math.MinInt64} {
-				_, err := s.PutBytesClaim(testCtx(t), "keep", fence.ClaimFor(testCtx(t), tok), []byte("bad"), PutOptions{})
+				_, err := s.PutBytes(fence.WithClaim(testCtx(t), fence.ClaimFor(testCtx(t), tok)), "keep", []byte("bad"), PutOptions{})
 				assert.ErrorIs(t, err, fence.ErrInvalidToken, "Put token %d", tok)
-				_, err = s.DeleteClaim(testCtx(t), "keep", fence.ClaimFor(testCtx(t), tok))
+				_, err = s.Delete(fence.WithClaim(testCtx(t), fence.ClaimFor(testCtx(t), tok)), "keep")
 				assert.ErrorIs(t, err, fence.ErrInvalidToken, "Delete token %d", tok)
 				err = s.Fence(testCtx(t), "fresh", tok, func(context.Context) error { return nil })
 				assert.ErrorIs(t, err, fence.ErrInvalidToken, "Fence token %d", tok)
@@ -79,10 +79,10 @@ func TestBadInput(t *testing.T) {
 				{Metadata: map[string]string{"k": "\xff"}},
 				{Metadata: map[string]string{"k": strings.Repeat("v", MaxMetadataSize)}},
 			} {
-				_, err := s.PutBytesClaim(testCtx(t), "keep", fence.ClaimFor(testCtx(t), 6), []byte("bad"), o)
+				_, err := s.PutBytes(fence.WithClaim(testCtx(t), fence.ClaimFor(testCtx(t), 6)), "keep", []byte("bad"), o)
 				assert.ErrorIs(t, err, ErrInvalidOptions, "case %d", i)
 			}
-			_, err := s.PutClaim(testCtx(t), "keep", fence.ClaimFor(testCtx(t), 6), strings.NewReader("x"), -2, PutOptions{})
+			_, err := s.Put(fence.WithClaim(testCtx(t), fence.ClaimFor(testCtx(t), 6)), "keep", strings.NewReader("x"), -2, PutOptions{})
 			assert.ErrorIs(t, err, ErrInvalidOptions)
 		})
 
@@ -105,7 +105,7 @@ func TestBadInput(t *testing.T) {
 
 // TestForeignObjectAtKey: whatever someone else stored at a key, if it is
 // not an s3guard pointer the guard refuses to read through it or overwrite
-// it (*ForeignError), and leaves it exactly as it was.
+// it (*fence.ForeignError), and leaves it exactly as it was.
 func TestForeignObjectAtKey(t *testing.T) {
 	forEachClient(t, func(t *testing.T, e env) {
 		s := e.store(t, nil, nil)
@@ -161,7 +161,7 @@ func TestForeignObjectAtKey(t *testing.T) {
 				require.NoError(t, err)
 				before := e.snapshot(t)
 				for op, err := range ops(s, key, 100) {
-					var pe *ForeignError
+					var pe *fence.ForeignError
 					require.ErrorAs(t, err, &pe, "%s", op)
 					assert.ErrorIs(t, err, fence.ErrForeign, "%s", op)
 					assert.Equal(t, key, pe.Resource)
@@ -190,7 +190,7 @@ func TestNewValidates(t *testing.T) {
 			"negative backoff":  {Client: e.client, Bucket: e.bucket, ConflictBackoff: -1},
 		} {
 			s, err := New(cfg)
-			assert.ErrorIs(t, err, ErrInvalidConfig, name)
+			assert.ErrorIs(t, err, fence.ErrInvalidConfig, name)
 			assert.Nil(t, s, name)
 		}
 		s, err := New(Config{Client: e.client, Bucket: e.bucket})

@@ -39,7 +39,7 @@ func BenchmarkPut(b *testing.B) {
 		}
 		guarded := func(s *Guard) func(string) {
 			return func(key string) {
-				if _, err := s.PutBytesClaim(ctx, key, fence.ClaimFor(ctx, 1), body, PutOptions{}); err != nil {
+				if _, err := s.PutBytes(fence.WithClaim(ctx, fence.ClaimFor(ctx, 1)), key, body, PutOptions{}); err != nil {
 					b.Fatal(err)
 				}
 			}
@@ -82,10 +82,10 @@ func BenchmarkGet(b *testing.B) {
 		s := e.store(b, nil, nil)
 		_, err := e.client.Put(ctx, e.bucket, "plain", bytes.NewReader(body), int64(len(body)), s3client.PutOptions{})
 		require.NoError(b, err)
-		_, err = s.PutBytesClaim(ctx, "guarded", fence.ClaimFor(ctx, 1), body, PutOptions{})
+		_, err = s.PutBytes(fence.WithClaim(ctx, fence.ClaimFor(ctx, 1)), "guarded", body, PutOptions{})
 		require.NoError(b, err)
 		inl := e.store(b, nil, func(c *Config) { c.InlineMax = len(body) })
-		_, err = inl.PutBytesClaim(ctx, "inline", fence.ClaimFor(ctx, 1), body, PutOptions{})
+		_, err = inl.PutBytes(fence.WithClaim(ctx, fence.ClaimFor(ctx, 1)), "inline", body, PutOptions{})
 		require.NoError(b, err)
 		b.Run("plain", func(b *testing.B) {
 			b.SetBytes(int64(len(body)))
@@ -167,7 +167,7 @@ func BenchmarkPutPaired(b *testing.B) {
 					return err
 				}
 				guarded := func(key string) error {
-					_, err := s.PutBytesClaim(ctx, key, fence.ClaimFor(ctx, 1), body, PutOptions{})
+					_, err := s.PutBytes(fence.WithClaim(ctx, fence.ClaimFor(ctx, 1)), key, body, PutOptions{})
 					return err
 				}
 				if bc.floor {

@@ -55,9 +55,9 @@ func TestContextForms(t *testing.T) {
 		// Explicit token equal to ctx's: ctx's run is presented (so another
 		// run's ctx is refused as reuse); a different token: no run.
 		runB := fence.WithClaim(ctx, fence.Claim{Token: 4, Run: "run-b"})
-		_, err = s.PutBytesClaim(runB, "cf", fence.ClaimFor(runB, 4), []byte("b"), PutOptions{})
+		_, err = s.PutBytes(fence.WithClaim(runB, fence.ClaimFor(runB, 4)), "cf", []byte("b"), PutOptions{})
 		assert.ErrorIs(t, err, fence.ErrTokenReused)
-		info, err = s.PutBytesClaim(runB, "cf", fence.ClaimFor(runB, 5), []byte("five"), PutOptions{})
+		info, err = s.PutBytes(fence.WithClaim(runB, fence.ClaimFor(runB, 5)), "cf", []byte("five"), PutOptions{})
 		require.NoError(t, err)
 		assert.Equal(t, "", info.Run, "token 5 was not granted to run-b's claim")
 
@@ -95,7 +95,7 @@ func TestEndedContext(t *testing.T) {
 		cancel(errLeaseLost)
 		_, err = s.PutBytes(ended, "ended", []byte("late"), PutOptions{})
 		assertEnded(t, err, "PutBytes")
-		_, err = s.PutBytesClaim(ended, "ended", fence.ClaimFor(ended, 2), []byte("late"), PutOptions{})
+		_, err = s.PutBytes(fence.WithClaim(ended, fence.ClaimFor(ended, 2)), "ended", []byte("late"), PutOptions{})
 		assertEnded(t, err, "PutBytesClaim")
 		_, err = s.Delete(ended, "ended")
 		assertEnded(t, err, "Delete")
@@ -114,7 +114,7 @@ func TestEndedContext(t *testing.T) {
 				ms := e.store(t, e.newClient(t, nil), func(c *Config) { c.PointerCacheSize = cache.size })
 				ctx, cancel := context.WithCancelCause(testCtx(t))
 				ms.afterRead = func(string) { cancel(errLeaseLost) }
-				_, err := ms.PutBytesClaim(ctx, "ended", fence.ClaimFor(ctx, 3), []byte("late"), PutOptions{})
+				_, err := ms.PutBytes(fence.WithClaim(ctx, fence.ClaimFor(ctx, 3)), "ended", []byte("late"), PutOptions{})
 				assertEnded(t, err, "Put")
 				got, gi := content(t, s, "ended")
 				assert.Equal(t, "one", got)
@@ -130,7 +130,7 @@ func TestEndedContext(t *testing.T) {
 			cancelConflict(errLeaseLost)
 			return conflict409(req)
 		}
-		_, err = cs.PutBytesClaim(ctx, "ended", fence.ClaimFor(ctx, 4), []byte("late"), PutOptions{})
+		_, err = cs.PutBytes(fence.WithClaim(ctx, fence.ClaimFor(ctx, 4)), "ended", []byte("late"), PutOptions{})
 		assertEnded(t, err, "Put during conflicts")
 	})
 }
@@ -168,7 +168,7 @@ func TestTokenReuse(t *testing.T) {
 		assert.ErrorIs(t, err, fence.ErrTokenReused)
 
 		// Token-only write: admitted, the mark keeps run-a.
-		info, err := a.PutBytesClaim(ctx, key, fence.ClaimFor(ctx, 5), []byte("no run"), PutOptions{})
+		info, err := a.PutBytes(fence.WithClaim(ctx, fence.ClaimFor(ctx, 5)), key, []byte("no run"), PutOptions{})
 		require.NoError(t, err)
 		assert.Equal(t, "run-a", info.Run)
 

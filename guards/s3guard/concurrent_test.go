@@ -58,7 +58,7 @@ func testConcurrentWriters(t *testing.T, e env, cacheSize, nstores int) {
 				// run at different speeds: 3r+1 .. 3r+4.
 				tok := fence.Token(3*r + 1 + (w*7)%4)
 				v := fmt.Sprintf("w%d-r%d-t%d", w, r, tok)
-				_, err := s.PutBytesClaim(testCtx(t), key, fence.ClaimFor(testCtx(t), tok), []byte(v), PutOptions{})
+				_, err := s.PutBytes(fence.WithClaim(testCtx(t), fence.ClaimFor(testCtx(t), tok)), key, []byte(v), PutOptions{})
 				results <- result{tok, v, err}
 			}
 		}()

@@ -48,7 +48,7 @@ type Config struct {
 	Bucket string
 	// DataPrefix is the key prefix of data objects, ending in "/".
 	// Default DefaultDataPrefix. Keys under it are refused as user keys.
-	// Changing it makes existing pointers unreadable (*ForeignError).
+	// Changing it makes existing pointers unreadable (*fence.ForeignError).
 	DataPrefix string
 	// MaxAttempts bounds the conditional pointer writes one call sends,
 	// each under a fresh write id, the first included (and the pointer
@@ -139,33 +139,33 @@ var _ fence.Guard = (*Guard)(nil)
 // New validates cfg, fills defaults and returns a Guard. It does no I/O.
 func New(cfg Config) (*Guard, error) {
 	if cfg.Client == nil {
-		return nil, fmt.Errorf("%w: Client is nil", ErrInvalidConfig)
+		return nil, configErr("Client", "nil", nil)
 	}
 	if cfg.Bucket == "" {
-		return nil, fmt.Errorf("%w: Bucket is empty", ErrInvalidConfig)
+		return nil, configErr("Bucket", "empty", nil)
 	}
 	if cfg.DataPrefix == "" {
 		cfg.DataPrefix = DefaultDataPrefix
 	}
 	if !strings.HasSuffix(cfg.DataPrefix, "/") {
-		return nil, fmt.Errorf("%w: DataPrefix %q must end in '/'", ErrInvalidConfig, cfg.DataPrefix)
+		return nil, configErr("DataPrefix", fmt.Sprintf("%q must end in '/'", cfg.DataPrefix), nil)
 	}
 	var ke *fence.ResourceError
 	if err := checkResource("\x00", strings.TrimSuffix(cfg.DataPrefix, "/")); errors.As(err, &ke) {
-		return nil, fmt.Errorf("%w: DataPrefix %q: %s", ErrInvalidConfig, cfg.DataPrefix, ke.Reason)
+		return nil, configErr("DataPrefix", fmt.Sprintf("%q: %s", cfg.DataPrefix, ke.Reason), nil)
 	}
 	if len(cfg.DataPrefix)+fence.MaxResourceLen+dataSuffixLen > maxS3KeyLen {
-		return nil, fmt.Errorf("%w: DataPrefix longer than %d bytes", ErrInvalidConfig, maxS3KeyLen-fence.MaxResourceLen-dataSuffixLen)
+		return nil, configErr("DataPrefix", fmt.Sprintf("longer than %d bytes", maxS3KeyLen-fence.MaxResourceLen-dataSuffixLen), nil)
 	}
-	if err := engine.MaxAttemptsConfig(&cfg.MaxAttempts, ErrInvalidConfig); err != nil {
+	if err := engine.MaxAttemptsConfig(&cfg.MaxAttempts, "s3guard"); err != nil {
 		return nil, err
 	}
 	if cfg.InlineMax < 0 || cfg.InlineMax > MaxInline {
-		return nil, fmt.Errorf("%w: InlineMax %d outside 0..%d", ErrInvalidConfig, cfg.InlineMax, MaxInline)
+		return nil, configErr("InlineMax", fmt.Sprintf("%d outside 0..%d", cfg.InlineMax, MaxInline), nil)
 	}
 	switch {
 	case cfg.ConflictBackoff < 0:
-		return nil, fmt.Errorf("%w: ConflictBackoff %v is negative", ErrInvalidConfig, cfg.ConflictBackoff)
+		return nil, configErr("ConflictBackoff", fmt.Sprintf("%v is negative", cfg.ConflictBackoff), nil)
 	case cfg.ConflictBackoff == 0:
 		cfg.ConflictBackoff = DefaultConflictBackoff
 	}
@@ -179,7 +179,7 @@ func New(cfg Config) (*Guard, error) {
 		Retries:       "S3 conditional pointer writes retried after losing a race (412/409).",
 		MeterProvider: cfg.MeterProvider, TracerProvider: cfg.TracerProvider, Logger: cfg.Logger})
 	if err != nil {
-		return nil, fmt.Errorf("%w: %w", ErrInvalidConfig, err)
+		return nil, configErr("MeterProvider", "instruments", err)
 	}
 	g := &Guard{
 		met:     met,

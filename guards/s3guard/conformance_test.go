@@ -35,7 +35,7 @@ func (s *subject) Write(ctx context.Context, resource string, token fence.Token,
 // write is one guarded write through st: Put, or Fence + Stage.
 func (s *subject) write(ctx context.Context, st *Guard, resource string, token fence.Token, value string) error {
 	if !s.viaFence {
-		_, err := st.PutBytesClaim(ctx, resource, fence.ClaimFor(ctx, token), []byte(value), PutOptions{ContentType: "text/plain"})
+		_, err := st.PutBytes(fence.WithClaim(ctx, fence.ClaimFor(ctx, token)), resource, []byte(value), PutOptions{ContentType: "text/plain"})
 		return err
 	}
 	return st.Fence(ctx, resource, token, func(ctx context.Context) error {

@@ -35,15 +35,12 @@
 //
 // # Writing
 //
-// The fenced writes are one family in two forms. Put, PutBytes, Delete and Do
-// present the claim their ctx carries (a lease context's token and run
-// identity, or fence.WithClaim / fence.WithToken); without one they return an
-// error matching fence.ErrNoToken and touch nothing. PutClaim,
-// PutBytesClaim and DeleteClaim take the claim as an argument right after
-// the resource (a token-only caller passes fence.Claim{Token: t}); Fence
-// (the fence.Guard method) takes a token and presents
-// fence.ClaimFor(ctx, token). All run
-// the same steps:
+// The fenced writes Put, PutBytes, Delete and Do present the claim their
+// ctx carries (a lease context's token and run identity, or
+// fence.WithClaim / fence.WithToken for a claim from elsewhere); without
+// one they return an error matching fence.ErrNoToken and touch nothing.
+// Fence (the fence.Guard method) takes a token and presents
+// fence.ClaimFor(ctx, token). All run the same steps:
 //
 //  1. GET the pointer; fence.DecideClaim the presented claim against the
 //     pointer's token and run. A token stale against it is refused
@@ -153,7 +150,7 @@
 //     followed) is never applied: its If-Match names the ETag the later
 //     write replaced, and every accepted pointer has a fresh ETag.
 //   - Get and GetBytes of a resource without content return a
-//     *NotFoundError matching fence.ErrNotFound. A nil context or a nil
+//     *fence.NotFoundError matching fence.ErrNotFound. A nil context or a nil
 //     Fence write is refused with an error matching fence.ErrNilArgument
 //     (Stage and StageDelete outside a Fence callback: fence.ErrNoStager;
 //     a second change: fence.ErrAlreadyStaged; after Fence returned:
@@ -161,10 +158,10 @@
 //   - Bad input (invalid resources, tokens, options) returns a typed error
 //     and changes nothing; a resource the guard refuses is a
 //     *fence.ResourceError (fence.ErrInvalidResource). Content shorter or
-//     longer than the size given to Put, PutClaim or Stage (0 or more) is a
+//     longer than the size given to Put or Stage (0 or more) is a
 //     *SizeError (ErrSizeMismatch): no pointer is published and data
 //     uploaded for it is removed. An object at a key that is not a valid
-//     pointer (*ForeignError, fence.ErrForeign) is neither read through nor
+//     pointer (*fence.ForeignError, fence.ErrForeign) is neither read through nor
 //     overwritten.
 //   - Staged content is invisible until its pointer is written; a refused or
 //     failed write removes what it staged, unless its outcome is unknown.
@@ -172,7 +169,7 @@
 // # What is not guaranteed
 //
 //   - Readers and writers that bypass the guard: a plain PUT to the user's key
-//     replaces the pointer (the guard then refuses the key as *ForeignError
+//     replaces the pointer (the guard then refuses the key as *fence.ForeignError
 //     until it is restored), a DeleteObject of a pointer or tombstone erases
 //     the key's mark, and writes to data objects are detected only as
 //     *DataError on the next Get.

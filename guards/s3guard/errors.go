@@ -12,19 +12,16 @@ import (
 // object it names is gone or was replaced, outside the guard.
 var ErrCorrupt = errors.New("s3guard: data object missing or replaced")
 
-// ErrInvalidConfig is matched by every error New returns for a bad Config.
-var ErrInvalidConfig = errors.New("s3guard: invalid config")
-
 // ErrInvalidOptions is matched by errors about malformed PutOptions (content
 // type, metadata) or a negative size other than -1. Nothing is written.
 var ErrInvalidOptions = errors.New("s3guard: invalid put options")
 
 // ErrSizeMismatch is matched by a *SizeError: content shorter or longer
-// than the size Put, PutClaim or Stage was given. Nothing is written.
+// than the size Put or Stage was given. Nothing is written.
 var ErrSizeMismatch = errors.New("s3guard: content length differs from the declared size")
 
-// SizeError reports content whose length differs from the size a Put,
-// PutClaim or Stage was given. It matches ErrSizeMismatch. Nothing was
+// SizeError reports content whose length differs from the size a Put or
+// Stage was given. It matches ErrSizeMismatch. Nothing was
 // written: no pointer was published, and data staged for it was removed.
 type SizeError struct {
 	Resource string
@@ -42,43 +39,6 @@ func (e *SizeError) Error() string {
 
 // Is reports whether target is ErrSizeMismatch.
 func (e *SizeError) Is(target error) bool { return target == ErrSizeMismatch }
-
-// NotFoundError reports a resource without content. It matches
-// fence.ErrNotFound.
-type NotFoundError struct {
-	Resource string
-	// Deleted is true when a tombstone is in place (a fenced Delete, or a
-	// Fence call that staged nothing on a resource without content).
-	Deleted bool
-	// Token is the tombstone's token, the resource's high-water mark; zero
-	// when the resource has no pointer at all.
-	Token fence.Token
-}
-
-// Error implements error.
-func (e *NotFoundError) Error() string {
-	return objstage.NotFoundMessage("s3guard", e.Resource, e.Deleted, e.Token)
-}
-
-// Is reports whether target is fence.ErrNotFound.
-func (e *NotFoundError) Is(target error) bool { return target == fence.ErrNotFound }
-
-// ForeignError reports an object at Resource that is not a valid s3guard
-// pointer: someone wrote it without the guard, or it is damaged. It
-// matches fence.ErrForeign. The guard neither reads through it nor
-// overwrites it.
-type ForeignError struct {
-	Resource string
-	Reason   string
-}
-
-// Error implements error.
-func (e *ForeignError) Error() string {
-	return fmt.Sprintf("s3guard: object %q is not an s3guard pointer: %s", e.Resource, e.Reason)
-}
-
-// Is reports whether target is fence.ErrForeign.
-func (e *ForeignError) Is(target error) bool { return target == fence.ErrForeign }
 
 // DataError reports a pointer whose data object is missing or does not
 // carry the ETag the pointer recorded. It matches ErrCorrupt.
@@ -99,4 +59,9 @@ func (e *DataError) Is(target error) bool { return target == ErrCorrupt }
 // resourceErr is the error of a resource the guard refuses.
 func resourceErr(resource, reason string) error {
 	return &fence.ResourceError{Resource: resource, Reason: reason}
+}
+
+// configErr is the *fence.ConfigError of a s3guard Config field.
+func configErr(field, reason string, err error) error {
+	return &fence.ConfigError{Source: "s3guard", Field: field, Reason: reason, Err: err}
 }

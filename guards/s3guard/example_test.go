@@ -179,18 +179,18 @@ func ExampleGuard_Delete() {
 	store, cleanup := exampleGuard(ctx)
 	defer cleanup()
 
-	if _, err := store.PutBytesClaim(ctx, "draft.md", fence.ClaimFor(ctx, 4), []byte("# draft"), s3guard.PutOptions{}); err != nil {
+	if _, err := store.PutBytes(fence.WithClaim(ctx, fence.ClaimFor(ctx, 4)), "draft.md", []byte("# draft"), s3guard.PutOptions{}); err != nil {
 		panic(err)
 	}
-	if _, err := store.DeleteClaim(ctx, "draft.md", fence.ClaimFor(ctx, 5)); err != nil {
+	if _, err := store.Delete(fence.WithClaim(ctx, fence.ClaimFor(ctx, 5)), "draft.md"); err != nil {
 		panic(err)
 	}
 	_, _, err := store.GetBytes(ctx, "draft.md")
-	var nf *s3guard.NotFoundError
+	var nf *fence.NotFoundError
 	if errors.As(err, &nf) {
 		fmt.Printf("not found: deleted=%v under token %d\n", nf.Deleted, nf.Token)
 	}
-	_, err = store.PutBytesClaim(ctx, "draft.md", fence.ClaimFor(ctx, 4), []byte("# late"), s3guard.PutOptions{})
+	_, err = store.PutBytes(fence.WithClaim(ctx, fence.ClaimFor(ctx, 4)), "draft.md", []byte("# late"), s3guard.PutOptions{})
 	fmt.Println(errors.Is(err, fence.ErrStale))
 	// Output:
 	// not found: deleted=true under token 5
@@ -204,7 +204,7 @@ func ExampleGuard_Sweep() {
 	store, cleanup := exampleGuardWith(ctx, s3guard.Config{KeepSuperseded: true})
 	defer cleanup()
 	for tok := fence.Token(1); tok <= 3; tok++ {
-		if _, err := store.PutBytesClaim(ctx, "log.txt", fence.ClaimFor(ctx, tok), []byte(fmt.Sprintf("v%d", tok)), s3guard.PutOptions{}); err != nil {
+		if _, err := store.PutBytes(fence.WithClaim(ctx, fence.ClaimFor(ctx, tok)), "log.txt", []byte(fmt.Sprintf("v%d", tok)), s3guard.PutOptions{}); err != nil {
 			panic(err)
 		}
 	}

@@ -49,7 +49,7 @@ func fuzzPointerSeeds() [][]byte {
 }
 
 // FuzzDecodePointer feeds arbitrary bodies to the pointer decoder: it never
-// panics, every refusal is a *ForeignError naming the key, and every accepted
+// panics, every refusal is a *fence.ForeignError naming the key, and every accepted
 // body describes a valid pointer that re-encodes to an equal one.
 func FuzzDecodePointer(f *testing.F) {
 	for _, b := range fuzzPointerSeeds() {
@@ -61,12 +61,12 @@ func FuzzDecodePointer(f *testing.F) {
 		}
 		p, err := decodePointer(DefaultDataPrefix, key, body)
 		if err != nil {
-			var pe *ForeignError
+			var pe *fence.ForeignError
 			if !errors.As(err, &pe) || !errors.Is(err, fence.ErrForeign) {
-				t.Fatalf("refusal is not a *ForeignError: %T %v", err, err)
+				t.Fatalf("refusal is not a *fence.ForeignError: %T %v", err, err)
 			}
 			if pe.Resource != key {
-				t.Fatalf("ForeignError.Resource %q, want %q", pe.Resource, key)
+				t.Fatalf("fence.ForeignError.Resource %q, want %q", pe.Resource, key)
 			}
 			return
 		}

@@ -25,7 +25,7 @@ func TestInline(t *testing.T) {
 		const key = "inline/k"
 		small := bytes.Repeat([]byte("s"), 4096)
 
-		i7, err := in.PutBytesClaim(ctx, key, fence.ClaimFor(ctx, 7), small, PutOptions{ContentType: "text/plain", Metadata: map[string]string{"a": "<&>"}})
+		i7, err := in.PutBytes(fence.WithClaim(ctx, fence.ClaimFor(ctx, 7)), key, small, PutOptions{ContentType: "text/plain", Metadata: map[string]string{"a": "<&>"}})
 		require.NoError(t, err)
 		assert.True(t, i7.Inline)
 		assert.Empty(t, i7.DataKey)
@@ -39,9 +39,9 @@ func TestInline(t *testing.T) {
 		assert.Equal(t, small, p.Inline)
 
 		// Identical bytes under token 8; token 7 refused afterwards.
-		i8, err := in.PutBytesClaim(ctx, key, fence.ClaimFor(ctx, 8), small, PutOptions{ContentType: "text/plain"})
+		i8, err := in.PutBytes(fence.WithClaim(ctx, fence.ClaimFor(ctx, 8)), key, small, PutOptions{ContentType: "text/plain"})
 		require.NoError(t, err)
-		_, err = in.PutBytesClaim(ctx, key, fence.ClaimFor(ctx, 7), small, PutOptions{})
+		_, err = in.PutBytes(fence.WithClaim(ctx, fence.ClaimFor(ctx, 7)), key, small, PutOptions{})
 		se, ok := fence.IsStale(err)
 		require.True(t, ok, "%v", err)
 		assert.Equal(t, fence.Token(8), se.Highest)
@@ -53,11 +53,11 @@ func TestInline(t *testing.T) {
 		// Larger content goes to a data object, then back inline; the
 		// superseded data object is removed.
 		big := strings.Repeat("b", 4097)
-		ib, err := in.PutBytesClaim(ctx, key, fence.ClaimFor(ctx, 9), []byte(big), PutOptions{})
+		ib, err := in.PutBytes(fence.WithClaim(ctx, fence.ClaimFor(ctx, 9)), key, []byte(big), PutOptions{})
 		require.NoError(t, err)
 		assert.False(t, ib.Inline)
 		assert.ElementsMatch(t, []string{key, ib.DataKey}, e.listAll(t))
-		_, err = in.PutBytesClaim(ctx, key, fence.ClaimFor(ctx, 9), []byte("tiny"), PutOptions{})
+		_, err = in.PutBytes(fence.WithClaim(ctx, fence.ClaimFor(ctx, 9)), key, []byte("tiny"), PutOptions{})
 		require.NoError(t, err)
 		assert.Equal(t, []string{key}, e.listAll(t))
 		got, _ = content(t, plain, key)
@@ -68,7 +68,7 @@ func TestInline(t *testing.T) {
 		got, info = content(t, in, key)
 		assert.Equal(t, "tiny", got)
 		assert.Equal(t, fence.Token(10), info.Token)
-		_, err = in.PutBytesClaim(ctx, "inline/empty", fence.ClaimFor(ctx, 1), nil, PutOptions{})
+		_, err = in.PutBytes(fence.WithClaim(ctx, fence.ClaimFor(ctx, 1)), "inline/empty", nil, PutOptions{})
 		require.NoError(t, err)
 		got, info = content(t, plain, "inline/empty")
 		assert.Empty(t, got)
@@ -76,13 +76,13 @@ func TestInline(t *testing.T) {
 
 		// A short reader is an error and changes nothing.
 		before := e.snapshot(t)
-		_, err = in.PutClaim(ctx, key, fence.ClaimFor(ctx, 11), strings.NewReader("abc"), 10, PutOptions{})
+		_, err = in.Put(fence.WithClaim(ctx, fence.ClaimFor(ctx, 11)), key, strings.NewReader("abc"), 10, PutOptions{})
 		require.Error(t, err)
 		assert.Equal(t, before, e.snapshot(t))
 
 		for _, bad := range []int{-1, MaxInline + 1} {
 			_, err := New(Config{Client: e.client, Bucket: e.bucket, InlineMax: bad})
-			assert.ErrorIs(t, err, ErrInvalidConfig)
+			assert.ErrorIs(t, err, fence.ErrInvalidConfig)
 		}
 	})
 }

@@ -165,7 +165,7 @@ func (e env) store(t testing.TB, client s3client.Client, mod func(*Config)) *Gua
 
 func put(t testing.TB, s *Guard, key string, tok fence.Token, body string) (Info, error) {
 	t.Helper()
-	return s.PutBytesClaim(testCtx(t), key, fence.ClaimFor(testCtx(t), tok), []byte(body), PutOptions{ContentType: "text/plain"})
+	return s.PutBytes(fence.WithClaim(testCtx(t), fence.ClaimFor(testCtx(t), tok)), key, []byte(body), PutOptions{ContentType: "text/plain"})
 }
 
 // content reads key through the guard and fails the test on error.

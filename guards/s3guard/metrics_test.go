@@ -21,13 +21,13 @@ func TestGuardMetrics(t *testing.T) {
 		a := e.store(t, nil, func(c *Config) { c.MeterProvider = mt.Provider })
 		b := e.store(t, e.newClient(t, nil), nil) // another process, no metrics
 		const key = "doc/secret-name"
-		_, err := a.PutBytesClaim(ctx, key, fence.ClaimFor(ctx, 5), []byte("a1"), PutOptions{}) // caches the pointer
+		_, err := a.PutBytes(fence.WithClaim(ctx, fence.ClaimFor(ctx, 5)), key, []byte("a1"), PutOptions{}) // caches the pointer
 		require.NoError(t, err)
-		_, err = b.PutBytesClaim(ctx, key, fence.ClaimFor(ctx, 6), []byte("b1"), PutOptions{})
+		_, err = b.PutBytes(fence.WithClaim(ctx, fence.ClaimFor(ctx, 6)), key, []byte("b1"), PutOptions{})
 		require.NoError(t, err)
-		_, err = a.PutBytesClaim(ctx, key, fence.ClaimFor(ctx, 7), []byte("a2"), PutOptions{}) // stale cache → 412 → re-read → retry
+		_, err = a.PutBytes(fence.WithClaim(ctx, fence.ClaimFor(ctx, 7)), key, []byte("a2"), PutOptions{}) // stale cache → 412 → re-read → retry
 		require.NoError(t, err)
-		_, err = a.PutBytesClaim(ctx, key, fence.ClaimFor(ctx, 3), []byte("old"), PutOptions{})
+		_, err = a.PutBytes(fence.WithClaim(ctx, fence.ClaimFor(ctx, 3)), key, []byte("old"), PutOptions{})
 		require.Error(t, err)
 
 		pts := mt.Collect()

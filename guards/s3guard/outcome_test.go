@@ -132,7 +132,7 @@ func TestContextEndedDuringCommitNotLanded(t *testing.T) {
 			<-ht.started
 			cancel(cause)
 		}()
-		_, err = s.PutBytesClaim(ctx, key, fence.ClaimFor(ctx, 2), []byte("mine"), PutOptions{})
+		_, err = s.PutBytes(fence.WithClaim(ctx, fence.ClaimFor(ctx, 2)), key, []byte("mine"), PutOptions{})
 		if !errors.Is(err, fence.ErrOutcomeUnknown) || !errors.Is(err, context.Canceled) || !errors.Is(err, cause) {
 			t.Fatalf("error %v: want an unknown outcome matching the context's end and its cause", err)
 		}

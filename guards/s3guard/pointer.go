@@ -22,7 +22,7 @@ const PointerFormat = "s3guard/v1"
 const PointerContentType = "application/json"
 
 // MaxPointerSize bounds the body of a pointer object. A larger object at a
-// resource's key is reported as *ForeignError.
+// resource's key is reported as *fence.ForeignError.
 const MaxPointerSize = 32 << 10
 
 // MaxInline bounds Config.InlineMax: content stored inside the pointer body.
@@ -77,10 +77,10 @@ func (p *pointer) encode() ([]byte, error) {
 func (p *pointer) inline() bool { return !p.Deleted && p.Data == "" }
 
 // decodePointer parses and checks a pointer body read from key. Anything that
-// is not exactly what encode produces for key is a *ForeignError.
+// is not exactly what encode produces for key is a *fence.ForeignError.
 func decodePointer(dataPrefix, key string, body []byte) (*pointer, error) {
 	bad := func(format string, args ...any) error {
-		return &ForeignError{Resource: key, Reason: fmt.Sprintf(format, args...)}
+		return &fence.ForeignError{Source: "s3guard", Resource: key, Reason: fmt.Sprintf(format, args...)}
 	}
 	if len(body) > MaxPointerSize {
 		return nil, bad("body larger than %d bytes", MaxPointerSize)

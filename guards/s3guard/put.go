@@ -21,15 +21,13 @@ type PutOptions struct {
 	Metadata map[string]string
 }
 
-// The fenced writes come in one family of two forms. The ctx-first form
-// (Put, PutBytes, Delete, Do) presents the claim that ctx carries: a lease
-// context's token and run identity, or one set with fence.WithClaim or
-// fence.WithToken. A ctx without a claim is refused with an error matching
-// fence.ErrNoToken and nothing is read or written. The explicit form
-// (PutClaim, PutBytesClaim, DeleteClaim) takes the claim as an argument,
-// right after the resource, for tokens from other sources; Fence
-// (fence.Guard) takes a token and presents fence.ClaimFor(ctx, token): the
-// token, with ctx's run identity when ctx's claim is for the same token.
+// The fenced writes (Put, PutBytes, Delete, Do) present the claim that ctx
+// carries: a lease context's token and run identity, or one set with
+// fence.WithClaim or fence.WithToken for a claim from another source. A
+// ctx without a claim is refused with an error matching fence.ErrNoToken
+// and nothing is read or written. Fence (fence.Guard) takes a token and
+// presents fence.ClaimFor(ctx, token): the token, with ctx's run identity
+// when ctx's claim is for the same token.
 
 // Put stores size bytes from r at resource under the claim ctx carries. size may
 // be -1 for a stream of unknown length (multipart upload). It is Do with a
@@ -56,7 +54,7 @@ func (s *Guard) PutBytes(ctx context.Context, resource string, b []byte, opts Pu
 // Delete stores a tombstone at resource under the claim ctx carries: a fenced
 // write through the same conditional path as Put (never a conditional
 // DeleteObject, which MinIO does not honour). Afterwards Get reports
-// *NotFoundError with Deleted and Token set, and writes below the token are
+// *fence.NotFoundError with Deleted and Token set, and writes below the token are
 // refused. Deleting a resource that has no content still writes the tombstone,
 // raising the mark.
 func (s *Guard) Delete(ctx context.Context, resource string) (Info, error) {
@@ -68,23 +66,6 @@ func (s *Guard) Delete(ctx context.Context, resource string) (Info, error) {
 func (s *Guard) Do(ctx context.Context, resource string, write func(ctx context.Context) error) error {
 	_, err := s.write(ctx, resource, nil, engine.ReadFresh, write)
 	return err
-}
-
-// PutClaim is Put under an explicit claim (see the form notes above). A
-// caller holding only a token passes fence.Claim{Token: t}, or
-// fence.ClaimFor(ctx, t) to keep ctx's run identity for that token.
-func (s *Guard) PutClaim(ctx context.Context, resource string, claim fence.Claim, r io.Reader, size int64, opts PutOptions) (Info, error) {
-	return s.put(ctx, resource, &claim, r, size, opts)
-}
-
-// PutBytesClaim is PutBytes under an explicit claim.
-func (s *Guard) PutBytesClaim(ctx context.Context, resource string, claim fence.Claim, b []byte, opts PutOptions) (Info, error) {
-	return s.PutClaim(ctx, resource, claim, bytes.NewReader(b), int64(len(b)), opts)
-}
-
-// DeleteClaim is Delete under an explicit claim.
-func (s *Guard) DeleteClaim(ctx context.Context, resource string, claim fence.Claim) (Info, error) {
-	return s.write(ctx, resource, &claim, engine.ReadAny, StageDelete)
 }
 
 // Fence implements fence.Guard for the object at resource, under

@@ -128,7 +128,7 @@ func (s *Guard) Mark(ctx context.Context, resource string) (_ fence.Claim, err e
 
 // Get returns the current content of resource, the state its pointer records
 // (Info.Token is the token that wrote it) and a reader the caller must
-// close. A resource without pointer or with a tombstone yields *NotFoundError.
+// close. A resource without pointer or with a tombstone yields *fence.NotFoundError.
 // If the data object was removed between the pointer read and the data
 // read (a newer write superseded it), Get reads the pointer again.
 func (s *Guard) Get(ctx context.Context, resource string) (_ io.ReadCloser, _ Info, err error) {
@@ -146,10 +146,10 @@ func (s *Guard) Get(ctx context.Context, resource string) (_ io.ReadCloser, _ In
 			return nil, Info{}, err
 		}
 		if cur.p == nil {
-			return nil, Info{}, &NotFoundError{Resource: resource}
+			return nil, Info{}, &fence.NotFoundError{Source: "s3guard", Resource: resource}
 		}
 		if cur.p.Deleted {
-			return nil, s.info(resource, cur.p), &NotFoundError{Resource: resource, Deleted: true, Token: cur.p.Token}
+			return nil, s.info(resource, cur.p), &fence.NotFoundError{Source: "s3guard", Resource: resource, Deleted: true, Token: cur.p.Token}
 		}
 		if cur.p.inline() {
 			return io.NopCloser(bytes.NewReader(cur.p.Inline)), s.info(resource, cur.p), nil

@@ -83,7 +83,7 @@ func TestPutSizeMismatchWritesNothing(t *testing.T) {
 						return Stage(ctx, c.r, c.size, PutOptions{})
 					})
 				} else {
-					_, err = s.PutClaim(ctx, resource, fence.Claim{Token: 3}, c.r, c.size, PutOptions{})
+					_, err = s.Put(fence.WithClaim(ctx, fence.Claim{Token: 3}), resource, c.r, c.size, PutOptions{})
 				}
 				require.ErrorIs(t, err, ErrSizeMismatch)
 				var se *SizeError
@@ -124,7 +124,7 @@ func TestPutSizeLongAfterUpload(t *testing.T) {
 	forEachClient(t, func(t *testing.T, e env) {
 		ctx := testCtx(t)
 		s := e.store(t, exactClient{e.client}, nil)
-		_, err := s.PutClaim(ctx, "size/after", fence.Claim{Token: 3}, readOnly{strings.NewReader("abcde")}, 4, PutOptions{})
+		_, err := s.Put(fence.WithClaim(ctx, fence.Claim{Token: 3}), "size/after", readOnly{strings.NewReader("abcde")}, 4, PutOptions{})
 		var se *SizeError
 		require.ErrorAs(t, err, &se)
 		assert.Equal(t, SizeError{Resource: "size/after", Size: 4, Read: 5}, *se)
@@ -133,7 +133,7 @@ func TestPutSizeLongAfterUpload(t *testing.T) {
 		assert.Equal(t, fence.Claim{}, m)
 		assert.Empty(t, e.listAll(t), "objects left after the mismatch")
 		// The same client stores content of the declared size.
-		_, err = s.PutClaim(ctx, "size/after", fence.Claim{Token: 3}, readOnly{strings.NewReader("abcd")}, 4, PutOptions{})
+		_, err = s.Put(fence.WithClaim(ctx, fence.Claim{Token: 3}), "size/after", readOnly{strings.NewReader("abcd")}, 4, PutOptions{})
 		require.NoError(t, err)
 		got, _ := content(t, s, "size/after")
 		assert.Equal(t, "abcd", got)

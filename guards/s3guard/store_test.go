@@ -22,7 +22,7 @@ func TestPutGetRoundTrip(t *testing.T) {
 		ctx := testCtx(t)
 
 		_, _, err := s.GetBytes(ctx, "a/b.txt")
-		var nf *NotFoundError
+		var nf *fence.NotFoundError
 		require.ErrorAs(t, err, &nf)
 		assert.False(t, nf.Deleted)
 		assert.Zero(t, nf.Token)
@@ -30,7 +30,7 @@ func TestPutGetRoundTrip(t *testing.T) {
 		require.NoError(t, err)
 		assert.Zero(t, tok.Token)
 
-		info, err := s.PutBytesClaim(ctx, "a/b.txt", fence.ClaimFor(ctx, 5), []byte("hello"), PutOptions{ContentType: "text/plain", Metadata: map[string]string{"owner": "run-a"}})
+		info, err := s.PutBytes(fence.WithClaim(ctx, fence.ClaimFor(ctx, 5)), "a/b.txt", []byte("hello"), PutOptions{ContentType: "text/plain", Metadata: map[string]string{"owner": "run-a"}})
 		require.NoError(t, err)
 		assert.Equal(t, fence.Token(5), info.Token)
 		assert.Equal(t, int64(5), info.Size)
@@ -85,7 +85,7 @@ func TestGetReader(t *testing.T) {
 		s := e.store(t, nil, nil)
 		ctx := testCtx(t)
 		big := strings.Repeat("0123456789abcdef", 64<<10) // 1 MiB
-		_, err := s.PutClaim(ctx, "big", fence.ClaimFor(ctx, 3), strings.NewReader(big), int64(len(big)), PutOptions{})
+		_, err := s.Put(fence.WithClaim(ctx, fence.ClaimFor(ctx, 3)), "big", strings.NewReader(big), int64(len(big)), PutOptions{})
 		require.NoError(t, err)
 		rc, info, err := s.Get(ctx, "big")
 		require.NoError(t, err)
@@ -96,7 +96,7 @@ func TestGetReader(t *testing.T) {
 		assert.Equal(t, int64(len(big)), info.Size)
 
 		// Unknown length (multipart upload) works too.
-		_, err = s.PutClaim(ctx, "stream", fence.ClaimFor(ctx, 3), io.MultiReader(strings.NewReader(big)), -1, PutOptions{})
+		_, err = s.Put(fence.WithClaim(ctx, fence.ClaimFor(ctx, 3)), "stream", io.MultiReader(strings.NewReader(big)), -1, PutOptions{})
 		require.NoError(t, err)
 		got, info := content(t, s, "stream")
 		assert.Equal(t, big, got)
@@ -134,7 +134,7 @@ func TestDeleteTombstone(t *testing.T) {
 		require.NoError(t, err)
 
 		// Stale delete refused, content intact.
-		_, err = s.DeleteClaim(ctx, "doc", fence.ClaimFor(ctx, 3))
+		_, err = s.Delete(fence.WithClaim(ctx, fence.ClaimFor(ctx, 3)), "doc")
 		se, ok := fence.IsStale(err)
 		require.True(t, ok, "got %v", err)
 		assert.Equal(t, fence.Token(4), se.Highest)
@@ -142,11 +142,11 @@ func TestDeleteTombstone(t *testing.T) {
 		assert.Equal(t, "v4", got)
 
 		// Newer delete accepted: tombstone, data object removed.
-		info, err := s.DeleteClaim(ctx, "doc", fence.ClaimFor(ctx, 5))
+		info, err := s.Delete(fence.WithClaim(ctx, fence.ClaimFor(ctx, 5)), "doc")
 		require.NoError(t, err)
 		assert.True(t, info.Deleted)
 		_, gi, err := s.GetBytes(ctx, "doc")
-		var nf *NotFoundError
+		var nf *fence.NotFoundError
 		require.ErrorAs(t, err, &nf)
 		assert.ErrorIs(t, err, fence.ErrNotFound)
 		assert.True(t, nf.Deleted)
@@ -168,7 +168,7 @@ func TestDeleteTombstone(t *testing.T) {
 		assert.Equal(t, "v5", got)
 
 		// Deleting a key that never existed writes a tombstone all the same.
-		_, err = s.DeleteClaim(ctx, "never", fence.ClaimFor(ctx, 2))
+		_, err = s.Delete(fence.WithClaim(ctx, fence.ClaimFor(ctx, 2)), "never")
 		require.NoError(t, err)
 		_, err = put(t, s, "never", 1, "x")
 		assert.ErrorIs(t, err, fence.ErrStale)
@@ -221,7 +221,7 @@ func TestFenceStaging(t *testing.T) {
 
 		// On a key without content it leaves a tombstone carrying the mark.
 		require.NoError(t, s.Fence(ctx, "g", 2, func(context.Context) error { return nil }))
-		var nf *NotFoundError
+		var nf *fence.NotFoundError
 		_, _, err = s.GetBytes(ctx, "g")
 		require.ErrorAs(t, err, &nf)
 		assert.Equal(t, fence.Token(2), nf.Token)

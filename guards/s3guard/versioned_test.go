@@ -27,7 +27,7 @@ func TestVersionedBucket(t *testing.T) {
 		_, err = put(t, s, key, 1, "same")
 		assert.ErrorIs(t, err, fence.ErrStale)
 
-		_, err = s.DeleteClaim(ctx, key, fence.ClaimFor(ctx, 3))
+		_, err = s.Delete(fence.WithClaim(ctx, fence.ClaimFor(ctx, 3)), key)
 		require.NoError(t, err)
 		_, _, err = s.GetBytes(ctx, key)
 		assert.ErrorIs(t, err, fence.ErrNotFound)

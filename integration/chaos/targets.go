@@ -132,7 +132,7 @@ type s3Target struct{ s *s3guard.Guard }
 func (t *s3Target) kind() string { return GuardS3 }
 
 func (t *s3Target) write(ctx context.Context, resource string, token fence.Token, value string) (history.Outcome, error) {
-	_, err := t.s.PutBytesClaim(ctx, resource, fence.ClaimFor(ctx, token), []byte(value), s3guard.PutOptions{ContentType: "text/plain"})
+	_, err := t.s.PutBytes(fence.WithClaim(ctx, fence.ClaimFor(ctx, token)), resource, []byte(value), s3guard.PutOptions{ContentType: "text/plain"})
 	return classify(err), err
 }
 

@@ -236,7 +236,7 @@ func (w *world) write(k int, c fence.Claim) error {
 	ctx, cancel := context.WithTimeout(bg(), 2*time.Second)
 	defer cancel()
 	res := fence.JoinResource("doc", strconv.Itoa(k))
-	return w.guard.InTxClaim(ctx, res, c, func(ctx context.Context, tx pgx.Tx) error {
+	return w.guard.InTx(fence.WithClaim(ctx, c), res, func(ctx context.Context, tx pgx.Tx) error {
 		_, err := tx.Exec(ctx, fmt.Sprintf(`INSERT INTO %q.ha_writes (key, token, run) VALUES ($1, $2, $3)`, w.gs), res, int64(c.Token), c.Run)
 		return err
 	})

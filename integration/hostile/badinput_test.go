@@ -197,25 +197,25 @@ func TestNilWriteIsRefused(t *testing.T) {
 // package's typed error and does no I/O.
 func TestBadConfigs(t *testing.T) {
 	_, err := pgguard.New(pgguard.Config{Schema: "x;y"})
-	assert.ErrorIs(t, err, pgguard.ErrInvalidConfig)
+	assert.ErrorIs(t, err, fence.ErrInvalidConfig)
 	_, err = pgguard.New(pgguard.Config{IsoLevel: "read uncommitted"})
-	assert.ErrorIs(t, err, pgguard.ErrInvalidConfig)
+	assert.ErrorIs(t, err, fence.ErrInvalidConfig)
 	_, err = pgguard.New(pgguard.Config{LockTimeout: 1})
-	assert.ErrorIs(t, err, pgguard.ErrInvalidConfig)
+	assert.ErrorIs(t, err, fence.ErrInvalidConfig)
 	_, err = s3guard.New(s3guard.Config{})
-	assert.ErrorIs(t, err, s3guard.ErrInvalidConfig)
+	assert.ErrorIs(t, err, fence.ErrInvalidConfig)
 	_, err = s3guard.New(s3guard.Config{Client: minioclient.New(&minio.Client{}), Bucket: "b", DataPrefix: "no-slash"})
-	assert.ErrorIs(t, err, s3guard.ErrInvalidConfig)
+	assert.ErrorIs(t, err, fence.ErrInvalidConfig)
 	_, err = s3guard.New(s3guard.Config{Client: minioclient.New(&minio.Client{}), Bucket: "b", MaxAttempts: -1})
-	assert.ErrorIs(t, err, s3guard.ErrInvalidConfig)
+	assert.ErrorIs(t, err, fence.ErrInvalidConfig)
 	_, err = httpguard.Middleware(nil, httpguard.Config{})
-	assert.ErrorIs(t, err, httpguard.ErrInvalidConfig)
+	assert.ErrorIs(t, err, fence.ErrInvalidConfig)
 	mem, _ := memguard.New(memguard.Config{})
 	for _, cfg := range []httpguard.Config{
 		{TokenHeader: "Bad Header"}, {ResourceHeader: "X:Y"}, {TokenHeader: "A", ResourceHeader: "a"},
 		{RetryAfter: -1}, {MaxResponseBytes: -1},
 	} {
 		_, err = httpguard.Middleware(mem, cfg)
-		assert.ErrorIs(t, err, httpguard.ErrInvalidConfig, "%+v", cfg)
+		assert.ErrorIs(t, err, fence.ErrInvalidConfig, "%+v", cfg)
 	}
 }

@@ -9,6 +9,7 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
+	"github.com/fencekit/fencekit/fence"
 	"github.com/fencekit/fencekit/fencetest"
 	"github.com/fencekit/fencekit/guards/pgguard"
 	"github.com/fencekit/fencekit/sql/migrations"
@@ -93,7 +94,7 @@ func TestInjectionThroughIdentifiers(t *testing.T) {
 		assert.ErrorIs(t, migrations.DropSchema(ctx, pool, inj), migrations.ErrInvalidIdentifier, "DropSchema(%q)", inj)
 
 		_, err = pgguard.New(pgguard.Config{DB: pool, Schema: inj})
-		assert.ErrorIs(t, err, pgguard.ErrInvalidConfig, "pgguard.New(%q)", inj)
+		assert.ErrorIs(t, err, fence.ErrInvalidConfig, "pgguard.New(%q)", inj)
 		assert.ErrorIs(t, err, migrations.ErrInvalidIdentifier, "pgguard.New(%q)", inj)
 
 		_, err = Grants(inj, "r")

@@ -105,7 +105,7 @@ func TestLeaseBadInput(t *testing.T) {
 	} {
 		notPanics(t, "bad config", func() {
 			m, err := lease.New(cfg)
-			assert.ErrorIs(t, err, lease.ErrInvalidConfig, "%+v", cfg)
+			assert.ErrorIs(t, err, fence.ErrInvalidConfig, "%+v", cfg)
 			assert.Nil(t, m)
 		})
 	}
@@ -113,14 +113,14 @@ func TestLeaseBadInput(t *testing.T) {
 }
 
 // TestLeaseInjection: injection strings as lease.Config.Schema are refused
-// (ErrInvalidConfig wrapping sql.ErrInvalidIdentifier); as key ids they are
+// (fence.ErrInvalidConfig wrapping sql.ErrInvalidIdentifier); as key ids they are
 // bound values, stored verbatim.
 func TestLeaseInjection(t *testing.T) {
 	pool := fencetest.Pool(t)
 	check := canary(t, pool)
 	for _, inj := range injections {
 		_, err := lease.New(lease.Config{Pool: pool, Schema: inj})
-		assert.ErrorIs(t, err, lease.ErrInvalidConfig, "lease.New(%q)", inj)
+		assert.ErrorIs(t, err, fence.ErrInvalidConfig, "lease.New(%q)", inj)
 		assert.ErrorIs(t, err, migrations.ErrInvalidIdentifier, "lease.New(%q)", inj)
 	}
 	schema := fencetest.Schema(t, migrations.Lease)

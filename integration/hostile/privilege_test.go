@@ -85,7 +85,7 @@ func TestLeastPrivilegePGGuard(t *testing.T) {
 	// FenceTx in the caller's transaction.
 	tx, err := pool.Begin(ctx)
 	require.NoError(t, err)
-	require.NoError(t, g.FenceTxClaim(ctx, tx, "doc/1", fence.Claim{Token: 7}))
+	require.NoError(t, g.FenceTx(fence.WithClaim(ctx, fence.Claim{Token: 7}), tx, "doc/1"))
 	_, err = tx.Exec(ctx, upsert, "doc/1", "seven")
 	require.NoError(t, err)
 	require.NoError(t, tx.Commit(ctx))

@@ -223,7 +223,7 @@ func TestGuardConformanceThroughPgBouncer(t *testing.T) {
 						if cl == nil {
 							return g.InTx(ctx, r, body)
 						}
-						return g.InTxClaim(ctx, r, *cl, body)
+						return g.InTx(fence.WithClaim(ctx, *cl), r, body)
 					}}
 				guardtest.Run(t, guardtest.Config{New: func(*testing.T) guardtest.Subject { return s }})
 			})
@@ -256,7 +256,7 @@ func TestGuardConformanceThroughPgBouncer(t *testing.T) {
 						if cl == nil {
 							return g.InSQLTx(ctx, r, body)
 						}
-						return g.InSQLTxClaim(ctx, r, *cl, body)
+						return g.InSQLTx(fence.WithClaim(ctx, *cl), r, body)
 					}}
 				guardtest.Run(t, guardtest.Config{New: func(*testing.T) guardtest.Subject { return s }, Prefix: "sql/"})
 			})

@@ -240,7 +240,7 @@ import (
 func main() {
 	_, err := gcsguard.New(gcsguard.Config{})
 	tok, perr := fence.Parse("42")
-	fmt.Println(errors.Is(err, gcsguard.ErrInvalidConfig), tok, perr)
+	fmt.Println(errors.Is(err, fence.ErrInvalidConfig), tok, perr)
 }
 `)
 	// The user's go.sum comes from the checksums this repository already

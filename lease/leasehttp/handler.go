@@ -39,9 +39,6 @@ const PaceBurst = 4
 // megabytes of stale events).
 const streamSendBuffer = 4096
 
-// ErrInvalidConfig is matched by New's errors.
-var ErrInvalidConfig = errors.New("leasehttp: invalid config")
-
 // Config configures a Handler. Zero fields take the documented defaults.
 type Config struct {
 	// Manager watches the keys (required). Its Authorizer decides who may
@@ -153,16 +150,16 @@ func frame(e Event) string {
 // New validates cfg and fills defaults.
 func New(cfg Config) (*Handler, error) {
 	if cfg.Manager == nil {
-		return nil, fmt.Errorf("%w: Manager is nil", ErrInvalidConfig)
+		return nil, configErr("Manager", "nil", nil)
 	}
 	for name, d := range map[string]time.Duration{"Heartbeat": cfg.Heartbeat, "WriteTimeout": cfg.WriteTimeout,
 		"RetryAfter": cfg.RetryAfter, "Reconnect": cfg.Reconnect, "Pace": cfg.Pace} {
 		if d < 0 {
-			return nil, fmt.Errorf("%w: %s is negative (%v)", ErrInvalidConfig, name, d)
+			return nil, configErr(name, fmt.Sprintf("negative (%v)", d), nil)
 		}
 	}
 	if cfg.MaxSubscribers < 0 {
-		return nil, fmt.Errorf("%w: MaxSubscribers is negative (%d)", ErrInvalidConfig, cfg.MaxSubscribers)
+		return nil, configErr("MaxSubscribers", fmt.Sprintf("negative (%d)", cfg.MaxSubscribers), nil)
 	}
 	if cfg.Key == nil {
 		cfg.Key = QueryKey
@@ -552,4 +549,9 @@ func lastEventID(r *http.Request) (fence.Token, bool) {
 		return 0, false
 	}
 	return t, true
+}
+
+// configErr is the *fence.ConfigError of a leasehttp Config field.
+func configErr(field, reason string, err error) error {
+	return &fence.ConfigError{Source: "leasehttp", Field: field, Reason: reason, Err: err}
 }

@@ -223,9 +223,9 @@ func TestBadRequests(t *testing.T) {
 	require.Equal(t, http.StatusMethodNotAllowed, resp.StatusCode)
 
 	_, err = leasehttp.New(leasehttp.Config{})
-	require.ErrorIs(t, err, leasehttp.ErrInvalidConfig)
+	require.ErrorIs(t, err, fence.ErrInvalidConfig)
 	_, err = leasehttp.New(leasehttp.Config{Manager: f.mgr, Heartbeat: -time.Second})
-	require.ErrorIs(t, err, leasehttp.ErrInvalidConfig)
+	require.ErrorIs(t, err, fence.ErrInvalidConfig)
 }
 
 // TestSubscriberCap: over MaxSubscribers, 503 with Retry-After; a slot

@@ -187,7 +187,7 @@ func TestTokenFloorConfig(t *testing.T) {
 		"negative call": {Pool: pool, Source: lease.StaticFloor(0), CallTimeout: -1},
 	} {
 		_, err := leaseops.NewTokenFloor(cfg)
-		require.ErrorIs(t, err, lease.ErrInvalidConfig, name)
+		require.ErrorIs(t, err, fence.ErrInvalidConfig, name)
 	}
 }
 

@@ -107,25 +107,25 @@ func (r FloorReport) Refused() error {
 }
 
 // NewTokenFloor validates cfg and fills defaults. It does no I/O. Every
-// error is a *lease.ConfigError (lease.ErrInvalidConfig).
+// error is a *fence.ConfigError (fence.ErrInvalidConfig).
 func NewTokenFloor(cfg TokenFloorConfig) (*TokenFloor, error) {
 	if cfg.Pool == nil {
-		return nil, &lease.ConfigError{Field: "Pool", Reason: "nil"}
+		return nil, &fence.ConfigError{Source: "leaseops", Field: "Pool", Reason: "nil"}
 	}
 	if cfg.Source == nil {
-		return nil, &lease.ConfigError{Field: "Source", Reason: "nil (use StaticFloor(0) to check against the stored floor only)"}
+		return nil, &fence.ConfigError{Source: "leaseops", Field: "Source", Reason: "nil (use StaticFloor(0) to check against the stored floor only)"}
 	}
 	if cfg.Schema == "" {
 		cfg.Schema = migrations.DefaultSchema
 	}
 	if err := migrations.ValidateIdentifier(cfg.Schema); err != nil {
-		return nil, &lease.ConfigError{Field: "Schema", Reason: err.Error(), Err: err}
+		return nil, &fence.ConfigError{Source: "leaseops", Field: "Schema", Reason: err.Error(), Err: err}
 	}
 	if cfg.CallTimeout == 0 {
 		cfg.CallTimeout = lease.DefaultCallTimeout
 	}
 	if cfg.CallTimeout < 0 {
-		return nil, &lease.ConfigError{Field: "CallTimeout", Reason: "negative: " + cfg.CallTimeout.String()}
+		return nil, &fence.ConfigError{Source: "leaseops", Field: "CallTimeout", Reason: "negative: " + cfg.CallTimeout.String()}
 	}
 	log := cfg.Logger
 	if log == nil {

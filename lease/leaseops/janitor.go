@@ -14,6 +14,7 @@ import (
 	"go.opentelemetry.io/otel/metric"
 	"go.opentelemetry.io/otel/trace"
 
+	"github.com/fencekit/fencekit/fence"
 	"github.com/fencekit/fencekit/internal/obs"
 	"github.com/fencekit/fencekit/lease"
 	"github.com/fencekit/fencekit/lease/leasemetrics"
@@ -164,51 +165,51 @@ type SweepResult struct {
 //nolint:contextcheck // the loop runs on its own context, stopped by Close
 func NewJanitor(cfg JanitorConfig) (*Janitor, error) {
 	if cfg.Pool == nil {
-		return nil, &lease.ConfigError{Field: "Pool", Reason: "nil"}
+		return nil, &fence.ConfigError{Source: "leaseops", Field: "Pool", Reason: "nil"}
 	}
 	if cfg.Schema == "" {
 		cfg.Schema = migrations.DefaultSchema
 	}
 	q, err := migrations.QuoteIdentifier(cfg.Schema)
 	if err != nil {
-		return nil, &lease.ConfigError{Field: "Schema", Reason: err.Error(), Err: err}
+		return nil, &fence.ConfigError{Source: "leaseops", Field: "Schema", Reason: err.Error(), Err: err}
 	}
 	if cfg.StatementBound == 0 {
 		cfg.StatementBound = lease.DefaultCallTimeout
 	}
 	if cfg.StatementBound < 0 {
-		return nil, &lease.ConfigError{Field: "StatementBound", Reason: "negative: " + cfg.StatementBound.String()}
+		return nil, &fence.ConfigError{Source: "leaseops", Field: "StatementBound", Reason: "negative: " + cfg.StatementBound.String()}
 	}
 	if cfg.Retention == 0 {
 		cfg.Retention = DefaultRetention
 	}
 	if minimum := max(MinRetention, RetentionFactor*cfg.StatementBound); cfg.Retention < minimum {
-		return nil, &lease.ConfigError{Field: "Retention", Reason: fmt.Sprintf("%s is below %s (the larger of MinRetention and %d × StatementBound %s)",
+		return nil, &fence.ConfigError{Source: "leaseops", Field: "Retention", Reason: fmt.Sprintf("%s is below %s (the larger of MinRetention and %d × StatementBound %s)",
 			cfg.Retention, minimum, RetentionFactor, cfg.StatementBound)}
 	}
 	if cfg.BatchSize == 0 {
 		cfg.BatchSize = DefaultJanitorBatch
 	}
 	if cfg.BatchSize < 0 || cfg.BatchSize > lease.MaxBatch {
-		return nil, &lease.ConfigError{Field: "BatchSize", Reason: fmt.Sprintf("%d must be in 1..%d", cfg.BatchSize, lease.MaxBatch)}
+		return nil, &fence.ConfigError{Source: "leaseops", Field: "BatchSize", Reason: fmt.Sprintf("%d must be in 1..%d", cfg.BatchSize, lease.MaxBatch)}
 	}
 	if cfg.MaxBatches == 0 {
 		cfg.MaxBatches = DefaultMaxBatches
 	}
 	if cfg.MaxBatches < 0 {
-		return nil, &lease.ConfigError{Field: "MaxBatches", Reason: fmt.Sprintf("negative: %d", cfg.MaxBatches)}
+		return nil, &fence.ConfigError{Source: "leaseops", Field: "MaxBatches", Reason: fmt.Sprintf("negative: %d", cfg.MaxBatches)}
 	}
 	if cfg.Interval == 0 {
 		cfg.Interval = DefaultJanitorInterval
 	}
 	if cfg.Interval < 0 {
-		return nil, &lease.ConfigError{Field: "Interval", Reason: "negative: " + cfg.Interval.String()}
+		return nil, &fence.ConfigError{Source: "leaseops", Field: "Interval", Reason: "negative: " + cfg.Interval.String()}
 	}
 	if cfg.CallTimeout == 0 {
 		cfg.CallTimeout = lease.DefaultCallTimeout
 	}
 	if cfg.CallTimeout < 0 {
-		return nil, &lease.ConfigError{Field: "CallTimeout", Reason: "negative: " + cfg.CallTimeout.String()}
+		return nil, &fence.ConfigError{Source: "leaseops", Field: "CallTimeout", Reason: "negative: " + cfg.CallTimeout.String()}
 	}
 	log := cfg.Logger
 	if log == nil {
@@ -217,7 +218,7 @@ func NewJanitor(cfg JanitorConfig) (*Janitor, error) {
 	deleted, err := obs.Meter(cfg.MeterProvider).Int64Counter(leasemetrics.JanitorDeleted, metric.WithUnit("{row}"),
 		metric.WithDescription("Rows deleted by housekeeping, by table."))
 	if err != nil {
-		return nil, &lease.ConfigError{Field: "MeterProvider", Reason: err.Error(), Err: err}
+		return nil, &fence.ConfigError{Source: "leaseops", Field: "MeterProvider", Reason: err.Error(), Err: err}
 	}
 	r := strings.NewReplacer("$S", q)
 	j := &Janitor{

@@ -8,6 +8,7 @@ import (
 	"github.com/google/uuid"
 	"github.com/stretchr/testify/require"
 
+	"github.com/fencekit/fencekit/fence"
 	"github.com/fencekit/fencekit/fencetest"
 	"github.com/fencekit/fencekit/internal/obs/obstest"
 	"github.com/fencekit/fencekit/lease"
@@ -185,7 +186,7 @@ func TestJanitorConfig(t *testing.T) {
 		"negative call":                         {Pool: pool, CallTimeout: -time.Second},
 	} {
 		_, err := leaseops.NewJanitor(cfg)
-		require.ErrorIs(t, err, lease.ErrInvalidConfig, name)
+		require.ErrorIs(t, err, fence.ErrInvalidConfig, name)
 	}
 	j, err := leaseops.NewJanitor(leaseops.JanitorConfig{Pool: pool, Retention: 200 * time.Minute, StatementBound: 2 * time.Minute})
 	require.NoError(t, err, "exactly 100 × bound")

@@ -8,6 +8,7 @@ import (
 
 	"github.com/google/uuid"
 
+	"github.com/fencekit/fencekit/fence"
 	"github.com/fencekit/fencekit/lease"
 )
 
@@ -42,10 +43,10 @@ type Router struct {
 // NewRouter validates cfg. It does no I/O.
 func NewRouter(cfg RouterConfig) (*Router, error) {
 	if len(cfg.Partitions) == 0 {
-		return nil, &lease.ConfigError{Field: "Partitions", Reason: "empty"}
+		return nil, &fence.ConfigError{Source: "leaseops", Field: "Partitions", Reason: "empty"}
 	}
 	if slices.Contains(cfg.Partitions, nil) {
-		return nil, &lease.ConfigError{Field: "Partitions", Reason: "nil lease.Manager"}
+		return nil, &fence.ConfigError{Source: "leaseops", Field: "Partitions", Reason: "nil lease.Manager"}
 	}
 	r := &Router{parts: slices.Clone(cfg.Partitions), partition: cfg.Partition}
 	if r.partition == nil {

@@ -11,6 +11,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/stretchr/testify/require"
 
+	"github.com/fencekit/fencekit/fence"
 	"github.com/fencekit/fencekit/fencetest"
 	"github.com/fencekit/fencekit/lease"
 	"github.com/fencekit/fencekit/lease/leaseops"
@@ -166,9 +167,9 @@ func TestRouterTwoDatabases(t *testing.T) {
 	require.True(t, ran, "Run passes its options on")
 
 	_, err = leaseops.NewRouter(leaseops.RouterConfig{})
-	require.ErrorIs(t, err, lease.ErrInvalidConfig)
+	require.ErrorIs(t, err, fence.ErrInvalidConfig)
 	_, err = leaseops.NewRouter(leaseops.RouterConfig{Partitions: []*lease.Manager{parts[0], nil}})
-	require.ErrorIs(t, err, lease.ErrInvalidConfig)
+	require.ErrorIs(t, err, fence.ErrInvalidConfig)
 	bad, err := leaseops.NewRouter(leaseops.RouterConfig{Partitions: parts, Partition: func(lease.Key) int { return 2 }})
 	require.NoError(t, err)
 	_, err = bad.Acquire(bg(), uniqueKey(t))

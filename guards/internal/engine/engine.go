@@ -366,12 +366,12 @@ func ContextErr(ctx context.Context, prefix string, err error) error {
 }
 
 // MaxAttemptsConfig checks a guard's Config.MaxAttempts and fills its
-// default: a negative *n is refused with an error matching invalid (the
-// guard's ErrInvalidConfig), zero becomes DefaultMaxAttempts.
-func MaxAttemptsConfig(n *int, invalid error) error {
+// default: a negative *n is refused with a *fence.ConfigError of source
+// (the guard's name), zero becomes DefaultMaxAttempts.
+func MaxAttemptsConfig(n *int, source string) error {
 	switch {
 	case *n < 0:
-		return fmt.Errorf("%w: MaxAttempts %d is negative", invalid, *n)
+		return &fence.ConfigError{Source: source, Field: "MaxAttempts", Reason: fmt.Sprintf("%d is negative", *n)}
 	case *n == 0:
 		*n = DefaultMaxAttempts
 	}

@@ -93,7 +93,7 @@ func CheckNilContext(calls map[string]func() error) error {
 // g under token 2 ("nf/deleted") — return an error matching
 // fence.ErrNotFound.
 func CheckNotFound[O, I any](ctx context.Context, g Guard[O, I], reads map[string]func(ctx context.Context, resource string) error) error {
-	if _, err := g.DeleteClaim(ctx, "nf/deleted", fence.Claim{Token: 2}); err != nil {
+	if _, err := g.Delete(fence.WithClaim(ctx, fence.Claim{Token: 2}), "nf/deleted"); err != nil {
 		return err
 	}
 	all := map[string]func(ctx context.Context, resource string) error{

@@ -13,10 +13,7 @@ import (
 type Guard[O, I any] interface {
 	Put(ctx context.Context, resource string, r io.Reader, size int64, opts O) (I, error)
 	PutBytes(ctx context.Context, resource string, b []byte, opts O) (I, error)
-	PutClaim(ctx context.Context, resource string, claim fence.Claim, r io.Reader, size int64, opts O) (I, error)
-	PutBytesClaim(ctx context.Context, resource string, claim fence.Claim, b []byte, opts O) (I, error)
 	Delete(ctx context.Context, resource string) (I, error)
-	DeleteClaim(ctx context.Context, resource string, claim fence.Claim) (I, error)
 	Do(ctx context.Context, resource string, write func(ctx context.Context) error) error
 	Fence(ctx context.Context, resource string, token fence.Token, write func(ctx context.Context) error) error
 	Get(ctx context.Context, resource string) (io.ReadCloser, I, error)
@@ -31,17 +28,14 @@ type Guard[O, I any] interface {
 //nolint:staticcheck // a nil context is the input under test
 func NilContextCalls[O, I any](g Guard[O, I], resource string, write func(context.Context) error) map[string]func() error {
 	var opts O
-	c := fence.Claim{Token: 1}
 	v := []byte("v")
 	return map[string]func() error{
-		"Put":           func() error { _, err := g.PutBytes(nil, resource, v, opts); return err },
-		"PutBytesClaim": func() error { _, err := g.PutBytesClaim(nil, resource, c, v, opts); return err },
-		"Delete":        func() error { _, err := g.Delete(nil, resource); return err },
-		"DeleteClaim":   func() error { _, err := g.DeleteClaim(nil, resource, c); return err },
-		"Get":           func() error { _, _, err := g.Get(nil, resource); return err },
-		"GetBytes":      func() error { _, _, err := g.GetBytes(nil, resource); return err },
-		"Mark":          func() error { _, err := g.Mark(nil, resource); return err },
-		"Fence":         func() error { return g.Fence(nil, resource, 1, write) },
-		"Do":            func() error { return g.Do(nil, resource, write) },
+		"Put":      func() error { _, err := g.PutBytes(nil, resource, v, opts); return err },
+		"Delete":   func() error { _, err := g.Delete(nil, resource); return err },
+		"Get":      func() error { _, _, err := g.Get(nil, resource); return err },
+		"GetBytes": func() error { _, _, err := g.GetBytes(nil, resource); return err },
+		"Mark":     func() error { _, err := g.Mark(nil, resource); return err },
+		"Fence":    func() error { return g.Fence(nil, resource, 1, write) },
+		"Do":       func() error { return g.Do(nil, resource, write) },
 	}
 }

@@ -152,12 +152,12 @@ ON CONFLICT (resource) DO UPDATE SET value = EXCLUDED.value, fence_token = EXCLU
 	ops := []Op{
 		plainTx: {"plain tx", pgxTx("plain", func(fence.Claim) (pgx.Tx, error) { return pool.Begin(ctx) })},
 		beginClaim: {"BeginClaim", pgxTx("bf", func(c fence.Claim) (pgx.Tx, error) {
-			return g.BeginClaim(ctx, "bf", c)
+			return g.Begin(fence.WithClaim(ctx, c), "bf")
 		})},
 		fenceTx: {"FenceTxClaim", pgxTx("ft", func(c fence.Claim) (pgx.Tx, error) {
 			tx, err := pool.Begin(ctx)
 			if err == nil {
-				err = g.FenceTxClaim(ctx, tx, "ft", c)
+				err = g.FenceTx(fence.WithClaim(ctx, c), tx, "ft")
 			}
 			return tx, err
 		})},
@@ -342,7 +342,7 @@ func S3Guard(e *Env) (err error) {
 				if fresh {
 					k = fmt.Sprintf("%s/%d", name, r)
 				}
-				_, err := s.PutBytesClaim(ctx, k, fence.ClaimFor(ctx, 1), body, s3guard.PutOptions{})
+				_, err := s.PutBytes(fence.WithClaim(ctx, fence.ClaimFor(ctx, 1)), k, body, s3guard.PutOptions{})
 				return err
 			}})
 		}

@@ -74,7 +74,7 @@ func FileGuard(e *Env) (err error) {
 	var tok fence.Token
 	guarded := func(int) error {
 		tok++
-		return g.PutClaim(ctx, "guarded/doc", fence.Claim{Token: tok, Run: run}, body)
+		return g.Put(fence.WithClaim(ctx, fence.Claim{Token: tok, Run: run}), "guarded/doc", body)
 	}
 	var sized []byte // as long as the guarded file, measured after its warm-up write
 	sameSize := func(round int) error {

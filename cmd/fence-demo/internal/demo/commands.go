@@ -403,7 +403,7 @@ resource has accepted is refused (exit 3), printing both numbers.`)
 		if err != nil {
 			return err
 		}
-		info, err := store.PutBytesClaim(ctx, S3Key(k), fence.ClaimFor(ctx, tok), []byte(text), s3guard.PutOptions{ContentType: "text/plain",
+		info, err := store.PutBytes(fence.WithClaim(ctx, fence.ClaimFor(ctx, tok)), S3Key(k), []byte(text), s3guard.PutOptions{ContentType: "text/plain",
 			Metadata: map[string]string{"writer": string(ActorCLI)}})
 		errs = append(errs, putResult(o, "s3", int64(info.Token), err))
 	}
@@ -422,7 +422,7 @@ resource has accepted is refused (exit 3), printing both numbers.`)
 		}
 		q, _ := migrations.QuoteIdentifier(c.conn.Schema)
 		err = pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error {
-			if err := g.FenceTxClaim(ctx, tx, PGResource(k), fence.ClaimFor(ctx, tok)); err != nil {
+			if err := g.FenceTx(fence.WithClaim(ctx, fence.ClaimFor(ctx, tok)), tx, PGResource(k)); err != nil {
 				return err
 			}
 			_, err := tx.Exec(ctx, `INSERT INTO `+q+`.`+ReportsTable+` (resource, token, run_id, writer, body) VALUES ($1, $2, $3, $4, $5)`,

@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 
+	"github.com/fencekit/fencekit/fence"
 	"github.com/fencekit/fencekit/guards/pgguard"
 	"github.com/fencekit/fencekit/lease"
 	"github.com/fencekit/fencekit/lease/leaseops"
@@ -48,9 +49,9 @@ func ExitCode(err error) int {
 	case errors.Is(err, ErrUsage),
 		errors.Is(err, migrations.ErrInvalidIdentifier), errors.Is(err, migrations.ErrInvalidVersion),
 		errors.Is(err, lease.ErrInvalidKey), errors.Is(err, lease.ErrInvalidRunID),
-		errors.Is(err, lease.ErrInvalidConfig), errors.Is(err, lease.ErrInvalidListOptions),
+		errors.Is(err, fence.ErrInvalidConfig), errors.Is(err, lease.ErrInvalidListOptions),
 		errors.Is(err, leaseops.ErrInvalidArgument),
-		errors.Is(err, pgguard.ErrInvalidArgument), errors.Is(err, pgguard.ErrInvalidConfig):
+		errors.Is(err, pgguard.ErrInvalidArgument):
 		return ExitUsage
 	case errors.Is(err, lease.ErrTokenFloor), errors.Is(err, lease.ErrFailoverUnchecked):
 		return ExitRefused

@@ -82,7 +82,7 @@ func mysqlCase(e *bench.Env) error {
 			return err
 		}},
 		rowsUpsert: {Name: "Rows.UpsertClaim", Run: func(int) error {
-			return rows.UpsertClaim(ctx, db, []any{"rows"}, claim(), "value")
+			return rows.Upsert(fence.WithClaim(ctx, claim()), db, []any{"rows"}, "value")
 		}},
 		plainTx: {Name: "plain tx", Run: func(int) error {
 			c := claim()
@@ -98,7 +98,7 @@ func mysqlCase(e *bench.Env) error {
 		}},
 		inTx: {Name: "InTxClaim", Run: func(int) error {
 			c := claim()
-			return g.InTxClaim(ctx, "intx", c, func(ctx context.Context, tx *sql.Tx) error {
+			return g.InTx(fence.WithClaim(ctx, c), "intx", func(ctx context.Context, tx *sql.Tx) error {
 				_, err := tx.ExecContext(ctx, upsertData, "intx", "value", int64(c.Token))
 				return err
 			})

@@ -33,7 +33,7 @@ func natsCase(e *bench.Env) error {
 		return err
 	}
 	defer func() { _ = js.DeleteKeyValue(ctx, bucket) }()
-	g, err := natsguard.New(natsguard.Config{JS: js, Bucket: bucket})
+	g, err := natsguard.New(ctx, natsguard.Config{JS: js, Bucket: bucket})
 	if err != nil {
 		return err
 	}
@@ -44,7 +44,7 @@ func natsCase(e *bench.Env) error {
 		{Name: "KV Put", Run: func(int) error { _, err := kv.Put(ctx, "plain", body); return err }},
 		{Name: "natsguard PutClaim", Run: func(int) error {
 			tok++
-			return g.PutClaim(ctx, "guarded", fence.Claim{Token: tok, Run: run}, body)
+			return g.Put(fence.WithClaim(ctx, fence.Claim{Token: tok, Run: run}), "guarded", body)
 		}},
 	}, rounds(e, 300*time.Microsecond), time.Time{})
 	if err != nil {

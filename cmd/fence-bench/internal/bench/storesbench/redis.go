@@ -29,7 +29,7 @@ func redisCase(e *bench.Env) error {
 	c := redis.NewClient(&redis.Options{Addr: env("TEST_REDIS_ADDR", "127.0.0.1:6379"), PoolSize: 1})
 	defer func() { _ = c.Close() }()
 	prefix := fmt.Sprintf("fence-bench:%d:", time.Now().UnixNano())
-	g, err := redisguard.New(redisguard.Config{Client: c, MarkPrefix: prefix + "mark:"})
+	g, err := redisguard.New(ctx, redisguard.Config{Client: c, MarkPrefix: prefix + "mark:"})
 	if err != nil {
 		return err
 	}
@@ -62,7 +62,7 @@ func redisCase(e *bench.Env) error {
 		{Name: "SET", Run: func(int) error { return c.Set(ctx, plainKey, body, 0).Err() }},
 		{Name: "redisguard PutClaim", Run: func(int) error {
 			tok++
-			return g.PutClaim(ctx, guardKey, fence.Claim{Token: tok, Run: run}, body)
+			return g.Put(fence.WithClaim(ctx, fence.Claim{Token: tok, Run: run}), guardKey, body)
 		}},
 		{Name: "no-op script", Run: func(int) error {
 			id := fmt.Sprintf("%032x", tok)
