@@ -1,10 +1,10 @@
 package lease
 
 import (
-	"errors"
 	"fmt"
 
 	"github.com/fencekit/fencekit/fence"
+	"github.com/fencekit/fencekit/internal/pgerr"
 	"github.com/fencekit/fencekit/sql/migrations"
 )
 
@@ -18,26 +18,15 @@ import (
 // every fencekit package: a guard's busy refusal matches it too.
 var ErrBusy = fence.ErrBusy
 
-// busyCodes are the SQLSTATEs that mean ErrBusy.
-var busyCodes = map[string]string{
-	"40001": "serialization failure",
-	"40P01": "deadlock",
-	"55P03": "lock timeout",
-}
-
-// sqlState is implemented by *pgconn.PgError.
-type sqlState interface{ SQLState() string }
-
 // classify wraps err with ErrBusy when the database aborted the statement
 // for concurrency, and with a *migrations.NotMigratedError when the
 // statement names an object the schema lacks (the PostgreSQL error names the
 // schema-qualified object); other errors are returned as they are.
 func classify(err error) error {
-	var st sqlState
-	if err == nil || !errors.As(err, &st) {
+	if pgerr.Code(err) == "" {
 		return err
 	}
-	if what, ok := busyCodes[st.SQLState()]; ok {
+	if what, ok := pgerr.BusyReason(err); ok {
 		return fmt.Errorf("lease: database busy (%s): %w: %w", what, ErrBusy, err)
 	}
 	return migrations.NotMigrated("", err)

@@ -8,9 +8,9 @@ import (
 
 	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5"
-	"github.com/jackc/pgx/v5/pgconn"
 
 	"github.com/fencekit/fencekit/fence"
+	"github.com/fencekit/fencekit/internal/pgerr"
 	"github.com/fencekit/fencekit/sql/migrations"
 )
 
@@ -134,12 +134,8 @@ func checkClaimError(ctx context.Context, schema string, err error) error {
 	if fence.ContextError(ctx) != nil {
 		return fence.WrapContext(ctx, fmt.Errorf("lease: check claim: %w", err))
 	}
-	var pe *pgconn.PgError
-	if errors.As(err, &pe) {
-		switch pe.Code {
-		case "55P03", "40001", "40P01":
-			return fmt.Errorf("lease: check claim: %s: %w: %w", pe.Code, fence.ErrBusy, err)
-		}
+	if pgerr.Busy(err) {
+		return fmt.Errorf("lease: check claim: %s: %w: %w", pgerr.Code(err), fence.ErrBusy, err)
 	}
 	return migrations.NotMigrated(schema, fmt.Errorf("lease: check claim: %w", err))
 }

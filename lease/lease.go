@@ -37,7 +37,7 @@ type Lease struct {
 	cancel context.CancelCauseFunc
 	ep     *epoch // the epoch the grant named (renewal.grantEpoch); nil per-lease
 
-	// The renewal mode (renewal.go) keeps the deadlines: expires and trust
+	// The renewal mode (renewalmode.go) keeps the deadlines: expires and trust
 	// are the lease's own (per-lease mode), or its epoch's frozen when it
 	// ended (heartbeat mode: renewal.freeze); due, timer, inflight and
 	// failed are per-lease mode's only.

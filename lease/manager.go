@@ -40,7 +40,7 @@ type Manager struct {
 
 	floor *floorChecker // the automatic token floor check (Config.Floor), nil without a source
 
-	ren renewal // the renewal mode, chosen once in New (renewal.go)
+	ren renewal // the renewal mode, chosen once in New (renewalmode.go)
 
 	// grants and releases send the acquire and release statements, alone
 	// or shared by concurrent callers (coalesce.go, grantbatch.go).
@@ -48,6 +48,10 @@ type Manager struct {
 	releases *coalescer[releaseReq, releaseResult]
 	// bound is the CallTimeout bound of every statement (call).
 	bound *callBound
+	// renewBatch is the number of leases per renewal statement (renewDue):
+	// MaxBatch, lowered only by tests (to exercise many parallel batches
+	// with few leases).
+	renewBatch atomic.Int64
 
 	root       context.Context // cancelled (cause ErrClosed) by Close
 	rootCancel context.CancelCauseFunc
@@ -109,6 +113,7 @@ func newManager(cfg Config, hook func(event)) (*Manager, error) {
 		bound:       newCallBound(r.CallTimeout),
 	}
 	m.ttlArg, m.channelArg = m.ttlMicros(), m.st.channel
+	m.renewBatch.Store(MaxBatch)
 	m.grants, m.releases = newGrants(m), newReleases(m)
 	met, err := newMetrics(r.MeterProvider, r.TTL)
 	if err != nil {

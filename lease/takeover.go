@@ -164,7 +164,7 @@ func (m *Manager) refusedCauses(ctx context.Context, refused []*Lease) []error {
 
 // endDisplacedRuns ends, with ErrTakenOver, every lease of this Manager
 // that a takeover displaced, asking by run_id (MaxBatch per statement):
-// the per-lease mode's catch-up and polling fallback (renewer.go).
+// the per-lease mode's catch-up and polling fallback (perlease.go).
 func (m *Manager) endDisplacedRuns(ctx context.Context, q querier) {
 	m.mu.Lock()
 	held := make([]*Lease, 0, len(m.leases))

@@ -4,13 +4,13 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"strings"
 	"time"
 
 	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5"
-	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgtype"
+
+	"github.com/fencekit/fencekit/internal/pgerr"
 )
 
 // AcquireWait blocks until it acquires the lease for key, ctx ends or the
@@ -108,7 +108,6 @@ func (m *Manager) AcquireWait(ctx context.Context, key Key, opts ...Option) (got
 			last = err
 		}
 		var held *HeldError
-		var pgErr *pgconn.PgError
 		if !transient(err) {
 			backoff = 0
 		}
@@ -148,7 +147,7 @@ func (m *Manager) AcquireWait(ctx context.Context, key Key, opts ...Option) (got
 			backoff = min(max(2*backoff, 50*time.Millisecond), time.Second, m.cfg.WaitPoll)
 			m.log.Debug("lease: acquire attempt failed while waiting; retrying", "key", key.String(), "err", err, "retry_in", backoff)
 			expiry.Reset(backoff)
-		case errors.As(err, &pgErr):
+		case pgerr.Code(err) != "": // any other server error
 			return nil, err
 		default:
 			// Any other client-side failure: retry soon, bounded by the poll.
@@ -197,28 +196,17 @@ func (m *Manager) markContended(ctx context.Context, key Key, holder uuid.UUID) 
 	return false, err
 }
 
-// transientStates are the SQLSTATEs after which AcquireWait retries: the
-// server is read-only (a demoted primary during a switchover), shutting
-// down or starting up. Class 08 (connection exceptions) is retried too.
-var transientStates = map[string]bool{
-	"25006": true, // read_only_sql_transaction
-	"57P01": true, // admin_shutdown
-	"57P02": true, // crash_shutdown
-	"57P03": true, // cannot_connect_now
-}
-
 // transient reports whether an acquire attempt's error is worth retrying
 // until the caller's ctx ends: a grant refused until the floor check passes
-// or the sequence is advanced, a server error of transientStates or class
-// 08, or a failure without a server error (network, lost connection,
+// or the sequence is advanced, a server error of pgerr.Transient (read-only
+// during a switchover, shutting down or starting up, class 08), or a failure without a server error (network, lost connection,
 // timeout of the attempt).
 func transient(err error) bool {
 	if errors.Is(err, ErrFailoverUnchecked) || errors.Is(err, ErrTokenFloor) {
 		return true
 	}
-	var pgErr *pgconn.PgError
-	if errors.As(err, &pgErr) {
-		return transientStates[pgErr.Code] || strings.HasPrefix(pgErr.Code, "08")
+	if pgerr.Code(err) != "" {
+		return pgerr.Transient(err)
 	}
 	return !errors.Is(err, ErrHeld) && !errors.Is(err, ErrBusy) && !errors.Is(err, ErrClosed) &&
 		!errors.Is(err, ErrUnauthorized) && !errors.Is(err, ErrInvalidKey)

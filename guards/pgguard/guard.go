@@ -7,7 +7,6 @@ import (
 	"fmt"
 	"log/slog"
 	"strconv"
-	"strings"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -18,6 +17,7 @@ import (
 	"github.com/fencekit/fencekit/fence"
 	"github.com/fencekit/fencekit/guards/guardobs"
 	"github.com/fencekit/fencekit/guards/internal/engine"
+	"github.com/fencekit/fencekit/internal/pgerr"
 	"github.com/fencekit/fencekit/sql/migrations"
 )
 
@@ -251,33 +251,17 @@ func cleanupCtx(ctx context.Context) (context.Context, context.CancelFunc) {
 	return context.WithTimeout(context.WithoutCancel(ctx), rollbackTimeout)
 }
 
-// busyCodes are the SQLSTATEs after which retrying the transaction is the
-// right answer.
-var busyCodes = map[string]string{
-	"55P03": "lock timeout",
-	"40001": "serialization failure",
-	"40P01": "deadlock",
-}
-
-// sqlState is implemented by the errors of pgx (*pgconn.PgError) and of
-// other PostgreSQL drivers.
-type sqlState interface{ SQLState() string }
-
 // dbError maps a database error of operation op. Once ctx has ended, the
 // error matches ctx.Err() and context.Cause(ctx) and never fence.ErrBusy.
 func dbError(ctx context.Context, schema, table, resource, op string, err error) error {
 	if fence.ContextError(ctx) != nil {
 		return fence.WrapContext(ctx, fmt.Errorf("pgguard: %s %q: %w", op, resource, err))
 	}
-	var st sqlState
-	if errors.As(err, &st) {
-		code := st.SQLState()
-		if what, ok := busyCodes[code]; ok {
-			return fmt.Errorf("pgguard: %s %q: %s: %w: %w", op, resource, what, fence.ErrBusy, err)
-		}
-		if code == "42P01" || code == "42703" {
-			return fmt.Errorf("pgguard: %s %q: table %s.%s missing or not migrated (apply migrations.Migrate with set migrations.Guard): %w", op, resource, schema, table, err)
-		}
+	if what, ok := pgerr.BusyReason(err); ok {
+		return fmt.Errorf("pgguard: %s %q: %s: %w: %w", op, resource, what, fence.ErrBusy, err)
+	}
+	if pgerr.Is(err, pgerr.UndefinedTable, pgerr.UndefinedColumn) {
+		return fmt.Errorf("pgguard: %s %q: table %s.%s missing or not migrated (apply migrations.Migrate with set migrations.Guard): %w", op, resource, schema, table, err)
 	}
 	return fmt.Errorf("pgguard: %s %q: %w", op, resource, err)
 }
@@ -329,15 +313,10 @@ func notCommitted(err error) bool {
 			return false
 		}
 	}
-	var st sqlState
-	if !errors.As(err, &st) {
-		return false
-	}
-	code := st.SQLState()
 	switch {
-	case code == "57014":
+	case pgerr.Is(err, pgerr.QueryCanceled):
 		return true
-	case strings.HasPrefix(code, "08"), strings.HasPrefix(code, "57"), strings.HasPrefix(code, "XX"), code == "":
+	case pgerr.Code(err) == "", pgerr.HasClass(err, "08", "57", "XX"):
 		return false
 	}
 	return true

@@ -9,10 +9,10 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
-	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/fencekit/fencekit/fence"
+	"github.com/fencekit/fencekit/internal/pgerr"
 	"github.com/fencekit/fencekit/lease"
 	"github.com/fencekit/fencekit/lease/internal/floorcheck"
 	"github.com/fencekit/fencekit/sql/migrations"
@@ -190,15 +190,10 @@ func (f *TokenFloor) source(ctx context.Context) (fence.Token, error) {
 }
 
 func (f *TokenFloor) dbError(op string, err error) error {
-	if migrations.IsUndefinedTable(err) || isUndefinedFunction(err) {
+	if pgerr.Is(err, pgerr.UndefinedTable, pgerr.UndefinedFunction) {
 		return fmt.Errorf("leaseops: %s: schema %s lacks the token floor (apply migrations.Migrate with set migrations.Lease): %w", op, f.cfg.Schema, err)
 	}
 	return fmt.Errorf("leaseops: %s: %w", op, err)
-}
-
-func isUndefinedFunction(err error) bool {
-	var pe *pgconn.PgError
-	return errors.As(err, &pe) && pe.Code == "42883"
 }
 
 // DB is what CheckFloor needs: *pgxpool.Pool, *pgx.Conn and pgx.Tx

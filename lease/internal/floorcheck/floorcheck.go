@@ -9,14 +9,13 @@ package floorcheck
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"time"
 
 	"github.com/jackc/pgx/v5"
-	"github.com/jackc/pgx/v5/pgconn"
 
 	"github.com/fencekit/fencekit/fence"
+	"github.com/fencekit/fencekit/internal/pgerr"
 	"github.com/fencekit/fencekit/sql/migrations"
 )
 
@@ -106,7 +105,7 @@ func Check(ctx context.Context, db Queryer, schema string, floor, gap fence.Toke
 	var r Result
 	for attempt := 1; ; attempt++ {
 		r, err = checkOnce(ctx, db, stmt, floor, gap, timeout)
-		if err == nil || attempt == attempts || !concurrencyAbort(err) {
+		if err == nil || attempt == attempts || !pgerr.Busy(err) {
 			break
 		}
 	}
@@ -127,22 +126,13 @@ func checkOnce(ctx context.Context, db Queryer, stmt string, floor, gap fence.To
 	return r, err
 }
 
-func concurrencyAbort(err error) bool {
-	var pe *pgconn.PgError
-	return errors.As(err, &pe) && (pe.Code == "40001" || pe.Code == "40P01" || pe.Code == "55P03")
-}
-
 // explain turns the errors a schema or role set up wrongly produces into
 // messages that say what to do; other errors come back unchanged.
 func explain(err error, schema string) error {
-	var pe *pgconn.PgError
-	if !errors.As(err, &pe) {
-		return err
-	}
 	switch {
-	case pe.Code == "42883" || migrations.IsUndefinedTable(err) || pe.Code == "3F000":
+	case pgerr.Is(err, pgerr.UndefinedFunction, pgerr.UndefinedTable, pgerr.InvalidSchemaName):
 		return fmt.Errorf("schema %s lacks the token floor check function (apply migrations.Migrate with set migrations.Lease, version 10): %w", schema, err)
-	case pe.Code == "42501":
+	case pgerr.Is(err, pgerr.InsufficientPrivilege):
 		return fmt.Errorf("the role may not run the token floor check (GRANT EXECUTE ON FUNCTION %s.fencekit_check_floor(bigint, bigint) TO the application role, (bigint, bigint, boolean) for a check without advance; docs/operations.md): %w", schema, err)
 	}
 	return err

@@ -148,12 +148,6 @@ func (m *Manager) collectDue(horizon time.Time) (due []*Lease) {
 // every connection acquires need.
 const renewParallel = 4
 
-// renewBatchSize is the number of leases per renewal statement: MaxBatch,
-// lowered only by tests (to exercise many parallel batches with few leases).
-var renewBatchSize atomic.Int64
-
-func init() { renewBatchSize.Store(MaxBatch) }
-
 func (m *Manager) renewWorkers() int {
 	return min(renewParallel, max(1, int(m.pool.Config().MaxConns)/2))
 }
@@ -171,7 +165,7 @@ func (m *Manager) renewDue(due []*Lease) bool {
 	if len(due) == 0 {
 		return true
 	}
-	size := int(renewBatchSize.Load())
+	size := int(m.renewBatch.Load())
 	n := (len(due) + size - 1) / size // batches
 	size = (len(due) + n - 1) / n     // balanced: n batches of at most MaxBatch
 	workers := min(m.renewWorkers(), n)

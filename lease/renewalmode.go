@@ -9,7 +9,7 @@ import (
 
 // renewal is how a Manager keeps its leases alive: by one heartbeat per
 // Manager (heartbeatRenewal, heartbeat.go; the default) or lease by lease
-// (perLeaseRenewal, renewer.go). New chooses one, once (newRenewal); the
+// (perLeaseRenewal, perlease.go). New chooses one, once (newRenewal); the
 // core (acquire, takeover, release, renew, lease) calls it at these fixed
 // points and never asks which mode it runs in. The *epoch a grant names
 // is opaque to the core: nil in per-lease mode.

@@ -61,7 +61,6 @@ func (f *inflight) TraceQueryEnd(ctx context.Context, _ *pgx.Conn, _ pgx.TraceQu
 // sequential renewer never has).
 func TestParallelRenewalKeepsEveryLease(t *testing.T) {
 	e := newEnv(t)
-	defer lease.SetRenewBatchSize(50)()
 	const perManager, managers = 600, 2
 	const renewEvery = 500 * time.Millisecond
 	acct := uuid.NewString()
@@ -81,6 +80,7 @@ func TestParallelRenewalKeepsEveryLease(t *testing.T) {
 		m, ev, err := lease.NewObserved(lease.Config{Pool: pool, Schema: e.schema, TTL: 4 * time.Second, RenewEvery: renewEvery,
 			Renewal: lease.RenewalPerLease}) // parallel batches exist in per-lease mode only
 		require.NoError(t, err)
+		lease.SetRenewBatchSize(m, 50)
 		t.Cleanup(func() { _ = m.Close() })
 		sides[i] = &side{m: m, ev: ev, tr: tr, leases: make([]*lease.Lease, perManager)}
 	}
