@@ -551,10 +551,10 @@ func TestBadInput(t *testing.T) {
 		{Pool: e.raw, Targets: []effects.Target{httpTarget()}, MaxRequestBytes: -1},
 	} {
 		_, err := effects.New(bad)
-		require.ErrorIs(t, err, effects.ErrInvalidConfig)
+		require.ErrorIs(t, err, fence.ErrInvalidConfig)
 	}
 	_, err = effects.NewRelay(o, effects.RelayConfig{Targets: []string{"nope"}})
-	require.ErrorIs(t, err, effects.ErrInvalidConfig)
+	require.ErrorIs(t, err, fence.ErrInvalidConfig)
 }
 
 // The record statement repeats lease.CheckClaimTx's definition of a live

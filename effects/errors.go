@@ -9,12 +9,12 @@ import (
 )
 
 // Sentinel errors. Match them with errors.Is; the typed errors below carry
-// details and match the corresponding sentinel. Refusals of a stale claim
+// details and match the corresponding sentinel. An invalid Config, Target
+// or RelayConfig field is a *fence.ConfigError (Source "effects"), which
+// matches fence.ErrInvalidConfig. Refusals of a stale claim
 // match fence.ErrStale (see Outbox.Record), a missing effect matches
 // fence.ErrNotFound and nil arguments match fence.ErrNilArgument.
 var (
-	// ErrInvalidConfig is matched by every *ConfigError.
-	ErrInvalidConfig = errors.New("effects: invalid config")
 	// ErrInvalidEffect is matched by every *InputError: an effect refused
 	// before any I/O (empty, too long or NUL request key, oversized or
 	// malformed request, no lease key). Nothing was recorded.
@@ -32,25 +32,6 @@ var (
 	// ErrStopped is returned by Relay.Start after Stop.
 	ErrStopped = errors.New("effects: relay stopped")
 )
-
-// ConfigError describes an invalid Config, Target or RelayConfig field. It
-// matches ErrInvalidConfig.
-type ConfigError struct {
-	Field  string
-	Reason string
-	Err    error // underlying cause, if any
-}
-
-// Error implements error.
-func (e *ConfigError) Error() string {
-	return fmt.Sprintf("effects: invalid config %s: %s", e.Field, e.Reason)
-}
-
-// Is reports whether target is ErrInvalidConfig.
-func (e *ConfigError) Is(target error) bool { return target == ErrInvalidConfig }
-
-// Unwrap returns the underlying cause.
-func (e *ConfigError) Unwrap() error { return e.Err }
 
 // InputError describes an effect refused before any I/O. It matches
 // ErrInvalidEffect.

@@ -81,7 +81,7 @@ func newObserver(mp metric.MeterProvider, tp trace.TracerProvider, schema string
 		metric.WithDescription("From an effect's record to its delivered outcome, by target."),
 		metric.WithExplicitBucketBoundaries(latencyBuckets...))
 	if err := errors.Join(errs[:]...); err != nil {
-		return nil, &ConfigError{Field: "MeterProvider", Reason: err.Error(), Err: err}
+		return nil, &fence.ConfigError{Source: "effects", Field: "MeterProvider", Reason: err.Error(), Err: err}
 	}
 	return x, nil
 }

@@ -144,7 +144,7 @@ type Effect struct {
 // New validates cfg and returns an Outbox. It does no I/O.
 func New(cfg Config) (*Outbox, error) {
 	if cfg.Pool == nil {
-		return nil, &ConfigError{Field: "Pool", Reason: "nil"}
+		return nil, &fence.ConfigError{Source: "effects", Field: "Pool", Reason: "nil"}
 	}
 	o := &Outbox{pool: cfg.Pool, schema: cfg.Schema, leaseSchema: cfg.LeaseSchema, log: cfg.Logger}
 	if o.schema == "" {
@@ -152,26 +152,26 @@ func New(cfg Config) (*Outbox, error) {
 	}
 	q, err := migrations.QuoteIdentifier(o.schema)
 	if err != nil {
-		return nil, &ConfigError{Field: "Schema", Reason: err.Error(), Err: err}
+		return nil, &fence.ConfigError{Source: "effects", Field: "Schema", Reason: err.Error(), Err: err}
 	}
 	if o.leaseSchema == "" {
 		o.leaseSchema = o.schema
 	}
 	leaseQ, err := migrations.QuoteIdentifier(o.leaseSchema)
 	if err != nil {
-		return nil, &ConfigError{Field: "LeaseSchema", Reason: err.Error(), Err: err}
+		return nil, &fence.ConfigError{Source: "effects", Field: "LeaseSchema", Reason: err.Error(), Err: err}
 	}
 	o.targets = make(map[string]Target, len(cfg.Targets))
 	for i, t := range cfg.Targets {
 		field := fmt.Sprintf("Targets[%d]", i)
 		if err := validateTargetName(t.Name); err != nil {
-			return nil, &ConfigError{Field: field + ".Name", Reason: err.Error()}
+			return nil, &fence.ConfigError{Source: "effects", Field: field + ".Name", Reason: err.Error()}
 		}
 		if _, dup := o.targets[t.Name]; dup {
-			return nil, &ConfigError{Field: field + ".Name", Reason: fmt.Sprintf("%q configured twice", t.Name)}
+			return nil, &fence.ConfigError{Source: "effects", Field: field + ".Name", Reason: fmt.Sprintf("%q configured twice", t.Name)}
 		}
 		if t.DedupWindow < 0 {
-			return nil, &ConfigError{Field: field + ".DedupWindow", Reason: "negative"}
+			return nil, &fence.ConfigError{Source: "effects", Field: field + ".DedupWindow", Reason: "negative"}
 		}
 		if t.DedupWindow == 0 {
 			t.DedupWindow = DefaultDedupWindow
@@ -183,14 +183,14 @@ func New(cfg Config) (*Outbox, error) {
 	case o.maxReq == 0:
 		o.maxReq = DefaultMaxRequestBytes
 	case o.maxReq < 0 || o.maxReq > 64<<20:
-		return nil, &ConfigError{Field: "MaxRequestBytes", Reason: fmt.Sprintf("%d not in 1..64 MiB", o.maxReq)}
+		return nil, &fence.ConfigError{Source: "effects", Field: "MaxRequestBytes", Reason: fmt.Sprintf("%d not in 1..64 MiB", o.maxReq)}
 	}
 	lt := cfg.LockTimeout
 	switch {
 	case lt == 0:
 		lt = DefaultLockTimeout
 	case lt < time.Millisecond:
-		return nil, &ConfigError{Field: "LockTimeout", Reason: "below 1ms"}
+		return nil, &fence.ConfigError{Source: "effects", Field: "LockTimeout", Reason: "below 1ms"}
 	}
 	o.lockTimeout = fmt.Sprintf("%dms", lt.Milliseconds())
 	o.awaitPoll = cfg.AwaitPoll
@@ -198,7 +198,7 @@ func New(cfg Config) (*Outbox, error) {
 	case o.awaitPoll == 0:
 		o.awaitPoll = DefaultAwaitPoll
 	case o.awaitPoll < 0:
-		return nil, &ConfigError{Field: "AwaitPoll", Reason: "negative"}
+		return nil, &fence.ConfigError{Source: "effects", Field: "AwaitPoll", Reason: "negative"}
 	}
 	if o.log == nil {
 		o.log = slog.New(slog.DiscardHandler)

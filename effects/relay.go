@@ -99,14 +99,14 @@ type relayHooks struct {
 // NewRelay validates cfg and returns a stopped Relay for o. It does no I/O.
 func NewRelay(o *Outbox, cfg RelayConfig) (*Relay, error) {
 	if o == nil {
-		return nil, &ConfigError{Field: "Outbox", Reason: "nil"}
+		return nil, &fence.ConfigError{Source: "effects", Field: "Outbox", Reason: "nil"}
 	}
 	r := &Relay{o: o, cfg: cfg, wake: make(chan struct{}, 1)}
 	if r.cfg.Name == "" {
 		r.cfg.Name = "relay-" + uuid.NewString()[:8]
 	}
 	if len(r.cfg.Name) > 128 {
-		return nil, &ConfigError{Field: "Name", Reason: "longer than 128 bytes"}
+		return nil, &fence.ConfigError{Source: "effects", Field: "Name", Reason: "longer than 128 bytes"}
 	}
 	names := cfg.Targets
 	if len(names) == 0 {
@@ -119,10 +119,10 @@ func NewRelay(o *Outbox, cfg RelayConfig) (*Relay, error) {
 	for _, n := range names {
 		t, ok := o.targets[n]
 		if !ok {
-			return nil, &ConfigError{Field: "Targets", Reason: fmt.Sprintf("%q is not a target of the Outbox", n)}
+			return nil, &fence.ConfigError{Source: "effects", Field: "Targets", Reason: fmt.Sprintf("%q is not a target of the Outbox", n)}
 		}
 		if t.Deliverer == nil {
-			return nil, &ConfigError{Field: "Targets", Reason: fmt.Sprintf("target %q has no Deliverer", n)}
+			return nil, &fence.ConfigError{Source: "effects", Field: "Targets", Reason: fmt.Sprintf("target %q has no Deliverer", n)}
 		}
 		r.names = append(r.names, n)
 		if t.AtMostOnce {
@@ -130,7 +130,7 @@ func NewRelay(o *Outbox, cfg RelayConfig) (*Relay, error) {
 		}
 	}
 	if len(r.names) == 0 {
-		return nil, &ConfigError{Field: "Targets", Reason: "no target with a Deliverer"}
+		return nil, &fence.ConfigError{Source: "effects", Field: "Targets", Reason: "no target with a Deliverer"}
 	}
 	if r.amo == nil {
 		r.amo = []string{}
@@ -140,7 +140,7 @@ func NewRelay(o *Outbox, cfg RelayConfig) (*Relay, error) {
 			*d = v
 		}
 		if *d < min {
-			return &ConfigError{Field: field, Reason: fmt.Sprintf("%s is below %s", *d, min)}
+			return &fence.ConfigError{Source: "effects", Field: field, Reason: fmt.Sprintf("%s is below %s", *d, min)}
 		}
 		return nil
 	}
@@ -155,17 +155,17 @@ func NewRelay(o *Outbox, cfg RelayConfig) (*Relay, error) {
 		}
 	}
 	if r.cfg.RetryMax < r.cfg.RetryMin {
-		return nil, &ConfigError{Field: "RetryMax", Reason: "below RetryMin"}
+		return nil, &fence.ConfigError{Source: "effects", Field: "RetryMax", Reason: "below RetryMin"}
 	}
 	switch {
 	case r.cfg.Batch == 0:
 		r.cfg.Batch = DefaultBatch
 	case r.cfg.Batch < 0 || r.cfg.Batch > 1000:
-		return nil, &ConfigError{Field: "Batch", Reason: fmt.Sprintf("%d not in 1..1000", r.cfg.Batch)}
+		return nil, &fence.ConfigError{Source: "effects", Field: "Batch", Reason: fmt.Sprintf("%d not in 1..1000", r.cfg.Batch)}
 	}
 	if r.cfg.ListenConnString != "" {
 		if _, err := pgx.ParseConfig(r.cfg.ListenConnString); err != nil {
-			return nil, &ConfigError{Field: "ListenConnString", Reason: err.Error(), Err: err}
+			return nil, &fence.ConfigError{Source: "effects", Field: "ListenConnString", Reason: err.Error(), Err: err}
 		}
 	}
 	return r, nil

@@ -61,15 +61,15 @@ type Recorder struct {
 }
 
 // New validates cfg and returns a Recorder. It does no I/O. Errors match
-// effects.ErrInvalidConfig.
+// fence.ErrInvalidConfig.
 func New(cfg Config) (*Recorder, error) {
 	switch {
 	case cfg.Outbox == nil:
-		return nil, &effects.ConfigError{Field: "Outbox", Reason: "nil"}
+		return nil, &fence.ConfigError{Source: "rivereffects", Field: "Outbox", Reason: "nil"}
 	case cfg.Client == nil:
-		return nil, &effects.ConfigError{Field: "Client", Reason: "nil"}
+		return nil, &fence.ConfigError{Source: "rivereffects", Field: "Client", Reason: "nil"}
 	case cfg.LockTimeout < 0:
-		return nil, &effects.ConfigError{Field: "LockTimeout", Reason: "negative"}
+		return nil, &fence.ConfigError{Source: "rivereffects", Field: "LockTimeout", Reason: "negative"}
 	}
 	r := &Recorder{o: cfg.Outbox, client: cfg.Client, pool: cfg.Pool}
 	if cfg.InsertOpts != nil {
@@ -112,7 +112,7 @@ func (r *Recorder) Record(ctx context.Context, e effects.Effect) (uuid.UUID, err
 		return uuid.Nil, fmt.Errorf("rivereffects: Record with nil ctx: %w", fence.ErrNilArgument)
 	}
 	if r.pool == nil {
-		return uuid.Nil, &effects.ConfigError{Field: "Pool", Reason: "nil (Record needs it; RecordTx does not)"}
+		return uuid.Nil, &fence.ConfigError{Source: "rivereffects", Field: "Pool", Reason: "nil (Record needs it; RecordTx does not)"}
 	}
 	tx, err := r.pool.Begin(ctx)
 	if err != nil {
@@ -160,13 +160,13 @@ type Worker struct {
 }
 
 // NewWorker validates cfg and returns a Worker. Errors match
-// effects.ErrInvalidConfig.
+// fence.ErrInvalidConfig.
 func NewWorker(cfg WorkerConfig) (*Worker, error) {
 	if cfg.Relay == nil {
-		return nil, &effects.ConfigError{Field: "Relay", Reason: "nil"}
+		return nil, &fence.ConfigError{Source: "rivereffects", Field: "Relay", Reason: "nil"}
 	}
 	if cfg.MinSnooze < 0 {
-		return nil, &effects.ConfigError{Field: "MinSnooze", Reason: "negative"}
+		return nil, &fence.ConfigError{Source: "rivereffects", Field: "MinSnooze", Reason: "negative"}
 	}
 	w := &Worker{relay: cfg.Relay, minSnooze: cfg.MinSnooze}
 	if w.minSnooze == 0 {

@@ -170,9 +170,9 @@ func TestJobForFinalOrMissingEffectIsNoop(t *testing.T) {
 // Bad configuration is refused with effects' typed error.
 func TestConfig(t *testing.T) {
 	_, err := rivereffects.New(rivereffects.Config{})
-	require.ErrorIs(t, err, effects.ErrInvalidConfig)
+	require.ErrorIs(t, err, fence.ErrInvalidConfig)
 	_, err = rivereffects.NewWorker(rivereffects.WorkerConfig{})
-	require.ErrorIs(t, err, effects.ErrInvalidConfig)
+	require.ErrorIs(t, err, fence.ErrInvalidConfig)
 	require.Equal(t, rivereffects.Kind, rivereffects.Args{}.Kind())
 }
 
