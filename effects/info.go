@@ -125,7 +125,7 @@ func (o *Outbox) Await(ctx context.Context, id uuid.UUID) (Info, error) {
 	if err := checkCtx(ctx, "Await"); err != nil {
 		return Info{}, err
 	}
-	wake := o.aw.register(o, id)
+	wake := o.aw.register(o, id) //nolint:contextcheck // the shared listener outlives this caller's ctx: the last waiter stops it
 	defer o.aw.unregister(id, wake)
 	t := time.NewTimer(0)
 	defer t.Stop()
