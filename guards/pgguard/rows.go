@@ -289,14 +289,6 @@ func (r *Rows) ctxArgs(ctx context.Context, key, values []any) (string, fence.Cl
 	return res, c, err
 }
 
-func (r *Rows) explicitArgs(ctx context.Context, c fence.Claim, key, values []any) (string, error) {
-	res, err := r.arity(key, values)
-	if err != nil {
-		return "", err
-	}
-	return res, r.args.Explicit(ctx, res, c)
-}
-
 // upsertArgs lays out the statement's arguments.
 func (r *Rows) upsertArgs(c fence.Claim, key, values []any, inTx bool) []any {
 	a := make([]any, r.argCount)
