@@ -81,8 +81,9 @@ const (
 
 // Config configures a Fence. Manager and Account are required.
 type Config struct {
-	// Manager grants the conversations' leases.
-	Manager *lease.Manager
+	// Manager grants the conversations' leases: a *lease.Manager, or a
+	// *leaseops.Router over several lease databases (any lease.Leaser).
+	Manager lease.Leaser
 	// Conversation finds a call's conversation, the SessionID of its
 	// lease.Key. Default FromMeta(MetaConversation).
 	Conversation KeySource
@@ -158,22 +159,36 @@ type Fence struct {
 	http httpCalls // the POSTs in flight of HTTPHandler
 }
 
-// New validates cfg and fills its defaults. A Fence starts no goroutine of
-// its own.
+// New validates cfg and fills its defaults (a zero duration takes its
+// default). A missing Manager or Account, an invalid policy, a negative
+// duration or a RunIdle above lease.MaxParkIdle is a *fence.ConfigError
+// (Source "mcpfence") matching fence.ErrInvalidConfig. A Fence starts no
+// goroutine of its own.
 func New(cfg Config) (*Fence, error) {
+	bad := func(field, reason string) (*Fence, error) {
+		return nil, &fence.ConfigError{Source: "mcpfence", Field: field, Reason: reason}
+	}
 	if cfg.Manager == nil {
-		return nil, errors.New("mcpfence: Config.Manager is required")
+		return bad("Manager", "required")
 	}
 	if cfg.Account == nil {
-		return nil, errors.New("mcpfence: Config.Account is required")
+		return bad("Account", "required")
 	}
 	for name, p := range cfg.Tools {
 		if p < Acquire || p > Unfenced {
-			return nil, fmt.Errorf("mcpfence: Config.Tools[%q]: invalid policy %d", name, p)
+			return bad(fmt.Sprintf("Tools[%q]", name), fmt.Sprintf("invalid policy %d", p))
 		}
 	}
 	if cfg.Default > Unfenced {
-		return nil, fmt.Errorf("mcpfence: Config.Default: invalid policy %d", cfg.Default)
+		return bad("Default", fmt.Sprintf("invalid policy %d", cfg.Default))
+	}
+	for _, d := range []struct {
+		field string
+		v     time.Duration
+	}{{"MaxWait", cfg.MaxWait}, {"ProgressEvery", cfg.ProgressEvery}, {"RunIdle", cfg.RunIdle}, {"ReleaseTimeout", cfg.ReleaseTimeout}} {
+		if d.v < 0 {
+			return bad(d.field, "negative: "+d.v.String()+" (zero takes the default)")
+		}
 	}
 	if cfg.Conversation == nil {
 		cfg.Conversation = FromMeta(MetaConversation)
@@ -181,18 +196,18 @@ func New(cfg Config) (*Fence, error) {
 	if cfg.Holder == nil {
 		cfg.Holder = clientName
 	}
-	if cfg.MaxWait <= 0 {
+	if cfg.MaxWait == 0 {
 		cfg.MaxWait = DefaultMaxWait
 	}
-	if cfg.ProgressEvery <= 0 {
+	if cfg.ProgressEvery == 0 {
 		cfg.ProgressEvery = DefaultProgressEvery
 	}
-	if cfg.RunIdle <= 0 {
+	if cfg.RunIdle == 0 {
 		cfg.RunIdle = DefaultRunIdle
 	} else if cfg.RunIdle > lease.MaxParkIdle {
-		return nil, fmt.Errorf("mcpfence: Config.RunIdle %s: a run waits between its calls as a parked grant, at most lease.MaxParkIdle (%s)", cfg.RunIdle, lease.MaxParkIdle)
+		return bad("RunIdle", fmt.Sprintf("%s: a run waits between its calls as a parked grant, at most lease.MaxParkIdle (%s)", cfg.RunIdle, lease.MaxParkIdle))
 	}
-	if cfg.ReleaseTimeout <= 0 {
+	if cfg.ReleaseTimeout == 0 {
 		cfg.ReleaseTimeout = DefaultReleaseTimeout
 	}
 	if cfg.Logger == nil {

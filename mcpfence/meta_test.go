@@ -11,6 +11,7 @@ import (
 	"github.com/google/uuid"
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 
+	"github.com/fencekit/fencekit/fence"
 	"github.com/fencekit/fencekit/lease"
 )
 
@@ -133,10 +134,26 @@ func TestParseRun(t *testing.T) {
 }
 
 func TestNewValidates(t *testing.T) {
-	if _, err := New(Config{Account: Fixed("a")}); err == nil {
-		t.Error("no Manager: accepted")
+	m := &lease.Manager{}
+	for name, cfg := range map[string]Config{
+		"no Manager":                {Account: Fixed("a")},
+		"no Account":                {Manager: m},
+		"RunIdle above MaxParkIdle": {Manager: m, Account: Fixed("a"), RunIdle: lease.MaxParkIdle + time.Second},
+		"negative MaxWait":          {Manager: m, Account: Fixed("a"), MaxWait: -time.Second},
+		"negative ProgressEvery":    {Manager: m, Account: Fixed("a"), ProgressEvery: -time.Second},
+		"negative RunIdle":          {Manager: m, Account: Fixed("a"), RunIdle: -time.Second},
+		"negative ReleaseTimeout":   {Manager: m, Account: Fixed("a"), ReleaseTimeout: -time.Nanosecond},
+		"invalid policy in Tools":   {Manager: m, Account: Fixed("a"), Tools: map[string]Policy{"t": Policy(99)}},
+		"invalid default policy":    {Manager: m, Account: Fixed("a"), Default: Policy(99)},
+	} {
+		_, err := New(cfg)
+		var ce *fence.ConfigError
+		if !errors.Is(err, fence.ErrInvalidConfig) || !errors.As(err, &ce) || ce.Source != "mcpfence" {
+			t.Errorf("%s: got %v, want a *fence.ConfigError from mcpfence", name, err)
+		}
 	}
-	if _, err := New(Config{Manager: &lease.Manager{}, Account: Fixed("a"), RunIdle: lease.MaxParkIdle + time.Second}); err == nil {
-		t.Error("RunIdle above lease.MaxParkIdle: accepted")
+	var r lease.Leaser = &lease.Manager{}
+	if _, err := New(Config{Manager: r, Account: Fixed("a")}); err != nil {
+		t.Errorf("zero durations take the defaults: %v", err)
 	}
 }

@@ -61,6 +61,9 @@ func NewRouter(cfg RouterConfig) (*Router, error) {
 }
 
 // index is the partition of key, checked against the number of partitions.
+// A Router serves every method of lease.Leaser, as a Manager does.
+var _ lease.Leaser = (*Router)(nil)
+
 func (r *Router) index(key lease.Key) (int, error) {
 	i := r.partition(key)
 	if i < 0 || i >= len(r.parts) {
