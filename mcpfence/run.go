@@ -137,7 +137,16 @@ func (f *Fence) resume(ctx context.Context, req *mcp.CallToolRequest, key lease.
 		if err == nil {
 			return l, nil
 		}
+		held := func() *Refusal {
+			return &Refusal{Cause: CauseHeld, Conversation: key.SessionID, Owner: f.owner(key),
+				Message: fmt.Sprintf("run %s stayed active in another call (another replica) for %s", id, f.cfg.MaxWait)}
+		}
 		if !errors.Is(err, lease.ErrRunActive) {
+			if wctx.Err() != nil && ctx.Err() == nil && !errors.Is(err, lease.ErrLost) {
+				// MaxWait passed during a Resume statement, not the
+				// call's own ctx: the same answer as during the backoff.
+				return nil, held()
+			}
 			return nil, f.resumeRefusal(ctx, key, id, err)
 		}
 		t := time.NewTimer(delay)
@@ -148,8 +157,7 @@ func (f *Fence) resume(ctx context.Context, req *mcp.CallToolRequest, key lease.
 			if ctx.Err() != nil {
 				return nil, &Refusal{Cause: CauseCanceled, Message: fmt.Sprintf("the call ended while its run was active elsewhere: %v", context.Cause(ctx)), Conversation: key.SessionID}
 			}
-			return nil, &Refusal{Cause: CauseHeld, Conversation: key.SessionID, Owner: f.owner(key),
-				Message: fmt.Sprintf("run %s stayed active in another call (another replica) for %s", id, f.cfg.MaxWait)}
+			return nil, held()
 		}
 		delay = min(2*delay, resumeBackoffMax)
 	}

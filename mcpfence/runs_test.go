@@ -181,15 +181,17 @@ func TestRunSurvivesRestart(t *testing.T) {
 // parks it for RunIdle again); after RunIdle with no call the conversation
 // is free and the handle is refused on every replica.
 func TestRunIdleAcrossReplicas(t *testing.T) {
-	const idle = 400 * time.Millisecond
+	// Calls idle/4 apart: the margin (3/4 of idle) absorbs a loaded
+	// machine's slow calls; the row must still expire once they stop.
+	const idle = time.Second
 	a := newHarness(t, mcpfence.Config{RunIdle: idle}, lease.Config{})
 	b := a.replica(mcpfence.Config{RunIdle: idle}, lease.Config{})
 	ca, cb := a.client("desktop"), b.client("desktop")
 	run, _ := startRun(t, ca, "write", "c1", nil)
 	for i := range 3 {
-		time.Sleep(idle / 2)
+		time.Sleep(idle / 4)
 		cs := []*mcp.ClientSession{cb, ca}[i%2]
-		mustRunCall(t, fmt.Sprintf("call %d, %s after the previous one", i, idle/2), cs, "write", "c1", run, false)
+		mustRunCall(t, fmt.Sprintf("call %d, %s after the previous one", i, idle/4), cs, "write", "c1", run, false)
 	}
 	o := waitNotHeld(t, b.m, lease.Key{AccountID: "acme", SessionID: "c1"}, 5*time.Second)
 	if o.RunID.String() != run || o.State != lease.StateExpired {
