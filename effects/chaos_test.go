@@ -33,6 +33,11 @@ const childEnv = "FENCEKIT_EFFECTS_RELAY_CHILD"
 // target answered, before the outcome is written).
 const crashEnv = "FENCEKIT_EFFECTS_RELAY_CRASH"
 
+// claimForEnv sets the relay child's ClaimFor (default 300ms). Its sends
+// are bounded by 0.9 of it, so a test that needs the child's send to reach
+// the target on a loaded machine gives it longer.
+const claimForEnv = "FENCEKIT_EFFECTS_RELAY_CLAIM_FOR"
+
 // relayChild runs one relay with two targets over schema until killed:
 // "pay" (idempotent HTTP) and "once" (at-most-once HTTP).
 func relayChild() int {
@@ -48,7 +53,11 @@ func relayChild() int {
 		fmt.Fprintln(os.Stderr, err)
 		return 1
 	}
-	r, err := effects.NewRelay(o, effects.RelayConfig{ClaimFor: 300 * time.Millisecond, Poll: 20 * time.Millisecond,
+	claimFor := 300 * time.Millisecond
+	if d, err := time.ParseDuration(os.Getenv(claimForEnv)); err == nil {
+		claimFor = d
+	}
+	r, err := effects.NewRelay(o, effects.RelayConfig{ClaimFor: claimFor, Poll: 20 * time.Millisecond,
 		RetryMin: 10 * time.Millisecond, RetryMax: 50 * time.Millisecond, Batch: 4})
 	if err != nil {
 		fmt.Fprintln(os.Stderr, err)
@@ -380,7 +389,7 @@ func TestChaosRelayKilledAtEachCrashPoint(t *testing.T) {
 			require.NoError(t, err)
 
 			cmd := exec.Command(exe, "-test.run=^$")
-			cmd.Env = append(os.Environ(), childEnv+"="+e.schema)
+			cmd.Env = append(os.Environ(), childEnv+"="+e.schema, claimForEnv+"=3s")
 			if tc.point != "outcome" {
 				cmd.Env = append(cmd.Env, crashEnv+"="+tc.point)
 			}
