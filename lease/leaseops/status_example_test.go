@@ -103,5 +103,5 @@ func ExampleRouter() {
 	fmt.Println(err)
 	// Output:
 	// same partition for one account: true
-	// lease: invalid config Partitions: empty
+	// leaseops: invalid config Partitions: empty
 }
