@@ -71,7 +71,7 @@ func (s *scenario) story(ctx context.Context, res *Result) error {
 	tell.opening()
 
 	// 1. Run A authorises and acquires.
-	l, err := desktop.mgr.Acquire(ctx, key) // the Authorizer runs first; then one conditional UPSERT
+	l, err := s.acquire(ctx, desktop, key) // the Authorizer runs first; then one conditional UPSERT
 	if err != nil {
 		return fmt.Errorf("run A: acquire: %w", err)
 	}
@@ -193,7 +193,7 @@ func (s *scenario) continueWhileRunning(ctx context.Context, res *Result) error 
 	tell.sceneTwo()
 
 	// 9. Run C acquires and is alive: its renewer runs, nothing stalls.
-	lc, err := desktop.mgr.Acquire(ctx, key, lease.WithHolder("desktop"))
+	lc, err := s.acquire(ctx, desktop, key, lease.WithHolder("desktop"))
 	if err != nil {
 		return fmt.Errorf("run C: acquire: %w", err)
 	}
@@ -304,7 +304,10 @@ func view(st lease.Ownership, myRunID uuid.UUID) ui {
 // held (A's last renewal has not expired on the database clock yet), B waits
 // for the expiry the server reported and looks again, then acquires.
 // Acquire is a single conditional statement: if B were early after all, it
-// gets ErrHeld, and AcquireWait finishes the job.
+// gets ErrHeld, and AcquireWait finishes the job. AcquireWait also finishes
+// it when that statement missed its CallTimeout on a loaded machine (its
+// outcome unknown: a grant it committed is released by the Manager as
+// abandoned, and AcquireWait retries).
 func (s *scenario) continueHere(ctx context.Context, browser *device, st lease.Ownership) (*lease.Lease, error) {
 	for i := 0; st.Held() && i < 3; i++ {
 		if err := s.until(ctx, time.Now().Add(st.Remaining+time.Millisecond)); err != nil {
@@ -317,12 +320,32 @@ func (s *scenario) continueHere(ctx context.Context, browser *device, st lease.O
 		s.tell.expired(st)
 	}
 	lb, err := browser.mgr.Acquire(ctx, s.key)
-	if errors.Is(err, lease.ErrHeld) {
+	if errors.Is(err, lease.ErrHeld) || missedCallTimeout(ctx, err) {
 		wait, cancel := context.WithTimeout(ctx, 5*s.cfg.TTL)
 		defer cancel()
 		return browser.mgr.AcquireWait(wait, s.key) // blocks until it is free
 	}
 	return lb, err
+}
+
+// acquire is d's Acquire of a free key. When the statement missed its
+// CallTimeout (a loaded machine; the outcome is unknown, and a grant it
+// committed is released by the Manager as abandoned), AcquireWait finishes
+// the job within 5 TTLs.
+func (s *scenario) acquire(ctx context.Context, d *device, key lease.Key, opts ...lease.Option) (*lease.Lease, error) {
+	l, err := d.mgr.Acquire(ctx, key, opts...)
+	if missedCallTimeout(ctx, err) {
+		wait, cancel := context.WithTimeout(ctx, 5*s.cfg.TTL)
+		defer cancel()
+		return d.mgr.AcquireWait(wait, key, opts...)
+	}
+	return l, err
+}
+
+// missedCallTimeout reports whether err is a lease statement's own
+// CallTimeout ending while the caller's ctx is still live.
+func missedCallTimeout(ctx context.Context, err error) bool {
+	return errors.Is(err, context.DeadlineExceeded) && ctx.Err() == nil
 }
 
 // writeS3 is the tool call's object write by d under work's claim.
