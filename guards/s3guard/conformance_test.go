@@ -94,26 +94,31 @@ var s3BadResources = []string{
 	strings.Repeat("s", MaxSegmentLen+1), DefaultDataPrefix + "x",
 }
 
-// TestConformance runs guardtest.Run for Put and for Fence + Stage, each
-// with the pointer cache on (the default; the four stores' caches go stale
-// whenever another store writes) and off.
+// TestConformance runs guardtest.Run over three axes: the client adapter
+// (forEachKind), the write path (Put; Fence + Stage) and the pointer cache
+// (on, the default, whose four stores go stale whenever another store
+// writes; off). Four runs hold every pair of values (a pairwise design):
+// each adapter runs both paths and both cache modes, and each path both
+// cache modes. The product of the three axes, eight runs of about 25 s,
+// repeated every pair twice.
 func TestConformance(t *testing.T) {
+	i := 0
 	forEachKind(t, func(t *testing.T, kind clientKind) {
-		for _, viaFence := range []bool{false, true} {
+		for p, viaFence := range []bool{false, true} {
 			name := map[bool]string{false: "Put", true: "FenceStage"}[viaFence]
-			for _, cache := range cacheModes {
-				t.Run(name+"/"+cache.name, func(t *testing.T) {
-					e := newEnv(t, kind)
-					sub := newSubject(t, e, viaFence, func(c *Config) {
-						c.MaxAttempts = 64
-						c.PointerCacheSize = cache.size
-					})
-					guardtest.Run(t, guardtest.Config{
-						New:          func(*testing.T) guardtest.Subject { return sub },
-						BadResources: s3BadResources,
-					})
+			cache := cacheModes[(i+p)%len(cacheModes)]
+			t.Run(name+"/"+cache.name, func(t *testing.T) {
+				e := newEnv(t, kind)
+				sub := newSubject(t, e, viaFence, func(c *Config) {
+					c.MaxAttempts = 64
+					c.PointerCacheSize = cache.size
 				})
-			}
+				guardtest.Run(t, guardtest.Config{
+					New:          func(*testing.T) guardtest.Subject { return sub },
+					BadResources: s3BadResources,
+				})
+			})
 		}
+		i++
 	})
 }
