@@ -102,7 +102,9 @@ type Config struct {
 	// (package effects/effectsobs names them). Nil records nothing.
 	MeterProvider metric.MeterProvider
 	// TracerProvider records the spans effectsobs.SpanRecord and
-	// effectsobs.SpanDeliver. Nil records none and costs nothing.
+	// effectsobs.SpanDeliver. With it, a record stores its span's W3C
+	// traceparent in the effect row, and each delivery span links to it.
+	// Nil records none and costs nothing.
 	TracerProvider trace.TracerProvider
 }
 
@@ -420,7 +422,7 @@ func (o *Outbox) record(ctx context.Context, tx pgx.Tx, key lease.Key, claim fen
 		ok            bool
 		newID, exID   *string
 		same          bool
-		args          = []any{e.Target, key.AccountID, key.SessionID, claim.Run, int64(claim.Token), e.RequestKey, e.Request, o.channel}
+		args          = []any{e.Target, key.AccountID, key.SessionID, claim.Run, int64(claim.Token), e.RequestKey, e.Request, o.channel, span.traceparent()}
 		scan          = func(row pgx.Row) error { return row.Scan(&ok, &newID, &exID, &same) }
 		q             querier
 		existingQuery = func() (string, bool, error) {

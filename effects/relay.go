@@ -331,6 +331,9 @@ type claimed struct {
 	now       time.Time
 	started   time.Time // local monotonic time the claim was sent
 	created   time.Time // the effect's record (database clock)
+	// traceparent is the record span's W3C traceparent; nil when the
+	// record was not traced.
+	traceparent *string
 }
 
 // pass claims one batch and delivers it; it returns how many it claimed.
@@ -346,7 +349,7 @@ func (r *Relay) pass(ctx context.Context) (int, error) {
 			c  claimed
 			id string
 		)
-		if err := rows.Scan(&id, &c.epoch, &c.target, &c.request, &c.attempts, &c.firstSent, &c.oldState, &c.now, &c.created); err != nil {
+		if err := rows.Scan(&id, &c.epoch, &c.target, &c.request, &c.attempts, &c.firstSent, &c.oldState, &c.now, &c.created, &c.traceparent); err != nil {
 			rows.Close()
 			return 0, err
 		}

@@ -25,7 +25,8 @@ func newStatements(q, leaseQ string) statements {
 		lockTimeout: `SELECT set_config('lock_timeout', $1::text, true)`,
 
 		// $1 target, $2 account, $3 session, $4 run_id, $5 token, $6
-		// request key, $7 request, $8 channel. The whole record in one
+		// request key, $7 request, $8 channel, $9 the record span's
+		// traceparent or NULL. The whole record in one
 		// statement: lr reads and share-locks the key's lease row and says
 		// whether the claim is its current grant, live on the database
 		// clock (the definition of lease.CheckClaimTx, whose liveSQL this
@@ -52,8 +53,8 @@ lr AS MATERIALIZED (
      FOR SHARE OF l),
 ins AS (
   INSERT INTO $S.fencekit_effects AS e
-      (target, account_id, session_id, run_id, fence_token, request_key, request, next_at, created_at, updated_at)
-  SELECT $1::text, $2::text, $3::text, $4::text::uuid, $5::bigint, $6::text, $7::bytea, n.t, n.t, n.t
+      (target, account_id, session_id, run_id, fence_token, request_key, request, next_at, created_at, updated_at, traceparent)
+  SELECT $1::text, $2::text, $3::text, $4::text::uuid, $5::bigint, $6::text, $7::bytea, n.t, n.t, n.t, $9::text
     FROM now_db n, lr
    WHERE lr.ok
   ON CONFLICT (account_id, session_id, request_key) DO NOTHING
@@ -76,7 +77,7 @@ SELECT coalesce((SELECT lr.ok FROM lr), false), (SELECT ins.id FROM ins WHERE in
 		// first send time (committed before any send) and, for an
 		// at-most-once target, the state sending. Returns the state the
 		// row had before (sending: an earlier claim's send may have
-		// happened) and the clock.
+		// happened), the clock and the record span's traceparent.
 		claim: r.Replace(`WITH now_db AS MATERIALIZED (SELECT clock_timestamp() AS t),
 due AS (
   SELECT e.id, e.state AS old_state
@@ -94,7 +95,7 @@ UPDATE $S.fencekit_effects e
        state = CASE WHEN e.target = ANY($5::text[]) THEN 'sending' ELSE e.state END
   FROM due d, now_db n
  WHERE e.id = d.id
-RETURNING e.id::text, e.epoch, e.target, e.request, e.attempts, e.first_sent_at, d.old_state, n.t, e.created_at`),
+RETURNING e.id::text, e.epoch, e.target, e.request, e.attempts, e.first_sent_at, d.old_state, n.t, e.created_at, e.traceparent`),
 
 		// $1 id, $2 epoch, $3 final state, $4 code, $5 detail, $6 error,
 		// $7 outcome channel. Only under the claim's epoch: a relay whose
