@@ -70,7 +70,7 @@ func (r *Relay) DeliverEffect(ctx context.Context, id uuid.UUID) (EffectResult, 
 	default:
 		c.id, c.started = id, started
 		r.stats.claimed.Add(1)
-		r.attempt(ctx, c)
+		r.attempt(ctx, nil, c)
 		res.Attempted = true
 	}
 	var (

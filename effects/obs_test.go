@@ -86,6 +86,9 @@ func TestMetricsAndSpans(t *testing.T) {
 		require.NoError(t, err)
 		require.True(t, in.State.Final())
 	}
+	// Await may return on an outcome's NOTIFY before the relay counted
+	// it; each attempt ends its span after counting.
+	eventually(t, 10*time.Second, func() bool { return len(spans.Ended(effectsobs.SpanDeliver)) == 3 }, "three deliver spans ended")
 
 	pay, amoAttr := map[string]string{effectsobs.AttrTarget: "pay"}, map[string]string{effectsobs.AttrTarget: "amo"}
 	pts = meter.Collect()
