@@ -10,6 +10,7 @@ import (
 	"os/exec"
 	"os/signal"
 	"strings"
+	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -182,8 +183,8 @@ const producerTTL = 500 * time.Millisecond
 // another run take the key, and continues it (SIGCONT); the child then
 // records three effects as a paused producer would, without noticing it
 // was displaced: in its own transaction under the claim it holds
-// (RecordClaim, a fresh context), in the transaction it opened before the
-// stop (RecordTxClaim), and with the lease's context (Record). It prints
+// (Record, a fresh context carrying that claim), in the transaction it
+// opened before the stop (RecordTx, the same context), and with the lease's context (Record). It prints
 // one line per call: "<name> ok <id>", "<name> stale" or "<name> err
 // <message>".
 func producerChild() int {
@@ -251,9 +252,9 @@ func producerChild() int {
 		return 1
 	}
 	// Continued: a paused producer that has not noticed anything.
-	id, err = o.RecordClaim(ctx, claim, eff("after-own-tx"))
+	id, err = o.Record(fence.WithClaim(ctx, claim), eff("after-own-tx"))
 	report("after-own-tx", id, err)
-	id, err = o.RecordTxClaim(ctx, tx, claim, eff("after-open-tx"))
+	id, err = o.RecordTx(fence.WithClaim(ctx, claim), tx, eff("after-open-tx"))
 	if err == nil {
 		err = tx.Commit(ctx)
 	}
@@ -261,6 +262,25 @@ func producerChild() int {
 	id, err = o.Record(l.Context(), eff("after-lease-ctx"))
 	report("after-lease-ctx", id, err)
 	return 0
+}
+
+// lockedBuffer is a strings.Builder safe for one writer and concurrent
+// readers.
+type lockedBuffer struct {
+	mu sync.Mutex
+	b  strings.Builder
+}
+
+func (l *lockedBuffer) Write(p []byte) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.Write(p)
+}
+
+func (l *lockedBuffer) String() string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.String()
 }
 
 // Property 2: a producer process stopped (SIGSTOP) past its lease TTL,
@@ -283,7 +303,7 @@ func TestChaosStoppedProducer(t *testing.T) {
 	require.NoError(t, err)
 	stdout, err := cmd.StdoutPipe()
 	require.NoError(t, err)
-	var stderr strings.Builder
+	var stderr lockedBuffer // written by exec's copying goroutine, read in a failure message
 	cmd.Stderr = &stderr
 	require.NoError(t, cmd.Start())
 	stopped := false

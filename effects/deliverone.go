@@ -61,7 +61,7 @@ func (r *Relay) DeliverEffect(ctx context.Context, id uuid.UUID) (EffectResult, 
 		ids string
 	)
 	err = r.o.pool.QueryRow(ctx, st.claimOne, r.names, r.cfg.Name, r.cfg.ClaimFor.Microseconds(), r.amo, id.String()).
-		Scan(&ids, &c.epoch, &c.target, &c.request, &c.attempts, &c.firstSent, &c.oldState, &c.now, &c.created)
+		Scan(&ids, &c.epoch, &c.target, &c.request, &c.attempts, &c.firstSent, &c.oldState, &c.now, &c.created, &c.traceparent)
 	var res EffectResult
 	switch {
 	case errors.Is(err, pgx.ErrNoRows):
@@ -70,7 +70,7 @@ func (r *Relay) DeliverEffect(ctx context.Context, id uuid.UUID) (EffectResult, 
 	default:
 		c.id, c.started = id, started
 		r.stats.claimed.Add(1)
-		r.attempt(ctx, c)
+		r.attempt(ctx, nil, c)
 		res.Attempted = true
 	}
 	var (
@@ -121,7 +121,7 @@ UPDATE $S.fencekit_effects e
        state = CASE WHEN e.target = ANY($4::text[]) THEN 'sending' ELSE e.state END
   FROM due d, now_db n
  WHERE e.id = d.id
-RETURNING e.id::text, e.epoch, e.target, e.request, e.attempts, e.first_sent_at, d.old_state, n.t, e.created_at`),
+RETURNING e.id::text, e.epoch, e.target, e.request, e.attempts, e.first_sent_at, d.old_state, n.t, e.created_at, e.traceparent`),
 		// $1 id. The state, µs until the effect is due (0 when final),
 		// and whether a live claim holds it.
 		due: s.Replace(`WITH now_db AS MATERIALIZED (SELECT clock_timestamp() AS t)

@@ -4,7 +4,10 @@
 //
 // A producer holding a lease records an [Effect] (target name, the caller's
 // request key, the request frozen as bytes) with [Outbox.Record] or, inside
-// its own transaction (pgguard's InTx, say), [Outbox.RecordTx]. The same
+// its own transaction (pgguard's InTx, say), [Outbox.RecordTx], under the
+// claim its context carries: a lease's Context() carries it, and a claim
+// held elsewhere is passed with fence.WithClaim (there is no other way to
+// pass one). The same
 // statement checks, as lease.CheckClaimTx does, that the claim is the key's
 // current grant and share-locks the lease row: a takeover granted before
 // the check makes it fail with an error matching fence.ErrStale, and one

@@ -246,7 +246,7 @@ func (o *Outbox) operatorUpdate(ctx context.Context, op, sql string, id uuid.UUI
 // effects). A relay's claim and this cancel lock the same row, so each
 // effect is either canceled here, and never sent, or already claimed, and
 // delivered as usual. A zero key is taken from claim's scope. Errors are
-// RecordClaim's (stale claim, busy, bad input).
+// Record's (stale claim, busy, bad input).
 func (o *Outbox) CancelDisplaced(ctx context.Context, key lease.Key, claim fence.Claim) ([]uuid.UUID, error) {
 	if err := checkCtx(ctx, "CancelDisplaced"); err != nil {
 		return nil, err

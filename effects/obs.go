@@ -11,6 +11,7 @@ import (
 	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/codes"
 	"go.opentelemetry.io/otel/metric"
+	"go.opentelemetry.io/otel/propagation"
 	"go.opentelemetry.io/otel/trace"
 
 	"github.com/fencekit/fencekit/effects/effectsobs"
@@ -113,6 +114,45 @@ func (x *observer) startRecord(ctx context.Context, key lease.Key, claim fence.C
 	return ctx, recordSpan{s}
 }
 
+// traceparent is the W3C traceparent of the record's span, stored with the
+// effect so that its delivery spans link to it; nil when tracing is off
+// or the span context is invalid (a no-op provider).
+func (sp recordSpan) traceparent() *string {
+	if sp.s == nil {
+		return nil
+	}
+	sc := sp.s.SpanContext()
+	if !sc.IsValid() {
+		return nil
+	}
+	c := propagation.MapCarrier{}
+	propagation.TraceContext{}.Inject(trace.ContextWithSpanContext(context.Background(), sc), c)
+	tp := c.Get(traceparentHeader)
+	if tp == "" {
+		return nil
+	}
+	return &tp
+}
+
+// traceparentHeader is the W3C Trace Context header the effect row stores.
+const traceparentHeader = "traceparent"
+
+// recordLink returns the link from a delivery span to the record span
+// whose traceparent the effect row stored; false when the row has none
+// (recorded without tracing) or it does
+// not parse.
+func recordLink(traceparent *string) (trace.Link, bool) {
+	if traceparent == nil || *traceparent == "" {
+		return trace.Link{}, false
+	}
+	ctx := propagation.TraceContext{}.Extract(context.Background(), propagation.MapCarrier{traceparentHeader: *traceparent})
+	sc := trace.SpanContextFromContext(ctx)
+	if !sc.IsValid() {
+		return trace.Link{}, false
+	}
+	return trace.Link{SpanContext: sc}, true
+}
+
 // endRecord counts the record's result and ends its span.
 func (x *observer) endRecord(ctx context.Context, sp recordSpan, target string, id uuid.UUID, dup bool, err error) {
 	var outcome string
@@ -160,19 +200,24 @@ func (x *observer) endRecord(ctx context.Context, sp recordSpan, target string, 
 type deliverSpanKey struct{}
 
 // startAttempt counts one attempt and, when tracing is on, starts its
-// SpanDeliver: a root (a relay's context carries no caller's span) that
+// SpanDeliver: a root (a relay's context carries no caller's span), linked
+// to the record's span when the effect row stored its traceparent, that
 // the returned ctx carries to the Deliverer and the outcome write.
 func (x *observer) startAttempt(ctx context.Context, relay string, c claimed) (context.Context, func()) {
 	x.attempts.Add(ctx, 1, x.target(c.target))
 	if x.tracer == nil {
 		return ctx, func() {}
 	}
-	ctx, s := x.tracer.Start(ctx, effectsobs.SpanDeliver, trace.WithNewRoot(), trace.WithAttributes(
+	opts := []trace.SpanStartOption{trace.WithNewRoot(), trace.WithAttributes(
 		attribute.String(effectsobs.AttrEffectID, c.id.String()),
 		attribute.String(effectsobs.AttrTargetName, c.target),
 		attribute.Int(effectsobs.AttrAttempt, c.attempts),
 		attribute.Int64(effectsobs.AttrEpoch, c.epoch),
-		attribute.String(effectsobs.AttrRelay, relay)))
+		attribute.String(effectsobs.AttrRelay, relay))}
+	if l, ok := recordLink(c.traceparent); ok {
+		opts = append(opts, trace.WithLinks(l))
+	}
+	ctx, s := x.tracer.Start(ctx, effectsobs.SpanDeliver, opts...)
 	return context.WithValue(ctx, deliverSpanKey{}, s), func() { s.End() }
 }
 

@@ -8,6 +8,7 @@ import (
 
 	"github.com/google/uuid"
 	"github.com/stretchr/testify/require"
+	"go.opentelemetry.io/otel/trace"
 
 	"github.com/fencekit/fencekit/effects"
 	"github.com/fencekit/fencekit/effects/effectsobs"
@@ -85,6 +86,9 @@ func TestMetricsAndSpans(t *testing.T) {
 		require.NoError(t, err)
 		require.True(t, in.State.Final())
 	}
+	// Await may return on an outcome's NOTIFY before the relay counted
+	// it; each attempt ends its span after counting.
+	eventually(t, 10*time.Second, func() bool { return len(spans.Ended(effectsobs.SpanDeliver)) == 3 }, "three deliver spans ended")
 
 	pay, amoAttr := map[string]string{effectsobs.AttrTarget: "pay"}, map[string]string{effectsobs.AttrTarget: "amo"}
 	pts = meter.Collect()
@@ -186,6 +190,74 @@ func TestRetrySpanAndGaugeUnregistered(t *testing.T) {
 	pts := meter.Collect()
 	require.Equal(t, 2.0, obstest.Value(pts, effectsobs.Attempts, nil))
 	require.Equal(t, 1.0, obstest.Value(pts, effectsobs.Delivered, nil))
+}
+
+// A delivery attempt's span links to the span that recorded the effect
+// (the effect row keeps the record span's traceparent), through a running
+// relay and through DeliverEffect; an effect recorded without tracing is
+// delivered by a tracing relay with no link. Spans from the OpenTelemetry
+// SDK's in-memory recorder (tracetest.SpanRecorder).
+func TestDeliverSpanLinksToRecordSpan(t *testing.T) {
+	e := newEnv(t)
+	tg := newTarget(t)
+	spans := obstest.NewSpans(t)
+	o, err := effects.New(effects.Config{Pool: fencetest.Pool(t), Schema: e.schema, Targets: []effects.Target{httpTarget()},
+		AwaitPoll: 10 * time.Millisecond, TracerProvider: spans.Provider})
+	require.NoError(t, err)
+	untraced := e.outbox(httpTarget())
+	l, err := e.manager().Acquire(bg(), e.key())
+	require.NoError(t, err)
+	callCtx, call := spans.Start(l.Context(), "tool-call")
+	viaRelay, err := o.Record(callCtx, tg.effect(t, "via-relay", `{"amount":1}`))
+	require.NoError(t, err)
+	plain, err := untraced.Record(l.Context(), tg.effect(t, "untraced", `{"amount":2}`))
+	require.NoError(t, err)
+	call.End()
+
+	r, err := effects.NewRelay(o, effects.RelayConfig{Poll: 20 * time.Millisecond})
+	require.NoError(t, err)
+	require.NoError(t, r.Start(bg()))
+	for _, id := range []uuid.UUID{viaRelay, plain} {
+		ctx, cancel := context.WithTimeout(bg(), 10*time.Second)
+		in, err := o.Await(ctx, id)
+		cancel()
+		require.NoError(t, err)
+		require.Equal(t, effects.StateDelivered, in.State)
+	}
+	require.NoError(t, r.Stop())
+
+	// DeliverEffect (a job queue's worker) with no relay running.
+	byID, err := o.Record(callCtx, tg.effect(t, "by-id", `{"amount":3}`))
+	require.NoError(t, err)
+	one, err := effects.NewRelay(o, effects.RelayConfig{})
+	require.NoError(t, err)
+	res, err := one.DeliverEffect(bg(), byID)
+	require.NoError(t, err)
+	require.Equal(t, effects.StateDelivered, res.State)
+
+	recorded := map[string]trace.SpanContext{}
+	for _, sp := range spans.Ended(effectsobs.SpanRecord) {
+		recorded[obstest.SpanAttrs(sp)[effectsobs.AttrEffectID]] = sp.SpanContext()
+	}
+	require.Len(t, recorded, 2, "the untraced Outbox records no span")
+	dels := spans.Ended(effectsobs.SpanDeliver)
+	require.Len(t, dels, 3)
+	for _, sp := range dels {
+		id := obstest.SpanAttrs(sp)[effectsobs.AttrEffectID]
+		require.False(t, sp.Parent().IsValid(), "a deliver span is a root")
+		if id == plain.String() {
+			require.Empty(t, sp.Links(), "no record span to link to")
+			continue
+		}
+		rec, ok := recorded[id]
+		require.True(t, ok, "deliver span of %s", id)
+		require.Len(t, sp.Links(), 1, "deliver span of %s", id)
+		link := sp.Links()[0].SpanContext
+		require.Equal(t, rec.TraceID(), link.TraceID(), "deliver span of %s", id)
+		require.Equal(t, rec.SpanID(), link.SpanID(), "deliver span of %s", id)
+		require.Equal(t, call.SpanContext().TraceID(), link.TraceID(), "the record span is in the caller's trace")
+		require.NotEqual(t, rec.TraceID(), sp.SpanContext().TraceID(), "the deliver span roots a trace of its own")
+	}
 }
 
 func mustFreeze(t *testing.T, r effects.HTTPRequest) []byte {

@@ -102,7 +102,9 @@ type Config struct {
 	// (package effects/effectsobs names them). Nil records nothing.
 	MeterProvider metric.MeterProvider
 	// TracerProvider records the spans effectsobs.SpanRecord and
-	// effectsobs.SpanDeliver. Nil records none and costs nothing.
+	// effectsobs.SpanDeliver. With it, a record stores its span's W3C
+	// traceparent in the effect row, and each delivery span links to it.
+	// Nil records none and costs nothing.
 	TracerProvider trace.TracerProvider
 }
 
@@ -247,24 +249,18 @@ func channelWith(prefix, schema string) string {
 }
 
 // Record records e under the claim ctx carries (fence.ClaimFromContext: a
-// lease's context carries its claim), in a transaction of its own that
-// also checks the claim against the lease row, as lease.CheckClaimTx does.
-// See RecordTxClaim. The transaction is implicit: Config.LockTimeout and
-// the one record statement go to the server in one round trip and commit
-// together; a connection lost after they were sent is an outcome-unknown
-// error (fence.ErrOutcomeUnknown family), as a lost COMMIT would be.
+// lease's Context carries its claim; fence.WithClaim sets one), in a
+// transaction of its own that also checks the claim against the lease
+// row, as lease.CheckClaimTx does. See RecordTx for the check, the
+// duplicate and conflict rules and the errors. The transaction is
+// implicit: Config.LockTimeout and the one record statement go to the
+// server in one round trip and commit together; a connection lost after
+// they were sent is an outcome-unknown error (fence.ErrOutcomeUnknown
+// family), as a lost COMMIT would be.
 func (o *Outbox) Record(ctx context.Context, e Effect) (uuid.UUID, error) {
-	c, err := claimFromContext(ctx)
+	claim, err := claimFromContext(ctx)
 	if err != nil {
 		return uuid.Nil, err
-	}
-	return o.RecordClaim(ctx, c, e)
-}
-
-// RecordClaim is Record for a claim passed explicitly.
-func (o *Outbox) RecordClaim(ctx context.Context, claim fence.Claim, e Effect) (id uuid.UUID, err error) {
-	if ctx == nil {
-		return uuid.Nil, fmt.Errorf("effects: Record with nil ctx: %w", fence.ErrNilArgument)
 	}
 	key, err := o.checkInput(claim, &e)
 	if err != nil {
@@ -275,43 +271,39 @@ func (o *Outbox) RecordClaim(ctx context.Context, claim fence.Claim, e Effect) (
 
 // RecordTx records e in the caller's transaction tx (for example inside
 // pgguard's InTx, so that the effect commits with the caller's own writes)
-// under the claim ctx carries. See RecordTxClaim.
-func (o *Outbox) RecordTx(ctx context.Context, tx pgx.Tx, e Effect) (uuid.UUID, error) {
-	c, err := claimFromContext(ctx)
-	if err != nil {
-		return uuid.Nil, err
-	}
-	return o.RecordTxClaim(ctx, tx, c, e)
-}
-
-// RecordTxClaim records e in tx under claim, only while claim is the
-// current grant of the effect's lease key: one statement in tx checks the
-// key's lease row as lease.CheckClaimTx does (the row carries the claim's
-// run and token and is live on the database clock, and stays share-locked
-// until tx ends, so a takeover granted concurrently is ordered before the
-// check, which then fails, or after tx's commit) and inserts the effect
-// only if it passed; on a refusal lease.CheckClaimTx runs in tx to name
-// the reason. The insert
-// notifies the relays at commit. An effect with the same (lease key,
-// request key) as one recorded before returns that effect's id and records
-// nothing new; with another target or request it is a *ConflictError.
+// under the claim ctx carries (fence.ClaimFromContext), only while that
+// claim is the current grant of the effect's lease key: one statement in
+// tx checks the key's lease row as lease.CheckClaimTx does (the row
+// carries the claim's run and token and is live on the database clock,
+// and stays share-locked until tx ends, so a takeover granted concurrently
+// is ordered before the check, which then fails, or after tx's commit) and
+// inserts the effect only if it passed; on a refusal lease.CheckClaimTx
+// runs in tx to name the reason. The insert notifies the relays at commit.
+// An effect with the same (lease key, request key) as one recorded before
+// returns that effect's id and records nothing new; with another target or
+// request it is a *ConflictError.
 //
 // Errors, all with nothing recorded: input errors before any I/O
-// (fence.ErrNilArgument, fence.ErrNoToken, a *InputError matching
-// ErrInvalidEffect, ErrUnknownTarget, the claim's validation errors, a
-// Validator's error); fence.ErrStale (the claim is no longer current: a
-// takeover, an expiry or a release happened), fence.ErrTokenReused,
-// fence.ErrBusy (lock timeout, serialization failure, deadlock: retry the
-// transaction), ErrConflict. After any error but the input errors tx has
-// been rolled back, so work done in it earlier cannot commit without the
-// effect. tx must be the outermost transaction and on the lease database.
-// The effect exists once tx commits; it is delivered by a relay.
-func (o *Outbox) RecordTxClaim(ctx context.Context, tx pgx.Tx, claim fence.Claim, e Effect) (uuid.UUID, error) {
+// (fence.ErrNilArgument, fence.ErrNoToken when ctx carries no claim, a
+// *InputError matching ErrInvalidEffect, ErrUnknownTarget, the claim's
+// validation errors, a Validator's error); fence.ErrStale (the claim is no
+// longer current: a takeover, an expiry or a release happened),
+// fence.ErrTokenReused, fence.ErrBusy (lock timeout, serialization
+// failure, deadlock: retry the transaction), ErrConflict. After any error
+// but the input errors tx has been rolled back, so work done in it earlier
+// cannot commit without the effect. tx must be the outermost transaction
+// and on the lease database. The effect exists once tx commits; it is
+// delivered by a relay.
+func (o *Outbox) RecordTx(ctx context.Context, tx pgx.Tx, e Effect) (uuid.UUID, error) {
 	if ctx == nil {
 		return uuid.Nil, fmt.Errorf("effects: Record with nil ctx: %w", fence.ErrNilArgument)
 	}
 	if tx == nil {
 		return uuid.Nil, fmt.Errorf("effects: Record with nil tx: %w", fence.ErrNilArgument)
+	}
+	claim, err := claimFromContext(ctx)
+	if err != nil {
+		return uuid.Nil, err
 	}
 	key, err := o.checkInput(claim, &e)
 	if err != nil {
@@ -430,7 +422,7 @@ func (o *Outbox) record(ctx context.Context, tx pgx.Tx, key lease.Key, claim fen
 		ok            bool
 		newID, exID   *string
 		same          bool
-		args          = []any{e.Target, key.AccountID, key.SessionID, claim.Run, int64(claim.Token), e.RequestKey, e.Request, o.channel}
+		args          = []any{e.Target, key.AccountID, key.SessionID, claim.Run, int64(claim.Token), e.RequestKey, e.Request, o.channel, span.traceparent()}
 		scan          = func(row pgx.Row) error { return row.Scan(&ok, &newID, &exID, &same) }
 		q             querier
 		existingQuery = func() (string, bool, error) {

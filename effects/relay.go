@@ -11,6 +11,7 @@ import (
 
 	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
 	"go.opentelemetry.io/otel/metric"
 
 	"github.com/fencekit/fencekit/effects/effectsobs"
@@ -331,6 +332,9 @@ type claimed struct {
 	now       time.Time
 	started   time.Time // local monotonic time the claim was sent
 	created   time.Time // the effect's record (database clock)
+	// traceparent is the record span's W3C traceparent; nil when the
+	// record was not traced.
+	traceparent *string
 }
 
 // pass claims one batch and delivers it; it returns how many it claimed.
@@ -346,7 +350,7 @@ func (r *Relay) pass(ctx context.Context) (int, error) {
 			c  claimed
 			id string
 		)
-		if err := rows.Scan(&id, &c.epoch, &c.target, &c.request, &c.attempts, &c.firstSent, &c.oldState, &c.now, &c.created); err != nil {
+		if err := rows.Scan(&id, &c.epoch, &c.target, &c.request, &c.attempts, &c.firstSent, &c.oldState, &c.now, &c.created, &c.traceparent); err != nil {
 			rows.Close()
 			return 0, err
 		}
@@ -362,18 +366,20 @@ func (r *Relay) pass(ctx context.Context) (int, error) {
 		return 0, err
 	}
 	r.stats.claimed.Add(int64(len(batch)))
+	w := r.startWriter(ctx)
 	var wg sync.WaitGroup
 	for _, c := range batch {
 		wg.Add(1)
-		go func() { defer wg.Done(); r.attempt(ctx, c) }()
+		go func() { defer wg.Done(); r.attempt(ctx, w, c) }()
 	}
 	wg.Wait()
+	w.close()
 	return len(batch), nil
 }
 
 // attempt delivers one claimed effect and writes its outcome under the
-// claim's epoch.
-func (r *Relay) attempt(ctx context.Context, c claimed) {
+// claim's epoch, through w (nil: a statement of its own).
+func (r *Relay) attempt(ctx context.Context, w *outcomeWriter, c claimed) {
 	ctx, end := r.o.obs.startAttempt(ctx, r.cfg.Name, c)
 	defer end()
 	if h := r.hooks.afterClaim; h != nil {
@@ -381,14 +387,14 @@ func (r *Relay) attempt(ctx context.Context, c claimed) {
 	}
 	t := r.o.targets[c.target]
 	if c.oldState == string(StateSending) {
-		r.finish(ctx, c, StateAmbiguous, Result{Detail: "an earlier at-most-once send was interrupted (its relay stopped or its claim expired while sending): it may have been sent; not resent"}, nil)
+		r.finish(ctx, w, c, StateAmbiguous, Result{Detail: "an earlier at-most-once send was interrupted (its relay stopped or its claim expired while sending): it may have been sent; not resent"}, nil)
 		return
 	}
 	deadline := c.started.Add(r.cfg.ClaimFor - r.cfg.ClaimFor/10)
 	if !t.AtMostOnce {
 		windowEnd := c.firstSent.Add(t.DedupWindow)
 		if !c.now.Before(windowEnd) {
-			r.finish(ctx, c, StateAmbiguous, Result{Detail: fmt.Sprintf("the target's dedup window (%s) passed with the outcome unknown: not resent", t.DedupWindow)}, nil)
+			r.finish(ctx, w, c, StateAmbiguous, Result{Detail: fmt.Sprintf("the target's dedup window (%s) passed with the outcome unknown: not resent", t.DedupWindow)}, nil)
 			return
 		}
 		// The send must reach the target inside its window (on the
@@ -406,13 +412,13 @@ func (r *Relay) attempt(ctx context.Context, c claimed) {
 	var rej *RejectedError
 	switch {
 	case err == nil:
-		r.finish(ctx, c, StateDelivered, res, nil)
+		r.finish(ctx, w, c, StateDelivered, res, nil)
 	case errors.As(err, &rej):
-		r.finish(ctx, c, StateRejected, Result{Code: rej.Code, Detail: rej.Detail}, err)
+		r.finish(ctx, w, c, StateRejected, Result{Code: rej.Code, Detail: rej.Detail}, err)
 	case t.AtMostOnce && !isNotSent(err):
-		r.finish(ctx, c, StateAmbiguous, Result{Code: res.Code, Detail: "at-most-once send failed with the outcome unknown: not resent"}, err)
+		r.finish(ctx, w, c, StateAmbiguous, Result{Code: res.Code, Detail: "at-most-once send failed with the outcome unknown: not resent"}, err)
 	default:
-		r.retry(ctx, c, err)
+		r.retry(ctx, w, c, err)
 	}
 }
 
@@ -422,16 +428,148 @@ func writeCtx(ctx context.Context) (context.Context, context.CancelFunc) {
 	return context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
 }
 
-func (r *Relay) finish(ctx context.Context, c claimed, st State, res Result, cause error) {
+// outcome is what one attempt writes under its claim's epoch: a final
+// state with its result, or (state pending) a retry due after delay.
+type outcome struct {
+	c     claimed
+	state State
+	res   Result
+	cause error
+	delay time.Duration
+}
+
+// writeOutcomes writes outs in one statement (the outcomes statement) and
+// returns, per outcome, nil when it was written, pgx.ErrNoRows when its
+// claim's epoch is no longer the effect's (superseded: nothing written),
+// or the statement's error. A statement the server refused (a deadlock
+// between the rows of two writers, say) wrote nothing: each outcome is
+// then written on its own.
+func (r *Relay) writeOutcomes(ctx context.Context, outs []outcome) []error {
+	errs := make([]error, len(outs))
+	n := len(outs)
+	var (
+		ids      = make([]string, n)
+		epochs   = make([]int64, n)
+		states   = make([]string, n)
+		codes    = make([]int32, n)
+		details  = make([]string, n)
+		errTexts = make([]*string, n)
+		delays   = make([]int64, n)
+	)
+	for i, o := range outs {
+		ids[i], epochs[i], states[i] = o.c.id.String(), o.c.epoch, string(o.state)
+		codes[i], details[i], delays[i] = int32(o.res.Code), shorten(o.res.Detail), o.delay.Microseconds() //nolint:gosec // G115: an HTTP-like status code
+		if o.cause != nil {
+			s := shorten(o.cause.Error())
+			errTexts[i] = &s
+		}
+	}
 	wctx, cancel := writeCtx(ctx)
 	defer cancel()
-	var errText *string
-	if cause != nil {
-		s := shorten(cause.Error())
-		errText = &s
+	written := make(map[string]bool, n)
+	rows, err := r.o.pool.Query(wctx, r.o.st.outcomes, ids, epochs, states, codes, details, errTexts, delays, r.o.outcomes)
+	if err == nil {
+		for rows.Next() {
+			var (
+				id string
+				ok bool
+			)
+			if err = rows.Scan(&id, &ok); err != nil {
+				break
+			}
+			written[id] = true
+		}
+		rows.Close()
+		if err == nil {
+			err = rows.Err()
+		}
 	}
-	var ok bool
-	err := r.o.pool.QueryRow(wctx, r.o.st.finish, c.id.String(), c.epoch, string(st), res.Code, shorten(res.Detail), errText, r.o.outcomes).Scan(&ok)
+	var pe *pgconn.PgError
+	if err != nil && n > 1 && errors.As(err, &pe) {
+		for i := range outs {
+			errs[i] = r.writeOutcomes(ctx, outs[i:i+1])[0]
+		}
+		return errs
+	}
+	for i := range outs {
+		switch {
+		case err != nil:
+			errs[i] = err
+		case !written[ids[i]]:
+			errs[i] = pgx.ErrNoRows
+		}
+	}
+	return errs
+}
+
+// outcomeWriter writes the outcomes of one pass's attempts, as they end,
+// in as few statements as they allow: an outcome that ends while no write
+// is in flight is written at once, and those that end while one is in
+// flight go together in the next statement (a group commit).
+type outcomeWriter struct {
+	r    *Relay
+	ctx  context.Context
+	in   chan outcomeReq
+	done chan struct{}
+}
+
+type outcomeReq struct {
+	o     outcome
+	reply chan error
+}
+
+// startWriter starts a pass's outcome writer; close stops it.
+func (r *Relay) startWriter(ctx context.Context) *outcomeWriter {
+	w := &outcomeWriter{r: r, ctx: ctx, in: make(chan outcomeReq, r.cfg.Batch), done: make(chan struct{})}
+	go w.run()
+	return w
+}
+
+func (w *outcomeWriter) run() {
+	defer close(w.done)
+	for req := range w.in {
+		reqs := []outcomeReq{req}
+	more:
+		for {
+			select {
+			case q, ok := <-w.in:
+				if !ok {
+					break more
+				}
+				reqs = append(reqs, q)
+			default:
+				break more
+			}
+		}
+		outs := make([]outcome, len(reqs))
+		for i, q := range reqs {
+			outs[i] = q.o
+		}
+		for i, err := range w.r.writeOutcomes(w.ctx, outs) {
+			reqs[i].reply <- err
+		}
+	}
+}
+
+// close stops the writer once every attempt of the pass has its reply.
+func (w *outcomeWriter) close() {
+	close(w.in)
+	<-w.done
+}
+
+// write writes o, through w when there is one, and returns what
+// writeOutcomes says of it.
+func (r *Relay) write(ctx context.Context, w *outcomeWriter, o outcome) error {
+	if w == nil {
+		return r.writeOutcomes(ctx, []outcome{o})[0]
+	}
+	reply := make(chan error, 1)
+	w.in <- outcomeReq{o: o, reply: reply}
+	return <-reply
+}
+
+func (r *Relay) finish(ctx context.Context, w *outcomeWriter, c claimed, st State, res Result, cause error) {
+	err := r.write(ctx, w, outcome{c: c, state: st, res: res, cause: cause})
 	r.o.obs.attemptOutcome(ctx, c, string(st), err == nil, ignoreNoRows(err))
 	switch {
 	case errors.Is(err, pgx.ErrNoRows):
@@ -451,16 +589,13 @@ func (r *Relay) finish(ctx context.Context, c claimed, st State, res Result, cau
 	}
 }
 
-func (r *Relay) retry(ctx context.Context, c claimed, cause error) {
+func (r *Relay) retry(ctx context.Context, w *outcomeWriter, c claimed, cause error) {
 	d := r.backoff(c.attempts)
 	var ra *RetryAfterError
 	if errors.As(cause, &ra) && ra.After > d {
 		d = min(ra.After, r.cfg.RetryMax)
 	}
-	wctx, cancel := writeCtx(ctx)
-	defer cancel()
-	var ok bool
-	err := r.o.pool.QueryRow(wctx, r.o.st.retry, c.id.String(), c.epoch, d.Microseconds(), shorten(cause.Error())).Scan(&ok)
+	err := r.write(ctx, w, outcome{c: c, state: StatePending, cause: cause, delay: d})
 	r.o.obs.attemptOutcome(ctx, c, effectsobs.OutcomeRetry, err == nil, ignoreNoRows(err))
 	switch {
 	case errors.Is(err, pgx.ErrNoRows):

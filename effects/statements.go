@@ -9,7 +9,7 @@ import "strings"
 // is read once per statement, in a CTE.
 type statements struct {
 	lockTimeout, record, existing               string
-	claim, finish, retry                        string
+	claim, outcomes                             string
 	get, list, cancel, cancelDisplaced, requeue string
 	deleteFinal, stats                          string
 }
@@ -25,7 +25,8 @@ func newStatements(q, leaseQ string) statements {
 		lockTimeout: `SELECT set_config('lock_timeout', $1::text, true)`,
 
 		// $1 target, $2 account, $3 session, $4 run_id, $5 token, $6
-		// request key, $7 request, $8 channel. The whole record in one
+		// request key, $7 request, $8 channel, $9 the record span's
+		// traceparent or NULL. The whole record in one
 		// statement: lr reads and share-locks the key's lease row and says
 		// whether the claim is its current grant, live on the database
 		// clock (the definition of lease.CheckClaimTx, whose liveSQL this
@@ -52,8 +53,8 @@ lr AS MATERIALIZED (
      FOR SHARE OF l),
 ins AS (
   INSERT INTO $S.fencekit_effects AS e
-      (target, account_id, session_id, run_id, fence_token, request_key, request, next_at, created_at, updated_at)
-  SELECT $1::text, $2::text, $3::text, $4::text::uuid, $5::bigint, $6::text, $7::bytea, n.t, n.t, n.t
+      (target, account_id, session_id, run_id, fence_token, request_key, request, next_at, created_at, updated_at, traceparent)
+  SELECT $1::text, $2::text, $3::text, $4::text::uuid, $5::bigint, $6::text, $7::bytea, n.t, n.t, n.t, $9::text
     FROM now_db n, lr
    WHERE lr.ok
   ON CONFLICT (account_id, session_id, request_key) DO NOTHING
@@ -76,7 +77,7 @@ SELECT coalesce((SELECT lr.ok FROM lr), false), (SELECT ins.id FROM ins WHERE in
 		// first send time (committed before any send) and, for an
 		// at-most-once target, the state sending. Returns the state the
 		// row had before (sending: an earlier claim's send may have
-		// happened) and the clock.
+		// happened), the clock and the record span's traceparent.
 		claim: r.Replace(`WITH now_db AS MATERIALIZED (SELECT clock_timestamp() AS t),
 due AS (
   SELECT e.id, e.state AS old_state
@@ -94,30 +95,32 @@ UPDATE $S.fencekit_effects e
        state = CASE WHEN e.target = ANY($5::text[]) THEN 'sending' ELSE e.state END
   FROM due d, now_db n
  WHERE e.id = d.id
-RETURNING e.id::text, e.epoch, e.target, e.request, e.attempts, e.first_sent_at, d.old_state, n.t, e.created_at`),
+RETURNING e.id::text, e.epoch, e.target, e.request, e.attempts, e.first_sent_at, d.old_state, n.t, e.created_at, e.traceparent`),
 
-		// $1 id, $2 epoch, $3 final state, $4 code, $5 detail, $6 error,
-		// $7 outcome channel. Only under the claim's epoch: a relay whose
-		// claim was taken by another relay changes nothing. Notifies
-		// Await (the id as payload) at commit.
-		finish: r.Replace(`WITH now_db AS MATERIALIZED (SELECT clock_timestamp() AS t)
+		// $1 ids, $2 epochs, $3 states, $4 codes, $5 details, $6 errors
+		// (NULL: none), $7 delays µs (arrays of one length, one element
+		// per outcome), $8 outcome channel. The outcomes of a relay's
+		// attempts in one statement: a final state (delivered, rejected,
+		// ambiguous: outcome code and detail, final_at, a NOTIFY of the id
+		// at commit for Await), or pending, a retry due after the delay
+		// (outcome code and detail kept). Each row is written only under
+		// its claim's epoch and while not final: a relay whose claim was
+		// taken by another relay changes nothing. The claim ends. Returns
+		// the ids written.
+		outcomes: r.Replace(`WITH now_db AS MATERIALIZED (SELECT clock_timestamp() AS t),
+o AS (SELECT * FROM unnest($1::text[], $2::bigint[], $3::text[], $4::integer[], $5::text[], $6::text[], $7::bigint[])
+        AS o(id, epoch, state, code, detail, err, delay_us))
 UPDATE $S.fencekit_effects e
-   SET state = $3::text, outcome_code = $4::integer, outcome_detail = $5::text,
-       last_error = coalesce($6::text, e.last_error),
-       final_at = n.t, updated_at = n.t, claimed_until = NULL
-  FROM now_db n
- WHERE e.id = $1::text::uuid AND e.epoch = $2::bigint AND e.final_at IS NULL
-RETURNING pg_notify($7::text, e.id::text) IS NULL`),
-
-		// $1 id, $2 epoch, $3 delay µs, $4 error. Back to pending, due
-		// after the delay; the claim ends.
-		retry: r.Replace(`WITH now_db AS MATERIALIZED (SELECT clock_timestamp() AS t)
-UPDATE $S.fencekit_effects e
-   SET state = 'pending', next_at = n.t + $3::bigint * interval '1 microsecond', last_error = $4::text,
+   SET state = o.state,
+       outcome_code = CASE WHEN o.state = 'pending' THEN e.outcome_code ELSE o.code END,
+       outcome_detail = CASE WHEN o.state = 'pending' THEN e.outcome_detail ELSE o.detail END,
+       last_error = coalesce(o.err, e.last_error),
+       next_at = CASE WHEN o.state = 'pending' THEN n.t + o.delay_us * interval '1 microsecond' ELSE e.next_at END,
+       final_at = CASE WHEN o.state = 'pending' THEN NULL ELSE n.t END,
        updated_at = n.t, claimed_until = NULL
-  FROM now_db n
- WHERE e.id = $1::text::uuid AND e.epoch = $2::bigint AND e.final_at IS NULL
-RETURNING true`),
+  FROM o, now_db n
+ WHERE e.id = o.id::uuid AND e.epoch = o.epoch AND e.final_at IS NULL
+RETURNING e.id::text, CASE WHEN o.state = 'pending' THEN true ELSE pg_notify($8::text, e.id::text) IS NULL END`),
 
 		// $1 id.
 		get: r.Replace(`SELECT ` + infoColumns + ` FROM $S.fencekit_effects e WHERE e.id = $1::text::uuid`),

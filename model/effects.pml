@@ -38,7 +38,7 @@
  *   broken variants (each must yield a counterexample):
  *     BROKEN_NO_LEASE_CHECK  Record inserts without checking the lease row
  *     BROKEN_UNLOCKED_CHECK  the lease check reads the row without FOR SHARE
- *     BROKEN_NO_EPOCH_CHECK  the outcome/retry UPDATE lacks "epoch = $2"
+ *     BROKEN_NO_EPOCH_CHECK  the outcomes UPDATE lacks "e.epoch = o.epoch"
  *     BROKEN_CANCEL_CLAIMED  CancelDisplaced lacks "epoch = 0" (cancels
  *                            effects a relay has claimed)
  *     BROKEN_AMO_RESEND      a claim that finds an at-most-once effect
@@ -179,9 +179,12 @@ end:	do
 	od
 }
 
-/* The outcome write (finish, or retry for PENDING): UPDATE ... WHERE
- * id = $1 AND epoch = $2 AND final_at IS NULL. A miss changes nothing
- * (the relay counts it superseded). */
+/* The outcome write (a final state, or PENDING for a retry): the relay's
+ * outcomes statement, UPDATE ... WHERE e.id = o.id AND e.epoch = o.epoch
+ * AND final_at IS NULL for each row. A miss changes nothing (the relay
+ * counts it superseded). One statement may carry the outcomes of several
+ * effects of one relay; each row is checked on its own, so the rows'
+ * writes are those of this inline, at one instant. */
 #ifdef BROKEN_NO_EPOCH_CHECK
 #define WRITES (!FINAL(e))
 #else

@@ -10,6 +10,10 @@
 // instrument with its kind, unit and attributes, and each span with its
 // attributes.
 //
+// A SpanDeliver is a root span linked (a span link, not a parent) to the
+// SpanRecord of its effect when the record was traced: package effects
+// stores the record span's W3C traceparent with the effect.
+//
 // # Guaranteed
 //
 //   - Every instrument and span name starts with "fencekit.effects.".
@@ -18,6 +22,9 @@
 //     schema) and AttrReason (the Reason* values): no metric carries an
 //     effect id, a request key, a lease key, a run id or a token, so
 //     cardinality stays bounded. Spans carry identifiers.
+//   - Every SpanDeliver of an effect whose SpanRecord was recorded (an
+//     Outbox with a TracerProvider, a valid span context) carries exactly
+//     one link, to that SpanRecord's trace and span ids.
 //   - Names and values change only in a release whose CHANGELOG.md says so.
 //
 // # Not guaranteed

@@ -65,9 +65,10 @@ const (
 	// SpanDeliver is the span of one delivery attempt by a relay: the
 	// Deliverer's call and the outcome write. It is the root of a trace of
 	// its own (a relay works in the background); the Deliverer's ctx
-	// carries it, so an instrumented client's spans nest under it. It is
-	// not linked to the record's trace: the effect row does not store the
-	// record's span context. AttrEffectID joins the two.
+	// carries it, so an instrumented client's spans nest under it. It has
+	// a span link to the effect's SpanRecord when that record was traced
+	// (the effect row keeps the record span's W3C traceparent), and none
+	// otherwise. AttrEffectID joins the two as well.
 	SpanDeliver = "fencekit.effects.deliver"
 )
 
