@@ -59,7 +59,7 @@ type Config struct {
 	// writes retried after losing a race to another writer). No attribute
 	// names a resource or a run. Nil records nothing.
 	MeterProvider metric.MeterProvider
-	// TracerProvider records one span (guardobs.SpanWrite, a child of the
+	// TracerProvider records one span ("fencekit.guard.write", a child of the
 	// span in ctx) per Put, Delete, Do or Fence call that got past the argument checks (to the final object write), and per call refused by them. Nil records none.
 	TracerProvider trace.TracerProvider
 	// Logger receives one Error record per write refused because its token
@@ -110,7 +110,7 @@ func New(cfg Config) (*Guard, error) {
 	case cfg.ChunkSize < 0 || cfg.ChunkSize%(256<<10) != 0:
 		return nil, configErr("ChunkSize", fmt.Sprintf("%d is not a positive multiple of 256 KiB", cfg.ChunkSize), nil)
 	}
-	met, err := guardobs.New(guardobs.Config{Kind: guardobs.KindGCS, Name: "gcsguard",
+	met, err := guardobs.New(guardobs.Config{Kind: "gcs", Name: "gcsguard",
 		Retries:       "GCS conditional writes retried after losing a race (412).",
 		MeterProvider: cfg.MeterProvider, TracerProvider: cfg.TracerProvider, Logger: cfg.Logger})
 	if err != nil {

@@ -119,7 +119,7 @@ func NewRows(cfg RowsConfig) (*Rows, error) {
 		}
 		run = r[0]
 	}
-	rec, err := guardobs.New(guardobs.Config{Kind: guardobs.KindMySQL, Name: "mysqlguard",
+	rec, err := guardobs.New(guardobs.Config{Kind: "mysql", Name: "mysqlguard",
 		MeterProvider: cfg.MeterProvider, TracerProvider: cfg.TracerProvider, Logger: cfg.Logger})
 	if err != nil {
 		return nil, configErr("MeterProvider", "instruments", err)

@@ -83,7 +83,7 @@ type Config struct {
 	// guard="nats", and fencekit.guard.nats.retries (conditional writes
 	// retried after losing a race). Nil records nothing.
 	MeterProvider metric.MeterProvider
-	// TracerProvider records one span (guardobs.SpanWrite, a child of the
+	// TracerProvider records one span ("fencekit.guard.write", a child of the
 	// span in ctx) per written value, deletion or Fence/Do call (its write callback runs under the span, which a failing callback ends with its error), and per call refused before writing (bad input, out of scope, or stale on the mark Fence/Do read first). Nil records none.
 	TracerProvider trace.TracerProvider
 	// Logger receives an Error record for every write refused because its
@@ -195,7 +195,7 @@ func New(ctx context.Context, cfg Config) (*Guard, error) {
 	if err := engine.MaxAttemptsConfig(&cfg.MaxAttempts, "natsguard"); err != nil {
 		return nil, err
 	}
-	rec, err := guardobs.New(guardobs.Config{Kind: guardobs.KindNATS, Name: name,
+	rec, err := guardobs.New(guardobs.Config{Kind: "nats", Name: name,
 		Retries:       "JetStream conditional writes retried after another writer won the race (wrong last sequence).",
 		MeterProvider: cfg.MeterProvider, TracerProvider: cfg.TracerProvider, Logger: cfg.Logger})
 	if err != nil {

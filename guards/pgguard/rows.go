@@ -154,7 +154,7 @@ func NewRows(cfg RowsConfig) (*Rows, error) {
 	if err != nil {
 		return nil, err
 	}
-	met, err := guardobs.New(guardobs.Config{Kind: guardobs.KindPostgres, Name: "pgguard",
+	met, err := guardobs.New(guardobs.Config{Kind: "postgres", Name: "pgguard",
 		MeterProvider: cfg.MeterProvider, TracerProvider: cfg.TracerProvider, Logger: cfg.Logger})
 	if err != nil {
 		return nil, configErr("MeterProvider", "instruments", err)

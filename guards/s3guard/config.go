@@ -92,7 +92,7 @@ type Config struct {
 	// 412/404/409, including the retry after a stale pointer cache entry)
 	// with guard="s3" (see docs/operations.md). Nil records nothing.
 	MeterProvider metric.MeterProvider
-	// TracerProvider records one span (guardobs.SpanWrite, a child of the
+	// TracerProvider records one span ("fencekit.guard.write", a child of the
 	// span in ctx) per Put, Delete, Do or Fence call that got past the
 	// argument checks (to the pointer write), and per call refused by them.
 	// Nil records none.
@@ -175,7 +175,7 @@ func New(cfg Config) (*Guard, error) {
 	case cfg.PointerCacheSize == 0:
 		cfg.PointerCacheSize = DefaultPointerCacheSize
 	}
-	met, err := guardobs.New(guardobs.Config{Kind: guardobs.KindS3, Name: "s3guard",
+	met, err := guardobs.New(guardobs.Config{Kind: "s3", Name: "s3guard",
 		Retries:       "S3 conditional pointer writes retried after losing a race (412/409).",
 		MeterProvider: cfg.MeterProvider, TracerProvider: cfg.TracerProvider, Logger: cfg.Logger})
 	if err != nil {
