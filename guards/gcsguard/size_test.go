@@ -90,7 +90,7 @@ func TestPutSizeMismatchWritesNothing(t *testing.T) {
 			}
 		})
 	}
-	if n := objectCount(t, e, s.Bucket()); n != 0 {
+	if n := objectCount(t, e, s.name); n != 0 {
 		t.Fatalf("%d objects after size mismatches", n)
 	}
 }

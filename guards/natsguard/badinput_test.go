@@ -128,20 +128,20 @@ func TestMarkersAreTombstones(t *testing.T) {
 func TestBucketChecks(t *testing.T) {
 	ttl := newBucket(t, jetstream.KeyValueConfig{TTL: time.Hour})
 	js := connect(t, natsURL(), nil)
-	if _, err := New(context.Background(), Config{JS: js, Bucket: ttl}); !errors.Is(err, ErrBucket) {
+	if _, err := New(context.Background(), Config{Client: js, Bucket: ttl}); !errors.Is(err, ErrBucket) {
 		t.Errorf("bucket with a TTL: %v, want ErrBucket", err)
 	}
-	if _, err := New(context.Background(), Config{JS: js, Bucket: ttl, AllowExpiry: true}); err != nil {
+	if _, err := New(context.Background(), Config{Client: js, Bucket: ttl, AllowExpiry: true}); err != nil {
 		t.Errorf("bucket with a TTL, AllowExpiry: %v", err)
 	}
 	short := newBucket(t, jetstream.KeyValueConfig{TTL: 10 * time.Second})
-	if _, err := New(context.Background(), Config{JS: js, Bucket: short, AllowExpiry: true}); !errors.Is(err, ErrBucket) {
+	if _, err := New(context.Background(), Config{Client: js, Bucket: short, AllowExpiry: true}); !errors.Is(err, ErrBucket) {
 		t.Errorf("10 s duplicate window: %v, want ErrBucket", err)
 	}
-	if _, err := New(context.Background(), Config{JS: js, Bucket: "fktest_no_such_bucket"}); err == nil {
+	if _, err := New(context.Background(), Config{Client: js, Bucket: "fktest_no_such_bucket"}); err == nil {
 		t.Error("missing bucket accepted")
 	}
-	for _, cfg := range []Config{{Bucket: "b"}, {JS: js}, {JS: js, Bucket: "b", MaxAttempts: -1}, {JS: js, Bucket: "b", SettleTimeout: -1}} {
+	for _, cfg := range []Config{{Bucket: "b"}, {Client: js}, {Client: js, Bucket: "b", MaxAttempts: -1}, {Client: js, Bucket: "b", SettleTimeout: -1}} {
 		if _, err := New(context.Background(), cfg); !errors.Is(err, fence.ErrInvalidConfig) {
 			t.Errorf("New(%+v): %v", cfg, err)
 		}

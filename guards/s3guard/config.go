@@ -123,7 +123,6 @@ type Guard struct {
 	inline  int
 	cache   *pointerCache // nil: disabled
 	met     *guardobs.Recorder
-	strict  bool
 	eng     *engine.Engine
 
 	// afterRead, when set (tests only), runs after every pointer read or
@@ -191,7 +190,6 @@ func New(cfg Config) (*Guard, error) {
 		backoff: cfg.ConflictBackoff,
 		keep:    cfg.KeepSuperseded,
 		inline:  cfg.InlineMax,
-		strict:  cfg.Strict,
 	}
 	g.eng = &engine.Engine{Args: engine.Args{Name: guardName, Strict: cfg.Strict, Rec: met,
 		Resource: func(key string) error { return checkResource(g.prefix, key) }},

@@ -1,6 +1,7 @@
 package s3guard
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -46,6 +47,11 @@ func Stage(ctx context.Context, r io.Reader, size int64, opts PutOptions) error 
 		w.staged = d
 		return engine.Change{Op: engine.OpPut, Content: d}, err
 	})
+}
+
+// StageBytes is Stage for content held in memory.
+func StageBytes(ctx context.Context, b []byte, opts PutOptions) error {
+	return Stage(ctx, bytes.NewReader(b), int64(len(b)), opts)
 }
 
 // upload stores the content of one Stage call: inline, or in a fresh data
