@@ -99,7 +99,7 @@ func TestBadInputWritesNothing(t *testing.T) {
 		{"size mismatch, short", func() error {
 			_, err := s.Put(fence.WithClaim(ctx, ok), "k", strings.NewReader("x"), 2, PutOptions{})
 			return err
-		}, ErrSizeMismatch},
+		}, fence.ErrSizeMismatch},
 		{"nil write", func() error { return s.Fence(ctx, "k", 5, nil) }, fence.ErrNilArgument},
 		{"Do without a claim", func() error {
 			return s.Do(ctx, "k", func(context.Context) error { t.Error("Do called write without a claim"); return nil })
