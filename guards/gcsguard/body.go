@@ -55,7 +55,9 @@ func readSized(resource string, r io.Reader, size int64) ([]byte, error) {
 // sizeMismatch returns the objstage.Mismatch that reports a *fence.SizeError for
 // resource.
 func sizeMismatch(resource string) objstage.Mismatch {
-	return func(size, read int64) error { return &fence.SizeError{Source: "gcsguard", Resource: resource, Size: size, Read: read} }
+	return func(size, read int64) error {
+		return &fence.SizeError{Source: "gcsguard", Resource: resource, Size: size, Read: read}
+	}
 }
 
 // length returns the content's size, or -1 when it is not known.
