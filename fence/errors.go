@@ -161,6 +161,34 @@ func (e *NotFoundError) Error() string {
 // Is reports whether target is ErrNotFound.
 func (e *NotFoundError) Is(target error) bool { return target == ErrNotFound }
 
+// ErrSizeMismatch is matched by every *SizeError.
+var ErrSizeMismatch = errors.New("fence: content length differs from the declared size")
+
+// SizeError reports content whose length differs from the size a guard's
+// Put or Stage was given (s3guard, gcsguard). It matches ErrSizeMismatch.
+// Nothing was written: the guard published nothing and removed whatever it
+// had uploaded for the content.
+type SizeError struct {
+	Source   string // the guard that refused it: "s3guard", "gcsguard"
+	Resource string // the resource name as given to the guard
+	Size     int64  // the declared size
+	// Read is the content's length as far as it was seen: the whole length
+	// when the content ended early or was measured (an io.Seeker), more
+	// than Size when a reader went on past it.
+	Read int64
+}
+
+// Error implements error.
+func (e *SizeError) Error() string {
+	if e.Read > e.Size {
+		return fmt.Sprintf("%s: %q: content longer than its declared size of %d bytes", e.Source, e.Resource, e.Size)
+	}
+	return fmt.Sprintf("%s: %q: content of %d bytes, declared size %d", e.Source, e.Resource, e.Read, e.Size)
+}
+
+// Is reports whether target is ErrSizeMismatch.
+func (e *SizeError) Is(target error) bool { return target == ErrSizeMismatch }
+
 // ErrInvalidConfig is matched by every *ConfigError: a constructor (New and
 // its kin in lease and every guard) or a method refused a Config field, or
 // found one it needs missing, before any I/O.

@@ -31,6 +31,15 @@
 //   - guards/guardobs: the instrument names and log record every guard
 //     reports with, for guards written outside fencekit too.
 //
+// The Config field holding a guard's store is named by what it holds:
+// DB for a SQL database (pgguard, mysqlguard; pgguard's SQLDB is the same
+// database through database/sql), Client for any other store's client
+// (s3guard, gcsguard, redisguard, natsguard), and, where the store is not
+// reached through a handle, the location itself (fileguard's Dir). Object
+// and key-value guards name their container Bucket. s3guard and gcsguard
+// have the same methods (Put, PutBytes, Delete, Do, Fence, Get, GetBytes,
+// Stat, Mark, Sweep, and the functions Stage, StageBytes, StageDelete).
+//
 // What a guard does not do: it orders writers by token; it does not know
 // whether a lease is still held, and it cannot fence effects that bypass it.
 // docs/guards.md describes each guard's guarantees and limits.

@@ -16,7 +16,6 @@ import (
 	"go.opentelemetry.io/otel/trace"
 
 	"github.com/fencekit/fencekit/fence"
-	"github.com/fencekit/fencekit/guards/guardobs"
 	"github.com/fencekit/fencekit/guards/memguard"
 	"github.com/fencekit/fencekit/lease"
 	"github.com/fencekit/fencekit/lease/leasetrace"
@@ -118,7 +117,7 @@ func printTrace(spans []sdktrace.ReadOnlySpan) {
 	}
 	shown := map[string]string{
 		leasetrace.AttrOutcome: "outcome", leasetrace.AttrCause: "cause",
-		guardobs.AttrKind: "kind", guardobs.AttrOutcome: "outcome",
+		"fencekit.guard.kind": "kind", "fencekit.guard.outcome": "outcome",
 	}
 	var walk func(s sdktrace.ReadOnlySpan, depth int)
 	walk = func(s sdktrace.ReadOnlySpan, depth int) {

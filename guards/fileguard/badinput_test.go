@@ -13,7 +13,6 @@ import (
 	"time"
 
 	"github.com/fencekit/fencekit/fence"
-	"github.com/fencekit/fencekit/guards/guardobs"
 	"github.com/fencekit/fencekit/internal/obs/obstest"
 )
 
@@ -202,13 +201,13 @@ func TestMetricsAndReuseLog(t *testing.T) {
 		_ = g.Put(fence.WithClaim(ctx, c), "metrics", []byte("v"))
 	}
 	pts := m.Collect()
-	attr := map[string]string{guardobs.AttrGuard: guardobs.KindFile}
-	for name, want := range map[string]float64{guardobs.MetricAccepted: 2, guardobs.MetricStale: 1, guardobs.MetricReused: 1} {
+	attr := map[string]string{"guard": "file"}
+	for name, want := range map[string]float64{"fencekit.guard.accepted": 2, "fencekit.guard.stale": 1, "fencekit.guard.reused": 1} {
 		if got := obstest.Value(pts, name, attr); got != want {
 			t.Errorf("%s = %v, want %v", name, got, want)
 		}
 	}
-	if recs := logs.AtLeast(slog.LevelError); len(recs) != 1 || recs[0].Message != "fileguard: "+guardobs.MsgReused {
+	if recs := logs.AtLeast(slog.LevelError); len(recs) != 1 || recs[0].Message != "fileguard: "+"token reused by a different run; write refused" {
 		t.Errorf("reuse log: %+v", recs)
 	}
 }

@@ -83,7 +83,7 @@ type Config struct {
 	// MeterProvider records the guard instruments of package guardobs with
 	// guard="file". Nil records nothing.
 	MeterProvider metric.MeterProvider
-	// TracerProvider records one span (guardobs.SpanWrite, a child of the
+	// TracerProvider records one span ("fencekit.guard.write", a child of the
 	// span in ctx) per write that got past the argument checks, and per call refused by them. Nil records none.
 	TracerProvider trace.TracerProvider
 	// Logger receives an Error record for every write refused because its
@@ -158,7 +158,7 @@ func New(cfg Config) (*Guard, error) {
 	case cfg.LockTimeout < 0:
 		cfg.LockTimeout = 0 // no bound of the guard's own
 	}
-	rec, err := guardobs.New(guardobs.Config{Kind: guardobs.KindFile, Name: guardName,
+	rec, err := guardobs.New(guardobs.Config{Kind: "file", Name: guardName,
 		MeterProvider: cfg.MeterProvider, TracerProvider: cfg.TracerProvider, Logger: cfg.Logger})
 	if err != nil {
 		return nil, configErr("MeterProvider", "instruments", err)

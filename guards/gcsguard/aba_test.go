@@ -116,7 +116,7 @@ func TestPlainReaders(t *testing.T) {
 		t.Fatal(err)
 	}
 	// A plain storage client reads the bytes and the metadata.
-	o := e.client(t).Bucket(s.Bucket()).Object(key)
+	o := e.client(t).Bucket(s.name).Object(key)
 	got, gen := readRaw(ctx, t, o)
 	a, err := o.Attrs(ctx)
 	if err != nil {
@@ -129,7 +129,7 @@ func TestPlainReaders(t *testing.T) {
 	// A plain HTTP GET (what a browser or a public URL does).
 	tr := &http.Transport{}
 	defer tr.CloseIdleConnections()
-	resp, err := (&http.Client{Transport: tr}).Get(e.ts.URL + "/" + s.Bucket() + "/" + key)
+	resp, err := (&http.Client{Transport: tr}).Get(e.ts.URL + "/" + s.name + "/" + key)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -99,7 +99,7 @@ func TestBadInputWritesNothing(t *testing.T) {
 		{"size mismatch, short", func() error {
 			_, err := s.Put(fence.WithClaim(ctx, ok), "k", strings.NewReader("x"), 2, PutOptions{})
 			return err
-		}, ErrSizeMismatch},
+		}, fence.ErrSizeMismatch},
 		{"nil write", func() error { return s.Fence(ctx, "k", 5, nil) }, fence.ErrNilArgument},
 		{"Do without a claim", func() error {
 			return s.Do(ctx, "k", func(context.Context) error { t.Error("Do called write without a claim"); return nil })
@@ -118,7 +118,7 @@ func TestBadInputWritesNothing(t *testing.T) {
 			t.Errorf("%s: %v also matches stale or busy", c.name, err)
 		}
 	}
-	if n := objectCount(t, e, s.Bucket()); n != 0 {
+	if n := objectCount(t, e, s.name); n != 0 {
 		t.Fatalf("%d objects after refused calls", n)
 	}
 }
@@ -141,7 +141,7 @@ func TestFailingSeekerWritesNothing(t *testing.T) {
 	if !errors.Is(err, errBroken) {
 		t.Fatalf("failing stream: %v", err)
 	}
-	if n := objectCount(t, e, s.Bucket()); n != 0 {
+	if n := objectCount(t, e, s.name); n != 0 {
 		t.Fatalf("%d objects after a failed stream", n)
 	}
 }
@@ -183,8 +183,8 @@ func TestForeignObjects(t *testing.T) {
 	}
 	for name, md := range cases {
 		key := "foreign/" + strings.ReplaceAll(name, " ", "-")
-		e.srv.CreateObject(fakestorage.Object{ObjectAttrs: fakestorage.ObjectAttrs{BucketName: s.Bucket(), Name: key, Metadata: md}, Content: []byte("theirs")})
-		before, err := e.srv.GetObject(s.Bucket(), key)
+		e.srv.CreateObject(fakestorage.Object{ObjectAttrs: fakestorage.ObjectAttrs{BucketName: s.name, Name: key, Metadata: md}, Content: []byte("theirs")})
+		before, err := e.srv.GetObject(s.name, key)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -204,7 +204,7 @@ func TestForeignObjects(t *testing.T) {
 				t.Errorf("%s: call %d: %v, want *fence.ForeignError", name, i, err)
 			}
 		}
-		after, err := e.srv.GetObject(s.Bucket(), key)
+		after, err := e.srv.GetObject(s.name, key)
 		if err != nil || after.Generation != before.Generation || string(after.Content) != "theirs" {
 			t.Errorf("%s: object changed: generation %d -> %d, %q", name, before.Generation, after.Generation, after.Content)
 		}
@@ -227,7 +227,7 @@ func TestEndedContext(t *testing.T) {
 			t.Errorf("call %d: %v, want context.Canceled and the cause", i, err)
 		}
 	}
-	if n := objectCount(t, e, s.Bucket()); n != 0 {
+	if n := objectCount(t, e, s.name); n != 0 {
 		t.Fatalf("%d objects written under an ended context", n)
 	}
 }

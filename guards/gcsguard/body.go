@@ -5,6 +5,7 @@ import (
 	"errors"
 	"io"
 
+	"github.com/fencekit/fencekit/fence"
 	"github.com/fencekit/fencekit/guards/internal/objstage"
 )
 
@@ -45,16 +46,18 @@ func newBody(resource string, r io.Reader, size int64) (*body, error) {
 	return &body{buf: b}, nil
 }
 
-// readSized is objstage.ReadSized with gcsguard's errors: a *SizeError, and
+// readSized is objstage.ReadSized with gcsguard's errors: a *fence.SizeError, and
 // *bodyErrors for read errors.
 func readSized(resource string, r io.Reader, size int64) ([]byte, error) {
 	return objstage.ReadSized(r, size, sizeMismatch(resource), func(err error) error { return &bodyError{err: err} })
 }
 
-// sizeMismatch returns the objstage.Mismatch that reports a *SizeError for
+// sizeMismatch returns the objstage.Mismatch that reports a *fence.SizeError for
 // resource.
 func sizeMismatch(resource string) objstage.Mismatch {
-	return func(size, read int64) error { return &SizeError{Resource: resource, Size: size, Read: read} }
+	return func(size, read int64) error {
+		return &fence.SizeError{Source: "gcsguard", Resource: resource, Size: size, Read: read}
+	}
 }
 
 // length returns the content's size, or -1 when it is not known.
@@ -80,11 +83,11 @@ func (b *body) open() (io.ReadCloser, error) {
 }
 
 // bodyError is a failure to read the content to upload (not a store error),
-// or content that does not match its declared size (a *SizeError).
+// or content that does not match its declared size (a *fence.SizeError).
 type bodyError struct{ err error }
 
 func (e *bodyError) Error() string {
-	var se *SizeError
+	var se *fence.SizeError
 	if errors.As(e.err, &se) {
 		return se.Error()
 	}

@@ -59,7 +59,7 @@ type Config struct {
 	// writes retried after losing a race to another writer). No attribute
 	// names a resource or a run. Nil records nothing.
 	MeterProvider metric.MeterProvider
-	// TracerProvider records one span (guardobs.SpanWrite, a child of the
+	// TracerProvider records one span ("fencekit.guard.write", a child of the
 	// span in ctx) per Put, Delete, Do or Fence call that got past the argument checks (to the final object write), and per call refused by them. Nil records none.
 	TracerProvider trace.TracerProvider
 	// Logger receives one Error record per write refused because its token
@@ -83,7 +83,6 @@ type Guard struct {
 	max    int
 	chunk  int
 	met    *guardobs.Recorder
-	strict bool
 	eng    *engine.Engine
 
 	// afterRead, when set (tests only), runs after every read of the
@@ -110,7 +109,7 @@ func New(cfg Config) (*Guard, error) {
 	case cfg.ChunkSize < 0 || cfg.ChunkSize%(256<<10) != 0:
 		return nil, configErr("ChunkSize", fmt.Sprintf("%d is not a positive multiple of 256 KiB", cfg.ChunkSize), nil)
 	}
-	met, err := guardobs.New(guardobs.Config{Kind: guardobs.KindGCS, Name: "gcsguard",
+	met, err := guardobs.New(guardobs.Config{Kind: "gcs", Name: "gcsguard",
 		Retries:       "GCS conditional writes retried after losing a race (412).",
 		MeterProvider: cfg.MeterProvider, TracerProvider: cfg.TracerProvider, Logger: cfg.Logger})
 	if err != nil {
@@ -118,15 +117,25 @@ func New(cfg Config) (*Guard, error) {
 	}
 	g := &Guard{
 		bucket: cfg.Client.Bucket(cfg.Bucket), name: cfg.Bucket, max: cfg.MaxAttempts, chunk: cfg.ChunkSize,
-		met: met, strict: cfg.Strict,
+		met: met,
 	}
 	g.eng = &engine.Engine{Args: engine.Args{Name: guardName, Strict: cfg.Strict, Rec: met, Resource: checkResource},
 		Op: "gcsguard: write", MaxAttempts: cfg.MaxAttempts}
 	return g, nil
 }
 
-// Bucket returns the name of the Guard's bucket.
-func (s *Guard) Bucket() string { return s.name }
+// Sweep is s3guard's Sweep, kept so that both object-store guards have
+// the same methods: it checks its arguments like Stat and removes nothing,
+// because a gcsguard write keeps its content in memory until it commits one
+// generation of the resource's own object, and so leaves no object behind
+// that could never become visible. (Noncurrent generations that a bucket's
+// object versioning keeps are the bucket's lifecycle rules' to delete.)
+func (s *Guard) Sweep(ctx context.Context, resource string) (int, error) {
+	if err := s.eng.Read(ctx, resource); err != nil {
+		return 0, err
+	}
+	return 0, nil
+}
 
 func isPrecondition(err error) bool {
 	var ge *googleapi.Error

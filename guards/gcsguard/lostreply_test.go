@@ -106,7 +106,7 @@ func TestLostReplyOvertaken(t *testing.T) {
 			// spin: the emulator's generations are microseconds
 		}
 		e.srv.CreateObject(fakestorage.Object{
-			ObjectAttrs: fakestorage.ObjectAttrs{BucketName: s.Bucket(), Name: key,
+			ObjectAttrs: fakestorage.ObjectAttrs{BucketName: s.name, Name: key,
 				Metadata: map[string]string{MetaToken: "9", MetaWriteID: strings.Repeat("ab", 16)}},
 			Content: []byte("nine"),
 		})

@@ -18,7 +18,7 @@ type onlyReader struct{ r io.Reader }
 func (o onlyReader) Read(p []byte) (int, error) { return o.r.Read(p) }
 
 // TestPutSizeMismatchWritesNothing: content shorter or longer than the
-// declared size is a *SizeError (ErrSizeMismatch), for a reader read into
+// declared size is a *fence.SizeError (fence.ErrSizeMismatch), for a reader read into
 // memory, a streamed io.ReadSeeker (one-request upload, and a resumable
 // upload whose first chunks were already sent) and Stage; nothing is
 // written and the mark is not raised.
@@ -71,14 +71,14 @@ func TestPutSizeMismatchWritesNothing(t *testing.T) {
 		t.Run(c.name, func(t *testing.T) {
 			resource := "size/" + strings.ReplaceAll(c.name, " ", "-")
 			err := c.put(resource)
-			if !errors.Is(err, ErrSizeMismatch) {
-				t.Fatalf("err = %v, want ErrSizeMismatch", err)
+			if !errors.Is(err, fence.ErrSizeMismatch) {
+				t.Fatalf("err = %v, want fence.ErrSizeMismatch", err)
 			}
-			var se *SizeError
+			var se *fence.SizeError
 			if !errors.As(err, &se) {
-				t.Fatalf("err = %v, want a *SizeError", err)
+				t.Fatalf("err = %v, want a *fence.SizeError", err)
 			}
-			if want := (SizeError{Resource: resource, Size: c.size, Read: c.read}); *se != want {
+			if want := (fence.SizeError{Source: "gcsguard", Resource: resource, Size: c.size, Read: c.read}); *se != want {
 				t.Fatalf("SizeError %+v, want %+v", *se, want)
 			}
 			if !strings.Contains(err.Error(), resource) {
@@ -90,7 +90,7 @@ func TestPutSizeMismatchWritesNothing(t *testing.T) {
 			}
 		})
 	}
-	if n := objectCount(t, e, s.Bucket()); n != 0 {
+	if n := objectCount(t, e, s.name); n != 0 {
 		t.Fatalf("%d objects after size mismatches", n)
 	}
 }

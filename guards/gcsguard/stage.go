@@ -14,7 +14,7 @@ import (
 // context Fence handed its write callback. The content of r is read into
 // memory now (nothing is sent until the callback returns nil); opts and
 // size are checked like Put's (content of another length than a known size
-// is a *SizeError, and nothing is staged). One callback stages at most one
+// is a *fence.SizeError, and nothing is staged). One callback stages at most one
 // change (fence.ErrAlreadyStaged).
 func Stage(ctx context.Context, r io.Reader, size int64, opts PutOptions) error {
 	return objstage.StageContent(ctx, guardName, checkOptions(opts), r, size, ErrInvalidOptions, func(st *engine.Stager) (engine.Change, error) {

@@ -30,7 +30,7 @@ import (
 // size is the content's length in bytes, or -1 when it is not known (the
 // arguments are s3guard.Guard.Put's). A known size is checked before the
 // write is committed: content shorter or longer than size is refused with
-// a *SizeError (ErrSizeMismatch) and nothing is written. A known size
+// a *fence.SizeError (fence.ErrSizeMismatch) and nothing is written. A known size
 // below Config.ChunkSize also sizes the upload's buffer to the content
 // (rounded up to 256 KiB) instead of a whole chunk; the upload is then one
 // request, which the client library can retry.

@@ -19,24 +19,27 @@
 //
 // # What is recorded
 //
-//   - [MetricAccepted] counts admitted writes, [MetricStale] stale refusals
-//     and [MetricTokenGap] their gap (highest minus presented token),
-//     [MetricReused] writes refused because their token was issued twice
-//     (fence.ErrTokenReused), and, when [Config.Retries] is set,
-//     [RetriesName](kind) the conditional writes retried after losing a
-//     race. Every measurement carries one attribute, [AttrGuard], whose
-//     value is the guard's kind; no attribute names a resource, a key or a
-//     run, so cardinality stays fixed.
+// The names are wire strings and a guard never spells them itself: it hands
+// its outcomes to the Recorder. Their one list is docs/operations.md:
+// "Metrics" for the instruments (fencekit.guard.accepted, .stale,
+// .token_gap, .reused, .<kind>.retries with [Config.Retries] ([RetriesName]),
+// .marks.deleted through [Housekeeping]) and "Tracing" for the span
+// fencekit.guard.write, its fencekit.guard.* attributes and the outcome
+// vocabulary ([Outcome]); docs/guards.md ("Writing your own guard") for the reuse
+// record.
+//
+//   - Every measurement carries one attribute, guard, whose value is the
+//     guard's kind ([Config.Kind]); no attribute names a resource, a key or
+//     a run, so cardinality stays fixed.
 //   - With [Config.TracerProvider], each write between [Recorder.Start] and
-//     [Span.End] is a span named [SpanWrite], a child of the span in the
-//     write's ctx, with the attributes [AttrKind], [AttrResource],
-//     [AttrToken], [AttrRunID], [AttrScope] and [AttrOutcome] (the
-//     [Outcome] of its error), and [AttrMark] on a refusal. Spans carry
-//     identifiers; metrics never do. Only failures ([Outcome]'s second
-//     result) set the span status to Error: a stale refusal is a decision.
+//     [Span.End] is a span, a child of the span in the write's ctx, carrying
+//     the resource, the claim, the outcome and, on a refusal, the mark.
+//     Spans carry identifiers; metrics never do. Only failures ([Outcome]'s
+//     second result) set the span status to Error: a stale refusal is a
+//     decision.
 //   - Each reuse refusal is logged at Error on [Config.Logger], message
-//     "<Name>: " + [MsgReused], with the fields [FieldResource],
-//     [FieldToken], [FieldRun] and [FieldMarkRun].
+//     "<Name>: token reused by a different run; write refused", with the
+//     fields resource, token, run and mark_run.
 //
 // # What is guaranteed
 //

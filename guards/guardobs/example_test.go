@@ -29,8 +29,8 @@ func Example() {
 	// The guard's write path decided with fence.DecideClaim:
 	err = fence.DecideClaim("jobs/7", fence.Claim{Token: 9, Run: "run-b"}, 9, "run-a")
 	rec.Decision(ctx, err)
-	fmt.Println(guardobs.MetricReused, guardobs.RetriesName(guardobs.KindRedis))
+	fmt.Println(guardobs.RetriesName("redis"))
 	// Output:
 	// level=ERROR msg="etcdguard: token reused by a different run; write refused" resource=jobs/7 token=9 run=run-b mark_run=run-a
-	// fencekit.guard.reused fencekit.guard.redis.retries
+	// fencekit.guard.redis.retries
 }

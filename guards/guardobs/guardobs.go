@@ -15,65 +15,38 @@ import (
 	"github.com/fencekit/fencekit/fence"
 )
 
-// Scope is the instrumentation scope of every guard's meter.
-const Scope = "github.com/fencekit/fencekit"
+// scopeName is the instrumentation scope of every guard's meter.
+const scopeName = "github.com/fencekit/fencekit"
 
 // Instrument names shared by every guard.
 const (
-	MetricAccepted = "fencekit.guard.accepted"
-	MetricStale    = "fencekit.guard.stale"
-	MetricTokenGap = "fencekit.guard.token_gap" //nolint:gosec // G101: a metric name, not a credential
-	MetricReused   = "fencekit.guard.reused"
-	// MetricMarksDeleted counts guard marks removed by housekeeping
+	metricAccepted = "fencekit.guard.accepted"
+	metricStale    = "fencekit.guard.stale"
+	metricTokenGap = "fencekit.guard.token_gap" //nolint:gosec // G101: a metric name, not a credential
+	metricReused   = "fencekit.guard.reused"
+	// metricMarksDeleted counts guard marks removed by housekeeping
 	// (pgguard.Marks), with the guard attribute.
-	MetricMarksDeleted = "fencekit.guard.marks.deleted"
+	metricMarksDeleted = "fencekit.guard.marks.deleted"
 )
 
-// Meter returns the guards' meter (scope Scope) of mp, or a no-op meter when
-// mp is nil. Guards use it for instruments of their own beside a Recorder's.
-func Meter(mp metric.MeterProvider) metric.Meter {
-	if mp == nil {
-		mp = noop.NewMeterProvider()
-	}
-	return mp.Meter(Scope)
-}
+// attrGuard is the one attribute of every measurement: the guard's kind.
+const attrGuard = "guard"
 
-// KindAttr returns the measurement option carrying AttrGuard=kind.
-func KindAttr(kind string) metric.MeasurementOption {
-	return metric.WithAttributeSet(attribute.NewSet(attribute.String(AttrGuard, kind)))
-}
-
-// AttrGuard is the one attribute of every measurement: the guard's kind.
-const AttrGuard = "guard"
-
-// Kinds of fencekit's guards: the values of AttrGuard.
-const (
-	KindMemory   = "memory"
-	KindPostgres = "postgres"
-	KindHTTP     = "http"
-	KindS3       = "s3"
-	KindGCS      = "gcs"
-	KindRedis    = "redis"
-	KindMySQL    = "mysql"
-	KindNATS     = "nats"
-	KindFile     = "file"
-)
-
-// MsgReused is the message (after "<Config.Name>: ") of the Error record
+// msgReused is the message (after "<Config.Name>: ") of the Error record
 // logged for each write refused as a token reuse.
-const MsgReused = "token reused by a different run; write refused"
+const msgReused = "token reused by a different run; write refused"
 
 // Log fields of the reuse record.
 const (
-	FieldResource = "resource" // the resource (key, object, row) as the guard was given it
-	FieldToken    = "token"    // the token of the write and of the mark (int64)
-	FieldRun      = "run"      // the refused write's run identity
-	FieldMarkRun  = "mark_run" // the run identity stored with the mark
+	fieldResource = "resource" // the resource (key, object, row) as the guard was given it
+	fieldToken    = "token"    // the token of the write and of the mark (int64)
+	fieldRun      = "run"      // the refused write's run identity
+	fieldMarkRun  = "mark_run" // the run identity stored with the mark
 )
 
-// TokenGapBounds returns the explicit bucket boundaries of MetricTokenGap,
+// tokenGapBounds returns the explicit bucket boundaries of metricTokenGap,
 // a fresh slice on each call (the boundaries cannot be changed).
-func TokenGapBounds() []float64 {
+func tokenGapBounds() []float64 {
 	return []float64{1, 2, 5, 10, 100, 1000, 10000, 100000}
 }
 
@@ -84,8 +57,8 @@ func RetriesName(kind string) string { return "fencekit.guard." + kind + ".retri
 // Config configures a Recorder. Kind is required.
 type Config struct {
 	// Kind is the value of the guard attribute: 1 to 32 bytes of lower-case
-	// ASCII letters, digits and '_' (one of the Kind constants for
-	// fencekit's guards).
+	// ASCII letters, digits and '_' (fencekit's guards use "memory",
+	// "postgres", "http", "s3", "gcs", "redis", "mysql", "nats" and "file").
 	Kind string
 	// Name prefixes log messages, usually the guard's package name
 	// ("redisguard"). Default: Kind + "guard".
@@ -99,7 +72,7 @@ type Config struct {
 	// Logger receives the reuse records. Nil discards.
 	Logger *slog.Logger
 	// TracerProvider records the span of each write the guard hands to
-	// Recorder.Start (SpanWrite). Nil records none and costs nothing, like
+	// Recorder.Start (span "fencekit.guard.write"). Nil records none and costs nothing, like
 	// a nil MeterProvider.
 	TracerProvider trace.TracerProvider
 }
@@ -135,25 +108,25 @@ func New(cfg Config) (*Recorder, error) {
 	if cfg.Logger == nil {
 		cfg.Logger = slog.New(slog.DiscardHandler)
 	}
-	m := mp.Meter(Scope)
+	m := mp.Meter(scopeName)
 	r := &Recorder{
-		attrs: metric.WithAttributeSet(attribute.NewSet(attribute.String(AttrGuard, cfg.Kind))),
+		attrs: metric.WithAttributeSet(attribute.NewSet(attribute.String(attrGuard, cfg.Kind))),
 		log:   cfg.Logger,
 		name:  cfg.Name,
 		kind:  cfg.Kind,
 	}
 	if cfg.TracerProvider != nil {
-		r.tracer = cfg.TracerProvider.Tracer(Scope)
+		r.tracer = cfg.TracerProvider.Tracer(scopeName)
 	}
 	var errs [5]error
-	r.accepted, errs[0] = m.Int64Counter(MetricAccepted, metric.WithUnit("{write}"),
+	r.accepted, errs[0] = m.Int64Counter(metricAccepted, metric.WithUnit("{write}"),
 		metric.WithDescription("Writes a guard admitted (token at least the resource's mark)."))
-	r.stale, errs[1] = m.Int64Counter(MetricStale, metric.WithUnit("{write}"),
+	r.stale, errs[1] = m.Int64Counter(metricStale, metric.WithUnit("{write}"),
 		metric.WithDescription("Writes a guard refused because their token was below the resource's mark."))
-	r.gap, errs[2] = m.Int64Histogram(MetricTokenGap, metric.WithUnit("{token}"),
+	r.gap, errs[2] = m.Int64Histogram(metricTokenGap, metric.WithUnit("{token}"),
 		metric.WithDescription("Highest minus presented token of each stale rejection."),
-		metric.WithExplicitBucketBoundaries(TokenGapBounds()...))
-	r.reused, errs[3] = m.Int64Counter(MetricReused, metric.WithUnit("{write}"),
+		metric.WithExplicitBucketBoundaries(tokenGapBounds()...))
+	r.reused, errs[3] = m.Int64Counter(metricReused, metric.WithUnit("{write}"),
 		metric.WithDescription("Writes a guard refused because their token equals the mark while their run identity differs (token issued twice)."))
 	if cfg.Retries != "" {
 		r.retries, errs[4] = m.Int64Counter(RetriesName(cfg.Kind), metric.WithUnit("{attempt}"),
@@ -187,8 +160,8 @@ func (r *Recorder) Reused(ctx context.Context, e *fence.ReusedError) {
 		return
 	}
 	r.reused.Add(ctx, 1, r.attrs)
-	r.log.ErrorContext(ctx, r.name+": "+MsgReused,
-		FieldResource, e.Resource, FieldToken, int64(e.Token), FieldRun, e.Run, FieldMarkRun, e.MarkRun)
+	r.log.ErrorContext(ctx, r.name+": "+msgReused,
+		fieldResource, e.Resource, fieldToken, int64(e.Token), fieldRun, e.Run, fieldMarkRun, e.MarkRun)
 }
 
 // Retried counts n conditional writes retried after losing a race. It does

@@ -34,8 +34,8 @@ func describe(t *testing.T, record func(mp *sdkmetric.MeterProvider)) map[string
 	}
 	out := map[string]descriptor{}
 	for _, sm := range rm.ScopeMetrics {
-		if sm.Scope.Name != guardobs.Scope {
-			t.Errorf("scope %q, want %q", sm.Scope.Name, guardobs.Scope)
+		if sm.Scope.Name != "github.com/fencekit/fencekit" {
+			t.Errorf("scope %q, want %q", sm.Scope.Name, "github.com/fencekit/fencekit")
 		}
 		for _, m := range sm.Metrics {
 			d := descriptor{Name: m.Name, Unit: m.Unit, Description: m.Description}
@@ -72,7 +72,7 @@ func TestInstruments(t *testing.T) {
 	stale := &fence.StaleError{Resource: "r", Presented: 3, Highest: 7}
 	reused := &fence.ReusedError{Resource: "r", Token: 7, Run: "a", MarkRun: "b"}
 	got := describe(t, func(mp *sdkmetric.MeterProvider) {
-		r, err := guardobs.New(guardobs.Config{Kind: guardobs.KindS3, MeterProvider: mp,
+		r, err := guardobs.New(guardobs.Config{Kind: "s3", MeterProvider: mp,
 			Retries: "S3 conditional pointer writes retried after losing a race (412/409)."})
 		if err != nil {
 			t.Fatal(err)
@@ -102,8 +102,8 @@ func TestInstruments(t *testing.T) {
 			t.Errorf("%s: got %+v, want unit %s kind %s bounds %q and a description", name, g, w.Unit, w.Kind, w.Bounds)
 		}
 	}
-	if guardobs.MetricMarksDeleted != "fencekit.guard.marks.deleted" || guardobs.Scope != obs.Scope {
-		t.Errorf("MetricMarksDeleted %q, Scope %q (lease scope %q)", guardobs.MetricMarksDeleted, guardobs.Scope, obs.Scope)
+	if "fencekit.guard.marks.deleted" != "fencekit.guard.marks.deleted" || "github.com/fencekit/fencekit" != obs.Scope {
+		t.Errorf("MetricMarksDeleted %q, Scope %q (lease scope %q)", "fencekit.guard.marks.deleted", "github.com/fencekit/fencekit", obs.Scope)
 	}
 }
 
@@ -123,17 +123,17 @@ func TestDecisionRecordsAndLogs(t *testing.T) {
 	r.Decision(ctx, errors.New("store down"))
 	r.Retried(ctx, 3) // no retry counter configured: nothing
 	pts := m.Collect()
-	attr := map[string]string{guardobs.AttrGuard: "etcd"}
-	if v := obstest.Value(pts, guardobs.MetricAccepted, attr); v != 2 {
+	attr := map[string]string{"guard": "etcd"}
+	if v := obstest.Value(pts, "fencekit.guard.accepted", attr); v != 2 {
 		t.Errorf("accepted %v, want 2", v)
 	}
-	if v := obstest.Value(pts, guardobs.MetricStale, attr); v != 1 {
+	if v := obstest.Value(pts, "fencekit.guard.stale", attr); v != 1 {
 		t.Errorf("stale %v, want 1", v)
 	}
-	if p := obstest.Find(pts, guardobs.MetricTokenGap, attr); len(p) != 1 || p[0].Sum != 10 {
+	if p := obstest.Find(pts, "fencekit.guard.token_gap", attr); len(p) != 1 || p[0].Sum != 10 {
 		t.Errorf("token gap %+v, want one point summing 10", p)
 	}
-	if v := obstest.Value(pts, guardobs.MetricReused, attr); v != 1 {
+	if v := obstest.Value(pts, "fencekit.guard.reused", attr); v != 1 {
 		t.Errorf("reused %v, want 1", v)
 	}
 	if p := obstest.Find(pts, guardobs.RetriesName("etcd"), nil); len(p) != 0 {
@@ -143,8 +143,8 @@ func TestDecisionRecordsAndLogs(t *testing.T) {
 	if len(recs) != 1 {
 		t.Fatalf("%d error records, want 1: %+v", len(recs), recs)
 	}
-	want := map[string]string{guardobs.FieldResource: "doc/1", guardobs.FieldToken: "9", guardobs.FieldRun: "run-b", guardobs.FieldMarkRun: "run-a"}
-	if recs[0].Message != "etcdguard: "+guardobs.MsgReused {
+	want := map[string]string{"resource": "doc/1", "token": "9", "run": "run-b", "mark_run": "run-a"}
+	if recs[0].Message != "etcdguard: "+"token reused by a different run; write refused" {
 		t.Errorf("message %q", recs[0].Message)
 	}
 	for k, v := range want {

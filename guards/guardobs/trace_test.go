@@ -33,15 +33,15 @@ func TestWriteSpans(t *testing.T) {
 		status  codes.Code
 		mark    string
 	}{
-		{nil, guardobs.OutcomeAccepted, codes.Unset, ""},
-		{&fence.StaleError{Resource: "r", Presented: 7, Highest: 9}, guardobs.OutcomeStale, codes.Unset, "9"},
-		{fence.WrapContext(ctx, &fence.ReusedError{Resource: "r", Token: 7, Run: "run-a", MarkRun: "run-b"}), guardobs.OutcomeReused, codes.Unset, "7"},
-		{&fence.ScopeError{Resource: "r", Scope: "acct/sess"}, guardobs.OutcomeOutOfScope, codes.Unset, ""},
-		{fmt.Errorf("x: %w", fence.ErrBusy), guardobs.OutcomeBusy, codes.Unset, ""},
-		{&fence.OutcomeUnknownError{Op: "etcdguard: put", Resource: "r", Err: context.DeadlineExceeded}, guardobs.OutcomeOutcomeUnknown, codes.Error, ""},
-		{fence.ErrInvalidToken, guardobs.OutcomeInvalid, codes.Error, ""},
-		{fmt.Errorf("etcdguard: %w", context.Canceled), guardobs.OutcomeCanceled, codes.Error, ""},
-		{errors.New("store down"), guardobs.OutcomeError, codes.Error, ""},
+		{nil, "accepted", codes.Unset, ""},
+		{&fence.StaleError{Resource: "r", Presented: 7, Highest: 9}, "stale", codes.Unset, "9"},
+		{fence.WrapContext(ctx, &fence.ReusedError{Resource: "r", Token: 7, Run: "run-a", MarkRun: "run-b"}), "reused", codes.Unset, "7"},
+		{&fence.ScopeError{Resource: "r", Scope: "acct/sess"}, "out_of_scope", codes.Unset, ""},
+		{fmt.Errorf("x: %w", fence.ErrBusy), "busy", codes.Unset, ""},
+		{&fence.OutcomeUnknownError{Op: "etcdguard: put", Resource: "r", Err: context.DeadlineExceeded}, "outcome_unknown", codes.Error, ""},
+		{fence.ErrInvalidToken, "invalid", codes.Error, ""},
+		{fmt.Errorf("etcdguard: %w", context.Canceled), "canceled", codes.Error, ""},
+		{errors.New("store down"), "error", codes.Error, ""},
 	}
 	for _, tc := range cases {
 		_, sp := r.Start(ctx, "acct/sess/doc", c)
@@ -58,21 +58,21 @@ func TestWriteSpans(t *testing.T) {
 			a[string(kv.Key)] = kv.Value.String()
 		}
 		want := map[string]string{
-			guardobs.AttrKind: "etcd", guardobs.AttrResource: "acct/sess/doc", guardobs.AttrToken: "7",
-			guardobs.AttrRunID: "run-a", guardobs.AttrScope: "acct/sess", guardobs.AttrOutcome: tc.outcome,
+			"fencekit.guard.kind": "etcd", "fencekit.guard.resource": "acct/sess/doc", "fencekit.guard.token": "7",
+			"fencekit.guard.run_id": "run-a", "fencekit.guard.scope": "acct/sess", "fencekit.guard.outcome": tc.outcome,
 		}
 		if tc.mark != "" {
-			want[guardobs.AttrMark] = tc.mark
+			want["fencekit.guard.mark.token"] = tc.mark
 		}
-		if tc.outcome == guardobs.OutcomeReused {
-			want[guardobs.AttrMarkRun] = "run-b"
+		if tc.outcome == "reused" {
+			want["fencekit.guard.mark.run_id"] = "run-b"
 		}
 		if fmt.Sprint(a) != fmt.Sprint(want) {
 			t.Errorf("%v: attributes %v, want %v", tc.err, a, want)
 		}
-		if sp.Name() != guardobs.SpanWrite || sp.Parent().SpanID() != parent.SpanContext().SpanID() ||
+		if sp.Name() != "fencekit.guard.write" || sp.Parent().SpanID() != parent.SpanContext().SpanID() ||
 			sp.SpanContext().TraceID() != parent.SpanContext().TraceID() {
-			t.Errorf("%v: span %s parent %v, want %s child of %v", tc.err, sp.Name(), sp.Parent(), guardobs.SpanWrite, parent.SpanContext())
+			t.Errorf("%v: span %s parent %v, want %s child of %v", tc.err, sp.Name(), sp.Parent(), "fencekit.guard.write", parent.SpanContext())
 		}
 		if sp.Status().Code != tc.status {
 			t.Errorf("%v: status %v, want %v", tc.err, sp.Status().Code, tc.status)
@@ -91,12 +91,12 @@ func TestWriteSpans(t *testing.T) {
 	}
 	var before bool
 	for _, kv := range ended[len(cases)].Attributes() {
-		if kv.Key == guardobs.AttrNotSent {
+		if kv.Key == "fencekit.guard.before_write" {
 			before = kv.Value.AsBool()
 		}
 	}
 	if !before {
-		t.Errorf("Refused span without %s=true", guardobs.AttrNotSent)
+		t.Errorf("Refused span without %s=true", "fencekit.guard.before_write")
 	}
 }
 

@@ -129,17 +129,17 @@ func (s *contextGuardSubject) WriteContext(ctx context.Context, resource, value 
 	})
 }
 
-// MapStore is an in-memory Store, safe for concurrent use.
-type MapStore struct {
+// mapStore is an in-memory Store, safe for concurrent use.
+type mapStore struct {
 	mu sync.Mutex
-	m  map[string]State
+	m  map[string]resState
 }
 
-// NewMapStore returns an empty MapStore.
-func NewMapStore() *MapStore { return &MapStore{m: map[string]State{}} }
+// NewMapStore returns an empty in-memory Store, safe for concurrent use.
+func NewMapStore() Store { return &mapStore{m: map[string]resState{}} }
 
 // Put implements Store.
-func (m *MapStore) Put(_ context.Context, resource string, token fence.Token, value string) error {
+func (m *mapStore) Put(_ context.Context, resource string, token fence.Token, value string) error {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	m.m[resource] = found(value, token)
@@ -147,7 +147,7 @@ func (m *MapStore) Put(_ context.Context, resource string, token fence.Token, va
 }
 
 // Get implements Store.
-func (m *MapStore) Get(_ context.Context, resource string) (string, fence.Token, bool, error) {
+func (m *mapStore) Get(_ context.Context, resource string) (string, fence.Token, bool, error) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	s, ok := m.m[resource]

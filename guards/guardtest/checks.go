@@ -21,7 +21,7 @@ func mustAccept(ctx context.Context, s Subject, r string, tok fence.Token, v str
 // with any valid token is accepted and read back.
 func checkFirstWrite(ctx context.Context, s Subject, cfg Config) error {
 	r := resourceName(cfg, "first", 0)
-	if err := expectState(ctx, s, r, State{}, "before any write"); err != nil {
+	if err := expectState(ctx, s, r, resState{}, "before any write"); err != nil {
 		return err
 	}
 	if err := mustAccept(ctx, s, r, 5, "v5"); err != nil {
@@ -155,7 +155,7 @@ func checkInvalidTokens(ctx context.Context, s Subject, cfg Config) error {
 	if err := expectState(ctx, s, r, found("keep", 5), "after invalid tokens"); err != nil {
 		errs = append(errs, err)
 	}
-	if err := expectState(ctx, s, fresh, State{}, "after invalid tokens on a fresh resource"); err != nil {
+	if err := expectState(ctx, s, fresh, resState{}, "after invalid tokens on a fresh resource"); err != nil {
 		errs = append(errs, err)
 	}
 	// The mark was not touched: token 5 is still admitted, 4 still refused.
@@ -168,8 +168,8 @@ func checkInvalidTokens(ctx context.Context, s Subject, cfg Config) error {
 	return errors.Join(errs...)
 }
 
-// InvalidResources returns the resource names every guard must refuse.
-func InvalidResources() []string {
+// invalidResources returns the resource names every guard must refuse.
+func invalidResources() []string {
 	return []string{
 		"",
 		"a\x00b",
@@ -189,7 +189,7 @@ func checkInvalidResources(ctx context.Context, s Subject, cfg Config) error {
 		return err
 	}
 	var errs []error
-	for _, name := range append(InvalidResources(), cfg.BadResources...) {
+	for _, name := range append(invalidResources(), cfg.BadResources...) {
 		err := s.Write(ctx, name, 9, "bad")
 		switch {
 		case err == nil:
@@ -213,7 +213,7 @@ func checkInvalidResources(ctx context.Context, s Subject, cfg Config) error {
 func checkFailedWrite(ctx context.Context, s Subject, cfg Config) error {
 	fw, ok := s.(FailingWriter)
 	if !ok {
-		return &UnsupportedError{Interface: "FailingWriter"}
+		return &unsupportedError{Interface: "FailingWriter"}
 	}
 	r := resourceName(cfg, "failed", 0)
 	if err := mustAccept(ctx, s, r, 5, "five"); err != nil {

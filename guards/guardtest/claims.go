@@ -35,23 +35,23 @@ const (
 	InterfaceContextWriter = "ContextWriter"
 )
 
-// UnsupportedError is returned by a check that needs an optional interface
+// unsupportedError is returned by a check that needs an optional interface
 // the Subject does not implement. It matches ErrUnsupported.
-type UnsupportedError struct {
+type unsupportedError struct {
 	Interface string // "FailingWriter", "ClaimWriter", "ContextWriter", "OutcomeWriter" or "StrictWriter"
 }
 
-func (e *UnsupportedError) Error() string {
+func (e *unsupportedError) Error() string {
 	return fmt.Sprintf("guardtest: subject does not implement guardtest.%s", e.Interface)
 }
 
 // Is reports whether target is ErrUnsupported.
-func (e *UnsupportedError) Is(target error) bool { return target == ErrUnsupported }
+func (e *unsupportedError) Is(target error) bool { return target == ErrUnsupported }
 
 // required reports whether Run fails (rather than skips) a check that
 // returned err: an unsupported required interface not listed as pending.
 func (cfg Config) required(err error) (iface string, req bool) {
-	var ue *UnsupportedError
+	var ue *unsupportedError
 	if !errors.As(err, &ue) {
 		return "", false
 	}
@@ -124,7 +124,7 @@ func checkEnded(ctx context.Context, s Subject, cfg Config, name string,
 	if err := expectState(ctx, s, r, found("five", 5), "after a write under a cancelled context"); err != nil {
 		errs = append(errs, err)
 	}
-	if err := expectState(ctx, s, fresh, State{}, "after a write under a cancelled context on a fresh resource"); err != nil {
+	if err := expectState(ctx, s, fresh, resState{}, "after a write under a cancelled context on a fresh resource"); err != nil {
 		errs = append(errs, err)
 	}
 	// The mark was not raised: token 5 is still admitted.
@@ -150,7 +150,7 @@ func checkEndedContext(ctx context.Context, s Subject, cfg Config) error {
 func checkEndedContextForm(ctx context.Context, s Subject, cfg Config) error {
 	cw, ok := s.(ContextWriter)
 	if !ok {
-		return &UnsupportedError{Interface: InterfaceContextWriter}
+		return &unsupportedError{Interface: InterfaceContextWriter}
 	}
 	return checkEnded(ctx, s, cfg, "endedctx", func(ctx context.Context, r string, tok fence.Token, v string) error {
 		return cw.WriteContext(fence.WithClaim(ctx, fence.Claim{Token: tok}), r, v)
@@ -163,7 +163,7 @@ func checkEndedContextForm(ctx context.Context, s Subject, cfg Config) error {
 func checkNoToken(ctx context.Context, s Subject, cfg Config) error {
 	cw, ok := s.(ContextWriter)
 	if !ok {
-		return &UnsupportedError{Interface: InterfaceContextWriter}
+		return &unsupportedError{Interface: InterfaceContextWriter}
 	}
 	r := resourceName(cfg, "notoken", 0)
 	fresh := resourceName(cfg, "notoken", 1)
@@ -185,7 +185,7 @@ func checkNoToken(ctx context.Context, s Subject, cfg Config) error {
 	if err := expectState(ctx, s, r, found("five", 5), "after WriteContext without a claim"); err != nil {
 		errs = append(errs, err)
 	}
-	if err := expectState(ctx, s, fresh, State{}, "after WriteContext without a claim on a fresh resource"); err != nil {
+	if err := expectState(ctx, s, fresh, resState{}, "after WriteContext without a claim on a fresh resource"); err != nil {
 		errs = append(errs, err)
 	}
 	if err := mustAccept(ctx, s, fresh, 1, "one"); err != nil {
@@ -203,7 +203,7 @@ func checkNoToken(ctx context.Context, s Subject, cfg Config) error {
 func checkContextForm(ctx context.Context, s Subject, cfg Config) error {
 	cw, ok := s.(ContextWriter)
 	if !ok {
-		return &UnsupportedError{Interface: InterfaceContextWriter}
+		return &unsupportedError{Interface: InterfaceContextWriter}
 	}
 	accept := func(r string, tok fence.Token, v string) error {
 		if err := cw.WriteContext(fence.WithClaim(ctx, fence.Claim{Token: tok}), r, v); err != nil {
@@ -251,7 +251,7 @@ func checkContextForm(ctx context.Context, s Subject, cfg Config) error {
 			errs = append(errs, fmt.Errorf("WriteContext(%q) under claim %+v: error %s, want %s", r, bad.c, errText(err), errText(bad.want)))
 		}
 	}
-	for _, name := range InvalidResources() {
+	for _, name := range invalidResources() {
 		if err := cw.WriteContext(fence.WithClaim(ctx, fence.Claim{Token: 30}), name, "bad"); !errors.Is(err, fence.ErrInvalidResource) {
 			errs = append(errs, fmt.Errorf("WriteContext(%q): error %s, want fence.ErrInvalidResource", name, errText(err)))
 		}
@@ -306,7 +306,7 @@ func checkReusedErr(err error, r string, tok fence.Token, run, markRun string) e
 func checkTokenReuse(ctx context.Context, s Subject, cfg Config) error {
 	cw, ok := s.(ClaimWriter)
 	if !ok {
-		return &UnsupportedError{Interface: InterfaceClaimWriter}
+		return &unsupportedError{Interface: InterfaceClaimWriter}
 	}
 	const T = fence.Token(7)
 	r := resourceName(cfg, "reuse", 0)
@@ -317,7 +317,7 @@ func checkTokenReuse(ctx context.Context, s Subject, cfg Config) error {
 		}
 		return expectState(ctx, s, r, found(v, c.Token), fmt.Sprintf("after WriteClaim %+v", c))
 	}
-	reused := func(c fence.Claim, markRun string, want State) error {
+	reused := func(c fence.Claim, markRun string, want resState) error {
 		if err := checkReusedErr(cw.WriteClaim(ctx, r, c, "reused"), r, c.Token, c.Run, markRun); err != nil {
 			return err
 		}
@@ -365,7 +365,7 @@ func checkTokenReuse(ctx context.Context, s Subject, cfg Config) error {
 	if err := expectState(ctx, s, r, found("b", T+1), "after malformed runs"); err != nil {
 		errs = append(errs, err)
 	}
-	if err := expectState(ctx, s, fresh, State{}, "after malformed runs on a fresh resource"); err != nil {
+	if err := expectState(ctx, s, fresh, resState{}, "after malformed runs on a fresh resource"); err != nil {
 		errs = append(errs, err)
 	}
 	if err := mustAccept(ctx, s, r, T+1, "b again"); err != nil {

@@ -4,7 +4,7 @@
 // A guard's tests wrap it as a [Subject] (a guarded Write of a string value
 // and a Read of the current value and the token that wrote it) and call
 // [Run]. [FromGuard] builds a Subject from any fence.Guard plus a [Store];
-// [MapStore] is an in-memory Store for guards that protect nothing else.
+// [NewMapStore] returns an in-memory Store for guards that protect nothing else.
 //
 // Three further interfaces are required by default: [ClaimWriter] (a write
 // presenting a token with a run identity), [ContextWriter] (the guard's
@@ -90,7 +90,7 @@
 //     and makes no value appear (Read finds none), in every guard alike;
 //   - many concurrent writers with shuffled, interleaved tokens on several
 //     resources: from the recorded history of every attempt (invocation and
-//     completion order, outcome) [CheckHistory] verifies that no write was
+//     completion order, outcome) the check verifies that no write was
 //     accepted whose token is lower than that of a write whose acceptance
 //     completed before it was invoked, that every stale refusal names a
 //     higher token accepted from an attempt invoked before the refusal

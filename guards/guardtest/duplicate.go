@@ -43,13 +43,13 @@ type DuplicateWriter interface {
 // function when the write sent no committing request, so no copy was held.
 var ErrNothingHeld = errors.New("guardtest: no committing request was held")
 
-// InterfaceDuplicateWriter names DuplicateWriter in messages.
-const InterfaceDuplicateWriter = "DuplicateWriter"
+// interfaceDuplicateWriter names DuplicateWriter in messages.
+const interfaceDuplicateWriter = "DuplicateWriter"
 
-// DelayedWriteTimeout bounds the context of the delayed write in
+// delayedWriteTimeout bounds the context of the delayed write in
 // checkDelayedDuplicate: a guard that neither retries nor settles returns
 // when it ends.
-const DelayedWriteTimeout = 3 * time.Second
+const delayedWriteTimeout = 3 * time.Second
 
 // checkDelayedDuplicate checks that a delayed copy of an earlier write of a
 // run can never be applied after a later write of the same run: with the
@@ -62,11 +62,11 @@ const DelayedWriteTimeout = 3 * time.Second
 func checkDelayedDuplicate(ctx context.Context, s Subject, cfg Config) error {
 	dw, ok := s.(DuplicateWriter)
 	if !ok {
-		return &UnsupportedError{Interface: InterfaceDuplicateWriter}
+		return &unsupportedError{Interface: interfaceDuplicateWriter}
 	}
 	cw, ok := s.(ClaimWriter)
 	if !ok {
-		return &UnsupportedError{Interface: InterfaceClaimWriter}
+		return &unsupportedError{Interface: InterfaceClaimWriter}
 	}
 	var errs []error
 	for i, later := range []fence.Claim{{Token: 5, Run: runA}, {Token: 6, Run: runB}} {
@@ -82,7 +82,7 @@ func checkDelayed(ctx context.Context, s Subject, dw DuplicateWriter, cw ClaimWr
 	if err := cw.WriteClaim(ctx, r, first, "base"); err != nil {
 		return fmt.Errorf("WriteClaim(%q, token 5, run A) refused, want accepted: %w", r, err)
 	}
-	wctx, cancel := context.WithTimeout(ctx, DelayedWriteTimeout)
+	wctx, cancel := context.WithTimeout(ctx, delayedWriteTimeout)
 	deliver, err := dw.WriteDelayed(wctx, r, first, "first")
 	cancel()
 	what := fmt.Sprintf("WriteDelayed(%q, token 5, run A)", r)

@@ -17,8 +17,8 @@ type Fencer interface {
 	Guard() fence.Guard
 }
 
-// InterfaceFencer names Fencer in messages.
-const InterfaceFencer = "Fencer"
+// interfaceFencer names Fencer in messages.
+const interfaceFencer = "Fencer"
 
 // checkFenceClaim checks that a Fence callback's context carries the
 // admitted claim (fence.ClaimFromContext): the token Fence was given, with
@@ -28,7 +28,7 @@ const InterfaceFencer = "Fencer"
 func checkFenceClaim(ctx context.Context, s Subject, cfg Config) error {
 	g := fencerGuard(s)
 	if g == nil {
-		return &UnsupportedError{Interface: InterfaceFencer}
+		return &unsupportedError{Interface: interfaceFencer}
 	}
 	r := resourceName(cfg, "fenceclaim", 0)
 	var errs []error
@@ -78,19 +78,19 @@ func checkFenceClaim(ctx context.Context, s Subject, cfg Config) error {
 func checkFenceMissing(ctx context.Context, s Subject, cfg Config) error {
 	g := fencerGuard(s)
 	if g == nil {
-		return &UnsupportedError{Interface: InterfaceFencer}
+		return &unsupportedError{Interface: interfaceFencer}
 	}
 	r := resourceName(cfg, "fencemissing", 0)
 	if err := g.Fence(ctx, r, 5, func(context.Context) error { return nil }); err != nil {
 		return fmt.Errorf("Fence(%q, token 5) writing nothing on a missing resource: %w", r, err)
 	}
-	if err := expectState(ctx, s, r, State{}, "after a Fence that wrote nothing"); err != nil {
+	if err := expectState(ctx, s, r, resState{}, "after a Fence that wrote nothing"); err != nil {
 		return err
 	}
 	if err := checkStaleErr(s.Write(ctx, r, 4, "four"), r, 4, 5); err != nil {
 		return fmt.Errorf("after a Fence that wrote nothing under token 5: %w", err)
 	}
-	if err := expectState(ctx, s, r, State{}, "after a stale write"); err != nil {
+	if err := expectState(ctx, s, r, resState{}, "after a stale write"); err != nil {
 		return err
 	}
 	if err := mustAccept(ctx, s, r, 5, "five"); err != nil {

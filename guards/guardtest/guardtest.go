@@ -105,20 +105,20 @@ type Config struct {
 
 // Defaults used by Config.
 const (
-	DefaultWriters   = 8
-	DefaultRounds    = 25
-	DefaultResources = 3
-	DefaultReaders   = 2
-	DefaultPrefix    = "guardtest/"
-	DefaultTimeout   = 2 * time.Minute
+	defaultWriters   = 8
+	defaultRounds    = 25
+	defaultResources = 3
+	defaultReaders   = 2
+	defaultPrefix    = "guardtest/"
+	defaultTimeout   = 2 * time.Minute
 
-	DefaultFaultRounds   = 6
-	DefaultFaultEvery    = 4
-	DefaultDeliveryDelay = 200 * time.Millisecond
-	DefaultSearchTimeout = time.Minute
+	defaultFaultRounds   = 6
+	defaultFaultEvery    = 4
+	defaultDeliveryDelay = 200 * time.Millisecond
+	defaultSearchTimeout = time.Minute
 )
 
-// ErrUnsupported is matched by the *UnsupportedError a check returns when it
+// ErrUnsupported is matched by the *unsupportedError a check returns when it
 // needs an optional interface the Subject does not implement. Run fails or
 // skips such a check (see Config.Pending).
 var ErrUnsupported = errors.New("guardtest: subject does not support this check")
@@ -127,34 +127,34 @@ var ErrUnsupported = errors.New("guardtest: subject does not support this check"
 // New may be nil here (the check functions do not use it); Run requires it.
 func (cfg Config) WithDefaults() (Config, error) {
 	if cfg.Writers == 0 {
-		cfg.Writers = DefaultWriters
+		cfg.Writers = defaultWriters
 	}
 	if cfg.Rounds == 0 {
-		cfg.Rounds = DefaultRounds
+		cfg.Rounds = defaultRounds
 	}
 	if cfg.Resources == 0 {
-		cfg.Resources = DefaultResources
+		cfg.Resources = defaultResources
 	}
 	if cfg.Readers == 0 {
-		cfg.Readers = DefaultReaders
+		cfg.Readers = defaultReaders
 	}
 	if cfg.Prefix == "" {
-		cfg.Prefix = DefaultPrefix
+		cfg.Prefix = defaultPrefix
 	}
 	if cfg.Timeout == 0 {
-		cfg.Timeout = DefaultTimeout
+		cfg.Timeout = defaultTimeout
 	}
 	if cfg.FaultRounds == 0 {
-		cfg.FaultRounds = DefaultFaultRounds
+		cfg.FaultRounds = defaultFaultRounds
 	}
 	if cfg.FaultEvery == 0 {
-		cfg.FaultEvery = DefaultFaultEvery
+		cfg.FaultEvery = defaultFaultEvery
 	}
 	if cfg.DeliveryDelay == 0 {
-		cfg.DeliveryDelay = DefaultDeliveryDelay
+		cfg.DeliveryDelay = defaultDeliveryDelay
 	}
 	if cfg.SearchTimeout == 0 {
-		cfg.SearchTimeout = DefaultSearchTimeout
+		cfg.SearchTimeout = defaultSearchTimeout
 	}
 	switch {
 	case cfg.Writers < 1 || cfg.Rounds < 1 || cfg.Resources < 1:
@@ -269,14 +269,14 @@ func resourceName(cfg Config, check string, i int) string {
 }
 
 // expectState reads resource and compares with the wanted state.
-func expectState(ctx context.Context, s Subject, resource string, want State, when string) error {
+func expectState(ctx context.Context, s Subject, resource string, want resState, when string) error {
 	v, tok, found, err := s.Read(ctx, resource)
 	if err != nil {
 		return fmt.Errorf("%s: Read(%q): %w", when, resource, err)
 	}
-	got := State{Value: v, Token: tok, Found: found}
+	got := resState{Value: v, Token: tok, Found: found}
 	if !found {
-		got = State{}
+		got = resState{}
 	}
 	if got != want {
 		return fmt.Errorf("%s: Read(%q) = %s, want %s", when, resource, got, want)
@@ -284,22 +284,22 @@ func expectState(ctx context.Context, s Subject, resource string, want State, wh
 	return nil
 }
 
-// State is a resource's stored value and the token that wrote it.
-type State struct {
+// resState is a resource's stored value and the token that wrote it.
+type resState struct {
 	Value string
 	Token fence.Token
 	Found bool
 }
 
 // String formats s for messages.
-func (s State) String() string {
+func (s resState) String() string {
 	if !s.Found {
 		return "not found"
 	}
 	return fmt.Sprintf("{value %q, token %d}", s.Value, s.Token)
 }
 
-func found(v string, t fence.Token) State { return State{Value: v, Token: t, Found: true} }
+func found(v string, t fence.Token) resState { return resState{Value: v, Token: t, Found: true} }
 
 // configErr is the *fence.ConfigError of a guardtest Config field.
 func configErr(field, reason string, err error) error {

@@ -12,11 +12,11 @@ import (
 	"github.com/fencekit/fencekit/fence"
 )
 
-// Attempt is one recorded write attempt. Invoked and Completed are ticks of
+// plannedAttempt is one recorded write attempt. Invoked and Completed are ticks of
 // one logical clock shared by every writer of a run, taken just before Write
 // is called and just after it returns: a.Completed < b.Invoked means a had
 // returned before b was invoked (real-time order).
-type Attempt struct {
+type plannedAttempt struct {
 	Writer    int
 	Resource  string
 	Token     fence.Token
@@ -49,30 +49,30 @@ func classify(err error) outcome {
 	}
 }
 
-// maxViolations bounds how many violations CheckHistory reports one by one.
+// maxViolations bounds how many violations checkHistory reports one by one.
 const maxViolations = 10
 
-// Observation is one Read by a concurrent reader, with the same clock ticks
-// as Attempt.
-type Observation struct {
+// observation is one Read by a concurrent reader, with the same clock ticks
+// as plannedAttempt.
+type observation struct {
 	Reader    int
 	Resource  string
-	State     State
+	State     resState
 	Invoked   int64
 	Completed int64
 	Err       error
 }
 
-// History is what RunHistory records: every write attempt, every concurrent
+// concHistory is what runHistory records: every write attempt, every concurrent
 // read, and the final state of each resource read after all writers had
 // finished.
-type History struct {
-	Attempts []Attempt
-	Reads    []Observation
-	Final    map[string]State
+type concHistory struct {
+	Attempts []plannedAttempt
+	Reads    []observation
+	Final    map[string]resState
 }
 
-// CheckHistory verifies a recorded history. Values must be unique per
+// checkHistory verifies a recorded history. Values must be unique per
 // (resource, token). It reports:
 //
 //   - an accepted write whose token is lower than that of a write accepted
@@ -89,7 +89,7 @@ type History struct {
 //     it was invoked (reads must not go back in time);
 //   - a final state other than the value and token of the highest accepted
 //     token (or "not found" when nothing was accepted).
-func CheckHistory(h History) error {
+func checkHistory(h concHistory) error {
 	history, final := h.Attempts, h.Final
 	var errs []error
 	total := 0
@@ -100,11 +100,11 @@ func CheckHistory(h History) error {
 		}
 	}
 
-	readsByRes := map[string][]Observation{}
+	readsByRes := map[string][]observation{}
 	for _, o := range h.Reads {
 		readsByRes[o.Resource] = append(readsByRes[o.Resource], o)
 	}
-	byRes := map[string][]Attempt{}
+	byRes := map[string][]plannedAttempt{}
 	for _, a := range history {
 		if a.Completed <= a.Invoked {
 			report("attempt %+v: completed tick %d not after invoked tick %d", a, a.Completed, a.Invoked)
@@ -119,7 +119,7 @@ func CheckHistory(h History) error {
 
 	for _, r := range resources {
 		as := byRes[r]
-		var acc []Attempt
+		var acc []plannedAttempt
 		for _, a := range as {
 			switch classify(a.Err) {
 			case accepted:
@@ -130,11 +130,11 @@ func CheckHistory(h History) error {
 		}
 		// Accepted attempts by completion; prefix maximum of their tokens.
 		sort.Slice(acc, func(i, j int) bool { return acc[i].Completed < acc[j].Completed })
-		accByToken := map[fence.Token][]Attempt{}
+		accByToken := map[fence.Token][]plannedAttempt{}
 		for _, a := range acc {
 			accByToken[a.Token] = append(accByToken[a.Token], a)
 		}
-		prefMax := make([]Attempt, len(acc))
+		prefMax := make([]plannedAttempt, len(acc))
 		for i, a := range acc {
 			prefMax[i] = a
 			if i > 0 && prefMax[i-1].Token > a.Token {
@@ -143,10 +143,10 @@ func CheckHistory(h History) error {
 		}
 		// maxBefore returns the accepted attempt with the highest token
 		// among those completed before tick, if any.
-		maxBefore := func(tick int64) (Attempt, bool) {
+		maxBefore := func(tick int64) (plannedAttempt, bool) {
 			n := sort.Search(len(acc), func(i int) bool { return acc[i].Completed >= tick })
 			if n == 0 {
-				return Attempt{}, false
+				return plannedAttempt{}, false
 			}
 			return prefMax[n-1], true
 		}
@@ -187,7 +187,7 @@ func CheckHistory(h History) error {
 					r, s.Token, s.Writer, se.Highest, se.Highest)
 			}
 		}
-		var reads []Observation
+		var reads []observation
 		for _, o := range readsByRes[r] {
 			if o.Err != nil {
 				report("%q: concurrent Read failed: %v", r, o.Err)
@@ -221,9 +221,9 @@ func CheckHistory(h History) error {
 			}
 		}
 		sort.Slice(reads, func(i, j int) bool { return reads[i].Completed < reads[j].Completed })
-		var best Observation
+		var best observation
 		j := 0
-		byInvoked := append([]Observation(nil), reads...)
+		byInvoked := append([]observation(nil), reads...)
 		sort.Slice(byInvoked, func(i, j int) bool { return byInvoked[i].Invoked < byInvoked[j].Invoked })
 		for _, o := range byInvoked {
 			for ; j < len(reads) && reads[j].Completed < o.Invoked; j++ {
@@ -235,7 +235,7 @@ func CheckHistory(h History) error {
 				report("%q: read (invoked at %d) returned %s after an earlier read (completed at %d) had returned token %d", r, o.Invoked, o.State, best.Completed, best.State.Token)
 			}
 		}
-		want := State{}
+		want := resState{}
 		for _, a := range acc {
 			if !want.Found || a.Token > want.Token {
 				want = found(a.Value, a.Token)
@@ -254,13 +254,13 @@ func CheckHistory(h History) error {
 	return errors.Join(errs...)
 }
 
-// Workload returns, for each writer, the (resource, token) pairs it attempts
+// workload returns, for each writer, the (resource, token) pairs it attempts
 // in order. For each resource, round j hands the tokens j*writers+1 ..
 // (j+1)*writers to the writers in a random order, and each writer visits
 // the resources of a round in a random order, so writers race within a
 // round and drift apart across rounds (a slow writer presents old tokens).
-func Workload(rng *rand.Rand, resources []string, writers, rounds int) [][]Attempt {
-	plan := make([][]Attempt, writers)
+func workload(rng *rand.Rand, resources []string, writers, rounds int) [][]plannedAttempt {
+	plan := make([][]plannedAttempt, writers)
 	for j := 0; j < rounds; j++ {
 		perms := make([][]int, len(resources))
 		for k := range resources {
@@ -269,7 +269,7 @@ func Workload(rng *rand.Rand, resources []string, writers, rounds int) [][]Attem
 		for w := 0; w < writers; w++ {
 			for _, k := range rng.Perm(len(resources)) {
 				tok := fence.Token(j*writers + perms[k][w] + 1)
-				plan[w] = append(plan[w], Attempt{
+				plan[w] = append(plan[w], plannedAttempt{
 					Writer:   w,
 					Resource: resources[k],
 					Token:    tok,
@@ -281,11 +281,11 @@ func Workload(rng *rand.Rand, resources []string, writers, rounds int) [][]Attem
 	return plan
 }
 
-// RunHistory executes plan (one goroutine per writer, all released at once)
+// runHistory executes plan (one goroutine per writer, all released at once)
 // against s while readers goroutines read the plan's resources in a loop,
 // records every attempt and read, and once every writer has finished reads
 // the final state of each resource.
-func RunHistory(ctx context.Context, s Subject, plan [][]Attempt, readers int) (History, error) {
+func runHistory(ctx context.Context, s Subject, plan [][]plannedAttempt, readers int) (concHistory, error) {
 	var clock atomic.Int64
 	start := make(chan struct{})
 	writersDone := make(chan struct{})
@@ -302,9 +302,9 @@ func RunHistory(ctx context.Context, s Subject, plan [][]Attempt, readers int) (
 		}
 	}
 	var writers, readersWG sync.WaitGroup
-	out := make([][]Attempt, len(plan))
+	out := make([][]plannedAttempt, len(plan))
 	for w := range plan {
-		out[w] = make([]Attempt, 0, len(plan[w]))
+		out[w] = make([]plannedAttempt, 0, len(plan[w]))
 		writers.Add(1)
 		go func() {
 			defer writers.Done()
@@ -320,7 +320,7 @@ func RunHistory(ctx context.Context, s Subject, plan [][]Attempt, readers int) (
 			}
 		}()
 	}
-	obs := make([][]Observation, readers)
+	obs := make([][]observation, readers)
 	for rd := 0; rd < readers && len(resources) > 0; rd++ {
 		readersWG.Add(1)
 		go func() {
@@ -336,7 +336,7 @@ func RunHistory(ctx context.Context, s Subject, plan [][]Attempt, readers int) (
 				if ctx.Err() != nil {
 					return
 				}
-				o := Observation{Reader: rd, Resource: resources[(i+rd)%len(resources)]}
+				o := observation{Reader: rd, Resource: resources[(i+rd)%len(resources)]}
 				o.Invoked = clock.Add(1)
 				v, tok, ok, err := s.Read(ctx, o.Resource)
 				o.Completed = clock.Add(1)
@@ -356,9 +356,9 @@ func RunHistory(ctx context.Context, s Subject, plan [][]Attempt, readers int) (
 	close(writersDone)
 	readersWG.Wait()
 	if err := ctx.Err(); err != nil {
-		return History{}, fmt.Errorf("history run did not finish: %w", err)
+		return concHistory{}, fmt.Errorf("history run did not finish: %w", err)
 	}
-	h := History{Final: map[string]State{}}
+	h := concHistory{Final: map[string]resState{}}
 	for _, as := range out {
 		h.Attempts = append(h.Attempts, as...)
 	}
@@ -368,9 +368,9 @@ func RunHistory(ctx context.Context, s Subject, plan [][]Attempt, readers int) (
 	for _, r := range resources {
 		v, tok, ok, err := s.Read(ctx, r)
 		if err != nil {
-			return History{}, fmt.Errorf("final Read(%q): %w", r, err)
+			return concHistory{}, fmt.Errorf("final Read(%q): %w", r, err)
 		}
-		h.Final[r] = State{}
+		h.Final[r] = resState{}
 		if ok {
 			h.Final[r] = found(v, tok)
 		}
@@ -379,9 +379,9 @@ func RunHistory(ctx context.Context, s Subject, plan [][]Attempt, readers int) (
 }
 
 // CheckConcurrent runs cfg.Writers goroutines over cfg.Resources resources
-// with cfg.Rounds interleaved, shuffled tokens each (see Workload), and
+// with cfg.Rounds interleaved, shuffled tokens each (see workload), and
 // cfg.Readers concurrent readers, records the history and verifies it with
-// CheckHistory. It also requires that some
+// checkHistory. It also requires that some
 // writes were accepted and some refused, so the run exercised both paths.
 func CheckConcurrent(ctx context.Context, s Subject, cfg Config) error {
 	resources := make([]string, cfg.Resources)
@@ -389,11 +389,11 @@ func CheckConcurrent(ctx context.Context, s Subject, cfg Config) error {
 		resources[i] = resourceName(cfg, "concurrent", i)
 	}
 	rng := rand.New(rand.NewPCG(rand.Uint64(), rand.Uint64()))
-	h, err := RunHistory(ctx, s, Workload(rng, resources, cfg.Writers, cfg.Rounds), cfg.Readers)
+	h, err := runHistory(ctx, s, workload(rng, resources, cfg.Writers, cfg.Rounds), cfg.Readers)
 	if err != nil {
 		return err
 	}
-	if err := CheckHistory(h); err != nil {
+	if err := checkHistory(h); err != nil {
 		return err
 	}
 	var nAcc, nRef, nBusy int

@@ -13,7 +13,7 @@ import (
 
 // checkLinearizable runs cfg.Writers concurrent writers and cfg.Readers
 // concurrent readers over cfg.Resources resources for cfg.FaultRounds rounds
-// of interleaved, shuffled tokens (see Workload), with run identities: each
+// of interleaved, shuffled tokens (see workload), with run identities: each
 // token's holder writes under its own run, sometimes twice in a row, now and
 // then without a run, and now and then the same token is presented by
 // another run (a re-issued token). Writers also read back now and then, and
@@ -63,15 +63,15 @@ func checkLinearizable(ctx context.Context, s Subject, cfg Config) error {
 	ow, _ := s.(OutcomeWriter)
 	dw, _ := s.(DuplicateWriter)
 	cw, _ := s.(ClaimWriter)
-	var faults []Fault
+	var faults []faultKind
 	var skipped []string
 	if ow != nil {
-		faults = append(faults, FaultHeld)
+		faults = append(faults, faultHeld)
 	} else {
 		skipped = append(skipped, "held replies (no guardtest.OutcomeWriter)")
 	}
 	if dw != nil {
-		faults = append(faults, FaultDelayed)
+		faults = append(faults, faultDelayed)
 	} else {
 		skipped = append(skipped, "delayed duplicates (no guardtest.DuplicateWriter)")
 	}
@@ -86,7 +86,7 @@ func checkLinearizable(ctx context.Context, s Subject, cfg Config) error {
 		resources[i] = resourceName(cfg, "linearizable", i)
 	}
 	rng := rand.New(rand.NewPCG(rand.Uint64(), rand.Uint64()))
-	plan := LinearizablePlan(rng, resources, cfg.Writers, cfg.FaultRounds, cfg.FaultEvery, faults, cw != nil)
+	plan := linearizablePlan(rng, resources, cfg.Writers, cfg.FaultRounds, cfg.FaultEvery, faults, cw != nil)
 	r := &linRunner{s: s, ow: ow, dw: dw, cw: cw, cfg: cfg, plan: plan, resources: resources,
 		slots: map[string]*atomic.Bool{}, rng: rng}
 	for _, res := range resources {
@@ -97,7 +97,7 @@ func checkLinearizable(ctx context.Context, s Subject, cfg Config) error {
 		return err
 	}
 	start := time.Now()
-	res := CheckLinearizableHistory(h, cfg.SearchTimeout)
+	res := checkLinearizableHistory(h, cfg.SearchTimeout)
 	if cfg.Logf != nil {
 		cfg.Logf("guardtest: linearizability: %s; search %v", h.summary(), time.Since(start).Round(time.Millisecond))
 	}
@@ -110,35 +110,35 @@ func checkLinearizable(ctx context.Context, s Subject, cfg Config) error {
 	return nil
 }
 
-// Fault is how checkLinearizable makes a planned write.
-type Fault string
+// faultKind is how checkLinearizable makes a planned write.
+type faultKind string
 
 // Faults of checkLinearizable.
 const (
-	FaultNone    Fault = ""        // Write, or WriteClaim with a ClaimWriter
-	FaultHeld    Fault = "held"    // OutcomeWriter.WriteHeld
-	FaultDelayed Fault = "delayed" // DuplicateWriter.WriteDelayed
+	faultNone    faultKind = ""        // Write, or WriteClaim with a ClaimWriter
+	faultHeld    faultKind = "held"    // OutcomeWriter.WriteHeld
+	faultDelayed faultKind = "delayed" // DuplicateWriter.WriteDelayed
 )
 
-func (f Fault) label() string {
-	if f == FaultNone {
+func (f faultKind) label() string {
+	if f == faultNone {
 		return "plain"
 	}
 	return string(f)
 }
 
-// PlannedWrite is one write of a LinearizablePlan.
-type PlannedWrite struct {
+// plannedWrite is one write of a linearizablePlan.
+type plannedWrite struct {
 	Resource string
 	Claim    fence.Claim
 	Value    string
-	Fault    Fault
+	Fault    faultKind
 	ReadBack bool // the writer reads Resource right after this write
 	Round    int  // the round of its token: writers start each round together
 }
 
-// LinearizablePlan returns, for each writer, the writes checkLinearizable
-// makes in order. Tokens are Workload's (rounds rounds over resources). Each
+// linearizablePlan returns, for each writer, the writes checkLinearizable
+// makes in order. Tokens are workload's (rounds rounds over resources). Each
 // token's writer presents the run "g<token>.w<writer>", or (when claims is
 // false, or for one write in ten) no run; one write in four is followed by a
 // second write of the same claim; one in twelve is echoed by the next writer
@@ -147,12 +147,12 @@ type PlannedWrite struct {
 // them, chosen at random: a held write presents its token without a run, a
 // delayed write is always followed by a second write of the same claim.
 // Values are unique.
-func LinearizablePlan(rng *rand.Rand, resources []string, writers, rounds, faultEvery int, faults []Fault, claims bool) [][]PlannedWrite {
-	base := Workload(rng, resources, writers, rounds)
-	plan := make([][]PlannedWrite, writers)
+func linearizablePlan(rng *rand.Rand, resources []string, writers, rounds, faultEvery int, faults []faultKind, claims bool) [][]plannedWrite {
+	base := workload(rng, resources, writers, rounds)
+	plan := make([][]plannedWrite, writers)
 	val := func(w int, tok fence.Token) string { return fmt.Sprintf("w%d.%d-t%d", w, len(plan[w]), tok) }
 	round := 0
-	add := func(w int, p PlannedWrite) {
+	add := func(w int, p plannedWrite) {
 		p.Round = round
 		p.Value = val(w, p.Claim.Token)
 		p.ReadBack = rng.IntN(4) == 0
@@ -168,23 +168,23 @@ func LinearizablePlan(rng *rand.Rand, resources []string, writers, rounds, fault
 				if claims && rng.IntN(10) != 0 {
 					c.Run = fmt.Sprintf("g%d.w%d", a.Token, w)
 				}
-				p := PlannedWrite{Resource: a.Resource, Claim: c}
+				p := plannedWrite{Resource: a.Resource, Claim: c}
 				if len(faults) > 0 && rng.IntN(max(faultEvery, 1)) == 0 {
 					p.Fault = faults[rng.IntN(len(faults))]
 				}
-				if p.Fault == FaultHeld {
+				if p.Fault == faultHeld {
 					p.Claim.Run = ""
 				}
-				if p.Fault != FaultNone {
+				if p.Fault != faultNone {
 					nFaults++
 				}
 				add(w, p)
-				if p.Fault == FaultDelayed || rng.IntN(4) == 0 {
-					add(w, PlannedWrite{Resource: a.Resource, Claim: p.Claim})
+				if p.Fault == faultDelayed || rng.IntN(4) == 0 {
+					add(w, plannedWrite{Resource: a.Resource, Claim: p.Claim})
 				}
 				if claims && writers > 1 && rng.IntN(12) == 0 {
 					o := (w + 1) % writers
-					add(o, PlannedWrite{Resource: a.Resource, Claim: fence.Claim{Token: a.Token, Run: fmt.Sprintf("g%d.x%d", a.Token, o)}})
+					add(o, plannedWrite{Resource: a.Resource, Claim: fence.Claim{Token: a.Token, Run: fmt.Sprintf("g%d.x%d", a.Token, o)}})
 				}
 			}
 		}
@@ -192,13 +192,13 @@ func LinearizablePlan(rng *rand.Rand, resources []string, writers, rounds, fault
 	if len(faults) > 0 && nFaults == 0 && len(plan[0]) > 0 {
 		f := faults[rng.IntN(len(faults))]
 		plan[0][0].Fault = f
-		if f == FaultHeld {
+		if f == faultHeld {
 			plan[0][0].Claim.Run = ""
 		} else {
 			// A delayed write is followed by a later write of its claim.
 			p := plan[0][0]
-			p.Fault, p.Value = FaultNone, p.Value+"-again"
-			plan[0] = append([]PlannedWrite{plan[0][0], p}, plan[0][1:]...)
+			p.Fault, p.Value = faultNone, p.Value+"-again"
+			plan[0] = append([]plannedWrite{plan[0][0], p}, plan[0][1:]...)
 		}
 	}
 	return plan

@@ -14,7 +14,7 @@ import (
 	"github.com/fencekit/fencekit/fence"
 )
 
-// Outcomes of a write in a LinearHistory.
+// Outcomes of a write in a linearHistory.
 const (
 	outcomeOK         = "ok"
 	outcomeStale      = "stale"
@@ -48,17 +48,17 @@ func writeOutcome(err error) string {
 	return outcomeUnexpected
 }
 
-// LinearWrite is one recorded write of checkLinearizable. Invoked and
+// linearWrite is one recorded write of checkLinearizable. Invoked and
 // Completed are ticks of the run's logical clock around the call; for a
 // delayed write, Delivered is the tick after its held copy's delivery
 // returned (0 for other writes).
-type LinearWrite struct {
+type linearWrite struct {
 	Writer    int
 	Seq       int // its place in the writer's plan: orders a run's writes
 	Resource  string
 	Claim     fence.Claim
 	Value     string
-	Fault     Fault
+	Fault     faultKind
 	Invoked   int64
 	Completed int64
 	Delivered int64
@@ -72,15 +72,15 @@ type LinearWrite struct {
 	Violation string
 }
 
-// LinearHistory is what checkLinearizable records: every write, every read
+// linearHistory is what checkLinearizable records: every write, every read
 // (concurrent, read-backs and the final ones after every write and delivery
 // completed).
-type LinearHistory struct {
-	Writes []LinearWrite
-	Reads  []Observation
+type linearHistory struct {
+	Writes []linearWrite
+	Reads  []observation
 }
 
-func (h LinearHistory) count(outcome string) int {
+func (h linearHistory) count(outcome string) int {
 	n := 0
 	for _, w := range h.Writes {
 		if writeOutcome(w.Err) == outcome {
@@ -90,10 +90,10 @@ func (h LinearHistory) count(outcome string) int {
 	return n
 }
 
-func (h LinearHistory) summary() string {
-	faults := map[Fault]int{}
+func (h linearHistory) summary() string {
+	faults := map[faultKind]int{}
 	for _, w := range h.Writes {
-		if w.Fault != FaultNone {
+		if w.Fault != faultNone {
 			faults[w.Fault]++
 		}
 	}
@@ -104,13 +104,13 @@ func (h LinearHistory) summary() string {
 		}
 	}
 	return fmt.Sprintf("%d writes (%d held, %d delayed): %s; %d reads",
-		len(h.Writes), faults[FaultHeld], faults[FaultDelayed], strings.Join(parts, ", "), len(h.Reads))
+		len(h.Writes), faults[faultHeld], faults[faultDelayed], strings.Join(parts, ", "), len(h.Reads))
 }
 
 // linInput and linOutput are the Porcupine operations' input and output.
 type linInput struct {
 	read  bool
-	w     *LinearWrite // for a write
+	w     *linearWrite // for a write
 	claim fence.Claim
 	seq   int
 	value string
@@ -118,14 +118,14 @@ type linInput struct {
 
 type linOutput struct {
 	outcome string
-	state   State // for a read
+	state   resState // for a read
 }
 
 // regState is the fenced register's state: the stored value and token,
 // the mark's run, and the highest plan position of that run's writes
 // applied at this mark.
 type regState struct {
-	State
+	resState
 	run string
 	seq int
 }
@@ -140,7 +140,7 @@ func admit(st regState, in linInput) (regState, bool) {
 		return st, false // a copy of an earlier write of this run
 	}
 	tok, run := fence.NextMark(c, st.Token, st.run)
-	n := regState{State: found(in.value, tok), run: run}
+	n := regState{resState: found(in.value, tok), run: run}
 	switch {
 	case c.Run != "":
 		n.seq = in.seq
@@ -153,7 +153,7 @@ func admit(st regState, in linInput) (regState, bool) {
 func linStep(state, input, output any) []any {
 	st, in, out := state.(regState), input.(linInput), output.(linOutput)
 	if in.read {
-		if out.state == st.State {
+		if out.state == st.resState {
 			return []any{st}
 		}
 		return nil
@@ -202,17 +202,17 @@ var linModel = (&porcupine.NondeterministicModel{
 	},
 	DescribeState: func(state any) string {
 		st := state.(regState)
-		return fmt.Sprintf("%s mark run %q", st.State, st.run)
+		return fmt.Sprintf("%s mark run %q", st.resState, st.run)
 	},
 }).ToModel()
 
-// CheckLinearizableHistory checks h (see checkLinearizable) one resource at
+// checkLinearizableHistory checks h (see checkLinearizable) one resource at
 // a time against the fenced register, with Porcupine, each search bounded
 // by timeout (0: none). It reports every resource whose history is not
 // linearizable (with its operations and the longest order the search could
 // justify), every write whose subject reported a violation, every failed
 // read, and a search that did not finish in time.
-func CheckLinearizableHistory(h LinearHistory, timeout time.Duration) error {
+func checkLinearizableHistory(h linearHistory, timeout time.Duration) error {
 	var errs []error
 	byRes := map[string][]porcupine.Operation{}
 	var last int64
@@ -248,9 +248,9 @@ func CheckLinearizableHistory(h LinearHistory, timeout time.Duration) error {
 		ret := w.Completed
 		if out == outcomeUnknown || out == outcomeUnexpected {
 			switch {
-			case w.Fault == FaultHeld && w.Applied:
+			case w.Fault == faultHeld && w.Applied:
 				// The store applied the request before WriteHeld returned.
-			case w.Fault == FaultDelayed:
+			case w.Fault == faultDelayed:
 				ret = max(ret, w.Delivered) // the held copy is answered by then
 			default:
 				ret = math.MaxInt64 // pending: may take effect at any later time
@@ -269,7 +269,7 @@ func CheckLinearizableHistory(h LinearHistory, timeout time.Duration) error {
 		}
 		st := o.State
 		if !st.Found {
-			st = State{}
+			st = resState{}
 		}
 		byRes[o.Resource] = append(byRes[o.Resource], porcupine.Operation{
 			ClientId: o.Reader, Input: linInput{read: true},
@@ -296,7 +296,7 @@ func CheckLinearizableHistory(h LinearHistory, timeout time.Duration) error {
 
 // mayHaveApplied reports whether a write's outcome leaves it possibly
 // applied.
-func mayHaveApplied(w *LinearWrite) bool {
+func mayHaveApplied(w *linearWrite) bool {
 	switch writeOutcome(w.Err) {
 	case outcomeOK, outcomeUnknown, outcomeOvertaken, outcomeUnexpected:
 		return true
@@ -308,7 +308,7 @@ func mayHaveApplied(w *LinearWrite) bool {
 // may have set the mark it saw: for a stale one, a write with a higher token
 // that may have been applied, invoked before the refusal completed; for a
 // reused one, such a write with the same token and another run.
-func justifyRefusal(ws []LinearWrite, w *LinearWrite, out string) error {
+func justifyRefusal(ws []linearWrite, w *linearWrite, out string) error {
 	for i := range ws {
 		o := &ws[i]
 		if o.Resource != w.Resource || o.Invoked >= w.Completed || !mayHaveApplied(o) {

@@ -19,7 +19,7 @@ type linRunner struct {
 	dw        DuplicateWriter
 	cw        ClaimWriter
 	cfg       Config
-	plan      [][]PlannedWrite
+	plan      [][]plannedWrite
 	resources []string
 	slots     map[string]*atomic.Bool // a faulted write in flight (or its copy held) per resource
 	rng       *rand.Rand              // used before the goroutines start only
@@ -29,18 +29,18 @@ type linRunner struct {
 	rounds barrier
 
 	mu            sync.Mutex
-	deliveryReads []Observation // a read right after each delivery
+	deliveryReads []observation // a read right after each delivery
 }
 
-func (r *linRunner) run(ctx context.Context) (LinearHistory, error) {
+func (r *linRunner) run(ctx context.Context) (linearHistory, error) {
 	start := make(chan struct{})
 	writersDone := make(chan struct{})
 	total := 0
 	for _, p := range r.plan {
 		total += len(p)
 	}
-	out := make([][]*LinearWrite, len(r.plan))
-	reads := make([][]Observation, len(r.plan)+max(r.cfg.Readers, 0))
+	out := make([][]*linearWrite, len(r.plan))
+	reads := make([][]observation, len(r.plan)+max(r.cfg.Readers, 0))
 	seeds := make([]uint64, len(r.plan))
 	for i := range seeds {
 		seeds[i] = r.rng.Uint64()
@@ -62,7 +62,7 @@ func (r *linRunner) run(ctx context.Context) (LinearHistory, error) {
 				if ctx.Err() != nil {
 					return
 				}
-				lw := &LinearWrite{Writer: w, Seq: i, Resource: p.Resource, Claim: p.Claim, Value: p.Value}
+				lw := &linearWrite{Writer: w, Seq: i, Resource: p.Resource, Claim: p.Claim, Value: p.Value}
 				r.write(ctx, rng, p, lw)
 				out[w] = append(out[w], lw)
 				r.post.tick()
@@ -97,9 +97,9 @@ func (r *linRunner) run(ctx context.Context) (LinearHistory, error) {
 	readers.Wait()
 	r.post.wg.Wait()
 	if err := ctx.Err(); err != nil {
-		return LinearHistory{}, fmt.Errorf("linearizability run did not finish: %w", err)
+		return linearHistory{}, fmt.Errorf("linearizability run did not finish: %w", err)
 	}
-	var h LinearHistory
+	var h linearHistory
 	for _, ws := range out {
 		for _, w := range ws {
 			h.Writes = append(h.Writes, *w)
@@ -116,8 +116,8 @@ func (r *linRunner) run(ctx context.Context) (LinearHistory, error) {
 	return h, nil
 }
 
-func (r *linRunner) read(ctx context.Context, client int, res string) Observation {
-	o := Observation{Reader: client, Resource: res}
+func (r *linRunner) read(ctx context.Context, client int, res string) observation {
+	o := observation{Reader: client, Resource: res}
 	o.Invoked = r.clock.Add(1)
 	v, tok, ok, err := r.s.Read(ctx, res)
 	o.Completed = r.clock.Add(1)
@@ -132,21 +132,21 @@ func (r *linRunner) read(ctx context.Context, client int, res string) Observatio
 // commit applied.
 var errHeldCause = errors.New("guardtest: the check ends a held write's context after its commit was applied")
 
-func (r *linRunner) write(ctx context.Context, rng *rand.Rand, p PlannedWrite, lw *LinearWrite) {
+func (r *linRunner) write(ctx context.Context, rng *rand.Rand, p plannedWrite, lw *linearWrite) {
 	slot := r.slots[p.Resource]
 	fault := p.Fault
 	// One faulted write in flight per resource: subjects hold one request
 	// per resource at a time. A write that finds the slot taken goes plain.
-	if fault != FaultNone && !slot.CompareAndSwap(false, true) {
-		fault = FaultNone
+	if fault != faultNone && !slot.CompareAndSwap(false, true) {
+		fault = faultNone
 	}
 	lw.Fault = fault
 	switch fault {
-	case FaultHeld:
+	case faultHeld:
 		defer slot.Store(false)
 		hctx, cancel := context.WithCancelCause(ctx)
 		defer cancel(nil)
-		tctx, tcancel := context.WithTimeout(hctx, DelayedWriteTimeout)
+		tctx, tcancel := context.WithTimeout(hctx, delayedWriteTimeout)
 		defer tcancel()
 		var applied atomic.Bool
 		lw.Invoked = r.clock.Add(1)
@@ -159,8 +159,8 @@ func (r *linRunner) write(ctx context.Context, rng *rand.Rand, p PlannedWrite, l
 		if !lw.Applied && writeOutcome(lw.Err) == outcomeOK {
 			lw.Violation = "WriteHeld returned nil without reporting its commit applied: the subject's hold never caught the committing request's reply"
 		}
-	case FaultDelayed:
-		dctx, cancel := context.WithTimeout(ctx, DelayedWriteTimeout)
+	case faultDelayed:
+		dctx, cancel := context.WithTimeout(ctx, delayedWriteTimeout)
 		lw.Invoked = r.clock.Add(1)
 		deliver, err := r.dw.WriteDelayed(dctx, p.Resource, p.Claim, p.Value)
 		lw.Completed = r.clock.Add(1)

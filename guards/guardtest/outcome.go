@@ -31,8 +31,8 @@ type OutcomeWriter interface {
 	WriteHeld(ctx context.Context, resource string, token fence.Token, value string, applied func()) error
 }
 
-// InterfaceOutcomeWriter names OutcomeWriter in messages.
-const InterfaceOutcomeWriter = "OutcomeWriter"
+// interfaceOutcomeWriter names OutcomeWriter in messages.
+const interfaceOutcomeWriter = "OutcomeWriter"
 
 // checkOutcomeUnknown checks what a guard reports when its context ends
 // while its committing request is in flight and has in fact been applied,
@@ -46,7 +46,7 @@ const InterfaceOutcomeWriter = "OutcomeWriter"
 func checkOutcomeUnknown(ctx context.Context, s Subject, cfg Config) error {
 	ow, ok := s.(OutcomeWriter)
 	if !ok {
-		return &UnsupportedError{Interface: InterfaceOutcomeWriter}
+		return &unsupportedError{Interface: interfaceOutcomeWriter}
 	}
 	r := resourceName(cfg, "outcome", 0)
 	fresh := resourceName(cfg, "outcome", 1)

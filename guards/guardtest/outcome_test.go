@@ -35,13 +35,13 @@ const (
 )
 
 // remoteSubject models a guard whose commit is a request to a server: the
-// server (the reference guard over a MapStore) applies the write under its
+// server (the reference guard over NewMapStore) applies the write under its
 // own context, the reply is then held until the client's context ends, and
 // the client side reports as report says.
 type remoteSubject struct {
 	fullSubject
 	g      fence.Guard
-	store  *guardtest.MapStore
+	store  guardtest.Store
 	report string
 }
 

@@ -36,11 +36,11 @@ const InterfaceStrictWriter = "StrictWriter"
 func checkStrictScope(ctx context.Context, s Subject, cfg Config) error {
 	sw, ok := s.(StrictWriter)
 	if !ok {
-		return &UnsupportedError{Interface: InterfaceStrictWriter}
+		return &unsupportedError{Interface: InterfaceStrictWriter}
 	}
 	cw, ok := s.(ClaimWriter)
 	if !ok {
-		return &UnsupportedError{Interface: InterfaceClaimWriter}
+		return &unsupportedError{Interface: InterfaceClaimWriter}
 	}
 	base := resourceName(cfg, "scope", 0)
 	scopeA, scopeB := base+"/acme/conv-1", base+"/acme/conv-2"
@@ -54,7 +54,7 @@ func checkStrictScope(ctx context.Context, s Subject, cfg Config) error {
 		return err
 	}
 	var errs []error
-	refused := func(res string, c fence.Claim, want State, when string) {
+	refused := func(res string, c fence.Claim, want resState, when string) {
 		err := sw.WriteStrict(ctx, res, c, "out of scope")
 		what := fmt.Sprintf("WriteStrict(%q) under a claim scoped %q", res, c.Scope)
 		switch {
@@ -77,7 +77,7 @@ func checkStrictScope(ctx context.Context, s Subject, cfg Config) error {
 	refused(r, b, found("a", 5), "after another key's claim was refused")
 	refused(r, fence.Claim{Token: 9}, found("a", 5), "after a claim without a scope was refused")
 	refused(r, fence.Claim{Token: 9, Scope: base + "/acme/conv"}, found("a", 5), "after a scope that is a mere text prefix")
-	refused(scopeA, fence.Claim{Token: 9, Scope: scopeA}, State{}, "after a write to the scope itself")
+	refused(scopeA, fence.Claim{Token: 9, Scope: scopeA}, resState{}, "after a write to the scope itself")
 	// The mark did not move: A's token is still admitted.
 	if err := sw.WriteStrict(ctx, r, a, "a again"); err != nil {
 		errs = append(errs, fmt.Errorf("mark raised by a write refused as out of scope: %w", err))

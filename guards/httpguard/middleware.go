@@ -78,7 +78,7 @@ type Config struct {
 	// guard="http" (see docs/operations.md). The guard passed to Middleware
 	// may record its own decisions under its own kind. Nil records nothing.
 	MeterProvider metric.MeterProvider
-	// TracerProvider records one span (guardobs.SpanWrite, a child of the
+	// TracerProvider records one span ("fencekit.guard.write", a child of the
 	// span in the request's context) per request that reached the guard,
 	// and per request refused as out of scope (Strict). The guard passed
 	// to Middleware may record its own span, a child of this one. Nil
@@ -168,7 +168,7 @@ func Middleware(g fence.Guard, cfg Config) (func(http.Handler) http.Handler, err
 	if err != nil {
 		return nil, err
 	}
-	met, err := guardobs.New(guardobs.Config{Kind: guardobs.KindHTTP, Name: "httpguard",
+	met, err := guardobs.New(guardobs.Config{Kind: "http", Name: "httpguard",
 		MeterProvider: cfg.MeterProvider, TracerProvider: cfg.TracerProvider, Logger: cfg.Logger})
 	if err != nil {
 		return nil, configErr("MeterProvider", "instruments", err)

@@ -25,7 +25,7 @@ type Config struct {
 	// Nil discards.
 	Logger *slog.Logger
 	// TracerProvider records one span per Fence or Do call that got a
-	// claim (guardobs.SpanWrite, a child of the span in ctx; write's ctx
+	// claim ("fencekit.guard.write", a child of the span in ctx; write's ctx
 	// carries it). Nil records none.
 	TracerProvider trace.TracerProvider
 	// Strict refuses every write whose resource lies outside its claim's
@@ -54,7 +54,7 @@ var _ fence.Guard = (*Guard)(nil)
 
 // New returns an empty Guard: every resource starts with no mark.
 func New(cfg Config) (*Guard, error) {
-	met, err := guardobs.New(guardobs.Config{Kind: guardobs.KindMemory, Name: "memguard",
+	met, err := guardobs.New(guardobs.Config{Kind: "memory", Name: "memguard",
 		MeterProvider: cfg.MeterProvider, TracerProvider: cfg.TracerProvider, Logger: cfg.Logger})
 	if err != nil {
 		return nil, &fence.ConfigError{Source: "memguard", Field: "MeterProvider", Reason: "instruments", Err: err}

@@ -11,7 +11,6 @@ import (
 	"go.uber.org/goleak"
 
 	"github.com/fencekit/fencekit/fence"
-	"github.com/fencekit/fencekit/guards/guardobs"
 	"github.com/fencekit/fencekit/guards/guardtest"
 	"github.com/fencekit/fencekit/guards/memguard"
 	"github.com/fencekit/fencekit/internal/obs/obstest"
@@ -220,9 +219,9 @@ func TestReuseMetricAndLog(t *testing.T) {
 		assert.ErrorIs(t, g.Do(fence.WithClaim(context.Background(), fence.Claim{Token: 3, Run: "run-b"}), "r", ok), fence.ErrTokenReused)
 	}
 	pts := m.Collect()
-	assert.Equal(t, 2.0, obstest.Value(pts, guardobs.MetricReused, map[string]string{"guard": "memory"}))
-	assert.Equal(t, 1.0, obstest.Value(pts, guardobs.MetricAccepted, map[string]string{"guard": "memory"}))
-	assert.Equal(t, 0.0, obstest.Value(pts, guardobs.MetricStale, nil))
+	assert.Equal(t, 2.0, obstest.Value(pts, "fencekit.guard.reused", map[string]string{"guard": "memory"}))
+	assert.Equal(t, 1.0, obstest.Value(pts, "fencekit.guard.accepted", map[string]string{"guard": "memory"}))
+	assert.Equal(t, 0.0, obstest.Value(pts, "fencekit.guard.stale", nil))
 	recs := logs.Records()
 	require.Len(t, recs, 2)
 	for _, r := range recs {

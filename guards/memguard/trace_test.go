@@ -9,12 +9,11 @@ import (
 	"go.opentelemetry.io/otel/trace"
 
 	"github.com/fencekit/fencekit/fence"
-	"github.com/fencekit/fencekit/guards/guardobs"
 	"github.com/fencekit/fencekit/guards/memguard"
 	"github.com/fencekit/fencekit/internal/obs/obstest"
 )
 
-// TestWriteSpans: each Do/Fence call is one guardobs.SpanWrite span, a
+// TestWriteSpans: each Do/Fence call is one "fencekit.guard.write" span, a
 // child of the span in ctx, with the resource, claim and outcome; write's
 // ctx carries it; out-of-scope and stale refusals are outcomes (status
 // Unset), a failing write is an error.
@@ -41,15 +40,15 @@ func TestWriteSpans(t *testing.T) {
 		outcome  string
 		status   codes.Code
 	}{
-		{5, "acct/doc", inner, guardobs.OutcomeAccepted, codes.Unset},
-		{4, "acct/doc", inner, guardobs.OutcomeStale, codes.Unset},
-		{6, "other/doc", inner, guardobs.OutcomeOutOfScope, codes.Unset},
-		{6, "acct/doc", func(context.Context) error { return boom }, guardobs.OutcomeError, codes.Error},
+		{5, "acct/doc", inner, "accepted", codes.Unset},
+		{4, "acct/doc", inner, "stale", codes.Unset},
+		{6, "other/doc", inner, "out_of_scope", codes.Unset},
+		{6, "acct/doc", func(context.Context) error { return boom }, "error", codes.Error},
 	}
 	for _, s := range steps {
 		_ = g.Do(at(s.tok), s.resource, s.write)
 	}
-	got := spans.Ended(guardobs.SpanWrite)
+	got := spans.Ended("fencekit.guard.write")
 	if len(got) != len(steps) {
 		t.Fatalf("%d write spans, want %d", len(got), len(steps))
 	}
@@ -59,9 +58,9 @@ func TestWriteSpans(t *testing.T) {
 			t.Errorf("step %d: not a child of the caller's span", i)
 		}
 		want := map[string]string{
-			guardobs.AttrKind: guardobs.KindMemory, guardobs.AttrResource: s.resource,
-			guardobs.AttrToken: s.tok.String(), guardobs.AttrRunID: "run-1", guardobs.AttrScope: "acct",
-			guardobs.AttrOutcome: s.outcome,
+			"fencekit.guard.kind": "memory", "fencekit.guard.resource": s.resource,
+			"fencekit.guard.token": s.tok.String(), "fencekit.guard.run_id": "run-1", "fencekit.guard.scope": "acct",
+			"fencekit.guard.outcome": s.outcome,
 		}
 		for k, v := range want {
 			if a[k] != v {
@@ -72,8 +71,8 @@ func TestWriteSpans(t *testing.T) {
 			t.Errorf("step %d: status %v, want %v", i, sp.Status().Code, s.status)
 		}
 	}
-	if a := obstest.SpanAttrs(got[1]); a[guardobs.AttrMark] != "5" {
-		t.Errorf("stale span mark %q, want 5", a[guardobs.AttrMark])
+	if a := obstest.SpanAttrs(got[1]); a["fencekit.guard.mark.token"] != "5" {
+		t.Errorf("stale span mark %q, want 5", a["fencekit.guard.mark.token"])
 	}
 	stores := spans.Ended("store-write")
 	if len(stores) != 1 || !obstest.ChildOf(stores[0], got[0].SpanContext()) {
@@ -84,8 +83,8 @@ func TestWriteSpans(t *testing.T) {
 	if err := g.Do(ctx, "acct/doc", inner); !errors.Is(err, fence.ErrNoToken) {
 		t.Fatal(err)
 	}
-	got = spans.Ended(guardobs.SpanWrite)
-	if a := obstest.SpanAttrs(got[len(got)-1]); a[guardobs.AttrOutcome] != guardobs.OutcomeInvalid || a[guardobs.AttrNotSent] != "true" {
+	got = spans.Ended("fencekit.guard.write")
+	if a := obstest.SpanAttrs(got[len(got)-1]); a["fencekit.guard.outcome"] != "invalid" || a["fencekit.guard.before_write"] != "true" {
 		t.Errorf("no-claim span %v", a)
 	}
 }

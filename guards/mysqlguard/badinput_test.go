@@ -8,7 +8,6 @@ import (
 	"testing"
 
 	"github.com/fencekit/fencekit/fence"
-	"github.com/fencekit/fencekit/guards/guardobs"
 	"github.com/fencekit/fencekit/internal/obs/obstest"
 )
 
@@ -153,14 +152,14 @@ func TestMetricsAndReuseLog(t *testing.T) {
 		}
 	}
 	pts := m.Collect()
-	attr := map[string]string{guardobs.AttrGuard: guardobs.KindMySQL}
-	for name, want := range map[string]float64{guardobs.MetricAccepted: 4, guardobs.MetricStale: 2, guardobs.MetricReused: 2} {
+	attr := map[string]string{"guard": "mysql"}
+	for name, want := range map[string]float64{"fencekit.guard.accepted": 4, "fencekit.guard.stale": 2, "fencekit.guard.reused": 2} {
 		if got := obstest.Value(pts, name, attr); got != want {
 			t.Errorf("%s = %v, want %v", name, got, want)
 		}
 	}
 	recs := logs.AtLeast(slog.LevelError)
-	if len(recs) != 2 || recs[0].Message != "mysqlguard: "+guardobs.MsgReused || recs[0].Attrs[guardobs.FieldMarkRun] != "run-a" {
+	if len(recs) != 2 || recs[0].Message != "mysqlguard: "+"token reused by a different run; write refused" || recs[0].Attrs["mark_run"] != "run-a" {
 		t.Errorf("reuse logs: %+v", recs)
 	}
 }

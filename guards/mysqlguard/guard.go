@@ -54,7 +54,7 @@ type Config struct {
 	// MeterProvider records the guard instruments of package guardobs with
 	// guard="mysql". Nil records nothing.
 	MeterProvider metric.MeterProvider
-	// TracerProvider records one span (guardobs.SpanWrite, a child of the
+	// TracerProvider records one span ("fencekit.guard.write", a child of the
 	// span in ctx) per InTx call (fence statement, the caller's function and COMMIT) and per FenceTx call. Nil records none.
 	TracerProvider trace.TracerProvider
 	// Logger receives an Error record for every write refused because its
@@ -126,7 +126,7 @@ func New(cfg Config) (*Guard, error) {
 	case cfg.SettleTimeout == 0:
 		cfg.SettleTimeout = DefaultSettleTimeout
 	}
-	rec, err := guardobs.New(guardobs.Config{Kind: guardobs.KindMySQL, Name: "mysqlguard",
+	rec, err := guardobs.New(guardobs.Config{Kind: "mysql", Name: "mysqlguard",
 		MeterProvider: cfg.MeterProvider, TracerProvider: cfg.TracerProvider, Logger: cfg.Logger})
 	if err != nil {
 		return nil, configErr("MeterProvider", "instruments", err)

@@ -91,42 +91,18 @@ func NewRows(cfg RowsConfig) (*Rows, error) {
 	if err != nil {
 		return nil, err
 	}
-	if len(cfg.Key) == 0 {
-		return nil, configErr("Key", "at least one column", nil)
-	}
-	seen := map[string]bool{}
-	quote := func(field string, names []string) ([]string, error) {
-		return engine.QuoteNames(names, seen, func(n string) (string, error) { return quoteIdent(field, n) },
-			func(n string) error { return configErr(field, fmt.Sprintf("column %q named twice", n), nil) })
-	}
-	keys, err := quote("Key", cfg.Key)
+	c, err := engine.QuoteColumns("mysqlguard", cfg.Key, cfg.Columns, cfg.TokenColumn, cfg.RunColumn, quoteIdent)
 	if err != nil {
 		return nil, err
 	}
-	cols, err := quote("Columns", cfg.Columns)
-	if err != nil {
-		return nil, err
-	}
-	tok, err := quote("TokenColumn", []string{cfg.TokenColumn})
-	if err != nil {
-		return nil, err
-	}
-	run := ""
-	if cfg.RunColumn != "" {
-		r, err := quote("RunColumn", []string{cfg.RunColumn})
-		if err != nil {
-			return nil, err
-		}
-		run = r[0]
-	}
-	rec, err := guardobs.New(guardobs.Config{Kind: guardobs.KindMySQL, Name: "mysqlguard",
+	rec, err := guardobs.New(guardobs.Config{Kind: "mysql", Name: "mysqlguard",
 		MeterProvider: cfg.MeterProvider, TracerProvider: cfg.TracerProvider, Logger: cfg.Logger})
 	if err != nil {
 		return nil, configErr("MeterProvider", "instruments", err)
 	}
-	r := &Rows{table: cfg.Table, nKey: len(keys), nCols: len(cols), withRun: run != "", rec: rec,
+	r := &Rows{table: cfg.Table, nKey: len(c.Key), nCols: len(c.Data), withRun: c.Run != "", rec: rec,
 		args: engine.Args{Name: "mysqlguard", Strict: cfg.Strict, Rec: rec}}
-	r.statements(table, keys, cols, tok[0], run)
+	r.statements(table, c.Key, c.Data, c.Token, c.Run)
 	return r, nil
 }
 

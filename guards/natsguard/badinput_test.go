@@ -12,7 +12,6 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/fencekit/fencekit/fence"
-	"github.com/fencekit/fencekit/guards/guardobs"
 	"github.com/fencekit/fencekit/internal/obs/obstest"
 )
 
@@ -129,20 +128,20 @@ func TestMarkersAreTombstones(t *testing.T) {
 func TestBucketChecks(t *testing.T) {
 	ttl := newBucket(t, jetstream.KeyValueConfig{TTL: time.Hour})
 	js := connect(t, natsURL(), nil)
-	if _, err := New(context.Background(), Config{JS: js, Bucket: ttl}); !errors.Is(err, ErrBucket) {
+	if _, err := New(context.Background(), Config{Client: js, Bucket: ttl}); !errors.Is(err, ErrBucket) {
 		t.Errorf("bucket with a TTL: %v, want ErrBucket", err)
 	}
-	if _, err := New(context.Background(), Config{JS: js, Bucket: ttl, AllowExpiry: true}); err != nil {
+	if _, err := New(context.Background(), Config{Client: js, Bucket: ttl, AllowExpiry: true}); err != nil {
 		t.Errorf("bucket with a TTL, AllowExpiry: %v", err)
 	}
 	short := newBucket(t, jetstream.KeyValueConfig{TTL: 10 * time.Second})
-	if _, err := New(context.Background(), Config{JS: js, Bucket: short, AllowExpiry: true}); !errors.Is(err, ErrBucket) {
+	if _, err := New(context.Background(), Config{Client: js, Bucket: short, AllowExpiry: true}); !errors.Is(err, ErrBucket) {
 		t.Errorf("10 s duplicate window: %v, want ErrBucket", err)
 	}
-	if _, err := New(context.Background(), Config{JS: js, Bucket: "fktest_no_such_bucket"}); err == nil {
+	if _, err := New(context.Background(), Config{Client: js, Bucket: "fktest_no_such_bucket"}); err == nil {
 		t.Error("missing bucket accepted")
 	}
-	for _, cfg := range []Config{{Bucket: "b"}, {JS: js}, {JS: js, Bucket: "b", MaxAttempts: -1}, {JS: js, Bucket: "b", SettleTimeout: -1}} {
+	for _, cfg := range []Config{{Bucket: "b"}, {Client: js}, {Client: js, Bucket: "b", MaxAttempts: -1}, {Client: js, Bucket: "b", SettleTimeout: -1}} {
 		if _, err := New(context.Background(), cfg); !errors.Is(err, fence.ErrInvalidConfig) {
 			t.Errorf("New(%+v): %v", cfg, err)
 		}
@@ -188,13 +187,13 @@ func TestMetricsAndReuseLog(t *testing.T) {
 		_ = g.Put(fence.WithClaim(ctx, c), "metrics", []byte("v"))
 	}
 	pts := m.Collect()
-	attr := map[string]string{guardobs.AttrGuard: guardobs.KindNATS}
-	for name, want := range map[string]float64{guardobs.MetricAccepted: 2, guardobs.MetricStale: 1, guardobs.MetricReused: 1} {
+	attr := map[string]string{"guard": "nats"}
+	for name, want := range map[string]float64{"fencekit.guard.accepted": 2, "fencekit.guard.stale": 1, "fencekit.guard.reused": 1} {
 		if got := obstest.Value(pts, name, attr); got != want {
 			t.Errorf("%s = %v, want %v", name, got, want)
 		}
 	}
-	if recs := logs.AtLeast(slog.LevelError); len(recs) != 1 || recs[0].Message != "natsguard: "+guardobs.MsgReused {
+	if recs := logs.AtLeast(slog.LevelError); len(recs) != 1 || recs[0].Message != "natsguard: "+"token reused by a different run; write refused" {
 		t.Errorf("reuse log: %+v", recs)
 	}
 }

@@ -24,8 +24,8 @@ func viaProxy(t *testing.T, bucket string, cfg Config, opts ...nats.Option) (*Gu
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { _ = p.Close() })
-	cfg.JS = connect(t, "nats://"+p.Addr(), nil, opts...)
-	return guard(t, bucket, cfg), cfg.JS.Conn(), p, direct
+	cfg.Client = connect(t, "nats://"+p.Addr(), nil, opts...)
+	return guard(t, bucket, cfg), cfg.Client.Conn(), p, direct
 }
 
 // holdReplyOnce holds the server's replies from g's first publish on and

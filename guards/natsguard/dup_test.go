@@ -222,7 +222,7 @@ func openGuard(nc *nats.Conn, bucket string, cfg Config) (*Guard, error) {
 	if err != nil {
 		return nil, err
 	}
-	cfg.JS, cfg.Bucket = js, bucket
+	cfg.Client, cfg.Bucket = js, bucket
 	return New(context.Background(), cfg)
 }
 

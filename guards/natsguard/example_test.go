@@ -40,7 +40,7 @@ func Example() {
 	}
 	defer func() { _ = js.DeleteKeyValue(ctx, bucket) }()
 
-	g, err := natsguard.New(ctx, natsguard.Config{JS: js, Bucket: bucket})
+	g, err := natsguard.New(ctx, natsguard.Config{Client: js, Bucket: bucket})
 	if err != nil {
 		panic(err)
 	}

@@ -47,10 +47,10 @@ const (
 	MinDuplicateWindow = 30 * time.Second
 )
 
-// Config configures a Guard. JS and Bucket are required.
+// Config configures a Guard. Client and Bucket are required.
 type Config struct {
-	// JS is the JetStream context of the connection the Guard uses.
-	JS jetstream.JetStream
+	// Client is the JetStream context of the connection the Guard uses.
+	Client jetstream.JetStream
 	// Bucket is the key-value bucket (created by jetstream's
 	// CreateKeyValue). Required.
 	Bucket string
@@ -83,7 +83,7 @@ type Config struct {
 	// guard="nats", and fencekit.guard.nats.retries (conditional writes
 	// retried after losing a race). Nil records nothing.
 	MeterProvider metric.MeterProvider
-	// TracerProvider records one span (guardobs.SpanWrite, a child of the
+	// TracerProvider records one span ("fencekit.guard.write", a child of the
 	// span in ctx) per written value, deletion or Fence/Do call (its write callback runs under the span, which a failing callback ends with its error), and per call refused before writing (bad input, out of scope, or stale on the mark Fence/Do read first). Nil records none.
 	TracerProvider trace.TracerProvider
 	// Logger receives an Error record for every write refused because its
@@ -173,8 +173,8 @@ func New(ctx context.Context, cfg Config) (*Guard, error) {
 	if ctx == nil {
 		return nil, fmt.Errorf("natsguard: New with nil ctx: %w", fence.ErrNilArgument)
 	}
-	if cfg.JS == nil {
-		return nil, configErr("JS", "nil", nil)
+	if cfg.Client == nil {
+		return nil, configErr("Client", "nil", nil)
 	}
 	if cfg.Bucket == "" {
 		return nil, configErr("Bucket", "empty", nil)
@@ -195,7 +195,7 @@ func New(ctx context.Context, cfg Config) (*Guard, error) {
 	if err := engine.MaxAttemptsConfig(&cfg.MaxAttempts, "natsguard"); err != nil {
 		return nil, err
 	}
-	rec, err := guardobs.New(guardobs.Config{Kind: guardobs.KindNATS, Name: name,
+	rec, err := guardobs.New(guardobs.Config{Kind: "nats", Name: name,
 		Retries:       "JetStream conditional writes retried after another writer won the race (wrong last sequence).",
 		MeterProvider: cfg.MeterProvider, TracerProvider: cfg.TracerProvider, Logger: cfg.Logger})
 	if err != nil {
@@ -204,14 +204,14 @@ func New(ctx context.Context, cfg Config) (*Guard, error) {
 	ctx, cancel := context.WithTimeout(ctx, cfg.CheckTimeout)
 	defer cancel()
 	bad := func(reason string) error { return &BucketError{Bucket: cfg.Bucket, Reason: reason} }
-	kv, err := cfg.JS.KeyValue(ctx, cfg.Bucket)
+	kv, err := cfg.Client.KeyValue(ctx, cfg.Bucket)
 	if errors.Is(err, jetstream.ErrBucketNotFound) {
 		return nil, &BucketError{Bucket: cfg.Bucket, Reason: "no such key-value bucket", Err: err}
 	}
 	if err != nil {
 		return nil, fence.WrapContext(ctx, fmt.Errorf("natsguard: bucket %q: %w", cfg.Bucket, err))
 	}
-	stream, err := cfg.JS.Stream(ctx, "KV_"+cfg.Bucket)
+	stream, err := cfg.Client.Stream(ctx, "KV_"+cfg.Bucket)
 	if errors.Is(err, jetstream.ErrStreamNotFound) {
 		return nil, &BucketError{Bucket: cfg.Bucket, Reason: "no stream KV_" + cfg.Bucket, Err: err}
 	}
@@ -232,7 +232,7 @@ func New(ctx context.Context, cfg Config) (*Guard, error) {
 		return nil, bad("old records are discarded when the bucket is full (set Config.AllowExpiry to accept lost marks)")
 	}
 	g := &Guard{
-		js: cfg.JS, nc: cfg.JS.Conn(), kv: kv, stream: stream, bucket: cfg.Bucket, prefix: "$KV." + cfg.Bucket + ".",
+		js: cfg.Client, nc: cfg.Client.Conn(), kv: kv, stream: stream, bucket: cfg.Bucket, prefix: "$KV." + cfg.Bucket + ".",
 		replyTimeout: cfg.ReplyTimeout, settleTimeout: cfg.SettleTimeout, cache: map[string]state{},
 		eng: &engine.Engine{Args: engine.Args{Name: name, Strict: cfg.Strict, Rec: rec},
 			Op: "natsguard: publish", MaxAttempts: cfg.MaxAttempts},

@@ -32,7 +32,7 @@ func proxied(t *testing.T, bucket string, cfg Config) (*Guard, *Guard, *netproxy
 	if cfg.ReplyTimeout == 0 {
 		cfg.ReplyTimeout = 300 * time.Millisecond
 	}
-	cfg.JS = connect(t, "nats://"+p.Addr(), nil, nats.NoReconnect())
+	cfg.Client = connect(t, "nats://"+p.Addr(), nil, nats.NoReconnect())
 	return guard(t, bucket, cfg), direct, p
 }
 

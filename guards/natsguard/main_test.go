@@ -86,8 +86,8 @@ func newBucket(t testing.TB, cfg jetstream.KeyValueConfig) string {
 // guard returns a Guard on a new connection over bucket.
 func guard(t testing.TB, bucket string, cfg Config) *Guard {
 	t.Helper()
-	if cfg.JS == nil {
-		cfg.JS = connect(t, natsURL(), nil)
+	if cfg.Client == nil {
+		cfg.Client = connect(t, natsURL(), nil)
 	}
 	cfg.Bucket = bucket
 	g, err := New(context.Background(), cfg)

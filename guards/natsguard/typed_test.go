@@ -32,7 +32,7 @@ func TestNotFoundMatchesFence(t *testing.T) {
 // *BucketError (ErrBucket) that still matches jetstream.ErrBucketNotFound.
 func TestMissingBucketTyped(t *testing.T) {
 	js := connect(t, natsURL(), nil)
-	_, err := New(context.Background(), Config{JS: js, Bucket: "fktest_no_such_bucket"})
+	_, err := New(context.Background(), Config{Client: js, Bucket: "fktest_no_such_bucket"})
 	var be *BucketError
 	if !errors.As(err, &be) || be.Bucket != "fktest_no_such_bucket" || !errors.Is(err, ErrBucket) || !errors.Is(err, jetstream.ErrBucketNotFound) {
 		t.Fatalf("New over a missing bucket: %v, want *BucketError matching jetstream.ErrBucketNotFound", err)

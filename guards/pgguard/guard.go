@@ -88,7 +88,7 @@ type Config struct {
 	// Logger receives an Error record for every write refused because its
 	// token was reused by another run. Nil discards.
 	Logger *slog.Logger
-	// TracerProvider records one span (guardobs.SpanWrite, a child of the
+	// TracerProvider records one span ("fencekit.guard.write", a child of the
 	// span in ctx) per InTx, InSQLTx and Fence call (fence statement, the
 	// caller's function and COMMIT), per Begin, FenceTx and FenceSQLTx
 	// call (the fence statement), and per call refused before any I/O.
@@ -155,7 +155,7 @@ func New(cfg Config) (*Guard, error) {
 	if err != nil {
 		return nil, err
 	}
-	met, err := guardobs.New(guardobs.Config{Kind: guardobs.KindPostgres, Name: "pgguard",
+	met, err := guardobs.New(guardobs.Config{Kind: "postgres", Name: "pgguard",
 		MeterProvider: cfg.MeterProvider, TracerProvider: cfg.TracerProvider, Logger: cfg.Logger})
 	if err != nil {
 		return nil, configErr("MeterProvider", "instruments", err)

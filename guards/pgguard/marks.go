@@ -45,10 +45,10 @@ type MarksConfig struct {
 	Schema string
 	// CallTimeout bounds each statement. Default DefaultMarksCallTimeout.
 	CallTimeout time.Duration
-	// MeterProvider records deletions in guardobs.MetricMarksDeleted. Nil records
-	// nothing.
+	// MeterProvider records deletions in the counter
+	// fencekit.guard.marks.deleted. Nil records nothing.
 	MeterProvider metric.MeterProvider
-	// TracerProvider records one guardobs.SpanMarksDelete span per delete
+	// TracerProvider records one fencekit.guard.marks_delete span per delete
 	// statement, a child of the span in ctx. Nil records none.
 	TracerProvider trace.TracerProvider
 }
@@ -70,9 +70,7 @@ type Marks struct {
 	db                              MarksDB
 	timeout                         time.Duration
 	highestSQL, byResource, idleSQL string
-	deleted                         metric.Int64Counter
-	delAttrs                        metric.MeasurementOption
-	spans                           guardobs.Housekeeping
+	obs                             guardobs.Housekeeping
 }
 
 // NewMarks validates cfg and fills defaults. It does no I/O.
@@ -93,15 +91,13 @@ func NewMarks(cfg MarksConfig) (*Marks, error) {
 	if cfg.CallTimeout < 0 {
 		return nil, configErr("CallTimeout", "negative: "+cfg.CallTimeout.String(), nil)
 	}
-	deleted, err := guardobs.Meter(cfg.MeterProvider).Int64Counter(guardobs.MetricMarksDeleted, metric.WithUnit("{mark}"),
-		metric.WithDescription("Guard marks deleted by housekeeping."))
+	obs, err := guardobs.NewHousekeeping("postgres", cfg.MeterProvider, cfg.TracerProvider)
 	if err != nil {
 		return nil, configErr("MeterProvider", "instruments", err)
 	}
 	t := q + "." + MarksTable
 	return &Marks{
-		db: cfg.DB, timeout: cfg.CallTimeout, deleted: deleted, spans: guardobs.NewHousekeeping(cfg.TracerProvider),
-		delAttrs:   guardobs.KindAttr(guardobs.KindPostgres),
+		db: cfg.DB, timeout: cfg.CallTimeout, obs: obs,
 		highestSQL: `SELECT coalesce(max(highest_token), 0) FROM ` + t,
 		// $1 resources.
 		byResource: `DELETE FROM ` + t + ` WHERE resource = ANY($1::text[])`,
@@ -152,11 +148,10 @@ func (g *Marks) DeleteResources(ctx context.Context, resources []string) (int64,
 	defer cancel()
 	start := time.Now()
 	tag, err := g.db.Exec(ctx, g.byResource, resources)
-	g.spans.Deleted(ctx, guardobs.KindPostgres, start, tag.RowsAffected(), err)
+	g.obs.Deleted(ctx, start, tag.RowsAffected(), err)
 	if err != nil {
 		return 0, fmt.Errorf("pgguard: delete marks: %w", err)
 	}
-	g.deleted.Add(ctx, tag.RowsAffected(), g.delAttrs)
 	return tag.RowsAffected(), nil
 }
 
@@ -176,10 +171,9 @@ func (g *Marks) DeleteIdle(ctx context.Context, idle time.Duration, limit int) (
 	defer cancel()
 	start := time.Now()
 	tag, err := g.db.Exec(ctx, g.idleSQL, idle.Microseconds(), limit)
-	g.spans.Deleted(ctx, guardobs.KindPostgres, start, tag.RowsAffected(), err)
+	g.obs.Deleted(ctx, start, tag.RowsAffected(), err)
 	if err != nil {
 		return 0, fmt.Errorf("pgguard: delete idle marks: %w", err)
 	}
-	g.deleted.Add(ctx, tag.RowsAffected(), g.delAttrs)
 	return tag.RowsAffected(), nil
 }

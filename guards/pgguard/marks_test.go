@@ -10,7 +10,6 @@ import (
 
 	"github.com/fencekit/fencekit/fence"
 	"github.com/fencekit/fencekit/fencetest"
-	"github.com/fencekit/fencekit/guards/guardobs"
 	"github.com/fencekit/fencekit/guards/pgguard"
 	"github.com/fencekit/fencekit/internal/obs/obstest"
 	"github.com/fencekit/fencekit/sql/migrations"
@@ -59,14 +58,14 @@ func TestMarksPrune(t *testing.T) {
 		require.NoError(t, err)
 		require.Positive(t, mark.Token, "%s kept", r)
 	}
-	deletes := spans.Ended(guardobs.SpanMarksDelete)
+	deletes := spans.Ended("fencekit.guard.marks_delete")
 	require.Len(t, deletes, 2, "one span per delete statement")
 	for _, sp := range deletes {
 		a := obstest.SpanAttrs(sp)
-		require.Equal(t, "1", a[guardobs.AttrMarksDeleted])
-		require.Equal(t, guardobs.KindPostgres, a[guardobs.AttrKind])
+		require.Equal(t, "1", a["fencekit.guard.marks.deleted_count"])
+		require.Equal(t, "postgres", a["fencekit.guard.kind"])
 	}
-	require.EqualValues(t, 2, obstest.Value(mt.Collect(), guardobs.MetricMarksDeleted, map[string]string{guardobs.AttrGuard: guardobs.KindPostgres}))
+	require.EqualValues(t, 2, obstest.Value(mt.Collect(), "fencekit.guard.marks.deleted", map[string]string{"guard": "postgres"}))
 
 	// Bad input changes nothing.
 	_, err = gm.DeleteResources(context.Background(), []string{"live/3", ""})

@@ -119,52 +119,35 @@ func NewRows(cfg RowsConfig) (*Rows, error) {
 	if err != nil {
 		return nil, bad("Table", err)
 	}
-	if len(cfg.Key) == 0 {
-		return nil, configErr("Key", "at least one column", nil)
-	}
-	seen := map[string]bool{}
-	quote := func(field string, names []string) ([]string, error) {
-		return engine.QuoteNames(names, seen, func(n string) (string, error) {
-			q, err := migrations.QuoteIdentifier(n)
-			if err != nil {
-				return "", bad(field, err)
-			}
-			return q, nil
-		}, func(n string) error { return configErr(field, fmt.Sprintf("column %q named twice", n), nil) })
-	}
-	keys, err := quote("Key", cfg.Key)
-	if err != nil {
-		return nil, err
-	}
-	cols, err := quote("Columns", cfg.Columns)
-	if err != nil {
-		return nil, err
-	}
-	tok, err := quote("TokenColumn", []string{cfg.TokenColumn})
+	c, err := engine.QuoteColumns("pgguard", cfg.Key, cfg.Columns, cfg.TokenColumn, cfg.RunColumn, func(field, n string) (string, error) {
+		q, err := migrations.QuoteIdentifier(n)
+		if err != nil {
+			return "", bad(field, err)
+		}
+		return q, nil
+	})
 	if err != nil {
 		return nil, err
 	}
 	var run []string
-	if cfg.RunColumn != "" {
-		if run, err = quote("RunColumn", []string{cfg.RunColumn}); err != nil {
-			return nil, err
-		}
+	if c.Run != "" {
+		run = []string{c.Run}
 	}
 	lockArg, err := lockTimeoutArg(cfg.LockTimeout)
 	if err != nil {
 		return nil, err
 	}
-	met, err := guardobs.New(guardobs.Config{Kind: guardobs.KindPostgres, Name: "pgguard",
+	met, err := guardobs.New(guardobs.Config{Kind: "postgres", Name: "pgguard",
 		MeterProvider: cfg.MeterProvider, TracerProvider: cfg.TracerProvider, Logger: cfg.Logger})
 	if err != nil {
 		return nil, configErr("MeterProvider", "instruments", err)
 	}
 	r := &Rows{
 		schema: cfg.Schema, table: cfg.Table,
-		nKey: len(keys), nCols: len(cols), withRun: run != nil,
+		nKey: len(c.Key), nCols: len(c.Data), withRun: run != nil,
 		lockArg: lockArg, met: met, args: engine.Args{Name: "pgguard", Strict: cfg.Strict, Rec: met},
 	}
-	r.upsertSQL, r.readSQL = r.statements(schema+"."+table, keys, cols, tok[0], run)
+	r.upsertSQL, r.readSQL = r.statements(schema+"."+table, c.Key, c.Data, c.Token, run)
 	return r, nil
 }
 

@@ -10,13 +10,12 @@ import (
 
 	"github.com/fencekit/fencekit/fence"
 	"github.com/fencekit/fencekit/fencetest"
-	"github.com/fencekit/fencekit/guards/guardobs"
 	"github.com/fencekit/fencekit/guards/pgguard"
 	"github.com/fencekit/fencekit/internal/obs/obstest"
 )
 
 // TestWriteSpans: Fence, InTx, FenceTx and Rows.Upsert each record one
-// guardobs.SpanWrite span, a child of the span in ctx, with the claim and
+// "fencekit.guard.write" span, a child of the span in ctx, with the claim and
 // outcome; a stale refusal is an outcome (status Unset); a strict guard's
 // out-of-scope refusal, decided before any I/O, is a span too.
 func TestWriteSpans(t *testing.T) {
@@ -35,27 +34,27 @@ func TestWriteSpans(t *testing.T) {
 	require.ErrorIs(t, g.FenceTx(fence.WithClaim(ctx, claim(4)), tx, res), fence.ErrStale) // rolls tx back
 	require.ErrorIs(t, g.FenceTx(fence.WithClaim(ctx, claim(7)), tx, "other/doc"), fence.ErrOutOfScope)
 
-	got := spans.Ended(guardobs.SpanWrite)
+	got := spans.Ended("fencekit.guard.write")
 	require.Len(t, got, 4)
 	for i, want := range []struct {
 		tok           string
 		res, outcome  string
 		mark, notSent string
 	}{
-		{"5", res, guardobs.OutcomeAccepted, "", ""},
-		{"6", res, guardobs.OutcomeAccepted, "", ""},
-		{"4", res, guardobs.OutcomeStale, "6", ""},
-		{"7", "other/doc", guardobs.OutcomeOutOfScope, "", "true"},
+		{"5", res, "accepted", "", ""},
+		{"6", res, "accepted", "", ""},
+		{"4", res, "stale", "6", ""},
+		{"7", "other/doc", "out_of_scope", "", "true"},
 	} {
 		a := obstest.SpanAttrs(got[i])
 		require.True(t, obstest.ChildOf(got[i], caller.SpanContext()), "span %d", i)
-		require.Equal(t, guardobs.KindPostgres, a[guardobs.AttrKind])
-		require.Equal(t, want.res, a[guardobs.AttrResource])
-		require.Equal(t, want.tok, a[guardobs.AttrToken])
-		require.Equal(t, "run-1", a[guardobs.AttrRunID])
-		require.Equal(t, want.outcome, a[guardobs.AttrOutcome], "span %d", i)
-		require.Equal(t, want.mark, a[guardobs.AttrMark], "span %d", i)
-		require.Equal(t, want.notSent, a[guardobs.AttrNotSent], "span %d", i)
+		require.Equal(t, "postgres", a["fencekit.guard.kind"])
+		require.Equal(t, want.res, a["fencekit.guard.resource"])
+		require.Equal(t, want.tok, a["fencekit.guard.token"])
+		require.Equal(t, "run-1", a["fencekit.guard.run_id"])
+		require.Equal(t, want.outcome, a["fencekit.guard.outcome"], "span %d", i)
+		require.Equal(t, want.mark, a["fencekit.guard.mark.token"], "span %d", i)
+		require.Equal(t, want.notSent, a["fencekit.guard.before_write"], "span %d", i)
 		require.Equal(t, codes.Unset, got[i].Status().Code, "span %d", i)
 	}
 
@@ -67,10 +66,10 @@ func TestWriteSpans(t *testing.T) {
 	require.NoError(t, err)
 	require.NoError(t, rows.Upsert(fence.WithClaim(ctx, claim(9)), pool, []any{"d1"}, "x"))
 	require.ErrorIs(t, rows.Upsert(fence.WithClaim(ctx, claim(8)), pool, []any{"d1"}, "y"), fence.ErrStale)
-	got = spans.Ended(guardobs.SpanWrite)
+	got = spans.Ended("fencekit.guard.write")
 	require.Len(t, got, 6)
-	require.Equal(t, guardobs.OutcomeAccepted, obstest.SpanAttrs(got[4])[guardobs.AttrOutcome])
-	require.Equal(t, guardobs.OutcomeStale, obstest.SpanAttrs(got[5])[guardobs.AttrOutcome])
-	require.Equal(t, "d1", obstest.SpanAttrs(got[5])[guardobs.AttrResource])
+	require.Equal(t, "accepted", obstest.SpanAttrs(got[4])["fencekit.guard.outcome"])
+	require.Equal(t, "stale", obstest.SpanAttrs(got[5])["fencekit.guard.outcome"])
+	require.Equal(t, "d1", obstest.SpanAttrs(got[5])["fencekit.guard.resource"])
 	require.True(t, obstest.ChildOf(got[5], caller.SpanContext()))
 }

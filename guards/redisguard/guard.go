@@ -88,7 +88,7 @@ type Config struct {
 	// guard="redis", and fencekit.guard.redis.retries (writes sent again
 	// after a lost reply was settled as not applied). Nil records nothing.
 	MeterProvider metric.MeterProvider
-	// TracerProvider records one span (guardobs.SpanWrite, a child of the
+	// TracerProvider records one span ("fencekit.guard.write", a child of the
 	// span in ctx) per written value, deletion or Fence/Do call (its write callback runs under the span, which a failing callback ends with its error), and per call refused before writing (bad input, out of scope, or stale on the mark Fence/Do read first). Nil records none.
 	TracerProvider trace.TracerProvider
 	// Logger receives an Error record for every write refused because its
@@ -176,7 +176,7 @@ func New(ctx context.Context, cfg Config) (*Guard, error) {
 	case cfg.DuplicateWindow < 10*time.Millisecond || cfg.DuplicateWindow%time.Millisecond != 0:
 		return nil, configErr("DuplicateWindow", fmt.Sprintf("%v: want at least 10ms, in whole milliseconds", cfg.DuplicateWindow), nil)
 	}
-	rec, err := guardobs.New(guardobs.Config{Kind: guardobs.KindRedis, Name: name,
+	rec, err := guardobs.New(guardobs.Config{Kind: "redis", Name: name,
 		Retries:       "Redis writes sent again after a lost reply was settled as not applied.",
 		MeterProvider: cfg.MeterProvider, TracerProvider: cfg.TracerProvider, Logger: cfg.Logger})
 	if err != nil {

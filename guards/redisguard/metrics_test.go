@@ -6,7 +6,6 @@ import (
 	"testing"
 
 	"github.com/fencekit/fencekit/fence"
-	"github.com/fencekit/fencekit/guards/guardobs"
 	"github.com/fencekit/fencekit/internal/obs/obstest"
 )
 
@@ -23,18 +22,18 @@ func TestMetricsAndReuseLog(t *testing.T) {
 		_ = g.Put(fence.WithClaim(ctx, c), r, []byte("v"))
 	}
 	pts := m.Collect()
-	attr := map[string]string{guardobs.AttrGuard: guardobs.KindRedis}
-	for name, want := range map[string]float64{guardobs.MetricAccepted: 2, guardobs.MetricStale: 1, guardobs.MetricReused: 1} {
+	attr := map[string]string{"guard": "redis"}
+	for name, want := range map[string]float64{"fencekit.guard.accepted": 2, "fencekit.guard.stale": 1, "fencekit.guard.reused": 1} {
 		if got := obstest.Value(pts, name, attr); got != want {
 			t.Errorf("%s = %v, want %v", name, got, want)
 		}
 	}
-	if n := obstest.Count(pts, guardobs.MetricTokenGap, attr); n != 1 {
+	if n := obstest.Count(pts, "fencekit.guard.token_gap", attr); n != 1 {
 		t.Errorf("token gap count %d", n)
 	}
 	recs := logs.AtLeast(slog.LevelError)
-	if len(recs) != 1 || recs[0].Message != "redisguard: "+guardobs.MsgReused ||
-		recs[0].Attrs[guardobs.FieldResource] != r || recs[0].Attrs[guardobs.FieldMarkRun] != "run-a" || recs[0].Attrs[guardobs.FieldRun] != "run-b" {
+	if len(recs) != 1 || recs[0].Message != "redisguard: "+"token reused by a different run; write refused" ||
+		recs[0].Attrs["resource"] != r || recs[0].Attrs["mark_run"] != "run-a" || recs[0].Attrs["run"] != "run-b" {
 		t.Errorf("reuse log: %+v", recs)
 	}
 }

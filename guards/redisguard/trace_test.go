@@ -8,11 +8,10 @@ import (
 	"go.opentelemetry.io/otel/codes"
 
 	"github.com/fencekit/fencekit/fence"
-	"github.com/fencekit/fencekit/guards/guardobs"
 	"github.com/fencekit/fencekit/internal/obs/obstest"
 )
 
-// TestWriteSpans: each write is one guardobs.SpanWrite span with
+// TestWriteSpans: each write is one "fencekit.guard.write" span with
 // kind=redis, a child of the span in ctx; a reuse and a stale refusal are
 // outcomes (status Unset) carrying the mark; Fence's write runs under the
 // span of its final write, and a refusal on the mark Fence read first is
@@ -28,9 +27,9 @@ func TestWriteSpans(t *testing.T) {
 		outcome, mark   string
 		markRun, before string
 	}{
-		{fence.Claim{Token: 5, Run: "run-a"}, guardobs.OutcomeAccepted, "", "", ""},
-		{fence.Claim{Token: 3, Run: "run-c"}, guardobs.OutcomeStale, "5", "", ""},
-		{fence.Claim{Token: 5, Run: "run-b"}, guardobs.OutcomeReused, "5", "run-a", ""},
+		{fence.Claim{Token: 5, Run: "run-a"}, "accepted", "", "", ""},
+		{fence.Claim{Token: 3, Run: "run-c"}, "stale", "5", "", ""},
+		{fence.Claim{Token: 5, Run: "run-b"}, "reused", "5", "run-a", ""},
 	}
 	for _, st := range steps {
 		_ = g.Put(fence.WithClaim(ctx, st.c), r, []byte("v"))
@@ -42,17 +41,17 @@ func TestWriteSpans(t *testing.T) {
 		c               fence.Claim
 		outcome, mark   string
 		markRun, before string
-	}{fence.Claim{Token: 2, Run: "run-d"}, guardobs.OutcomeStale, "5", "", "true"})
-	got := spans.Ended(guardobs.SpanWrite)
+	}{fence.Claim{Token: 2, Run: "run-d"}, "stale", "5", "", "true"})
+	got := spans.Ended("fencekit.guard.write")
 	if len(got) != len(steps) {
 		t.Fatalf("%d spans, want %d", len(got), len(steps))
 	}
 	for i, st := range steps {
 		a := obstest.SpanAttrs(got[i])
 		want := map[string]string{
-			guardobs.AttrKind: guardobs.KindRedis, guardobs.AttrResource: r, guardobs.AttrToken: st.c.Token.String(),
-			guardobs.AttrRunID: st.c.Run, guardobs.AttrOutcome: st.outcome, guardobs.AttrMark: st.mark,
-			guardobs.AttrMarkRun: st.markRun, guardobs.AttrNotSent: st.before,
+			"fencekit.guard.kind": "redis", "fencekit.guard.resource": r, "fencekit.guard.token": st.c.Token.String(),
+			"fencekit.guard.run_id": st.c.Run, "fencekit.guard.outcome": st.outcome, "fencekit.guard.mark.token": st.mark,
+			"fencekit.guard.mark.run_id": st.markRun, "fencekit.guard.before_write": st.before,
 		}
 		for k, v := range want {
 			if a[k] != v {

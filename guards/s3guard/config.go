@@ -92,7 +92,7 @@ type Config struct {
 	// 412/404/409, including the retry after a stale pointer cache entry)
 	// with guard="s3" (see docs/operations.md). Nil records nothing.
 	MeterProvider metric.MeterProvider
-	// TracerProvider records one span (guardobs.SpanWrite, a child of the
+	// TracerProvider records one span ("fencekit.guard.write", a child of the
 	// span in ctx) per Put, Delete, Do or Fence call that got past the
 	// argument checks (to the pointer write), and per call refused by them.
 	// Nil records none.
@@ -123,7 +123,6 @@ type Guard struct {
 	inline  int
 	cache   *pointerCache // nil: disabled
 	met     *guardobs.Recorder
-	strict  bool
 	eng     *engine.Engine
 
 	// afterRead, when set (tests only), runs after every pointer read or
@@ -175,7 +174,7 @@ func New(cfg Config) (*Guard, error) {
 	case cfg.PointerCacheSize == 0:
 		cfg.PointerCacheSize = DefaultPointerCacheSize
 	}
-	met, err := guardobs.New(guardobs.Config{Kind: guardobs.KindS3, Name: "s3guard",
+	met, err := guardobs.New(guardobs.Config{Kind: "s3", Name: "s3guard",
 		Retries:       "S3 conditional pointer writes retried after losing a race (412/409).",
 		MeterProvider: cfg.MeterProvider, TracerProvider: cfg.TracerProvider, Logger: cfg.Logger})
 	if err != nil {
@@ -191,7 +190,6 @@ func New(cfg Config) (*Guard, error) {
 		backoff: cfg.ConflictBackoff,
 		keep:    cfg.KeepSuperseded,
 		inline:  cfg.InlineMax,
-		strict:  cfg.Strict,
 	}
 	g.eng = &engine.Engine{Args: engine.Args{Name: guardName, Strict: cfg.Strict, Rec: met,
 		Resource: func(key string) error { return checkResource(g.prefix, key) }},

@@ -159,7 +159,7 @@
 //     and changes nothing; a resource the guard refuses is a
 //     *fence.ResourceError (fence.ErrInvalidResource). Content shorter or
 //     longer than the size given to Put or Stage (0 or more) is a
-//     *SizeError (ErrSizeMismatch): no pointer is published and data
+//     *fence.SizeError (fence.ErrSizeMismatch): no pointer is published and data
 //     uploaded for it is removed. An object at a key that is not a valid
 //     pointer (*fence.ForeignError, fence.ErrForeign) is neither read through nor
 //     overwritten.

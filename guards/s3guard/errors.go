@@ -5,7 +5,6 @@ import (
 	"fmt"
 
 	"github.com/fencekit/fencekit/fence"
-	"github.com/fencekit/fencekit/guards/internal/objstage"
 )
 
 // ErrCorrupt is matched by a *DataError: the pointer is valid but the data
@@ -15,30 +14,6 @@ var ErrCorrupt = errors.New("s3guard: data object missing or replaced")
 // ErrInvalidOptions is matched by errors about malformed PutOptions (content
 // type, metadata) or a negative size other than -1. Nothing is written.
 var ErrInvalidOptions = errors.New("s3guard: invalid put options")
-
-// ErrSizeMismatch is matched by a *SizeError: content shorter or longer
-// than the size Put or Stage was given. Nothing is written.
-var ErrSizeMismatch = errors.New("s3guard: content length differs from the declared size")
-
-// SizeError reports content whose length differs from the size a Put or
-// Stage was given. It matches ErrSizeMismatch. Nothing was
-// written: no pointer was published, and data staged for it was removed.
-type SizeError struct {
-	Resource string
-	Size     int64 // the declared size
-	// Read is the content's length as far as it was seen: the whole length
-	// when the content ended early or was measured (an io.Seeker), Size+1
-	// when a reader went on past Size.
-	Read int64
-}
-
-// Error implements error.
-func (e *SizeError) Error() string {
-	return objstage.SizeMessage("s3guard", e.Resource, e.Size, e.Read)
-}
-
-// Is reports whether target is ErrSizeMismatch.
-func (e *SizeError) Is(target error) bool { return target == ErrSizeMismatch }
 
 // DataError reports a pointer whose data object is missing or does not
 // carry the ETag the pointer recorded. It matches ErrCorrupt.

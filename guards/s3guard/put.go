@@ -32,8 +32,8 @@ type PutOptions struct {
 // Put stores size bytes from r at resource under the claim ctx carries. size may
 // be -1 for a stream of unknown length (multipart upload). It is Do with a
 // write that calls Stage; on success it returns the new state. A known size
-// is checked (see Stage): content shorter or longer is a *SizeError
-// (ErrSizeMismatch) and nothing is written.
+// is checked (see Stage): content shorter or longer is a *fence.SizeError
+// (fence.ErrSizeMismatch) and nothing is written.
 //
 // A stale token yields *fence.StaleError and uploads nothing when the
 // staleness is visible before the upload; a token that becomes stale while

@@ -126,6 +126,30 @@ func (s *Guard) Mark(ctx context.Context, resource string) (_ fence.Claim, err e
 	return fence.Claim{Token: cur.token(), Run: cur.run()}, nil
 }
 
+// Stat returns the state of resource as its pointer records it, without
+// reading the content. A resource without pointer yields
+// *fence.NotFoundError; a tombstone yields its Info together with a
+// *fence.NotFoundError whose Deleted is set.
+func (s *Guard) Stat(ctx context.Context, resource string) (_ Info, err error) {
+	if ctx == nil {
+		return Info{}, s.eng.NilArgument(resource, "nil ctx")
+	}
+	defer func() { err = engine.ContextErr(ctx, "s3guard", err) }()
+	if err := checkResource(s.prefix, resource); err != nil {
+		return Info{}, err
+	}
+	cur, err := s.readPointer(ctx, resource)
+	switch {
+	case err != nil:
+		return Info{}, err
+	case cur.p == nil:
+		return Info{}, &fence.NotFoundError{Source: "s3guard", Resource: resource}
+	case cur.p.Deleted:
+		return s.info(resource, cur.p), &fence.NotFoundError{Source: "s3guard", Resource: resource, Deleted: true, Token: cur.p.Token}
+	}
+	return s.info(resource, cur.p), nil
+}
+
 // Get returns the current content of resource, the state its pointer records
 // (Info.Token is the token that wrote it) and a reader the caller must
 // close. A resource without pointer or with a tombstone yields *fence.NotFoundError.

@@ -39,7 +39,7 @@ func (c *seekingClient) Put(ctx context.Context, bucket, key string, body io.Rea
 }
 
 // TestPutSizeMismatchWritesNothing: content shorter or longer than the
-// declared size is a *SizeError (ErrSizeMismatch), with both clients, for
+// declared size is a *fence.SizeError (fence.ErrSizeMismatch), with both clients, for
 // content held inline, uploaded from an io.ReadSeeker (measured before the
 // upload), uploaded from a plain reader (counted while the client reads it,
 // below and above awsclient's part size) and staged by Stage; nothing is
@@ -85,10 +85,10 @@ func TestPutSizeMismatchWritesNothing(t *testing.T) {
 				} else {
 					_, err = s.Put(fence.WithClaim(ctx, fence.Claim{Token: 3}), resource, c.r, c.size, PutOptions{})
 				}
-				require.ErrorIs(t, err, ErrSizeMismatch)
-				var se *SizeError
+				require.ErrorIs(t, err, fence.ErrSizeMismatch)
+				var se *fence.SizeError
 				require.ErrorAs(t, err, &se)
-				assert.Equal(t, SizeError{Resource: resource, Size: c.size, Read: c.read}, *se)
+				assert.Equal(t, fence.SizeError{Source: "s3guard", Resource: resource, Size: c.size, Read: c.read}, *se)
 				assert.Contains(t, err.Error(), resource)
 				m, err := s.Mark(ctx, resource)
 				require.NoError(t, err)
@@ -119,15 +119,15 @@ func (c exactClient) Put(ctx context.Context, bucket, key string, body io.Reader
 
 // TestPutSizeLongAfterUpload: with a client that reads only the declared
 // size, content that goes on is seen after the data object was uploaded:
-// a *SizeError, the data object is removed, nothing is published.
+// a *fence.SizeError, the data object is removed, nothing is published.
 func TestPutSizeLongAfterUpload(t *testing.T) {
 	forEachClient(t, func(t *testing.T, e env) {
 		ctx := testCtx(t)
 		s := e.store(t, exactClient{e.client}, nil)
 		_, err := s.Put(fence.WithClaim(ctx, fence.Claim{Token: 3}), "size/after", readOnly{strings.NewReader("abcde")}, 4, PutOptions{})
-		var se *SizeError
+		var se *fence.SizeError
 		require.ErrorAs(t, err, &se)
-		assert.Equal(t, SizeError{Resource: "size/after", Size: 4, Read: 5}, *se)
+		assert.Equal(t, fence.SizeError{Source: "s3guard", Resource: "size/after", Size: 4, Read: 5}, *se)
 		m, err := s.Mark(ctx, "size/after")
 		require.NoError(t, err)
 		assert.Equal(t, fence.Claim{}, m)

@@ -1,6 +1,7 @@
 package s3guard
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -34,7 +35,7 @@ type staged struct {
 // A nil r is refused with ErrInvalidOptions (empty content is a reader of
 // no bytes, e.g. bytes.NewReader(nil), with size 0). A known size (0 or
 // more) is checked: content shorter or longer than size
-// is a *SizeError (ErrSizeMismatch), any data object uploaded for it is
+// is a *fence.SizeError (fence.ErrSizeMismatch), any data object uploaded for it is
 // removed, and nothing is staged. The remaining length of an io.Seeker is
 // measured before the upload (the reader is left where it was and handed
 // to the client as it is); another reader is counted as the client reads
@@ -46,6 +47,11 @@ func Stage(ctx context.Context, r io.Reader, size int64, opts PutOptions) error 
 		w.staged = d
 		return engine.Change{Op: engine.OpPut, Content: d}, err
 	})
+}
+
+// StageBytes is Stage for content held in memory.
+func StageBytes(ctx context.Context, b []byte, opts PutOptions) error {
+	return Stage(ctx, bytes.NewReader(b), int64(len(b)), opts)
 }
 
 // upload stores the content of one Stage call: inline, or in a fresh data
@@ -63,10 +69,10 @@ func (s *Guard) upload(ctx context.Context, st *engine.Stager, r io.Reader, size
 		case err != nil:
 			return nil, fmt.Errorf("s3guard: stage %q: %w", key, err)
 		case measured && n != size:
-			return nil, &SizeError{Resource: key, Size: size, Read: n}
+			return nil, &fence.SizeError{Source: "s3guard", Resource: key, Size: size, Read: n}
 		case !measured || size <= int64(s.inline):
 			sized = &objstage.SizedReader{R: r, Size: size, Mismatch: func(size, read int64) error {
-				return &SizeError{Resource: key, Size: size, Read: read}
+				return &fence.SizeError{Source: "s3guard", Resource: key, Size: size, Read: read}
 			}}
 			r = sized
 		}

@@ -344,3 +344,36 @@ func TestSweep(t *testing.T) {
 		assert.Equal(t, "four", got)
 	})
 }
+
+// TestStatAndStageBytes: Stat reports what the pointer records without
+// reading the content, and a tombstone as not found with its Info;
+// StageBytes stages content held in memory for Fence.
+func TestStatAndStageBytes(t *testing.T) {
+	forEachClient(t, func(t *testing.T, e env) {
+		s := e.store(t, nil, nil)
+		ctx := testCtx(t)
+		err := s.Fence(ctx, "k", 1, func(ctx context.Context) error {
+			return StageBytes(ctx, []byte("one"), PutOptions{ContentType: "text/plain"})
+		})
+		require.NoError(t, err)
+		got, _ := content(t, s, "k")
+		assert.Equal(t, "one", got)
+		_, want, err := s.GetBytes(ctx, "k")
+		require.NoError(t, err)
+		info, err := s.Stat(ctx, "k")
+		require.NoError(t, err)
+		assert.Equal(t, want, info)
+		assert.Equal(t, fence.Token(1), info.Token)
+		assert.Equal(t, int64(3), info.Size)
+
+		_, err = s.Delete(fence.WithClaim(ctx, fence.ClaimFor(ctx, 2)), "k")
+		require.NoError(t, err)
+		info, err = s.Stat(ctx, "k")
+		var nf *fence.NotFoundError
+		require.ErrorAs(t, err, &nf)
+		assert.True(t, nf.Deleted)
+		assert.Equal(t, fence.Token(2), nf.Token)
+		assert.True(t, info.Deleted)
+		assert.Equal(t, fence.Token(2), info.Token)
+	})
+}

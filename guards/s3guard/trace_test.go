@@ -9,11 +9,10 @@ import (
 	"go.opentelemetry.io/otel/codes"
 
 	"github.com/fencekit/fencekit/fence"
-	"github.com/fencekit/fencekit/guards/guardobs"
 	"github.com/fencekit/fencekit/internal/obs/obstest"
 )
 
-// TestGuardSpans: each Put, Delete and Do is one guardobs.SpanWrite span,
+// TestGuardSpans: each Put, Delete and Do is one "fencekit.guard.write" span,
 // a child of the span in ctx, with the claim and the outcome; a stale
 // refusal is an outcome, not an error; Do's write runs under the span.
 func TestGuardSpans(t *testing.T) {
@@ -37,22 +36,22 @@ func TestGuardSpans(t *testing.T) {
 		_, err = s.Delete(at(7), key)
 		require.NoError(t, err)
 
-		got := spans.Ended(guardobs.SpanWrite)
+		got := spans.Ended("fencekit.guard.write")
 		require.Len(t, got, 4)
 		for i, want := range []struct{ tok, outcome, mark string }{
-			{"5", guardobs.OutcomeAccepted, ""},
-			{"4", guardobs.OutcomeStale, "5"},
-			{"6", guardobs.OutcomeAccepted, ""},
-			{"7", guardobs.OutcomeAccepted, ""},
+			{"5", "accepted", ""},
+			{"4", "stale", "5"},
+			{"6", "accepted", ""},
+			{"7", "accepted", ""},
 		} {
 			a := obstest.SpanAttrs(got[i])
 			require.True(t, obstest.ChildOf(got[i], caller.SpanContext()), "span %d", i)
-			require.Equal(t, guardobs.KindS3, a[guardobs.AttrKind])
-			require.Equal(t, key, a[guardobs.AttrResource])
-			require.Equal(t, want.tok, a[guardobs.AttrToken])
-			require.Equal(t, "run-1", a[guardobs.AttrRunID])
-			require.Equal(t, want.outcome, a[guardobs.AttrOutcome], "span %d", i)
-			require.Equal(t, want.mark, a[guardobs.AttrMark], "span %d", i)
+			require.Equal(t, "s3", a["fencekit.guard.kind"])
+			require.Equal(t, key, a["fencekit.guard.resource"])
+			require.Equal(t, want.tok, a["fencekit.guard.token"])
+			require.Equal(t, "run-1", a["fencekit.guard.run_id"])
+			require.Equal(t, want.outcome, a["fencekit.guard.outcome"], "span %d", i)
+			require.Equal(t, want.mark, a["fencekit.guard.mark.token"], "span %d", i)
 			require.Equal(t, codes.Unset, got[i].Status().Code, "span %d", i)
 		}
 		inner := spans.Ended("inner")

@@ -124,21 +124,56 @@ func (a *Args) Claimed(ctx context.Context, resource string, c *fence.Claim, do 
 	return do(claim)
 }
 
-// QuoteNames quotes each of names (column names of a guard's config) with
-// quote and refuses, with twice's error, a name seen already: seen
-// records the names across the calls that share it.
-func QuoteNames(names []string, seen map[string]bool, quote func(name string) (string, error), twice func(name string) error) ([]string, error) {
-	out := make([]string, len(names))
-	for i, n := range names {
-		q, err := quote(n)
-		if err != nil {
-			return nil, err
-		}
-		if seen[n] {
-			return nil, twice(n)
-		}
-		seen[n] = true
-		out[i] = q
+// Columns are the quoted column names of a row guard's config.
+type Columns struct {
+	Key, Data []string
+	Token     string
+	Run       string // "" without a run column
+}
+
+// QuoteColumns quotes the columns of a row guard's config (Key, Columns,
+// TokenColumn and, when not empty, RunColumn) with quote, which is given the
+// config field a name comes from, and refuses an empty Key and a column
+// named twice with the *fence.ConfigError of source.
+func QuoteColumns(source string, key, data []string, token, run string, quote func(field, name string) (string, error)) (Columns, error) {
+	if len(key) == 0 {
+		return Columns{}, &fence.ConfigError{Source: source, Field: "Key", Reason: "at least one column"}
 	}
-	return out, nil
+	seen := map[string]bool{}
+	names := func(field string, names []string) ([]string, error) {
+		out := make([]string, len(names))
+		for i, n := range names {
+			q, err := quote(field, n)
+			if err != nil {
+				return nil, err
+			}
+			if seen[n] {
+				return nil, &fence.ConfigError{Source: source, Field: field, Reason: fmt.Sprintf("column %q named twice", n)}
+			}
+			seen[n] = true
+			out[i] = q
+		}
+		return out, nil
+	}
+	var c Columns
+	var err error
+	if c.Key, err = names("Key", key); err != nil {
+		return Columns{}, err
+	}
+	if c.Data, err = names("Columns", data); err != nil {
+		return Columns{}, err
+	}
+	tok, err := names("TokenColumn", []string{token})
+	if err != nil {
+		return Columns{}, err
+	}
+	c.Token = tok[0]
+	if run != "" {
+		r, err := names("RunColumn", []string{run})
+		if err != nil {
+			return Columns{}, err
+		}
+		c.Run = r[0]
+	}
+	return c, nil
 }

@@ -304,15 +304,15 @@ func TestRunSpans(t *testing.T) {
 	if err := e.Fence(ctx, "r", 5, inner); !errors.Is(err, readFailed) {
 		t.Fatalf("failing read: %v", err)
 	}
-	got := spans.Ended(guardobs.SpanWrite)
+	got := spans.Ended("fencekit.guard.write")
 	if len(got) != 4 {
 		t.Fatalf("%d spans, want 4", len(got))
 	}
 	for i, want := range []struct{ outcome, notSent string }{
-		{guardobs.OutcomeAccepted, ""}, {guardobs.OutcomeError, ""}, {guardobs.OutcomeStale, "true"}, {guardobs.OutcomeError, ""},
+		{"accepted", ""}, {"error", ""}, {"stale", "true"}, {"error", ""},
 	} {
 		a := obstest.SpanAttrs(got[i])
-		if a[guardobs.AttrOutcome] != want.outcome || a[guardobs.AttrNotSent] != want.notSent || !obstest.ChildOf(got[i], caller.SpanContext()) {
+		if a["fencekit.guard.outcome"] != want.outcome || a["fencekit.guard.before_write"] != want.notSent || !obstest.ChildOf(got[i], caller.SpanContext()) {
 			t.Errorf("span %d: %v, want outcome %s, not sent %q, a child of the caller's", i, a, want.outcome, want.notSent)
 		}
 	}

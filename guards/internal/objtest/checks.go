@@ -88,7 +88,7 @@ func CheckNilContext(calls map[string]func() error) error {
 	return errors.Join(errs...)
 }
 
-// CheckNotFound checks that GetBytes, and each of reads (by name), of a
+// CheckNotFound checks that GetBytes, Stat, and each of reads (by name), of a
 // resource without content — never written ("nf/never"), and deleted by
 // g under token 2 ("nf/deleted") — return an error matching
 // fence.ErrNotFound.
@@ -98,6 +98,7 @@ func CheckNotFound[O, I any](ctx context.Context, g Guard[O, I], reads map[strin
 	}
 	all := map[string]func(ctx context.Context, resource string) error{
 		"GetBytes": func(ctx context.Context, r string) error { _, _, err := g.GetBytes(ctx, r); return err },
+		"Stat":     func(ctx context.Context, r string) error { _, err := g.Stat(ctx, r); return err },
 	}
 	maps.Copy(all, reads)
 	var errs []error

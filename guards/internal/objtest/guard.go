@@ -19,6 +19,8 @@ type Guard[O, I any] interface {
 	Get(ctx context.Context, resource string) (io.ReadCloser, I, error)
 	GetBytes(ctx context.Context, resource string) ([]byte, I, error)
 	Mark(ctx context.Context, resource string) (fence.Claim, error)
+	Stat(ctx context.Context, resource string) (I, error)
+	Sweep(ctx context.Context, resource string) (int, error)
 }
 
 // NilContextCalls returns, by name, a call of each of g's methods on
@@ -35,6 +37,8 @@ func NilContextCalls[O, I any](g Guard[O, I], resource string, write func(contex
 		"Get":      func() error { _, _, err := g.Get(nil, resource); return err },
 		"GetBytes": func() error { _, _, err := g.GetBytes(nil, resource); return err },
 		"Mark":     func() error { _, err := g.Mark(nil, resource); return err },
+		"Stat":     func() error { _, err := g.Stat(nil, resource); return err },
+		"Sweep":    func() error { _, err := g.Sweep(nil, resource); return err },
 		"Fence":    func() error { return g.Fence(nil, resource, 1, write) },
 		"Do":       func() error { return g.Do(nil, resource, write) },
 	}

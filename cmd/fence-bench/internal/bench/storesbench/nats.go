@@ -33,7 +33,7 @@ func natsCase(e *bench.Env) error {
 		return err
 	}
 	defer func() { _ = js.DeleteKeyValue(ctx, bucket) }()
-	g, err := natsguard.New(ctx, natsguard.Config{JS: js, Bucket: bucket})
+	g, err := natsguard.New(ctx, natsguard.Config{Client: js, Bucket: bucket})
 	if err != nil {
 		return err
 	}
