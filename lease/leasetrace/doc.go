@@ -20,6 +20,6 @@
 // # Not guaranteed
 //
 // That a span reaches an exporter (the SDK's business and its sampler's).
-// Unlike metric attributes (package lease/leasemetrics), span attributes
+// Unlike metric attributes (docs/operations.md), span attributes
 // carry identifiers: account and session ids, run ids and tokens.
 package leasetrace
