@@ -74,6 +74,10 @@ func TestBadInputTouchesNothing(t *testing.T) {
 	require.ErrorIs(t, err, lease.ErrInvalidRunID)
 	_, err = m.Release(bg(), good, uuid.Nil)
 	require.ErrorIs(t, err, lease.ErrInvalidRunID)
+	_, err = m.Revoke(bg(), good, uuid.Nil)
+	require.ErrorIs(t, err, lease.ErrInvalidRunID)
+	_, err = m.Resume(bg(), good, uuid.Nil)
+	require.ErrorIs(t, err, lease.ErrInvalidRunID)
 
 	require.Equal(t, 0, e.rowCount())
 	seq1, called1 := e.seq()

@@ -133,7 +133,7 @@ type Config struct {
 	// carry the key and run_id (metrics never do).
 	Logger *slog.Logger
 	// MeterProvider creates the Manager's OpenTelemetry instruments (names
-	// in package lease/leasemetrics, documented in docs/operations.md). Nil
+	// documented in docs/operations.md). Nil
 	// records nothing (the no-op provider).
 	MeterProvider metric.MeterProvider
 	// TracerProvider records the Manager's spans (names, attribute keys

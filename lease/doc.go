@@ -49,6 +49,11 @@
 //     revive a lost lease. Both are safe to retry after a lost reply, and
 //     Release reports what the database says (a ReleaseResult) instead of
 //     failing.
+//   - A run_id argument (Release, Renew, Resume, Revoke) names one run:
+//     uuid.Nil is invalid input, refused with ErrInvalidRunID (matching
+//     fence.ErrInvalidRun) before anything is sent, never read as "any
+//     run". RevokeCurrent is the one call that acts on whichever run holds
+//     a key.
 //   - Heartbeat mode: a refused heartbeat ends every lease of the Manager
 //     (ErrLost); a run a takeover displaced or Revoke revoked ends at the
 //     Manager's next heartbeat at the latest (ErrTakenOver, ErrLost), also

@@ -15,8 +15,10 @@ import (
 var (
 	// ErrInvalidKey is matched by every *KeyError.
 	ErrInvalidKey = errors.New("lease: invalid key")
-	// ErrInvalidRunID is returned for the zero run_id.
-	ErrInvalidRunID = errors.New("lease: invalid run_id (zero UUID)")
+	// ErrInvalidRunID is returned, before anything is sent, when a run_id
+	// argument (Release, Renew, Resume, Revoke) is uuid.Nil. It matches
+	// fence.ErrInvalidRun.
+	ErrInvalidRunID = fmt.Errorf("lease: invalid run_id (zero UUID): %w", fence.ErrInvalidRun)
 	// ErrUnauthorized wraps the Authorizer's refusal. No statement was sent.
 	ErrUnauthorized = errors.New("lease: unauthorized")
 	// ErrHeld is matched by *HeldError: another run holds an unexpired lease.

@@ -14,7 +14,7 @@ import (
 
 	"github.com/fencekit/fencekit/fence"
 	"github.com/fencekit/fencekit/lease/internal/floorcheck"
-	"github.com/fencekit/fencekit/lease/leasemetrics"
+	"github.com/fencekit/fencekit/lease/internal/leasemetrics"
 )
 
 // ErrTokenFloor is matched by *TokenFloorError: the token sequence is not

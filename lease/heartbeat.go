@@ -10,7 +10,7 @@ import (
 
 	"github.com/google/uuid"
 
-	"github.com/fencekit/fencekit/lease/leasemetrics"
+	"github.com/fencekit/fencekit/lease/internal/leasemetrics"
 )
 
 // Heartbeat mode (Config.Renewal = RenewalHeartbeat, the default).

@@ -188,7 +188,7 @@ func TestHeartbeatRevokeLearnedAtNextBeat(t *testing.T) {
 	cfg := heartbeat(lease.Config{TTL: 2 * time.Second, RenewEvery: 200 * time.Millisecond})
 	a, op := e.manager(cfg), e.manager(cfg)
 	la := acquireN(t, a, 2)
-	r, err := op.Revoke(bg(), la[0].Key(), uuid.Nil)
+	r, err := op.RevokeCurrent(bg(), la[0].Key())
 	require.NoError(t, err)
 	require.True(t, r.Revoked)
 	require.Equal(t, la[0].RunID(), r.RunID)

@@ -11,7 +11,7 @@ import (
 	"github.com/google/uuid"
 
 	"github.com/fencekit/fencekit/fence"
-	"github.com/fencekit/fencekit/lease/leasemetrics"
+	"github.com/fencekit/fencekit/lease/internal/leasemetrics"
 )
 
 // Lease is one held grant: a run_id, its fencing token and a context that

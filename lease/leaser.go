@@ -21,6 +21,7 @@ type Leaser interface {
 	Watch(ctx context.Context, key Key, opts ...WatchOption) (*Watcher, error)
 	Inspect(ctx context.Context, key Key) (Ownership, error)
 	Revoke(ctx context.Context, key Key, runID uuid.UUID) (Revocation, error)
+	RevokeCurrent(ctx context.Context, key Key) (Revocation, error)
 	List(ctx context.Context, opts ListOptions) ([]Ownership, error)
 	Leases() []LocalLease
 }

@@ -13,7 +13,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 	"go.opentelemetry.io/otel/trace"
 
-	"github.com/fencekit/fencekit/lease/leasemetrics"
+	"github.com/fencekit/fencekit/lease/internal/leasemetrics"
 )
 
 // Manager acquires, renews and releases leases in one schema. It runs one

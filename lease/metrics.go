@@ -9,11 +9,12 @@ import (
 	"go.opentelemetry.io/otel/metric"
 
 	"github.com/fencekit/fencekit/internal/obs"
-	"github.com/fencekit/fencekit/lease/leasemetrics"
+	"github.com/fencekit/fencekit/lease/internal/leasemetrics"
 )
 
 // The names of every instrument, attribute key and attribute value are
-// constants of package lease/leasemetrics.
+// constants of package lease/internal/leasemetrics; docs/operations.md
+// lists them.
 
 // metrics holds a Manager's instruments. Built from a nil MeterProvider it
 // records into the OpenTelemetry no-op implementation.

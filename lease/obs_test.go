@@ -23,7 +23,7 @@ import (
 	"github.com/fencekit/fencekit/guards/memguard"
 	"github.com/fencekit/fencekit/internal/obs/obstest"
 	"github.com/fencekit/fencekit/lease"
-	"github.com/fencekit/fencekit/lease/leasemetrics"
+	"github.com/fencekit/fencekit/lease/internal/leasemetrics"
 	"github.com/fencekit/fencekit/lease/leaseops"
 )
 

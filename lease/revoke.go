@@ -83,25 +83,41 @@ SELECT u.run_id::text, u.fence_token, u.acquired_at, u.renewed_at, u.expires_at,
 // stopped, and its writes stay acceptable to the guards until a later
 // grant has written with its larger token.
 //
-// runID, when not uuid.Nil, names the grant to end: a later grant of
-// another run is left alone (Revoked false). uuid.Nil ends whichever grant
-// is live. A key nobody holds (never acquired, released, expired) is not an
-// error: Revoked is false and Ownership says why. The Authorizer runs
-// first, as for Takeover.
+// runID names the grant to end: a later grant of another run is left
+// alone (Revoked false). uuid.Nil is invalid input (ErrInvalidRunID,
+// nothing sent), as for Release, Renew and Resume; RevokeCurrent ends
+// whichever grant is live. A key nobody holds (never acquired, released,
+// expired) is not an error: Revoked is false and Ownership says why. The
+// Authorizer runs first, as for Takeover.
 func (m *Manager) Revoke(ctx context.Context, key Key, runID uuid.UUID) (Revocation, error) {
 	if err := key.Validate(); err != nil {
 		return Revocation{}, err
 	}
+	if runID == uuid.Nil {
+		return Revocation{}, ErrInvalidRunID
+	}
+	s := runID.String()
+	return m.revoke(ctx, key, &s)
+}
+
+// RevokeCurrent is Revoke of whichever run holds key now, for an operator
+// who has no run id at hand (fencekit leases revoke without --run). A grant
+// made between the operator's look and this call is revoked too; Revoke
+// with the run id Inspect reported leaves such a grant alone.
+func (m *Manager) RevokeCurrent(ctx context.Context, key Key) (Revocation, error) {
+	if err := key.Validate(); err != nil {
+		return Revocation{}, err
+	}
+	return m.revoke(ctx, key, nil)
+}
+
+// revoke is Revoke of run, or of whichever run holds key when run is nil.
+func (m *Manager) revoke(ctx context.Context, key Key, run *string) (Revocation, error) {
 	if m.isClosed() {
 		return Revocation{}, ErrClosed
 	}
 	if err := m.authorize(ctx, key); err != nil {
 		return Revocation{}, err
-	}
-	var run *string
-	if runID != uuid.Nil {
-		s := runID.String()
-		run = &s
 	}
 	cctx, cancel := m.call(ctx)
 	defer cancel()

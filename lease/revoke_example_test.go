@@ -23,7 +23,7 @@ func ExampleManager_Revoke() {
 	if err != nil {
 		log.Fatal(err)
 	}
-	r, err := m.Revoke(ctx, key, uuid.Nil) // uuid.Nil: whichever run holds it
+	r, err := m.RevokeCurrent(ctx, key) // whichever run holds it
 	if err != nil {
 		log.Fatal(err)
 	}
@@ -38,7 +38,7 @@ func ExampleManager_Revoke() {
 	defer func() { _, _ = next.Release(context.WithoutCancel(ctx)) }()
 	fmt.Println("next token larger:", next.Token() > stuck.Token())
 
-	again, err := m.Revoke(ctx, lease.Key{AccountID: "acct-1", SessionID: "nobody-" + uuid.NewString()}, uuid.Nil)
+	again, err := m.RevokeCurrent(ctx, lease.Key{AccountID: "acct-1", SessionID: "nobody-" + uuid.NewString()})
 	if err != nil {
 		log.Fatal(err)
 	}

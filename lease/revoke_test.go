@@ -12,6 +12,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/stretchr/testify/require"
 
+	"github.com/fencekit/fencekit/fence"
 	"github.com/fencekit/fencekit/fencetest"
 	"github.com/fencekit/fencekit/lease"
 )
@@ -46,7 +47,7 @@ func TestRevoke(t *testing.T) {
 			l, err := holder.Acquire(bg(), k, lease.WithHolder("desktop"))
 			require.NoError(t, err)
 
-			r, err := op.Revoke(bg(), k, uuid.Nil)
+			r, err := op.RevokeCurrent(bg(), k)
 			require.NoError(t, err)
 			require.True(t, r.Revoked)
 			require.Equal(t, l.RunID(), r.RunID)
@@ -82,14 +83,14 @@ func TestRevoke(t *testing.T) {
 			require.NoError(t, err, "the new holder still holds the key")
 
 			// Nobody holds these: nothing changes, the state is reported.
-			r, err = op.Revoke(bg(), uniqueKey(t), uuid.Nil)
+			r, err = op.RevokeCurrent(bg(), uniqueKey(t))
 			require.NoError(t, err)
 			require.False(t, r.Revoked)
 			require.Equal(t, lease.StateNotFound, r.Ownership.State)
 			_, err = next.Release(bg())
 			require.NoError(t, err)
 			before, _ := e.row(k)
-			r, err = op.Revoke(bg(), k, uuid.Nil)
+			r, err = op.RevokeCurrent(bg(), k)
 			require.NoError(t, err)
 			require.False(t, r.Revoked)
 			require.Equal(t, lease.StateReleased, r.Ownership.State)
@@ -139,7 +140,7 @@ func TestRevokeOwnLeaseAndWaiters(t *testing.T) {
 		return c
 	})
 
-	r, err := m.Revoke(bg(), k, uuid.Nil)
+	r, err := m.RevokeCurrent(bg(), k)
 	require.NoError(t, err)
 	require.True(t, r.Revoked)
 	select {
@@ -156,8 +157,8 @@ func TestRevokeOwnLeaseAndWaiters(t *testing.T) {
 	require.NoError(t, err)
 }
 
-// TestRevokeBadInput: an invalid key, a closed Manager and an Authorizer's
-// refusal send nothing and end nothing.
+// TestRevokeBadInput: an invalid key, the zero run_id, a closed Manager and
+// an Authorizer's refusal send nothing and end nothing.
 func TestRevokeBadInput(t *testing.T) {
 	e := newEnv(t)
 	deny := errors.New("operators only")
@@ -167,15 +168,26 @@ func TestRevokeBadInput(t *testing.T) {
 	l, err := m.Acquire(bg(), k)
 	require.NoError(t, err)
 
-	_, err = m.Revoke(bg(), lease.Key{AccountID: "a", SessionID: "b\x00"}, uuid.Nil)
+	_, err = m.Revoke(bg(), lease.Key{AccountID: "a", SessionID: "b\x00"}, l.RunID())
 	require.ErrorIs(t, err, lease.ErrInvalidKey)
-	_, err = guarded.Revoke(bg(), k, uuid.Nil)
+	_, err = m.RevokeCurrent(bg(), lease.Key{AccountID: "a", SessionID: "b\x00"})
+	require.ErrorIs(t, err, lease.ErrInvalidKey)
+	// uuid.Nil is invalid input, as for Release, Renew and Resume; "any
+	// run" is RevokeCurrent.
+	_, err = m.Revoke(bg(), k, uuid.Nil)
+	require.ErrorIs(t, err, lease.ErrInvalidRunID)
+	require.ErrorIs(t, err, fence.ErrInvalidRun)
+	_, err = guarded.Revoke(bg(), k, l.RunID())
 	require.ErrorIs(t, err, lease.ErrUnauthorized)
 	require.ErrorIs(t, err, deny)
+	_, err = guarded.RevokeCurrent(bg(), k)
+	require.ErrorIs(t, err, lease.ErrUnauthorized)
 	closed, err := lease.New(lease.Config{Pool: e.raw, Schema: e.schema})
 	require.NoError(t, err)
 	require.NoError(t, closed.Close())
-	_, err = closed.Revoke(bg(), k, uuid.Nil)
+	_, err = closed.Revoke(bg(), k, l.RunID())
+	require.ErrorIs(t, err, lease.ErrClosed)
+	_, err = closed.RevokeCurrent(bg(), k)
 	require.ErrorIs(t, err, lease.ErrClosed)
 
 	_, err = l.Renew(bg())

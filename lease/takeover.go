@@ -4,14 +4,9 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"log/slog"
-	"time"
 
 	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5"
-
-	"github.com/fencekit/fencekit/fence"
-	"github.com/fencekit/fencekit/lease/leasemetrics"
 )
 
 // Takeover grants the lease for key even though another run may hold it
@@ -32,43 +27,11 @@ import (
 // ctx bounds the call and gives its values to the lease, as with Acquire;
 // opts apply to the grant (WithHolder). When the grant is refused on a node
 // whose token floor was not checked and Config.Floor names a source, the
-// Manager checks the floor and tries once more (the Authorizer runs again).
-func (m *Manager) Takeover(ctx context.Context, key Key, opts ...Option) (*Lease, error) {
-	start := time.Now()
+// Manager checks the floor and tries once more, as Acquire does (the
+// Authorizer runs once per call).
+func (m *Manager) Takeover(ctx context.Context, key Key, opts ...Option) (l *Lease, err error) {
 	ctx, sp := m.startSpan(ctx, spanTakeover, key)
-	l, err := m.takeover(ctx, key, opts)
-	if err != nil && m.floorCheckAfter(ctx, &err) { // refused on an unchecked node: checked now
-		l, err = m.takeover(ctx, key, opts)
-	}
-	if !errors.Is(err, ErrInvalidKey) && !errors.Is(err, ErrInvalidHolder) {
-		m.met.onAcquireDone(ctx, time.Since(start), err)
-	}
-	sp.endGrant(l, err)
-	return l, err
-}
-
-func (m *Manager) takeover(ctx context.Context, key Key, opts []Option) (*Lease, error) {
-	l, retry, err := m.takeoverAttempt(ctx, key, opts)
-	if retry { // this Manager's heartbeat had ended: once more with a new one
-		l, _, err = m.takeoverAttempt(ctx, key, opts)
-	}
-	return l, err
-}
-
-// takeoverAttempt runs one takeover statement; retry as in acquireAttempt.
-func (m *Manager) takeoverAttempt(ctx context.Context, key Key, opts []Option) (_ *Lease, retry bool, _ error) {
-	l, err := m.takeoverOnce(ctx, key, opts)
-	if errors.Is(err, errEpochGone) {
-		return nil, true, fmt.Errorf("lease: takeover %s: this Manager's heartbeat ended: %w", key, ErrLost)
-	}
-	return l, false, err
-}
-
-// errEpochGone: a grant statement wrote nothing because the epoch it named
-// had ended in the database.
-var errEpochGone = errors.New("lease: heartbeat ended")
-
-func (m *Manager) takeoverOnce(ctx context.Context, key Key, opts []Option) (*Lease, error) {
+	defer func() { sp.endGrant(l, err) }()
 	if err := key.Validate(); err != nil {
 		return nil, err
 	}
@@ -82,69 +45,7 @@ func (m *Manager) takeoverOnce(ctx context.Context, key Key, opts []Option) (*Le
 	if err := m.authorize(ctx, key); err != nil {
 		return nil, err
 	}
-	runID, err := uuid.NewRandom()
-	if err != nil {
-		return nil, fmt.Errorf("lease: new run_id: %w", err)
-	}
-	ep, err := m.ren.grantEpoch(ctx)
-	if err != nil {
-		m.met.onRefused(ctx, leasemetrics.ReasonError)
-		return nil, fmt.Errorf("lease: takeover %s: %w", key, err)
-	}
-	m.awaitListener(ctx)
-	m.beginGrant(runID)
-	defer m.endGrant(runID)
-	cctx, cancel := m.call(ctx)
-	defer cancel()
-	sentAt := time.Now()
-	var (
-		token        int64
-		expires, now time.Time
-		displaced    *uuid.UUID
-	)
-	err = m.pool.QueryRow(cctx, m.st.takeover, key.AccountID, key.SessionID, uuidParam(runID), m.ttlMicros(),
-		nullable(o.holder), m.st.channel, keyPayload(key), epochID(ep)).Scan(&token, &expires, &displaced, &now)
-	switch {
-	case errors.Is(err, pgx.ErrNoRows):
-		// Nothing written: only a grant naming an epoch that was not live
-		// at the statement's time writes nothing.
-		if m.ren.grantGone(ctx, ep) {
-			return nil, errEpochGone
-		}
-		return nil, fmt.Errorf("lease: takeover %s: granted nothing although this Manager's renewal is live", key)
-	case grantRefusal(err) != nil:
-		m.observe(event{kind: evAcquireFailed, key: key})
-		return nil, m.grantRefused(ctx, key, grantRefusal(err))
-	case err != nil:
-		m.releaseOrphan(ctx, key, runID, ep)
-		m.observe(event{kind: evAcquireFailed, key: key})
-		m.met.onRefused(ctx, leasemetrics.ReasonError)
-		return nil, fmt.Errorf("lease: takeover %s: %w", key, classify(err))
-	}
-	if displaced != nil {
-		m.traceDisplaced(ctx, *displaced)
-		if old := m.leaseOrGrant(*displaced, ErrTakenOver); old != nil && old.key == key {
-			old.end(ErrTakenOver)
-		}
-	}
-	l := m.newLease(ctx, key, runID, fence.Token(token), o.holder, expires, sentAt, ep)
-	if l == nil { // closed meanwhile
-		rctx, rcancel := context.WithTimeout(context.WithoutCancel(ctx), m.cfg.CallTimeout)
-		defer rcancel()
-		_, _ = m.release(rctx, key, runID)
-		return nil, ErrClosed
-	}
-	m.refusals.checked(m)
-	m.met.onAcquired(ctx)
-	m.met.onHeld(ctx, 1)
-	if m.log.Enabled(ctx, slog.LevelDebug) {
-		var old string
-		if displaced != nil {
-			old = displaced.String()
-		}
-		m.log.Debug("lease taken over", "key", key.String(), "run_id", runID, "token", token, "displaced_run_id", old)
-	}
-	return l, nil
+	return m.grant(ctx, grantTakeover, key, o)
 }
 
 // refusedCauses returns, for leases whose renewal the database refused, the

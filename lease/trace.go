@@ -11,6 +11,7 @@ import (
 	"go.opentelemetry.io/otel/trace"
 
 	"github.com/fencekit/fencekit/internal/obs"
+	"github.com/fencekit/fencekit/lease/internal/traceoutcome"
 	"github.com/fencekit/fencekit/lease/leasetrace"
 )
 
@@ -37,31 +38,31 @@ func outcomeOf(err error, ok string) (string, bool) {
 	case err == nil:
 		return ok, false
 	case errors.Is(err, ErrInvalidKey), errors.Is(err, ErrInvalidHolder), errors.Is(err, ErrInvalidRunID):
-		return leasetrace.OutcomeInvalid, true
+		return traceoutcome.OutcomeInvalid, true
 	case errors.Is(err, ErrUnauthorized):
-		return leasetrace.OutcomeUnauthorized, false
+		return traceoutcome.OutcomeUnauthorized, false
 	case errors.Is(err, ErrBusy):
-		return leasetrace.OutcomeBusy, false
+		return traceoutcome.OutcomeBusy, false
 	case errors.Is(err, ErrTokenFloor):
-		return leasetrace.OutcomeTokenFloor, false
+		return traceoutcome.OutcomeTokenFloor, false
 	case errors.Is(err, ErrFailoverUnchecked):
-		return leasetrace.OutcomeFailoverUnchecked, false
+		return traceoutcome.OutcomeFailoverUnchecked, false
 	case errors.Is(err, ErrClosed):
-		return leasetrace.OutcomeClosed, true
+		return traceoutcome.OutcomeClosed, true
 	case errors.Is(err, ErrTakenOver):
-		return leasetrace.OutcomeTakenOver, true
+		return traceoutcome.OutcomeTakenOver, true
 	case errors.Is(err, ErrLost), errors.Is(err, ErrTrustExpired):
-		return leasetrace.OutcomeLost, true
+		return traceoutcome.OutcomeLost, true
 	case errors.Is(err, context.DeadlineExceeded): // before ErrHeld: an AcquireWait that gave up
-		return leasetrace.OutcomeDeadlineExceeded, true
+		return traceoutcome.OutcomeDeadlineExceeded, true
 	case errors.Is(err, context.Canceled):
-		return leasetrace.OutcomeCanceled, true
+		return traceoutcome.OutcomeCanceled, true
 	case errors.Is(err, ErrHeld):
-		return leasetrace.OutcomeHeld, false
+		return traceoutcome.OutcomeHeld, false
 	case errors.Is(err, ErrRunActive):
-		return leasetrace.OutcomeRunActive, false
+		return traceoutcome.OutcomeRunActive, false
 	}
-	return leasetrace.OutcomeError, true
+	return traceoutcome.OutcomeError, true
 }
 
 // newTracer is the Manager's tracer: nil (tracing off) for a nil provider.
@@ -122,7 +123,7 @@ func (s span) endGrant(l *Lease, err error) {
 	if errors.As(err, &held) && held.RunID != uuid.Nil {
 		s.s.SetAttributes(attribute.String(leasetrace.AttrHeldByRunID, held.RunID.String()), attribute.Int64(leasetrace.AttrHeldByToken, int64(held.Token)))
 	}
-	s.end(err, leasetrace.OutcomeGranted)
+	s.end(err, traceoutcome.OutcomeGranted)
 }
 
 // runSpan sets the run id (and token, when known) of a span.
@@ -157,7 +158,7 @@ func (s span) endRenew(r Renewal, err error) {
 	if err == nil {
 		s.s.SetAttributes(attribute.Float64(leasetrace.AttrTrustDeadlineIn, time.Until(r.TrustDeadline).Seconds()))
 	}
-	s.end(err, leasetrace.OutcomeRenewed)
+	s.end(err, traceoutcome.OutcomeRenewed)
 }
 
 // startBatch starts the span of one background renewal statement of n
@@ -247,19 +248,19 @@ func (m *Manager) tracedRun(ctx context.Context, key Key, fn func(ctx context.Co
 	defer func() {
 		switch {
 		case panicked:
-			sp.s.SetAttributes(attribute.String(leasetrace.AttrOutcome, leasetrace.OutcomeFnError))
+			sp.s.SetAttributes(attribute.String(leasetrace.AttrOutcome, traceoutcome.OutcomeFnError))
 			sp.s.RecordError(errRunPanicked)
 			sp.s.SetStatus(codes.Error, errRunPanicked.Error())
 			sp.s.End()
 		case held == nil: // Acquire did not grant
 			sp.end(err, "")
 		case fnErr != nil && err == fnErr: //nolint:errorlint // identity: Run returned fn's error unwrapped (no loss)
-			sp.s.SetAttributes(attribute.String(leasetrace.AttrOutcome, leasetrace.OutcomeFnError))
+			sp.s.SetAttributes(attribute.String(leasetrace.AttrOutcome, traceoutcome.OutcomeFnError))
 			sp.s.RecordError(err)
 			sp.s.SetStatus(codes.Error, err.Error())
 			sp.s.End()
 		default:
-			sp.end(err, leasetrace.OutcomeCompleted)
+			sp.end(err, traceoutcome.OutcomeCompleted)
 		}
 	}()
 	err = m.run(ctx, key, func(ctx context.Context, l *Lease) error {

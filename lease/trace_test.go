@@ -17,6 +17,7 @@ import (
 
 	"github.com/fencekit/fencekit/fencetest"
 	"github.com/fencekit/fencekit/lease"
+	"github.com/fencekit/fencekit/lease/internal/traceoutcome"
 	"github.com/fencekit/fencekit/lease/leasetrace"
 )
 
@@ -96,7 +97,7 @@ func TestTraceGrantHeldTakeoverRelease(t *testing.T) {
 	require.Equal(t, map[string]string{
 		leasetrace.AttrAccountID: key.AccountID, leasetrace.AttrSessionID: key.SessionID,
 		leasetrace.AttrRunID: l.RunID().String(), leasetrace.AttrToken: l.Token().String(),
-		leasetrace.AttrHolder: "desktop", leasetrace.AttrOutcome: leasetrace.OutcomeGranted,
+		leasetrace.AttrHolder: "desktop", leasetrace.AttrOutcome: traceoutcome.OutcomeGranted,
 	}, attrs(acq))
 	require.Equal(t, codes.Unset, acq.Status().Code)
 	require.Equal(t, caller, trace.SpanContextFromContext(l.Context()),
@@ -107,7 +108,7 @@ func TestTraceGrantHeldTakeoverRelease(t *testing.T) {
 	held := s.named(leasetrace.SpanAcquire)[1]
 	requireChild(t, held, caller)
 	a := attrs(held)
-	require.Equal(t, leasetrace.OutcomeHeld, a[leasetrace.AttrOutcome])
+	require.Equal(t, traceoutcome.OutcomeHeld, a[leasetrace.AttrOutcome])
 	require.Equal(t, l.RunID().String(), a[leasetrace.AttrHeldByRunID])
 	require.Equal(t, l.Token().String(), a[leasetrace.AttrHeldByToken])
 	require.Empty(t, a[leasetrace.AttrRunID], "no run was granted")
@@ -119,7 +120,7 @@ func TestTraceGrantHeldTakeoverRelease(t *testing.T) {
 	tk := s.one(leasetrace.SpanTakeover)
 	requireChild(t, tk, caller)
 	a = attrs(tk)
-	require.Equal(t, leasetrace.OutcomeGranted, a[leasetrace.AttrOutcome])
+	require.Equal(t, traceoutcome.OutcomeGranted, a[leasetrace.AttrOutcome])
 	require.Equal(t, l.RunID().String(), a[leasetrace.AttrDisplacedRunID])
 	require.Equal(t, l2.Token().String(), a[leasetrace.AttrToken])
 
@@ -158,7 +159,7 @@ func TestTraceGrantHeldTakeoverRelease(t *testing.T) {
 	require.ErrorIs(t, err, lease.ErrLost)
 	rn := s.one(leasetrace.SpanRenew)
 	requireChild(t, rn, caller)
-	require.Equal(t, leasetrace.OutcomeLost, attrs(rn)[leasetrace.AttrOutcome])
+	require.Equal(t, traceoutcome.OutcomeLost, attrs(rn)[leasetrace.AttrOutcome])
 	require.Equal(t, codes.Error, rn.Status().Code)
 
 	call.End()
@@ -230,7 +231,7 @@ func TestTraceRun(t *testing.T) {
 	}))
 	run := s.one(leasetrace.SpanRun)
 	require.False(t, run.Parent().IsValid())
-	require.Equal(t, leasetrace.OutcomeCompleted, attrs(run)[leasetrace.AttrOutcome])
+	require.Equal(t, traceoutcome.OutcomeCompleted, attrs(run)[leasetrace.AttrOutcome])
 	for _, name := range []string{leasetrace.SpanAcquire, "work", leasetrace.SpanRelease} {
 		requireChild(t, s.one(name), run.SpanContext())
 	}
@@ -240,7 +241,7 @@ func TestTraceRun(t *testing.T) {
 	boom := errors.New("boom")
 	require.ErrorIs(t, m.Run(bg(), uniqueKey(t), func(context.Context, *lease.Lease) error { return boom }), boom)
 	runs := s.named(leasetrace.SpanRun)
-	require.Equal(t, leasetrace.OutcomeFnError, attrs(runs[1])[leasetrace.AttrOutcome])
+	require.Equal(t, traceoutcome.OutcomeFnError, attrs(runs[1])[leasetrace.AttrOutcome])
 	require.Equal(t, codes.Error, runs[1].Status().Code)
 
 	// Displaced while fn runs.
@@ -261,7 +262,7 @@ func TestTraceRun(t *testing.T) {
 	runs = s.named(leasetrace.SpanRun)
 	require.Len(t, runs, 3)
 	displaced := runs[2]
-	require.Equal(t, leasetrace.OutcomeTakenOver, attrs(displaced)[leasetrace.AttrOutcome])
+	require.Equal(t, traceoutcome.OutcomeTakenOver, attrs(displaced)[leasetrace.AttrOutcome])
 	require.Equal(t, codes.Error, displaced.Status().Code)
 	s.await(leasetrace.SpanLost)
 	lost := s.one(leasetrace.SpanLost)
@@ -309,7 +310,7 @@ func TestTraceAcquireWait(t *testing.T) {
 	require.ErrorIs(t, err, context.DeadlineExceeded)
 	require.ErrorIs(t, err, lease.ErrHeld)
 	gaveUp := s.one(leasetrace.SpanAcquireWait)
-	require.Equal(t, leasetrace.OutcomeDeadlineExceeded, attrs(gaveUp)[leasetrace.AttrOutcome])
+	require.Equal(t, traceoutcome.OutcomeDeadlineExceeded, attrs(gaveUp)[leasetrace.AttrOutcome])
 	require.Equal(t, codes.Error, gaveUp.Status().Code)
 
 	for len(ev.Waiting()) > 0 { // the first waiter's events
@@ -331,7 +332,7 @@ func TestTraceAcquireWait(t *testing.T) {
 	got := s.named(leasetrace.SpanAcquireWait)
 	require.Len(t, got, 2)
 	a := attrs(got[1])
-	require.Equal(t, leasetrace.OutcomeGranted, a[leasetrace.AttrOutcome])
+	require.Equal(t, traceoutcome.OutcomeGranted, a[leasetrace.AttrOutcome])
 	require.Equal(t, l.RunID().String(), a[leasetrace.AttrRunID])
 	require.Equal(t, codes.Unset, got[1].Status().Code)
 }

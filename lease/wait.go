@@ -96,7 +96,7 @@ func (m *Manager) AcquireWait(ctx context.Context, key Key, opts ...Option) (got
 		if err := m.authorize(ctx, key); err != nil {
 			return nil, err
 		}
-		l, err := m.tryAcquire(ctx, key, o)
+		l, err := m.grant(ctx, grantAcquire, key, o)
 		if err == nil {
 			return l, nil
 		}

@@ -20,7 +20,6 @@ import (
 	"github.com/fencekit/fencekit/guards/pgguard"
 	"github.com/fencekit/fencekit/internal/obs/obstest"
 	"github.com/fencekit/fencekit/lease"
-	"github.com/fencekit/fencekit/lease/leasemetrics"
 	"github.com/fencekit/fencekit/sql/migrations"
 )
 
@@ -417,7 +416,7 @@ func (w *world) measure(name string, evAt time.Time, oldNode string) result {
 	}
 	require.NoError(w.t, w.shared.QueryRow(bg(), fmt.Sprintf(`SELECT count(*) FROM %[1]q.ha_writes
  WHERE token IN (SELECT token FROM %[1]q.ha_writes GROUP BY token HAVING count(DISTINCT run) > 1)`, w.gs)).Scan(&r.badWrites))
-	r.refusedStmts = obstest.Value(w.meter.Collect(), leasemetrics.Refused, map[string]string{"reason": leasemetrics.ReasonFailoverUnchecked})
+	r.refusedStmts = obstest.Value(w.meter.Collect(), "fencekit.lease.refused", map[string]string{"reason": "failover_unchecked"})
 	for _, rec := range w.logs.Messages("lease: token floor checked automatically; grants resume on this node") {
 		r.checks++
 		if v := rec.Attrs["advanced_from"]; v != "0" {

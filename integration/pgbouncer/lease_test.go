@@ -15,7 +15,6 @@ import (
 	"github.com/fencekit/fencekit/internal/leasecheck"
 	"github.com/fencekit/fencekit/internal/obs/obstest"
 	"github.com/fencekit/fencekit/lease"
-	"github.com/fencekit/fencekit/lease/leasemetrics"
 	"github.com/fencekit/fencekit/sql/migrations"
 )
 
@@ -119,7 +118,7 @@ func TestListenerDeliveryThroughPgBouncer(t *testing.T) {
 					warns++
 				}
 			}
-			fallback := obstest.Value(mt.Collect(), leasemetrics.ListenerFallback, nil)
+			fallback := obstest.Value(mt.Collect(), "fencekit.lease.listener.fallback", nil)
 			if r.deliver {
 				require.Zero(t, warns)
 				require.Zero(t, fallback)

@@ -1,6 +1,7 @@
 // Package obs holds what the lease packages share for OpenTelemetry: the
 // instrumentation scope and nil-safe meter and tracer lookups. The names of
-// the lease's instruments live in the public package lease/leasemetrics, the
+// the lease's instruments live in lease/internal/leasemetrics (documented in
+// docs/operations.md), the
 // guards' instruments and their names in guards/guardobs.
 //
 // Guaranteed: the meter comes from the caller's metric.MeterProvider (nil

@@ -15,7 +15,7 @@
 //     are lease.FloorSource values (lease.StaticFloor, lease.MaxFloor,
 //     pgguard.Marks.Highest).
 //   - Housekeeping: the Janitor deletes old lease rows in the background
-//     (metric leasemetrics.JanitorDeleted).
+//     (metric fencekit.lease.janitor.deleted).
 //   - Handlers: StatusHandler serves a Manager's local leases
 //     (lease.Manager.Leases) as JSON for an operator port; HealthHandler
 //     answers readiness probes from lease.Manager.Health (200 or 503, no

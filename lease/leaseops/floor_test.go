@@ -15,7 +15,7 @@ import (
 	"github.com/fencekit/fencekit/guards/pgguard"
 	"github.com/fencekit/fencekit/internal/obs/obstest"
 	"github.com/fencekit/fencekit/lease"
-	"github.com/fencekit/fencekit/lease/leasemetrics"
+	"github.com/fencekit/fencekit/lease/internal/leasemetrics"
 	"github.com/fencekit/fencekit/lease/leaseops"
 	"github.com/fencekit/fencekit/sql/migrations"
 )

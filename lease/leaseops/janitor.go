@@ -17,7 +17,7 @@ import (
 	"github.com/fencekit/fencekit/fence"
 	"github.com/fencekit/fencekit/internal/obs"
 	"github.com/fencekit/fencekit/lease"
-	"github.com/fencekit/fencekit/lease/leasemetrics"
+	"github.com/fencekit/fencekit/lease/internal/leasemetrics"
 	"github.com/fencekit/fencekit/sql/migrations"
 )
 
@@ -73,7 +73,7 @@ type JanitorConfig struct {
 	// leasemetrics.TableManagers).
 	// Nil records nothing.
 	MeterProvider metric.MeterProvider
-	// TracerProvider records one SpanJanitorSweep span per sweep (a child
+	// TracerProvider records one spanJanitorSweep span per sweep (a child
 	// of the span in Sweep's ctx; the loop's sweeps are root spans). Nil
 	// records none.
 	TracerProvider trace.TracerProvider

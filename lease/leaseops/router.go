@@ -176,6 +176,15 @@ func (r *Router) Revoke(ctx context.Context, key lease.Key, runID uuid.UUID) (le
 	return m.Revoke(ctx, key, runID)
 }
 
+// RevokeCurrent is lease.Manager.RevokeCurrent on key's partition.
+func (r *Router) RevokeCurrent(ctx context.Context, key lease.Key) (lease.Revocation, error) {
+	m, err := r.For(key)
+	if err != nil {
+		return lease.Revocation{}, err
+	}
+	return m.RevokeCurrent(ctx, key)
+}
+
 // List is lease.Manager.List across partitions. With opts.Account set it
 // reads that account's partition only. Otherwise it reads the partitions
 // in their RouterConfig order, each in (AccountID, SessionID) order as its

@@ -1,8 +1,9 @@
 // Package leasetrace names the OpenTelemetry spans that package lease (a
-// Manager configured with lease.Config.TracerProvider) records, their
-// attribute keys and the values of AttrOutcome: one constant per name, for
-// trace queries, dashboards and tests. It records nothing itself and
-// imports nothing.
+// Manager configured with lease.Config.TracerProvider) records and their
+// attribute keys: one constant per name, for trace queries, dashboards and
+// code that records spans beside the lease's (mcpfence). The values of
+// AttrOutcome are strings listed in docs/operations.md, not constants. It
+// records nothing itself and imports nothing.
 //
 // Every span comes from the tracer named "github.com/fencekit/fencekit" of
 // the TracerProvider in lease.Config. docs/operations.md ("Tracing") lists
@@ -20,6 +21,6 @@
 // # Not guaranteed
 //
 // That a span reaches an exporter (the SDK's business and its sampler's).
-// Unlike metric attributes (package lease/leasemetrics), span attributes
+// Unlike metric attributes (docs/operations.md), span attributes
 // carry identifiers: account and session ids, run ids and tokens.
 package leasetrace

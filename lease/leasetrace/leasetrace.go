@@ -44,7 +44,7 @@ const (
 	AttrRunID           = "fencekit.lease.run_id"
 	AttrToken           = "fencekit.lease.token"            //nolint:gosec // G101: an attribute key, not a credential
 	AttrHolder          = "fencekit.lease.holder"           // the grant's lease.WithHolder label, when set
-	AttrOutcome         = "fencekit.lease.outcome"          // one of the Outcome* values, or a ReleaseResult's String
+	AttrOutcome         = "fencekit.lease.outcome"          // a value of docs/operations.md, "Tracing", or a ReleaseResult's String
 	AttrDisplacedRunID  = "fencekit.lease.displaced_run_id" // Takeover: the run it displaced, when one held the key
 	AttrHeldByRunID     = "fencekit.lease.held_by.run_id"   // outcome held: the holder's run id
 	AttrHeldByToken     = "fencekit.lease.held_by.token"    //nolint:gosec // G101: an attribute key (outcome held: the holder's token)
@@ -54,27 +54,4 @@ const (
 	AttrBatchRenewed    = "fencekit.lease.batch.renewed"    // SpanRenewBatch: leases renewed
 	AttrBatchLost       = "fencekit.lease.batch.lost"       // SpanRenewBatch: leases the database refused (each ends with a SpanLost)
 	AttrTrustDeadlineIn = "fencekit.lease.trust_remaining"  // SpanRenew: seconds of trust after the renewal
-)
-
-// Values of AttrOutcome. A span's status is Error only for failures; a
-// refusal the protocol defines is an outcome with status Unset.
-const (
-	OutcomeGranted           = "granted"            // Acquire, AcquireWait, Takeover, Resume
-	OutcomeParked            = "parked"             // Park
-	OutcomeRunActive         = "run_active"         // Resume refused: the run is active in a Manager now
-	OutcomeHeld              = "held"               // refused: another run holds the key
-	OutcomeUnauthorized      = "unauthorized"       // refused by the Authorizer
-	OutcomeTokenFloor        = "token_floor"        // refused: sequence not above the floor
-	OutcomeFailoverUnchecked = "failover_unchecked" // refused: node not checked
-	OutcomeBusy              = "busy"               // aborted for concurrency; retry
-	OutcomeRenewed           = "renewed"            // Renew
-	OutcomeLost              = "lost"               // Renew refused; Run's lease was lost
-	OutcomeTakenOver         = "taken_over"         // Renew refused (or Run's lease ended) after a Takeover
-	OutcomeCompleted         = "completed"          // Run: fn returned nil and the lease was held throughout
-	OutcomeFnError           = "fn_error"           // Run: fn returned an error, the lease was held throughout
-	OutcomeInvalid           = "invalid"            // bad input: nothing sent
-	OutcomeClosed            = "closed"             // the Manager is closed
-	OutcomeCanceled          = "canceled"           // the call's context was cancelled
-	OutcomeDeadlineExceeded  = "deadline_exceeded"  // the call's context deadline passed
-	OutcomeError             = "error"              // the database or the network failed
 )

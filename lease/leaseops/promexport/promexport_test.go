@@ -18,7 +18,7 @@ import (
 	"github.com/fencekit/fencekit/fencetest"
 	"github.com/fencekit/fencekit/guards/memguard"
 	"github.com/fencekit/fencekit/lease"
-	"github.com/fencekit/fencekit/lease/leasemetrics"
+	"github.com/fencekit/fencekit/lease/internal/leasemetrics"
 	"github.com/fencekit/fencekit/lease/leaseops"
 	"github.com/fencekit/fencekit/sql/migrations"
 )

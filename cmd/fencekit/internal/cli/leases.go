@@ -33,7 +33,8 @@ acquired. It only reads.`,
 			setup: setupInspect},
 		{group: "leases", name: "revoke", args: "ACCOUNT SESSION", minPos: 2, maxPos: 2,
 			summary: "end a stuck conversation's grant now", timeout: DefaultTimeout,
-			long: `Ends the key's live grant now, in one statement (lease.Manager.Revoke): the
+			long: `Ends the key's live grant now, in one statement (lease.Manager.RevokeCurrent; with --run,
+lease.Manager.Revoke): the
 grant expires on the database clock. From then on its holder's renewals are
 refused (its process learns at its next renewal and cancels its work's
 context), its release changes nothing, and the next grant takes a larger token,
@@ -221,7 +222,12 @@ func setupRevoke(fs *flag.FlagSet, _ *runner) runFunc {
 		if err != nil {
 			return err
 		}
-		rv, err := m.Revoke(ctx, k, id)
+		var rv lease.Revocation
+		if id == uuid.Nil {
+			rv, err = m.RevokeCurrent(ctx, k)
+		} else {
+			rv, err = m.Revoke(ctx, k, id)
+		}
 		if err != nil {
 			return err
 		}

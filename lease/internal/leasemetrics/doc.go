@@ -1,8 +1,10 @@
 // Package leasemetrics names the OpenTelemetry instruments that package
 // lease (a Manager) and package leaseops (the Janitor) record, their
 // attribute keys and the values those attributes take: one constant per
-// name, for dashboards, alerts and tests. It records nothing itself and
-// imports nothing.
+// name. The strings are wire names that users match in their backends, not
+// Go API: docs/operations.md is their public home, and TestDocumented keeps
+// it and these constants in step. It records nothing itself and imports
+// nothing.
 //
 // Every instrument comes from the meter named "github.com/fencekit/fencekit"
 // of the MeterProvider in lease.Config or leaseops.JanitorConfig.

@@ -70,7 +70,7 @@ func addConsts(t *testing.T, g *ast.GenDecl, out map[string]string) {
 // mentions is one of them or a span name or attribute key of package
 // leasetrace or leaseops (their Span* and Attr* constants).
 func TestDocumented(t *testing.T) {
-	b, err := os.ReadFile("../../docs/operations.md")
+	b, err := os.ReadFile("../../../docs/operations.md")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -84,7 +84,7 @@ func TestDocumented(t *testing.T) {
 		}
 	}
 	spans := map[string]bool{}
-	for _, dir := range []string{"../leasetrace", "../leaseops"} {
+	for _, dir := range []string{"../../leasetrace", "../../leaseops"} {
 		for _, v := range consts(t, dir) {
 			spans[v] = true
 		}
@@ -112,7 +112,7 @@ func TestNamespaces(t *testing.T) {
 		t.Errorf("%d lease instruments, want 16 (update this test and docs/operations.md together)", n)
 	}
 	g := 0
-	for name, v := range consts(t, "../../guards/guardobs") {
+	for name, v := range consts(t, "../../../guards/guardobs") {
 		if strings.HasPrefix(name, "Metric") || strings.HasPrefix(v, "fencekit.") {
 			g++
 			if !strings.HasPrefix(v, "fencekit.guard.") {
