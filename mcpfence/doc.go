@@ -47,12 +47,37 @@
 // at once); a call of an ended run is refused with CauseRunEnded (or
 // CauseTakenOver).
 //
+// # Duplicate calls
+//
+// A call may name its own request id, MetaRequest: the client's id for one
+// logical call, sent again when it re-issues the call (after a broken
+// stream, say). The Fence keeps, in the lease database (Config.Requests,
+// migration set mcp), one row per account, conversation and request id:
+// the SHA-256 of the tool's name and arguments, the run and token of the
+// call that claimed it, and its result once it returned. The first call
+// claims the row after its grant, in one transaction that checks and
+// share-locks its lease row (lease.CheckClaimTx), so a row is claimed only
+// by a call that holds the conversation; the result is kept before the
+// lease is released or parked. A later call with the same id, on any
+// replica or after a restart, runs nothing: it gets the kept result (the
+// same JSON), or waits for it while the claiming call still holds the
+// lease (for at most Config.MaxWait, then CauseRequestRunning); with
+// another tool or other arguments it is refused with CauseRequestConflict.
+// When the claiming call kept no result and no longer holds the lease (it
+// was displaced while its handler ignored its ctx, its process ended, its
+// handler returned a protocol error, its result was larger than
+// MaxRequestResult) a duplicate is refused with CauseRequestUnknown: the
+// first call may have written, and nothing runs again. Rows are kept for
+// at least Config.RequestRetention; a duplicate that comes later runs as a
+// new call.
+//
 // # What the client sees
 //
 // A refused or stopped call is never a transport error: it is a tool result
 // with isError set, a text content for models and people, and structured
 // content, a Refusal, naming the cause (CauseTakenOver, CauseStale,
 // CauseHeld, CauseOutcomeUnknown, CauseLost, CauseRunEnded,
+// CauseRequestConflict, CauseRequestRunning, CauseRequestUnknown,
 // CauseUnauthorized, CauseNoKey, CauseInvalidMeta, CauseCanceled,
 // CauseUnavailable), the call's token and, when known, the conversation's
 // Owner (holder label, token, run id, whether it still holds). A successful
@@ -99,6 +124,10 @@
 //   - A Wait call sends a progress notification (naming the holder) at once
 //     and every Config.ProgressEvery while it waits, when the client asked
 //     for progress; it waits at most Config.MaxWait.
+//   - A call that names a request id whose row exists runs nothing and
+//     sends no lease statement but Inspect: it replays, waits, or is
+//     refused (see Duplicate calls). A call that obtained the lease runs
+//     its tool only after its claim of the id committed.
 //   - With Config.TracerProvider each fenced call is one SpanToolCall; the
 //     lease's spans and the guards' spans of the tool's writes are its
 //     children (the lease's and guards' metrics are theirs, unchanged).
@@ -115,6 +144,12 @@
 //     share its lease and may overlap (the run's token covers them all), as
 //     they did before runs moved between replicas; calls of one run on two
 //     replicas do not overlap (the second waits for the park).
+//   - A duplicate that arrives before its first call claimed the id (the
+//     two are sent at once) is a competing call: under Acquire or Wait it
+//     may be refused with CauseHeld (or wait, and then replay); under
+//     ContinueHere it takes the conversation over and the first call,
+//     displaced before its claim, runs nothing (CauseLost). Either way the
+//     tool runs at most once per request id.
 //   - The Owner named in a Refusal is the database's answer when the
 //     refusal was built; it may have changed since.
 //   - That a conversation is free the moment a per-call result arrived,

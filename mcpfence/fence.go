@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/google/uuid"
+	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/codes"
@@ -18,6 +19,7 @@ import (
 	"github.com/fencekit/fencekit/fence"
 	"github.com/fencekit/fencekit/lease"
 	"github.com/fencekit/fencekit/lease/leasetrace"
+	"github.com/fencekit/fencekit/sql/migrations"
 )
 
 // Policy says how a tool's call obtains the conversation's lease.
@@ -137,6 +139,23 @@ type Config struct {
 	// conversation free as soon as a call's result arrived, wherever their
 	// next call goes.
 	ReleaseBeforeReply bool
+	// Requests is the lease database (the pool of the Manager's leases,
+	// where the migration sets lease and mcp are applied, in schema
+	// RequestSchema): it keeps the results of calls that name a request id
+	// (MetaRequest). Nil: a fenced call that names one is refused with
+	// CauseInvalidMeta, as this server cannot answer a duplicate. With a
+	// Manager over several databases (a leaseops.Router) it must be the
+	// database of every key its calls name.
+	Requests *pgxpool.Pool
+	// RequestSchema is the schema of fencekit_mcp_requests and of the
+	// lease table. Default migrations.DefaultSchema; it must pass
+	// migrations.ValidateIdentifier.
+	RequestSchema string
+	// RequestRetention is how long a request's result is kept: a duplicate
+	// that arrives later runs as a new call. Rows are deleted, at most 64
+	// at a time, by later claims of request ids. It must exceed the longest
+	// call. Default DefaultRequestRetention, at least MinRequestRetention.
+	RequestRetention time.Duration
 	// TracerProvider records one SpanToolCall per fenced call. Nil: none.
 	TracerProvider trace.TracerProvider
 	// Logger receives a Warn record for a release that failed. Nil discards.
@@ -162,7 +181,8 @@ type Fence struct {
 // New validates cfg and fills its defaults (a zero duration takes its
 // default). A missing Manager or Account, an invalid policy, a negative
 // duration or a RunIdle above lease.MaxParkIdle is a *fence.ConfigError
-// (Source "mcpfence") matching fence.ErrInvalidConfig. A Fence starts no
+// (Source "mcpfence") matching fence.ErrInvalidConfig, as is an invalid
+// RequestSchema or a RequestRetention below MinRequestRetention. A Fence starts no
 // goroutine of its own.
 func New(cfg Config) (*Fence, error) {
 	bad := func(field, reason string) (*Fence, error) {
@@ -185,7 +205,7 @@ func New(cfg Config) (*Fence, error) {
 	for _, d := range []struct {
 		field string
 		v     time.Duration
-	}{{"MaxWait", cfg.MaxWait}, {"ProgressEvery", cfg.ProgressEvery}, {"RunIdle", cfg.RunIdle}, {"ReleaseTimeout", cfg.ReleaseTimeout}} {
+	}{{"MaxWait", cfg.MaxWait}, {"ProgressEvery", cfg.ProgressEvery}, {"RunIdle", cfg.RunIdle}, {"ReleaseTimeout", cfg.ReleaseTimeout}, {"RequestRetention", cfg.RequestRetention}} {
 		if d.v < 0 {
 			return bad(d.field, "negative: "+d.v.String()+" (zero takes the default)")
 		}
@@ -209,6 +229,17 @@ func New(cfg Config) (*Fence, error) {
 	}
 	if cfg.ReleaseTimeout == 0 {
 		cfg.ReleaseTimeout = DefaultReleaseTimeout
+	}
+	if cfg.RequestSchema == "" {
+		cfg.RequestSchema = migrations.DefaultSchema
+	}
+	if err := migrations.ValidateIdentifier(cfg.RequestSchema); err != nil {
+		return bad("RequestSchema", err.Error())
+	}
+	if cfg.RequestRetention == 0 {
+		cfg.RequestRetention = DefaultRequestRetention
+	} else if cfg.RequestRetention < MinRequestRetention {
+		return bad("RequestRetention", fmt.Sprintf("%s: at least %s (it must exceed the longest call)", cfg.RequestRetention, MinRequestRetention))
 	}
 	if cfg.Logger == nil {
 		cfg.Logger = slog.New(slog.DiscardHandler)
@@ -378,6 +409,17 @@ func (f *Fence) call(ctx context.Context, policy Policy, req *mcp.CallToolReques
 	if closed {
 		return refuse(Refusal{Cause: CauseUnavailable, Message: "the server is shutting down", Conversation: key.SessionID})
 	}
+	if rm.request != nil {
+		// A request id already used in this conversation: the first call's
+		// result, never a second execution.
+		row, lerr := f.lookupRequest(ctx, key, rm.request)
+		if lerr != nil {
+			return refuse(Refusal{Cause: CauseUnavailable, Message: lerr.Error() + ": nothing ran", Conversation: key.SessionID})
+		}
+		if row != nil {
+			return f.replay(ctx, req, key, rm.request, row, refuse)
+		}
+	}
 	var (
 		l      *lease.Lease
 		handle string // the run's handle, for LeaseInfo.Run
@@ -393,7 +435,7 @@ func (f *Fence) call(ctx context.Context, policy Policy, req *mcp.CallToolReques
 			r, refusal = f.joinRun(ctx, req, key, rm.id)
 		}
 		if refusal != nil {
-			return refuse(*refusal)
+			return f.refuseOrReplay(ctx, req, key, rm.request, *refusal, refuse)
 		}
 		l, handle = r.l, r.id.String()
 		defer func() {
@@ -406,7 +448,7 @@ func (f *Fence) call(ctx context.Context, policy Policy, req *mcp.CallToolReques
 		var refusal *Refusal
 		l, refusal = f.obtain(ctx, policy, req, key)
 		if refusal != nil {
-			return refuse(*refusal)
+			return f.refuseOrReplay(ctx, req, key, rm.request, *refusal, refuse)
 		}
 		defer f.releaseCall(ctx, l)
 	}
@@ -416,6 +458,23 @@ func (f *Fence) call(ctx context.Context, policy Policy, req *mcp.CallToolReques
 		// returns.
 		return refuse(Refusal{Cause: CauseCanceled, Message: fmt.Sprintf("the call ended before its tool ran: %v", context.Cause(ctx)),
 			Conversation: key.SessionID, Token: l.Token()})
+	}
+	if rm.request != nil {
+		// Claimed while the lease is held (checked in the same
+		// transaction); a row that appeared since the lookup is answered
+		// as a duplicate.
+		claimed, cerr := f.claimRequest(ctx, key, rm.request, l)
+		if cerr != nil {
+			return refuse(*requestError(ctx, key, l, cerr))
+		}
+		if !claimed {
+			row, lerr := f.lookupRequest(ctx, key, rm.request)
+			if lerr != nil {
+				return refuse(Refusal{Cause: CauseUnavailable, Message: lerr.Error() + ": nothing ran", Conversation: key.SessionID})
+			}
+			return f.replay(ctx, req, key, rm.request, row, refuse)
+		}
+		defer func() { f.finishRequest(ctx, key, rm.request, l, res, err) }()
 	}
 	if span != nil {
 		span.SetAttributes(attribute.String(leasetrace.AttrRunID, l.RunID().String()),
@@ -432,6 +491,27 @@ func (f *Fence) call(ctx context.Context, policy Policy, req *mcp.CallToolReques
 	res, err = next(hctx)
 	info := LeaseInfo{Conversation: key.SessionID, Token: l.Token(), Holder: l.Holder(), RunID: l.RunID().String(), Run: handle}
 	return f.classify(ctx, hctx, l, info, tool, res, err)
+}
+
+// replay answers a call whose request id has a row (awaitRequest).
+func (f *Fence) replay(ctx context.Context, req *mcp.CallToolRequest, key lease.Key, rq *requestCall, row *requestRow, refuse func(Refusal) (mcp.Result, error)) (mcp.Result, error) {
+	res, refusal := f.awaitRequest(ctx, req, key, rq, row)
+	if refusal != nil {
+		return refuse(*refusal)
+	}
+	return res, nil
+}
+
+// refuseOrReplay refuses a call that did not obtain the lease, unless it
+// names a request id whose first call claimed it meanwhile (and so holds
+// the conversation): then the call is that request's duplicate.
+func (f *Fence) refuseOrReplay(ctx context.Context, req *mcp.CallToolRequest, key lease.Key, rq *requestCall, r Refusal, refuse func(Refusal) (mcp.Result, error)) (mcp.Result, error) {
+	if rq != nil && (r.Cause == CauseHeld || r.Cause == CauseTakenOver || r.Cause == CauseRunEnded) {
+		if row, err := f.lookupRequest(ctx, key, rq); err == nil && row != nil {
+			return f.replay(ctx, req, key, rq, row, refuse)
+		}
+	}
+	return refuse(r)
 }
 
 // key reads a call's key and run metadata and checks every name the key
@@ -454,6 +534,12 @@ func (f *Fence) key(ctx context.Context, req *mcp.CallToolRequest) (lease.Key, r
 		return key, runMeta{}, &Refusal{Cause: CauseInvalidMeta, Message: err.Error()}
 	}
 	rm, err := parseRun(req)
+	if err == nil {
+		rm.request, err = parseRequest(req)
+	}
+	if err == nil && rm.request != nil && f.cfg.Requests == nil {
+		err = &MetaError{Field: MetaRequest, Reason: "this server keeps no request results (its Fence has no Config.Requests): the call was not run"}
+	}
 	if err != nil {
 		return key, rm, &Refusal{Cause: CauseInvalidMeta, Message: err.Error(), Conversation: conv}
 	}

@@ -4,6 +4,7 @@ go 1.26.0
 
 require (
 	github.com/fencekit/fencekit v0.1.0
+	github.com/jackc/pgx/v5 v5.12.0
 	go.opentelemetry.io/otel v1.47.0
 	go.opentelemetry.io/otel/sdk v1.47.0
 	go.opentelemetry.io/otel/trace v1.47.0

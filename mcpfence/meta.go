@@ -44,6 +44,14 @@ const (
 	// MetaRunEnd, a JSON boolean, ends the run of MetaRun after this call:
 	// its lease is released once the call returns.
 	MetaRunEnd = "io.fencekit/run_end"
+	// MetaRequest, a JSON string, is the client's own id for one logical
+	// call (at most MaxRequestIDLen bytes, checked as the other ids). A
+	// later call with the same id in the same conversation, on any replica,
+	// gets the first call's result (waiting for it while the first call
+	// runs) and runs nothing; with another tool or other arguments it is
+	// refused with CauseRequestConflict. Results are kept in the database
+	// (Config.Requests) for Config.RequestRetention.
+	MetaRequest = "io.fencekit/request"
 	// MetaLease is the key of a fenced call's result _meta: a LeaseInfo
 	// naming the lease the call ran under.
 	MetaLease = "io.fencekit/lease"
@@ -183,6 +191,8 @@ type runMeta struct {
 	id    uuid.UUID // uuid.Nil when the call names no run
 	start bool      // MetaRunStart
 	end   bool      // MetaRunEnd
+
+	request *requestCall // MetaRequest; nil when the call names none
 }
 
 func parseRun(req *mcp.CallToolRequest) (runMeta, error) {

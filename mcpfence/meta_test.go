@@ -136,15 +136,18 @@ func TestParseRun(t *testing.T) {
 func TestNewValidates(t *testing.T) {
 	m := &lease.Manager{}
 	for name, cfg := range map[string]Config{
-		"no Manager":                {Account: Fixed("a")},
-		"no Account":                {Manager: m},
-		"RunIdle above MaxParkIdle": {Manager: m, Account: Fixed("a"), RunIdle: lease.MaxParkIdle + time.Second},
-		"negative MaxWait":          {Manager: m, Account: Fixed("a"), MaxWait: -time.Second},
-		"negative ProgressEvery":    {Manager: m, Account: Fixed("a"), ProgressEvery: -time.Second},
-		"negative RunIdle":          {Manager: m, Account: Fixed("a"), RunIdle: -time.Second},
-		"negative ReleaseTimeout":   {Manager: m, Account: Fixed("a"), ReleaseTimeout: -time.Nanosecond},
-		"invalid policy in Tools":   {Manager: m, Account: Fixed("a"), Tools: map[string]Policy{"t": Policy(99)}},
-		"invalid default policy":    {Manager: m, Account: Fixed("a"), Default: Policy(99)},
+		"no Manager":                 {Account: Fixed("a")},
+		"no Account":                 {Manager: m},
+		"RunIdle above MaxParkIdle":  {Manager: m, Account: Fixed("a"), RunIdle: lease.MaxParkIdle + time.Second},
+		"negative MaxWait":           {Manager: m, Account: Fixed("a"), MaxWait: -time.Second},
+		"negative ProgressEvery":     {Manager: m, Account: Fixed("a"), ProgressEvery: -time.Second},
+		"negative RunIdle":           {Manager: m, Account: Fixed("a"), RunIdle: -time.Second},
+		"negative ReleaseTimeout":    {Manager: m, Account: Fixed("a"), ReleaseTimeout: -time.Nanosecond},
+		"invalid policy in Tools":    {Manager: m, Account: Fixed("a"), Tools: map[string]Policy{"t": Policy(99)}},
+		"invalid default policy":     {Manager: m, Account: Fixed("a"), Default: Policy(99)},
+		"invalid RequestSchema":      {Manager: m, Account: Fixed("a"), RequestSchema: "Bad-Schema"},
+		"RequestRetention too short": {Manager: m, Account: Fixed("a"), RequestRetention: MinRequestRetention - time.Second},
+		"negative RequestRetention":  {Manager: m, Account: Fixed("a"), RequestRetention: -time.Hour},
 	} {
 		_, err := New(cfg)
 		var ce *fence.ConfigError

@@ -33,6 +33,18 @@ const (
 	// MetaRunEnd, idle for Config.RunIdle, its first call failed) or does
 	// not hold the call's conversation: start a new run.
 	CauseRunEnded = "run_ended"
+	// CauseRequestConflict: the call's request id (MetaRequest) was first
+	// used for another tool or other arguments. Nothing ran.
+	CauseRequestConflict = "request_conflict"
+	// CauseRequestRunning: the first call of the request id is still
+	// running after Config.MaxWait; call again later with the same id.
+	// Nothing ran.
+	CauseRequestRunning = "request_running"
+	// CauseRequestUnknown: the first call of the request id started its
+	// tool and kept no result: its lease ended (displaced, crashed) before
+	// it finished, its handler returned a protocol error, or its result was
+	// too large to keep. It may have written. Nothing ran again.
+	CauseRequestUnknown = "request_unknown"
 	// CauseUnknownTool: the Fence has no policy for the tool (neither
 	// Config.Tools nor Config.Default names one). Nothing was read or sent.
 	CauseUnknownTool = "unknown_tool"

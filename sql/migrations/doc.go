@@ -1,14 +1,15 @@
 // Package migrations holds fencekit's database schema as plain, numbered SQL
 // migrations and a small runner for them.
 //
-// Three migration sets exist: [Lease] (the lease table and the token
-// sequence), [Guard] (the high-water-mark table of the PostgreSQL guard) and
-// [Effects] (the outbox of package effects). Lease and Guard are separate
-// because a guard's marks may live in another database than the leases,
-// next to the data they protect; Effects must live in the leases' database
-// and is applied only when named (Migrate's default is Lease and Guard).
+// Four migration sets exist: [Lease] (the lease table and the token
+// sequence), [Guard] (the high-water-mark table of the PostgreSQL guard),
+// [Effects] (the outbox of package effects) and [MCP] (the request results
+// of package mcpfence). Lease and Guard are separate because a guard's marks
+// may live in another database than the leases, next to the data they
+// protect; Effects and MCP must live in the leases' database and are applied
+// only when named (Migrate's default is Lease and Guard).
 //
-// The files under lease/, guard/ and effects/ are ordinary SQL named NNNN_name.up.sql and
+// The files under lease/, guard/, effects/ and mcp/ are ordinary SQL named NNNN_name.up.sql and
 // NNNN_name.down.sql, with unqualified object names. [Migrate] applies them
 // itself: in one transaction per call, under a transaction-scoped advisory
 // lock, with search_path set to the chosen schema, recording applied versions

@@ -15,7 +15,7 @@ import (
 	"github.com/jackc/pgx/v5/pgconn"
 )
 
-//go:embed lease guard effects
+//go:embed lease guard effects mcp
 var files embed.FS
 
 // Set names a group of migrations that is versioned on its own.
@@ -31,6 +31,12 @@ const (
 	// the Lease set, as it is written in the transaction that checks the
 	// producer's lease row. Migrate applies it only when asked for.
 	Effects Set = "effects"
+	// MCP is the table of package mcpfence that keeps the results of
+	// tools/call requests named by a request id (duplicate calls get the
+	// first call's result). It must live in the database of the Lease set,
+	// as a request is claimed in the transaction that checks the call's
+	// lease row. Migrate applies it only when asked for.
+	MCP Set = "mcp"
 )
 
 // DefaultSchema is the schema Migrate and the packages using it default to.

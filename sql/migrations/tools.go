@@ -9,8 +9,8 @@ import (
 	"strings"
 )
 
-// Files for external migration tools, generated from the lease/, guard/ and effects/
-// files by ToolFiles (go generate ./sql/migrations, or make migrations). A
+// Files for external migration tools, generated from the lease/, guard/, effects/
+// and mcp/ files by ToolFiles (go generate ./sql/migrations, or make migrations). A
 // test fails when they differ from what ToolFiles produces.
 //
 //go:embed goose golang-migrate
@@ -98,7 +98,7 @@ func header(m Migration) string {
 // the schema.
 func ToolFiles() (map[string][]byte, error) {
 	out := map[string][]byte{}
-	for _, set := range []Set{Lease, Guard, Effects} {
+	for _, set := range []Set{Lease, Guard, Effects, MCP} {
 		ms, err := Migrations(set)
 		if err != nil {
 			return nil, err
