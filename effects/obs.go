@@ -117,7 +117,7 @@ func (x *observer) startRecord(ctx context.Context, key lease.Key, claim fence.C
 // traceparent is the W3C traceparent of the record's span, stored with the
 // effect so that its delivery spans link to it; nil when tracing is off
 // or the span context is invalid (a no-op provider).
-func (sp recordSpan) traceparent() *string {
+func (sp recordSpan) traceparent(ctx context.Context) *string {
 	if sp.s == nil {
 		return nil
 	}
@@ -126,7 +126,7 @@ func (sp recordSpan) traceparent() *string {
 		return nil
 	}
 	c := propagation.MapCarrier{}
-	propagation.TraceContext{}.Inject(trace.ContextWithSpanContext(context.Background(), sc), c)
+	propagation.TraceContext{}.Inject(trace.ContextWithSpanContext(ctx, sc), c)
 	tp := c.Get(traceparentHeader)
 	if tp == "" {
 		return nil

@@ -422,7 +422,7 @@ func (o *Outbox) record(ctx context.Context, tx pgx.Tx, key lease.Key, claim fen
 		ok            bool
 		newID, exID   *string
 		same          bool
-		args          = []any{e.Target, key.AccountID, key.SessionID, claim.Run, int64(claim.Token), e.RequestKey, e.Request, o.channel, span.traceparent()}
+		args          = []any{e.Target, key.AccountID, key.SessionID, claim.Run, int64(claim.Token), e.RequestKey, e.Request, o.channel, span.traceparent(ctx)}
 		scan          = func(row pgx.Row) error { return row.Scan(&ok, &newID, &exID, &same) }
 		q             querier
 		existingQuery = func() (string, bool, error) {
