@@ -58,3 +58,32 @@ func TestDeliverEffect(t *testing.T) {
 	_, err = r.DeliverEffect(bg(), uuid.Nil)
 	require.ErrorIs(t, err, effects.ErrInvalidEffect)
 }
+
+// The outcomes of several effects go in one statement; when the server
+// refuses it (here one outcome code does not fit the integer column),
+// nothing of it was written and each outcome is written on its own: the
+// others are written, only the bad one fails.
+func TestOutcomesStatementRefusedWritesEachAlone(t *testing.T) {
+	e := newEnv(t)
+	tg := newTarget(t)
+	o := e.outbox(httpTarget())
+	r, err := effects.NewRelay(o, effects.RelayConfig{}) // never started
+	require.NoError(t, err)
+	l, err := e.manager().Acquire(bg(), e.key())
+	require.NoError(t, err)
+	var ids []uuid.UUID
+	for _, k := range []string{"a", "bad", "b"} {
+		id, err := o.Record(l.Context(), tg.effect(t, k, `{}`))
+		require.NoError(t, err)
+		ids = append(ids, id)
+	}
+	errs := effects.WriteDelivered(r, ids, []int{200, 1 << 40, 201})
+	require.NoError(t, errs[0])
+	require.Error(t, errs[1], "an outcome code out of the integer range")
+	require.NoError(t, errs[2])
+	for i, want := range []effects.State{effects.StateDelivered, effects.StatePending, effects.StateDelivered} {
+		in, err := o.Get(bg(), ids[i])
+		require.NoError(t, err)
+		require.Equal(t, want, in.State, "effect %d", i)
+	}
+}

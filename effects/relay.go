@@ -451,14 +451,14 @@ func (r *Relay) writeOutcomes(ctx context.Context, outs []outcome) []error {
 		ids      = make([]string, n)
 		epochs   = make([]int64, n)
 		states   = make([]string, n)
-		codes    = make([]int32, n)
+		codes    = make([]int64, n)
 		details  = make([]string, n)
 		errTexts = make([]*string, n)
 		delays   = make([]int64, n)
 	)
 	for i, o := range outs {
 		ids[i], epochs[i], states[i] = o.c.id.String(), o.c.epoch, string(o.state)
-		codes[i], details[i], delays[i] = int32(o.res.Code), shorten(o.res.Detail), o.delay.Microseconds() //nolint:gosec // G115: an HTTP-like status code
+		codes[i], details[i], delays[i] = int64(o.res.Code), shorten(o.res.Detail), o.delay.Microseconds()
 		if o.cause != nil {
 			s := shorten(o.cause.Error())
 			errTexts[i] = &s

@@ -108,11 +108,11 @@ RETURNING e.id::text, e.epoch, e.target, e.request, e.attempts, e.first_sent_at,
 		// taken by another relay changes nothing. The claim ends. Returns
 		// the ids written.
 		outcomes: r.Replace(`WITH now_db AS MATERIALIZED (SELECT clock_timestamp() AS t),
-o AS (SELECT * FROM unnest($1::text[], $2::bigint[], $3::text[], $4::integer[], $5::text[], $6::text[], $7::bigint[])
+o AS (SELECT * FROM unnest($1::text[], $2::bigint[], $3::text[], $4::bigint[], $5::text[], $6::text[], $7::bigint[])
         AS o(id, epoch, state, code, detail, err, delay_us))
 UPDATE $S.fencekit_effects e
    SET state = o.state,
-       outcome_code = CASE WHEN o.state = 'pending' THEN e.outcome_code ELSE o.code END,
+       outcome_code = CASE WHEN o.state = 'pending' THEN e.outcome_code ELSE o.code::integer END,
        outcome_detail = CASE WHEN o.state = 'pending' THEN e.outcome_detail ELSE o.detail END,
        last_error = coalesce(o.err, e.last_error),
        next_at = CASE WHEN o.state = 'pending' THEN n.t + o.delay_us * interval '1 microsecond' ELSE e.next_at END,
