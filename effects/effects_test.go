@@ -380,10 +380,12 @@ func TestCancelDisplacedSendsNothing(t *testing.T) {
 	require.NoError(t, err)
 
 	// The displaced run cannot cancel.
-	_, err = o.CancelDisplaced(bg(), key, oldClaim)
+	_, err = o.CancelDisplaced(fence.WithClaim(bg(), oldClaim))
 	require.ErrorIs(t, err, fence.ErrStale)
 
-	ids, err := o.CancelDisplaced(bg(), lease.Key{}, claimOf(t, l2))
+	_, err = o.CancelDisplaced(bg())
+	require.ErrorIs(t, err, fence.ErrNoToken, "no claim in ctx")
+	ids, err := o.CancelDisplaced(l2.Context())
 	require.NoError(t, err)
 	require.ElementsMatch(t, old, ids)
 

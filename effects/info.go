@@ -239,27 +239,26 @@ func (o *Outbox) operatorUpdate(ctx context.Context, op, sql string, id uuid.UUI
 }
 
 // CancelDisplaced is the new holder's policy for what a displaced run
-// recorded: it cancels the effects of key recorded under a token below
-// claim's that no relay has claimed yet, and returns their ids. claim must
-// be the current grant of key (checked, in the same transaction, with
-// lease.CheckClaimTx: a displaced run cannot cancel its successor's
-// effects). A relay's claim and this cancel lock the same row, so each
-// effect is either canceled here, and never sent, or already claimed, and
-// delivered as usual. A zero key is taken from claim's scope. Errors are
-// Record's (stale claim, busy, bad input).
-func (o *Outbox) CancelDisplaced(ctx context.Context, key lease.Key, claim fence.Claim) ([]uuid.UUID, error) {
-	if err := checkCtx(ctx, "CancelDisplaced"); err != nil {
+// recorded: it cancels the effects recorded under a token below that of
+// the claim ctx carries (fence.ClaimFromContext, as Record takes it; the
+// lease key is the claim's scope) that no relay has claimed yet, and
+// returns their ids. The claim must be the current grant of its key
+// (checked, in the same transaction, with lease.CheckClaimTx: a displaced
+// run cannot cancel its successor's effects). A relay's claim and this
+// cancel lock the same row, so each effect is either canceled here, and
+// never sent, or already claimed, and delivered as usual. Errors are
+// Record's (no claim, stale claim, busy, bad input).
+func (o *Outbox) CancelDisplaced(ctx context.Context) ([]uuid.UUID, error) {
+	claim, err := claimFromContext(ctx, "CancelDisplaced")
+	if err != nil {
 		return nil, err
 	}
 	if err := claim.Validate(); err != nil {
 		return nil, err
 	}
-	if key == (lease.Key{}) {
-		k, err := KeyFromScope(claim.Scope)
-		if err != nil {
-			return nil, err
-		}
-		key = k
+	key, err := KeyFromScope(claim.Scope)
+	if err != nil {
+		return nil, err
 	}
 	tx, err := o.pool.Begin(ctx)
 	if err != nil {

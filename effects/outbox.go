@@ -258,7 +258,7 @@ func channelWith(prefix, schema string) string {
 // they were sent is an outcome-unknown error (fence.ErrOutcomeUnknown
 // family), as a lost COMMIT would be.
 func (o *Outbox) Record(ctx context.Context, e Effect) (uuid.UUID, error) {
-	claim, err := claimFromContext(ctx)
+	claim, err := claimFromContext(ctx, "Record")
 	if err != nil {
 		return uuid.Nil, err
 	}
@@ -301,7 +301,7 @@ func (o *Outbox) RecordTx(ctx context.Context, tx pgx.Tx, e Effect) (uuid.UUID, 
 	if tx == nil {
 		return uuid.Nil, fmt.Errorf("effects: Record with nil tx: %w", fence.ErrNilArgument)
 	}
-	claim, err := claimFromContext(ctx)
+	claim, err := claimFromContext(ctx, "Record")
 	if err != nil {
 		return uuid.Nil, err
 	}
@@ -316,13 +316,13 @@ func (o *Outbox) RecordTx(ctx context.Context, tx pgx.Tx, e Effect) (uuid.UUID, 
 	return id, err
 }
 
-func claimFromContext(ctx context.Context) (fence.Claim, error) {
+func claimFromContext(ctx context.Context, op string) (fence.Claim, error) {
 	if ctx == nil {
-		return fence.Claim{}, fmt.Errorf("effects: Record with nil ctx: %w", fence.ErrNilArgument)
+		return fence.Claim{}, fmt.Errorf("effects: %s with nil ctx: %w", op, fence.ErrNilArgument)
 	}
 	c, err := fence.ClaimFromContext(ctx)
 	if err != nil {
-		return fence.Claim{}, fmt.Errorf("effects: Record: %w", err)
+		return fence.Claim{}, fmt.Errorf("effects: %s: %w", op, err)
 	}
 	return c, nil
 }
