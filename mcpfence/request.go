@@ -223,7 +223,8 @@ func (f *Fence) awaitRequest(ctx context.Context, req *mcp.CallToolRequest, key 
 			return res, nil
 		}
 		o, err := f.cfg.Manager.Inspect(wctx, key)
-		if err == nil && !(o.Held() && !o.Parked && o.RunID == row.run && o.Token == row.token) {
+		running := o.Held() && !o.Parked && o.RunID == row.run && o.Token == row.token
+		if err == nil && !running {
 			// The owner's call is over: read once more, as its result is
 			// kept before its lease is released or parked.
 			if row, err = f.lookupRequest(wctx, key, rq); err == nil && row != nil && !row.done {

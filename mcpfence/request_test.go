@@ -31,7 +31,7 @@ type requestEnv struct {
 	raw    *pgxpool.Pool // the test's own connections
 	ran    atomic.Int64  // calls that entered put's handler, on every replica
 	// started receives a value when a put with block set starts; release
-	// lets blocked puts go on.
+	// lets blocked puts go on (as does the end of the test).
 	started chan string
 	release chan struct{}
 }
@@ -68,7 +68,10 @@ func (e *requestEnv) replica(cfg mcpfence.Config) *harness {
 		}
 		if a.Block {
 			e.started <- a.Value
-			<-e.release
+			select {
+			case <-e.release:
+			case <-e.t.Context().Done(): // the test failed early: let the server stop
+			}
 		}
 		conv, _ := req.Params.Meta[mcpfence.MetaConversation].(string)
 		wctx := context.WithoutCancel(ctx)
