@@ -50,7 +50,8 @@ const (
 	// gets the first call's result (waiting for it while the first call
 	// runs) and runs nothing; with another tool or other arguments it is
 	// refused with CauseRequestConflict. Results are kept in the database
-	// (Config.Requests) for Config.RequestRetention.
+	// (Config.Requests) for Config.RequestRetention. Unfenced tools ignore
+	// it.
 	MetaRequest = "io.fencekit/request"
 	// MetaLease is the key of a fenced call's result _meta: a LeaseInfo
 	// naming the lease the call ran under.

@@ -122,8 +122,18 @@ func (f *Fence) lookupRequest(ctx context.Context, key lease.Key, rq *requestCal
 // one transaction that first checks, and share-locks, l's lease row
 // (lease.CheckClaimTx): the row is inserted only while l holds the key. It
 // also deletes up to 64 rows older than RequestRetention. claimed is false
-// when a row for rq already exists.
+// when a row for rq already exists. The transaction is bounded by
+// ReleaseTimeout; when it fails, a claim that may have committed (its
+// COMMIT was sent) is deleted again, as the tool will not run.
 func (f *Fence) claimRequest(ctx context.Context, key lease.Key, rq *requestCall, l *lease.Lease) (claimed bool, err error) {
+	ctx, cancel := context.WithTimeout(ctx, f.cfg.ReleaseTimeout)
+	defer cancel()
+	committing := false
+	defer func() {
+		if err != nil && committing {
+			f.unclaimRequest(ctx, key, rq, l)
+		}
+	}()
 	tx, err := f.cfg.Requests.Begin(ctx)
 	if err != nil {
 		return false, err
@@ -154,10 +164,24 @@ ON CONFLICT DO NOTHING`, key.AccountID, key.SessionID, rq.id, rq.hash[:], l.RunI
 	if err != nil {
 		return false, err
 	}
+	committing = true
 	if err = tx.Commit(ctx); err != nil {
 		return false, err
 	}
 	return tag.RowsAffected() == 1, nil
+}
+
+// unclaimRequest deletes l's 'running' row of rq, on a context of its own
+// bounded by ReleaseTimeout: the claim of a call whose tool will not run.
+func (f *Fence) unclaimRequest(ctx context.Context, key lease.Key, rq *requestCall, l *lease.Lease) {
+	dctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), f.cfg.ReleaseTimeout)
+	defer cancel()
+	if _, err := f.cfg.Requests.Exec(dctx, `DELETE FROM `+f.requestTable()+`
+ WHERE account_id = $1::text AND session_id = $2::text AND request_id = $3::text
+   AND run_id = $4::text::uuid AND fence_token = $5::bigint AND state = 'running'`,
+		key.AccountID, key.SessionID, rq.id, l.RunID().String(), int64(l.Token())); err != nil {
+		f.cfg.Logger.Warn("mcpfence: a request's claim could not be removed", "request", rq.id, "error", err)
+	}
 }
 
 // finishRequest keeps res as rq's result, on a context of its own bounded
@@ -223,7 +247,8 @@ func (f *Fence) awaitRequest(ctx context.Context, req *mcp.CallToolRequest, key 
 			return res, nil
 		}
 		o, err := f.cfg.Manager.Inspect(wctx, key)
-		if err == nil && !(o.Held() && !o.Parked && o.RunID == row.run && o.Token == row.token) {
+		running := o.Held() && !o.Parked && o.RunID == row.run && o.Token == row.token
+		if err == nil && !running {
 			// The owner's call is over: read once more, as its result is
 			// kept before its lease is released or parked.
 			if row, err = f.lookupRequest(wctx, key, rq); err == nil && row != nil && !row.done {

@@ -9,6 +9,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 
@@ -31,7 +32,7 @@ type requestEnv struct {
 	raw    *pgxpool.Pool // the test's own connections
 	ran    atomic.Int64  // calls that entered put's handler, on every replica
 	// started receives a value when a put with block set starts; release
-	// lets blocked puts go on.
+	// lets blocked puts go on (as does the end of the test).
 	started chan string
 	release chan struct{}
 }
@@ -57,7 +58,10 @@ type putArgs struct {
 func (e *requestEnv) replica(cfg mcpfence.Config) *harness {
 	e.t.Helper()
 	pool := fencetest.Pool(e.t)
-	cfg.Requests, cfg.RequestSchema = pool, e.schema
+	if cfg.Requests == nil {
+		cfg.Requests = pool
+	}
+	cfg.RequestSchema = e.schema
 	cfg.Tools = map[string]mcpfence.Policy{"put": mcpfence.Acquire, "put_take": mcpfence.ContinueHere, "write": mcpfence.Acquire}
 	h := newReplica(e.t, cfg, lease.Config{}, e.schema)
 	put := func(ctx context.Context, req *mcp.CallToolRequest, a putArgs) (*mcp.CallToolResult, map[string]any, error) {
@@ -68,7 +72,10 @@ func (e *requestEnv) replica(cfg mcpfence.Config) *harness {
 		}
 		if a.Block {
 			e.started <- a.Value
-			<-e.release
+			select {
+			case <-e.release:
+			case <-e.t.Context().Done(): // the test failed early: let the server stop
+			}
 		}
 		conv, _ := req.Params.Meta[mcpfence.MetaConversation].(string)
 		wctx := context.WithoutCancel(ctx)
@@ -338,5 +345,29 @@ func TestRequestRetention(t *testing.T) {
 	}
 	if c := cause(putCall(t.Context(), ca, "put", "c1", "req-1", putArgs{Value: "x"})); c != "ok" || e.puts() != 4 {
 		t.Errorf("req-1 after its window: %s, %d rows; want ok and a new write (4)", c, e.puts())
+	}
+}
+
+// TestRequestExecModes: the request statements work in the query modes
+// poolers require (every parameter in text format): a duplicate replays,
+// another argument is a conflict.
+func TestRequestExecModes(t *testing.T) {
+	for _, mode := range []pgx.QueryExecMode{pgx.QueryExecModeSimpleProtocol, pgx.QueryExecModeExec} {
+		t.Run(mode.String(), func(t *testing.T) {
+			e := newRequestEnv(t)
+			a := e.replica(mcpfence.Config{Requests: fencetest.PoolInMode(t, mode)})
+			b := e.replica(mcpfence.Config{Requests: fencetest.PoolInMode(t, mode)})
+			ca, cb := a.client("desktop"), b.client("phone")
+			first := wire(t)(putCall(t.Context(), ca, "put", "c1", "req-1", putArgs{Value: "x"}))
+			if again := wire(t)(putCall(t.Context(), cb, "put", "c1", "req-1", putArgs{Value: "x"})); !bytes.Equal(again, first) {
+				t.Errorf("the duplicate:\n got %s\nwant %s", again, first)
+			}
+			if c := cause(putCall(t.Context(), cb, "put", "c1", "req-1", putArgs{Value: "y"})); c != mcpfence.CauseRequestConflict {
+				t.Errorf("other arguments: %s, want %s", c, mcpfence.CauseRequestConflict)
+			}
+			if n, ran := e.puts(), e.ran.Load(); n != 1 || ran != 1 || !strings.Contains(string(first), `"value":"x"`) {
+				t.Errorf("%d rows written, the tool ran %d times, first result %s; want 1, 1 and the tool's output", n, ran, first)
+			}
+		})
 	}
 }

@@ -19,6 +19,7 @@ import (
 
 	"github.com/fencekit/fencekit/effects"
 	"github.com/fencekit/fencekit/fence"
+	"github.com/fencekit/fencekit/mcpfence"
 )
 
 // The send_email tool: an effect on a target that cannot check a fencing
@@ -26,13 +27,14 @@ import (
 // call's lease claim is the conversation's current grant, and delivered by
 // the server's relay at most once.
 
-// MetaRequest is the _meta key of a tools/call request naming the call for
-// send_email (a string the client chooses, at most effects.MaxRequestKeyLen
-// bytes): a client retrying the call sends the same value, and the mail is
-// recorded once. Without it the request key is derived from the arguments,
-// so the same e-mail (recipient, subject, body) is sent once per
-// conversation.
-const MetaRequest = "io.fencekit/request"
+// MetaRequest is the _meta key of a tools/call request naming the call
+// (mcpfence.MetaRequest, a string the client chooses, at most
+// effects.MaxRequestKeyLen bytes for send_email): a client retrying the call
+// sends the same value, the Fence answers the copy with the first call's
+// result, and send_email records the mail under it as its request key.
+// Without it the request key is derived from the arguments, so the same
+// e-mail (recipient, subject, body) is sent once per conversation.
+const MetaRequest = mcpfence.MetaRequest
 
 // mailTarget is the effects target name of the server's SMTP server.
 const mailTarget = "smtp"

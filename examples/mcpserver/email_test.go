@@ -5,7 +5,6 @@ import (
 	"net/http"
 	"net/url"
 	"os"
-	"strings"
 	"testing"
 	"time"
 
@@ -215,9 +214,9 @@ func TestSendEmailLateCallRefused(t *testing.T) {
 }
 
 // TestSendEmailRetrySameRequestKey: a call retried with the same _meta
-// request key records nothing new and sends once; the same key with
-// another body is refused (conflict) and sends nothing; another key sends
-// a second copy.
+// request key gets the first call's result, records nothing new and sends
+// once; the same key with another body is refused (request_conflict) and
+// sends nothing; another key sends a second copy.
 func TestSendEmailRetrySameRequestKey(t *testing.T) {
 	api := needMailpit(t)
 	transports(t, func(t *testing.T, e *env) {
@@ -230,12 +229,12 @@ func TestSendEmailRetrySameRequestKey(t *testing.T) {
 		first := mailOut(t, "first call", res, err)
 		res, err = callMail(t, desktop, args, "", "receipt-1", nil)
 		retry := mailOut(t, "retried call", res, err)
-		if first.EffectID != retry.EffectID || first.RequestKey != "receipt-1" || retry.State != "delivered" {
-			t.Errorf("first %+v, retry %+v: want one delivered effect under receipt-1", first, retry)
+		if first != retry || first.RequestKey != "receipt-1" || retry.State != "delivered" {
+			t.Errorf("first %+v, retry %+v: want the first call's result, one delivered effect under receipt-1", first, retry)
 		}
 		res, err = callMail(t, desktop, map[string]any{"to": "cy@example.test", "subject": subject, "body": "Other."}, "", "receipt-1", nil)
-		if err != nil || !res.IsError || !strings.Contains(describe(res), "with another target or request") {
-			t.Errorf("same key, other body: %v %s, want a conflict error", err, describe(res))
+		if r, ok := mcpfence.RefusalFrom(res); err != nil || !ok || r.Cause != mcpfence.CauseRequestConflict {
+			t.Errorf("same key, other body: %v %s, want %s", err, describe(res), mcpfence.CauseRequestConflict)
 		}
 		if n := mailpitCount(t, api, subject); n != 1 {
 			t.Errorf("Mailpit holds %d messages %q after the retry, want 1", n, subject)

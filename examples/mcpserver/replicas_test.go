@@ -33,14 +33,26 @@ type proxiedCall struct {
 	session  string // the Mcp-Session-Id header
 }
 
+// proxiedSession is a 2025-11-25 MCP session the proxy saw initialized.
+type proxiedSession struct {
+	backend int
+	client  string // the initialize request's client info name
+}
+
 // runProxy is a round-robin reverse proxy (httputil.ReverseProxy) in front
 // of replicas, with one twist: a call of a run (_meta io.fencekit/run_start
 // or io.fencekit/run) goes to the replica that did not serve the previous
 // call of a run of the same client in the same conversation, so that every
 // later call of a run lands on the other replica. Other requests go round
 // robin.
+//
+// With sticky set (for 2025-11-25, whose MCP session lives in the memory of
+// the replica that served initialize) a request with an Mcp-Session-Id goes
+// to the replica that issued it, and requests without one go round robin.
 type runProxy struct {
 	backends []*url.URL
+	sticky   bool
+	sessions map[string]proxiedSession // Mcp-Session-Id -> who initialized it, where
 
 	mu    sync.Mutex
 	next  int
@@ -61,17 +73,25 @@ func (p *runProxy) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	var msg struct {
 		Method string `json:"method"`
 		Params struct {
-			Name string         `json:"name"`
-			Meta map[string]any `json:"_meta"`
+			Name       string         `json:"name"`
+			Meta       map[string]any `json:"_meta"`
+			ClientInfo struct {
+				Name string `json:"name"`
+			} `json:"clientInfo"`
 		} `json:"params"`
 	}
 	_ = json.Unmarshal(body, &msg) // a batch or no body: not a tools/call
 	p.mu.Lock()
 	b := p.next % len(p.backends)
-	p.next++
+	sid := r.Header.Get("Mcp-Session-Id")
+	if sb, ok := p.sessions[sid]; p.sticky && ok {
+		b = sb.backend
+	} else {
+		p.next++
+	}
 	if msg.Method == "tools/call" {
 		m := msg.Params.Meta
-		c := proxiedCall{tool: msg.Params.Name, revision: r.Header.Get("Mcp-Protocol-Version"), session: r.Header.Get("Mcp-Session-Id")}
+		c := proxiedCall{tool: msg.Params.Name, revision: r.Header.Get("Mcp-Protocol-Version"), session: sid, client: p.sessions[sid].client}
 		if ci, ok := m[mcp.MetaKeyClientInfo].(map[string]any); ok {
 			c.client, _ = ci["name"].(string)
 		}
@@ -80,7 +100,7 @@ func (p *runProxy) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		} else if h, ok := m[mcpfence.MetaRun].(string); ok {
 			c.run = h
 		}
-		if c.run != "" {
+		if c.run != "" && !p.sticky {
 			conv, _ := m[mcpfence.MetaConversation].(string)
 			k := conv + "\x00" + c.client
 			if prev, ok := p.last[k]; ok && c.run != "start" {
@@ -93,7 +113,16 @@ func (p *runProxy) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	}
 	p.mu.Unlock()
 	target := p.backends[b]
-	(&httputil.ReverseProxy{Rewrite: func(pr *httputil.ProxyRequest) { pr.SetURL(target) }, FlushInterval: -1}).ServeHTTP(w, r)
+	rp := &httputil.ReverseProxy{Rewrite: func(pr *httputil.ProxyRequest) { pr.SetURL(target) }, FlushInterval: -1,
+		ModifyResponse: func(res *http.Response) error {
+			if id := res.Header.Get("Mcp-Session-Id"); id != "" && msg.Method == "initialize" {
+				p.mu.Lock()
+				p.sessions[id] = proxiedSession{backend: b, client: msg.Params.ClientInfo.Name}
+				p.mu.Unlock()
+			}
+			return nil
+		}}
+	rp.ServeHTTP(w, r)
 }
 
 // TestReplicasTypeScriptV2 has the TypeScript SDK v2 client
@@ -104,13 +133,24 @@ func (p *runProxy) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 // round-robin proxy that sends each later call of a run to the other
 // replica (interop/replicas.mjs): two devices, a run continuing across
 // replicas under one token, the displaced run's late write refused stale,
-// its next call refused taken_over. Node and npm are required under
-// CI=true.
+// its next call refused taken_over. The same client and scenario run on
+// 2025-11-25 too, whose MCP session lives in the replica that served
+// initialize (round robin would send its requests to the other replica:
+// 404 "session not found"): there the proxy routes by Mcp-Session-Id, so
+// each device stays on one replica, the two devices on different ones.
+// Node and npm are required under CI=true.
 func TestReplicasTypeScriptV2(t *testing.T) {
+	for _, revision := range []string{mcpfence.Revision20260728, "2025-11-25"} {
+		t.Run(revision, func(t *testing.T) { replicasTypeScriptV2(t, revision) })
+	}
+}
+
+func replicasTypeScriptV2(t *testing.T, revision string) {
 	nodeDeps(t)
 	ctx := t.Context()
 	e := &env{schema: fencetest.Schema(t, migrations.Lease, migrations.Guard), dir: t.TempDir(), pool: fencetest.Pool(t)}
-	p := &runProxy{last: map[string]int{}}
+	stateless := revision >= mcpfence.Revision20260728
+	p := &runProxy{last: map[string]int{}, sticky: !stateless, sessions: map[string]proxiedSession{}}
 	for i := range 2 {
 		notes, err := NewNotes(ctx, fencetest.Pool(t), Options{Schema: e.schema, Dir: e.dir,
 			Members: map[string][]string{"alice": {"acme"}}})
@@ -136,7 +176,7 @@ func TestReplicasTypeScriptV2(t *testing.T) {
 	conv := "v2-" + uuid.NewString()[:8]
 	nctx, cancel := context.WithTimeout(ctx, 2*time.Minute)
 	defer cancel()
-	runNode(nctx, t, "replicas.mjs", proxy.URL+"/mcp", conv)
+	runNode(nctx, t, "replicas.mjs", proxy.URL+"/mcp", conv, revision)
 
 	want := map[string]int{"v2 draft": 1, "v2 second": 1, "v2 final": 1, "v2 last": 1}
 	if b := bodies(t, e, conv); fmt.Sprint(b) != fmt.Sprint(want) {
@@ -150,8 +190,8 @@ func TestReplicasTypeScriptV2(t *testing.T) {
 	for _, c := range p.calls {
 		log = append(log, fmt.Sprintf("%s %s run=%q -> replica %d (%s)", c.client, c.tool, c.run, c.backend, c.revision))
 		served[c.backend]++
-		if c.revision != mcpfence.Revision20260728 || c.session != "" {
-			t.Errorf("a tools/call on revision %q with session %q: want %s, stateless", c.revision, c.session, mcpfence.Revision20260728)
+		if c.revision != revision || stateless != (c.session == "") {
+			t.Errorf("a tools/call on revision %q with session %q: want %s (stateless: %v)", c.revision, c.session, revision, stateless)
 		}
 		if c.run != "" {
 			runs[c.client] = append(runs[c.client], c.backend)
@@ -166,9 +206,15 @@ func TestReplicasTypeScriptV2(t *testing.T) {
 	}
 	for client, bs := range runs {
 		for i := 1; i < len(bs); i++ {
-			if bs[i] == bs[i-1] {
+			if stateless && bs[i] == bs[i-1] {
 				t.Errorf("%s: run calls %d and %d on the same replica %d", client, i-1, i, bs[i])
 			}
+			if !stateless && bs[i] != bs[0] {
+				t.Errorf("%s: run call %d on replica %d, its session's is %d", client, i, bs[i], bs[0])
+			}
 		}
+	}
+	if !stateless && len(runs["desktop"]) > 0 && len(runs["browser"]) > 0 && runs["desktop"][0] == runs["browser"][0] {
+		t.Errorf("both devices' sessions on replica %d: want one on each", runs["desktop"][0])
 	}
 }

@@ -49,7 +49,7 @@ type Options struct {
 // NewNotes migrates opts.Schema and builds the Manager, the guards and the
 // Fence. Close releases them.
 func NewNotes(ctx context.Context, pool *pgxpool.Pool, opts Options) (*Notes, error) {
-	if _, err := migrations.Migrate(ctx, pool, migrations.Options{Schema: opts.Schema}, migrations.Lease, migrations.Guard, migrations.Effects); err != nil {
+	if _, err := migrations.Migrate(ctx, pool, migrations.Options{Schema: opts.Schema}, migrations.Lease, migrations.Guard, migrations.Effects, migrations.MCP); err != nil {
 		return nil, err
 	}
 	if _, err := pool.Exec(ctx, "CREATE TABLE IF NOT EXISTS "+pgx.Identifier{opts.Schema, "notes"}.Sanitize()+
@@ -89,7 +89,12 @@ func NewNotes(ctx context.Context, pool *pgxpool.Pool, opts Options) (*Notes, er
 			}
 			return fileguard.ValidateResource(k.Resource("latest-note.txt"))
 		},
-		Logger: opts.Logger,
+		// Calls that name a request id (_meta io.fencekit/request) are
+		// answered once: a copy gets the first call's result, on any
+		// replica.
+		Requests:      pool,
+		RequestSchema: opts.Schema,
+		Logger:        opts.Logger,
 	})
 	if err != nil {
 		n.Manager.Close() //nolint:errcheck,contextcheck // startup failed; Close releases nothing yet

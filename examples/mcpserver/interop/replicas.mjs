@@ -7,16 +7,23 @@
 // desktop's run continues across replicas under one token; the browser is
 // refused while the run holds the conversation, then continues here; the
 // desktop's late write is refused as stale and its next call as
-// taken_over. Usage: node replicas.mjs <endpoint> <conversation>. Exits 1
-// when a check fails; prints one line per check.
+// taken_over. On 2025-11-25 each device keeps an MCP session, which lives
+// in the replica that served its initialize: the proxy routes by
+// Mcp-Session-Id, so each device stays on one replica (one each). Usage: node replicas.mjs <endpoint> <conversation>
+// [revision] (default 2026-07-28; 2025-11-25 initializes and keeps an MCP
+// session). Exits 1 when a check fails; prints one line per check.
 import { Client, StreamableHTTPClientTransport } from "@modelcontextprotocol/client";
 
-const [endpoint, conversation] = process.argv.slice(2);
+const [endpoint, conversation, revisionArg] = process.argv.slice(2);
 if (!endpoint || !conversation) {
-  console.error("usage: node replicas.mjs <endpoint> <conversation>");
+  console.error("usage: node replicas.mjs <endpoint> <conversation> [revision]");
   process.exit(2);
 }
-const revision = "2026-07-28";
+const revision = revisionArg ?? "2026-07-28";
+const stateless = revision >= "2026-07-28";
+// Where the proxy sends a later call of a run: on 2025-11-25 to the
+// replica of the device's MCP session.
+const where = stateless ? "on the other replica" : "on its session's replica";
 const account = "acme";
 let failed = 0;
 function check(ok, what, detail) {
@@ -28,7 +35,10 @@ async function device(name, user) {
   const transport = new StreamableHTTPClientTransport(new URL(endpoint), {
     requestInit: { headers: { Authorization: `Bearer ${user}` } },
   });
-  const client = new Client({ name, version: "0.1.0" }, { versionNegotiation: { mode: { pin: revision } } });
+  // Pinning is for 2026-07-28 and later; 2025-era revisions negotiate at
+  // initialize (mode "legacy").
+  const versionNegotiation = stateless ? { mode: { pin: revision } } : { mode: "legacy" };
+  const client = new Client({ name, version: "0.1.0" }, { versionNegotiation });
   await client.connect(transport);
   await client.listTools(); // as hosts do: the client then validates structured content
   return client;
@@ -55,11 +65,11 @@ check(desktop.getNegotiatedProtocolVersion() === revision && browser.getNegotiat
 let res = await call(desktop, "append_note", { text: "v2 draft" }, { run: "start" });
 const run = lease(res)?.run;
 const token = lease(res)?.token;
-check(!res.isError && run && lease(res)?.holder === "desktop", "desktop starts a run (holder from the request's client info)", show(res));
+check(!res.isError && run && lease(res)?.holder === "desktop", `desktop starts a run (holder from ${stateless ? "the request's client info" : "initialize"})`, show(res));
 
 res = await call(desktop, "append_note", { text: "v2 second" }, { run });
 check(!res.isError && lease(res)?.run === run && lease(res)?.token === token,
-  "the run's next call, on the other replica, runs under the same token", show(res));
+  `the run's next call, ${where}, runs under the same token`, show(res));
 
 res = await call(browser, "append_note", { text: "v2 refused" });
 let r = refusal(res);
@@ -86,7 +96,7 @@ check(r?.cause === "taken_over" && r.owner?.holder === "browser" && r.owner?.hel
   "the desktop's next call of its displaced run is refused as taken_over", JSON.stringify(r));
 
 res = await call(browser, "append_note", { text: "v2 last" }, { run: brun, end: true });
-check(!res.isError && lease(res)?.run === brun, "the browser's last call, on the other replica, ends its run", show(res));
+check(!res.isError && lease(res)?.run === brun, `the browser's last call, ${where}, ends its run`, show(res));
 
 res = await call(desktop, "append_note", { text: "v2 ended" }, { run: brun });
 r = refusal(res);
