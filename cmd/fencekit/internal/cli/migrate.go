@@ -43,7 +43,8 @@ embeds. It only reads.`,
 	}
 }
 
-// setFlag is --set: lease, guard or all (default all; "lease,guard" too).
+// setFlag is --set: lease, guard, effects, mcp or all (default all, which
+// is lease and guard; "lease,effects" too).
 type setFlag struct {
 	sets  []migrations.Set
 	given bool
@@ -66,10 +67,10 @@ func (s *setFlag) Set(v string) error {
 		switch p = strings.TrimSpace(p); p {
 		case "all":
 			out = append(out, migrations.Lease, migrations.Guard)
-		case string(migrations.Lease), string(migrations.Guard), string(migrations.Effects):
+		case string(migrations.Lease), string(migrations.Guard), string(migrations.Effects), string(migrations.MCP):
 			out = append(out, migrations.Set(p))
 		default:
-			return fmt.Errorf("unknown migration set %q (want lease, guard, effects or all; all is lease and guard)", p)
+			return fmt.Errorf("unknown migration set %q (want lease, guard, effects, mcp or all; all is lease and guard)", p)
 		}
 	}
 	s.sets, s.given = dedupe(out), true

@@ -95,7 +95,15 @@ func TestMigrateCommands(t *testing.T) {
 	require.Equal(t, 0, r.code, "%s", r)
 	require.Equal(t, lease[3:], nums(t, r.one(t)["changed"]))
 
-	for _, set := range []string{"guard", "lease"} {
+	// The mcp set (mcpfence's kept call results) is applied when named,
+	// never as part of all.
+	mcp := versionsOf(t, migrations.MCP)
+	r = fk(t, env, "migrate", "up", "--set", "mcp", "--schema", schema, "--json")
+	require.Equal(t, 0, r.code, "%s", r)
+	require.Equal(t, mcp, nums(t, r.one(t)["changed"]))
+	require.Equal(t, mcp[len(mcp)-1], status(migrations.MCP).Current())
+
+	for _, set := range []string{"mcp", "guard", "lease"} {
 		r = fk(t, env, "migrate", "down", "--set", set, "--to", "0", "--schema", schema)
 		require.Equal(t, 0, r.code, "%s", r)
 		require.Contains(t, r.stdout, set+" set: reverted")
