@@ -87,8 +87,8 @@
 //     for the Manager's lifetime.
 //   - Run releases the lease however fn ends, also when fn panics (the
 //     panic then goes on unchanged), unless fn parked it.
-//   - Every statement is bounded by CallTimeout (at least 15/16 of it:
-//     the statements of one window share a deadline), which New keeps below
+//   - Every statement is bounded by CallTimeout (its own timeout, or the
+//     caller's sooner deadline), which New keeps below
 //     TTL − SafetyMargin − RenewEvery (a stalled renewal returns inside
 //     the trust window). The Authorizer runs before
 //     any statement: a refused caller consumes no row and no token.

@@ -46,8 +46,6 @@ type Manager struct {
 	// or shared by concurrent callers (coalesce.go, grantbatch.go).
 	grants   *coalescer[grantReq, grantResult]
 	releases *coalescer[releaseReq, releaseResult]
-	// bound is the CallTimeout bound of every statement (call).
-	bound *callBound
 	// renewBatch is the number of leases per renewal statement (renewDue):
 	// MaxBatch, lowered only by tests (to exercise many parallel batches
 	// with few leases).
@@ -110,7 +108,6 @@ func newManager(cfg Config, hook func(event)) (*Manager, error) {
 		fan:         newFanout(),
 		listenFirst: make(chan struct{}),
 		floor:       newFloorChecker(r),
-		bound:       newCallBound(r.CallTimeout),
 	}
 	m.ttlArg, m.channelArg = m.ttlMicros(), m.st.channel
 	m.renewBatch.Store(MaxBatch)
@@ -154,16 +151,14 @@ func (m *Manager) ttlMicros() int64 { return m.cfg.TTL.Microseconds() }
 // by CallTimeout, and the loops stop between statements.
 func (m *Manager) background() context.Context { return context.WithoutCancel(m.root) }
 
-// call bounds one statement by CallTimeout (callbound.go: a deadline
-// shared by the statements of one window, at most CallTimeout away). A ctx
-// whose deadline comes within CallTimeout already bounds the statement as
-// tightly: it is used as it is.
+// call bounds one statement by CallTimeout; the caller calls the returned
+// cancel func when the statement returns. A ctx whose deadline comes within
+// CallTimeout already bounds the statement as tightly: it is used as it is.
 func (m *Manager) call(ctx context.Context) (context.Context, context.CancelFunc) {
-	now := time.Now()
-	if d, ok := ctx.Deadline(); ok && d.Sub(now) <= m.cfg.CallTimeout {
+	if d, ok := ctx.Deadline(); ok && time.Until(d) <= m.cfg.CallTimeout {
 		return ctx, func() {}
 	}
-	return m.bound.bound(ctx, now)
+	return context.WithTimeout(ctx, m.cfg.CallTimeout)
 }
 
 func (m *Manager) authorize(ctx context.Context, key Key) error {
