@@ -305,7 +305,15 @@ func TestCheckFloor(t *testing.T) {
 			return err
 		},
 	} {
-		require.ErrorIs(t, call(), leaseops.ErrInvalidArgument, name)
+		err := call()
+		if name == "nil db" {
+			require.ErrorIs(t, err, fence.ErrNilArgument, name)
+			continue
+		}
+		var ce *fence.ConfigError
+		require.ErrorAs(t, err, &ce, name)
+		require.Equal(t, "leaseops", ce.Source, name)
+		require.ErrorIs(t, err, fence.ErrInvalidConfig, name)
 	}
 	_, err := leaseops.CheckFloor(bg(), e.raw, e.schema, lease.FloorConfig{Source: func(context.Context) (fence.Token, error) { return 0, boom }})
 	require.ErrorIs(t, err, boom)

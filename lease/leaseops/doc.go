@@ -27,8 +27,9 @@
 // Guaranteed: nothing here changes how a lease is granted or renewed (the
 // Router only chooses the Manager), and nothing here holds a lease of its
 // own. Everything that runs in the background follows the lease package's
-// lifecycle: New starts it, Close stops it. Bad arguments return an error
-// matching ErrInvalidArgument or a *fence.ConfigError and change nothing.
+// lifecycle: New starts it, Close stops it. Bad arguments return a
+// *fence.ConfigError or an error matching fence.ErrNilArgument and change
+// nothing.
 //
 // Not guaranteed: Router keeps tokens ordered per key only (a key lives in
 // one partition); tokens of different partitions are unrelated, so a

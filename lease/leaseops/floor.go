@@ -2,7 +2,6 @@ package leaseops
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"io"
 	"log/slog"
@@ -17,10 +16,6 @@ import (
 	"github.com/fencekit/fencekit/lease/internal/floorcheck"
 	"github.com/fencekit/fencekit/sql/migrations"
 )
-
-// ErrInvalidArgument is matched by errors for bad arguments of the
-// operator calls (CheckFloor). Nothing changed.
-var ErrInvalidArgument = errors.New("leaseops: invalid argument")
 
 // TokenFloorConfig configures a TokenFloor.
 type TokenFloorConfig struct {
@@ -224,26 +219,28 @@ type DB interface {
 // aborted for concurrency (a concurrent one raised the floor, SQLSTATE
 // 40001) is retried twice. ctx bounds the call.
 //
-// Bad arguments (a nil db, no floor.Source, a negative Gap, an invalid
-// schema) return an error matching ErrInvalidArgument; a source that fails
+// Bad arguments return, as lease.New does for the same FloorConfig, a
+// *fence.ConfigError (no floor.Source, a negative Gap, an invalid schema)
+// or, for a nil db, an error matching fence.ErrNilArgument; a source that fails
 // or returns a negative value returns its error. In both cases nothing is
 // sent to the lease database and nothing changes. The report's Floor() and
 // OK() read as Check's; on success OK() is true.
 func CheckFloor(ctx context.Context, db DB, schema string, floor lease.FloorConfig) (FloorReport, error) {
 	if db == nil {
-		return FloorReport{}, fmt.Errorf("%w: check token floor: nil database", ErrInvalidArgument)
+		return FloorReport{}, fmt.Errorf("leaseops: check token floor: nil database: %w", fence.ErrNilArgument)
 	}
 	if floor.Source == nil {
-		return FloorReport{}, fmt.Errorf("%w: check token floor: no floor source (Source: lease.StaticFloor(0) checks against the stored floor only)", ErrInvalidArgument)
+		return FloorReport{}, &fence.ConfigError{Source: "leaseops", Field: "Floor.Source",
+			Reason: "missing (lease.StaticFloor(0) checks against the stored floor only)"}
 	}
 	if p := floorcheck.Validate(floor.Source, floor.Gap); p != nil {
-		return FloorReport{}, fmt.Errorf("%w: check token floor: %s: %s", ErrInvalidArgument, p.Field, p.Reason)
+		return FloorReport{}, &fence.ConfigError{Source: "leaseops", Field: "Floor." + p.Field, Reason: p.Reason}
 	}
 	if schema == "" {
 		schema = migrations.DefaultSchema
 	}
 	if err := migrations.ValidateIdentifier(schema); err != nil {
-		return FloorReport{}, fmt.Errorf("%w: check token floor: schema: %w", ErrInvalidArgument, err)
+		return FloorReport{}, &fence.ConfigError{Source: "leaseops", Field: "schema", Reason: "not a valid identifier", Err: err}
 	}
 	v, err := floorcheck.Read(ctx, floor.Source, 0)
 	if err != nil {

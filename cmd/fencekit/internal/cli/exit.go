@@ -7,7 +7,6 @@ import (
 	"github.com/fencekit/fencekit/fence"
 	"github.com/fencekit/fencekit/guards/pgguard"
 	"github.com/fencekit/fencekit/lease"
-	"github.com/fencekit/fencekit/lease/leaseops"
 	"github.com/fencekit/fencekit/sql/migrations"
 )
 
@@ -50,7 +49,6 @@ func ExitCode(err error) int {
 		errors.Is(err, migrations.ErrInvalidIdentifier), errors.Is(err, migrations.ErrInvalidVersion),
 		errors.Is(err, lease.ErrInvalidKey), errors.Is(err, lease.ErrInvalidRunID),
 		errors.Is(err, fence.ErrInvalidConfig), errors.Is(err, lease.ErrInvalidListOptions),
-		errors.Is(err, leaseops.ErrInvalidArgument),
 		errors.Is(err, pgguard.ErrInvalidArgument):
 		return ExitUsage
 	case errors.Is(err, lease.ErrTokenFloor), errors.Is(err, lease.ErrFailoverUnchecked):
