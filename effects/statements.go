@@ -1,6 +1,10 @@
 package effects
 
-import "strings"
+import (
+	"strings"
+
+	"github.com/fencekit/fencekit/internal/leasesql"
+)
 
 // statements holds the SQL text for one schema (and the lease schema).
 // The only interpolated text is the schema names, validated and quoted by
@@ -29,9 +33,7 @@ func newStatements(q, leaseQ string) statements {
 		// traceparent or NULL. The whole record in one
 		// statement: lr reads and share-locks the key's lease row and says
 		// whether the claim is its current grant, live on the database
-		// clock (the definition of lease.CheckClaimTx, whose liveSQL this
-		// repeats: released_at IS NULL and, for a heartbeat row, the
-		// manager's heartbeat unexpired, else expires_at in the future;
+		// clock (leasesql.Live, the definition lease.CheckClaimTx uses;
 		// in READ COMMITTED a row updated while FOR SHARE waited is read
 		// again in its new version). ins inserts only when it is; the
 		// lock lasts until the transaction ends, so a grant to another
@@ -44,10 +46,7 @@ func newStatements(q, leaseQ string) statements {
 		record: r.Replace(`WITH now_db AS MATERIALIZED (SELECT clock_timestamp() AS t),
 lr AS MATERIALIZED (
   SELECT l.run_id = $4::text::uuid AND l.fence_token = $5::bigint
-         AND l.released_at IS NULL
-         AND CASE WHEN l.expires_at = 'infinity'
-             THEN EXISTS (SELECT 1 FROM $L.fencekit_managers hb WHERE hb.manager_id = l.manager_id AND hb.expires_at > n.t)
-             ELSE l.expires_at > n.t END AS ok
+         AND ` + leasesql.Live("l", "n.t", "$L") + ` AS ok
     FROM $L.fencekit_leases l, now_db n
    WHERE l.account_id = $2::text AND l.session_id = $3::text
      FOR SHARE OF l),

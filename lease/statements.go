@@ -4,6 +4,8 @@ import (
 	"crypto/sha256"
 	"encoding/hex"
 	"strings"
+
+	"github.com/fencekit/fencekit/internal/leasesql"
 )
 
 // statements holds the SQL text for one schema. The only interpolated text
@@ -28,17 +30,9 @@ type statements struct {
 	epochCreate, beat, epochDisplaced, epochEnd string
 }
 
-// liveSQL is the one definition of a live lease row (docs/lease.md, "One
-// heartbeat per Manager"), for the row alias row at the database time now:
-// not released and either a finite expiry after now (a per-lease row) or
-// expires_at = 'infinity' and the row's manager (heartbeat epoch) unexpired
-// at now (a heartbeat row, migration 0009). The CASE reads
-// fencekit_managers for heartbeat rows only. $S is the quoted schema.
-func liveSQL(row, now string) string {
-	return `(` + row + `.released_at IS NULL AND CASE WHEN ` + row + `.expires_at = 'infinity'
-    THEN EXISTS (SELECT 1 FROM $S.fencekit_managers hb WHERE hb.manager_id = ` + row + `.manager_id AND hb.expires_at > ` + now + `)
-    ELSE ` + row + `.expires_at > ` + now + ` END)`
-}
+// liveSQL is the one definition of a live lease row (leasesql.Live) for
+// the row alias row at the database time now; $S is the quoted schema.
+func liveSQL(row, now string) string { return leasesql.Live(row, now, "$S") }
 
 // grantLiveSQL is liveSQL as a grant (Acquire, Takeover) decides it, on
 // the version of the key's row that ON CONFLICT locked. That is the newest
