@@ -67,16 +67,6 @@ func Parse(s string) (Token, error) {
 	return Token(v), nil
 }
 
-// MustParse is like Parse but panics on error. It is meant for tests and
-// constants.
-func MustParse(s string) Token {
-	t, err := Parse(s)
-	if err != nil {
-		panic(err)
-	}
-	return t
-}
-
 // Valid reports whether t is a usable token (t > 0).
 func (t Token) Valid() bool { return t > 0 }
 

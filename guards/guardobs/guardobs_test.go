@@ -5,6 +5,7 @@ import (
 	"errors"
 	"log/slog"
 	"testing"
+	"time"
 
 	sdkmetric "go.opentelemetry.io/otel/sdk/metric"
 	"go.opentelemetry.io/otel/sdk/metric/metricdata"
@@ -34,8 +35,8 @@ func describe(t *testing.T, record func(mp *sdkmetric.MeterProvider)) map[string
 	}
 	out := map[string]descriptor{}
 	for _, sm := range rm.ScopeMetrics {
-		if sm.Scope.Name != "github.com/fencekit/fencekit" {
-			t.Errorf("scope %q, want %q", sm.Scope.Name, "github.com/fencekit/fencekit")
+		if sm.Scope.Name != obs.Scope {
+			t.Errorf("scope %q, want the lease's %q", sm.Scope.Name, obs.Scope)
 		}
 		for _, m := range sm.Metrics {
 			d := descriptor{Name: m.Name, Unit: m.Unit, Description: m.Description}
@@ -81,13 +82,19 @@ func TestInstruments(t *testing.T) {
 		r.Decision(ctx, stale)
 		r.Decision(ctx, reused)
 		r.Retried(ctx, 2)
+		h, err := guardobs.NewHousekeeping("s3", mp, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		h.Deleted(ctx, time.Now(), 1, nil)
 	})
 	want := map[string]descriptor{
-		"fencekit.guard.accepted":   {Unit: "{write}", Kind: "sum"},
-		"fencekit.guard.stale":      {Unit: "{write}", Kind: "sum"},
-		"fencekit.guard.reused":     {Unit: "{write}", Kind: "sum"},
-		"fencekit.guard.token_gap":  {Unit: "{token}", Kind: "histogram", Bounds: fmtBounds(guardobs.TokenGapBounds())},
-		"fencekit.guard.s3.retries": {Unit: "{attempt}", Kind: "sum"},
+		"fencekit.guard.accepted":      {Unit: "{write}", Kind: "sum"},
+		"fencekit.guard.stale":         {Unit: "{write}", Kind: "sum"},
+		"fencekit.guard.reused":        {Unit: "{write}", Kind: "sum"},
+		"fencekit.guard.token_gap":     {Unit: "{token}", Kind: "histogram", Bounds: fmtBounds(guardobs.TokenGapBounds())},
+		"fencekit.guard.s3.retries":    {Unit: "{attempt}", Kind: "sum"},
+		"fencekit.guard.marks.deleted": {Unit: "{mark}", Kind: "sum"},
 	}
 	if len(got) != len(want) {
 		t.Errorf("recorded %d instruments, want %d: %v", len(got), len(want), got)
@@ -101,9 +108,6 @@ func TestInstruments(t *testing.T) {
 		if g.Unit != w.Unit || g.Kind != w.Kind || g.Bounds != w.Bounds || g.Description == "" {
 			t.Errorf("%s: got %+v, want unit %s kind %s bounds %q and a description", name, g, w.Unit, w.Kind, w.Bounds)
 		}
-	}
-	if obs.Scope != "github.com/fencekit/fencekit" {
-		t.Errorf("guards record under scope %q, want the lease's, github.com/fencekit/fencekit", obs.Scope)
 	}
 }
 

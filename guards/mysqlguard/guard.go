@@ -466,10 +466,7 @@ func (g *Guard) Fence(ctx context.Context, resource string, token fence.Token, w
 // identity of the last admitted write that committed. A resource without
 // a mark (never written) has the zero Claim, as in every guard.
 func (g *Guard) Mark(ctx context.Context, resource string) (fence.Claim, error) {
-	if ctx == nil {
-		return fence.Claim{}, g.args.NilArgument(resource, "Mark with nil ctx")
-	}
-	if err := fence.ValidateResource(resource); err != nil {
+	if err := g.args.Read(ctx, resource); err != nil {
 		return fence.Claim{}, err
 	}
 	var (

@@ -251,10 +251,7 @@ func (g *Guard) Fence(ctx context.Context, resource string, token fence.Token, w
 // stored with it (the zero Claim when it has none), read on Config.DB, or
 // on Config.SQLDB when DB is nil.
 func (g *Guard) Mark(ctx context.Context, resource string) (fence.Claim, error) {
-	if ctx == nil {
-		return fence.Claim{}, g.args.NilArgument(resource, "Mark with nil ctx")
-	}
-	if err := fence.ValidateResource(resource); err != nil {
+	if err := g.args.Read(ctx, resource); err != nil {
 		return fence.Claim{}, err
 	}
 	var (

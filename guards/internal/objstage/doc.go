@@ -4,10 +4,8 @@
 // change (StageContent: the guard's option check, a size of -1 or more, a
 // reader that is not nil, then the guard's own build under the engine's
 // Stager), the checks of content against a declared size (SizedReader,
-// SeekLen, ReadSized), write ids as the guards store them (IsWriteID), the
-// messages of their typed errors, and ContextErr: once ctx has ended,
-// every error of theirs matches ctx's error, and an fence.ErrBusy becomes
-// the context's end.
+// SeekLen, ReadSized; a mismatch is a *fence.SizeError) and write ids as
+// the guards store them (IsWriteID).
 //
 // It is internal to fencekit: the guards' own packages document the
 // behaviour users rely on.
