@@ -191,6 +191,15 @@ func (m *Manager) grantAttempt(ctx context.Context, kind grantKind, key Key, o g
 // ctx may be gone already), bounded by CallTimeout; it gives up when the
 // Manager closes. A failed release is left to the renewal mode
 // (renewal.unconfirmed).
+//
+// The grant's outcome is unknown: its statement may still be running on
+// the server when the release is sent on another connection, and commit
+// after it. A per-lease row granted that late expires after one TTL; a
+// heartbeat row (ep set) would be held for as long as the epoch lives. So
+// while the release finds no row of the run (ReleaseNotFound, or another
+// run's row: ReleaseNotHolder), it is sent again after CallTimeout, then
+// 2 and 4 times that: a grant that commits later still than that stays
+// held until the epoch ends (Close, or the heartbeat lost).
 func (m *Manager) releaseOrphan(ctx context.Context, key Key, runID uuid.UUID, ep *epoch) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
@@ -200,14 +209,36 @@ func (m *Manager) releaseOrphan(ctx context.Context, key Key, runID uuid.UUID, e
 	m.wg.Add(1)
 	go func() {
 		defer m.wg.Done()
-		ctx, cancel := m.call(context.WithoutCancel(ctx))
-		defer cancel()
-		defer m.whenClosed(cancel)()
-		if res, err := m.release(ctx, key, runID); err != nil {
-			m.log.Debug("orphan release failed", "key", key.String(), "run_id", runID, "err", err)
-			m.ren.unconfirmed(key, runID, ep)
-		} else {
+		ctx := context.WithoutCancel(ctx)
+		wait := m.cfg.CallTimeout
+		for attempt := 0; ; attempt++ {
+			res, err := m.releaseOrphanOnce(ctx, key, runID)
+			if err != nil {
+				m.log.Debug("orphan release failed", "key", key.String(), "run_id", runID, "err", err)
+				m.ren.unconfirmed(key, runID, ep)
+				return
+			}
 			m.log.Debug("orphan release", "key", key.String(), "run_id", runID, "result", res.String())
+			if ep == nil || attempt == 3 || (res != ReleaseNotFound && res != ReleaseNotHolder) {
+				return
+			}
+			t := time.NewTimer(wait)
+			select {
+			case <-t.C:
+			case <-m.root.Done():
+				t.Stop()
+				return
+			}
+			wait *= 2
 		}
 	}()
+}
+
+// releaseOrphanOnce is one release statement of releaseOrphan, bounded by
+// CallTimeout and ended by Close.
+func (m *Manager) releaseOrphanOnce(ctx context.Context, key Key, runID uuid.UUID) (ReleaseResult, error) {
+	ctx, cancel := m.call(ctx)
+	defer cancel()
+	defer m.whenClosed(cancel)()
+	return m.release(ctx, key, runID)
 }

@@ -127,7 +127,11 @@ func TestSerializableDatabaseBusyIsTyped(t *testing.T) {
 	requireBusy(t, err)
 	require.NoError(t, got.Err(), "an aborted renewal does not end the lease")
 
-	err = behindRowLock(t, db, raw, k, func() error { _, err := b.Release(bg(), k, got.RunID()); return err })
+	// Released through a (the run is b's): in heartbeat mode the Manager
+	// holding a run keeps releasing it in the background after a failed
+	// release (unreleased.go), which would release it before the Inspect
+	// below could see what the aborted statement did.
+	err = behindRowLock(t, db, raw, k, func() error { _, err := a.Release(bg(), k, got.RunID()); return err })
 	requireBusy(t, err)
 	own, err = a.Inspect(bg(), k)
 	require.NoError(t, err)
