@@ -467,7 +467,15 @@ func (r *Relay) writeOutcomes(ctx context.Context, outs []outcome) []error {
 	wctx, cancel := writeCtx(ctx)
 	defer cancel()
 	written := make(map[string]bool, n)
-	rows, err := r.o.pool.Query(wctx, r.o.st.outcomes, ids, epochs, states, codes, details, errTexts, delays, r.o.outcomes)
+	var (
+		rows pgx.Rows
+		err  error
+	)
+	if n == 1 {
+		rows, err = r.o.pool.Query(wctx, r.o.st.outcome, ids[0], epochs[0], states[0], codes[0], details[0], errTexts[0], delays[0], r.o.outcomes)
+	} else {
+		rows, err = r.o.pool.Query(wctx, r.o.st.outcomes, ids, epochs, states, codes, details, errTexts, delays, r.o.outcomes)
+	}
 	if err == nil {
 		for rows.Next() {
 			var (

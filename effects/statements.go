@@ -13,7 +13,7 @@ import (
 // is read once per statement, in a CTE.
 type statements struct {
 	lockTimeout, record, existing               string
-	claim, outcomes                             string
+	claim, outcomes, outcome                    string
 	get, list, cancel, cancelDisplaced, requeue string
 	deleteFinal, stats                          string
 }
@@ -120,6 +120,27 @@ UPDATE $S.fencekit_effects e
   FROM o, now_db n
  WHERE e.id = o.id::uuid AND e.epoch = o.epoch AND e.final_at IS NULL
 RETURNING e.id::text, CASE WHEN o.state = 'pending' THEN true ELSE pg_notify($8::text, e.id::text) IS NULL END`),
+
+		// outcomes for one effect, with scalars for the arrays ($1 id, $2
+		// epoch, $3 state, $4 code, $5 detail, $6 error or NULL, $7 delay
+		// µs, $8 channel): a lookup by primary key. The planner joins the
+		// outcomes statement's unnest to the table through the partial
+		// index of pending effects when the table's statistics are small
+		// (a fresh or fast-growing table), scanning every pending effect
+		// per write; an outcome written alone (DeliverEffect, or a relay's
+		// outcome that found no write in flight) takes this one.
+		outcome: r.Replace(`WITH now_db AS MATERIALIZED (SELECT clock_timestamp() AS t)
+UPDATE $S.fencekit_effects e
+   SET state = $3::text,
+       outcome_code = CASE WHEN $3::text = 'pending' THEN e.outcome_code ELSE $4::bigint::integer END,
+       outcome_detail = CASE WHEN $3::text = 'pending' THEN e.outcome_detail ELSE $5::text END,
+       last_error = coalesce($6::text, e.last_error),
+       next_at = CASE WHEN $3::text = 'pending' THEN n.t + $7::bigint * interval '1 microsecond' ELSE e.next_at END,
+       final_at = CASE WHEN $3::text = 'pending' THEN NULL ELSE n.t END,
+       updated_at = n.t, claimed_until = NULL
+  FROM now_db n
+ WHERE e.id = $1::text::uuid AND e.epoch = $2::bigint AND e.final_at IS NULL
+RETURNING e.id::text, CASE WHEN $3::text = 'pending' THEN true ELSE pg_notify($8::text, e.id::text) IS NULL END`),
 
 		// $1 id.
 		get: r.Replace(`SELECT ` + infoColumns + ` FROM $S.fencekit_effects e WHERE e.id = $1::text::uuid`),

@@ -91,15 +91,15 @@ func FileGuard(e *Env) (err error) {
 	if e.Quick {
 		n = 60
 	}
-	in, err := Interleave([]Op{{"plain durable write", plain}, {"fileguard PutClaim", guarded}, {"plain write of the guarded file's size", sameSize}}, n, time.Time{})
+	in, err := Interleave([]Op{{"plain durable write", plain}, {"fileguard Put", guarded}, {"plain write of the guarded file's size", sameSize}}, n, time.Time{})
 	if err != nil {
 		return err
 	}
 	e.Report.Add(GuardRatio(in, "file_guard_ratio", 1, 0, 1.10, fmt.Sprintf(
-		"fileguard PutClaim (flock, header read, temp+fsync+rename+dir fsync) vs the same write unguarded, 4 KiB, %s; %d rounds of 3 sides interleaved, median of %d blocks",
+		"fileguard Put (flock, header read, temp+fsync+rename+dir fsync) vs the same write unguarded, 4 KiB, %s; %d rounds of 3 sides interleaved, median of %d blocks",
 		fsName(dir), in.Rounds(), RatioBlocks)))
 	e.Report.Add(GuardRatio(in, "file_same_size_ratio", 1, 2, 0, fmt.Sprintf(
-		"fileguard PutClaim vs a plain durable write of as many bytes as the guarded file (%d: header + 4 KiB)", len(sized))))
+		"fileguard Put vs a plain durable write of as many bytes as the guarded file (%d: header + 4 KiB)", len(sized))))
 	e.Report.Add(Metric{Key: "file_write_us", Value: float64(in.PerOp(0)) / 1e3, Unit: "µs", Note: "unguarded durable write of 4 KiB"})
 	return nil
 }

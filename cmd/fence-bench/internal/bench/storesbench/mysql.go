@@ -13,8 +13,8 @@ import (
 	"github.com/fencekit/fencekit/guards/mysqlguard"
 )
 
-// mysqlCase: in-row mode (Rows.UpsertClaim vs the same upsert unguarded,
-// autocommit) and marks mode (InTxClaim + upsert vs BEGIN + upsert +
+// mysqlCase: in-row mode (Rows.Upsert vs the same upsert unguarded,
+// autocommit) and marks mode (InTx + upsert vs BEGIN + upsert +
 // COMMIT), one connection with interpolateParams (one round trip per
 // statement), all sides interleaved. A fifth side runs the cheapest
 // conditional upsert that refuses an older token and reports the decision
@@ -81,7 +81,7 @@ func mysqlCase(e *bench.Env) error {
 			_, err := db.ExecContext(ctx, upsertRow, "plain", "value", int64(c.Token), c.Run)
 			return err
 		}},
-		rowsUpsert: {Name: "Rows.UpsertClaim", Run: func(int) error {
+		rowsUpsert: {Name: "Rows.Upsert", Run: func(int) error {
 			return rows.Upsert(fence.WithClaim(ctx, claim()), db, []any{"rows"}, "value")
 		}},
 		plainTx: {Name: "plain tx", Run: func(int) error {
@@ -96,7 +96,7 @@ func mysqlCase(e *bench.Env) error {
 			}
 			return tx.Commit()
 		}},
-		inTx: {Name: "InTxClaim", Run: func(int) error {
+		inTx: {Name: "InTx", Run: func(int) error {
 			c := claim()
 			return g.InTx(fence.WithClaim(ctx, c), "intx", func(ctx context.Context, tx *sql.Tx) error {
 				_, err := tx.ExecContext(ctx, upsertData, "intx", "value", int64(c.Token))
@@ -114,12 +114,12 @@ func mysqlCase(e *bench.Env) error {
 		return err
 	}
 	e.Report.Add(bench.GuardRatio(in, "mysql_guard_rows_ratio", rowsUpsert, plainUpsert, 1.05, fmt.Sprintf(
-		"in-row mode: Rows.UpsertClaim vs the same upsert unguarded (autocommit), go-sql-driver with interpolateParams, one connection; %d rounds of 5 sides interleaved, median of %d blocks",
+		"in-row mode: Rows.Upsert vs the same upsert unguarded (autocommit), go-sql-driver with interpolateParams, one connection; %d rounds of 5 sides interleaved, median of %d blocks",
 		in.Rounds(), bench.RatioBlocks)))
 	e.Report.Add(bench.GuardRatio(in, "mysql_conditional_floor_ratio", floorUpsert, plainUpsert, 0,
 		"the same upsert with each assignment under a bare token comparison and the decision in LAST_INSERT_ID (no run identity, no mark check) vs unguarded: the floor of the in-row form"))
 	e.Report.Add(bench.GuardRatio(in, "mysql_guard_intx_ratio", inTx, plainTx, 0,
-		"marks mode: InTxClaim (BEGIN, fence statement, upsert, COMMIT) vs BEGIN + upsert + COMMIT, READ COMMITTED"))
+		"marks mode: InTx (BEGIN, fence statement, upsert, COMMIT) vs BEGIN + upsert + COMMIT, READ COMMITTED"))
 	e.Report.Add(bench.Metric{Key: "mysql_upsert_us", Value: float64(in.PerOp(plainUpsert)) / 1e3, Unit: "µs", Note: "unguarded upsert, autocommit"})
 	e.Report.Add(bench.Metric{Key: "mysql_write_tx_us", Value: float64(in.PerOp(plainTx)) / 1e3, Unit: "µs", Note: "unguarded BEGIN + upsert + COMMIT"})
 	return nil

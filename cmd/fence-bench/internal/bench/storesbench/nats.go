@@ -13,7 +13,7 @@ import (
 	"github.com/fencekit/fencekit/guards/natsguard"
 )
 
-// natsCase: a plain KV Put of 1 KiB vs natsguard PutClaim (one publish
+// natsCase: a plain KV Put of 1 KiB vs natsguard Put (one publish
 // conditional on the revision this guard's last write left), one
 // connection, one key each, interleaved, on a file-backed bucket.
 func natsCase(e *bench.Env) error {
@@ -42,7 +42,7 @@ func natsCase(e *bench.Env) error {
 	var tok fence.Token
 	in, err := bench.Interleave([]bench.Op{
 		{Name: "KV Put", Run: func(int) error { _, err := kv.Put(ctx, "plain", body); return err }},
-		{Name: "natsguard PutClaim", Run: func(int) error {
+		{Name: "natsguard Put", Run: func(int) error {
 			tok++
 			return g.Put(fence.WithClaim(ctx, fence.Claim{Token: tok, Run: run}), "guarded", body)
 		}},
@@ -51,7 +51,7 @@ func natsCase(e *bench.Env) error {
 		return err
 	}
 	e.Report.Add(bench.GuardRatio(in, "nats_guard_ratio", 1, 0, 1.10, fmt.Sprintf(
-		"natsguard PutClaim (publish with expected revision and msg id) vs KV Put, 1 KiB, file storage, one connection; %d rounds interleaved, median of %d blocks",
+		"natsguard Put (publish with expected revision and msg id) vs KV Put, 1 KiB, file storage, one connection; %d rounds interleaved, median of %d blocks",
 		in.Rounds(), bench.RatioBlocks)))
 	e.Report.Add(bench.Metric{Key: "nats_put_us", Value: float64(in.PerOp(0)) / 1e3, Unit: "µs", Note: "plain KV Put of 1 KiB"})
 	return nil

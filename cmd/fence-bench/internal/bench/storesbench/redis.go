@@ -15,10 +15,10 @@ import (
 	"github.com/fencekit/fencekit/guards/redisguard"
 )
 
-// redisCase: a plain SET of 1 KiB vs redisguard PutClaim (one EVALSHA that
+// redisCase: a plain SET of 1 KiB vs redisguard Put (one EVALSHA that
 // checks and writes value and mark), on one connection, one key each,
 // interleaved; a third side sends EVALSHA of a script that returns at once,
-// with PutClaim's keys and arguments: the floor of any check-and-write
+// with Put's keys and arguments: the floor of any check-and-write
 // script, which is what Redis 7.0 offers for one. Two more sides are the
 // same SET protected the way Go users protect a Redis write with a lock
 // library, with each library's defaults: github.com/bsm/redislock (Obtain
@@ -40,7 +40,7 @@ func redisCase(e *bench.Env) error {
 	body := bytes.Repeat([]byte("x"), 1<<10)
 	run := bench.RunIdentity()
 	var tok fence.Token
-	// The keys and arguments of PutClaim's script (value, mark, write-id
+	// The keys and arguments of Put's script (value, mark, write-id
 	// record; token, run, write id, op, value, TTL, deadline, window), the
 	// keys as redisguard names them (see its package documentation).
 	floorKey := prefix + "floor"
@@ -60,7 +60,7 @@ func redisCase(e *bench.Env) error {
 	)
 	in, err := bench.Interleave([]bench.Op{
 		{Name: "SET", Run: func(int) error { return c.Set(ctx, plainKey, body, 0).Err() }},
-		{Name: "redisguard PutClaim", Run: func(int) error {
+		{Name: "redisguard Put", Run: func(int) error {
 			tok++
 			return g.Put(fence.WithClaim(ctx, fence.Claim{Token: tok, Run: run}), guardKey, body)
 		}},
@@ -99,18 +99,18 @@ func redisCase(e *bench.Env) error {
 		return err
 	}
 	e.Report.Add(bench.GuardRatio(in, "redis_guard_ratio", guarded, plainSet, 1.25, fmt.Sprintf(
-		"redisguard PutClaim (EVALSHA: write-id record and mark check + SET + HSET + ZADD) vs SET, 1 KiB, go-redis, one connection; %d rounds of 5 sides interleaved, median of %d blocks",
+		"redisguard Put (EVALSHA: write-id record and mark check + SET + HSET + ZADD) vs SET, 1 KiB, go-redis, one connection; %d rounds of 5 sides interleaved, median of %d blocks",
 		in.Rounds(), bench.RatioBlocks)))
 	e.Report.Add(bench.GuardRatio(in, "redis_guard_vs_redislock_ratio", guarded, lockedSet, 1,
-		"redisguard PutClaim vs the same SET under github.com/bsm/redislock v0.9.4 (Obtain, no retry; SET; Release): below 1 the guard is faster"))
+		"redisguard Put vs the same SET under github.com/bsm/redislock v0.9.4 (Obtain, no retry; SET; Release): below 1 the guard is faster"))
 	e.Report.Add(bench.GuardRatio(in, "redis_guard_vs_redsync_ratio", guarded, syncedSet, 1,
-		"redisguard PutClaim vs the same SET under github.com/go-redsync/redsync/v4 v4.18.1, one server (Lock, one try; SET; Unlock): below 1 the guard is faster"))
+		"redisguard Put vs the same SET under github.com/go-redsync/redsync/v4 v4.18.1, one server (Lock, one try; SET; Unlock): below 1 the guard is faster"))
 	e.Report.Add(bench.GuardRatio(in, "redislock_set_ratio", lockedSet, plainSet, 0,
 		"redislock Obtain + SET + Release vs SET (three round trips: the obtain and release scripts around the SET)"))
 	e.Report.Add(bench.GuardRatio(in, "redsync_set_ratio", syncedSet, plainSet, 0,
 		"redsync Lock + SET + Unlock vs SET (three round trips: SET NX, the SET, the unlock script)"))
 	e.Report.Add(bench.GuardRatio(in, "redis_script_floor_ratio", noop, plainSet, 0,
-		"EVALSHA of a script that only returns {'ok', token, run}, with PutClaim's 3 keys and 8 arguments, vs SET: the floor of a check-and-write script"))
+		"EVALSHA of a script that only returns {'ok', token, run}, with Put's 3 keys and 8 arguments, vs SET: the floor of a check-and-write script"))
 	e.Report.Add(bench.Metric{Key: "redis_set_us", Value: float64(in.PerOp(plainSet)) / 1e3, Unit: "µs", Note: "plain SET of 1 KiB"})
 	return nil
 }
