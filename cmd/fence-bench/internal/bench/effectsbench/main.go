@@ -28,12 +28,10 @@ import (
 	"crypto/rand"
 	"encoding/hex"
 	"errors"
-	"flag"
 	"fmt"
 	"io"
 	"net/http"
 	"net/http/httptest"
-	"os"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -60,37 +58,7 @@ const (
 )
 
 func main() {
-	quick := flag.Bool("quick", false, "short run")
-	db := flag.String("db", env("TEST_DATABASE_URL", "postgres://postgres@127.0.0.1:5432/test?sslmode=disable"), "PostgreSQL URL")
-	rounds := flag.Int("rounds", 0, "record rounds of one call per side (default 1500; 200 with -quick)")
-	flag.Parse()
-	if *rounds <= 0 {
-		*rounds = 1500
-		if *quick {
-			*rounds = 200
-		}
-	}
-	e := bench.StoreEnv(context.Background(), *quick)
-	failed := false
-	if err := run(e, *db, *rounds, os.Stderr); err != nil {
-		fmt.Fprintln(os.Stderr, "effectsbench:", err)
-		failed = true
-	}
-	e.NullMissing(bench.EffectsKeys, "failed: effects")
-	if err := bench.WriteMetricLines(os.Stdout, e.Report.Metrics); err != nil {
-		fmt.Fprintln(os.Stderr, err)
-		os.Exit(1)
-	}
-	if failed {
-		os.Exit(1)
-	}
-}
-
-func env(name, def string) string {
-	if v := os.Getenv(name); v != "" {
-		return v
-	}
-	return def
+	bench.DBCase("effectsbench", "effects", bench.EffectsKeys, "record rounds of one call per side", run)
 }
 
 // target is the benchmark's HTTP target: it counts requests and records

@@ -6,12 +6,10 @@ import (
 	"encoding/hex"
 	"encoding/json"
 	"errors"
-	"flag"
 	"fmt"
 	"io"
 	"net"
 	"net/http"
-	"os"
 	"sync/atomic"
 	"time"
 
@@ -29,37 +27,7 @@ import (
 )
 
 func main() {
-	quick := flag.Bool("quick", false, "short run")
-	db := flag.String("db", env("TEST_DATABASE_URL", "postgres://postgres@127.0.0.1:5432/test?sslmode=disable"), "PostgreSQL URL")
-	rounds := flag.Int("rounds", 0, "rounds of one call per side (default 1500; 200 with -quick)")
-	flag.Parse()
-	if *rounds <= 0 {
-		*rounds = 1500
-		if *quick {
-			*rounds = 200
-		}
-	}
-	e := bench.StoreEnv(context.Background(), *quick)
-	failed := false
-	if err := run(e, *db, *rounds, os.Stderr); err != nil {
-		fmt.Fprintln(os.Stderr, "mcpbench:", err)
-		e.NullMissing(bench.MCPCallKeys, "failed: mcp_call")
-		failed = true
-	}
-	if err := bench.WriteMetricLines(os.Stdout, e.Report.Metrics); err != nil {
-		fmt.Fprintln(os.Stderr, err)
-		os.Exit(1)
-	}
-	if failed {
-		os.Exit(1)
-	}
-}
-
-func env(name, def string) string {
-	if v := os.Getenv(name); v != "" {
-		return v
-	}
-	return def
+	bench.DBCase("mcpbench", "mcp_call", bench.MCPCallKeys, "rounds of one call per side", run)
 }
 
 // The sides, in the order of their columns. Every side calls the same

@@ -46,13 +46,6 @@ func main() {
 	}
 }
 
-func env(name, def string) string {
-	if v := os.Getenv(name); v != "" {
-		return v
-	}
-	return def
-}
-
 // rounds is the number of interleaved rounds of a case whose operations
 // take about perOp: enough for a few seconds of each side (2000 rounds at
 // most, 100 in a quick run).

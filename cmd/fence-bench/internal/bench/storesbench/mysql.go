@@ -22,7 +22,7 @@ import (
 // identity, no check of the stored mark): the floor of the in-row form.
 func mysqlCase(e *bench.Env) error {
 	ctx := e.Ctx
-	cfg, err := mysql.ParseDSN(env("TEST_MYSQL_DSN", "root@tcp(127.0.0.1:3306)/test"))
+	cfg, err := mysql.ParseDSN(bench.Getenv("TEST_MYSQL_DSN", "root@tcp(127.0.0.1:3306)/test"))
 	if err != nil {
 		return err
 	}

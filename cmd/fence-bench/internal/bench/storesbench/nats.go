@@ -18,7 +18,7 @@ import (
 // connection, one key each, interleaved, on a file-backed bucket.
 func natsCase(e *bench.Env) error {
 	ctx := e.Ctx
-	nc, err := nats.Connect(env("TEST_NATS_URL", nats.DefaultURL))
+	nc, err := nats.Connect(bench.Getenv("TEST_NATS_URL", nats.DefaultURL))
 	if err != nil {
 		return err
 	}

@@ -26,7 +26,7 @@ import (
 // one server (Lock with one try, SET, Unlock).
 func redisCase(e *bench.Env) error {
 	ctx := e.Ctx
-	c := redis.NewClient(&redis.Options{Addr: env("TEST_REDIS_ADDR", "127.0.0.1:6379"), PoolSize: 1})
+	c := redis.NewClient(&redis.Options{Addr: bench.Getenv("TEST_REDIS_ADDR", "127.0.0.1:6379"), PoolSize: 1})
 	defer func() { _ = c.Close() }()
 	prefix := fmt.Sprintf("fence-bench:%d:", time.Now().UnixNano())
 	g, err := redisguard.New(ctx, redisguard.Config{Client: c, MarkPrefix: prefix + "mark:"})
