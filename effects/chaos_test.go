@@ -10,7 +10,6 @@ import (
 	"os/exec"
 	"os/signal"
 	"strings"
-	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -22,6 +21,7 @@ import (
 	"github.com/fencekit/fencekit/effects"
 	"github.com/fencekit/fencekit/fence"
 	"github.com/fencekit/fencekit/fencetest"
+	"github.com/fencekit/fencekit/internal/syncbuf"
 	"github.com/fencekit/fencekit/lease"
 )
 
@@ -264,25 +264,6 @@ func producerChild() int {
 	return 0
 }
 
-// lockedBuffer is a strings.Builder safe for one writer and concurrent
-// readers.
-type lockedBuffer struct {
-	mu sync.Mutex
-	b  strings.Builder
-}
-
-func (l *lockedBuffer) Write(p []byte) (int, error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.Write(p)
-}
-
-func (l *lockedBuffer) String() string {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.String()
-}
-
 // Property 2: a producer process stopped (SIGSTOP) past its lease TTL,
 // while another run acquires the key and records, then continued
 // (SIGCONT): each of its records is refused with fence.ErrStale (the two
@@ -303,7 +284,7 @@ func TestChaosStoppedProducer(t *testing.T) {
 	require.NoError(t, err)
 	stdout, err := cmd.StdoutPipe()
 	require.NoError(t, err)
-	var stderr lockedBuffer // written by exec's copying goroutine, read in a failure message
+	var stderr syncbuf.Buffer // written by exec's copying goroutine, read in a failure message
 	cmd.Stderr = &stderr
 	require.NoError(t, cmd.Start())
 	stopped := false

@@ -16,6 +16,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/fencekit/fencekit/internal/syncbuf"
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/stretchr/testify/require"
 	"go.uber.org/goleak"
@@ -135,26 +136,9 @@ type background struct {
 	args   []string
 	start  time.Time
 	lines  chan string // stdout, line by line
-	stderr *lockedBuffer
+	stderr *syncbuf.Buffer
 	errs   chan string // stderr, line by line
 	done   chan result
-}
-
-type lockedBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (l *lockedBuffer) Write(p []byte) (int, error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.Write(p)
-}
-
-func (l *lockedBuffer) String() string {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.String()
 }
 
 // start runs the binary in the background; its stdout and stderr lines
@@ -168,12 +152,12 @@ func start(t *testing.T, env []string, args ...string) *background {
 	stderr, err := cmd.StderrPipe()
 	require.NoError(t, err)
 	b := &background{cmd: cmd, args: args, lines: make(chan string, 100), errs: make(chan string, 100),
-		stderr: &lockedBuffer{}, done: make(chan result, 1)}
+		stderr: &syncbuf.Buffer{}, done: make(chan result, 1)}
 	b.start = time.Now()
 	require.NoError(t, cmd.Start())
 	var wg sync.WaitGroup
-	var out lockedBuffer
-	pump := func(r io.Reader, ch chan string, buf *lockedBuffer) {
+	var out syncbuf.Buffer
+	pump := func(r io.Reader, ch chan string, buf *syncbuf.Buffer) {
 		defer wg.Done()
 		defer close(ch)
 		sc := bufio.NewScanner(r)
