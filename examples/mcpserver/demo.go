@@ -28,7 +28,7 @@ func runDemo(ctx context.Context, notes *Notes, out io.Writer) error {
 	if notes.mail == nil {
 		return errNoMailer
 	}
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	ln, err := new(net.ListenConfig).Listen(ctx, "tcp", "127.0.0.1:0")
 	if err != nil {
 		return err
 	}

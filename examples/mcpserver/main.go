@@ -89,13 +89,17 @@ func run(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io.
 	if err != nil {
 		return err
 	}
-	defer notes.Close() //nolint:errcheck // shutdown
+	defer func() { //nolint:contextcheck // Close releases under its own bounded context
+		if cerr := notes.Close(); cerr != nil {
+			logger.Warn("closing the notes server", "err", cerr)
+		}
+	}()
 
 	switch {
 	case sub == "demo":
 		return runDemo(ctx, notes, stdout)
 	case *httpAddr != "":
-		ln, err := net.Listen("tcp", *httpAddr)
+		ln, err := new(net.ListenConfig).Listen(ctx, "tcp", *httpAddr)
 		if err != nil {
 			return err
 		}
@@ -103,9 +107,11 @@ func run(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io.
 		srv := &http.Server{Handler: notes.HTTPHandler(), ReadHeaderTimeout: 10 * time.Second}
 		go func() {
 			<-ctx.Done()
-			sctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+			sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
 			defer cancel()
-			srv.Shutdown(sctx) //nolint:errcheck,contextcheck // shutdown
+			if serr := srv.Shutdown(sctx); serr != nil {
+				logger.Warn("shutting the HTTP server down", "err", serr)
+			}
 		}()
 		if err := srv.Serve(ln); !errors.Is(err, http.ErrServerClosed) {
 			return err

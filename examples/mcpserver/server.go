@@ -97,8 +97,7 @@ func NewNotes(ctx context.Context, pool *pgxpool.Pool, opts Options) (*Notes, er
 		Logger:        opts.Logger,
 	})
 	if err != nil {
-		n.Manager.Close() //nolint:errcheck,contextcheck // startup failed; Close releases nothing yet
-		return nil, err
+		return nil, errors.Join(err, n.Manager.Close()) //nolint:contextcheck // startup failed; Close releases nothing yet
 	}
 	if opts.SMTP != "" {
 		if n.mail, err = newMailer(ctx, n, opts.SMTP, opts.Logger); err != nil {
@@ -165,7 +164,7 @@ func (n *Notes) appendNote(ctx context.Context, req *mcp.CallToolRequest, in Not
 	if err != nil {
 		return nil, NoteOut{}, err
 	}
-	key, err := keyOf(req)
+	key, err := keyOf(ctx, req)
 	if err != nil {
 		return nil, NoteOut{}, err
 	}
@@ -221,7 +220,7 @@ type Note struct {
 }
 
 func (n *Notes) readNotes(ctx context.Context, req *mcp.CallToolRequest, _ struct{}) (*mcp.CallToolResult, ReadOut, error) {
-	key, err := keyOf(req)
+	key, err := keyOf(ctx, req)
 	if err != nil {
 		return nil, ReadOut{}, err
 	}
@@ -246,12 +245,12 @@ func (n *Notes) readNotes(ctx context.Context, req *mcp.CallToolRequest, _ struc
 
 // keyOf reads the conversation's key from the request's _meta, as the Fence
 // does (read_notes is unfenced and reads it itself).
-func keyOf(req *mcp.CallToolRequest) (lease.Key, error) {
-	acct, err := mcpfence.FromMeta(mcpfence.MetaAccount)(context.Background(), req)
+func keyOf(ctx context.Context, req *mcp.CallToolRequest) (lease.Key, error) {
+	acct, err := mcpfence.FromMeta(mcpfence.MetaAccount)(ctx, req)
 	if err != nil {
 		return lease.Key{}, err
 	}
-	conv, err := mcpfence.FromMeta(mcpfence.MetaConversation)(context.Background(), req)
+	conv, err := mcpfence.FromMeta(mcpfence.MetaConversation)(ctx, req)
 	if err != nil {
 		return lease.Key{}, err
 	}

@@ -134,9 +134,9 @@ func delayed(t *testing.T, f fixture, lockSQL, r string, write func(db *sql.DB, 
 		if err != nil {
 			return fmt.Errorf("waiting for the held transaction to end: %w", err)
 		}
+		defer q.Close() //nolint:errcheck // q.Err reports what matters
 		for q.Next() {
 		}
-		_ = q.Close()
 		return q.Err()
 	}
 	return deliver, err
