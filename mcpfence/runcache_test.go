@@ -258,6 +258,12 @@ func TestRunCacheCloseStops(t *testing.T) {
 	if g := cacheGoroutines(); g == 0 {
 		t.Fatal("no goroutine of the run cache found while runs are cached")
 	}
+	key := lease.Key{AccountID: "acme", SessionID: "c1"}
+	parked, err := a.m.Inspect(t.Context(), key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	time.Sleep(100 * time.Millisecond)
 	if err := a.f.Close(); err != nil {
 		t.Fatal(err)
 	}
@@ -267,10 +273,14 @@ func TestRunCacheCloseStops(t *testing.T) {
 	if g := cacheGoroutines(); g != 0 {
 		t.Errorf("%d goroutines of the run cache after Close", g)
 	}
-	// The runs outlive Close: parked in the database, resumed elsewhere.
-	o, err := a.m.Inspect(t.Context(), lease.Key{AccountID: "acme", SessionID: "c1"})
-	if err != nil || !o.Held() || !o.Parked {
+	// The runs outlive Close: parked in the database, resumed elsewhere;
+	// a run with cached calls since its last park was parked again.
+	o, err := a.m.Inspect(t.Context(), key)
+	if err != nil || !o.Held() || !o.Parked || o.RunID != parked.RunID {
 		t.Errorf("a run after Close: %+v, %v (want it parked)", o, err)
+	}
+	if !o.ExpiresAt.After(parked.ExpiresAt) {
+		t.Errorf("the run's parked expiry after Close: %s, before %s (want it extended)", o.ExpiresAt, parked.ExpiresAt)
 	}
 }
 
