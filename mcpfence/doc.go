@@ -24,7 +24,8 @@
 // the lease's claim (fence.ClaimFromContext) and ends, with the lease's
 // cause, when the lease ends; releases a per-call lease when the tool
 // returns, and parks a run's lease in the database when the run's last
-// call running here returns. A tool that neither Config.Tools nor
+// call running here returns (with Config.RunCache, a later call of a run
+// this Fence parked runs without either: see The run cache). A tool that neither Config.Tools nor
 // Config.Default gives a policy is refused (CauseUnknownTool).
 //
 // # Runs
@@ -46,6 +47,52 @@
 // the conversation over, and when its first call did not succeed (released
 // at once); a call of an ended run is refused with CauseRunEnded (or
 // CauseTakenOver).
+//
+// # The run cache
+//
+// With Config.RunCache a later call of a run on the replica that served
+// its previous call sends no lease statement. When a call of a run parks
+// it, the Fence keeps the run (key, handle, token, holder) and trusts the
+// park until sent_at + RunIdle − RunIdle/5 (sent_at: the local time just
+// before the park statement was sent; the parked expiry is set on the
+// database clock after it, and the margin of RunIdle/5, as the lease
+// package's default SafetyMargin is TTL/5, absorbs clock-rate differences
+// and scheduling delay), and it watches the conversation
+// (lease.Manager.Watch). A later call with the handle, for the same
+// conversation, while the entry is trusted, runs its tool at once under
+// the run's claim; its ctx ends when the watch reports that the run no
+// longer holds the conversation (taken over: a cause matching
+// lease.ErrTakenOver; released, expired, another grant: lease.ErrLost) or
+// when the entry's trust deadline passed without an extension
+// (lease.ErrTrustExpired). Its result's LeaseInfo is the same as through
+// Resume. A call with MetaRunEnd, a call naming a request id
+// (MetaRequest), a call whose holder label differs from the run's, and any
+// call past the trust deadline or after the entry was dropped take the
+// Resume path (which caches the run again when it parks it). The entry is
+// dropped at once when a call through this Fence ends the run (run_end, a
+// takeover or another grant of the conversation, a Resume that finds the
+// run ended), when the watch reports the run's end or fails, and when the
+// trust deadline passes; Close stops every entry's watcher and clock.
+//
+// The cache keeps the idle clock: after cached calls, the run's parked
+// expiry is pushed forward in the background, off every call's path
+// (Resume, then Park for RunIdle, at most once per RunIdle/10 while calls
+// ran or run since the last park, each bounded by ReleaseTimeout; skipped
+// while another replica has the run active, as that replica parks it
+// itself), and the trust deadline moves with each such park. So a run
+// still ends when no call came for RunIdle, on any replica: between
+// RunIdle and about 1.1×RunIdle after its last call.
+//
+// The trade-off: a cached call is checked against the lease row through
+// the watch (its notifications, and its safety-net poll, lease's
+// DefaultWatchPoll, 1s, for changes that notify nothing), as a held lease
+// is, not by a statement of its own. After another replica ended the run
+// (run_end) or another device took the conversation over, a call of the
+// run on a replica that has not yet heard of it may still run, for up to
+// that delay; after a takeover the new run's token is larger, so its
+// guarded writes are refused (stale) once the new holder wrote. Calls of
+// one run on two replicas may then overlap (both under the run's token).
+// Without RunCache every later call is checked by its Resume statement.
 //
 // # Duplicate calls
 //
@@ -143,7 +190,11 @@
 //   - That a run's calls never run at once: calls of one run on one replica
 //     share its lease and may overlap (the run's token covers them all), as
 //     they did before runs moved between replicas; calls of one run on two
-//     replicas do not overlap (the second waits for the park).
+//     replicas do not overlap (the second waits for the park), unless
+//     Config.RunCache is set (a cached call does not wait).
+//   - With Config.RunCache, that a cached call learns of its run's end
+//     (run_end or a takeover on another replica) before it runs: the watch
+//     tells it within its notification's delay, or its poll's (1s).
 //   - A duplicate that arrives before its first call claimed the id (the
 //     two are sent at once) is a competing call: under Acquire or Wait it
 //     may be refused with CauseHeld (or wait, and then replay); under

@@ -129,6 +129,22 @@ type Config struct {
 	// ReleaseTimeout bounds each release, which runs on a context of its
 	// own (not the possibly cancelled call's). Default DefaultReleaseTimeout.
 	ReleaseTimeout time.Duration
+	// RunCache lets a later call of a run skip the lease statements on
+	// its path when this Fence served the run's previous call: after a
+	// call of a run parked it here, the Fence keeps the run (its token)
+	// and a lease.Watcher of its conversation, and a later call of the
+	// run on this Fence runs its tool at once, without Resume before it
+	// nor Park after it, for as long as the park is trusted (RunIdle −
+	// RunIdle/5 after the park statement was sent) and the watch has not
+	// reported the run's end. The run's parked expiry is pushed forward
+	// in the background (Resume then Park, at most once per RunIdle/10
+	// while calls come). A cached call learns that another replica ended
+	// the run, or that another device took the conversation over, from
+	// the watch (a notification, or its safety-net poll, 1s by default),
+	// not from a statement of its own: see the package documentation.
+	// Default false: every later call resumes the run (one statement) and
+	// parks it again (another).
+	RunCache bool
 	// ReleaseBeforeReply makes a per-call lease's release finish before the
 	// call's result is returned. By default the release is sent when the
 	// tool returns and the result goes back without waiting for its commit:
@@ -171,9 +187,11 @@ type Fence struct {
 
 	mu        sync.Mutex
 	runs      map[uuid.UUID]*run            // the runs with calls running here
+	cache     map[lease.Key]*cachedRun      // the run cache (Config.RunCache): at most one run per key
 	releasing map[lease.Key][]chan struct{} // per-call releases in flight, closed when done
 	closed    bool
 	bg        sync.WaitGroup // the goroutines of releases in flight
+	cacheWG   sync.WaitGroup // the goroutines of the run cache's entries
 
 	http httpCalls // the POSTs in flight of HTTPHandler
 }
@@ -183,7 +201,8 @@ type Fence struct {
 // duration or a RunIdle above lease.MaxParkIdle is a *fence.ConfigError
 // (Source "mcpfence") matching fence.ErrInvalidConfig, as is an invalid
 // RequestSchema or a RequestRetention below MinRequestRetention. A Fence starts no
-// goroutine of its own.
+// goroutine of its own but, with Config.RunCache, two per cached run (its
+// watcher and its clock), which end with the entry or at Close.
 func New(cfg Config) (*Fence, error) {
 	bad := func(field, reason string) (*Fence, error) {
 		return nil, &fence.ConfigError{Source: "mcpfence", Field: field, Reason: reason}
@@ -244,7 +263,7 @@ func New(cfg Config) (*Fence, error) {
 	if cfg.Logger == nil {
 		cfg.Logger = slog.New(slog.DiscardHandler)
 	}
-	f := &Fence{cfg: cfg, runs: map[uuid.UUID]*run{}, releasing: map[lease.Key][]chan struct{}{}}
+	f := &Fence{cfg: cfg, runs: map[uuid.UUID]*run{}, cache: map[lease.Key]*cachedRun{}, releasing: map[lease.Key][]chan struct{}{}}
 	if cfg.TracerProvider != nil {
 		f.tracer = cfg.TracerProvider.Tracer("github.com/fencekit/fencekit")
 	}
@@ -341,11 +360,17 @@ func completeOnNewRevision(req *mcp.CallToolRequest, res mcp.Result) mcp.Result 
 // run's is parked as always. Runs live in the database between their
 // calls, so they outlive Close: a later call continues each on another
 // Fence (another replica, or this server restarted) for as long as RunIdle
-// allows. It is idempotent and returns nil.
+// allows. With Config.RunCache, Close stops the run cache: every cached
+// run's watcher and clock end, and a run with calls since its last park
+// is extended once more (Resume, then Park for RunIdle); a cached call
+// still running keeps its claim until it returns, no longer told of its
+// run's end (guards still refuse its writes once a newer token wrote). It
+// is idempotent and returns nil.
 func (f *Fence) Close() error {
 	f.mu.Lock()
 	f.closed = true
 	f.mu.Unlock()
+	f.closeCache()
 	f.bg.Wait()
 	return nil
 }
@@ -420,6 +445,12 @@ func (f *Fence) call(ctx context.Context, policy Policy, req *mcp.CallToolReques
 			return f.replay(ctx, req, key, rm.request, row, refuse)
 		}
 	}
+	if f.cfg.RunCache && rm.id != uuid.Nil && !rm.start && !rm.end && rm.request == nil {
+		if e := f.useCached(key, rm.id, f.cfg.Holder(ctx, req)); e != nil {
+			defer f.leaveCached(e)
+			return f.runCached(ctx, e, key, tool, span, refuse, next)
+		}
+	}
 	var (
 		l      *lease.Lease
 		handle string // the run's handle, for LeaseInfo.Run
@@ -490,7 +521,29 @@ func (f *Fence) call(ctx context.Context, policy Policy, req *mcp.CallToolReques
 
 	res, err = next(hctx)
 	info := LeaseInfo{Conversation: key.SessionID, Token: l.Token(), Holder: l.Holder(), RunID: l.RunID().String(), Run: handle}
-	return f.classify(ctx, hctx, l, info, tool, res, err)
+	return f.classify(ctx, hctx, l.Context(), key, info, tool, res, err)
+}
+
+// runCached runs a later call of a cached run (Config.RunCache): no lease
+// statement, the run's claim, and a ctx that ends when the entry is
+// invalidated (the watch saw the run end, or its trust deadline passed).
+func (f *Fence) runCached(ctx context.Context, e *cachedRun, key lease.Key, tool string, span trace.Span,
+	refuse func(Refusal) (mcp.Result, error), next func(context.Context) (mcp.Result, error)) (mcp.Result, error) {
+	if ctx.Err() != nil {
+		return refuse(Refusal{Cause: CauseCanceled, Message: fmt.Sprintf("the call ended before its tool ran: %v", context.Cause(ctx)),
+			Conversation: key.SessionID, Token: e.token})
+	}
+	if span != nil {
+		span.SetAttributes(attribute.String(leasetrace.AttrRunID, e.id.String()),
+			attribute.Int64(leasetrace.AttrToken, int64(e.token)), attribute.String(leasetrace.AttrHolder, e.holder))
+	}
+	hctx, cancel := context.WithCancelCause(fence.WithClaim(ctx, fence.Claim{Token: e.token, Run: e.id.String(), Scope: key.Scope()}))
+	defer cancel(nil)
+	stopAfter := context.AfterFunc(e.ended, func() { cancel(context.Cause(e.ended)) })
+	defer stopAfter()
+	res, err := next(hctx)
+	info := LeaseInfo{Conversation: key.SessionID, Token: e.token, Holder: e.holder, RunID: e.id.String(), Run: e.id.String()}
+	return f.classify(ctx, hctx, e.ended, key, info, tool, res, err)
 }
 
 // replay answers a call whose request id has a row (awaitRequest).
@@ -580,9 +633,10 @@ func metaRefusal(err error, what, conv string) *Refusal {
 }
 
 // classify turns the handler's outcome into the call's result: errors that
-// say the lease ended or a guard refused become Refusals; a successful
-// result gets MetaLease.
-func (f *Fence) classify(ctx, hctx context.Context, l *lease.Lease, info LeaseInfo, tool string, res mcp.Result, err error) (mcp.Result, error) {
+// say the lease ended (held, the lease's Context; a cached run, its
+// entry's end) or a guard refused become Refusals; a successful result
+// gets MetaLease.
+func (f *Fence) classify(ctx, hctx, held context.Context, key lease.Key, info LeaseInfo, tool string, res mcp.Result, err error) (mcp.Result, error) {
 	ctr, _ := res.(*mcp.CallToolResult)
 	cause := err
 	if err == nil && ctr != nil && ctr.IsError {
@@ -598,10 +652,10 @@ func (f *Fence) classify(ctx, hctx context.Context, l *lease.Lease, info LeaseIn
 		return res, err
 	}
 	r := Refusal{Tool: tool, Conversation: info.Conversation, Token: info.Token, Message: cause.Error()}
-	ended := l.Err() != nil && ctx.Err() == nil // the lease ended, the request did not
+	ended := held.Err() != nil && ctx.Err() == nil // the lease ended, the request did not
 	if se, ok := fence.IsStale(cause); ok {
 		r.Cause, r.Presented, r.Highest, r.Resource, r.Overtaken = CauseStale, se.Presented, se.Highest, se.Resource, se.Overtaken
-		r.Owner = f.owner(l.Key())
+		r.Owner = f.owner(key)
 		return r.result(), nil
 	}
 	if oe, ok := fence.IsOutcomeUnknown(cause); ok {
@@ -611,7 +665,7 @@ func (f *Fence) classify(ctx, hctx context.Context, l *lease.Lease, info LeaseIn
 	if ended && (errors.Is(cause, context.Canceled) || errors.Is(cause, lease.ErrTakenOver) ||
 		errors.Is(cause, lease.ErrLost) || errors.Is(cause, lease.ErrTrustExpired) || errors.Is(cause, lease.ErrClosed) ||
 		errors.Is(hctx.Err(), context.Canceled)) {
-		r = f.endedRefusal(l, r)
+		r = f.endedRefusal(context.Cause(held), key, r)
 		return r.result(), nil
 	}
 	return res, err
@@ -623,21 +677,20 @@ func isError(res mcp.Result) bool {
 	return ok && r != nil && r.IsError
 }
 
-// endedRefusal fills r for a call whose lease ended under it.
-func (f *Fence) endedRefusal(l *lease.Lease, r Refusal) Refusal {
-	cause := context.Cause(l.Context())
+// endedRefusal fills r for a call whose lease ended under it with cause.
+func (f *Fence) endedRefusal(cause error, key lease.Key, r Refusal) Refusal {
 	switch {
 	case errors.Is(cause, lease.ErrTakenOver):
 		r.Cause = CauseTakenOver
 		r.Message = "another device took the conversation over (continue here); this call was stopped"
-		r.Owner = f.owner(l.Key())
+		r.Owner = f.owner(key)
 	case errors.Is(cause, lease.ErrReleased):
 		r.Cause = CauseRunEnded
 		r.Message = "the run's lease was released"
 	default:
 		r.Cause = CauseLost
 		r.Message = fmt.Sprintf("the lease ended: %v", cause)
-		r.Owner = f.owner(l.Key())
+		r.Owner = f.owner(key)
 	}
 	return r
 }

@@ -59,7 +59,10 @@ func newReplica(t *testing.T, cfg mcpfence.Config, mcfg lease.Config, schema str
 	t.Helper()
 	h := &harness{t: t, active: map[string]int{}, max: map[string]int{}}
 	h.schema = schema
-	mcfg.Pool, mcfg.Schema = fencetest.Pool(t), h.schema
+	if mcfg.Pool == nil { // a test's own pool (a tracer's, say), else a new one
+		mcfg.Pool = fencetest.Pool(t)
+	}
+	mcfg.Schema = h.schema
 	var err error
 	if h.m, err = lease.New(mcfg); err != nil {
 		t.Fatal(err)

@@ -80,6 +80,10 @@ func (f *Fence) joinRun(ctx context.Context, req *mcp.CallToolRequest, key lease
 		f.mu.Lock()
 		if r.fail != nil {
 			delete(f.runs, id)
+			if e := f.cache[key]; e != nil && e.id == id && (r.fail.Cause == CauseRunEnded || r.fail.Cause == CauseTakenOver) {
+				// The run's row says it ended: so has its cache entry.
+				f.dropLocked(e, fmt.Errorf("%w: %s run %s: %s", lease.ErrLost, key, id, r.fail.Message))
+			}
 		}
 		close(r.ready)
 		f.mu.Unlock()
@@ -111,7 +115,7 @@ func (f *Fence) joinRun(ctx context.Context, req *mcp.CallToolRequest, key lease
 	if ended || r.l.Err() != nil {
 		rf := Refusal{Conversation: key.SessionID, Token: r.l.Token()}
 		if r.l.Err() != nil {
-			rf = f.endedRefusal(r.l, rf)
+			rf = f.endedRefusal(context.Cause(r.l.Context()), key, rf)
 		} else {
 			rf.Cause, rf.Message = CauseRunEnded, "the run has ended: start a new one"
 		}
@@ -201,18 +205,26 @@ func (f *Fence) leaveRun(ctx context.Context, r *run, end, failed bool) {
 	}
 	switch {
 	case release:
+		// The calls of the run cached here end with the release.
+		f.dropCached(r.key, r.id, fmt.Errorf("%s run %s: %w", r.key, r.id, lease.ErrReleased))
 		f.release(ctx, r.l)
 	case park && r.l.Err() == nil:
-		f.park(ctx, r.l)
+		if sentAt, ok := f.park(ctx, r.l); ok && f.cfg.RunCache {
+			f.cacheRun(r.l, sentAt)
+		}
 	}
 }
 
 // park parks l for RunIdle on a context of its own (ctx's values, not its
-// cancellation), bounded by ReleaseTimeout.
-func (f *Fence) park(ctx context.Context, l *lease.Lease) {
+// cancellation), bounded by ReleaseTimeout. It returns the local time just
+// before the statement was sent, and whether the park succeeded.
+func (f *Fence) park(ctx context.Context, l *lease.Lease) (time.Time, bool) {
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), f.cfg.ReleaseTimeout)
 	defer cancel()
+	sentAt := time.Now()
 	if err := l.Park(ctx, f.cfg.RunIdle); err != nil {
 		f.cfg.Logger.Warn("mcpfence: parking a run failed (its grant expires unless resumed)", "key", l.Key().String(), "run_id", l.RunID(), "err", err)
+		return sentAt, false
 	}
+	return sentAt, true
 }

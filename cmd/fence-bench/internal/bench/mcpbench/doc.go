@@ -17,6 +17,10 @@
 //     the handle the run's first call, io.fencekit/run_start, returned):
 //     the run's parked grant resumed, the write, the grant parked again
 //     before the result (a run lives in the database between its calls);
+//   - run, RunCache: a later call of a run on a third server whose Fence
+//     has Config.RunCache and which parked the run's previous call: no
+//     lease statement on the call's path (the run's parked expiry is
+//     extended in the background);
 //   - fenced, release before reply: a second server whose Fence has
 //     Config.ReleaseBeforeReply (the result waits for the release).
 //

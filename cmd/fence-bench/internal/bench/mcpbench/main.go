@@ -31,7 +31,7 @@ func main() {
 }
 
 // The sides, in the order of their columns. Every side calls the same
-// handler doing the same guarded write; the first five speak MCP
+// handler doing the same guarded write; the first six speak MCP
 // 2025-11-25 (the Go SDK's client pinned to it: one MCP session), the
 // last three 2026-07-28 (the same client unpinned: stateless requests, no
 // session), all through one mcpfence.HTTPHandler.
@@ -40,6 +40,7 @@ const (
 	sideFloor
 	sideFenced
 	sideRun
+	sideRunCached
 	sideBeforeReply
 	sideUnfenced26
 	sideFloor26
@@ -49,7 +50,7 @@ const (
 
 var sideNames = [nSides]string{
 	"2025-11-25 unfenced (same guarded write)", "2025-11-25 floor (+1 durable commit, no lease)", "2025-11-25 fenced per call",
-	"2025-11-25 fenced, later call of a run", "2025-11-25 fenced, release before reply",
+	"2025-11-25 fenced, later call of a run", "2025-11-25 fenced, later call of a run, RunCache", "2025-11-25 fenced, release before reply",
 	"2026-07-28 unfenced (same guarded write)", "2026-07-28 floor (+1 durable commit, no lease)", "2026-07-28 fenced per call",
 }
 
@@ -106,8 +107,8 @@ func run(e *bench.Env, dbURL string, rounds int, log io.Writer) (err error) {
 	insert := "INSERT INTO " + table + " (conversation, body, token) VALUES ($1, $2, $3)"
 	fixed := fence.Claim{Token: 1, Run: uuid.NewString()}
 
-	newServer := func(releaseBeforeReply bool) (*benchServer, *mcpfence.Fence, error) {
-		f, err := mcpfence.New(mcpfence.Config{Manager: m, Account: mcpfence.Fixed("bench"), ReleaseBeforeReply: releaseBeforeReply,
+	newServer := func(releaseBeforeReply, runCache bool) (*benchServer, *mcpfence.Fence, error) {
+		f, err := mcpfence.New(mcpfence.Config{Manager: m, Account: mcpfence.Fixed("bench"), ReleaseBeforeReply: releaseBeforeReply, RunCache: runCache,
 			Tools: map[string]mcpfence.Policy{"note_unfenced": mcpfence.Unfenced, "note_floor": mcpfence.Unfenced, "note": mcpfence.Acquire}})
 		if err != nil {
 			return nil, nil, err
@@ -169,18 +170,24 @@ func run(e *bench.Env, dbURL string, rounds int, log io.Writer) (err error) {
 		go b.srv.Serve(ln) //nolint:errcheck // ends with Close
 		return b, f, nil
 	}
-	main, fMain, err := newServer(false)
+	main, fMain, err := newServer(false, false)
 	if err != nil {
 		return err
 	}
 	defer fMain.Close()    //nolint:errcheck // bench teardown
 	defer main.srv.Close() //nolint:errcheck // bench teardown
-	waiting, fWaiting, err := newServer(true)
+	waiting, fWaiting, err := newServer(true, false)
 	if err != nil {
 		return err
 	}
 	defer fWaiting.Close()    //nolint:errcheck // bench teardown
 	defer waiting.srv.Close() //nolint:errcheck // bench teardown
+	cached, fCached, err := newServer(false, true)
+	if err != nil {
+		return err
+	}
+	defer fCached.Close()    //nolint:errcheck // bench teardown
+	defer cached.srv.Close() //nolint:errcheck // bench teardown
 	// The Go SDK's client speaks 2026-07-28 unless pinned to an older
 	// revision.
 	connect := func(url, revision string) (*mcp.ClientSession, error) {
@@ -197,6 +204,11 @@ func run(e *bench.Env, dbURL string, rounds int, log io.Writer) (err error) {
 		return err
 	}
 	defer csWaiting.Close() //nolint:errcheck // bench teardown
+	csCached, err := connect(cached.url, "2025-11-25")
+	if err != nil {
+		return err
+	}
+	defer csCached.Close() //nolint:errcheck // bench teardown
 	cs26, err := connect(main.url, mcpfence.Revision20260728)
 	if err != nil {
 		return err
@@ -206,16 +218,28 @@ func run(e *bench.Env, dbURL string, rounds int, log io.Writer) (err error) {
 	id := hex.EncodeToString(rb[:])
 	// The run's first call starts it (MetaRunStart); its result names the
 	// handle every later call presents (MetaRun).
-	first, err := csMain.CallTool(ctx, &mcp.CallToolParams{Name: "note", Arguments: map[string]any{"text": "start"},
-		Meta: mcp.Meta{mcpfence.MetaConversation: "r-" + id, mcpfence.MetaRunStart: true}})
+	startRun := func(cs *mcp.ClientSession, conv string) (string, error) {
+		first, err := cs.CallTool(ctx, &mcp.CallToolParams{Name: "note", Arguments: map[string]any{"text": "start"},
+			Meta: mcp.Meta{mcpfence.MetaConversation: conv, mcpfence.MetaRunStart: true}})
+		if err != nil {
+			return "", err
+		}
+		info, _ := first.Meta[mcpfence.MetaLease].(map[string]any)
+		runID, _ := info["run"].(string)
+		if first.IsError || runID == "" {
+			b, _ := json.Marshal(first)
+			return "", fmt.Errorf("the run's first call named no handle: %s", b)
+		}
+		return runID, nil
+	}
+	runID, err := startRun(csMain, "r-"+id)
 	if err != nil {
 		return err
 	}
-	info, _ := first.Meta[mcpfence.MetaLease].(map[string]any)
-	runID, _ := info["run"].(string)
-	if first.IsError || runID == "" {
-		b, _ := json.Marshal(first)
-		return fmt.Errorf("the run's first call named no handle: %s", b)
+	// The cached run's later calls reach the server that parked it.
+	cachedRunID, err := startRun(csCached, "rc-"+id)
+	if err != nil {
+		return err
 	}
 	type call struct {
 		cs   *mcp.ClientSession
@@ -228,6 +252,7 @@ func run(e *bench.Env, dbURL string, rounds int, log io.Writer) (err error) {
 		sideFloor:       {csMain, main, "note_floor", mcp.Meta{mcpfence.MetaConversation: "l-" + id}},
 		sideFenced:      {csMain, main, "note", mcp.Meta{mcpfence.MetaConversation: "f-" + id}},
 		sideRun:         {csMain, main, "note", mcp.Meta{mcpfence.MetaConversation: "r-" + id, mcpfence.MetaRun: runID}},
+		sideRunCached:   {csCached, cached, "note", mcp.Meta{mcpfence.MetaConversation: "rc-" + id, mcpfence.MetaRun: cachedRunID}},
 		sideBeforeReply: {csWaiting, waiting, "note", mcp.Meta{mcpfence.MetaConversation: "w-" + id}},
 		sideUnfenced26:  {cs26, main, "note_unfenced", mcp.Meta{mcpfence.MetaConversation: "u26-" + id}},
 		sideFloor26:     {cs26, main, "note_floor", mcp.Meta{mcpfence.MetaConversation: "l26-" + id}},
@@ -265,9 +290,14 @@ func run(e *bench.Env, dbURL string, rounds int, log io.Writer) (err error) {
 			total[k], server[k], write[k] = append(total[k], t), append(server[k], s), append(write[k], w)
 		}
 	}
-	if _, err := csMain.CallTool(ctx, &mcp.CallToolParams{Name: "note", Arguments: map[string]any{"text": "end"},
-		Meta: mcp.Meta{mcpfence.MetaConversation: "r-" + id, mcpfence.MetaRun: runID, mcpfence.MetaRunEnd: true}}); err != nil {
-		return err
+	for _, r := range []struct {
+		cs        *mcp.ClientSession
+		conv, run string
+	}{{csMain, "r-" + id, runID}, {csCached, "rc-" + id, cachedRunID}} {
+		if _, err := r.cs.CallTool(ctx, &mcp.CallToolParams{Name: "note", Arguments: map[string]any{"text": "end"},
+			Meta: mcp.Meta{mcpfence.MetaConversation: r.conv, mcpfence.MetaRun: r.run, mcpfence.MetaRunEnd: true}}); err != nil {
+			return err
+		}
 	}
 	report(e, total, server, write, rounds, log)
 	return nil
@@ -316,6 +346,8 @@ func report(e *bench.Env, total, server, write [nSides][]time.Duration, rounds i
 		"MCP 2025-11-25: a tool call fenced per call vs the floor: the same tool unfenced doing one more durable commit of its own first (an UPSERT of one row, the shape of a grant), no fencekit, p50")
 	ratio("mcp_run_call_ratio", sideRun, sideUnfenced, 1.05,
 		"MCP 2025-11-25: a later call of a run (its handle from the run's first call: resume the parked grant, the guarded INSERT, park it again before the result) vs the same tool unfenced, p50")
+	ratio("mcp_run_cached_call_ratio", sideRunCached, sideUnfenced, 1.05,
+		"MCP 2025-11-25: a later call of a run on the replica that parked it, with Config.RunCache (no lease statement on the call's path: the guarded INSERT under the cached run's claim; the parked expiry extended in the background) vs the same tool unfenced, p50")
 	ratio("mcp_release_before_reply_ratio", sideBeforeReply, sideUnfenced, 0,
 		"MCP 2025-11-25: a tool call fenced per call with Config.ReleaseBeforeReply (the result waits for the release) vs the same tool unfenced, p50")
 	ratio("mcp_floor_ratio", sideFloor, sideUnfenced, 0,
@@ -332,7 +364,7 @@ func report(e *bench.Env, total, server, write [nSides][]time.Duration, rounds i
 	for _, s := range []struct {
 		key  string
 		side int
-	}{{"mcp_unfenced_call", sideUnfenced}, {"mcp_floor_call", sideFloor}, {"mcp_fenced_call", sideFenced}, {"mcp_run_call", sideRun},
+	}{{"mcp_unfenced_call", sideUnfenced}, {"mcp_floor_call", sideFloor}, {"mcp_fenced_call", sideFenced}, {"mcp_run_call", sideRun}, {"mcp_run_cached_call", sideRunCached},
 		{"mcp_release_before_reply_call", sideBeforeReply}, {"mcp26_unfenced_call", sideUnfenced26}, {"mcp26_floor_call", sideFloor26}, {"mcp26_fenced_call", sideFenced26}} {
 		e.Report.Add(bench.Metric{Key: s.key + "_p50_us", Value: us(bench.Percentile(total[s.side], 50)), Unit: "µs", Note: sideNames[s.side] + ", client's time per call, p50"})
 		e.Report.Add(bench.Metric{Key: s.key + "_p99_us", Value: us(bench.Percentile(total[s.side], 99)), Unit: "µs", Note: sideNames[s.side] + ", client's time per call, p99"})
@@ -346,6 +378,7 @@ func report(e *bench.Env, total, server, write [nSides][]time.Duration, rounds i
 	stage("mcp_stage_fence_unfenced_us", diff(server[sideUnfenced], write[sideUnfenced]), "unfenced call: the server's time minus the guarded write (the middleware passes it through)")
 	stage("mcp_stage_write_unfenced_us", write[sideUnfenced], "unfenced call: the same guarded write")
 	stage("mcp_stage_fence_run_us", diff(server[sideRun], write[sideRun]), "later call of a run: the server's time minus the guarded write (resuming and parking the run)")
+	stage("mcp_stage_fence_run_cached_us", diff(server[sideRunCached], write[sideRunCached]), "later call of a run with RunCache: the server's time minus the guarded write (the cache lookup, the handler's ctx)")
 	stage("mcp_stage_fence_before_reply_us", diff(server[sideBeforeReply], write[sideBeforeReply]), "fenced call, release before reply: the server's time minus the guarded write (acquire and release)")
 
 	fmt.Fprintf(log, "MCP tool call over streamable HTTP, %d rounds (one call per side, order rotated)\n", rounds)
