@@ -81,12 +81,13 @@ demo-mcp: ## the two-devices story over MCP: two MCP clients of one conversation
 	@$(SERVICES); cd examples/mcpserver && DATABASE_URL="$$TEST_DATABASE_URL" $(GO) run . demo
 
 .PHONY: lint
-lint: ## gofmt, go vet and golangci-lint (pinned, installed on first use); doc snippets; package lease's API budget
+lint: ## gofmt, go vet and golangci-lint (pinned, installed on first use) on every module; doc snippets; package lease's API budget
 	@out=$$(gofmt -l $$(git ls-files '*.go')); if [ -n "$$out" ]; then echo "gofmt needed:"; echo "$$out"; exit 1; fi
 	$(GO) vet $(PKGS)
 	@for m in $(NESTED); do (cd $$m && $(GO) vet ./...); done
 	@if [ ! -x $(GOLANGCI) ]; then GOBIN=$(dir $(GOLANGCI)) $(GO) install github.com/golangci/golangci-lint/v2/cmd/golangci-lint@$(GOLANGCI_VERSION); fi
 	$(GOLANGCI) run $(PKGS)
+	@for m in $(NESTED); do echo "golangci-lint: $$m"; (cd $$m && $(GOLANGCI) run ./...) || exit 1; done
 	$(GO) run ./internal/tools/docsnippets
 	$(GO) run ./internal/tools/apisurface -max 143 lease
 

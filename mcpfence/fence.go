@@ -376,6 +376,8 @@ func (f *Fence) Close() error {
 }
 
 // call runs one fenced tool call.
+//
+//nolint:contextcheck // the handler's ctx also ends with the lease (or cached run) and with the client
 func (f *Fence) call(ctx context.Context, policy Policy, req *mcp.CallToolRequest, next func(context.Context) (mcp.Result, error)) (res mcp.Result, err error) {
 	tool := req.Params.Name
 	var span trace.Span
@@ -408,7 +410,7 @@ func (f *Fence) call(ctx context.Context, policy Policy, req *mcp.CallToolReques
 		var cancel context.CancelCauseFunc
 		ctx, cancel = context.WithCancelCause(ctx)
 		defer cancel(nil)
-		stop := context.AfterFunc(gone, func() { cancel(context.Cause(gone)) })
+		stop := context.AfterFunc(gone, func() { cancel(context.Cause(gone)) }) //nolint:contextcheck // the client's going ends the call's ctx
 		defer stop()
 	}
 
@@ -516,7 +518,7 @@ func (f *Fence) call(ctx context.Context, policy Policy, req *mcp.CallToolReques
 	// claim, and the lease's end (with its cause).
 	hctx, cancel := context.WithCancelCause(fence.WithClaim(ctx, fence.Claim{Token: l.Token(), Run: l.RunID().String(), Scope: key.Scope()}))
 	defer cancel(nil)
-	stopAfter := context.AfterFunc(l.Context(), func() { cancel(context.Cause(l.Context())) })
+	stopAfter := context.AfterFunc(l.Context(), func() { cancel(context.Cause(l.Context())) }) //nolint:contextcheck // the lease's end ends the handler's ctx
 	defer stopAfter()
 
 	res, err = next(hctx)
@@ -539,7 +541,7 @@ func (f *Fence) runCached(ctx context.Context, e *cachedRun, key lease.Key, tool
 	}
 	hctx, cancel := context.WithCancelCause(fence.WithClaim(ctx, fence.Claim{Token: e.token, Run: e.id.String(), Scope: key.Scope()}))
 	defer cancel(nil)
-	stopAfter := context.AfterFunc(e.ended, func() { cancel(context.Cause(e.ended)) })
+	stopAfter := context.AfterFunc(e.ended, func() { cancel(context.Cause(e.ended)) }) //nolint:contextcheck // the cached run's end ends the handler's ctx
 	defer stopAfter()
 	res, err := next(hctx)
 	info := LeaseInfo{Conversation: key.SessionID, Token: e.token, Holder: e.holder, RunID: e.id.String(), Run: e.id.String()}
@@ -655,7 +657,7 @@ func (f *Fence) classify(ctx, hctx, held context.Context, key lease.Key, info Le
 	ended := held.Err() != nil && ctx.Err() == nil // the lease ended, the request did not
 	if se, ok := fence.IsStale(cause); ok {
 		r.Cause, r.Presented, r.Highest, r.Resource, r.Overtaken = CauseStale, se.Presented, se.Highest, se.Resource, se.Overtaken
-		r.Owner = f.owner(key)
+		r.Owner = f.owner(ctx, key)
 		return r.result(), nil
 	}
 	if oe, ok := fence.IsOutcomeUnknown(cause); ok {
@@ -665,7 +667,7 @@ func (f *Fence) classify(ctx, hctx, held context.Context, key lease.Key, info Le
 	if ended && (errors.Is(cause, context.Canceled) || errors.Is(cause, lease.ErrTakenOver) ||
 		errors.Is(cause, lease.ErrLost) || errors.Is(cause, lease.ErrTrustExpired) || errors.Is(cause, lease.ErrClosed) ||
 		errors.Is(hctx.Err(), context.Canceled)) {
-		r = f.endedRefusal(context.Cause(held), key, r)
+		r = f.endedRefusal(ctx, context.Cause(held), key, r)
 		return r.result(), nil
 	}
 	return res, err
@@ -678,27 +680,27 @@ func isError(res mcp.Result) bool {
 }
 
 // endedRefusal fills r for a call whose lease ended under it with cause.
-func (f *Fence) endedRefusal(cause error, key lease.Key, r Refusal) Refusal {
+func (f *Fence) endedRefusal(ctx context.Context, cause error, key lease.Key, r Refusal) Refusal {
 	switch {
 	case errors.Is(cause, lease.ErrTakenOver):
 		r.Cause = CauseTakenOver
 		r.Message = "another device took the conversation over (continue here); this call was stopped"
-		r.Owner = f.owner(key)
+		r.Owner = f.owner(ctx, key)
 	case errors.Is(cause, lease.ErrReleased):
 		r.Cause = CauseRunEnded
 		r.Message = "the run's lease was released"
 	default:
 		r.Cause = CauseLost
 		r.Message = fmt.Sprintf("the lease ended: %v", cause)
-		r.Owner = f.owner(key)
+		r.Owner = f.owner(ctx, key)
 	}
 	return r
 }
 
 // owner asks the database for key's last grant (one statement); nil when
 // it cannot tell.
-func (f *Fence) owner(key lease.Key) *Owner {
-	ctx, cancel := context.WithTimeout(context.Background(), f.cfg.ReleaseTimeout)
+func (f *Fence) owner(ctx context.Context, key lease.Key) *Owner {
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), f.cfg.ReleaseTimeout)
 	defer cancel()
 	o, err := f.cfg.Manager.Inspect(ctx, key)
 	if err != nil {

@@ -272,7 +272,7 @@ func TestSpanPerCall(t *testing.T) {
 	}
 	attrs := map[string]string{}
 	for _, a := range tool.Attributes() {
-		attrs[string(a.Key)] = a.Value.Emit()
+		attrs[string(a.Key)] = a.Value.String()
 	}
 	if attrs[mcpfence.AttrTool] != "write" || attrs[mcpfence.AttrOutcome] != "ok" || attrs[leasetrace.AttrSessionID] != "c1" || attrs[leasetrace.AttrToken] == "" {
 		t.Errorf("span attributes %v", attrs)

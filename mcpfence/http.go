@@ -133,7 +133,7 @@ func (f *Fence) HTTPHandler(getServer func(*http.Request) *mcp.Server, opts *mcp
 			// The request's own context ends when the client goes, which
 			// ends ctx; a POST that returns normally has written its
 			// results, so ending ctx then ends nothing still running.
-			context.AfterFunc(r.Context(), func() { cancel(ErrClientGone) })
+			context.AfterFunc(r.Context(), func() { cancel(ErrClientGone) }) //nolint:contextcheck // the request's end ends the call
 		case http.MethodDelete:
 			if id := r.Header.Get(headerSessionID); id != "" {
 				f.http.endSession(id)

@@ -115,7 +115,7 @@ func (f *Fence) joinRun(ctx context.Context, req *mcp.CallToolRequest, key lease
 	if ended || r.l.Err() != nil {
 		rf := Refusal{Conversation: key.SessionID, Token: r.l.Token()}
 		if r.l.Err() != nil {
-			rf = f.endedRefusal(context.Cause(r.l.Context()), key, rf)
+			rf = f.endedRefusal(ctx, context.Cause(r.l.Context()), key, rf) //nolint:contextcheck // the lease's cause, not a context to pass on
 		} else {
 			rf.Cause, rf.Message = CauseRunEnded, "the run has ended: start a new one"
 		}
@@ -142,7 +142,7 @@ func (f *Fence) resume(ctx context.Context, req *mcp.CallToolRequest, key lease.
 			return l, nil
 		}
 		held := func() *Refusal {
-			return &Refusal{Cause: CauseHeld, Conversation: key.SessionID, Owner: f.owner(key),
+			return &Refusal{Cause: CauseHeld, Conversation: key.SessionID, Owner: f.owner(ctx, key),
 				Message: fmt.Sprintf("run %s stayed active in another call (another replica) for %s", id, f.cfg.MaxWait)}
 		}
 		if !errors.Is(err, lease.ErrRunActive) {
@@ -174,7 +174,7 @@ func (f *Fence) resume(ctx context.Context, req *mcp.CallToolRequest, key lease.
 func (f *Fence) resumeRefusal(ctx context.Context, key lease.Key, id uuid.UUID, err error) *Refusal {
 	switch {
 	case errors.Is(err, lease.ErrTakenOver):
-		return &Refusal{Cause: CauseTakenOver, Conversation: key.SessionID, Owner: f.owner(key),
+		return &Refusal{Cause: CauseTakenOver, Conversation: key.SessionID, Owner: f.owner(ctx, key),
 			Message: fmt.Sprintf("another device took the conversation over (continue here): run %s has ended", id)}
 	case errors.Is(err, lease.ErrLost):
 		return &Refusal{Cause: CauseRunEnded, Conversation: key.SessionID,
@@ -210,7 +210,7 @@ func (f *Fence) leaveRun(ctx context.Context, r *run, end, failed bool) {
 		f.release(ctx, r.l)
 	case park && r.l.Err() == nil:
 		if sentAt, ok := f.park(ctx, r.l); ok && f.cfg.RunCache {
-			f.cacheRun(r.l, sentAt)
+			f.cacheRun(r.l, sentAt) //nolint:contextcheck // the entry outlives the call: its goroutines use contexts of their own
 		}
 	}
 }
