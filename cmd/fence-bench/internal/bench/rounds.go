@@ -2,6 +2,7 @@ package bench
 
 import (
 	"fmt"
+	"math/rand/v2"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -30,6 +31,18 @@ func Order(r, n int) []int {
 	for j := range n {
 		o[j] = (j + r) % n
 	}
+	return o
+}
+
+// Shuffled returns the order in which round r runs n sides: a permutation
+// drawn from a generator seeded by r (the same for the same r). Unlike
+// Order's rotation, where a side always follows the same other side, a
+// side follows every other side alike over many rounds: a side that
+// leaves work behind it (a background commit, say) does not always slow
+// the same neighbour.
+func Shuffled(r, n int) []int {
+	o := Order(0, n)
+	rand.New(rand.NewPCG(uint64(r), 0x6d6370)).Shuffle(n, func(i, j int) { o[i], o[j] = o[j], o[i] })
 	return o
 }
 

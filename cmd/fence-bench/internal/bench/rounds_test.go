@@ -26,6 +26,28 @@ func TestOrderRotates(t *testing.T) {
 	assert.Equal(t, []int{1, 2, 0}, Order(1, 3))
 }
 
+func TestShuffledVariesNeighbours(t *testing.T) {
+	const n, rounds = 4, 400
+	after := map[[2]int]int{} // (predecessor, side) -> rounds
+	for r := range rounds {
+		o := Shuffled(r, n)
+		assert.ElementsMatch(t, Order(0, n), o, "round %d is a permutation", r)
+		for p := 1; p < n; p++ {
+			after[[2]int{o[p-1], o[p]}]++
+		}
+	}
+	assert.Equal(t, Shuffled(7, n), Shuffled(7, n), "the same round, the same order")
+	for a := range n {
+		for b := range n {
+			if a != b {
+				// Each of the 12 ordered pairs is adjacent in about
+				// rounds*3/12 = 100 rounds; a rotation gives 4 of them all.
+				assert.Greater(t, after[[2]int{a, b}], 50, "side %d after side %d", b, a)
+			}
+		}
+	}
+}
+
 // TestAlternate uses sides whose rates are known (operations reported for a
 // fixed elapsed time), so the per-round ratios are exact.
 func TestAlternate(t *testing.T) {

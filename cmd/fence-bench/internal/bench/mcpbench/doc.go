@@ -24,8 +24,14 @@
 //   - fenced, release before reply: a second server whose Fence has
 //     Config.ReleaseBeforeReply (the result waits for the release).
 //
-// Rounds run one call of each side, in an order rotated every round
-// (bench.Order), so that the machine's load hits every side alike. The
+// The unfenced, floor, fenced, run and run-with-RunCache sides run on both
+// protocol revisions: 2025-11-25 (the client pinned to it, one MCP
+// session) and 2026-07-28 (stateless requests).
+//
+// Rounds run one call of each side, in an order shuffled every round
+// (bench.Shuffled, seeded by the round), so that the machine's load hits
+// every side alike and no side always follows the same other side (a
+// fenced call leaves its release behind it, a cached run its extension). The
 // ratios are of p50s, per block of consecutive rounds (the median over
 // bench.RatioBlocks blocks, with min and max); the stages (transport, the
 // Fence, the guarded write) are timed by the server for every call. It is

@@ -33,7 +33,7 @@ func main() {
 // The sides, in the order of their columns. Every side calls the same
 // handler doing the same guarded write; the first six speak MCP
 // 2025-11-25 (the Go SDK's client pinned to it: one MCP session), the
-// last three 2026-07-28 (the same client unpinned: stateless requests, no
+// last five 2026-07-28 (the same client unpinned: stateless requests, no
 // session), all through one mcpfence.HTTPHandler.
 const (
 	sideUnfenced = iota
@@ -45,6 +45,8 @@ const (
 	sideUnfenced26
 	sideFloor26
 	sideFenced26
+	sideRun26
+	sideRunCached26
 	nSides
 )
 
@@ -52,6 +54,7 @@ var sideNames = [nSides]string{
 	"2025-11-25 unfenced (same guarded write)", "2025-11-25 floor (+1 durable commit, no lease)", "2025-11-25 fenced per call",
 	"2025-11-25 fenced, later call of a run", "2025-11-25 fenced, later call of a run, RunCache", "2025-11-25 fenced, release before reply",
 	"2026-07-28 unfenced (same guarded write)", "2026-07-28 floor (+1 durable commit, no lease)", "2026-07-28 fenced per call",
+	"2026-07-28 fenced, later call of a run", "2026-07-28 fenced, later call of a run, RunCache",
 }
 
 // timing is what the server measured of the last call (calls are
@@ -214,6 +217,11 @@ func run(e *bench.Env, dbURL string, rounds int, log io.Writer) (err error) {
 		return err
 	}
 	defer cs26.Close() //nolint:errcheck // bench teardown
+	cs26Cached, err := connect(cached.url, mcpfence.Revision20260728)
+	if err != nil {
+		return err
+	}
+	defer cs26Cached.Close() //nolint:errcheck // bench teardown
 
 	id := hex.EncodeToString(rb[:])
 	// The run's first call starts it (MetaRunStart); its result names the
@@ -241,6 +249,14 @@ func run(e *bench.Env, dbURL string, rounds int, log io.Writer) (err error) {
 	if err != nil {
 		return err
 	}
+	runID26, err := startRun(cs26, "r26-"+id)
+	if err != nil {
+		return err
+	}
+	cachedRunID26, err := startRun(cs26Cached, "rc26-"+id)
+	if err != nil {
+		return err
+	}
 	type call struct {
 		cs   *mcp.ClientSession
 		srv  *benchServer
@@ -257,6 +273,8 @@ func run(e *bench.Env, dbURL string, rounds int, log io.Writer) (err error) {
 		sideUnfenced26:  {cs26, main, "note_unfenced", mcp.Meta{mcpfence.MetaConversation: "u26-" + id}},
 		sideFloor26:     {cs26, main, "note_floor", mcp.Meta{mcpfence.MetaConversation: "l26-" + id}},
 		sideFenced26:    {cs26, main, "note", mcp.Meta{mcpfence.MetaConversation: "f26-" + id}},
+		sideRun26:       {cs26, main, "note", mcp.Meta{mcpfence.MetaConversation: "r26-" + id, mcpfence.MetaRun: runID26}},
+		sideRunCached26: {cs26Cached, cached, "note", mcp.Meta{mcpfence.MetaConversation: "rc26-" + id, mcpfence.MetaRun: cachedRunID26}},
 	}
 	one := func(k int) (total, server, write time.Duration, err error) {
 		c := calls[k]
@@ -282,7 +300,7 @@ func run(e *bench.Env, dbURL string, rounds int, log io.Writer) (err error) {
 	}
 	var total, server, write [nSides][]time.Duration
 	for r := range rounds {
-		for _, k := range bench.Order(r, nSides) {
+		for _, k := range bench.Shuffled(r, nSides) {
 			t, s, w, err := one(k)
 			if err != nil {
 				return fmt.Errorf("round %d: %w", r, err)
@@ -331,7 +349,7 @@ func diff(a, b []time.Duration) []time.Duration {
 }
 
 func report(e *bench.Env, total, server, write [nSides][]time.Duration, rounds int, log io.Writer) {
-	how := fmt.Sprintf("%d rounds of one call per side over streamable HTTP, order rotated per round; p50 ratio per block of rounds, median of %d blocks (min-max)", rounds, bench.RatioBlocks)
+	how := fmt.Sprintf("%d rounds of one call per side over streamable HTTP, order shuffled per round; p50 ratio per block of rounds, median of %d blocks (min-max)", rounds, bench.RatioBlocks)
 	ratio := func(key string, b, a int, target float64, note string) {
 		sp := p50Ratio(total, b, a, 50)
 		m := bench.Metric{Key: key, Value: sp.Median, Unit: "x", Note: note + "; " + how, Spread: &sp}
@@ -356,6 +374,10 @@ func report(e *bench.Env, total, server, write [nSides][]time.Duration, rounds i
 		"MCP 2026-07-28 (stateless requests): a tool call fenced per call vs the same tool unfenced, p50")
 	ratio("mcp26_fenced_vs_floor_ratio", sideFenced26, sideFloor26, 1.1,
 		"MCP 2026-07-28 (stateless requests): a tool call fenced per call vs the floor (the same tool unfenced with one more durable commit of its own), p50")
+	ratio("mcp26_run_call_ratio", sideRun26, sideUnfenced26, 1.05,
+		"MCP 2026-07-28 (stateless requests): a later call of a run (resumed and parked in the database) vs the same tool unfenced, p50")
+	ratio("mcp26_run_cached_call_ratio", sideRunCached26, sideUnfenced26, 1.05,
+		"MCP 2026-07-28 (stateless requests): a later call of a run served from the run cache (Config.RunCache) vs the same tool unfenced, p50")
 	ratio("mcp26_floor_ratio", sideFloor26, sideUnfenced26, 0,
 		"MCP 2026-07-28 (stateless requests): the floor vs the same tool unfenced, p50")
 	p99 := p50Ratio(total, sideFenced, sideUnfenced, 99)
@@ -365,7 +387,8 @@ func report(e *bench.Env, total, server, write [nSides][]time.Duration, rounds i
 		key  string
 		side int
 	}{{"mcp_unfenced_call", sideUnfenced}, {"mcp_floor_call", sideFloor}, {"mcp_fenced_call", sideFenced}, {"mcp_run_call", sideRun}, {"mcp_run_cached_call", sideRunCached},
-		{"mcp_release_before_reply_call", sideBeforeReply}, {"mcp26_unfenced_call", sideUnfenced26}, {"mcp26_floor_call", sideFloor26}, {"mcp26_fenced_call", sideFenced26}} {
+		{"mcp_release_before_reply_call", sideBeforeReply}, {"mcp26_unfenced_call", sideUnfenced26}, {"mcp26_floor_call", sideFloor26}, {"mcp26_fenced_call", sideFenced26},
+		{"mcp26_run_call", sideRun26}, {"mcp26_run_cached_call", sideRunCached26}} {
 		e.Report.Add(bench.Metric{Key: s.key + "_p50_us", Value: us(bench.Percentile(total[s.side], 50)), Unit: "µs", Note: sideNames[s.side] + ", client's time per call, p50"})
 		e.Report.Add(bench.Metric{Key: s.key + "_p99_us", Value: us(bench.Percentile(total[s.side], 99)), Unit: "µs", Note: sideNames[s.side] + ", client's time per call, p99"})
 	}
@@ -381,7 +404,7 @@ func report(e *bench.Env, total, server, write [nSides][]time.Duration, rounds i
 	stage("mcp_stage_fence_run_cached_us", diff(server[sideRunCached], write[sideRunCached]), "later call of a run with RunCache: the server's time minus the guarded write (the cache lookup, the handler's ctx)")
 	stage("mcp_stage_fence_before_reply_us", diff(server[sideBeforeReply], write[sideBeforeReply]), "fenced call, release before reply: the server's time minus the guarded write (acquire and release)")
 
-	fmt.Fprintf(log, "MCP tool call over streamable HTTP, %d rounds (one call per side, order rotated)\n", rounds)
+	fmt.Fprintf(log, "MCP tool call over streamable HTTP, %d rounds (one call per side, order shuffled)\n", rounds)
 	fmt.Fprintf(log, "%-48s %10s %10s %10s %10s %10s %10s\n", "side", "p50", "p99", "p50 x unf", "transport", "fence", "write")
 	for k := range nSides {
 		base := sideUnfenced
