@@ -129,7 +129,7 @@ func (g *Guard) fence(ctx context.Context, resource string, c fence.Claim, write
 		g.met.Decision(ctx, err) // counts the refusal; logs a reuse
 		return err
 	}
-	if err := write(fence.WithClaim(ctx, c)); err != nil {
+	if err := write(engine.WithoutStager(fence.WithClaim(ctx, c))); err != nil {
 		return err
 	}
 	tok, run := fence.NextMark(c, mark, markRun)

@@ -272,7 +272,7 @@ func (g *Guard) inTx(ctx context.Context, resource string, c fence.Claim, fn fun
 	if err := g.fence(ctx, tx, resource, c, id); err != nil {
 		return err
 	}
-	if err := fn(ctx, tx); err != nil {
+	if err := fn(engine.WithoutStager(ctx), tx); err != nil {
 		return fence.WrapContext(ctx, fmt.Errorf("mysqlguard: %q: write: %w", resource, err))
 	}
 	return g.commit(ctx, tx, resource, c, id)

@@ -10,6 +10,7 @@ import (
 	"github.com/jackc/pgx/v5/pgconn"
 
 	"github.com/fencekit/fencekit/fence"
+	"github.com/fencekit/fencekit/guards/internal/engine"
 )
 
 // InTx runs fn in a transaction fenced for resource under the claim ctx
@@ -52,7 +53,7 @@ func (g *Guard) inTx(ctx context.Context, resource string, c fence.Claim, fn fun
 	if err != nil {
 		return err
 	}
-	return g.runAndCommit(ctx, tx, resource, func() error { return fn(ctx, tx) })
+	return g.runAndCommit(ctx, tx, resource, func() error { return fn(engine.WithoutStager(ctx), tx) })
 }
 
 // needDB is the error of a pgx method of a Guard without Config.DB.
@@ -243,7 +244,7 @@ func (g *Guard) Fence(ctx context.Context, resource string, token fence.Token, w
 	if err != nil {
 		return err
 	}
-	wctx := context.WithValue(fence.WithClaim(ctx, c), txKey{}, tx)
+	wctx := context.WithValue(engine.WithoutStager(fence.WithClaim(ctx, c)), txKey{}, tx)
 	return g.runAndCommit(ctx, tx, resource, func() error { return write(wctx) })
 }
 
