@@ -448,7 +448,8 @@ type txKey struct{}
 // fences it under token (with the run ctx carries for that token,
 // fence.ClaimFor), runs write with a ctx from which TxFromContext returns
 // the transaction, and commits when write returns nil (rolls back
-// otherwise). Errors are InTx's.
+// otherwise); write writes through it (fence.Stage there returns
+// fence.ErrNoStager). Errors are InTx's.
 func (g *Guard) Fence(ctx context.Context, resource string, token fence.Token, write func(ctx context.Context) error) error {
 	c, err := g.args.Token(ctx, resource, token)
 	if err != nil {

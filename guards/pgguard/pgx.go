@@ -223,8 +223,9 @@ func TxFromContext(ctx context.Context) (pgx.Tx, bool) {
 // token) as InTx fences under ctx's claim, calls write with a ctx that carries the
 // transaction and the claim (fence.FromContext), and commits. The
 // transaction is a pgx.Tx on Config.DB (TxFromContext), or, when the Guard
-// has only Config.SQLDB, a *sql.Tx on it (SQLTxFromContext). Errors and
-// rollback are InTx's.
+// has only Config.SQLDB, a *sql.Tx on it (SQLTxFromContext); write
+// writes through it (fence.Stage there returns fence.ErrNoStager). Errors
+// and rollback are InTx's.
 func (g *Guard) Fence(ctx context.Context, resource string, token fence.Token, write func(ctx context.Context) error) (err error) {
 	c, err := g.args.Token(ctx, resource, token)
 	if err != nil {
