@@ -50,10 +50,9 @@
 // they are called in: fence.Stage's value is an OpPut of it, or the
 // change [Engine.Bytes] builds (the object-store guards, whose change is
 // their own content). A guard that does not stage hands its callbacks a
-// context from [WithoutStager]. A driver that
-// keeps state across the attempts of one call (what it committed, what
-// was staged, a mark it read after losing a race) is made per call and
-// run with [Engine.With].
+// context from [WithoutStager]. A driver that keeps state across the
+// attempts of one call (what it committed, what was staged, a mark it
+// read after losing a race) is made per call and run with [Engine.With].
 //
 // It is internal to the guards: its API may change with them.
 package engine

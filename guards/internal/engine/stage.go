@@ -137,8 +137,9 @@ func Stage(ctx context.Context, name string, ch Change) error {
 }
 
 // run runs write with a context that carries s's claim and s (as guard
-// name's Stager, and as the Stager of fence.Stage), and returns what write staged (OpMark when nothing) once
-// write has returned; later Stage calls on its context fail.
+// name's Stager, and as the Stager of fence.Stage), and returns what write
+// staged (OpMark when nothing) once write has returned; later Stage calls
+// on its context fail.
 func run(ctx context.Context, name string, s *Stager, write func(ctx context.Context) error) (Change, error) {
 	err := write(stagectx.With(context.WithValue(fence.WithClaim(ctx, s.Claim), stageKey{name}, s), s))
 	s.mu.Lock()
