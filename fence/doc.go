@@ -99,7 +99,10 @@
 //
 // The object-store guards stage the bytes as their StageBytes does with
 // zero options; their own Stage (a reader, its size, options), StageBytes
-// and StageDelete stage into their own calls only.
+// and StageDelete stage into their own calls only. Only fencekit's guards
+// take a change through Stage: the callback of a guard written elsewhere
+// hands on whatever its ctx carries (ErrNoStager, or the enclosing
+// staging callback's).
 //
 // # Scopes
 //

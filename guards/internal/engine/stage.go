@@ -33,8 +33,9 @@ type Change struct {
 }
 
 // stageKey keys a guard's Stager in a callback's context: one key per
-// guard name, so a guard's Stage never stages into another guard's
-// write.
+// guard name, so an object-store guard's own Stage never stages into
+// another guard's write (fence.Stage finds the innermost callback's
+// Stager through internal/stagectx instead).
 type stageKey struct{ name string }
 
 // BytesFunc builds the change that fence.Stage stages for value in the
