@@ -62,8 +62,8 @@
 // [ErrNilArgument] (a nil context, callback or transaction) for bad input. A
 // stored value or mark the guard did not write, or cannot read, matches
 // [ErrForeign]. A read of a resource without a value matches [ErrNotFound].
-// The guards that stage a Fence callback's change (Stage) share
-// [ErrNoStager], [ErrAlreadyStaged] and [ErrStageClosed].
+// Staging ([Stage], [StageDelete]) reports [ErrNoStager],
+// [ErrAlreadyStaged] and [ErrStageClosed].
 //
 // # Fence callbacks
 //
@@ -73,6 +73,36 @@
 // same token ([ClaimFor]). A callback that writes nothing on a resource
 // never written raises the mark and makes no value appear: a later read
 // matches [ErrNotFound], a lower token is stale.
+//
+// # Staging
+//
+// A guard that stores values (redisguard, natsguard, fileguard, s3guard,
+// gcsguard) takes a callback's change through its context: the callback
+// calls [Stage] with the new value, or [StageDelete], on the ctx it was
+// given (or one derived from it), and the guard writes the change with the
+// mark once the callback returns nil, deciding again; if the callback
+// fails nothing is written. Code written against [Guard] (a middleware, a
+// tool) so stages without knowing the concrete guard. The contract, in
+// every guard:
+//
+//   - ctx stages into the Fence (or Do) call whose callback received it;
+//     when Fence calls nest, each callback's context stages into its own
+//     call, and an outer callback's context still stages into the outer
+//     call;
+//   - one change per callback: a second [Stage] or [StageDelete] returns
+//     [ErrAlreadyStaged]; once the Fence call has returned, [ErrStageClosed];
+//   - a context from no running callback (nil too), or from the callback of
+//     a guard that does not stage (memguard, pgguard, mysqlguard, whose
+//     callbacks write through what the guard hands them), returns
+//     [ErrNoStager], also when that callback runs inside a staging guard's;
+//   - a callback that stages nothing raises the mark and keeps the value.
+//
+// The object-store guards stage the bytes as their StageBytes does with
+// zero options; their own Stage (a reader, its size, options), StageBytes
+// and StageDelete stage into their own calls only. Only fencekit's guards
+// take a change through Stage: the callback of a guard written elsewhere
+// hands on whatever its ctx carries (ErrNoStager, or the enclosing
+// staging callback's).
 //
 // # Scopes
 //

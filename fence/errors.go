@@ -225,16 +225,20 @@ func (e *ConfigError) Unwrap() error { return e.Err }
 // returned before any I/O; nothing was written.
 var ErrNilArgument = errors.New("fence: nil argument")
 
-// ErrNoStager is returned by a guard's Stage and StageDelete when ctx does
-// not come from a running Fence (or Do) write callback of that guard.
+// ErrNoStager is returned by Stage and StageDelete when ctx does not come
+// from a running Fence (or Do) write callback of a guard that stages (it
+// comes from none, or from the callback of memguard, pgguard or
+// mysqlguard), and by s3guard's and gcsguard's own staging calls when it
+// does not come from one of that guard.
 var ErrNoStager = errors.New("fence: Stage called outside a Fence write")
 
-// ErrAlreadyStaged is returned by a guard's Stage and StageDelete when the
-// current Fence write has already staged a change.
+// ErrAlreadyStaged is returned by Stage and StageDelete (and a guard's own
+// staging calls) when the current Fence write has already staged a change.
 var ErrAlreadyStaged = errors.New("fence: this write has already staged a change")
 
-// ErrStageClosed is returned by a guard's Stage and StageDelete when the
-// Fence call whose context they were given has returned.
+// ErrStageClosed is returned by Stage and StageDelete (and a guard's own
+// staging calls) when the Fence call whose context they were given has
+// returned.
 var ErrStageClosed = errors.New("fence: the Fence call of this context has returned")
 
 // ResourceError reports a resource name that fence.ValidateResource, or a

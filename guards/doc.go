@@ -39,6 +39,10 @@
 // and key-value guards name their container Bucket. s3guard and gcsguard
 // have the same methods (Put, PutBytes, Delete, Do, Fence, Get, GetBytes,
 // Stat, Mark, Sweep, and the functions Stage, StageBytes, StageDelete).
+// Every guard that stores values (redisguard, natsguard, fileguard,
+// s3guard, gcsguard) takes a Fence callback's new value through
+// fence.Stage and fence.StageDelete, so code written against fence.Guard
+// stages without knowing the guard.
 //
 // What a guard does not do: it orders writers by token; it does not know
 // whether a lease is still held, and it cannot fence effects that bypass it.

@@ -282,7 +282,7 @@ func (k *kitServer) write(ctx context.Context, req *mcp.CallToolRequest) (*mcp.C
 	var err error
 	if a.Fail {
 		err = k.g.Do(ctx, r, func(ctx context.Context) error {
-			if err := fileguard.Stage(ctx, a.Value); err != nil {
+			if err := fence.Stage(ctx, a.Value); err != nil {
 				return err
 			}
 			return errInjected

@@ -118,7 +118,7 @@ func TestLockTimeoutIsBusy(t *testing.T) {
 		done <- holder.Fence(ctx, "busy", 3, func(ctx context.Context) error {
 			close(entered)
 			<-release
-			return Stage(ctx, []byte("holder"))
+			return fence.Stage(ctx, []byte("holder"))
 		})
 	}()
 	<-entered

@@ -51,7 +51,7 @@
 // # Writing
 //
 // Put, Delete, and Fence / Do (whose callback stages
-// the new content with Stage), each:
+// the new content with fence.Stage), each:
 //
 //  1. take the resource's lock file with flock (exclusive), waiting until
 //     ctx ends or Config.LockTimeout (default 5s) passes (then
@@ -98,7 +98,7 @@
 //     above).
 //   - Once ctx has ended, calls return an error matching ctx.Err() and
 //     context.Cause(ctx), never fence.ErrBusy. A nil ctx is refused with
-//     fence.ErrNilArgument before any I/O (Stage: fence.ErrNoStager).
+//     fence.ErrNilArgument before any I/O (fence.Stage: fence.ErrNoStager).
 //   - A read of a resource without content (never written, tombstoned, or
 //     a directory holding other resources) returns a *fence.NotFoundError, which
 //     matches fence.ErrNotFound.

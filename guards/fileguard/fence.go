@@ -6,28 +6,14 @@ import (
 	"context"
 
 	"github.com/fencekit/fencekit/fence"
-	"github.com/fencekit/fencekit/guards/internal/engine"
 )
-
-// Stage records value as the new content of the resource a running Fence
-// call guards; Fence writes it once the callback returns nil. ctx must be
-// (derived from) the callback's context. Errors: fence.ErrNoStager,
-// fence.ErrAlreadyStaged, fence.ErrStageClosed.
-func Stage(ctx context.Context, value []byte) error {
-	return engine.Stage(ctx, guardName, engine.Change{Op: engine.OpPut, Value: value})
-}
-
-// StageDelete records the deletion (a tombstone) of the resource.
-func StageDelete(ctx context.Context) error {
-	return engine.Stage(ctx, guardName, engine.Change{Op: engine.OpDelete})
-}
 
 // Fence implements fence.Guard: under resource's lock it reads the mark
 // and, if token is admitted (with the run ctx carries for that token,
 // fence.ClaimFor), runs write with a ctx that carries the admitted claim
-// (fence.ClaimFromContext); write states the new content with Stage or
-// StageDelete. When write returns nil the staged content is written as
-// Put writes it, still under the lock. A write that staged nothing
+// (fence.ClaimFromContext); write states the new content with fence.Stage
+// or fence.StageDelete (a tombstone). When write returns nil the staged
+// content is written as Put writes it, still under the lock. A write that staged nothing
 // raises the mark alone: the content is kept, and a resource without
 // content gets a tombstone (a later Get reports fence.ErrNotFound). If
 // write fails, nothing is written. Effects of write outside the file are

@@ -52,8 +52,8 @@ func TestNilContext(t *testing.T) {
 		}
 	}
 	for name, call := range map[string]func() error{
-		"Stage":       func() error { return Stage(nilCtx, []byte("x")) },
-		"StageDelete": func() error { return StageDelete(nilCtx) },
+		"fence.Stage":       func() error { return fence.Stage(nilCtx, []byte("x")) },
+		"fence.StageDelete": func() error { return fence.StageDelete(nilCtx) },
 	} {
 		if panicked, err := callRecover(call); panicked != nil || !errors.Is(err, fence.ErrNoStager) {
 			t.Errorf("%s(nil ctx): error %v, panic %v; want fence.ErrNoStager", name, err, panicked)

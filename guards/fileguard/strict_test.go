@@ -47,7 +47,7 @@ type fenceKitSubject struct {
 }
 
 func (a fenceKitSubject) WriteStrict(ctx context.Context, r string, c fence.Claim, v string) error {
-	return a.strict.Fence(fence.WithClaim(ctx, c), r, c.Token, func(ctx context.Context) error { return Stage(ctx, []byte(v)) })
+	return a.strict.Fence(fence.WithClaim(ctx, c), r, c.Token, func(ctx context.Context) error { return fence.Stage(ctx, []byte(v)) })
 }
 
 // TestStrictRefusesBeforeIO: a strict guard refuses a resource outside the

@@ -127,7 +127,7 @@ func TestSymlinksRefused(t *testing.T) {
 				}
 			}
 			check("Put", g.Put(fence.WithClaim(ctx, fence.Claim{Token: 5}), tc.resource, []byte("escaped")))
-			check("Fence", g.Fence(ctx, tc.resource, 6, func(ctx context.Context) error { return Stage(ctx, []byte("escaped")) }))
+			check("Fence", g.Fence(ctx, tc.resource, 6, func(ctx context.Context) error { return fence.Stage(ctx, []byte("escaped")) }))
 			check("Delete", g.Delete(fence.WithClaim(ctx, fence.Claim{Token: 7}), tc.resource))
 			if !tc.ok && !strings.HasPrefix(tc.link, StateDir) {
 				// Reads go through the resource's path only.

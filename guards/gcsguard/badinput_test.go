@@ -322,3 +322,47 @@ func TestStageMisuse(t *testing.T) {
 		t.Fatalf("staged content: %q %v", b, err)
 	}
 }
+
+// TestFenceStageGeneric: fence.Stage, called by code that knows only
+// fence.Guard, stages into the running callback as StageBytes does with
+// zero PutOptions, and fence.StageDelete as StageDelete does.
+func TestFenceStageGeneric(t *testing.T) {
+	ctx := context.Background()
+	e := newEmulator(t)
+	s := e.store(t, "", Config{})
+	var g fence.Guard = s
+	if err := s.Fence(ctx, "bytes", 1, func(ctx context.Context) error {
+		return StageBytes(ctx, []byte("generic"), PutOptions{})
+	}); err != nil {
+		t.Fatal(err)
+	}
+	if err := g.Fence(ctx, "generic", 1, func(ctx context.Context) error {
+		if err := fence.Stage(ctx, []byte("generic")); err != nil {
+			return err
+		}
+		if err := fence.Stage(ctx, []byte("again")); !errors.Is(err, fence.ErrAlreadyStaged) {
+			t.Errorf("second fence.Stage: %v", err)
+		}
+		return nil
+	}); err != nil {
+		t.Fatal(err)
+	}
+	_, want, err := s.GetBytes(ctx, "bytes")
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, got, err := s.GetBytes(ctx, "generic")
+	if err != nil || string(b) != "generic" {
+		t.Fatalf("fence.Stage's content: %q %v", b, err)
+	}
+	if got.Size != want.Size || got.ContentType != want.ContentType || len(got.Metadata) != len(want.Metadata) || got.Token != 1 {
+		t.Errorf("fence.Stage's info %+v, StageBytes's %+v", got, want)
+	}
+	if err := g.Fence(ctx, "generic", 2, fence.StageDelete); err != nil {
+		t.Fatal(err)
+	}
+	var nf *fence.NotFoundError
+	if _, _, err := s.GetBytes(ctx, "generic"); !errors.As(err, &nf) || nf.Token != 2 {
+		t.Errorf("after fence.StageDelete: %v, want a *fence.NotFoundError with token 2", err)
+	}
+}

@@ -120,7 +120,7 @@ func New(cfg Config) (*Guard, error) {
 		met: met,
 	}
 	g.eng = &engine.Engine{Args: engine.Args{Name: guardName, Strict: cfg.Strict, Rec: met, Resource: checkResource},
-		Op: "gcsguard: write", MaxAttempts: cfg.MaxAttempts}
+		Op: "gcsguard: write", MaxAttempts: cfg.MaxAttempts, Bytes: stageBytes}
 	return g, nil
 }
 

@@ -18,9 +18,22 @@ import (
 // change (fence.ErrAlreadyStaged).
 func Stage(ctx context.Context, r io.Reader, size int64, opts PutOptions) error {
 	return objstage.StageContent(ctx, guardName, checkOptions(opts), r, size, ErrInvalidOptions, func(st *engine.Stager) (engine.Change, error) {
-		b, err := readSized(st.Resource, r, size)
-		return engine.Change{Op: engine.OpPut, Content: &content{body: &body{buf: b}, opts: opts}}, err
+		return stage(st, r, size, opts)
 	})
+}
+
+// stage reads the content of a Stage call, checked, for st's call (under
+// st's lock) and returns its change.
+func stage(st *engine.Stager, r io.Reader, size int64, opts PutOptions) (engine.Change, error) {
+	b, err := readSized(st.Resource, r, size)
+	return engine.Change{Op: engine.OpPut, Content: &content{body: &body{buf: b}, opts: opts}}, err
+}
+
+// stageBytes is the engine's Bytes: fence.Stage stages value as StageBytes
+// does with zero PutOptions (which, like a reader of value, pass Stage's
+// checks).
+func stageBytes(_ context.Context, st *engine.Stager, value []byte) (engine.Change, error) {
+	return stage(st, bytes.NewReader(value), int64(len(value)), PutOptions{})
 }
 
 // StageBytes is Stage for content held in memory.

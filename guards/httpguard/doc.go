@@ -57,7 +57,10 @@
 // with a request whose context carries the claim (fence.ClaimFromContext:
 // token and run), the resource (ResourceFromContext) and whatever the guard
 // adds: behind a pgguard.Guard the handler gets the transaction with
-// pgguard.TxFromContext and writes through it. The handler's response is
+// pgguard.TxFromContext and writes through it; behind a guard that stages
+// (redisguard, natsguard, fileguard, s3guard, gcsguard) it states the
+// resource's new value with fence.Stage(r.Context(), value), which the
+// guard writes with the mark. The handler's response is
 // buffered. If its status is below 400, write succeeds and the guard
 // raises the mark (pgguard commits), and only then is the response sent. If
 // it is 400 or more, write fails, the guard does not raise the mark

@@ -94,7 +94,8 @@ func (g *Guard) Do(ctx context.Context, resource string, write func(ctx context.
 // matching fence.ErrNilArgument), waits for the resource's lock (bounded
 // by ctx), and while holding it applies fence.DecideClaim, runs write with
 // a ctx that carries the admitted claim (fence.ClaimFromContext), and
-// stores fence.NextMark if write returns nil. The error of write is
+// stores fence.NextMark if write returns nil. memguard holds no values:
+// fence.Stage in write returns fence.ErrNoStager. The error of write is
 // returned as is. Once ctx has ended, Fence returns
 // fence.ContextError(ctx) (matching ctx.Err() and its cause) without
 // calling write.
@@ -129,7 +130,7 @@ func (g *Guard) fence(ctx context.Context, resource string, c fence.Claim, write
 		g.met.Decision(ctx, err) // counts the refusal; logs a reuse
 		return err
 	}
-	if err := write(fence.WithClaim(ctx, c)); err != nil {
+	if err := write(engine.WithoutStager(fence.WithClaim(ctx, c))); err != nil {
 		return err
 	}
 	tok, run := fence.NextMark(c, mark, markRun)

@@ -272,7 +272,7 @@ func (g *Guard) inTx(ctx context.Context, resource string, c fence.Claim, fn fun
 	if err := g.fence(ctx, tx, resource, c, id); err != nil {
 		return err
 	}
-	if err := fn(ctx, tx); err != nil {
+	if err := fn(engine.WithoutStager(ctx), tx); err != nil {
 		return fence.WrapContext(ctx, fmt.Errorf("mysqlguard: %q: write: %w", resource, err))
 	}
 	return g.commit(ctx, tx, resource, c, id)
@@ -448,7 +448,8 @@ type txKey struct{}
 // fences it under token (with the run ctx carries for that token,
 // fence.ClaimFor), runs write with a ctx from which TxFromContext returns
 // the transaction, and commits when write returns nil (rolls back
-// otherwise). Errors are InTx's.
+// otherwise); write writes through it (fence.Stage there returns
+// fence.ErrNoStager). Errors are InTx's.
 func (g *Guard) Fence(ctx context.Context, resource string, token fence.Token, write func(ctx context.Context) error) error {
 	c, err := g.args.Token(ctx, resource, token)
 	if err != nil {

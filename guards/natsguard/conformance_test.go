@@ -26,7 +26,7 @@ func (a subject) WriteContext(ctx context.Context, r, v string) error {
 
 func (a subject) WriteFailing(ctx context.Context, r string, tok fence.Token) error {
 	return a.g.Fence(ctx, r, tok, func(ctx context.Context) error {
-		if err := Stage(ctx, []byte("never")); err != nil {
+		if err := fence.Stage(ctx, []byte("never")); err != nil {
 			return err
 		}
 		return guardtest.ErrInjected
@@ -61,15 +61,15 @@ func TestConformance(t *testing.T) {
 type fenceSubject struct{ subject }
 
 func (a fenceSubject) Write(ctx context.Context, r string, tok fence.Token, v string) error {
-	return a.g.Fence(ctx, r, tok, func(ctx context.Context) error { return Stage(ctx, []byte(v)) })
+	return a.g.Fence(ctx, r, tok, func(ctx context.Context) error { return fence.Stage(ctx, []byte(v)) })
 }
 
 func (a fenceSubject) WriteClaim(ctx context.Context, r string, c fence.Claim, v string) error {
-	return a.g.Fence(fence.WithClaim(ctx, c), r, c.Token, func(ctx context.Context) error { return Stage(ctx, []byte(v)) })
+	return a.g.Fence(fence.WithClaim(ctx, c), r, c.Token, func(ctx context.Context) error { return fence.Stage(ctx, []byte(v)) })
 }
 
 func (a fenceSubject) WriteContext(ctx context.Context, r, v string) error {
-	return a.g.Do(ctx, r, func(ctx context.Context) error { return Stage(ctx, []byte(v)) })
+	return a.g.Do(ctx, r, func(ctx context.Context) error { return fence.Stage(ctx, []byte(v)) })
 }
 
 func TestConformanceFence(t *testing.T) {

@@ -19,7 +19,7 @@
 // # Writing
 //
 // Put, Delete, and Fence / Do (whose callback stages
-// the value with Stage) read the key's latest record, apply
+// the value with fence.Stage) read the key's latest record, apply
 // fence.DecideClaim to its headers, and publish the new record with
 // Nats-Expected-Last-Subject-Sequence set to the revision read (0: no
 // record). The server stores it only if the key's latest revision is still

@@ -232,7 +232,7 @@ func (a kitSubject) WriteDelayed(ctx context.Context, r string, c fence.Claim, v
 
 func (a fenceKitSubject) WriteDelayed(ctx context.Context, r string, c fence.Claim, v string) (func(context.Context) error, error) {
 	return writeDelayed(ctx, a.bucket, r, func(ctx context.Context, g *Guard) error {
-		return g.Fence(fence.WithClaim(ctx, c), r, c.Token, func(ctx context.Context) error { return Stage(ctx, []byte(v)) })
+		return g.Fence(fence.WithClaim(ctx, c), r, c.Token, func(ctx context.Context) error { return fence.Stage(ctx, []byte(v)) })
 	})
 }
 

@@ -84,12 +84,12 @@ type fenceKitSubject struct {
 }
 
 func (a fenceKitSubject) WriteStrict(ctx context.Context, r string, c fence.Claim, v string) error {
-	return a.strict.Fence(fence.WithClaim(ctx, c), r, c.Token, func(ctx context.Context) error { return Stage(ctx, []byte(v)) })
+	return a.strict.Fence(fence.WithClaim(ctx, c), r, c.Token, func(ctx context.Context) error { return fence.Stage(ctx, []byte(v)) })
 }
 
 func (a fenceKitSubject) WriteHeld(ctx context.Context, r string, tok fence.Token, v string, applied func()) error {
 	return heldReply(a.bucket, applied, func(g *Guard) error {
-		return g.Fence(ctx, r, tok, func(ctx context.Context) error { return Stage(ctx, []byte(v)) })
+		return g.Fence(ctx, r, tok, func(ctx context.Context) error { return fence.Stage(ctx, []byte(v)) })
 	})
 }
 

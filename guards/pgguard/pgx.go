@@ -10,6 +10,7 @@ import (
 	"github.com/jackc/pgx/v5/pgconn"
 
 	"github.com/fencekit/fencekit/fence"
+	"github.com/fencekit/fencekit/guards/internal/engine"
 )
 
 // InTx runs fn in a transaction fenced for resource under the claim ctx
@@ -52,7 +53,7 @@ func (g *Guard) inTx(ctx context.Context, resource string, c fence.Claim, fn fun
 	if err != nil {
 		return err
 	}
-	return g.runAndCommit(ctx, tx, resource, func() error { return fn(ctx, tx) })
+	return g.runAndCommit(ctx, tx, resource, func() error { return fn(engine.WithoutStager(ctx), tx) })
 }
 
 // needDB is the error of a pgx method of a Guard without Config.DB.
@@ -222,8 +223,9 @@ func TxFromContext(ctx context.Context) (pgx.Tx, bool) {
 // token) as InTx fences under ctx's claim, calls write with a ctx that carries the
 // transaction and the claim (fence.FromContext), and commits. The
 // transaction is a pgx.Tx on Config.DB (TxFromContext), or, when the Guard
-// has only Config.SQLDB, a *sql.Tx on it (SQLTxFromContext). Errors and
-// rollback are InTx's.
+// has only Config.SQLDB, a *sql.Tx on it (SQLTxFromContext); write
+// writes through it (fence.Stage there returns fence.ErrNoStager). Errors
+// and rollback are InTx's.
 func (g *Guard) Fence(ctx context.Context, resource string, token fence.Token, write func(ctx context.Context) error) (err error) {
 	c, err := g.args.Token(ctx, resource, token)
 	if err != nil {
@@ -243,7 +245,7 @@ func (g *Guard) Fence(ctx context.Context, resource string, token fence.Token, w
 	if err != nil {
 		return err
 	}
-	wctx := context.WithValue(fence.WithClaim(ctx, c), txKey{}, tx)
+	wctx := context.WithValue(engine.WithoutStager(fence.WithClaim(ctx, c)), txKey{}, tx)
 	return g.runAndCommit(ctx, tx, resource, func() error { return write(wctx) })
 }
 

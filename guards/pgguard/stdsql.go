@@ -6,6 +6,7 @@ import (
 	"fmt"
 
 	"github.com/fencekit/fencekit/fence"
+	"github.com/fencekit/fencekit/guards/internal/engine"
 )
 
 // InSQLTx is InTx for database/sql: it begins a transaction on
@@ -40,7 +41,7 @@ func (g *Guard) inSQLTx(ctx context.Context, resource string, c fence.Claim, fn 
 	if err := g.fenceStd(ctx, tx, resource, c, g.lockArg); err != nil {
 		return err
 	}
-	if err := fn(ctx, tx); err != nil {
+	if err := fn(engine.WithoutStager(ctx), tx); err != nil {
 		return fence.WrapContext(ctx, err)
 	}
 	if err := fence.ContextError(ctx); err != nil {

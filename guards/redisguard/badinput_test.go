@@ -136,7 +136,7 @@ func TestBadArguments(t *testing.T) {
 			t.Errorf("New(%+v): %v, want fence.ErrInvalidConfig", cfg, err)
 		}
 	}
-	if err := Stage(ctx, []byte("x")); !errors.Is(err, fence.ErrNoStager) {
+	if err := fence.Stage(ctx, []byte("x")); !errors.Is(err, fence.ErrNoStager) {
 		t.Errorf("Stage outside Fence: %v", err)
 	}
 }
@@ -230,7 +230,7 @@ func TestForeignValueNotReplaced(t *testing.T) {
 		ran := func(name string) func(context.Context) error {
 			return func(ctx context.Context) error {
 				t.Errorf("%s: %s ran its callback over a %s value key", tc.typ, name, tc.typ)
-				return Stage(ctx, []byte("x"))
+				return fence.Stage(ctx, []byte("x"))
 			}
 		}
 		for name, err := range map[string]error{
@@ -275,8 +275,8 @@ func TestNilContext(t *testing.T) {
 	_, err = g.Mark(nilCtx, r)
 	check("Mark", err, fence.ErrNilArgument)
 	check("CheckEviction", g.CheckEviction(nilCtx), fence.ErrNilArgument)
-	check("Stage", Stage(nilCtx, []byte("x")), fence.ErrNoStager)
-	check("StageDelete", StageDelete(nilCtx), fence.ErrNoStager)
+	check("Stage", fence.Stage(nilCtx, []byte("x")), fence.ErrNoStager)
+	check("StageDelete", fence.StageDelete(nilCtx), fence.ErrNoStager)
 	if n, err := g.client.Exists(context.Background(), r, g.markKey(r)).Result(); err != nil || n != 0 {
 		t.Errorf("keys written by calls with a nil ctx: %d (%v)", n, err)
 	}

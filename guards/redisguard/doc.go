@@ -36,9 +36,9 @@
 // it is refused with a *fence.ForeignError, nothing written.
 //
 // Fence (fence.Guard) and Do run a callback that stages the new value
-// with Stage or StageDelete; the script then writes it as above. Fence
-// and Do read the mark and the value key's type first, and run no
-// callback over a value key of another type.
+// with fence.Stage or fence.StageDelete; the script then writes it as
+// above. Fence and Do read the mark and the value key's type first, and
+// run no callback over a value key of another type.
 //
 // # Duplicates and lost replies
 //
@@ -119,8 +119,9 @@
 //     the write may have been applied, never "nothing written".
 //   - Get of a resource without a value returns a *fence.NotFoundError, which
 //     matches fence.ErrNotFound.
-//   - A nil context is refused with fence.ErrNilArgument before any I/O (Stage
-//     and StageDelete: fence.ErrNoStager); no call panics on it.
+//   - A nil context is refused with fence.ErrNilArgument before any I/O
+//     (fence.Stage and fence.StageDelete: fence.ErrNoStager); no call panics
+//     on it.
 //   - With Config.Strict, a write whose resource lies outside its claim's
 //     scope, or whose claim has no scope, is refused with a
 //     *fence.ScopeError before any I/O.

@@ -199,7 +199,7 @@ func (a duplicateSubject) WriteDelayed(ctx context.Context, r string, c fence.Cl
 	}
 	werr := d.g.Fence(fence.WithClaim(ctx, c), r, c.Token, func(ctx context.Context) error {
 		d.hold() // after Fence read the mark: the next request is the script
-		return Stage(ctx, []byte(v))
+		return fence.Stage(ctx, []byte(v))
 	})
 	return d.deliver, werr
 }

@@ -14,27 +14,15 @@ import (
 	"github.com/fencekit/fencekit/guards/internal/engine"
 )
 
-// Stage records value as the new value of the resource a running Fence
-// call guards; Fence writes it, with the mark, once the callback returns
-// nil. ctx must be (derived from) the callback's context. Errors:
-// fence.ErrNoStager, fence.ErrAlreadyStaged, fence.ErrStageClosed.
-func Stage(ctx context.Context, value []byte) error {
-	return engine.Stage(ctx, name, engine.Change{Op: engine.OpPut, Value: value})
-}
-
-// StageDelete records the deletion of the resource's value (its mark stays).
-func StageDelete(ctx context.Context) error {
-	return engine.Stage(ctx, name, engine.Change{Op: engine.OpDelete})
-}
-
 // Fence implements fence.Guard for code written against that interface
 // (httpguard's middleware, for one). It reads resource's mark and, if
 // token is admitted (with the run ctx carries for that token,
 // fence.ClaimFor), runs write with a ctx that carries the admitted claim
-// (fence.ClaimFromContext); write states the new value with Stage (or
-// StageDelete) on its ctx. When write returns nil, the staged change is
-// written with the mark in one script that decides again, so a write
-// admitted by the first read but overtaken meanwhile is refused as stale.
+// (fence.ClaimFromContext); write states the new value with fence.Stage
+// (or fence.StageDelete) on its ctx. When write returns nil, the staged
+// change is written with the mark in one script that decides again, so a
+// write admitted by the first read but overtaken meanwhile is refused as
+// stale.
 // A write that staged nothing raises the mark only (a resource without a
 // value keeps none). If write fails nothing is written. Effects of write
 // outside Redis are not fenced.

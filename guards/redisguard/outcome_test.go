@@ -122,7 +122,7 @@ type fenceKitSubject struct {
 }
 
 func (a fenceKitSubject) WriteStrict(ctx context.Context, r string, c fence.Claim, v string) error {
-	return a.strict.Fence(fence.WithClaim(ctx, c), r, c.Token, func(ctx context.Context) error { return Stage(ctx, []byte(v)) })
+	return a.strict.Fence(fence.WithClaim(ctx, c), r, c.Token, func(ctx context.Context) error { return fence.Stage(ctx, []byte(v)) })
 }
 
 func (a fenceKitSubject) WriteHeld(ctx context.Context, r string, tok fence.Token, v string, applied func()) error {
@@ -134,7 +134,7 @@ func (a fenceKitSubject) WriteHeld(ctx context.Context, r string, tok fence.Toke
 	return h.run(ctx, applied, func(hold func()) error {
 		return h.g.Fence(ctx, r, tok, func(ctx context.Context) error {
 			hold() // after Fence read the mark: the next request is the script
-			return Stage(ctx, []byte(v))
+			return fence.Stage(ctx, []byte(v))
 		})
 	})
 }

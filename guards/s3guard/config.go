@@ -193,6 +193,6 @@ func New(cfg Config) (*Guard, error) {
 	}
 	g.eng = &engine.Engine{Args: engine.Args{Name: guardName, Strict: cfg.Strict, Rec: met,
 		Resource: func(key string) error { return checkResource(g.prefix, key) }},
-		Op: "s3guard: write pointer", MaxAttempts: cfg.MaxAttempts}
+		Op: "s3guard: write pointer", MaxAttempts: cfg.MaxAttempts, Bytes: stageBytes}
 	return g, nil
 }

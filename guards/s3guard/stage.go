@@ -42,11 +42,24 @@ type staged struct {
 // it, and read one byte past size after the upload to see that it ends.
 func Stage(ctx context.Context, r io.Reader, size int64, opts PutOptions) error {
 	return objstage.StageContent(ctx, guardName, checkOptions(opts), r, size, ErrInvalidOptions, func(st *engine.Stager) (engine.Change, error) {
-		w := st.Driver.(*call)
-		d, err := w.s.upload(ctx, st, r, size, opts)
-		w.staged = d
-		return engine.Change{Op: engine.OpPut, Content: d}, err
+		return stage(ctx, st, r, size, opts)
 	})
+}
+
+// stage uploads the content of a Stage call, checked, for st's call
+// (under st's lock) and returns its change.
+func stage(ctx context.Context, st *engine.Stager, r io.Reader, size int64, opts PutOptions) (engine.Change, error) {
+	w := st.Driver.(*call)
+	d, err := w.s.upload(ctx, st, r, size, opts)
+	w.staged = d
+	return engine.Change{Op: engine.OpPut, Content: d}, err
+}
+
+// stageBytes is the engine's Bytes: fence.Stage stages value as StageBytes
+// does with zero PutOptions (which, like a reader of value, pass Stage's
+// checks).
+func stageBytes(ctx context.Context, st *engine.Stager, value []byte) (engine.Change, error) {
+	return stage(ctx, st, bytes.NewReader(value), int64(len(value)), PutOptions{})
 }
 
 // StageBytes is Stage for content held in memory.

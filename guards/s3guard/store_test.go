@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"io"
 	"net/http"
 	"strings"
@@ -14,6 +15,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/fencekit/fencekit/fence"
+	"github.com/fencekit/fencekit/guards/memguard"
 )
 
 func TestPutGetRoundTrip(t *testing.T) {
@@ -375,5 +377,65 @@ func TestStatAndStageBytes(t *testing.T) {
 		assert.Equal(t, fence.Token(2), nf.Token)
 		assert.True(t, info.Deleted)
 		assert.Equal(t, fence.Token(2), info.Token)
+	})
+}
+
+// TestFenceStageGeneric: fence.Stage and fence.StageDelete, called by
+// code that knows only fence.Guard, stage into the running callback as
+// StageBytes (zero PutOptions) and StageDelete do, inline or as a data
+// object; nested calls stage into their own callbacks; a memguard
+// callback inside has nothing to stage into.
+func TestFenceStageGeneric(t *testing.T) {
+	forEachClient(t, func(t *testing.T, e env) {
+		for _, inline := range []int{0, 64} {
+			s := e.store(t, nil, func(c *Config) { c.InlineMax = inline })
+			var g fence.Guard = s
+			ctx := testCtx(t)
+			key := fmt.Sprintf("generic-%d", inline)
+			require.NoError(t, s.Fence(ctx, key+"-bytes", 1, func(ctx context.Context) error {
+				return StageBytes(ctx, []byte("generic"), PutOptions{})
+			}))
+			_, want, err := s.GetBytes(ctx, key+"-bytes")
+			require.NoError(t, err)
+
+			var leaked context.Context
+			mem, err := memguard.New(memguard.Config{})
+			require.NoError(t, err)
+			require.NoError(t, g.Fence(ctx, key, 3, func(octx context.Context) error {
+				leaked = octx
+				require.NoError(t, g.Fence(octx, key+"-inner", 5, func(ictx context.Context) error {
+					return fence.Stage(ictx, []byte("inner"))
+				}))
+				require.NoError(t, mem.Fence(octx, key, 1, func(mctx context.Context) error {
+					assert.ErrorIs(t, fence.Stage(mctx, []byte("m")), fence.ErrNoStager)
+					assert.ErrorIs(t, fence.StageDelete(mctx), fence.ErrNoStager)
+					return nil
+				}))
+				require.NoError(t, fence.Stage(octx, []byte("generic")))
+				assert.ErrorIs(t, fence.Stage(octx, []byte("again")), fence.ErrAlreadyStaged)
+				assert.ErrorIs(t, fence.StageDelete(octx), fence.ErrAlreadyStaged)
+				return nil
+			}))
+			assert.ErrorIs(t, fence.Stage(leaked, []byte("late")), fence.ErrStageClosed)
+			b, got, err := s.GetBytes(ctx, key)
+			require.NoError(t, err)
+			assert.Equal(t, "generic", string(b))
+			assert.Equal(t, fence.Token(3), got.Token)
+			assert.Equal(t, inline > 0, got.Inline)
+			assert.Equal(t, want.Inline, got.Inline)
+			assert.Equal(t, want.DataKey == "", got.DataKey == "")
+			assert.Equal(t, want.Size, got.Size)
+			assert.Equal(t, want.ContentType, got.ContentType)
+			assert.Equal(t, want.Metadata, got.Metadata)
+			inner, _ := content(t, s, key+"-inner")
+			assert.Equal(t, "inner", inner)
+
+			require.NoError(t, g.Fence(ctx, key, 4, fence.StageDelete))
+			var nf *fence.NotFoundError
+			_, _, err = s.GetBytes(ctx, key)
+			require.ErrorAs(t, err, &nf)
+			assert.True(t, nf.Deleted)
+			assert.Equal(t, fence.Token(4), nf.Token)
+		}
 	})
 }

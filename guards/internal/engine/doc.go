@@ -44,10 +44,15 @@
 // bodies that the engine passes on untouched. A guard's staging call
 // finds the call's Stager ([StagerOf]) and builds its change under the
 // Stager's lock ([Stager.Stage]), knowing the call's driver, resource,
-// claim and the write id of the first conditional write. A driver that
-// keeps state across the attempts of one call (what it committed, what
-// was staged, a mark it read after losing a race) is made per call and
-// run with [Engine.With].
+// claim and the write id of the first conditional write. The Stager is
+// also the callback's stagectx.Stager (internal/stagectx), through which
+// fence.Stage and fence.StageDelete stage into whichever guard's callback
+// they are called in: fence.Stage's value is an OpPut of it, or the
+// change [Engine.Bytes] builds (the object-store guards, whose change is
+// their own content). A guard that does not stage hands its callbacks a
+// context from [WithoutStager]. A driver that keeps state across the
+// attempts of one call (what it committed, what was staged, a mark it
+// read after losing a race) is made per call and run with [Engine.With].
 //
 // It is internal to the guards: its API may change with them.
 package engine

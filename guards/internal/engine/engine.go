@@ -95,6 +95,10 @@ type Engine struct {
 	// under a fresh write id; re-sends of one write while settling it do
 	// not count. Zero means DefaultMaxAttempts.
 	MaxAttempts int
+	// Bytes builds the change that fence.Stage stages in a Fence
+	// callback, for a guard whose Change.Value is not its staged content
+	// (the object-store guards); nil: an OpPut of the value.
+	Bytes BytesFunc
 }
 
 // NewWriteID returns a random 128-bit write id, hex encoded.
@@ -201,7 +205,7 @@ func (e *Engine) Run(ctx context.Context, resource string, c fence.Claim, read R
 		return err
 	}
 	ctx, span := e.Rec.Start(ctx, resource, c)
-	st := &Stager{Driver: e.Driver, Resource: resource, Claim: c, WriteID: NewWriteID()}
+	st := &Stager{Driver: e.Driver, Resource: resource, Claim: c, WriteID: NewWriteID(), Bytes: e.Bytes}
 	ch, err := run(ctx, e.Name, st, write)
 	if err != nil {
 		att.Close()

@@ -355,3 +355,46 @@ func (a cancelAttempt) Commit(ctx context.Context, c fence.Claim, ch Change, id 
 	a.sent()
 	return r, err
 }
+
+// TestFenceStage: fence.Stage in a callback stages an OpPut of its value,
+// or the change Engine.Bytes builds; fence.StageDelete an OpDelete; a
+// context from WithoutStager has nothing to stage into.
+func TestFenceStage(t *testing.T) {
+	ctx := context.Background()
+	d := &fakeDriver{commits: []Result{Committed}}
+	e := newEngine(d, 0)
+	stage := func(write func(ctx context.Context) error) Change {
+		t.Helper()
+		d.sent = nil
+		if err := e.FenceClaim(ctx, "r", fence.Claim{Token: 2}, write); err != nil || len(d.sent) != 1 {
+			t.Fatalf("FenceClaim: %v, sent %+v", err, d.sent)
+		}
+		return d.sent[0]
+	}
+	if ch := stage(func(ctx context.Context) error { return fence.Stage(ctx, []byte("v")) }); ch.Op != OpPut || string(ch.Value) != "v" {
+		t.Errorf("fence.Stage staged %+v, want an OpPut of v", ch)
+	}
+	if ch := stage(fence.StageDelete); ch.Op != OpDelete {
+		t.Errorf("fence.StageDelete staged %+v, want an OpDelete", ch)
+	}
+	type content struct{ resource, value string }
+	e.Bytes = func(_ context.Context, st *Stager, value []byte) (Change, error) {
+		return Change{Op: OpPut, Content: content{st.Resource, string(value)}}, nil
+	}
+	if ch := stage(func(ctx context.Context) error { return fence.Stage(ctx, []byte("v")) }); ch.Content != (content{"r", "v"}) || ch.Value != nil {
+		t.Errorf("fence.Stage with Engine.Bytes staged %+v, want its content", ch)
+	}
+	ch := stage(func(ctx context.Context) error {
+		hidden := WithoutStager(ctx)
+		if err := fence.Stage(hidden, []byte("x")); !errors.Is(err, fence.ErrNoStager) {
+			t.Errorf("fence.Stage on WithoutStager's context: %v, want fence.ErrNoStager", err)
+		}
+		if err := fence.StageDelete(hidden); !errors.Is(err, fence.ErrNoStager) {
+			t.Errorf("fence.StageDelete on WithoutStager's context: %v, want fence.ErrNoStager", err)
+		}
+		return nil
+	})
+	if ch.Op != OpMark {
+		t.Errorf("a callback whose hidden context staged nothing sent %+v, want an OpMark", ch)
+	}
+}

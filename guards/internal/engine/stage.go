@@ -5,6 +5,7 @@ import (
 	"sync"
 
 	"github.com/fencekit/fencekit/fence"
+	"github.com/fencekit/fencekit/internal/stagectx"
 )
 
 // Op is the kind of change a fenced write commits.
@@ -32,12 +33,18 @@ type Change struct {
 }
 
 // stageKey keys a guard's Stager in a callback's context: one key per
-// guard name, so a guard's Stage never stages into another guard's
-// write.
+// guard name, so an object-store guard's own Stage never stages into
+// another guard's write (fence.Stage finds the innermost callback's
+// Stager through internal/stagectx instead).
 type stageKey struct{ name string }
 
+// BytesFunc builds the change that fence.Stage stages for value in the
+// Fence call of st (under st's lock).
+type BytesFunc func(ctx context.Context, st *Stager, value []byte) (Change, error)
+
 // Stager holds what one Fence callback staged, and tells a guard's
-// staging call which write it stages for.
+// staging call which write it stages for. It is the callback's
+// stagectx.Stager, through which fence.Stage and fence.StageDelete stage.
 type Stager struct {
 	// Driver is the driver of the Fence call (Engine.With's, when the
 	// guard makes one per call).
@@ -49,6 +56,9 @@ type Stager struct {
 	// write that loses its race is sent again under a fresh one): a
 	// driver names what it stages after it.
 	WriteID string
+	// Bytes builds the change of fence.Stage (Engine.Bytes); nil: an
+	// OpPut of the value.
+	Bytes BytesFunc
 
 	mu     sync.Mutex
 	ch     Change
@@ -92,6 +102,30 @@ func (s *Stager) Stage(build func() (Change, error)) error {
 	return nil
 }
 
+// StageBytes stages value as fence.Stage does: the change s.Bytes
+// builds, or an OpPut of value when s.Bytes is nil.
+func (s *Stager) StageBytes(ctx context.Context, value []byte) error {
+	return s.Stage(func() (Change, error) {
+		if s.Bytes == nil {
+			return Change{Op: OpPut, Value: value}, nil
+		}
+		return s.Bytes(ctx, s, value)
+	})
+}
+
+// StageDelete stages an OpDelete, as fence.StageDelete does.
+func (s *Stager) StageDelete() error {
+	return s.Stage(func() (Change, error) { return Change{Op: OpDelete}, nil })
+}
+
+// WithoutStager returns ctx without a Stager for fence.Stage: the context
+// a guard that does not stage hands its callbacks, so that fence.Stage
+// there returns fence.ErrNoStager instead of staging into the callback of
+// an enclosing Fence call of another guard.
+func WithoutStager(ctx context.Context) context.Context {
+	return stagectx.With(ctx, nil)
+}
+
 // Stage records ch as the change of the Fence call of guard name whose
 // callback received ctx (or a context derived from it): StagerOf, then
 // Stager.Stage.
@@ -104,10 +138,11 @@ func Stage(ctx context.Context, name string, ch Change) error {
 }
 
 // run runs write with a context that carries s's claim and s (as guard
-// name's Stager), and returns what write staged (OpMark when nothing) once
-// write has returned; later Stage calls on its context fail.
+// name's Stager, and as the Stager of fence.Stage), and returns what write
+// staged (OpMark when nothing) once write has returned; later Stage calls
+// on its context fail.
 func run(ctx context.Context, name string, s *Stager, write func(ctx context.Context) error) (Change, error) {
-	err := write(context.WithValue(fence.WithClaim(ctx, s.Claim), stageKey{name}, s))
+	err := write(stagectx.With(context.WithValue(fence.WithClaim(ctx, s.Claim), stageKey{name}, s), s))
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	s.closed = true
