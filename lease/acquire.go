@@ -22,18 +22,27 @@ import "context"
 func (m *Manager) Acquire(ctx context.Context, key Key, opts ...Option) (l *Lease, err error) {
 	ctx, sp := m.startSpan(ctx, spanAcquire, key)
 	defer func() { sp.endGrant(l, err) }()
-	if err := key.Validate(); err != nil {
-		return nil, err
-	}
-	o, err := grantOpts(opts)
+	o, err := m.admit(ctx, key, opts)
 	if err != nil {
 		return nil, err
 	}
-	if m.isClosed() {
-		return nil, ErrClosed
-	}
-	if err := m.authorize(ctx, key); err != nil {
-		return nil, err
-	}
 	return m.grant(ctx, grantAcquire, key, o)
+}
+
+// admit is what every grant (Acquire, Takeover, Resume) checks before it
+// sends anything, in this order: the key, the options, the Manager still
+// open, and the Authorizer's answer. AcquireWait checks the first three the
+// same way and asks the Authorizer before each attempt.
+func (m *Manager) admit(ctx context.Context, key Key, opts []Option) (grantOptions, error) {
+	if err := key.Validate(); err != nil {
+		return grantOptions{}, err
+	}
+	o, err := grantOpts(opts)
+	if err != nil {
+		return o, err
+	}
+	if m.isClosed() {
+		return o, ErrClosed
+	}
+	return o, m.authorize(ctx, key)
 }

@@ -107,7 +107,7 @@ func (m *Manager) grantAttempt(ctx context.Context, kind grantKind, key Key, o g
 	m.beginGrant(runID)
 	defer m.endGrant(runID)
 	sentAt := time.Now() // before the request leaves (or queues): the trust window starts here
-	g := m.sendGrant(ctx, kind, key, runID, o.holder, ep)
+	g := m.sendGrant(ctx, kind, key, runID, o.Holder, ep)
 	err = g.err
 	if !g.sent || g.left {
 		err = ctx.Err() // ctx ended while the grant was queued, or in a shared statement
@@ -162,7 +162,7 @@ func (m *Manager) grantAttempt(ctx context.Context, kind grantKind, key Key, o g
 	if g.expires.Valid {
 		exp = g.expires.Time
 	}
-	l := m.newLease(ctx, key, runID, fence.Token(g.token), o.holder, exp, sentAt, ep)
+	l := m.newLease(ctx, key, runID, fence.Token(g.token), o.Holder, exp, sentAt, ep)
 	if l == nil { // closed while granting
 		rctx, rcancel := context.WithTimeout(context.WithoutCancel(ctx), m.cfg.CallTimeout)
 		defer rcancel()

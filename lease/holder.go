@@ -15,21 +15,6 @@ const MaxHolderLen = 64
 // ValidateHolder. Nothing was sent.
 var ErrInvalidHolder = errors.New("lease: invalid holder label")
 
-// Option adjusts one grant of Acquire, AcquireWait, Takeover or Run.
-type Option func(*grantOptions)
-
-type grantOptions struct {
-	holder string
-}
-
-// WithHolder labels the grant with who holds it ("desktop", "browser"), so
-// that Inspect, a refused caller's *HeldError and the status handler can say
-// so. The label is stored with the grant and replaced by the next one; it
-// is checked by ValidateHolder when the call is made. Empty means none.
-func WithHolder(label string) Option {
-	return func(o *grantOptions) { o.holder = label }
-}
-
 // ValidateHolder accepts the empty label (none) and labels of at most
 // MaxHolderLen bytes of valid UTF-8 without control characters. The error
 // matches ErrInvalidHolder.
@@ -46,20 +31,6 @@ func ValidateHolder(label string) error {
 		}
 	}
 	return nil
-}
-
-// grantOpts applies opts and validates the result.
-func grantOpts(opts []Option) (grantOptions, error) {
-	if len(opts) == 0 {
-		return grantOptions{}, nil // the common call: nothing to apply, nothing allocated
-	}
-	var o grantOptions
-	for _, opt := range opts {
-		if opt != nil {
-			opt(&o)
-		}
-	}
-	return o, ValidateHolder(o.holder)
 }
 
 // nullable maps the empty label to SQL NULL.

@@ -18,11 +18,11 @@ type Leaser interface {
 	Run(ctx context.Context, key Key, fn func(ctx context.Context, l *Lease) error, opts ...Option) error
 	Renew(ctx context.Context, key Key, runID uuid.UUID) (Renewal, error)
 	Release(ctx context.Context, key Key, runID uuid.UUID) (ReleaseResult, error)
-	Watch(ctx context.Context, key Key, opts ...WatchOption) (*Watcher, error)
+	Watch(ctx context.Context, key Key, opts ...Option) (*Watcher, error)
 	Inspect(ctx context.Context, key Key) (Ownership, error)
 	Revoke(ctx context.Context, key Key, runID uuid.UUID) (Revocation, error)
 	RevokeCurrent(ctx context.Context, key Key) (Revocation, error)
-	List(ctx context.Context, opts ListOptions) ([]Ownership, error)
+	List(ctx context.Context, opts ...Option) ([]Ownership, error)
 	Leases() []LocalLease
 }
 

@@ -2,7 +2,6 @@ package lease
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"strings"
 	"time"
@@ -10,32 +9,11 @@ import (
 	"github.com/google/uuid"
 
 	"github.com/fencekit/fencekit/fence"
+	"github.com/fencekit/fencekit/lease/internal/leaseopt"
 )
 
-// DefaultListLimit is ListOptions.Limit's default.
+// DefaultListLimit is how many keys List returns without WithLimit.
 const DefaultListLimit = 100
-
-// ErrInvalidListOptions is matched by the error for ListOptions that fail
-// validation. Nothing was sent.
-var ErrInvalidListOptions = errors.New("lease: invalid list options")
-
-// ListOptions selects the keys List reads.
-type ListOptions struct {
-	// Account restricts the list to one account; "" lists every account.
-	// A non-empty value must be a valid AccountID.
-	Account string
-	// HeldOnly lists only keys held now (unexpired on the database clock
-	// and not released).
-	HeldOnly bool
-	// After continues a listing: only keys after this one in (AccountID,
-	// SessionID) order, as the database collates them. The zero Key starts
-	// from the first; otherwise it must be a valid Key (the last one of the
-	// previous page).
-	After Key
-	// Limit is the most keys returned, 1..MaxBatch. Default
-	// DefaultListLimit.
-	Limit int
-}
 
 // listSQL reads one page of keys in one statement. $1 account or NULL, $2
 // held only, $3/$4 the key to continue after or NULLs, $5 limit. One
@@ -53,36 +31,43 @@ func listSQL(qSchema string) string {
 
 // List reads the keys of the schema from the database in one statement, in
 // (AccountID, SessionID) order, with their state as Inspect reports it
-// (every row judged on one reading of the database clock). A full page
-// (Limit keys) may have more after it: call again with After set to its
-// last key. It reads only; released and expired rows are listed until
-// housekeeping deletes them (leaseops.Janitor).
-func (m *Manager) List(ctx context.Context, opts ListOptions) ([]Ownership, error) {
-	if opts.Limit == 0 {
-		opts.Limit = DefaultListLimit
+// (every row judged on one reading of the database clock). Options select
+// the keys: WithAccount, WithHeldOnly, WithAfter and WithLimit (default
+// DefaultListLimit); without them it reads the first DefaultListLimit keys
+// of every account. A full page may have more after it: call again with
+// WithAfter its last key. It reads only; released and expired rows are
+// listed until housekeeping deletes them (leaseops.Janitor).
+func (m *Manager) List(ctx context.Context, opts ...Option) ([]Ownership, error) {
+	o, err := applyOptions(leaseopt.List, opts)
+	if err != nil {
+		return nil, err
 	}
-	if opts.Limit < 1 || opts.Limit > MaxBatch {
-		return nil, fmt.Errorf("%w: Limit %d must be in 1..%d", ErrInvalidListOptions, opts.Limit, MaxBatch)
+	limit := DefaultListLimit
+	if o.LimitSet {
+		limit = o.Limit
+	}
+	if limit < 1 || limit > MaxBatch {
+		return nil, fmt.Errorf("%w: WithLimit(%d): must be in 1..%d", ErrInvalidOption, limit, MaxBatch)
 	}
 	var account, afterAccount, afterSession *string
-	if opts.Account != "" {
-		if err := validateID("AccountID", opts.Account); err != nil {
-			return nil, fmt.Errorf("%w: Account: %w", ErrInvalidListOptions, err)
+	if o.Account != "" {
+		if err := validateID("AccountID", o.Account); err != nil {
+			return nil, fmt.Errorf("%w: WithAccount: %w", ErrInvalidOption, err)
 		}
-		account = &opts.Account
+		account = &o.Account
 	}
-	if opts.After != (Key{}) {
-		if err := opts.After.Validate(); err != nil {
-			return nil, fmt.Errorf("%w: After: %w", ErrInvalidListOptions, err)
+	if after := (Key{AccountID: o.AfterAccount, SessionID: o.AfterSession}); after != (Key{}) {
+		if err := after.Validate(); err != nil {
+			return nil, fmt.Errorf("%w: WithAfter: %w", ErrInvalidOption, err)
 		}
-		afterAccount, afterSession = &opts.After.AccountID, &opts.After.SessionID
+		afterAccount, afterSession = &o.AfterAccount, &o.AfterSession
 	}
 	if m.isClosed() {
 		return nil, ErrClosed
 	}
 	cctx, cancel := m.call(ctx)
 	defer cancel()
-	rows, err := m.pool.Query(cctx, listSQL(m.cfg.qSchema), account, opts.HeldOnly, afterAccount, afterSession, opts.Limit)
+	rows, err := m.pool.Query(cctx, listSQL(m.cfg.qSchema), account, o.HeldOnly, afterAccount, afterSession, limit)
 	if err != nil {
 		return nil, fmt.Errorf("lease: list: %w", classify(err))
 	}

@@ -2,6 +2,7 @@ package lease_test
 
 import (
 	"testing"
+	"time"
 
 	"github.com/stretchr/testify/require"
 
@@ -32,7 +33,7 @@ func TestList(t *testing.T) {
 			require.NoError(t, err)
 			e.expire(k("acme", "s3"))
 
-			all, err := op.List(bg(), lease.ListOptions{})
+			all, err := op.List(bg())
 			require.NoError(t, err)
 			var keys []lease.Key
 			states := map[lease.Key]lease.State{}
@@ -54,12 +55,12 @@ func TestList(t *testing.T) {
 			require.Positive(t, all[0].Remaining)
 			require.Equal(t, "worker", all[0].Holder)
 
-			only, err := op.List(bg(), lease.ListOptions{Account: "acme", HeldOnly: true})
+			only, err := op.List(bg(), lease.WithAccount("acme"), lease.WithHeldOnly())
 			require.NoError(t, err)
 			require.Len(t, only, 2)
 			require.Equal(t, k("acme", "s1"), only[0].Key)
 			require.Equal(t, k("acme", "s4"), only[1].Key)
-			none, err := op.List(bg(), lease.ListOptions{Account: "nobody"})
+			none, err := op.List(bg(), lease.WithAccount("nobody"))
 			require.NoError(t, err)
 			require.Empty(t, none)
 
@@ -67,7 +68,7 @@ func TestList(t *testing.T) {
 			var after lease.Key
 			for pages := 0; ; pages++ {
 				require.Less(t, pages, 5)
-				page, err := op.List(bg(), lease.ListOptions{Limit: 2, After: after})
+				page, err := op.List(bg(), lease.WithLimit(2), lease.WithAfter(after))
 				require.NoError(t, err)
 				for _, o := range page {
 					paged = append(paged, o.Key)
@@ -79,14 +80,17 @@ func TestList(t *testing.T) {
 			}
 			require.Equal(t, keys, paged)
 
-			for name, bad := range map[string]lease.ListOptions{
-				"negative limit": {Limit: -1},
-				"huge limit":     {Limit: lease.MaxBatch + 1},
-				"bad account":    {Account: "a\nb"},
-				"half after":     {After: lease.Key{AccountID: "acme"}},
+			for name, bad := range map[string]lease.Option{
+				"zero limit":     lease.WithLimit(0),
+				"negative limit": lease.WithLimit(-1),
+				"huge limit":     lease.WithLimit(lease.MaxBatch + 1),
+				"bad account":    lease.WithAccount("a\nb"),
+				"half after":     lease.WithAfter(lease.Key{AccountID: "acme"}),
+				"grant option":   lease.WithHolder("desktop"),
+				"watch option":   lease.WithWatchPoll(time.Second),
 			} {
 				_, err := op.List(bg(), bad)
-				require.ErrorIs(t, err, lease.ErrInvalidListOptions, name)
+				require.ErrorIs(t, err, lease.ErrInvalidOption, name)
 			}
 		})
 	}

@@ -188,20 +188,11 @@ func (m *Manager) park(ctx context.Context, key Key, run uuid.UUID, idle time.Du
 func (m *Manager) Resume(ctx context.Context, key Key, runID uuid.UUID, opts ...Option) (l *Lease, err error) {
 	ctx, sp := m.startSpan(ctx, spanResume, key)
 	defer func() { sp.endGrant(l, err) }()
-	if err := key.Validate(); err != nil {
-		return nil, err
-	}
 	if runID == uuid.Nil {
 		return nil, ErrInvalidRunID
 	}
-	o, err := grantOpts(opts)
+	o, err := m.admit(ctx, key, opts)
 	if err != nil {
-		return nil, err
-	}
-	if m.isClosed() {
-		return nil, ErrClosed
-	}
-	if err := m.authorize(ctx, key); err != nil {
 		return nil, err
 	}
 	if m.lookup(key, runID) != nil {
@@ -236,7 +227,7 @@ func (m *Manager) resumeAttempt(ctx context.Context, key Key, runID uuid.UUID, o
 		expires *time.Time // NULL for a heartbeat row (the epoch's expiry)
 		holder  *string
 	)
-	err = m.pool.QueryRow(cctx, m.st.resume, key.AccountID, key.SessionID, uuidParam(runID), m.ttlArg, nullable(o.holder), epochID(ep)).
+	err = m.pool.QueryRow(cctx, m.st.resume, key.AccountID, key.SessionID, uuidParam(runID), m.ttlArg, nullable(o.Holder), epochID(ep)).
 		Scan(&token, &expires, &holder)
 	switch {
 	case errors.Is(err, pgx.ErrNoRows):

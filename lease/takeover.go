@@ -32,17 +32,8 @@ import (
 func (m *Manager) Takeover(ctx context.Context, key Key, opts ...Option) (l *Lease, err error) {
 	ctx, sp := m.startSpan(ctx, spanTakeover, key)
 	defer func() { sp.endGrant(l, err) }()
-	if err := key.Validate(); err != nil {
-		return nil, err
-	}
-	o, err := grantOpts(opts)
+	o, err := m.admit(ctx, key, opts)
 	if err != nil {
-		return nil, err
-	}
-	if m.isClosed() {
-		return nil, ErrClosed
-	}
-	if err := m.authorize(ctx, key); err != nil {
 		return nil, err
 	}
 	return m.grant(ctx, grantTakeover, key, o)

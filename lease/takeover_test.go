@@ -125,8 +125,9 @@ func TestTakeoverOfFreeKeyAndOwnLease(t *testing.T) {
 	require.ErrorIs(t, l2.Err(), lease.ErrReleased)
 }
 
-// TestTakeoverBadInputChangesNothing: an invalid key or holder label, or an
-// Authorizer refusal, sends nothing: no row, no token drawn.
+// TestTakeoverBadInputChangesNothing: an invalid key or holder label, an
+// option of another call, or an Authorizer refusal, sends nothing: no row,
+// no token drawn.
 func TestTakeoverBadInputChangesNothing(t *testing.T) {
 	e := newEnv(t)
 	deny := errors.New("not this user")
@@ -143,8 +144,29 @@ func TestTakeoverBadInputChangesNothing(t *testing.T) {
 		require.ErrorIs(t, err, lease.ErrInvalidHolder, "label %q", label)
 		_, err = m.Acquire(bg(), k, lease.WithHolder(label))
 		require.ErrorIs(t, err, lease.ErrInvalidHolder, "label %q", label)
+		require.ErrorIs(t, err, lease.ErrInvalidOption, "label %q", label)
 	}
-	_, err := m.Takeover(bg(), lease.Key{AccountID: "a"})
+	// An option of another call is refused, not ignored.
+	for name, misplaced := range map[string]lease.Option{
+		"WithWatchPoll": lease.WithWatchPoll(time.Second),
+		"WithLimit":     lease.WithLimit(1),
+		"WithAccount":   lease.WithAccount(k.AccountID),
+		"WithHeldOnly":  lease.WithHeldOnly(),
+		"WithAfter":     lease.WithAfter(k),
+	} {
+		_, err := m.Acquire(bg(), k, misplaced)
+		require.ErrorIs(t, err, lease.ErrInvalidOption, name)
+		require.ErrorContains(t, err, name, "the error names the option")
+		_, err = m.Takeover(bg(), k, lease.WithHolder("desktop"), misplaced)
+		require.ErrorIs(t, err, lease.ErrInvalidOption, name)
+		if name != "WithWatchPoll" {
+			_, err = m.Watch(bg(), k, lease.WithWatchPoll(time.Second), misplaced)
+			require.ErrorIs(t, err, lease.ErrInvalidOption, name)
+		}
+	}
+	_, err := m.Watch(bg(), k, lease.WithHolder("desktop"))
+	require.ErrorIs(t, err, lease.ErrInvalidOption)
+	_, err = m.Takeover(bg(), lease.Key{AccountID: "a"})
 	require.ErrorIs(t, err, lease.ErrInvalidKey)
 	_, err = m.Takeover(bg(), lease.Key{AccountID: k.AccountID, SessionID: "denied"})
 	require.ErrorIs(t, err, lease.ErrUnauthorized)

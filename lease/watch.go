@@ -11,6 +11,7 @@ import (
 	"github.com/google/uuid"
 
 	"github.com/fencekit/fencekit/fence"
+	"github.com/fencekit/fencekit/lease/internal/leaseopt"
 )
 
 // WatchKind is what a WatchEvent reports.
@@ -77,18 +78,7 @@ const DefaultWatchPoll = time.Second
 // behind: then they are replaced by one WatchCurrent.
 const watchQueue = 16
 
-// WatchOption adjusts Watch.
-type WatchOption func(*watchOptions)
-
 type watchOptions struct{ poll time.Duration }
-
-// WithWatchPoll sets the safety-net poll interval of the key's watch (the
-// bound for changes that send no notification, see Watch). It applies when
-// it starts the Manager's watch of the key; later watchers share that one.
-// Values below 10ms are raised to 10ms.
-func WithWatchPoll(d time.Duration) WatchOption {
-	return func(o *watchOptions) { o.poll = max(d, 10*time.Millisecond) }
-}
 
 // ErrWatcherClosed is returned by Watcher.Next after Close or once the
 // Watch ctx ended.
@@ -117,8 +107,12 @@ var ErrWatcherClosed = errors.New("lease: watcher closed")
 // overwrites with the latest state until Next takes it, so a slow reader
 // gets the current state, never a stale one presented as current, and never
 // delays other watchers.
-func (m *Manager) Watch(ctx context.Context, key Key, opts ...WatchOption) (*Watcher, error) {
+func (m *Manager) Watch(ctx context.Context, key Key, opts ...Option) (*Watcher, error) {
 	if err := key.Validate(); err != nil {
+		return nil, err
+	}
+	set, err := applyOptions(leaseopt.Watch, opts)
+	if err != nil {
 		return nil, err
 	}
 	if m.isClosed() {
@@ -128,10 +122,8 @@ func (m *Manager) Watch(ctx context.Context, key Key, opts ...WatchOption) (*Wat
 		return nil, err
 	}
 	o := watchOptions{poll: min(DefaultWatchPoll, m.cfg.WaitPoll)}
-	for _, opt := range opts {
-		if opt != nil {
-			opt(&o)
-		}
+	if set.Poll > 0 {
+		o.poll = set.Poll
 	}
 	w := &Watcher{wake: make(chan struct{}, 1), closed: make(chan struct{})}
 	if err := m.watches.add(m, key, w, o); err != nil { //nolint:contextcheck // the shared reader runs on the Manager's context, not a watcher's

@@ -71,7 +71,7 @@ type Config struct {
 	// (default 1s).
 	Reconnect time.Duration
 	// Watch options for every stream (lease.WithWatchPoll).
-	Watch []lease.WatchOption
+	Watch []lease.Option
 	// Logger receives drops and errors at Debug/Warn. Nil discards.
 	Logger *slog.Logger
 }

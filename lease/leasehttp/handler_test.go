@@ -63,7 +63,7 @@ func newFixture(t testing.TB, cfg leasehttp.Config, wrap func(net.Listener) net.
 	require.NoError(t, err)
 	cfg.Manager = f.mgr
 	if cfg.Watch == nil {
-		cfg.Watch = []lease.WatchOption{lease.WithWatchPoll(50 * time.Millisecond)}
+		cfg.Watch = []lease.Option{lease.WithWatchPoll(50 * time.Millisecond)}
 	}
 	f.h, err = leasehttp.New(cfg)
 	require.NoError(t, err)
@@ -391,7 +391,7 @@ func TestHTTP2StreamIsServed(t *testing.T) {
 	require.NoError(t, err)
 	f.other, err = lease.New(lease.Config{Pool: fencetest.Pool(t), Schema: f.schema, TTL: 2 * time.Second})
 	require.NoError(t, err)
-	f.h, err = leasehttp.New(leasehttp.Config{Manager: f.mgr, Watch: []lease.WatchOption{lease.WithWatchPoll(50 * time.Millisecond)}})
+	f.h, err = leasehttp.New(leasehttp.Config{Manager: f.mgr, Watch: []lease.Option{lease.WithWatchPoll(50 * time.Millisecond)}})
 	require.NoError(t, err)
 	f.srv = httptest.NewUnstartedServer(f.h)
 	f.srv.EnableHTTP2 = true

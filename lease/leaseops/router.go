@@ -10,6 +10,7 @@ import (
 
 	"github.com/fencekit/fencekit/fence"
 	"github.com/fencekit/fencekit/lease"
+	"github.com/fencekit/fencekit/lease/internal/leaseopt"
 )
 
 // RouterConfig configures a Router.
@@ -150,7 +151,7 @@ func (r *Router) Release(ctx context.Context, key lease.Key, runID uuid.UUID) (l
 }
 
 // Watch is lease.Manager.Watch on key's partition.
-func (r *Router) Watch(ctx context.Context, key lease.Key, opts ...lease.WatchOption) (*lease.Watcher, error) {
+func (r *Router) Watch(ctx context.Context, key lease.Key, opts ...lease.Option) (*lease.Watcher, error) {
 	m, err := r.For(key)
 	if err != nil {
 		return nil, err
@@ -185,36 +186,42 @@ func (r *Router) RevokeCurrent(ctx context.Context, key lease.Key) (lease.Revoca
 	return m.RevokeCurrent(ctx, key)
 }
 
-// List is lease.Manager.List across partitions. With opts.Account set it
-// reads that account's partition only. Otherwise it reads the partitions
-// in their RouterConfig order, each in (AccountID, SessionID) order as its
-// database collates them, and fills a page of up to opts.Limit keys from
-// as many partitions as it takes; one statement per partition read. A
-// full page may have more after it: call again with After set to its last
-// key, and the listing continues in that key's partition (found from its
-// account) and then the following ones. Keys are not ordered across
-// partitions, and a page is not one snapshot: each partition is read at
-// its own moment.
-func (r *Router) List(ctx context.Context, opts lease.ListOptions) ([]lease.Ownership, error) {
-	if opts.Account != "" {
+// List is lease.Manager.List across partitions, with the same options.
+// With WithAccount it reads that account's partition only. Otherwise it
+// reads the partitions in their RouterConfig order, each in (AccountID,
+// SessionID) order as its database collates them, and fills a page of up
+// to WithLimit keys from as many partitions as it takes; one statement per
+// partition read. A full page may have more after it: call again with
+// WithAfter its last key, and the listing continues in that key's
+// partition (found from its account) and then the following ones. Keys are
+// not ordered across partitions, and a page is not one snapshot: each
+// partition is read at its own moment.
+func (r *Router) List(ctx context.Context, opts ...lease.Option) ([]lease.Ownership, error) {
+	set := leaseopt.Options{Call: leaseopt.List}
+	for _, opt := range opts {
+		if opt != nil {
+			opt(&set)
+		}
+	}
+	if set.Account != "" {
 		// The partition depends on AccountID only; Manager.List validates
-		// the account.
-		i, err := r.index(lease.Key{AccountID: opts.Account})
+		// the account and the other options.
+		i, err := r.index(lease.Key{AccountID: set.Account})
 		if err != nil {
 			return nil, err
 		}
-		return r.parts[i].List(ctx, opts)
+		return r.parts[i].List(ctx, opts...)
 	}
-	limit := opts.Limit
-	if limit == 0 {
-		limit = lease.DefaultListLimit
+	limit := lease.DefaultListLimit
+	if set.LimitSet {
+		limit = set.Limit
 	}
 	first := 0
-	if opts.After != (lease.Key{}) {
-		if err := opts.After.Validate(); err != nil {
-			return nil, fmt.Errorf("%w: After: %w", lease.ErrInvalidListOptions, err)
+	if after := (lease.Key{AccountID: set.AfterAccount, SessionID: set.AfterSession}); after != (lease.Key{}) {
+		if err := after.Validate(); err != nil {
+			return nil, fmt.Errorf("%w: WithAfter: %w", lease.ErrInvalidOption, err)
 		}
-		i, err := r.index(opts.After)
+		i, err := r.index(after)
 		if err != nil {
 			return nil, err
 		}
@@ -222,12 +229,13 @@ func (r *Router) List(ctx context.Context, opts lease.ListOptions) ([]lease.Owne
 	}
 	var out []lease.Ownership
 	for i := first; i < len(r.parts); i++ {
-		o := opts
-		o.Limit = limit - len(out)
+		// Later options win: the page's remaining room, and from the
+		// second partition on, its first key.
+		o := append(slices.Clip(opts), lease.WithLimit(limit-len(out)))
 		if i != first {
-			o.After = lease.Key{}
+			o = append(o, lease.WithAfter(lease.Key{}))
 		}
-		page, err := r.parts[i].List(ctx, o)
+		page, err := r.parts[i].List(ctx, o...)
 		if err != nil {
 			return nil, err
 		}

@@ -105,7 +105,7 @@ func TestRouterTwoDatabases(t *testing.T) {
 	seen := map[lease.Key]bool{}
 	last, pages := -1, 0
 	for after := (lease.Key{}); ; pages++ {
-		page, err := r.List(bg(), lease.ListOptions{After: after, Limit: 5})
+		page, err := r.List(bg(), lease.WithAfter(after), lease.WithLimit(5))
 		require.NoError(t, err)
 		for _, o := range page {
 			require.False(t, seen[o.Key], "%s listed twice", o.Key)
@@ -126,13 +126,13 @@ func TestRouterTwoDatabases(t *testing.T) {
 		acct = k.AccountID
 		break
 	}
-	mine, err := r.List(bg(), lease.ListOptions{Account: acct})
+	mine, err := r.List(bg(), lease.WithAccount(acct))
 	require.NoError(t, err)
 	require.Len(t, mine, 2, "Account reads its partition only")
-	_, err = r.List(bg(), lease.ListOptions{After: lease.Key{AccountID: "a"}})
-	require.ErrorIs(t, err, lease.ErrInvalidListOptions)
-	_, err = r.List(bg(), lease.ListOptions{Limit: -1})
-	require.ErrorIs(t, err, lease.ErrInvalidListOptions)
+	_, err = r.List(bg(), lease.WithAfter(lease.Key{AccountID: "a"}))
+	require.ErrorIs(t, err, lease.ErrInvalidOption)
+	_, err = r.List(bg(), lease.WithLimit(-1))
+	require.ErrorIs(t, err, lease.ErrInvalidOption)
 
 	// The rest of the Manager's surface, each on the key's partition.
 	k := lease.Key{AccountID: acct, SessionID: "0"}

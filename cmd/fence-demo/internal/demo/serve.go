@@ -93,7 +93,7 @@ the new owner it comes back refused as stale.`)
 		return err
 	}
 	stream, err := leasehttp.New(leasehttp.Config{Manager: mgr, Heartbeat: 5 * time.Second,
-		Watch: []lease.WatchOption{lease.WithWatchPoll(250 * time.Millisecond)}})
+		Watch: []lease.Option{lease.WithWatchPoll(250 * time.Millisecond)}})
 	if err != nil {
 		return err
 	}

@@ -48,7 +48,7 @@ func ExitCode(err error) int {
 	case errors.Is(err, ErrUsage),
 		errors.Is(err, migrations.ErrInvalidIdentifier), errors.Is(err, migrations.ErrInvalidVersion),
 		errors.Is(err, lease.ErrInvalidKey), errors.Is(err, lease.ErrInvalidRunID),
-		errors.Is(err, fence.ErrInvalidConfig), errors.Is(err, lease.ErrInvalidListOptions),
+		errors.Is(err, fence.ErrInvalidConfig), errors.Is(err, lease.ErrInvalidOption),
 		errors.Is(err, pgguard.ErrInvalidArgument):
 		return ExitUsage
 	case errors.Is(err, lease.ErrTokenFloor), errors.Is(err, lease.ErrFailoverUnchecked):

@@ -6,6 +6,7 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"slices"
 	"text/tabwriter"
 	"time"
 
@@ -133,9 +134,13 @@ func setupList(fs *flag.FlagSet, _ *runner) runFunc {
 			after lease.Key
 			more  bool
 		)
+		sel := []lease.Option{lease.WithAccount(*account)}
+		if *held {
+			sel = append(sel, lease.WithHeldOnly())
+		}
 		for len(out) < *limit {
-			page, err := m.List(ctx, lease.ListOptions{Account: *account, HeldOnly: *held, After: after,
-				Limit: min(*limit-len(out), lease.MaxBatch)})
+			page, err := m.List(ctx, append(slices.Clip(sel), lease.WithAfter(after),
+				lease.WithLimit(min(*limit-len(out), lease.MaxBatch)))...)
 			if err != nil {
 				return err
 			}
@@ -149,8 +154,8 @@ func setupList(fs *flag.FlagSet, _ *runner) runFunc {
 		}
 		if len(out) == *limit {
 			last := out[len(out)-1]
-			next, err := m.List(ctx, lease.ListOptions{Account: *account, HeldOnly: *held, Limit: 1,
-				After: lease.Key{AccountID: last.Account, SessionID: last.Session}})
+			next, err := m.List(ctx, append(slices.Clip(sel), lease.WithLimit(1),
+				lease.WithAfter(lease.Key{AccountID: last.Account, SessionID: last.Session}))...)
 			if err != nil {
 				return err
 			}
