@@ -94,12 +94,7 @@ func WithLimit(n int) Option {
 // applyOptions runs opts for call and refuses an option that does not
 // apply to it.
 func applyOptions(call leaseopt.Call, opts []Option) (leaseopt.Options, error) {
-	o := leaseopt.Options{Call: call}
-	for _, opt := range opts {
-		if opt != nil {
-			opt(&o)
-		}
-	}
+	o := leaseopt.Apply(call, opts)
 	if o.Misplaced != "" {
 		return o, fmt.Errorf("%w: %s does not apply to %s", ErrInvalidOption, o.Misplaced, call)
 	}

@@ -197,12 +197,7 @@ func (r *Router) RevokeCurrent(ctx context.Context, key lease.Key) (lease.Revoca
 // not ordered across partitions, and a page is not one snapshot: each
 // partition is read at its own moment.
 func (r *Router) List(ctx context.Context, opts ...lease.Option) ([]lease.Ownership, error) {
-	set := leaseopt.Options{Call: leaseopt.List}
-	for _, opt := range opts {
-		if opt != nil {
-			opt(&set)
-		}
-	}
+	set := leaseopt.Apply(leaseopt.List, opts)
 	if set.Account != "" {
 		// The partition depends on AccountID only; Manager.List validates
 		// the account and the other options.

@@ -69,3 +69,15 @@ func (o *Options) Allow(name string, calls Call) bool {
 	}
 	return false
 }
+
+// Apply runs opts (nil ones skipped) on the Options of call: the one loop
+// package lease and the Router read a call's options with.
+func Apply[F ~func(*Options)](call Call, opts []F) Options {
+	o := Options{Call: call}
+	for _, opt := range opts {
+		if opt != nil {
+			opt(&o)
+		}
+	}
+	return o
+}
