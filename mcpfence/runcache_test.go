@@ -29,8 +29,12 @@ type parkResumes struct {
 }
 
 func (p *parkResumes) TraceQueryStart(ctx context.Context, _ *pgx.Conn, d pgx.TraceQueryStartData) context.Context {
-	// Lease.Park sets parked_run_id = l.run_id, Manager.Resume sets it NULL.
-	if strings.Contains(d.SQL, "parked_run_id = l.run_id") || strings.Contains(d.SQL, "parked_run_id = NULL") {
+	// Lease.Park sets "manager_id = NULL, parked_run_id = l.run_id",
+	// Manager.Resume sets "parked_run_id = NULL, holder = ...". The reads
+	// of Inspect, List and Watch also name parked_run_id = l.run_id (as a
+	// column), so only the SET clauses count: the cache's own watcher
+	// polls the row.
+	if strings.Contains(d.SQL, "manager_id = NULL, parked_run_id = l.run_id") || strings.Contains(d.SQL, "parked_run_id = NULL, holder") {
 		p.mu.Lock()
 		p.n++
 		p.mu.Unlock()
