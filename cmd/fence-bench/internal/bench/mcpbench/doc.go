@@ -11,6 +11,13 @@
 //   - unfenced: the tool's policy is mcpfence.Unfenced; the handler finds no
 //     claim in its ctx and writes under a fixed claim of its own (the same
 //     statements, no lease);
+//   - floor: the unfenced tool doing one more durable commit of its own
+//     first (an UPSERT of one row, the shape of a grant);
+//   - floor, +1 commit after: the floor, and one more durable commit of
+//     the tool's own (an UPDATE of that row, the shape of a release) sent
+//     in the background as the handler returns, the result not waiting
+//     for it, and waited for by the conversation's next call: the two
+//     commits a per-call lease costs, without fencekit;
 //   - fenced: policy Acquire, a lease per call (acquire, the handler's
 //     write under the lease's claim, release after the result);
 //   - run: the same fenced tool as a later call of a run (io.fencekit/run,
@@ -24,7 +31,7 @@
 //   - fenced, release before reply: a second server whose Fence has
 //     Config.ReleaseBeforeReply (the result waits for the release).
 //
-// The unfenced, floor, fenced, run and run-with-RunCache sides run on both
+// The unfenced, both floor, fenced, run and run-with-RunCache sides run on both
 // protocol revisions: 2025-11-25 (the client pinned to it, one MCP
 // session) and 2026-07-28 (stateless requests).
 //

@@ -10,6 +10,7 @@ import (
 	"io"
 	"net"
 	"net/http"
+	"sync"
 	"sync/atomic"
 	"time"
 
@@ -31,19 +32,21 @@ func main() {
 }
 
 // The sides, in the order of their columns. Every side calls the same
-// handler doing the same guarded write; the first six speak MCP
+// handler doing the same guarded write; the first seven speak MCP
 // 2025-11-25 (the Go SDK's client pinned to it: one MCP session), the
-// last five 2026-07-28 (the same client unpinned: stateless requests, no
+// last six 2026-07-28 (the same client unpinned: stateless requests, no
 // session), all through one mcpfence.HTTPHandler.
 const (
 	sideUnfenced = iota
 	sideFloor
+	sideFloorAfter
 	sideFenced
 	sideRun
 	sideRunCached
 	sideBeforeReply
 	sideUnfenced26
 	sideFloor26
+	sideFloorAfter26
 	sideFenced26
 	sideRun26
 	sideRunCached26
@@ -51,9 +54,11 @@ const (
 )
 
 var sideNames = [nSides]string{
-	"2025-11-25 unfenced (same guarded write)", "2025-11-25 floor (+1 durable commit, no lease)", "2025-11-25 fenced per call",
+	"2025-11-25 unfenced (same guarded write)", "2025-11-25 floor (+1 durable commit, no lease)",
+	"2025-11-25 floor, +1 commit after (no lease)", "2025-11-25 fenced per call",
 	"2025-11-25 fenced, later call of a run", "2025-11-25 fenced, later call of a run, RunCache", "2025-11-25 fenced, release before reply",
-	"2026-07-28 unfenced (same guarded write)", "2026-07-28 floor (+1 durable commit, no lease)", "2026-07-28 fenced per call",
+	"2026-07-28 unfenced (same guarded write)", "2026-07-28 floor (+1 durable commit, no lease)",
+	"2026-07-28 floor, +1 commit after (no lease)", "2026-07-28 fenced per call",
 	"2026-07-28 fenced, later call of a run", "2026-07-28 fenced, later call of a run, RunCache",
 }
 
@@ -98,6 +103,19 @@ func run(e *bench.Env, dbURL string, rounds int, log io.Writer) (err error) {
 		return err
 	}
 	floorUpsert := "INSERT INTO " + floorTable + " AS f (conversation, n) VALUES ($1, 1) ON CONFLICT (conversation) DO UPDATE SET n = f.n + 1"
+	// The floor with a commit after: the floor's UPSERT, the write, and
+	// one more durable commit of the tool's own (an UPDATE of the same
+	// row, the shape of a release) sent in the background as the handler
+	// returns, the result not waiting for it: what a per-call fenced call
+	// does (mcpfence releases the lease so). As mcpfence does, a later
+	// call of the conversation waits for it before its own first commit.
+	floorAfter := "UPDATE " + floorTable + " SET n = n + 1 WHERE conversation = $1"
+	var (
+		afterMu sync.Mutex
+		after   = map[string]chan struct{}{} // a conversation's commit after, in flight
+		afterWG sync.WaitGroup
+	)
+	defer afterWG.Wait()
 	m, err := lease.New(lease.Config{Pool: pool, Schema: schema})
 	if err != nil {
 		return err
@@ -112,7 +130,7 @@ func run(e *bench.Env, dbURL string, rounds int, log io.Writer) (err error) {
 
 	newServer := func(releaseBeforeReply, runCache bool) (*benchServer, *mcpfence.Fence, error) {
 		f, err := mcpfence.New(mcpfence.Config{Manager: m, Account: mcpfence.Fixed("bench"), ReleaseBeforeReply: releaseBeforeReply, RunCache: runCache,
-			Tools: map[string]mcpfence.Policy{"note_unfenced": mcpfence.Unfenced, "note_floor": mcpfence.Unfenced, "note": mcpfence.Acquire}})
+			Tools: map[string]mcpfence.Policy{"note_unfenced": mcpfence.Unfenced, "note_floor": mcpfence.Unfenced, "note_floor_after": mcpfence.Unfenced, "note": mcpfence.Acquire}})
 		if err != nil {
 			return nil, nil, err
 		}
@@ -136,11 +154,34 @@ func run(e *bench.Env, dbURL string, rounds int, log io.Writer) (err error) {
 		}
 		// One handler for every tool: the unfenced tools' ctx carries no
 		// claim, and the handler writes under a fixed claim of its own;
-		// the floor tool first commits one UPSERT of its own.
-		note := func(floor bool) mcp.ToolHandlerFor[in, out] {
+		// the floor tools first commit one UPSERT of their own, and the
+		// floor-after tool one more commit as it returns.
+		note := func(floor, commitAfter bool) mcp.ToolHandlerFor[in, out] {
 			return func(ctx context.Context, req *mcp.CallToolRequest, a in) (*mcp.CallToolResult, out, error) {
 				conv, _ := req.Params.Meta[mcpfence.MetaConversation].(string)
 				key := lease.Key{AccountID: "bench", SessionID: conv}
+				if commitAfter {
+					afterMu.Lock()
+					pending := after[conv]
+					afterMu.Unlock()
+					if pending != nil {
+						<-pending
+					}
+					done := make(chan struct{})
+					afterMu.Lock()
+					after[conv] = done
+					afterMu.Unlock()
+					afterWG.Add(1)
+					defer func() {
+						go func() {
+							defer afterWG.Done()
+							defer close(done)
+							actx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
+							defer cancel()
+							_, _ = pool.Exec(actx, floorAfter, conv)
+						}()
+					}()
+				}
 				if floor {
 					if _, err := pool.Exec(ctx, floorUpsert, conv); err != nil {
 						return nil, out{}, err
@@ -161,9 +202,10 @@ func run(e *bench.Env, dbURL string, rounds int, log io.Writer) (err error) {
 				return nil, out{OK: err == nil}, err
 			}
 		}
-		mcp.AddTool(s, &mcp.Tool{Name: "note_unfenced"}, note(false))
-		mcp.AddTool(s, &mcp.Tool{Name: "note_floor"}, note(true))
-		mcp.AddTool(s, &mcp.Tool{Name: "note"}, note(false))
+		mcp.AddTool(s, &mcp.Tool{Name: "note_unfenced"}, note(false, false))
+		mcp.AddTool(s, &mcp.Tool{Name: "note_floor"}, note(true, false))
+		mcp.AddTool(s, &mcp.Tool{Name: "note_floor_after"}, note(true, true))
+		mcp.AddTool(s, &mcp.Tool{Name: "note"}, note(false, false))
 		ln, err := (&net.ListenConfig{}).Listen(ctx, "tcp", "127.0.0.1:0")
 		if err != nil {
 			return nil, nil, err
@@ -264,17 +306,19 @@ func run(e *bench.Env, dbURL string, rounds int, log io.Writer) (err error) {
 		meta mcp.Meta
 	}
 	calls := [nSides]call{
-		sideUnfenced:    {csMain, main, "note_unfenced", mcp.Meta{mcpfence.MetaConversation: "u-" + id}},
-		sideFloor:       {csMain, main, "note_floor", mcp.Meta{mcpfence.MetaConversation: "l-" + id}},
-		sideFenced:      {csMain, main, "note", mcp.Meta{mcpfence.MetaConversation: "f-" + id}},
-		sideRun:         {csMain, main, "note", mcp.Meta{mcpfence.MetaConversation: "r-" + id, mcpfence.MetaRun: runID}},
-		sideRunCached:   {csCached, cached, "note", mcp.Meta{mcpfence.MetaConversation: "rc-" + id, mcpfence.MetaRun: cachedRunID}},
-		sideBeforeReply: {csWaiting, waiting, "note", mcp.Meta{mcpfence.MetaConversation: "w-" + id}},
-		sideUnfenced26:  {cs26, main, "note_unfenced", mcp.Meta{mcpfence.MetaConversation: "u26-" + id}},
-		sideFloor26:     {cs26, main, "note_floor", mcp.Meta{mcpfence.MetaConversation: "l26-" + id}},
-		sideFenced26:    {cs26, main, "note", mcp.Meta{mcpfence.MetaConversation: "f26-" + id}},
-		sideRun26:       {cs26, main, "note", mcp.Meta{mcpfence.MetaConversation: "r26-" + id, mcpfence.MetaRun: runID26}},
-		sideRunCached26: {cs26Cached, cached, "note", mcp.Meta{mcpfence.MetaConversation: "rc26-" + id, mcpfence.MetaRun: cachedRunID26}},
+		sideUnfenced:     {csMain, main, "note_unfenced", mcp.Meta{mcpfence.MetaConversation: "u-" + id}},
+		sideFloor:        {csMain, main, "note_floor", mcp.Meta{mcpfence.MetaConversation: "l-" + id}},
+		sideFloorAfter:   {csMain, main, "note_floor_after", mcp.Meta{mcpfence.MetaConversation: "la-" + id}},
+		sideFenced:       {csMain, main, "note", mcp.Meta{mcpfence.MetaConversation: "f-" + id}},
+		sideRun:          {csMain, main, "note", mcp.Meta{mcpfence.MetaConversation: "r-" + id, mcpfence.MetaRun: runID}},
+		sideRunCached:    {csCached, cached, "note", mcp.Meta{mcpfence.MetaConversation: "rc-" + id, mcpfence.MetaRun: cachedRunID}},
+		sideBeforeReply:  {csWaiting, waiting, "note", mcp.Meta{mcpfence.MetaConversation: "w-" + id}},
+		sideUnfenced26:   {cs26, main, "note_unfenced", mcp.Meta{mcpfence.MetaConversation: "u26-" + id}},
+		sideFloor26:      {cs26, main, "note_floor", mcp.Meta{mcpfence.MetaConversation: "l26-" + id}},
+		sideFloorAfter26: {cs26, main, "note_floor_after", mcp.Meta{mcpfence.MetaConversation: "la26-" + id}},
+		sideFenced26:     {cs26, main, "note", mcp.Meta{mcpfence.MetaConversation: "f26-" + id}},
+		sideRun26:        {cs26, main, "note", mcp.Meta{mcpfence.MetaConversation: "r26-" + id, mcpfence.MetaRun: runID26}},
+		sideRunCached26:  {cs26Cached, cached, "note", mcp.Meta{mcpfence.MetaConversation: "rc26-" + id, mcpfence.MetaRun: cachedRunID26}},
 	}
 	one := func(k int) (total, server, write time.Duration, err error) {
 		c := calls[k]
@@ -368,6 +412,8 @@ func report(e *bench.Env, total, server, write [nSides][]time.Duration, rounds i
 		"MCP 2025-11-25: a later call of a run on the replica that parked it, with Config.RunCache (no lease statement on the call's path: the guarded INSERT under the cached run's claim; the parked expiry extended in the background) vs the same tool unfenced, p50")
 	ratio("mcp_release_before_reply_ratio", sideBeforeReply, sideUnfenced, 0,
 		"MCP 2025-11-25: a tool call fenced per call with Config.ReleaseBeforeReply (the result waits for the release) vs the same tool unfenced, p50")
+	ratio("mcp_fenced_vs_floor_after_ratio", sideFenced, sideFloorAfter, 0,
+		"MCP 2025-11-25: a tool call fenced per call vs the floor with a commit after: the same tool unfenced doing one more durable commit of its own first and another in the background as it returns (an UPDATE of the same row, the shape of a release), the result not waiting for it, no fencekit, p50")
 	ratio("mcp_floor_ratio", sideFloor, sideUnfenced, 0,
 		"MCP 2025-11-25: the floor (one more durable commit of the tool's own) vs the same tool unfenced, p50: what any per-call grant that commits durably costs here")
 	ratio("mcp26_fenced_call_ratio", sideFenced26, sideUnfenced26, 1.3,
@@ -378,6 +424,8 @@ func report(e *bench.Env, total, server, write [nSides][]time.Duration, rounds i
 		"MCP 2026-07-28 (stateless requests): a later call of a run (resumed and parked in the database) vs the same tool unfenced, p50")
 	ratio("mcp26_run_cached_call_ratio", sideRunCached26, sideUnfenced26, 1.05,
 		"MCP 2026-07-28 (stateless requests): a later call of a run served from the run cache (Config.RunCache) vs the same tool unfenced, p50")
+	ratio("mcp26_fenced_vs_floor_after_ratio", sideFenced26, sideFloorAfter26, 0,
+		"MCP 2026-07-28 (stateless requests): a tool call fenced per call vs the floor with a commit after (one more durable commit of the tool's own before its write and one in the background as it returns), p50")
 	ratio("mcp26_floor_ratio", sideFloor26, sideUnfenced26, 0,
 		"MCP 2026-07-28 (stateless requests): the floor vs the same tool unfenced, p50")
 	p99 := p50Ratio(total, sideFenced, sideUnfenced, 99)
@@ -386,8 +434,9 @@ func report(e *bench.Env, total, server, write [nSides][]time.Duration, rounds i
 	for _, s := range []struct {
 		key  string
 		side int
-	}{{"mcp_unfenced_call", sideUnfenced}, {"mcp_floor_call", sideFloor}, {"mcp_fenced_call", sideFenced}, {"mcp_run_call", sideRun}, {"mcp_run_cached_call", sideRunCached},
-		{"mcp_release_before_reply_call", sideBeforeReply}, {"mcp26_unfenced_call", sideUnfenced26}, {"mcp26_floor_call", sideFloor26}, {"mcp26_fenced_call", sideFenced26},
+	}{{"mcp_unfenced_call", sideUnfenced}, {"mcp_floor_call", sideFloor}, {"mcp_floor_after_call", sideFloorAfter}, {"mcp_fenced_call", sideFenced}, {"mcp_run_call", sideRun}, {"mcp_run_cached_call", sideRunCached},
+		{"mcp_release_before_reply_call", sideBeforeReply}, {"mcp26_unfenced_call", sideUnfenced26}, {"mcp26_floor_call", sideFloor26}, {"mcp26_floor_after_call", sideFloorAfter26},
+		{"mcp26_fenced_call", sideFenced26},
 		{"mcp26_run_call", sideRun26}, {"mcp26_run_cached_call", sideRunCached26}} {
 		e.Report.Add(bench.Metric{Key: s.key + "_p50_us", Value: us(bench.Percentile(total[s.side], 50)), Unit: "µs", Note: sideNames[s.side] + ", client's time per call, p50"})
 		e.Report.Add(bench.Metric{Key: s.key + "_p99_us", Value: us(bench.Percentile(total[s.side], 99)), Unit: "µs", Note: sideNames[s.side] + ", client's time per call, p99"})
