@@ -141,12 +141,13 @@ func (f *Fence) dropCached(key lease.Key, id uuid.UUID, cause error) {
 }
 
 // dropOthers drops key's entry unless it is run id's: this Fence obtained
-// the key for run id.
-func (f *Fence) dropOthers(key lease.Key, id uuid.UUID, cause error) {
+// the key for run id. cause builds the entry's end cause, only when there
+// is an entry to drop (a per-call grant seldom finds one).
+func (f *Fence) dropOthers(key lease.Key, id uuid.UUID, cause func() error) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	if e := f.cache[key]; e != nil && e.id != id {
-		f.dropLocked(e, cause)
+		f.dropLocked(e, cause())
 	}
 }
 

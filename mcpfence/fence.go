@@ -516,13 +516,15 @@ func (f *Fence) call(ctx context.Context, policy Policy, req *mcp.CallToolReques
 
 	// The handler's ctx: this request's values and cancellation, the lease's
 	// claim, and the lease's end (with its cause).
-	hctx, cancel := context.WithCancelCause(fence.WithClaim(ctx, fence.Claim{Token: l.Token(), Run: l.RunID().String(), Scope: key.Scope()}))
+	// The lease's ctx carries its claim (token, run, the key's scope).
+	claim, _ := fence.ClaimFromContext(l.Context())
+	hctx, cancel := context.WithCancelCause(fence.WithClaim(ctx, claim))
 	defer cancel(nil)
 	stopAfter := context.AfterFunc(l.Context(), func() { cancel(context.Cause(l.Context())) }) //nolint:contextcheck // the lease's end ends the handler's ctx
 	defer stopAfter()
 
 	res, err = next(hctx)
-	info := LeaseInfo{Conversation: key.SessionID, Token: l.Token(), Holder: l.Holder(), RunID: l.RunID().String(), Run: handle}
+	info := LeaseInfo{Conversation: key.SessionID, Token: claim.Token, Holder: l.Holder(), RunID: claim.Run, Run: handle}
 	return f.classify(ctx, hctx, l.Context(), key, info, tool, res, err)
 }
 

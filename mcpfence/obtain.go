@@ -39,11 +39,12 @@ func (f *Fence) obtain(ctx context.Context, policy Policy, req *mcp.CallToolRequ
 	}
 	if err == nil {
 		// This Fence's cached run of key (another run) no longer holds it.
-		cause := fmt.Errorf("%w: %s: run %s holds the conversation now", lease.ErrLost, key, l.RunID())
-		if policy == ContinueHere {
-			cause = fmt.Errorf("%w: %s was taken over by run %s (%w)", lease.ErrLost, key, l.RunID(), lease.ErrTakenOver)
-		}
-		f.dropOthers(key, l.RunID(), cause)
+		f.dropOthers(key, l.RunID(), func() error {
+			if policy == ContinueHere {
+				return fmt.Errorf("%w: %s was taken over by run %s (%w)", lease.ErrLost, key, l.RunID(), lease.ErrTakenOver)
+			}
+			return fmt.Errorf("%w: %s: run %s holds the conversation now", lease.ErrLost, key, l.RunID())
+		})
 		return l, nil
 	}
 	return nil, f.leaseRefusal(ctx, key, err)
