@@ -22,7 +22,7 @@ import (
 type cachedRun struct {
 	key    lease.Key
 	id     uuid.UUID
-	token  fence.Token
+	claim  fence.Claim // the run's lease's claim (token, run, the key's scope): its calls' handler ctx carries it
 	holder string
 
 	ended context.Context // cancelled, with the cause, when the entry is invalidated: its calls' ctx end
@@ -120,7 +120,8 @@ func (f *Fence) cacheRun(l *lease.Lease, sentAt time.Time) {
 		// Another run's entry: it no longer holds the key.
 		f.dropLocked(e, fmt.Errorf("%w: %s run %s: run %s holds the conversation now", lease.ErrLost, key, e.id, id))
 	}
-	e := &cachedRun{key: key, id: id, token: l.Token(), holder: l.Holder(), kick: make(chan struct{}, 1),
+	claim, _ := fence.ClaimFromContext(l.Context())
+	e := &cachedRun{key: key, id: id, claim: claim, holder: l.Holder(), kick: make(chan struct{}, 1),
 		trustUntil: trust, lastPark: sentAt}
 	e.ended, e.end = context.WithCancelCause(context.Background())
 	e.stop, e.halt = context.WithCancel(context.Background())

@@ -535,18 +535,18 @@ func (f *Fence) runCached(ctx context.Context, e *cachedRun, key lease.Key, tool
 	refuse func(Refusal) (mcp.Result, error), next func(context.Context) (mcp.Result, error)) (mcp.Result, error) {
 	if ctx.Err() != nil {
 		return refuse(Refusal{Cause: CauseCanceled, Message: fmt.Sprintf("the call ended before its tool ran: %v", context.Cause(ctx)),
-			Conversation: key.SessionID, Token: e.token})
+			Conversation: key.SessionID, Token: e.claim.Token})
 	}
 	if span != nil {
-		span.SetAttributes(attribute.String(leasetrace.AttrRunID, e.id.String()),
-			attribute.Int64(leasetrace.AttrToken, int64(e.token)), attribute.String(leasetrace.AttrHolder, e.holder))
+		span.SetAttributes(attribute.String(leasetrace.AttrRunID, e.claim.Run),
+			attribute.Int64(leasetrace.AttrToken, int64(e.claim.Token)), attribute.String(leasetrace.AttrHolder, e.holder))
 	}
-	hctx, cancel := context.WithCancelCause(fence.WithClaim(ctx, fence.Claim{Token: e.token, Run: e.id.String(), Scope: key.Scope()}))
+	hctx, cancel := context.WithCancelCause(fence.WithClaim(ctx, e.claim))
 	defer cancel(nil)
 	stopAfter := context.AfterFunc(e.ended, func() { cancel(context.Cause(e.ended)) }) //nolint:contextcheck // the cached run's end ends the handler's ctx
 	defer stopAfter()
 	res, err := next(hctx)
-	info := LeaseInfo{Conversation: key.SessionID, Token: e.token, Holder: e.holder, RunID: e.id.String(), Run: e.id.String()}
+	info := LeaseInfo{Conversation: key.SessionID, Token: e.claim.Token, Holder: e.holder, RunID: e.claim.Run, Run: e.claim.Run}
 	return f.classify(ctx, hctx, e.ended, key, info, tool, res, err)
 }
 
